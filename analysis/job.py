@@ -1,0 +1,51 @@
+"""The analysis job for one run: ingest, check, measure, write summary.json."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from analysis.checks import run_checks
+from analysis.ingest import EVENTS_PARQUET, ingest
+from analysis.metrics import fnl_latency, message_counts, throughput
+from analysis.session import spark_session
+
+SUMMARY = "summary.json"
+
+
+def checks_ok(summary: dict[str, Any]) -> bool:
+    """True when every checker in the summary found no violation."""
+    return all(c.get("violations", 0) == 0 for c in summary.get("checks", {}).values())
+
+
+def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
+    """Analyse the run in `run_dir`; write `parquet/events/` and `summary.json`; return the summary."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "nodes").is_dir():
+        raise FileNotFoundError(f"{run_dir} has no nodes/ folder; is it a run directory?")
+    started = time.monotonic()
+    spark = spark_session(master, app=f"testbed-analyze-{run_dir.name}")
+    data = ingest(spark, run_dir)
+    events = data.events.cache()
+    try:
+        summary: dict[str, Any] = {
+            "run": run_dir.name,
+            "nodes": data.nodes,
+            "crashed": sorted(data.crashed),
+            "messages": message_counts(events, data.nodes),
+            "checks": run_checks(events, data.nodes, data.crashed),
+            "latency": {"fnl": fnl_latency(events)},
+            "throughput": throughput(events, data.nodes),
+            "ingest": {
+                "malformed_lines": data.malformed,
+                "parquet": str(EVENTS_PARQUET / ""),
+            },
+        }
+    finally:
+        events.unpersist()
+    summary["ok"] = checks_ok(summary)
+    summary["analysis_s"] = round(time.monotonic() - started, 3)
+    (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
+    return summary

@@ -1,0 +1,58 @@
+"""The one place that builds a SparkSession for the analysis jobs.
+
+Defaults suit the testbed's own machine (2 cores, 24 GiB): local mode, few shuffle
+partitions (delivery logs are megabytes, not terabytes), no UI, errors-only logging.
+A `--master` URL hands the same jobs to a real cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+_LOG4J = Path(__file__).with_name("log4j2.properties")
+
+
+def _is_local(master: str) -> bool:
+    return master.startswith("local")
+
+
+def spark_session(master: str | None = None, app: str = "testbed") -> SparkSession:
+    """Return the active SparkSession, or start one (default master `local[*]`)."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    master = master or "local[*]"
+    java_opts = f"-Dlog4j2.configurationFile={_LOG4J.as_uri()}"
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.default.parallelism", "4")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", java_opts)
+        .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
+    )
+    if _is_local(master):
+        # Local mode runs in the driver JVM: give it a quarter of a 24 GiB box, and keep
+        # every Spark socket on loopback (the testbed's network rule; also skips the slow
+        # hostname lookup on start).
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = (
+            builder.config("spark.driver.memory", "4g")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+        )
+    else:
+        builder = builder.config("spark.executor.extraJavaOptions", java_opts)
+    with warnings.catch_warnings():
+        # pyspark warns about the pandas version on start; the analysis does not use pandas.
+        warnings.simplefilter("ignore", FutureWarning)
+        spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

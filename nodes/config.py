@@ -1,0 +1,87 @@
+"""The node configuration: the contract between the orchestrator and `python -m nodes`.
+
+The orchestrator writes one JSON file per node (and `nodes.sim` takes a list of them). Like the
+wire format, this is a contract, so `testbed/` may import this module.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROTOCOLS = ("sequencer", "seto", "fast-seto")
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    id: int
+    name: str
+    host: str  # data-plane address
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class PathConfig:
+    """One-way path parameters the node itself applies (the `inprocess` shaping applier)."""
+
+    delay_ns: int = 0
+    jitter_ns: int = 0
+    distribution: str = "normal"
+    loss: float = 0.0
+    bandwidth_bps: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadConfig:
+    send: bool = False
+    rate: float = 0.0  # messages per second
+    size: int = 1024  # payload bytes
+    arrival: str = "constant"  # or "poisson"
+
+
+@dataclass(frozen=True, slots=True)
+class ClockConfig:
+    offset_ns: int = 0
+    drift_ppm: float = 0.0
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    node_id: int
+    name: str
+    members: list[Member]
+    protocol: str
+    params: dict[str, Any]
+    log_path: str
+    seed: int
+    start_at_ns: int  # true time at which the workload starts
+    duration_ns: int  # workload length; 0 = run until told to stop
+    drain_ns: int  # after the workload, keep running this long before exiting
+    workload: WorkloadConfig = WorkloadConfig()
+    clock: ClockConfig = ClockConfig()
+    paths: dict[int, PathConfig] = field(default_factory=dict)  # by destination id
+    control_host: str = "127.0.0.1"
+    control_port: int = 0  # management HTTP; 0 = none
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["paths"] = {str(k): v for k, v in d["paths"].items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> NodeConfig:
+        d = dict(d)
+        d["members"] = [Member(**m) for m in d["members"]]
+        d["workload"] = WorkloadConfig(**d.get("workload", {}))
+        d["clock"] = ClockConfig(**d.get("clock", {}))
+        d["paths"] = {int(k): PathConfig(**v) for k, v in d.get("paths", {}).items()}
+        return cls(**d)
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True))
+
+    @classmethod
+    def read(cls, path: Path) -> NodeConfig:
+        return cls.from_dict(json.loads(path.read_text()))

@@ -1,0 +1,46 @@
+"""The delivery log, `events.jsonl` (ARCHITECTURE.md, "Delivery log").
+
+One JSON object per line: t (true ns), lt (local ns), i (per-node ordinal, so that analysis
+never depends on file order), node, ev, and mid/seq/slot/proto/size when meaningful.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import IO, Any
+
+
+class EventLog:
+    def __init__(self, path: Path | None, node: str, proto: str, buffer_lines: int = 512):
+        self.node = node
+        self.proto = proto
+        self.count = 0
+        self._buf: list[str] = []
+        self._limit = buffer_lines
+        self._file: IO[str] | None = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = path.open("a", encoding="utf-8")
+
+    def write(self, t: int, lt: int, ev: str, **fields: Any) -> None:
+        rec: dict[str, Any] = {"t": t, "lt": lt, "i": self.count, "node": self.node, "ev": ev}
+        if "mid" in fields:
+            rec["proto"] = self.proto
+        rec.update(fields)
+        self.count += 1
+        self._buf.append(json.dumps(rec, separators=(",", ":")))
+        if len(self._buf) >= self._limit:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._file is not None and self._buf:
+            self._file.write("\n".join(self._buf) + "\n")
+            self._file.flush()
+        self._buf.clear()
+
+    def close(self) -> None:
+        self.flush()
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -1,0 +1,406 @@
+"""The Jolokia protocol over an MBean registry, sans-IO (no sockets here, see server.py).
+
+Follows the Jolokia protocol reference (jolokia.org, "Jolokia Protocol"): request types
+read, write, exec, list, search and version; GET paths ``<type>/<arg1>/<arg2>/...`` with
+``!`` as the escape character (``!/`` is a slash inside a part, ``!!`` an exclamation mark,
+``!`` before anything else takes it literally, ``[null]`` is null and ``""`` the empty
+string); POST bodies holding one request object or a bulk array answered in order; every
+answer in the envelope ``{request, value, status, timestamp}``, and errors as
+``{request, error_type, error, status}``. As in Jolokia, per-request errors travel inside
+an HTTP 200 answer (a bulk request can half succeed); only a body that is not JSON gets an
+HTTP error.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from nodes.management.mbeans import (
+    AttributeNotFound,
+    BadRequest,
+    InstanceNotFound,
+    ManagementError,
+    MBean,
+    MBeanRegistry,
+    parse_name,
+)
+from nodes.management.objectname import MalformedObjectName, ObjectName
+
+AGENT_VERSION = "0.1.0"
+# The Jolokia 1.x protocol level: errors inside HTTP 200 answers, canonical MBean names.
+PROTOCOL_VERSION = "7.2"
+
+Path = list[str | None]  # None is the wildcard segment `*`
+
+
+def split_path(path: str) -> list[str]:
+    """Split a GET path on unescaped ``/`` and unescape ``!x`` to ``x``.
+
+    A trailing slash adds no empty part, as in Jolokia's EscapeUtil.split.
+    """
+    parts: list[str] = []
+    current: list[str] = []
+    i = 0
+    while i < len(path):
+        ch = path[i]
+        if ch == "!" and i + 1 < len(path):
+            current.append(path[i + 1])
+            i += 2
+            continue
+        if ch == "/":
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+        i += 1
+    if current:
+        parts.append("".join(current))
+    return parts
+
+
+def escape_part(part: str) -> str:
+    """Escape one path part so that ``split_path`` gives it back unchanged."""
+    return part.replace("!", "!!").replace("/", "!/")
+
+
+def _special_value(text: str) -> str | None:
+    """GET spellings of values a URL cannot hold: ``[null]`` and ``""``."""
+    if text == "[null]":
+        return None
+    if text == '""':
+        return ""
+    return text
+
+
+def parse_inner_path(path: Any) -> Path:
+    if path is None or path == "":
+        return []
+    if not isinstance(path, str):
+        raise BadRequest(f"path must be a string like 'a/b/0', not {json.dumps(path)}")
+    return [None if part == "*" else part for part in split_path(path)]
+
+
+def _path_text(parts: list[str]) -> str | None:
+    return "/".join(escape_part(p) for p in parts) or None
+
+
+class _PathMiss(Exception):
+    pass
+
+
+def extract(value: Any, path: Path) -> Any:
+    """Follow an inner path into a value; ``None`` parts match every entry (and filter)."""
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    if head is None:
+        items: list[tuple[Any, Any]]
+        if isinstance(value, dict):
+            items = list(value.items())
+        elif isinstance(value, list):
+            items = list(enumerate(value))
+        else:
+            raise _PathMiss
+        found = {}
+        for key, item in items:
+            try:
+                found[key] = extract(item, rest)
+            except _PathMiss:
+                continue
+        if not found:
+            raise _PathMiss
+        return found if isinstance(value, dict) else list(found.values())
+    return extract(_step(value, head), rest)
+
+
+def _step(value: Any, key: str) -> Any:
+    if isinstance(value, dict) and key in value:
+        return value[key]
+    if isinstance(value, list) and key.isdigit() and int(key) < len(value):
+        return value[int(key)]
+    raise _PathMiss
+
+
+def _set_inner(whole: Any, path: list[str], value: Any) -> tuple[Any, Any]:
+    """Return (old leaf, new whole) with the leaf at ``path`` replaced by ``value``."""
+    new_whole = copy.deepcopy(whole)
+    parent = extract(new_whole, list(path[:-1]))
+    leaf = path[-1]
+    old = _step(parent, leaf)
+    if isinstance(value, str) and isinstance(old, bool | int | float):
+        # A GET value is text; keep the leaf's JSON type as a typed attribute would.
+        from nodes.management.mbeans import coerce
+
+        value = coerce(value, type(old).__name__, f"path {'/'.join(path)}")
+    if isinstance(parent, dict):
+        parent[leaf] = value
+    else:
+        parent[int(leaf)] = value
+    return old, new_whole
+
+
+def _require_str(request: dict[str, Any], key: str) -> str:
+    value = request.get(key)
+    if not isinstance(value, str) or not value:
+        raise BadRequest(f"a {request.get('type')} request needs a string '{key}'")
+    return value
+
+
+def _attribute_names(attribute: Any) -> list[str] | None:
+    """None means all attributes."""
+    if attribute is None or attribute == "" or attribute == []:
+        return None
+    if isinstance(attribute, str):
+        return [attribute]
+    if isinstance(attribute, list) and all(isinstance(a, str) for a in attribute):
+        return attribute
+    raise BadRequest("attribute must be a name or a list of names")
+
+
+class Jolokia:
+    """Answers Jolokia requests from one MBean registry."""
+
+    def __init__(
+        self,
+        registry: MBeanRegistry,
+        agent_id: str = "testbed",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.registry = registry
+        self.agent_id = agent_id
+        self._clock = clock
+        self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
+            "read": self._read,
+            "write": self._write,
+            "exec": self._exec,
+            "list": self._list,
+            "search": self._search,
+            "version": self._version,
+        }
+
+    # ---- entry points -------------------------------------------------------------------
+
+    def handle(self, request: Any) -> dict[str, Any]:
+        """Answer one request object with a success or error envelope; never raises."""
+        try:
+            if not isinstance(request, dict):
+                raise BadRequest("a Jolokia request must be a JSON object with a 'type'")
+            kind = request.get("type")
+            handler = self._handlers.get(kind.lower()) if isinstance(kind, str) else None
+            if handler is None:
+                raise BadRequest(
+                    f"unknown request type {json.dumps(kind)}; "
+                    "use read, write, exec, list, search or version"
+                )
+            value = handler(request)
+        except ManagementError as exc:
+            return self.error(exc, request)
+        except Exception as exc:  # a getter, setter or operation failed: the MBean's fault
+            failure = ManagementError(f"{type(exc).__name__}: {exc}")
+            failure.error_type = f"{type(exc).__module__}.{type(exc).__qualname__}"
+            return self.error(failure, request)
+        return {"request": request, "value": value, "status": 200, "timestamp": self._now()}
+
+    def handle_post(self, body: bytes) -> tuple[int, dict[str, Any] | list[dict[str, Any]]]:
+        """Answer a POST body: (HTTP status, one envelope or a list in request order)."""
+        try:
+            payload = json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            return 400, self.error(BadRequest(f"the request body is not valid JSON ({exc})"))
+        if isinstance(payload, list):
+            return 200, [self.handle(item) for item in payload]
+        if isinstance(payload, dict):
+            return 200, self.handle(payload)
+        return 400, self.error(BadRequest("the request body must be a JSON object or array"))
+
+    def handle_get_path(self, path: str) -> dict[str, Any]:
+        """Answer a GET: ``path`` is what follows ``/jolokia/``, already percent-decoded."""
+        try:
+            request = parse_get_path(path)
+        except ManagementError as exc:
+            return self.error(exc, {"path": path})
+        return self.handle(request)
+
+    def error(self, exc: ManagementError, request: Any = None) -> dict[str, Any]:
+        envelope: dict[str, Any] = {
+            "error_type": exc.error_type,
+            "error": f"{exc.error_type} : {exc}",
+            "status": exc.status,
+            "timestamp": self._now(),
+        }
+        if request is not None:
+            envelope["request"] = request
+        return envelope
+
+    def _now(self) -> int:
+        return int(self._clock())
+
+    # ---- request types ------------------------------------------------------------------
+
+    def _read(self, request: dict[str, Any]) -> Any:
+        name = parse_name(_require_str(request, "mbean"))
+        wanted = _attribute_names(request.get("attribute"))
+        path = parse_inner_path(request.get("path"))
+        value: Any
+        if name.is_pattern:
+            value = self._read_pattern(name, wanted)
+        else:
+            bean = self.registry.get(name)
+            if wanted is None:
+                value = bean.read_all()
+            elif isinstance(request.get("attribute"), list):
+                value = {a: bean.read(a) for a in wanted}
+            else:
+                value = bean.read(wanted[0])
+        try:
+            return extract(value, path)
+        except _PathMiss:
+            raise AttributeNotFound(
+                f"inner path {request.get('path')!r} does not exist in the value"
+            ) from None
+
+    def _read_pattern(self, pattern: ObjectName, wanted: list[str] | None) -> dict[str, Any]:
+        beans = self.registry.query(pattern)
+        if not beans:
+            raise InstanceNotFound(f"no MBean matches {pattern}")
+        value: dict[str, Any] = {}
+        for bean in beans:
+            names = list(bean.attributes) if wanted is None else wanted
+            found = {a: bean.read(a) for a in names if a in bean.attributes}
+            if found:
+                value[bean.name.canonical] = found
+        if not value:
+            raise AttributeNotFound(f"no MBean matching {pattern} has {', '.join(wanted or [])}")
+        return value
+
+    def _single_bean(self, request: dict[str, Any]) -> MBean:
+        name = parse_name(_require_str(request, "mbean"))
+        if name.is_pattern:
+            raise BadRequest(f"{request['type']} needs one MBean, not the pattern {name}")
+        return self.registry.get(name)
+
+    def _write(self, request: dict[str, Any]) -> Any:
+        bean = self._single_bean(request)
+        attribute = _require_str(request, "attribute")
+        if "value" not in request:
+            raise BadRequest("a write request needs a 'value'")
+        path = parse_inner_path(request.get("path"))
+        if not path:
+            return bean.write(attribute, request["value"])
+        if None in path:
+            raise BadRequest("a write path cannot contain the wildcard '*'")
+        bean.lookup_attribute(attribute)
+        concrete = [p for p in path if p is not None]
+        try:
+            old, whole = _set_inner(bean.read(attribute), concrete, request["value"])
+        except _PathMiss:
+            raise AttributeNotFound(
+                f"inner path {request.get('path')!r} does not exist in {attribute}"
+            ) from None
+        bean.write(attribute, whole)
+        return old
+
+    def _exec(self, request: dict[str, Any]) -> Any:
+        bean = self._single_bean(request)
+        operation = _require_str(request, "operation")
+        arguments = request.get("arguments")
+        if arguments is None:
+            arguments = []
+        if not isinstance(arguments, list):
+            raise BadRequest("'arguments' must be a JSON array")
+        return bean.invoke(operation, arguments)
+
+    def _list(self, request: dict[str, Any]) -> Any:
+        tree: dict[str, dict[str, Any]] = {}
+        for bean in self.registry:
+            tree.setdefault(bean.name.domain, {})[bean.name.key_list] = bean.info()
+        path = parse_inner_path(request.get("path"))
+        if len(path) >= 2 and path[0] is not None and path[1] is not None:
+            # Let `list/testbed/type=TotalOrder,protocol=seto` find the canonical key order.
+            try:
+                path[1] = ObjectName.parse(f"{path[0]}:{path[1]}").key_list
+            except MalformedObjectName:
+                pass
+        try:
+            return extract(tree, path)
+        except _PathMiss:
+            raise NotFoundPath(f"nothing is listed under {request.get('path')!r}") from None
+
+    def _search(self, request: dict[str, Any]) -> list[str]:
+        pattern = parse_name(_require_str(request, "mbean"))
+        return [bean.name.canonical for bean in self.registry.query(pattern)]
+
+    def _version(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "agent": AGENT_VERSION,
+            "protocol": PROTOCOL_VERSION,
+            "id": self.agent_id,
+            "info": {"product": "testbed", "vendor": "testbed", "version": AGENT_VERSION},
+            "config": {"canonicalNaming": "true"},
+        }
+
+
+class NotFoundPath(InstanceNotFound):
+    """A `list` path that names no domain, MBean or entry."""
+
+
+def parse_get_path(path: str) -> dict[str, Any]:
+    """Turn a decoded GET path (``read/testbed:type=Clock/OffsetMs``) into a request object."""
+    parts = split_path(path[1:] if path.startswith("/") else path)
+    if not parts:
+        return {"type": "version"}
+    kind, args = parts[0].lower(), parts[1:]
+
+    def need(count: int, what: str) -> None:
+        if len(args) < count:
+            raise BadRequest(f"a GET {kind} needs {what}: {kind}/{'/'.join(what.split(', '))}")
+
+    request: dict[str, Any] = {"type": kind}
+    if kind == "read":
+        need(1, "mbean")
+        request["mbean"] = args[0]
+        if len(args) > 1 and args[1]:
+            names = [n.replace("\\,", ",") for n in _split_csv(args[1])]
+            request["attribute"] = names if len(names) > 1 else names[0]
+        path_text = _path_text(args[2:])
+    elif kind == "write":
+        need(3, "mbean, attribute, value")
+        request.update(mbean=args[0], attribute=args[1], value=_special_value(args[2]))
+        path_text = _path_text(args[3:])
+    elif kind == "exec":
+        need(2, "mbean, operation")
+        request.update(
+            mbean=args[0], operation=args[1], arguments=[_special_value(a) for a in args[2:]]
+        )
+        path_text = None
+    elif kind == "list":
+        path_text = _path_text(args)
+    elif kind == "search":
+        need(1, "pattern")
+        request["mbean"] = args[0]
+        path_text = None
+    elif kind == "version":
+        path_text = None
+    else:
+        raise BadRequest(f"unknown request type {kind!r}; use read, write, exec, list, search or version")
+    if path_text is not None:
+        request["path"] = path_text
+    return request
+
+
+def _split_csv(text: str) -> list[str]:
+    """Split an attribute list on commas not escaped with a backslash (Jolokia CSV_ESCAPE)."""
+    parts: list[str] = []
+    current = ""
+    for i, ch in enumerate(text):
+        if ch == "," and not (i > 0 and text[i - 1] == "\\"):
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    parts.append(current)
+    return [p for p in parts if p]

@@ -1,0 +1,179 @@
+"""Reliable FIFO multicast with negative acknowledgements (lecture notes 002, "Reliable FIFO:
+Negative Acknowledgement").
+
+The notes' rules, per sender i and receiver j:
+- sending: attach <i, C_i>, increment C_i, keep m in the send buffer;
+- receiving C == V[i] + 1: deliver, then deliver buffered successors;
+  C > V[i] + 1: buffer m and send a retransmit request (NACK) for the missing numbers;
+  C <= V[i]: discard;
+- on a retransmit request: resend m from the send buffer.
+
+The notes end with two open questions, answered here as SRM-style stacks do:
+- "What if the sender doesn't send any message after the lost message?" -- a sender with
+  unacknowledged messages sends a HEARTBEAT carrying its highest number, which exposes a lost
+  tail to the NACK rule;
+- "When can a sender purge a message from its buffer?" -- receivers periodically send a
+  cumulative positive ACK (V[i]) to each sender; a message is purged once every member has it.
+A gap is NACKed only once it has stayed open for `nack_delay_ns` (jitter reorders datagrams, and
+an eager NACK would ask for what is still in flight); unanswered NACKs repeat every
+`nack_retry_ns`. Heartbeats go out only from an idle sender, for the same reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nodes.protocols.base import Action, RDeliver, Send, SetTimer
+from nodes.wire import Flag, Header, Message, MsgType, Proto
+
+TICK = "rm:tick"
+
+
+@dataclass
+class _Stream:
+    """Receiver state for one sender: V[i] and the receive buffer."""
+
+    delivered: int = 0  # V[i]: highest number delivered in order (numbers start at 1)
+    highest_seen: int = 0
+    acked_sent: int = 0  # what our last ACK to that sender said
+    gap_since: int = -1  # local time a gap was first seen (-1: no gap)
+    nack_at: int = -1  # local time of the last NACK for the current gap (-1: none sent)
+    buffer: dict[int, Message] | None = None
+
+
+class ReliableMulticast:
+    def __init__(
+        self,
+        me: int,
+        members: list[int],
+        proto: Proto = Proto.RELIABLE,
+        tick_ns: int = 10_000_000,
+        nack_delay_ns: int = 5_000_000,
+        nack_retry_ns: int = 60_000_000,
+        ack_every_ns: int = 50_000_000,
+    ):
+        self.me = me
+        self.members = members
+        self.proto = proto
+        self.tick_ns = tick_ns
+        self.nack_delay_ns = nack_delay_ns
+        self.nack_retry_ns = nack_retry_ns
+        self.last_multicast_at = 0
+        self.ack_every_ns = ack_every_ns
+        self.next_rseq = 1  # C_i
+        self.send_buffer: dict[int, Message] = {}
+        self.acked = {m: 0 for m in members if m != me}  # highest cumulative ACK per receiver
+        self.streams = {m: _Stream() for m in members if m != me}
+        self.last_ack_at = 0
+        self.retransmissions = 0
+
+    # -- events -------------------------------------------------------------------------------
+    def start(self, now: int) -> list[Action]:
+        self.last_ack_at = now
+        return [SetTimer(TICK, self.tick_ns)]
+
+    def multicast(self, header: Header, payload: bytes, now: int) -> list[Action]:
+        """R-multicast: number the message, buffer it, send it, and deliver it locally."""
+        msg = Message(header.with_(sender=self.me, rseq=self.next_rseq, proto=self.proto),
+                      payload)
+        self.next_rseq += 1
+        self.last_multicast_at = now
+        if self.acked:
+            self.send_buffer[msg.header.rseq] = msg
+        return [Send(None, msg), RDeliver(self.me, msg)]
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
+        h = msg.header
+        if h.type == MsgType.NACK:
+            return self._retransmit(src, h.rseq, h.seq)
+        if h.type == MsgType.ACK:
+            if src in self.acked and h.rseq > self.acked[src]:
+                self.acked[src] = h.rseq
+                self._purge()
+            return []
+        stream = self.streams.get(h.sender)
+        if stream is None:
+            return []
+        if h.type == MsgType.HEARTBEAT:
+            self._note_highest(stream, h.rseq, now)
+            return []
+        return self._receive(stream, msg, now)
+
+    def on_timer(self, key: str, now: int) -> list[Action]:
+        out: list[Action] = [SetTimer(TICK, self.tick_ns)]
+        unacked = self.next_rseq - 1
+        idle = now - self.last_multicast_at >= self.tick_ns
+        if idle and self.acked and min(self.acked.values()) < unacked:
+            out.append(Send(None, self._control(MsgType.HEARTBEAT, rseq=unacked)))
+        for sender, stream in self.streams.items():
+            if stream.gap_since < 0 or now - stream.gap_since < self.nack_delay_ns:
+                continue
+            if stream.nack_at < 0 or now - stream.nack_at >= self.nack_retry_ns:
+                out += self._nack(sender, stream, now)
+        if now - self.last_ack_at >= self.ack_every_ns:
+            self.last_ack_at = now
+            for sender, stream in self.streams.items():
+                if stream.delivered > stream.acked_sent:
+                    stream.acked_sent = stream.delivered
+                    out.append(Send(sender, self._control(MsgType.ACK, rseq=stream.delivered)))
+        return out
+
+    # -- receiving ----------------------------------------------------------------------------
+    def _receive(self, stream: _Stream, msg: Message, now: int) -> list[Action]:
+        rseq = msg.header.rseq
+        if rseq <= stream.delivered:
+            return []  # C <= V[i]: duplicate, discard
+        out: list[Action] = []
+        if rseq > stream.delivered + 1:
+            # C > V[i] + 1: keep it for later and ask for what is missing.
+            if stream.buffer is None:
+                stream.buffer = {}
+            stream.buffer[rseq] = msg
+            self._note_highest(stream, rseq, now)
+            return out
+        out.append(RDeliver(msg.header.sender, msg))
+        stream.delivered = rseq
+        if stream.buffer:
+            while (nxt := stream.buffer.pop(stream.delivered + 1, None)) is not None:
+                out.append(RDeliver(nxt.header.sender, nxt))
+                stream.delivered += 1
+        stream.highest_seen = max(stream.highest_seen, stream.delivered)
+        if stream.highest_seen == stream.delivered:
+            stream.gap_since = stream.nack_at = -1
+        return out
+
+    def _note_highest(self, stream: _Stream, rseq: int, now: int) -> None:
+        if rseq > stream.highest_seen:
+            stream.highest_seen = rseq
+        if stream.highest_seen > stream.delivered and stream.gap_since < 0:
+            stream.gap_since = now
+
+    def _nack(self, sender: int, stream: _Stream, now: int) -> list[Action]:
+        missing_from = stream.delivered + 1
+        missing_to = stream.highest_seen
+        if stream.buffer:
+            while missing_to in stream.buffer:
+                missing_to -= 1
+        if missing_to < missing_from:
+            return []
+        stream.nack_at = now
+        return [Send(sender, self._control(MsgType.NACK, rseq=missing_from, seq=missing_to))]
+
+    # -- sending ------------------------------------------------------------------------------
+    def _retransmit(self, dst: int, first: int, last: int) -> list[Action]:
+        out: list[Action] = []
+        for rseq in range(first, min(last, self.next_rseq - 1) + 1):
+            msg = self.send_buffer.get(rseq)
+            if msg is not None:
+                self.retransmissions += 1
+                h = msg.header.with_(flags=msg.header.flags | Flag.RETRANSMIT)
+                out.append(Send(dst, Message(h, msg.payload)))
+        return out
+
+    def _purge(self) -> None:
+        floor = min(self.acked.values())
+        for rseq in [r for r in self.send_buffer if r <= floor]:
+            del self.send_buffer[rseq]
+
+    def _control(self, mtype: MsgType, rseq: int = 0, seq: int = 0) -> Message:
+        return Message(Header(mtype, self.proto, sender=self.me, rseq=rseq, seq=seq))

@@ -1,0 +1,134 @@
+"""Fixed-sequencer total order multicast (000, section 2.1 and Fig. 1).
+
+"A data message is disseminated using unordered reliable multicast. Upon reception, the message
+is buffered until a sequence number for it is obtained. A single process is designated as the
+sequencer: it increments a counter and multicasts its value along with the original message's
+identification to all receivers as a control message. Data messages are then delivered
+according to the sequence numbers."
+
+Here the reliable multicast is reliable FIFO (so ORDER control messages from the sequencer also
+arrive in order and are repaired when lost). ORDERs assigned in the same instant are batched
+into one control message: its header carries the first number and the payload the
+(origin, mno) pairs, numbered consecutively.
+
+With `optimistic: true` every process also opt-delivers data messages in their spontaneous
+receive order -- the plain-sequencer baseline of optimistic total order (000 section 2.2).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from nodes.protocols.base import Action, FinalDeliver, Log, OptDeliver, RDeliver, SetTimer
+from nodes.protocols.reliable import ReliableMulticast
+from nodes.wire import Header, Message, MsgType, Proto
+
+ORDER_ENTRY = struct.Struct("!HI")  # origin, mno
+FLUSH = "seq:flush"
+
+
+def pack_orders(entries: list[tuple[int, int]]) -> bytes:
+    return b"".join(ORDER_ENTRY.pack(o, n) for o, n in entries)
+
+
+def unpack_orders(payload: bytes) -> list[tuple[int, int]]:
+    return [ORDER_ENTRY.unpack_from(payload, i) for i in range(0, len(payload), ORDER_ENTRY.size)]
+
+
+class Sequencer:
+    proto = Proto.SEQUENCER
+
+    def __init__(self, me: int, members: list[int], params: dict[str, Any]):
+        self.me = me
+        self.members = members
+        self.sequencer: int = params.get("sequencer_id", min(members))
+        self.optimistic = bool(params.get("optimistic", False))
+        self.rm = ReliableMulticast(me, members, proto=self.proto,
+                                    **_reliable_params(params))
+        self.mno = 0  # our own TO-multicast counter
+        self.g = 0  # global sequence number (used by the sequencer)
+        self.next_deliver = 1
+        self.received: dict[tuple[int, int], int] = {}  # R: (origin, mno) -> payload size
+        self.order: dict[int, tuple[int, int]] = {}  # S: seq -> (origin, mno)
+        self.pending_orders: list[tuple[int, int]] = []
+        self.opt_delivered = 0
+        self.fnl_delivered = 0
+
+    # -- Layer interface ----------------------------------------------------------------------
+    def start(self, now: int) -> list[Action]:
+        return self.rm.start(now)
+
+    def broadcast(self, payload: bytes, now: int) -> list[Action]:
+        """TO-multicast(m): R-multicast the data message (Fig. 1)."""
+        self.mno += 1
+        header = Header(MsgType.DATA, origin=self.me, mno=self.mno, ts=now)
+        out: list[Action] = [Log("send", {"mno": self.mno, "size": len(payload)})]
+        return out + self._up(self.rm.multicast(header, payload, now), now)
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
+        return self._up(self.rm.on_message(src, msg, now), now)
+
+    def on_timer(self, key: str, now: int) -> list[Action]:
+        if key == FLUSH:
+            return self._flush_orders(now)
+        return self._up(self.rm.on_timer(key, now), now)
+
+    # -- the algorithm ------------------------------------------------------------------------
+    def _up(self, actions: list[Action], now: int) -> list[Action]:
+        out: list[Action] = []
+        for a in actions:
+            if isinstance(a, RDeliver):
+                out += self._r_deliver(a.msg, now)
+            else:
+                out.append(a)
+        return out
+
+    def _r_deliver(self, msg: Message, now: int) -> list[Action]:
+        h = msg.header
+        out: list[Action] = []
+        if h.type == MsgType.DATA:
+            key = (h.origin, h.mno)
+            self.received[key] = len(msg.payload)
+            out.append(Log("recv", {"origin": h.origin, "mno": h.mno, "size": len(msg.payload)}))
+            if self.optimistic:
+                self.opt_delivered += 1
+                out.append(OptDeliver(h.origin, h.mno, len(msg.payload)))
+            if self.me == self.sequencer:
+                # The sequencer increments its counter for each message in its own
+                # spontaneous receive order (Fig. 1); the ORDER goes out at the end of the
+                # current instant, batched with any others.
+                if not self.pending_orders:
+                    out.append(SetTimer(FLUSH, 0))
+                self.pending_orders.append(key)
+            out += self._try_deliver()
+        elif h.type == MsgType.ORDER and h.sender == self.sequencer:
+            for i, key in enumerate(unpack_orders(msg.payload)):
+                self.order[h.seq + i] = key
+            out += self._try_deliver()
+        return out
+
+    def _flush_orders(self, now: int) -> list[Action]:
+        entries, self.pending_orders = self.pending_orders, []
+        if not entries:
+            return []
+        first = self.g + 1
+        self.g += len(entries)
+        header = Header(MsgType.ORDER, seq=first, origin=self.me)
+        return self._up(self.rm.multicast(header, pack_orders(entries), now), now)
+
+    def _try_deliver(self) -> list[Action]:
+        out: list[Action] = []
+        while (key := self.order.get(self.next_deliver)) is not None and key in self.received:
+            size = self.received.pop(key)
+            del self.order[self.next_deliver]
+            out.append(FinalDeliver(key[0], key[1], self.next_deliver, size))
+            self.fnl_delivered += 1
+            self.next_deliver += 1
+        return out
+
+
+def _reliable_params(params: dict[str, Any]) -> dict[str, int]:
+    names = {"tick_ms": "tick_ns", "nack_delay_ms": "nack_delay_ns",
+             "nack_retry_ms": "nack_retry_ns", "ack_every_ms": "ack_every_ns"}
+    return {names[k]: round(float(v) * 1e6) for k, v in params.items() if k in names}

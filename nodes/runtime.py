@@ -1,0 +1,130 @@
+"""The asyncio node runtime: real UDP, real time, one process per emulated host.
+
+The workload starts at the configured true time, runs for the configured duration, the node
+keeps serving for the drain period, then flushes its delivery log and exits. SIGTERM and SIGINT
+end it early, log flushed. A duration of 0 keeps it serving until it is told to stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import time
+from collections.abc import Iterator
+
+from nodes.config import NodeConfig
+from nodes.core import NodeCore, Output
+from nodes.linkmodel import LinkModel
+from nodes.workload import intervals, workload_rng
+
+
+class _Protocol(asyncio.DatagramProtocol):
+    def __init__(self, node: NodeRuntime):
+        self.node = node
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        self.node.on_datagram(data)
+
+    def error_received(self, exc: Exception) -> None:
+        self.node.send_errors += 1
+
+
+class NodeRuntime:
+    def __init__(self, cfg: NodeConfig):
+        self.cfg = cfg
+        self.core = NodeCore(cfg, t0_ns=cfg.start_at_ns)
+        self.loop = asyncio.get_running_loop()
+        self.addrs = {m.id: (m.host, m.port) for m in cfg.members}
+        self.others = [m.id for m in cfg.members if m.id != cfg.node_id]
+        rng = random.Random(f"{cfg.seed}:{cfg.node_id}:links")
+        # The `inprocess` shaping applier: this node delays, drops and paces its own datagrams
+        # per destination, with netem semantics (nodes/linkmodel.py).
+        self.links = {dst: LinkModel(p, rng) for dst, p in cfg.paths.items()}
+        self.timers: dict[str, asyncio.TimerHandle] = {}
+        self.transport: asyncio.DatagramTransport | None = None
+        self.done = asyncio.Event()
+        self.send_errors = 0
+        self._gaps: Iterator[int] | None = None
+        self._next_planned = cfg.start_at_ns
+
+    async def run(self) -> None:
+        me = self.addrs[self.cfg.node_id]
+        transport, _ = await self.loop.create_datagram_endpoint(
+            lambda: _Protocol(self), local_addr=me)
+        self.transport = transport
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(sig, self.done.set)
+        self._apply(self.core.start(time.time_ns()))
+        if self.cfg.workload.send and self.cfg.workload.rate > 0:
+            self._gaps = intervals(self.cfg.workload, workload_rng(self.cfg.seed,
+                                                                   self.cfg.node_id))
+            self._next_planned += next(self._gaps)
+            self._at_true(self._next_planned, self._broadcast)
+        if self.cfg.duration_ns > 0:
+            end = self.cfg.start_at_ns + self.cfg.duration_ns + self.cfg.drain_ns
+            self._at_true(end, self.done.set)
+        await self.done.wait()
+        for handle in self.timers.values():
+            handle.cancel()
+        self.core.stop(time.time_ns())
+        transport.close()
+
+    # -- events in ----------------------------------------------------------------------------
+    def on_datagram(self, data: bytes) -> None:
+        self._apply(self.core.receive(data, time.time_ns()))
+
+    def _broadcast(self) -> None:
+        t = time.time_ns()
+        if self.cfg.duration_ns and t >= self.cfg.start_at_ns + self.cfg.duration_ns:
+            return
+        self._apply(self.core.broadcast(t))
+        assert self._gaps is not None
+        # Schedule from the planned time, not from now, so the rate does not sag under load.
+        self._next_planned += next(self._gaps)
+        self._at_true(max(self._next_planned, t), self._broadcast)
+
+    def _fire(self, key: str) -> None:
+        self.timers.pop(key, None)
+        self._apply(self.core.timer(key, time.time_ns()))
+
+    # -- actions out --------------------------------------------------------------------------
+    def _apply(self, out: Output) -> None:
+        for key, delay in out.timers:
+            old = self.timers.pop(key, None)
+            if old is not None:
+                old.cancel()
+            if delay <= 0:
+                self.timers[key] = self.loop.call_soon(self._fire, key)  # type: ignore[assignment]
+            else:
+                self.timers[key] = self.loop.call_later(delay / 1e9, self._fire, key)
+        for dst, data in out.sends:
+            for d in self.others if dst is None else (dst,):
+                self._send(d, data)
+
+    def _send(self, dst: int, data: bytes) -> None:
+        assert self.transport is not None
+        c = self.core.counters
+        c.datagrams_out += 1
+        c.bytes_out += len(data)
+        link = self.links.get(dst)
+        if link is None:
+            self.transport.sendto(data, self.addrs[dst])
+            return
+        delay = link.transit(time.time_ns(), len(data))
+        if delay is None:
+            return
+        if delay == 0:
+            self.transport.sendto(data, self.addrs[dst])
+        else:
+            self.loop.call_later(delay / 1e9, self.transport.sendto, data, self.addrs[dst])
+
+    def _at_true(self, true_ns: int, fn: object) -> None:
+        self.loop.call_later(max(0.0, (true_ns - time.time_ns()) / 1e9), fn)  # type: ignore
+
+
+def run_node(cfg: NodeConfig) -> None:
+    async def main() -> None:
+        await NodeRuntime(cfg).run()
+
+    asyncio.run(main())

@@ -1,0 +1,158 @@
+"""The binary wire format every node speaks (ARCHITECTURE.md, "Wire format").
+
+One fixed 44-byte header, network byte order, then the payload::
+
+    offset size field    meaning
+    0      2    magic    b"TB"
+    2      1    version  WIRE_VERSION
+    3      1    type     MsgType
+    4      1    proto    Proto (the layer stack that sent it)
+    5      1    flags    Flag bits
+    6      2    sender   node id of the transport-level sender
+    8      4    rseq     reliable-multicast sequence number of `sender` (0: unreliable)
+    12     2    origin   node id of the process that TO-multicast the message
+    14     4    mno      origin's message number (the `n` of mid "origin:n")
+    18     4    seq      global sequence number (sequencer ORDER), or an aux number
+    22     4    hint     piggybacked delay hint in microseconds (SETO, 000 Fig. 4), signed
+    26     4    slot     QoS slot number (004), or an aux number
+    30     8    ts       origin's local clock at TO-multicast, ns (what a real process could stamp)
+    38     2    aux      small auxiliary field (protocol-specific, e.g. a planner round)
+    40     4    length   payload length in bytes
+
+The same layout is dissected from pcaps by `analysis/` (scapy layer and fast reader), so
+any change here bumps WIRE_VERSION.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass, replace
+
+MAGIC = b"TB"
+WIRE_VERSION = 1
+HEADER = struct.Struct("!2sBBBBHIHIIiIQHI")
+HEADER_SIZE = HEADER.size  # 44
+
+# Field names in header order (after magic and version), for dissectors.
+FIELDS = (
+    "type",
+    "proto",
+    "flags",
+    "sender",
+    "rseq",
+    "origin",
+    "mno",
+    "seq",
+    "hint",
+    "slot",
+    "ts",
+    "aux",
+    "length",
+)
+
+
+class MsgType(enum.IntEnum):
+    DATA = 1  # application payload, reliable multicast
+    ORDER = 2  # sequencer: (origin, mno) gets global number seq
+    NACK = 3  # negative ack: origin's rseq in [rseq, seq] missing, please resend
+    ACK = 4  # positive ack: receiver holds origin's stream up to rseq (for buffer GC)
+    HEARTBEAT = 5  # sender's highest rseq, so that a lost last message is noticed
+    PING = 6  # round-trip probe (Fast SETO delay estimation, failure detection)
+    PONG = 7
+    DELAY = 8  # Fast SETO: the designated process tells a process its delay row
+    ESTIMATE = 9  # Fast SETO: a process sends its one-way delay vector
+    DUMMY = 10  # QoS total order: keep-alive for an idle slot (004)
+
+
+class Proto(enum.IntEnum):
+    RAW = 0
+    RELIABLE = 1
+    SEQUENCER = 2
+    SETO = 3
+    FAST_SETO = 4
+
+
+class Flag(enum.IntFlag):
+    NONE = 0
+    RETRANSMIT = 1  # this datagram is a retransmission
+
+
+class WireError(ValueError):
+    """A datagram that is not a well-formed testbed message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    type: MsgType
+    proto: Proto = Proto.RAW
+    flags: int = 0
+    sender: int = 0
+    rseq: int = 0
+    origin: int = 0
+    mno: int = 0
+    seq: int = 0
+    hint: int = 0
+    slot: int = 0
+    ts: int = 0
+    aux: int = 0
+    length: int = 0
+
+    def with_(self, **changes: int) -> Header:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    header: Header
+    payload: bytes = b""
+
+    @property
+    def mid(self) -> str:
+        """The delivery-log message id, "origin:n"."""
+        return f"{self.header.origin}:{self.header.mno}"
+
+
+def encode(msg: Message) -> bytes:
+    h = msg.header
+    return (
+        HEADER.pack(
+            MAGIC,
+            WIRE_VERSION,
+            int(h.type),
+            int(h.proto),
+            h.flags,
+            h.sender,
+            h.rseq,
+            h.origin,
+            h.mno,
+            h.seq,
+            h.hint,
+            h.slot,
+            h.ts,
+            h.aux,
+            len(msg.payload),
+        )
+        + msg.payload
+    )
+
+
+def decode(data: bytes) -> Message:
+    if len(data) < HEADER_SIZE:
+        raise WireError(f"datagram of {len(data)} bytes is shorter than the header")
+    (magic, version, typ, proto, flags, sender, rseq, origin, mno, seq, hint, slot, ts, aux,
+     length) = HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise WireError(f"bad magic {magic!r}")
+    if version != WIRE_VERSION:
+        raise WireError(f"wire version {version}, expected {WIRE_VERSION}")
+    if HEADER_SIZE + length > len(data):
+        raise WireError(f"payload length {length} exceeds the datagram")
+    try:
+        mtype = MsgType(typ)
+        mproto = Proto(proto)
+    except ValueError as exc:
+        raise WireError(str(exc)) from None
+    header = Header(mtype, mproto, flags, sender, rseq, origin, mno, seq, hint, slot, ts, aux,
+                    length)
+    return Message(header, bytes(data[HEADER_SIZE : HEADER_SIZE + length]))

@@ -1,0 +1,89 @@
+"""Experiment specs: which topology, backend, protocol, workload, faults and expectations."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from analysis.expect import parse_expectation
+from nodes.config import PROTOCOLS
+from testbed.spec.topology import Loc, Strict, TopologySpec
+from testbed.spec.units import Duration, Frequency, Size
+
+BACKENDS = ("sim", "local", "mininet", "docker", "remote")
+Backend = Literal["sim", "local", "mininet", "docker", "remote"]
+
+
+class ProtocolSpec(Strict):
+    name: str
+    params: dict[str, Any] = {}
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in PROTOCOLS:
+            raise ValueError(f"unknown protocol {v!r}; known: {', '.join(PROTOCOLS)}")
+        return v
+
+
+class WorkloadSpec(Strict):
+    senders: Literal["all"] | list[str] = "all"
+    rate: Frequency = Field(description="messages per second, per sender, e.g. 50/s")
+    size: Size = 1024
+    arrival: Literal["constant", "poisson"] = "constant"
+
+
+class CaptureSpec(Strict):
+    pcap: bool = False
+    snaplen: int = Field(default=256, ge=64, le=65535)
+    rotate_mb: int | None = Field(default=None, ge=1)
+    rotate_s: int | None = Field(default=None, ge=1)
+
+
+class ExperimentSpec(Strict):
+    name: str
+    description: str = ""
+    topology: str | TopologySpec
+    backend: Backend = "local"
+    duration: Duration
+    drain: Duration = 3_000_000_000
+    seed: int = 1
+    protocol: ProtocolSpec
+    workload: WorkloadSpec
+    faults: list[dict[str, Any]] = []
+    capture: CaptureSpec = CaptureSpec()
+    expect: list[str] = []
+
+    @field_validator("expect")
+    @classmethod
+    def _expectations(cls, v: list[str]) -> list[str]:
+        for text in v:
+            parse_expectation(text)
+        return v
+
+    @field_validator("duration")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v <= 0:
+            raise ValueError("duration must be positive, e.g. '20s'")
+        return v
+
+
+def check_experiment(exp: ExperimentSpec, topo: TopologySpec) -> list[tuple[Loc, str]]:
+    """Cross-reference checks between an experiment and its (resolved) topology."""
+    problems: list[tuple[Loc, str]] = []
+    hosts = [h.name for h in topo.hosts]
+    if isinstance(exp.workload.senders, list):
+        for i, s in enumerate(exp.workload.senders):
+            if s not in hosts:
+                problems.append((("workload", "senders", i), f"unknown sender host {s!r}"))
+    seq = exp.protocol.params.get("sequencer")
+    if seq is not None and seq not in hosts:
+        problems.append((("protocol", "params", "sequencer"), f"unknown sequencer host {seq!r}"))
+    if exp.faults:
+        problems.append((("faults",), "fault schedules are not supported yet; remove `faults`"))
+    if exp.capture.pcap and exp.backend in ("sim", "local"):
+        problems.append((("capture", "pcap"),
+                         f"packet capture needs the mininet or docker backend, not {exp.backend}"))
+    return problems

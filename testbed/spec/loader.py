@@ -1,0 +1,160 @@
+"""Load YAML specs and report every problem as `file:line: field: message`.
+
+YAML is composed into a node tree first so each pydantic error location can be mapped back to
+the line it came from; nothing is created until a spec loads cleanly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from testbed.spec.experiment import ExperimentSpec, check_experiment
+from testbed.spec.topology import Loc, TopologySpec, check_topology
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class SpecError(Exception):
+    """One or more located problems in a spec; str() gives one line per problem."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class Document:
+    path: Path
+    data: Any
+    root: yaml.Node | None
+
+    def line_of(self, loc: Loc) -> int:
+        node = self.root
+        line = node.start_mark.line + 1 if node is not None else 1
+        for part in loc:
+            if isinstance(node, yaml.MappingNode):
+                for key, value in node.value:
+                    if key.value == str(part):
+                        node = value
+                        line = key.start_mark.line + 1
+                        break
+                else:
+                    return line
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+                if part >= len(node.value):
+                    return line
+                node = node.value[part]
+                line = node.start_mark.line + 1
+            else:
+                return line
+        return line
+
+    def error(self, loc: Loc, message: str, prefix: Loc = ()) -> str:
+        full = prefix + loc
+        field = ".".join(str(p) for p in full) or "(top)"
+        return f"{self.path}:{self.line_of(full)}: {field}: {message}"
+
+
+def read_document(path: Path) -> Document:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SpecError([f"{path}:1: (file): no such file"]) from None
+    except OSError as exc:
+        raise SpecError([f"{path}:1: (file): cannot read: {exc.strerror}"]) from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.load(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        raise SpecError([f"{path}:{line}: (yaml): {exc.problem or exc.context}"]) from None
+    except yaml.YAMLError as exc:
+        raise SpecError([f"{path}:1: (yaml): {exc}"]) from None
+    if not isinstance(data, dict):
+        raise SpecError([f"{path}:1: (top): expected a mapping of fields, got "
+                         f"{type(data).__name__}"])
+    return Document(path, data, root)
+
+
+def _data_loc(data: Any, loc: tuple[Any, ...]) -> Loc:
+    """Keep the prefix of a pydantic location that exists in the data (drops union tags)."""
+    out: list[str | int] = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, dict) and part == "from_" and "from" in node:
+            part, node = "from", node["from"]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        elif isinstance(node, dict) and isinstance(part, str) and not part.startswith(
+                ("function-", "tagged-union")) and "[" not in part:
+            out.append(part)  # a missing required field: name it, at its parent's line
+            break
+        else:
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _message(err: Any) -> str:
+    msg = str(err["msg"])
+    if err["type"] == "extra_forbidden":
+        return "unknown field"
+    return msg.removeprefix("Value error, ")
+
+
+def validate(doc: Document, model: type[M], data: Any, prefix: Loc = ()) -> M:
+    try:
+        return model.model_validate(data, context={"defer_checks": True})
+    except ValidationError as exc:
+        problems = []
+        seen = set()
+        for err in exc.errors():
+            loc = _data_loc(data, tuple(err["loc"]))
+            line = doc.error(loc, _message(err), prefix)
+            if line not in seen:
+                seen.add(line)
+                problems.append(line)
+        raise SpecError(problems) from None
+
+
+def load_topology(path: Path) -> TopologySpec:
+    doc = read_document(path)
+    topo = validate(doc, TopologySpec, doc.data)
+    problems = check_topology(topo)
+    if problems:
+        raise SpecError([doc.error(loc, msg) for loc, msg in problems])
+    return topo
+
+
+def load_experiment(
+    path: Path, backend: str | None = None
+) -> tuple[ExperimentSpec, TopologySpec]:
+    """Load an experiment and its topology (inline, or a path relative to the experiment)."""
+    doc = read_document(path)
+    data = dict(doc.data)
+    if backend is not None:
+        data["backend"] = backend
+    exp = validate(doc, ExperimentSpec, data)
+    if isinstance(exp.topology, TopologySpec):
+        topo = exp.topology
+        problems = [doc.error(loc, msg, ("topology",)) for loc, msg in check_topology(topo)]
+        if problems:
+            raise SpecError(problems)
+    else:
+        topo_path = (path.parent / exp.topology).resolve()
+        if not topo_path.exists():
+            raise SpecError([doc.error(("topology",), f"topology file {exp.topology} not found "
+                                       f"(looked at {topo_path})")])
+        topo = load_topology(topo_path)
+    problems = check_experiment(exp, topo)
+    if problems:
+        raise SpecError([doc.error(loc, msg) for loc, msg in problems])
+    return exp, topo
