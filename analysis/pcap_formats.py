@@ -15,12 +15,16 @@ if_tsresol/if_tsoffset, EPB, SPB and the obsolete Packet Block).
 
 from __future__ import annotations
 
+import mmap
 import struct
 from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
+
+# What the walk reads: the mapped file, or bytes in tests.
+Buffer = bytes | memoryview | mmap.mmap
 
 # Largest capture length we believe in: Linux' maximum snaplen, with room for GRO'd frames.
 MAX_CAPLEN = 1 << 18
@@ -84,11 +88,13 @@ def gather(buf: np.ndarray, starts: np.ndarray, dtype: np.dtype) -> np.ndarray:
     sliding_window_view makes this one fancy index over rows, so no per-byte index array.
     """
     size = dtype.itemsize
+    if not len(starts):
+        return np.zeros(0, dtype=dtype)
     rows = sliding_window_view(buf, size)[starts]
     return rows.view(dtype).reshape(len(starts))
 
 
-def read_records(buf: np.ndarray, raw: bytes | memoryview, stats: CaptureStats) -> Records:
+def read_records(buf: np.ndarray, raw: Buffer, stats: CaptureStats) -> Records:
     """Walk the capture in `raw` (also viewed as uint8 `buf`) into per-record arrays."""
     if len(raw) < 4:
         raise PcapFormatError("file is too short to be a capture")
@@ -107,7 +113,7 @@ def read_records(buf: np.ndarray, raw: bytes | memoryview, stats: CaptureStats) 
 # ---------------------------------------------------------------- classic pcap
 
 
-def _classic_plausible(raw: bytes | memoryview, p: int, hdr: struct.Struct, n: int,
+def _classic_plausible(raw: Buffer, p: int, hdr: struct.Struct, n: int,
                        frac_max: int, limit: int, ref_sec: int | None) -> int:
     """The next record's offset if a believable record header starts at p, else -1."""
     if p + 16 > n:
@@ -121,7 +127,7 @@ def _classic_plausible(raw: bytes | memoryview, p: int, hdr: struct.Struct, n: i
     return nxt if nxt <= n else -1
 
 
-def _classic_resync(raw: bytes | memoryview, start: int, hdr: struct.Struct, n: int,
+def _classic_resync(raw: Buffer, start: int, hdr: struct.Struct, n: int,
                     frac_max: int, limit: int, ref_sec: int | None) -> int:
     """First offset >= start where two chained plausible records (or one ending the file) are."""
     for p in range(start, n - 15):
@@ -135,7 +141,7 @@ def _classic_resync(raw: bytes | memoryview, start: int, hdr: struct.Struct, n: 
     return n
 
 
-def _read_classic(buf: np.ndarray, raw: bytes | memoryview, little: bool, nanos: bool,
+def _read_classic(buf: np.ndarray, raw: Buffer, little: bool, nanos: bool,
                   stats: CaptureStats) -> Records:
     if len(raw) < 24:
         stats.truncated_records += 1
@@ -176,7 +182,7 @@ def _read_classic(buf: np.ndarray, raw: bytes | memoryview, little: bool, nanos:
             break
         ref = hdr.unpack_from(raw, offs[-1])[0] if offs else None
         resumed = _classic_resync(raw, off + 1, hdr, n, frac_max, limit, ref)
-        if resumed >= n and bad < 0:
+        if resumed >= n and bad < 0 and incl_of(raw, off + 8)[0] <= limit:
             # Nothing believable follows: the record at `off` is the cut-off end of the file.
             stats.truncated_records += 1
             break
@@ -237,7 +243,7 @@ class _Section:
     iface_base: int  # index of this section's interface 0 in the file-wide list
 
 
-def _parse_idb(raw: bytes | memoryview, off: int, blen: int, endian: str) -> _Iface:
+def _parse_idb(raw: Buffer, off: int, blen: int, endian: str) -> _Iface:
     linktype, _, snaplen = struct.unpack_from(endian + "HHI", raw, off + 8)
     iface = _Iface(linktype, snaplen)
     p, end = off + 16, off + blen - 4
@@ -253,7 +259,7 @@ def _parse_idb(raw: bytes | memoryview, off: int, blen: int, endian: str) -> _If
     return iface
 
 
-def _pcapng_block_ok(raw: bytes | memoryview, p: int, n: int, little: bool) -> bool:
+def _pcapng_block_ok(raw: Buffer, p: int, n: int, little: bool) -> bool:
     """A resync candidate: known type, sane length, matching trailing length."""
     if p + 12 > n:
         return False
@@ -266,22 +272,61 @@ def _pcapng_block_ok(raw: bytes | memoryview, p: int, n: int, little: bool) -> b
     return struct.unpack_from(endian + "I", raw, p + blen - 4)[0] == blen
 
 
-def _read_pcapng(buf: np.ndarray, raw: bytes | memoryview, stats: CaptureStats) -> Records:
+def _pcapng_resync(raw: Buffer, start: int, n: int, little: bool) -> int:
+    p = start
+    while p < n and not _pcapng_block_ok(raw, p, n, little):
+        p += 4
+    return min(p, n)
+
+
+def _first_bad_tail(buf: np.ndarray, offs: array, start: int, little: bool) -> int:
+    """Index of the first packet block from `start` on whose trailing length disagrees."""
+    if start >= len(offs):
+        return -1
+    e = "<" if little else ">"
+    starts = np.frombuffer(offs, dtype=np.int64)[start:]
+    blen = gather(buf, starts + 4, np.dtype(e + "u4")).astype(np.int64)
+    tail = gather(buf, starts + blen - 4, np.dtype(e + "u4"))
+    hits = np.flatnonzero(tail != blen)
+    return start + int(hits[0]) if len(hits) else -1
+
+
+def _read_pcapng(buf: np.ndarray, raw: Buffer, stats: CaptureStats) -> Records:
     n = len(raw)
     sections: list[_Section] = []
     ifaces: list[_Iface] = []
-    pkt_offs = array("q")
-    kinds = array("b")  # block type of each packet block, in file order
+    offs = array("q")  # packet blocks (EPB, SPB, OPB), in file order
+    append = offs.append
     off = 0
     little = True
     head = struct.Struct("<II").unpack_from
     tail = struct.Struct("<I").unpack_from
-    while off + 12 <= n:
+    checked = 0
+    while True:
+        # The hot loop takes Enhanced Packet Blocks only, checking their trailing length
+        # afterwards in bulk; every other block (and any doubt) goes the careful way below.
+        while off + 12 <= n:
+            btype, blen = head(raw, off)
+            nxt = off + blen
+            if btype != _EPB or blen < 32 or blen & 3 or nxt > n:
+                break
+            append(off)
+            off = nxt
+        bad = _first_bad_tail(buf, offs, checked, little)
+        if bad >= 0:
+            off = offs[bad]
+            del offs[bad:]
+        checked = len(offs)
+        if off + 12 > n:
+            if off < n:
+                stats.truncated_records += 1
+            break
         btype, blen = head(raw, off)
-        if btype == PCAPNG_SHB:
-            bom = struct.unpack_from("<I", raw, off + 8)[0] if off + 12 <= n else 0
+        if btype == PCAPNG_SHB and bad < 0:
+            bom = struct.unpack_from("<I", raw, off + 8)[0]
             if bom not in (_PCAPNG_BOM, 0x4D3C2B1A):
                 stats.corrupt_records += 1
+                stats.skipped_bytes += n - off
                 break
             little = bom == _PCAPNG_BOM
             endian = "<" if little else ">"
@@ -289,33 +334,28 @@ def _read_pcapng(buf: np.ndarray, raw: bytes | memoryview, stats: CaptureStats) 
             tail = struct.Struct(endian + "I").unpack_from
             btype, blen = head(raw, off)
             sections.append(_Section(off, little, len(ifaces)))
-        if blen < 12 or blen & 3 or off + blen > n or tail(raw, off + blen - 4)[0] != blen:
-            resumed = off + 4
-            while resumed < n and not _pcapng_block_ok(raw, resumed, n, little):
-                resumed += 4
-            if resumed >= n and (blen >= 12 and not blen & 3 and off + blen > n):
+        sane = blen >= 12 and not blen & 3
+        if bad >= 0 or not sane or off + blen > n or tail(raw, off + blen - 4)[0] != blen:
+            resumed = _pcapng_resync(raw, off + 4, n, little)
+            if resumed >= n and bad < 0 and sane and off + blen > n:
                 stats.truncated_records += 1  # the last block was cut by the end of the file
             else:
                 stats.corrupt_records += 1
-                stats.skipped_bytes += min(resumed, n) - off
+                stats.skipped_bytes += resumed - off
             off = resumed
             continue
-        if btype == _EPB or btype == _SPB or btype == _OPB:
-            pkt_offs.append(off)
-            kinds.append(btype)
+        if btype in (_EPB, _SPB, _OPB):
+            append(off)
+            checked = len(offs)
         elif btype == _IDB and sections:
             ifaces.append(_parse_idb(raw, off, blen, "<" if little else ">"))
         off += blen
-    if 0 < n - off:
-        stats.truncated_records += 1
     if not sections:
         raise PcapFormatError("pcapng file does not start with a Section Header Block")
-    return _pcapng_packets(buf, np.frombuffer(pkt_offs, dtype=np.int64),
-                           np.frombuffer(kinds, dtype=np.int8), sections, ifaces, stats)
+    return _pcapng_packets(buf, np.frombuffer(offs, dtype=np.int64), sections, ifaces, stats)
 
 
-def _pcapng_packets(buf: np.ndarray, offs: np.ndarray, kinds: np.ndarray,
-                    sections: list[_Section], ifaces: list[_Iface],
+def _pcapng_packets(buf: np.ndarray, offs: np.ndarray, sections: list[_Section], ifaces: list[_Iface],
                     stats: CaptureStats) -> Records:
     count = len(offs)
     sec_starts = np.array([s.start for s in sections], dtype=np.int64)
@@ -327,10 +367,12 @@ def _pcapng_packets(buf: np.ndarray, offs: np.ndarray, kinds: np.ndarray,
     orig = np.zeros(count, dtype=np.int64)
     data_off = np.zeros(count, dtype=np.int64)
     little = np.zeros(count, dtype=bool)
+    kinds = np.zeros(count, dtype=np.int64)
     for si, sec in enumerate(sections):
         e = "<" if sec.little else ">"
         in_sec = sec_of == si
         little[in_sec] = sec.little
+        kinds[in_sec] = gather(buf, offs[in_sec], np.dtype(e + "u4"))
         # EPB: iface u32, ts hi/lo, caplen, origlen; OPB: iface u16, drops u16, same after.
         for kind, iface_t in ((_EPB, "u4"), (_OPB, "u2")):
             sel = np.flatnonzero(in_sec & (kinds == kind))

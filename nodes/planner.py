@@ -97,6 +97,13 @@ def oal(delta: MatrixLike, rates: RatesLike = None) -> float:
     return float(r @ d.sum(axis=1) / (d.shape[0] * r.sum()))
 
 
+def mol_cost(x: MatrixLike, rates: RatesLike = None) -> float:
+    """Objective of MOL in its delay form (003 eq. 7): sum_k r_k sum_j x[k][j], the
+    rate-weighted artificial delay on top of the network's."""
+    d = np.array(x, dtype=np.float64)
+    return float(_rates(rates, d.shape[0]) @ d.sum(axis=1))
+
+
 def order_residual(delta: MatrixLike) -> float:
     """Largest violation of 003 eq. (1): |(delta[k][j]-delta[l][j]) - (delta[k][i]-delta[l][i])|.
     Zero means every receiver opt-delivers simultaneous multicasts in the same order."""
@@ -216,8 +223,8 @@ def _mol_problem(w: Matrix, r: Matrix) -> tuple[Matrix, IntArray, IntArray, Matr
     Returns cost, COO rows, cols, values and right-hand sides of the equalities."""
     n = w.shape[0]
     cost = np.repeat(r, n)
-    i, k = np.meshgrid(np.arange(n - 1), np.arange(1, n), indexing="ij")
-    i, k = i.ravel(), k.ravel()
+    grid_i, grid_k = np.meshgrid(np.arange(n - 1), np.arange(1, n), indexing="ij")
+    i, k = grid_i.ravel(), grid_k.ravel()
     row = np.arange(i.size)
     cols = np.stack([0 * n + i, k * n + i, 0 * n + i + 1, k * n + i + 1], axis=1)
     vals = np.tile(np.array([1.0, -1.0, -1.0, 1.0]), (i.size, 1))

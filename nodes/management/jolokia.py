@@ -13,6 +13,7 @@ HTTP error.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import time
@@ -26,6 +27,7 @@ from nodes.management.mbeans import (
     ManagementError,
     MBean,
     MBeanRegistry,
+    coerce,
     parse_name,
 )
 from nodes.management.objectname import MalformedObjectName, ObjectName
@@ -133,8 +135,6 @@ def _set_inner(whole: Any, path: list[str], value: Any) -> tuple[Any, Any]:
     old = _step(parent, leaf)
     if isinstance(value, str) and isinstance(old, bool | int | float):
         # A GET value is text; keep the leaf's JSON type as a typed attribute would.
-        from nodes.management.mbeans import coerce
-
         value = coerce(value, type(old).__name__, f"path {'/'.join(path)}")
     if isinstance(parent, dict):
         parent[leaf] = value
@@ -321,14 +321,12 @@ class Jolokia:
         path = parse_inner_path(request.get("path"))
         if len(path) >= 2 and path[0] is not None and path[1] is not None:
             # Let `list/testbed/type=TotalOrder,protocol=seto` find the canonical key order.
-            try:
+            with contextlib.suppress(MalformedObjectName):
                 path[1] = ObjectName.parse(f"{path[0]}:{path[1]}").key_list
-            except MalformedObjectName:
-                pass
         try:
             return extract(tree, path)
         except _PathMiss:
-            raise NotFoundPath(f"nothing is listed under {request.get('path')!r}") from None
+            raise InstanceNotFound(f"nothing is listed under {request.get('path')!r}") from None
 
     def _search(self, request: dict[str, Any]) -> list[str]:
         pattern = parse_name(_require_str(request, "mbean"))
@@ -342,10 +340,6 @@ class Jolokia:
             "info": {"product": "testbed", "vendor": "testbed", "version": AGENT_VERSION},
             "config": {"canonicalNaming": "true"},
         }
-
-
-class NotFoundPath(InstanceNotFound):
-    """A `list` path that names no domain, MBean or entry."""
 
 
 def parse_get_path(path: str) -> dict[str, Any]:
@@ -364,7 +358,7 @@ def parse_get_path(path: str) -> dict[str, Any]:
         need(1, "mbean")
         request["mbean"] = args[0]
         if len(args) > 1 and args[1]:
-            names = [n.replace("\\,", ",") for n in _split_csv(args[1])]
+            names = _split_csv(args[1])
             request["attribute"] = names if len(names) > 1 else names[0]
         path_text = _path_text(args[2:])
     elif kind == "write":
@@ -386,7 +380,9 @@ def parse_get_path(path: str) -> dict[str, Any]:
     elif kind == "version":
         path_text = None
     else:
-        raise BadRequest(f"unknown request type {kind!r}; use read, write, exec, list, search or version")
+        raise BadRequest(
+            f"unknown request type {kind!r}; use read, write, exec, list, search or version"
+        )
     if path_text is not None:
         request["path"] = path_text
     return request
@@ -395,12 +391,18 @@ def parse_get_path(path: str) -> dict[str, Any]:
 def _split_csv(text: str) -> list[str]:
     """Split an attribute list on commas not escaped with a backslash (Jolokia CSV_ESCAPE)."""
     parts: list[str] = []
-    current = ""
-    for i, ch in enumerate(text):
-        if ch == "," and not (i > 0 and text[i - 1] == "\\"):
-            parts.append(current)
-            current = ""
+    current: list[str] = []
+    escaped = False
+    for ch in text:
+        if escaped:
+            current.append(ch)
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == ",":
+            parts.append("".join(current))
+            current = []
         else:
-            current += ch
-    parts.append(current)
+            current.append(ch)
+    parts.append("".join(current))
     return [p for p in parts if p]

@@ -298,7 +298,9 @@ class MBean:
             if len(given) != len(declared) or any(
                 g not in pair for g, pair in zip(given, declared, strict=True)
             ):
-                raise OperationNotFound(f"no operation {name!r} on {self.name}; it is {op.signature}")
+                raise OperationNotFound(
+                    f"no operation {name!r} on {self.name}; it is {op.signature}"
+                )
         return op
 
     def invoke(self, name: str, args: Sequence[Any]) -> Any:

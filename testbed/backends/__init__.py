@@ -1,0 +1,21 @@
+"""Backends: one topology model, many ways to realise it (ARCHITECTURE.md decision 2)."""
+
+from __future__ import annotations
+
+from testbed.backends.base import Backend, BackendError, HostAddress
+from testbed.rundir import RunDir
+from testbed.spec.topology import PathMatrix, TopologySpec
+
+__all__ = ["Backend", "BackendError", "HostAddress", "make_backend"]
+
+
+def make_backend(name: str, run: RunDir, topology: TopologySpec, paths: PathMatrix) -> Backend:
+    if name == "sim":
+        from testbed.backends.sim import SimBackend
+
+        return SimBackend(run, topology, paths)
+    if name == "local":
+        from testbed.backends.local import LocalBackend
+
+        return LocalBackend(run, topology, paths)
+    raise BackendError(f"the {name} backend is not available yet; use --backend local or sim")

@@ -1,0 +1,286 @@
+"""Vectorised dissection of packet records: link layer, IPv4/IPv6, UDP/TCP ports, wire header.
+
+Every layer works on all packets at once: group the packets whose next header sits at the
+same kind of place, gather that header for the whole group as rows of bytes, and view the
+rows through a structured big-endian dtype, so each field is a numpy column. Every gather
+is guarded by the capture length, so a snapped packet yields nulls, never garbage.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from analysis.pcap_formats import CaptureStats, Records, gather
+from nodes import wire
+
+# Link types (https://www.tcpdump.org/linktypes.html).
+LINKTYPE_NULL = 0
+LINKTYPE_ETHERNET = 1
+LINKTYPE_RAW = 101
+LINKTYPE_LOOP = 108
+LINKTYPE_LINUX_SLL = 113
+LINKTYPE_IPV4 = 228
+LINKTYPE_IPV6 = 229
+LINKTYPE_LINUX_SLL2 = 276
+_DLT_RAW_ALIASES = (12, 14)  # DLT_RAW as some BSDs number it
+SUPPORTED_LINK_TYPES = frozenset({LINKTYPE_NULL, LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_LOOP,
+                                  LINKTYPE_LINUX_SLL, LINKTYPE_IPV4, LINKTYPE_IPV6,
+                                  LINKTYPE_LINUX_SLL2, *_DLT_RAW_ALIASES})
+
+ETH_IPV4, ETH_IPV6 = 0x0800, 0x86DD
+_VLAN_TPIDS = (0x8100, 0x88A8, 0x9100)
+IPPROTO_TCP, IPPROTO_UDP = 6, 17
+_IPV6_EXT = (0, 43, 60)  # hop-by-hop, routing, destination options: (len + 1) * 8 bytes
+_IPV6_FRAG = 44
+_BSD_AF_INET6 = (10, 24, 28, 30)  # AF_INET6 on Linux, NetBSD/OpenBSD, FreeBSD, macOS
+
+_U16 = np.dtype(">u2")
+_U8 = np.dtype("u1")
+_IPV4_HDR = np.dtype([("vihl", "u1"), ("tos", "u1"), ("len", ">u2"), ("id", ">u2"),
+                      ("frag", ">u2"), ("ttl", "u1"), ("p", "u1"), ("sum", ">u2"),
+                      ("src", ">u4"), ("dst", ">u4")])
+_IPV6_HDR = np.dtype([("vtcfl", ">u4"), ("plen", ">u2"), ("nh", "u1"), ("hlim", "u1"),
+                      ("src_hi", ">u8"), ("src_lo", ">u8"), ("dst_hi", ">u8"),
+                      ("dst_lo", ">u8")])
+_PORTS = np.dtype([("sport", ">u2"), ("dport", ">u2")])
+_EXT_HDR = np.dtype([("nh", "u1"), ("len", "u1"), ("frag", ">u2")])
+
+_STRUCT_FIELD = re.compile(r"(\d*)([a-zA-Z])")
+_STRUCT_TO_NUMPY = {"s": "S", "B": "u1", "H": ">u2", "I": ">u4", "i": ">i4", "Q": ">u8"}
+
+
+def _wire_dtype() -> np.dtype:
+    """nodes/wire.py's header struct as a numpy record, so a layout change follows along."""
+    codes = [(int(num) if num else 1, code)
+             for num, code in _STRUCT_FIELD.findall(wire.HEADER.format.lstrip("!>"))]
+    names = ("magic", "version", *wire.FIELDS)
+    specs = [(name, f"S{num}" if code == "s" else _STRUCT_TO_NUMPY[code])
+             for name, (num, code) in zip(names, codes, strict=True)]
+    dt = np.dtype(specs)
+    assert dt.itemsize == wire.HEADER_SIZE
+    return dt
+
+
+WIRE_DTYPE = _wire_dtype()
+# The same record with the magic as one integer, for a fast comparison.
+_WIRE_MAGIC_AS_INT = np.dtype({
+    "names": ["magic"], "formats": [">u2"], "offsets": [0], "itemsize": WIRE_DTYPE.itemsize})
+_MAGIC_INT = int.from_bytes(wire.MAGIC, "big")
+# Arrow type per wire field: widened to a signed type so Spark reads it without surprises.
+_WIDEN = {"u1": pa.int16(), "u2": pa.int32(), "u4": pa.int64(), "i4": pa.int32(),
+          "u8": pa.int64()}
+WIRE_COLUMNS = tuple(f"tb_{name}" for name in ("version", *wire.FIELDS))
+
+
+@dataclass
+class Column:
+    values: np.ndarray
+    valid: np.ndarray | None  # None: all valid
+
+    def to_arrow(self, typ: pa.DataType) -> pa.Array:
+        mask = None if self.valid is None else ~self.valid
+        return pa.array(self.values, type=typ, mask=mask, from_pandas=False)
+
+
+def decode(buf: np.ndarray, rec: Records, stats: CaptureStats) -> dict[str, pa.Array]:
+    """All packets of `rec` (bytes in `buf`) as Arrow columns, in record order."""
+    count = len(rec.data_off)
+    end = rec.data_off + rec.cap_len
+    l3, ethertype = _link_layer(buf, rec, end, stats)
+
+    is4 = (ethertype == ETH_IPV4) & (l3 + 20 <= end)
+    is6 = (ethertype == ETH_IPV6) & (l3 + 40 <= end)
+    ip_version = np.zeros(count, dtype=np.int8)
+    proto = np.zeros(count, dtype=np.int16)
+    ip_len = np.zeros(count, dtype=np.int32)
+    l4 = np.full(count, -1, dtype=np.int64)  # -1: no transport header to read
+    src_key = np.zeros(count, dtype=np.int64)  # index into the address dictionary
+    dst_key = np.zeros(count, dtype=np.int64)
+    names: list[str] = []
+
+    i4 = np.flatnonzero(is4)
+    if len(i4):
+        h = gather(buf, l3[i4], _IPV4_HDR)
+        ok = (h["vihl"] >> 4 == 4) & (h["vihl"] & 15 >= 5)
+        i4, h = i4[ok], h[ok]
+        ip_version[i4] = 4
+        proto[i4] = h["p"]
+        ip_len[i4] = h["len"]
+        first = (h["frag"] & 0x1FFF) == 0  # only a first fragment holds the L4 header
+        l4[i4[first]] = l3[i4[first]] + (h["vihl"][first] & 15).astype(np.int64) * 4
+        src_key[i4], dst_key[i4] = _intern4(h["src"], h["dst"], names)
+    i6 = np.flatnonzero(is6)
+    if len(i6):
+        h = gather(buf, l3[i6], _IPV6_HDR)
+        ok = (h["vtcfl"] >> 28) == 6
+        i6, h = i6[ok], h[ok]
+        ip_version[i6] = 6
+        ip_len[i6] = h["plen"].astype(np.int32) + 40
+        nh, pos = _ipv6_upper(buf, h["nh"].astype(np.int16), l3[i6] + 40, end[i6])
+        proto[i6] = np.where(nh >= 0, nh, h["nh"])
+        l4[i6] = pos
+        src_key[i6], dst_key[i6] = _intern6(h, names)
+    is_ip = ip_version > 0
+    stats.non_ip += int(np.count_nonzero((l3 >= 0) & ~is_ip))
+
+    has_ports = (l4 >= 0) & ((proto == IPPROTO_UDP) | (proto == IPPROTO_TCP)) & (l4 + 4 <= end)
+    stats.snapped += int(np.count_nonzero(is_ip & (l4 >= 0) & (l4 + 4 > end)))
+    sport = np.zeros(count, dtype=np.int32)
+    dport = np.zeros(count, dtype=np.int32)
+    ip_ = np.flatnonzero(has_ports)
+    if len(ip_):
+        p = gather(buf, l4[ip_], _PORTS)
+        sport[ip_] = p["sport"]
+        dport[ip_] = p["dport"]
+
+    cols: dict[str, pa.Array] = {}
+    cols["ts_ns"] = Column(rec.ts_ns, rec.ts_valid).to_arrow(pa.int64())
+    cols["src"] = _addresses(src_key, is_ip, names)
+    cols["dst"] = _addresses(dst_key, is_ip, names)
+    cols["proto"] = Column(proto, is_ip).to_arrow(pa.int16())
+    cols["sport"] = Column(sport, has_ports).to_arrow(pa.int32())
+    cols["dport"] = Column(dport, has_ports).to_arrow(pa.int32())
+    cols["ip_len"] = Column(ip_len, is_ip).to_arrow(pa.int32())
+    cols["frame_len"] = pa.array(rec.frame_len.astype(np.int32), type=pa.int32())
+    cols["cap_len"] = pa.array(rec.cap_len.astype(np.int32), type=pa.int32())
+    cols["ip_version"] = Column(ip_version, is_ip).to_arrow(pa.int8())
+    cols["link_type"] = pa.array(rec.link_type, type=pa.int32())
+    cols["iface"] = pa.array(rec.iface, type=pa.int32())
+    cols.update(_wire_columns(buf, l4, proto, end, count, stats))
+    return cols
+
+
+def _link_layer(buf: np.ndarray, rec: Records, end: np.ndarray,
+                stats: CaptureStats) -> tuple[np.ndarray, np.ndarray]:
+    """Per packet: offset of the network header (-1: none) and its EtherType."""
+    count = len(rec.data_off)
+    d = rec.data_off
+    l3 = np.full(count, -1, dtype=np.int64)
+    et = np.zeros(count, dtype=np.int64)
+    lts = np.unique(rec.link_type)
+    for lt in (int(x) for x in lts):
+        sel = np.flatnonzero(rec.link_type == lt) if len(lts) > 1 else np.arange(count)
+        if lt not in SUPPORTED_LINK_TYPES:
+            stats.unknown_link_types[lt] = stats.unknown_link_types.get(lt, 0) + len(sel)
+            continue
+        if lt == LINKTYPE_ETHERNET:
+            _set(l3, et, sel, d, end, hdr_len=14, type_at=12, buf=buf)
+            for _ in range(2):  # 802.1Q / QinQ tags sit between the MACs and the EtherType
+                tagged = sel[np.isin(et[sel], _VLAN_TPIDS) & (l3[sel] + 4 <= end[sel])]
+                if len(tagged):
+                    et[tagged] = gather(buf, l3[tagged] + 2, _U16)
+                    l3[tagged] += 4
+        elif lt == LINKTYPE_LINUX_SLL:
+            _set(l3, et, sel, d, end, hdr_len=16, type_at=14, buf=buf)
+        elif lt == LINKTYPE_LINUX_SLL2:
+            _set(l3, et, sel, d, end, hdr_len=20, type_at=0, buf=buf)
+        elif lt in (LINKTYPE_IPV4, LINKTYPE_IPV6):
+            ok = sel[end[sel] > d[sel]]
+            l3[ok] = d[ok]
+            et[ok] = ETH_IPV4 if lt == LINKTYPE_IPV4 else ETH_IPV6
+        elif lt in (LINKTYPE_RAW, *_DLT_RAW_ALIASES):
+            ok = sel[end[sel] > d[sel]]
+            version = buf[d[ok]] >> 4
+            l3[ok] = d[ok]
+            et[ok] = np.where(version == 4, ETH_IPV4, np.where(version == 6, ETH_IPV6, 0))
+        else:  # NULL (writer's byte order) and LOOP (network order): 4-byte address family
+            ok = sel[d[sel] + 4 <= end[sel]]
+            fam_be = gather(buf, d[ok], np.dtype(">u4")).astype(np.int64)
+            fam_le = gather(buf, d[ok], np.dtype("<u4")).astype(np.int64)
+            fam = fam_be if lt == LINKTYPE_LOOP else np.where(rec.little[ok], fam_le, fam_be)
+            l3[ok] = d[ok] + 4
+            et[ok] = np.where(fam == socket.AF_INET, ETH_IPV4,
+                              np.where(np.isin(fam, _BSD_AF_INET6), ETH_IPV6, 0))
+    return l3, et
+
+
+def _set(l3: np.ndarray, et: np.ndarray, sel: np.ndarray, d: np.ndarray, end: np.ndarray,
+         hdr_len: int, type_at: int, buf: np.ndarray) -> None:
+    ok = sel[d[sel] + hdr_len <= end[sel]]
+    l3[ok] = d[ok] + hdr_len
+    et[ok] = gather(buf, d[ok] + type_at, _U16)
+
+
+def _ipv6_upper(buf: np.ndarray, nh: np.ndarray, pos: np.ndarray,
+                end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Skip IPv6 extension headers: (upper-layer protocol or -1, its offset or -1)."""
+    nh, pos = nh.copy(), pos.copy()
+    for _ in range(4):
+        ext = (np.isin(nh, _IPV6_EXT) | (nh == _IPV6_FRAG)) & (pos >= 0) & (pos + 4 <= end)
+        k = np.flatnonzero(ext)
+        if not len(k):
+            break
+        h = gather(buf, pos[k], _EXT_HDR)
+        is_frag = nh[k] == _IPV6_FRAG
+        later_fragment = is_frag & ((h["frag"] >> 3) != 0)
+        pos[k] += np.where(is_frag, 8, (h["len"].astype(np.int64) + 1) * 8)
+        nh[k] = h["nh"]
+        pos[k[later_fragment]] = -1
+    unresolved = np.isin(nh, _IPV6_EXT) | (nh == _IPV6_FRAG)
+    pos[unresolved] = -1
+    return np.where(unresolved, -1, nh), pos
+
+
+def _intern4(src: np.ndarray, dst: np.ndarray, names: list[str]) -> tuple[np.ndarray, ...]:
+    """Dictionary-encode IPv4 addresses: few distinct ones, so format each only once."""
+    uniq, inv = np.unique(np.concatenate([src, dst]), return_inverse=True)
+    base = len(names)
+    names.extend(socket.inet_ntoa(struct.pack("!I", int(a))) for a in uniq)
+    keys = inv.astype(np.int64) + base
+    return keys[: len(src)], keys[len(src):]
+
+
+def _intern6(h: np.ndarray, names: list[str]) -> tuple[np.ndarray, ...]:
+    both = np.concatenate([
+        np.stack([h["src_hi"], h["src_lo"]], axis=1).astype(np.uint64),
+        np.stack([h["dst_hi"], h["dst_lo"]], axis=1).astype(np.uint64),
+    ])
+    uniq, inv = np.unique(both, axis=0, return_inverse=True)
+    base = len(names)
+    names.extend(socket.inet_ntop(socket.AF_INET6, struct.pack("!QQ", int(a), int(b)))
+                 for a, b in uniq)
+    keys = inv.reshape(-1).astype(np.int64) + base
+    n = len(h)
+    return keys[:n], keys[n:]
+
+
+def _addresses(keys: np.ndarray, valid: np.ndarray, names: list[str]) -> pa.Array:
+    indices = pa.array(keys.astype(np.int32), mask=~valid)
+    return pa.DictionaryArray.from_arrays(indices, pa.array(names, type=pa.string())).cast(
+        pa.string())
+
+
+def _wire_columns(buf: np.ndarray, l4: np.ndarray, proto: np.ndarray, end: np.ndarray,
+                  count: int, stats: CaptureStats) -> dict[str, pa.Array]:
+    """The testbed header where a UDP payload starts with it (magic and version match)."""
+    start = l4 + 8
+    cand = np.flatnonzero((l4 >= 0) & (proto == IPPROTO_UDP) & (start + wire.HEADER_SIZE <= end))
+    h = gather(buf, start[cand], WIRE_DTYPE)
+    magic = h.view(_WIRE_MAGIC_AS_INT)["magic"]
+    ok = (magic == _MAGIC_INT) & (h["version"] == wire.WIRE_VERSION)
+    everyone = len(cand) == count and bool(ok.all())
+    rows = cand if everyone else cand[ok]
+    if not everyone:
+        h = h[ok]
+    stats.wire_headers += len(rows)
+    present: np.ndarray | None = None
+    if not everyone:
+        present = np.zeros(count, dtype=bool)
+        present[rows] = True
+    out: dict[str, pa.Array] = {}
+    for name, col in zip(("version", *wire.FIELDS), WIRE_COLUMNS, strict=True):
+        typ = _WIDEN[WIRE_DTYPE[name].str.lstrip("<>|=")]
+        field = h[name].astype(typ.to_pandas_dtype())
+        if everyone:
+            values = field
+        else:
+            values = np.zeros(count, dtype=field.dtype)
+            values[rows] = field
+        out[col] = Column(values, present).to_arrow(typ)
+    return out

@@ -1,0 +1,294 @@
+"""The `testbed` command line (ARCHITECTURE.md "CLI surface").
+
+Every command is one function with typed parameters and an example in its help; user errors are
+one sentence (`file:line: field: message` for specs) and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from testbed.backends import BackendError, make_backend
+from testbed.rundir import DEFAULT_RUNS, RunDir, find_runs, resolve_run
+from testbed.spec.loader import SpecError, load_experiment, load_topology
+from testbed.teardown import is_active, teardown
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    help="Emulate a WAN, run a total-order multicast protocol on it, inject faults, and judge "
+    "the result.\n\nExample: [bold]testbed run experiments/quickstart.yaml[/]",
+)
+console = Console()
+err = Console(stderr=True)
+
+RunsOpt = Annotated[Path, typer.Option("--runs", help="where run directories live")]
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _spec_errors(exc: SpecError) -> typer.Exit:
+    for line in exc.problems:
+        err.print(line, highlight=False, markup=False)
+    return typer.Exit(2)
+
+
+@app.command()
+def run(
+    experiment: Annotated[Path, typer.Argument(help="experiment YAML")],
+    backend: Annotated[str | None, typer.Option(help="override the spec: sim, local, ...")] = None,
+    out: Annotated[Path, typer.Option("--out", help="runs directory")] = DEFAULT_RUNS,
+    master: Annotated[str | None, typer.Option(help="Spark master URL (default local[*])")] = None,
+    analyze: Annotated[bool, typer.Option(help="run the Spark analysis afterwards")] = True,
+) -> None:
+    """Run an experiment end to end and judge it.
+
+    Example: [bold]testbed run experiments/quickstart.yaml --backend sim[/]
+    """
+    from testbed.runner import run_experiment
+
+    try:
+        exp, topo = load_experiment(experiment, backend)
+    except SpecError as exc:
+        raise _spec_errors(exc) from None
+    try:
+        result = run_experiment(exp, topo, out, console, master=master, analyze=analyze)
+    except BackendError as exc:
+        raise fail(str(exc)) from None
+    if analyze:
+        print_summary(result.summary)
+        for line in result.failures:
+            err.print(f"[red]expectation failed:[/] {line}", highlight=False)
+        if result.ok:
+            console.print(f"[green]all {len(exp.expect)} expectations hold[/]")
+    console.print(f"results in {result.run.path}")
+    raise typer.Exit(0 if result.ok else 1)
+
+
+@app.command()
+def up(
+    topology: Annotated[Path, typer.Argument(help="topology YAML")],
+    backend: Annotated[str, typer.Option(help="local (no root) or sim")] = "local",
+    protocol: Annotated[str, typer.Option(help="protocol the idle nodes run")] = "sequencer",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan, change nothing")] = (
+        False),
+    out: Annotated[Path, typer.Option("--out", help="runs directory")] = DEFAULT_RUNS,
+) -> None:
+    """Bring a topology up and leave it running (inspect it, then [bold]testbed teardown[/]).
+
+    Example: [bold]testbed up topologies/two-sites.yaml --dry-run[/]
+    """
+    from testbed.spec.experiment import ExperimentSpec
+
+    try:
+        topo = load_topology(topology)
+    except SpecError as exc:
+        raise _spec_errors(exc) from None
+    paths = topo.paths()
+    print_paths(paths)
+    if dry_run:
+        console.print(f"dry run: would start {len(paths.hosts)} {backend} hosts; nothing changed")
+        return
+    if backend != "local":
+        raise fail(f"`testbed up` keeps hosts running on the local backend only, not {backend}")
+    from testbed.deploy import node_configs
+    from testbed.runner import write_lock
+
+    exp = ExperimentSpec.model_validate({
+        "name": topo.name, "topology": topology.name, "backend": backend, "duration": "1s",
+        "protocol": {"name": protocol}, "workload": {"senders": [], "rate": "1/s"}})
+    run_dir = RunDir.create(out, topo.name)
+    write_lock(run_dir, exp, topo, paths)
+    run_dir.journal.append("begin", topology=topo.name, backend=backend, mode="up")
+    be = make_backend(backend, run_dir, topo, paths)
+    addresses = be.up()
+    be.deploy(node_configs(exp, topo, paths, addresses, run_dir.path, time.time_ns(),
+                           be.inprocess_shaping, duration_ns=0))
+    table = Table("host", "data address", "control", title=f"{topo.name} is up")
+    for host, addr in addresses.items():
+        table.add_row(host, f"{addr.data}:{addr.port}", addr.control)
+    console.print(table)
+    console.print(f"run {run_dir.run_id} in {run_dir.path}; stop it with "
+                  f"[bold]testbed teardown {run_dir.run_id}[/]")
+
+
+@app.command()
+def status(runs: RunsOpt = DEFAULT_RUNS) -> None:
+    """List runs that still hold resources.
+
+    Example: [bold]testbed status[/]
+    """
+    from testbed.processes import is_alive
+
+    table = Table("run", "state", "live resources")
+    for r in find_runs(runs):
+        live = r.journal.live()
+        procs = [e for e in live if e.get("kind") == "process"
+                 and is_alive(e["pid"], e.get("starttime"))]
+        state = "active" if is_active(r) else "finished"
+        if state == "active" or procs:
+            table.add_row(r.path.name, state, ", ".join(e["id"] for e in procs) or "-")
+    console.print(table if table.rows else "no active runs")
+
+
+@app.command(name="teardown")
+def teardown_cmd(
+    name: Annotated[str | None, typer.Argument(help="run id or directory; default: all")] = None,
+    runs: RunsOpt = DEFAULT_RUNS,
+) -> None:
+    """Remove everything a run created, from its journal (safe after a crash, idempotent).
+
+    Example: [bold]testbed teardown 3fa2c1[/]
+    """
+    try:
+        targets = [resolve_run(runs, name)] if name else [r for r in find_runs(runs)
+                                                          if is_active(r)]
+    except LookupError as exc:
+        raise fail(str(exc)) from None
+    for r in targets:
+        removed = teardown(r)
+        console.print(f"{r.path.name}: removed {len(removed)} resource(s)")
+        for line in removed:
+            console.print(f"  {line}")
+    if not targets:
+        console.print("nothing to tear down")
+
+
+@app.command(name="analyze")
+def analyze_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="run directory")],
+    master: Annotated[str | None, typer.Option(help="Spark master URL")] = None,
+) -> None:
+    """(Re)analyse a run with Spark: parquet/, summary.json, report.html.
+
+    Example: [bold]testbed analyze runs/20261121T053000Z-quickstart-3fa2c1[/]
+    """
+    from testbed.runner import analyze_run
+
+    if not (run_dir / "nodes").is_dir():
+        raise fail(f"{run_dir} is not a run directory (no nodes/ inside)")
+    exp: list[str] = []
+    result = analyze_run(RunDir.open(run_dir), exp, console, master)
+    print_summary(result.summary)
+
+
+@app.command()
+def schema(
+    kind: Annotated[str, typer.Argument(help="topology or experiment")],
+) -> None:
+    """Print the JSON Schema of a spec.
+
+    Example: [bold]testbed schema experiment[/]
+    """
+    from testbed.spec.experiment import ExperimentSpec
+    from testbed.spec.topology import TopologySpec
+
+    models: dict[str, Any] = {"topology": TopologySpec, "experiment": ExperimentSpec}
+    if kind not in models:
+        raise fail(f"unknown schema {kind!r}; use topology or experiment")
+    print(json.dumps(models[kind].model_json_schema(by_alias=True), indent=2))
+
+
+@app.command()
+def plan(
+    topology: Annotated[Path, typer.Argument(help="topology YAML (sites or a delay matrix)")],
+    rates: Annotated[str | None, typer.Option(help="sending rates r1,r2,... per host")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Optimistic delivery delays for SETO, the Fast SETO heuristic and the optimum (MOL LP).
+
+    Example: [bold]testbed plan topologies/two-sites.yaml --json[/]
+    """
+    from testbed.plan import plan_report
+
+    try:
+        topo = load_topology(topology)
+    except SpecError as exc:
+        raise _spec_errors(exc) from None
+    paths = topo.paths()
+    rate_list = None
+    if rates is not None:
+        try:
+            rate_list = [float(r) for r in rates.split(",")]
+        except ValueError:
+            raise fail(f"--rates must be numbers separated by commas, got {rates!r}") from None
+        if len(rate_list) != len(paths.hosts):
+            raise fail(f"--rates has {len(rate_list)} values for {len(paths.hosts)} hosts")
+    print(plan_report(paths.hosts, paths.delay_ms(), rate_list, as_json))
+
+
+@app.command()
+def doctor() -> None:
+    """Say what this machine can do and how to fix what is missing.
+
+    Example: [bold]testbed doctor[/]
+    """
+    from testbed.doctor import checks
+
+    table = Table("capability", "status", "enables", "fix")
+    for c in checks():
+        table.add_row(c.name, "[green]yes[/]" if c.ok else "[red]no[/]", c.enables,
+                      "" if c.ok else c.fix)
+    console.print(table)
+
+
+def print_paths(paths: Any) -> None:
+    table = Table(title="one-way delay matrix (ms): row sends to column")
+    table.add_column("from \\ to")
+    for h in paths.hosts:
+        table.add_column(h, justify="right")
+    for a in paths.hosts:
+        cells = []
+        for b in paths.hosts:
+            if a == b:
+                cells.append("-")
+                continue
+            p = paths.get(a, b)
+            cell = f"{p.delay_ns / 1e6:g}"
+            if p.jitter_ns:
+                cell += f"±{p.jitter_ns / 1e6:g}"
+            if p.loss:
+                cell += f" {p.loss * 100:g}%"
+            cells.append(cell)
+        table.add_row(a, *cells)
+    console.print(table)
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    checks = summary.get("checks", {})
+    table = Table("check", "violations", title=f"run {summary.get('run', '')}")
+    for name, res in checks.items():
+        v = res.get("violations", 0)
+        table.add_row(name, f"[green]{v}[/]" if v == 0 else f"[red]{v}[/]")
+    console.print(table)
+    lat = summary.get("latency", {}).get("fnl", {})
+    per = lat.get("per_receiver", {})
+    if per:
+        t = Table("receiver", "p50 ms", "p95 ms", "p99 ms", "max ms", "msgs/s",
+                  title="final-delivery latency")
+        thr = summary.get("throughput", {}).get("per_node", {})
+        for node, q in sorted(per.items()):
+            t.add_row(node, *(f"{q.get(k, float('nan')):.2f}" for k in
+                              ("p50_ms", "p95_ms", "p99_ms", "max_ms")),
+                      f"{thr.get(node, 0):.0f}")
+        console.print(t)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)

@@ -1,0 +1,66 @@
+"""`testbed doctor`: what this machine can do, what each capability enables, and the exact
+command that fixes what is missing. Kernel features are probed in a scratch namespace so the
+probe never touches the host's own interfaces."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    enables: str
+    fix: str
+
+
+def _run(argv: list[str], timeout: float = 10) -> bool:
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=timeout).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _probe_qdisc(kind: list[str]) -> bool:
+    """Add a qdisc on the loopback of a throw-away namespace."""
+    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
+        return False
+    ns = f"tb-probe-{secrets.token_hex(3)}"
+    if not _run(["ip", "netns", "add", ns]):
+        return False
+    try:
+        return _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root", *kind])
+    finally:
+        _run(["ip", "netns", "del", ns])
+
+
+def checks() -> list[Check]:
+    root = os.geteuid() == 0
+    java = shutil.which("java") is not None
+    return [
+        Check("root", root, "mininet/docker backends, real tc, iptables", "run as root (sudo)"),
+        Check("java", java, "Spark analysis", "apt-get install -y openjdk-17-jre-headless"),
+        Check("iproute2 (ip, tc)", bool(shutil.which("tc") and shutil.which("ip")),
+              "namespaces and shaping", "apt-get install -y iproute2"),
+        Check("sch_netem", _probe_qdisc(["netem", "delay", "1ms"]),
+              "the netem shaping applier",
+              "kernel lacks sch_netem: the userspace applier is used (auto); real netem runs "
+              "under user-mode-linux"),
+        Check("HTB", _probe_qdisc(["handle", "1:", "htb"]), "QoS reservation (tc htb)",
+              "a kernel with sch_htb"),
+        Check("iptables", shutil.which("iptables") is not None, "partitions, NFQUEUE shaping",
+              "apt-get install -y iptables"),
+        Check("tcpdump", shutil.which("tcpdump") is not None, "packet capture",
+              "apt-get install -y tcpdump"),
+        Check("Mininet (mnexec)", shutil.which("mnexec") is not None, "the mininet backend",
+              "apt-get install -y mininet bridge-utils"),
+        Check("Docker engine", _run(["docker", "info"]) if shutil.which("docker") else False,
+              "the docker backend", "apt-get install -y docker.io && dockerd &"),
+        Check("user-mode-linux", shutil.which("linux.uml") is not None,
+              "real netem proof under UML", "apt-get install -y user-mode-linux"),
+    ]

@@ -1,0 +1,102 @@
+"""The run directory and its journal (ARCHITECTURE.md decision 5 and "Run directory").
+
+`runs/<UTC time>-<name>-<id>/` holds everything a run produced. `journal.jsonl` records every
+resource *before* (or, for a pid, the instant after) it is created, so `testbed teardown` can
+undo a run even after the orchestrator was killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+DEFAULT_RUNS = Path("runs")
+RUN_ENV = "TESTBED_RUN_ID"  # set in every process a run starts; teardown matches it exactly
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+    run_id: str
+
+    @classmethod
+    def create(cls, root: Path, name: str) -> RunDir:
+        run_id = secrets.token_hex(3)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        path = root / f"{stamp}-{name}-{run_id}"
+        path.mkdir(parents=True)
+        (path / "faults.jsonl").touch()
+        (path / "nodes").mkdir()
+        return cls(path, run_id)
+
+    @classmethod
+    def open(cls, path: Path) -> RunDir:
+        return cls(path, path.name.rsplit("-", 1)[-1])
+
+    @property
+    def journal(self) -> Journal:
+        return Journal(self.path / "journal.jsonl")
+
+    def node_dir(self, host: str) -> Path:
+        d = self.path / "nodes" / host
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+
+class Journal:
+    def __init__(self, path: Path):
+        self.path = path
+
+    def append(self, op: str, **fields: Any) -> None:
+        rec = {"t": time.time_ns(), "op": op, **fields}
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(rec, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def entries(self) -> Iterator[dict[str, Any]]:
+        if not self.path.exists():
+            return
+        for line in self.path.read_text().splitlines():
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by a kill: the resource was never created
+
+    def live(self) -> list[dict[str, Any]]:
+        """Resources created and not yet removed, in creation order."""
+        alive: dict[str, dict[str, Any]] = {}
+        for e in self.entries():
+            if e["op"] == "create":
+                alive[e["id"]] = e
+            elif e["op"] == "remove":
+                alive.pop(e["id"], None)
+        return list(alive.values())
+
+    def finished(self) -> bool:
+        return any(e["op"] == "down" for e in self.entries())
+
+
+def find_runs(root: Path) -> list[RunDir]:
+    if not root.is_dir():
+        return []
+    return [RunDir.open(p) for p in sorted(root.iterdir()) if (p / "journal.jsonl").exists()]
+
+
+def resolve_run(root: Path, name: str) -> RunDir:
+    """A run by path, directory name, run id, or name fragment (the newest match)."""
+    candidate = Path(name)
+    if (candidate / "journal.jsonl").exists():
+        return RunDir.open(candidate)
+    matches = [r for r in find_runs(root) if name in (r.run_id, r.path.name) or name in
+               r.path.name]
+    if not matches:
+        raise LookupError(f"no run matching {name!r} under {root}/")
+    return matches[-1]

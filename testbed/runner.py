@@ -1,0 +1,122 @@
+"""One experiment run, end to end (ARCHITECTURE.md "Data flow"):
+spec -> run directory -> backend up/deploy -> workload -> drain -> collect -> down -> analysis
+-> expectations -> exit code."""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from nodes.sim import SIM_EPOCH_NS
+from testbed.backends import Backend, BackendError, make_backend
+from testbed.backends.sim import SimBackend
+from testbed.deploy import node_configs
+from testbed.rundir import RunDir
+from testbed.spec.experiment import ExperimentSpec
+from testbed.spec.topology import PathMatrix, TopologySpec
+from testbed.teardown import teardown
+
+# Time for node processes to start, bind and arm timers before the workload begins.
+LOCAL_STARTUP_NS = 1_500_000_000
+SIM_STARTUP_NS = 500_000_000
+
+
+@dataclass
+class RunResult:
+    run: RunDir
+    summary: dict[str, Any]
+    failures: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("testbed", "pyspark", "pydantic"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+def write_lock(run: RunDir, exp: ExperimentSpec, topo: TopologySpec, paths: PathMatrix) -> None:
+    lock = {
+        "run_id": run.run_id,
+        "experiment": exp.model_dump(mode="json", by_alias=True,
+                                     exclude={"topology"}),
+        "topology": topo.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "paths_ms": {f"{a}->{b}": {"delay": p.delay_ns / 1e6, "jitter": p.jitter_ns / 1e6,
+                                   "loss": p.loss, "bandwidth_bps": p.bandwidth_bps}
+                     for (a, b), p in paths.paths.items()},
+        "seed": exp.seed,
+        "versions": versions(),
+    }
+    (run.path / "spec.lock.yaml").write_text(yaml.safe_dump(lock, sort_keys=False))
+
+
+def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: Console,
+                   master: str | None = None, analyze: bool = True) -> RunResult:
+    paths = topo.paths()
+    run = RunDir.create(out, exp.name)
+    write_lock(run, exp, topo, paths)
+    run.journal.append("begin", experiment=exp.name, backend=exp.backend)
+    console.print(f"run directory [bold]{run.path}[/]")
+    backend = make_backend(exp.backend, run, topo, paths)
+    try:
+        _execute(exp, topo, paths, run, backend, console)
+        backend.collect()
+    finally:
+        backend.down()
+        teardown(run)
+    if not analyze:
+        return RunResult(run, {}, [])
+    return analyze_run(run, exp.expect, console, master)
+
+
+def _execute(exp: ExperimentSpec, topo: TopologySpec, paths: PathMatrix, run: RunDir,
+             backend: Backend, console: Console) -> None:
+    addresses = backend.up()
+    is_sim = isinstance(backend, SimBackend)
+    start = SIM_EPOCH_NS + SIM_STARTUP_NS if is_sim else time.time_ns() + LOCAL_STARTUP_NS
+    configs = node_configs(exp, topo, paths, addresses, run.path, start,
+                           backend.inprocess_shaping)
+    backend.deploy(configs)
+    total_s = (exp.duration + exp.drain) / 1e9 + (0 if is_sim else LOCAL_STARTUP_NS / 1e9)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task(f"{exp.backend}: {exp.name}", total=total_s)
+        began = time.monotonic()
+        while not backend.wait(timeout_s=0.25):
+            elapsed = time.monotonic() - began
+            progress.update(task, completed=min(elapsed, total_s))
+            if elapsed > total_s + 30:
+                raise BackendError(f"nodes did not finish within {total_s + 30:.0f} s")
+    if is_sim:
+        stats = backend.stats()  # type: ignore[attr-defined]
+        console.print(f"simulated {stats.get('virtual_s', 0):.1f} s: "
+                      f"{stats.get('events', 0)} events at {stats.get('events_per_s', 0)}/s")
+
+
+def analyze_run(run: RunDir, expect: list[str], console: Console,
+                master: str | None = None) -> RunResult:
+    from analysis.expect import evaluate, parse_expectation
+    from analysis.job import analyze
+    from analysis.report import write_report
+
+    with console.status("analysing with Spark"):
+        summary = analyze(run.path, master=master)
+        write_report(run.path, summary)
+    results = evaluate([parse_expectation(e) for e in expect], summary)
+    failures = [f"{r.expectation}: {r.reason}" for r in results if not r.ok]
+    return RunResult(run, summary, failures)

@@ -1,0 +1,183 @@
+"""The safety checkers report each kind of fault as exactly that violation and nothing else."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from analysis.checks import run_checks
+from analysis.ingest import crashed_hosts, ingest, read_events
+from analysis.session import spark_session
+from analysis.synthetic import write_run
+
+pytestmark = pytest.mark.spark
+
+HOSTS = ["h1", "h2", "h3"]
+MIDS = ["h1:1", "h2:1", "h3:1", "h1:2", "h2:2"]
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    # Shared by every Spark test file: spark_session() returns the active session.
+    yield spark_session()
+
+
+def sends(mids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {h: [] for h in HOSTS}
+    for k, mid in enumerate(mids):
+        out[mid.split(":")[0]].append({"t": 1_000 + k, "ev": "send", "mid": mid})
+    return out
+
+
+def run_with(
+    tmp_path: Path,
+    order: dict[str, list[str]] | None = None,
+    extra_sent: list[str] | None = None,
+    faults: list[dict[str, Any]] | None = None,
+) -> Path:
+    """Every host sends its MIDS (plus extra_sent), then fnl-delivers `order[host]` (default MIDS)."""
+    logs = sends(MIDS + (extra_sent or []))
+    order = order or {}
+    for h in HOSTS:
+        for k, mid in enumerate(order.get(h, MIDS)):
+            logs[h].append({"t": 10_000 + k, "ev": "fnl", "mid": mid, "seq": k + 1})
+    return write_run(tmp_path / "run", logs, faults or [])
+
+
+def checks_of(spark: SparkSession, run_dir: Path) -> dict[str, dict[str, Any]]:
+    data = ingest(spark, run_dir, write=False)
+    return run_checks(data.events, data.nodes, data.crashed)
+
+
+def violations(checks: dict[str, dict[str, Any]]) -> dict[str, int]:
+    return {name: c["violations"] for name, c in checks.items()}
+
+
+def test_clean_log_has_no_violations(spark: SparkSession, tmp_path: Path) -> None:
+    checks = checks_of(spark, run_with(tmp_path))
+    assert violations(checks) == {"total_order": 0, "agreement": 0, "integrity": 0}
+    assert checks["total_order"]["reference"] == "h1"
+
+
+def test_swapped_pair_at_one_node_is_one_total_order_violation(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    swapped = ["h1:1", "h3:1", "h2:1", "h1:2", "h2:2"]
+    checks = checks_of(spark, run_with(tmp_path, order={"h2": swapped}))
+    assert violations(checks) == {"total_order": 1, "agreement": 0, "integrity": 0}
+    example = checks["total_order"]["examples"][0]
+    assert example["mids"] == ["h2:1", "h3:1"]
+    assert example["nodes"] == ["h2"]
+
+
+def test_swap_at_the_reference_node_still_counts_once(spark: SparkSession, tmp_path: Path) -> None:
+    # h1 is the reference (ties broken by name); the two others each disagree with it.
+    swapped = ["h1:1", "h3:1", "h2:1", "h1:2", "h2:2"]
+    checks = checks_of(spark, run_with(tmp_path, order={"h1": swapped}))
+    assert checks["total_order"]["reference"] == "h1"
+    assert violations(checks) == {"total_order": 1, "agreement": 0, "integrity": 0}
+    assert checks["total_order"]["examples"][0]["nodes"] == ["h2", "h3"]
+
+
+def test_two_separate_swaps_count_two(spark: SparkSession, tmp_path: Path) -> None:
+    order = {
+        "h2": ["h2:1", "h1:1", "h3:1", "h1:2", "h2:2"],
+        "h3": ["h1:1", "h2:1", "h3:1", "h2:2", "h1:2"],
+    }
+    checks = checks_of(spark, run_with(tmp_path, order=order))
+    assert checks["total_order"]["violations"] == 2
+
+
+def test_duplicate_delivery_is_only_an_integrity_violation(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    checks = checks_of(spark, run_with(tmp_path, order={"h3": [*MIDS[:2], "h2:1", *MIDS[2:]]}))
+    assert violations(checks) == {"total_order": 0, "agreement": 0, "integrity": 1}
+    assert checks["integrity"]["duplicates"] == 1
+    assert checks["integrity"]["never_sent"] == 0
+    assert checks["integrity"]["examples"][0]["mid"] == "h2:1"
+    assert checks["integrity"]["examples"][0]["node"] == "h3"
+
+
+def test_message_missing_at_a_correct_node_is_only_an_agreement_violation(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    checks = checks_of(spark, run_with(tmp_path, order={"h2": MIDS[:-1]}))
+    assert violations(checks) == {"total_order": 0, "agreement": 1, "integrity": 0}
+    assert checks["agreement"]["examples"] == [
+        {"mid": "h2:2", "node": "h2", "delivered_by": ["h1", "h3"]}
+    ]
+    assert checks["agreement"]["missing_per_node"] == {"h2": 1}
+
+
+def test_message_missing_at_a_crashed_node_is_no_violation(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    crash = [{"t": 5, "kind": "crash", "phase": "start", "hosts": ["h2"]}]
+    checks = checks_of(spark, run_with(tmp_path, order={"h2": MIDS[:2]}, faults=crash))
+    assert violations(checks) == {"total_order": 0, "agreement": 0, "integrity": 0}
+    assert checks["agreement"]["crashed_nodes"] == ["h2"]
+
+
+def test_delivery_of_a_never_sent_message_is_only_an_integrity_violation(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    forged = [*MIDS, "h3:9"]
+    run = run_with(tmp_path, order={h: forged for h in HOSTS})
+    checks = checks_of(spark, run)
+    assert violations(checks) == {"total_order": 0, "agreement": 0, "integrity": 3}
+    assert checks["integrity"]["never_sent"] == 3
+    assert checks["integrity"]["duplicates"] == 0
+    assert {e["mid"] for e in checks["integrity"]["examples"]} == {"h3:9"}
+
+
+def test_truncated_last_line_is_counted_and_intact_rows_are_kept(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    run = run_with(tmp_path)
+    log = run / "nodes" / "h3" / "events.jsonl"
+    log.write_text(log.read_text() + '{"t": 99999, "lt": 99999, "i": 7, "node": "h3", "ev": "f')
+    events, malformed = read_events(spark, run)
+    assert malformed == {"h3": 1}
+    assert events.filter("node = 'h3' and ev = 'fnl'").count() == len(MIDS)
+    assert violations(checks_of(spark, run)) == {"total_order": 0, "agreement": 0, "integrity": 0}
+
+
+def test_node_without_events_misses_every_message(spark: SparkSession, tmp_path: Path) -> None:
+    run = run_with(tmp_path)
+    (run / "nodes" / "h4").mkdir()
+    (run / "nodes" / "h4" / "events.jsonl").write_text("")
+    checks = checks_of(spark, run)
+    assert violations(checks) == {"total_order": 0, "agreement": len(MIDS), "integrity": 0}
+
+
+@pytest.mark.parametrize(
+    ("faults", "crashed"),
+    [
+        ([], set()),
+        ([{"t": 1, "kind": "crash", "phase": "start", "hosts": ["h1"]}], {"h1"}),
+        (
+            [
+                {"t": 1, "kind": "crash", "phase": "start", "hosts": ["h1", "h2"]},
+                {"t": 2, "kind": "restart", "phase": "start", "hosts": ["h1"]},
+            ],
+            {"h2"},
+        ),
+        (
+            [
+                {"t": 1, "kind": "crash", "phase": "start", "hosts": ["h1"]},
+                {"t": 2, "kind": "crash", "phase": "stop", "hosts": ["h1"]},
+                {"t": 3, "kind": "partition", "phase": "start", "hosts": ["h3"]},
+            ],
+            set(),
+        ),
+    ],
+)
+def test_crashed_hosts_are_those_with_an_unhealed_crash(
+    faults: list[dict[str, Any]], crashed: set[str]
+) -> None:
+    assert crashed_hosts(faults) == crashed
