@@ -161,16 +161,18 @@ def _read_classic(buf: np.ndarray, raw: Buffer, little: bool, nanos: bool,
                           ("incl", endian + "u4"), ("orig", endian + "u4")])
     off = 24
     checked = 0
+    incl_at = memoryview(raw)[8:]  # so the hot loop reads incl_len at `off` itself
+    last_header = n - 16
     while True:
-        # The hot loop: follow lengths only; everything else is validated afterwards in bulk.
-        while off + 16 <= n:
-            incl = incl_of(raw, off + 8)[0]
-            nxt = off + 16 + incl
-            if incl > limit or nxt > n:
+        # The hot loop: follow lengths only; everything else (even an absurd length, which
+        # jumps too far) is validated afterwards in bulk, and resynchronised from there.
+        while off <= last_header:
+            nxt = off + 16 + incl_of(incl_at, off)[0]
+            if nxt > n:
                 break
             append(off)
             off = nxt
-        bad = _first_implausible(buf, offs, checked, rec_dtype, frac_max)
+        bad = _first_implausible(buf, offs, checked, rec_dtype, frac_max, limit)
         if bad >= 0:
             off = offs[bad]
             del offs[bad:]
@@ -207,13 +209,14 @@ def _read_classic(buf: np.ndarray, raw: Buffer, little: bool, nanos: bool,
 
 
 def _first_implausible(buf: np.ndarray, offs: array, start: int, dtype: np.dtype,
-                       frac_max: int) -> int:
+                       frac_max: int, limit: int) -> int:
     """Index of the first record from `start` on whose header cannot be right, or -1."""
     if start >= len(offs):
         return -1
     starts = np.frombuffer(offs, dtype=np.int64)[start:]
     recs = gather(buf, starts, dtype)
-    bad = (recs["frac"] >= frac_max) | (recs["incl"] > recs["orig"]) | (recs["orig"] > _MAX_FRAME)
+    bad = ((recs["frac"] >= frac_max) | (recs["incl"] > recs["orig"])
+           | (recs["orig"] > _MAX_FRAME) | (recs["incl"] > limit))
     hits = np.flatnonzero(bad)
     return start + int(hits[0]) if len(hits) else -1
 
@@ -287,7 +290,7 @@ def _first_bad_tail(buf: np.ndarray, offs: array, start: int, little: bool) -> i
     starts = np.frombuffer(offs, dtype=np.int64)[start:]
     blen = gather(buf, starts + 4, np.dtype(e + "u4")).astype(np.int64)
     tail = gather(buf, starts + blen - 4, np.dtype(e + "u4"))
-    hits = np.flatnonzero(tail != blen)
+    hits = np.flatnonzero((tail != blen) | (blen & 3 != 0))
     return start + int(hits[0]) if len(hits) else -1
 
 
@@ -308,7 +311,7 @@ def _read_pcapng(buf: np.ndarray, raw: Buffer, stats: CaptureStats) -> Records:
         while off + 12 <= n:
             btype, blen = head(raw, off)
             nxt = off + blen
-            if btype != _EPB or blen < 32 or blen & 3 or nxt > n:
+            if btype != _EPB or nxt > n or blen < 32:
                 break
             append(off)
             off = nxt

@@ -29,7 +29,7 @@ app = typer.Typer(
     "the result.\n\nExample: [bold]testbed run experiments/quickstart.yaml[/]",
 )
 console = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 RunsOpt = Annotated[Path, typer.Option("--runs", help="where run directories live")]
 

@@ -23,7 +23,7 @@ from nodes.management.demo import (
     DemoTotalOrder,
     build_demo_registry,
 )
-from nodes.management.jolokia import escape_part, split_path
+from nodes.management.getpath import escape_part, split_path
 from nodes.management.mbeans import BadRequest, coerce
 from nodes.management.metrics import snake_case
 from nodes.management.objectname import MalformedObjectName
@@ -413,22 +413,20 @@ def test_keep_alive_serves_several_requests_on_one_connection(node: Node) -> Non
         conn.close()
 
 
-def test_stop_closes_idle_keep_alive_connections_and_frees_the_port() -> None:
-    registry, *_ = build_demo_registry()
-    loop = asyncio.new_event_loop()
-    server = ManagementServer(registry, "127.0.0.1", 0, TOKEN)
-    loop.run_until_complete(server.start())
-    port = server.port
-    idle = socket.create_connection(("127.0.0.1", port), timeout=5)
+def test_stop_closes_idle_keep_alive_connections_and_frees_the_port(node: Node) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", node.server.port, timeout=5)
+    conn.request("GET", "/jolokia/version", headers=AUTH)
+    conn.getresponse().read()  # the connection now idles in keep-alive
+    assert conn.sock is not None
+    port = node.server.port
+    asyncio.run_coroutine_threadsafe(node.server.stop(), node.loop).result(5)
     try:
-        loop.run_until_complete(asyncio.wait_for(server.stop(), 5))
-        assert idle.recv(16) == b""  # the server closed its end
+        assert conn.sock.recv(16) == b""  # the server closed its end
         with socket.socket() as again:
             again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             again.bind(("127.0.0.1", port))
     finally:
-        idle.close()
-        loop.close()
+        conn.close()
 
 
 def test_server_binds_only_the_given_address(node: Node) -> None:

@@ -23,7 +23,7 @@ async def _serve(host: str, port: int, token: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m nodes.management", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8778)
     parser.add_argument("--token", required=True, help="bearer token clients must send")

@@ -122,10 +122,6 @@ class ManagementServer:
             return
         self._stopping = True
         self._server.close()
-        # A connection accepted just before close() reaches its handler a few loop turns
-        # later; let those handlers run (they close at once) so no socket outlives stop().
-        for _ in range(10):
-            await asyncio.sleep(0)
         while self._connections:
             tasks = list(self._connections)
             for task in tasks:

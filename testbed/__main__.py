@@ -1,0 +1,5 @@
+"""`python -m testbed` is the `testbed` command."""
+
+from testbed.cli import main
+
+main()

@@ -1,0 +1,69 @@
+"""Shared test policy.
+
+- `root` tests need root, namespaces, iptables or UML: they run when root, and in CI
+  (CI=true) a missing capability is a failure, never a silent skip.
+- A session fixture asserts that the suite left nothing behind: no process started for a run,
+  no testbed network namespace, veth, bridge or iptables chain.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from testbed.rundir import RUN_ENV
+
+IN_CI = os.environ.get("CI") == "true"
+IS_ROOT = os.geteuid() == 0
+
+
+@pytest.fixture(autouse=True)
+def _root_policy(request: pytest.FixtureRequest) -> None:
+    if "root" in request.keywords and not IS_ROOT:
+        if IN_CI:
+            pytest.fail("root test in CI without root: CI must run the suite as root")
+        pytest.skip("needs root (runs in CI)")
+
+
+def _leftover_processes() -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(e.startswith(f"{RUN_ENV}=".encode()) for e in env):
+            found.append(entry.name)
+    return found
+
+
+def _testbed_netns() -> list[str]:
+    try:
+        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    except OSError:
+        return []
+    return [line.split()[0] for line in out.splitlines() if line.startswith("tb")]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_behind():
+    before_ns = set(_testbed_netns())
+    before_procs = set(_leftover_processes())
+    yield
+    procs = sorted(set(_leftover_processes()) - before_procs)
+    ns = sorted(set(_testbed_netns()) - before_ns)
+    assert not procs, f"test session left run processes behind: pids {procs}"
+    assert not ns, f"test session left network namespaces behind: {ns}"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from analysis.session import spark_session
+
+    session = spark_session("local[2]")
+    yield session
