@@ -62,7 +62,7 @@ class Sequencer:
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
         """TO-multicast(m): R-multicast the data message (Fig. 1)."""
         self.mno += 1
-        header = Header(MsgType.DATA, origin=self.me, mno=self.mno, ts=now)
+        header = Header(MsgType.DATA, origin=self.me, mno=self.mno, ts=now, hint=self._hint_us())
         out: list[Action] = [Log("send", {"mno": self.mno, "size": len(payload)})]
         return out + self._up(self.rm.multicast(header, payload, now), now)
 
@@ -91,22 +91,39 @@ class Sequencer:
             key = (h.origin, h.mno)
             self.received[key] = len(msg.payload)
             out.append(Log("recv", {"origin": h.origin, "mno": h.mno, "size": len(msg.payload)}))
-            if self.optimistic:
-                self.opt_delivered += 1
-                out.append(OptDeliver(h.origin, h.mno, len(msg.payload)))
-            if self.me == self.sequencer:
-                # The sequencer increments its counter for each message in its own
-                # spontaneous receive order (Fig. 1); the ORDER goes out at the end of the
-                # current instant, batched with any others.
-                if not self.pending_orders:
-                    out.append(SetTimer(FLUSH, 0))
-                self.pending_orders.append(key)
+            out += self._on_data(msg, now)
             out += self._try_deliver()
         elif h.type == MsgType.ORDER and h.sender == self.sequencer:
             for i, key in enumerate(unpack_orders(msg.payload)):
                 self.order[h.seq + i] = key
             out += self._try_deliver()
         return out
+
+    def _on_data(self, msg: Message, now: int) -> list[Action]:
+        """A data message was received (and recorded in R). The plain sequencer opt-delivers it
+        at once when optimistic and, at the sequencer, orders it in this spontaneous receive
+        order (Fig. 1). Delay-compensating subclasses (SETO) postpone both."""
+        h = msg.header
+        out: list[Action] = []
+        if self.optimistic:
+            self.opt_delivered += 1
+            out.append(OptDeliver(h.origin, h.mno, len(msg.payload)))
+        if self.me == self.sequencer:
+            out += self._enqueue_order((h.origin, h.mno))
+        return out
+
+    def _enqueue_order(self, key: tuple[int, int]) -> list[Action]:
+        """The sequencer numbers `key` next; the ORDER goes out at the end of the current
+        instant, batched with any others."""
+        out: list[Action] = []
+        if not self.pending_orders:
+            out.append(SetTimer(FLUSH, 0))
+        self.pending_orders.append(key)
+        return out
+
+    def _hint_us(self) -> int:
+        """The delay hint piggybacked on our DATA messages (0: none; SETO's is 000 Fig. 4)."""
+        return 0
 
     def _flush_orders(self, now: int) -> list[Action]:
         entries, self.pending_orders = self.pending_orders, []

@@ -1,0 +1,179 @@
+"""Fast SETO: optimistic total order with planned delays (003 sec. 4.3 and Fig. 7).
+
+SETO (000 Fig. 4) converges to delays that give a total order but not the lowest optimistic
+latency (003 sec. 3). Fast SETO computes the delay matrix instead, in the paper's four steps:
+
+1. every process estimates the one-way delay to every other from round trips -- a PING
+   carrying its local send instant, echoed in a PONG -- as half the round trip, averaged over
+   the last `samples` probes (the paper leaves this step open: "there are multiple ways of
+   collecting round-trip estimations");
+2. it sends its vector in an ESTIMATE to the designated process, the smallest member id
+   (updateDelays, lines 13-14);
+3. once it holds every vector (allDelaysGathered, line 15), the designated process computes the
+   matrix with the planner named by `planner` -- `optimal` (the MOL linear program) or
+   `heuristic` (003 Fig. 4), both in `nodes.planner`;
+4. it unicasts each process its row in a DELAY message (lines 17-18): the delays that process
+   applies to every sender's messages. The sequencer opt-delivers, numbers and fnl-delivers
+   exactly as in SETO (lines 19-34), so the planned delays only steer the optimistic order.
+
+Until its first row arrives a process runs plain SETO (delays learnt by adjust()). The
+designated process re-plans when an estimate moves more than `replan_ms` away from the one the
+current plan used. Messages here are sent unreliably and repaired by repetition: ESTIMATEs go
+out every `estimate_ms` carrying the plan round the sender applies (header.aux), and the
+designated process answers a stale round with the current row.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from nodes.planner import Plan, heuristic_plan, optimal_plan
+from nodes.protocols.base import Action, Log, Send, SetTimer
+from nodes.protocols.seto import Seto
+from nodes.wire import Header, Message, MsgType, Proto
+
+PROBE = "fs:probe"
+ESTIMATE = "fs:estimate"
+ENTRY = struct.Struct("!Hi")  # member id, microseconds
+PLANNERS = {"optimal": optimal_plan, "heuristic": heuristic_plan}
+_CONTROL = (MsgType.PING, MsgType.PONG, MsgType.ESTIMATE, MsgType.DELAY)
+
+
+def pack_vector(values: dict[int, int]) -> bytes:
+    """Per-member durations in ns, carried as (id, us) entries."""
+    return b"".join(ENTRY.pack(m, round(v / 1000)) for m, v in sorted(values.items()))
+
+
+def unpack_vector(payload: bytes) -> dict[int, int]:
+    entries = (ENTRY.unpack_from(payload, i) for i in range(0, len(payload), ENTRY.size))
+    return {m: us * 1000 for m, us in entries}
+
+
+class FastSeto(Seto):
+    proto = Proto.FAST_SETO
+
+    def __init__(self, me: int, members: list[int], params: dict[str, Any]):
+        super().__init__(me, members, params)
+        planner = str(params.get("planner", "optimal"))
+        if planner not in PLANNERS:
+            raise ValueError(f"Fast SETO planner must be one of {sorted(PLANNERS)}, "
+                             f"got {planner!r}")
+        self.planner = PLANNERS[planner]
+        self.probe_ns = round(float(params.get("probe_ms", 100)) * 1e6)
+        self.estimate_ns = round(float(params.get("estimate_ms", 500)) * 1e6)
+        self.replan_ns = round(float(params.get("replan_ms", 2.0)) * 1e6)
+        self.min_samples = int(params.get("min_samples", 5))
+        window = int(params.get("samples", 20))
+        self.coordinator = min(members)
+        self.samples: dict[int, deque[int]] = {
+            m: deque(maxlen=window) for m in members if m != me}
+        self.applied_round = 0  # round of the row this process applies (0: none yet)
+        # Designated process only: the vectors gathered, and the matrix the plan used.
+        self.estimates: dict[int, dict[int, int]] = {}
+        self.round = 0
+        self.planned: dict[int, dict[int, int]] = {}
+        self.rows: dict[int, dict[int, int]] = {}
+
+    # -- Layer interface ----------------------------------------------------------------------
+    def start(self, now: int) -> list[Action]:
+        return super().start(now) + [SetTimer(PROBE, 0), SetTimer(ESTIMATE, self.estimate_ns)]
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
+        h = msg.header
+        if h.type not in _CONTROL:
+            return super().on_message(src, msg, now)
+        if h.type == MsgType.PING:
+            return [Send(src, self._control(MsgType.PONG, ts=h.ts))]
+        if h.type == MsgType.PONG:
+            if src in self.samples and 0 <= now - h.ts:
+                self.samples[src].append((now - h.ts) // 2)
+            return []
+        if h.type == MsgType.ESTIMATE:
+            return self._gathered(src, unpack_vector(msg.payload), h.aux)
+        if src == self.coordinator:
+            return self._apply_row(h.aux, unpack_vector(msg.payload))
+        return []
+
+    def on_timer(self, key: str, now: int) -> list[Action]:
+        if key == PROBE:
+            return [Send(None, self._control(MsgType.PING, ts=now)),
+                    SetTimer(PROBE, self.probe_ns)]
+        if key == ESTIMATE:
+            return self._update_delays() + [SetTimer(ESTIMATE, self.estimate_ns)]
+        return super().on_timer(key, now)
+
+    # -- steps 1-2: estimate and report (updateDelays, lines 13-14) --------------------------
+    def tdelay(self) -> dict[int, int] | None:
+        """This process's one-way delay estimates to every other member, in local ns; None
+        until every member has answered `min_samples` probes."""
+        if any(len(s) < self.min_samples for s in self.samples.values()):
+            return None
+        return {m: sum(s) // len(s) for m, s in self.samples.items()}
+
+    def _update_delays(self) -> list[Action]:
+        vector = self.tdelay()
+        if vector is None:
+            return []
+        if self.me == self.coordinator:
+            return self._gathered(self.me, vector, self.applied_round)
+        msg = Message(self._header(MsgType.ESTIMATE, aux=self.applied_round),
+                      pack_vector(vector))
+        return [Send(self.coordinator, msg)]
+
+    # -- steps 3-4: plan and distribute (lines 1-18) -----------------------------------------
+    def _gathered(self, src: int, vector: dict[int, int], their_round: int) -> list[Action]:
+        if self.me != self.coordinator:
+            return []
+        self.estimates[src] = vector
+        if len(self.estimates) < len(self.members):
+            return []
+        if self.round == 0 or self._drift() > self.replan_ns:
+            return self._replan()
+        if their_round != self.round and src != self.me:
+            return [self._delay_msg(src)]
+        return []
+
+    def _drift(self) -> int:
+        return max(abs(v - self.planned[k][j])
+                   for k, row in self.estimates.items() for j, v in row.items())
+
+    def _replan(self) -> list[Action]:
+        ms = self.members
+        omega = np.zeros((len(ms), len(ms)))
+        for a, k in enumerate(ms):
+            for b, j in enumerate(ms):
+                if k != j:
+                    omega[a, b] = self.estimates[k][j] / 1e6
+        plan: Plan = self.planner(omega)
+        self.round = self.round % 0xFFFF + 1  # header.aux is 16 bits; 0 means "no plan"
+        self.planned = {k: dict(v) for k, v in self.estimates.items()}
+        self.rows = {p: {k: round(x * 1e6) for k, x in zip(ms, plan.delays_at(b), strict=True)}
+                     for b, p in enumerate(ms)}
+        out: list[Action] = [self._delay_msg(p) for p in ms if p != self.me]
+        return out + self._apply_row(self.round, self.rows[self.me])
+
+    def _delay_msg(self, dst: int) -> Send:
+        return Send(dst, Message(self._header(MsgType.DELAY, aux=self.round),
+                                 pack_vector(self.rows[dst])))
+
+    def _apply_row(self, round_: int, row: dict[int, int]) -> list[Action]:
+        """DELAY from the designated process (lines 7-11): from now on the planned delays
+        replace SETO's adjusted ones, the sequencer's own delay included."""
+        if round_ == self.applied_round or set(row) != set(self.members):
+            return []
+        self.applied_round = round_
+        self.adaptive = False
+        self.delay = dict(row)
+        return [Log("plan", {"round": round_,
+                             "delay_us": [round(row[m] / 1000) for m in self.members]})]
+
+    # -- wire helpers -------------------------------------------------------------------------
+    def _header(self, mtype: MsgType, ts: int = 0, aux: int = 0) -> Header:
+        return Header(mtype, self.proto, sender=self.me, ts=ts, aux=aux)
+
+    def _control(self, mtype: MsgType, ts: int) -> Message:
+        return Message(self._header(mtype, ts=ts))

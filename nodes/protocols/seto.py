@@ -1,0 +1,158 @@
+"""SETO: optimistic total order with delay compensation (000 sec. 3 and Fig. 4; 003 Fig. 2).
+
+The final order is the fixed sequencer's (000 Fig. 1, reused from `Sequencer`), with one change
+that keeps it correct in the asynchronous model (000 sec. 3.1): every process, the sequencer
+included, postpones the optimistic delivery of a message from sender k by `delay[k]`, and the
+sequencer numbers messages in its *optimistic* delivery order (Fig. 4 lines 13-18). Each other
+process tunes its delays so that it is "relatively equidistant" with the sequencer from every
+pair of senders (sec. 3.2); its optimistic order then predicts the final one.
+
+Delay estimation, per Fig. 4:
+- on receipt, a message gets its optimistic delivery instant o = now + delay[sender] (line 12);
+- on receipt of its sequence number, the instant t is recorded (line 22);
+- on final delivery of m after m', Delta = (t - t') - (o - o') tells how much later (Delta > 0)
+  or earlier the sequencer saw m relative to m' than this process planned to (line 26), and
+  adjust() moves delays by (1 - alpha) * |Delta|, alpha being the inertia factor (lines 27-39):
+  it shortens the delay of the sender to be brought forward and, once that reaches zero,
+  lengthens the other sender's delay by what is left;
+- every DATA message carries a hint max(delay[]) - delay[seq] (line 10, `header.hint`, us):
+  how much longer this process delays its slowest sender than the sequencer's messages. The
+  sequencer delays its own messages by the largest hint it last heard from each process (lines
+  19-20), so that it "stands back from itself what it distances from the farthest process".
+
+Two readings of the figure are made explicit here:
+- Fig. 4 also runs adjust() when m and m' come from the same sender. That pair carries no
+  relative distance (sec. 3.2 adjusts the distance between p and *two* senders), and adjust(i,
+  i, d) always shrinks delay[i], so jitter alone would bias every delay down; it is skipped.
+- At the sequencer, t and o coincide by construction (it numbers messages as it opt-delivers
+  them) and sec. 3.2 says the distance to the sequencer "does not apply here", so it never
+  adjusts; its own delay comes only from the hints.
+
+Local Order (000 sec. 2.2): a message whose final delivery comes before its optimistic delay
+has expired is opt-delivered immediately before its fnl-delivery, never after.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from nodes.protocols.base import Action, FinalDeliver, OptDeliver, SetTimer
+from nodes.protocols.sequencer import ORDER_ENTRY, Sequencer
+from nodes.wire import Message, MsgType, Proto
+
+OPT = "seto:opt"
+_HINT_MAX_US = 2**31 - 1
+
+Key = tuple[int, int]  # (origin, mno)
+
+
+class Seto(Sequencer):
+    proto = Proto.SETO
+
+    def __init__(self, me: int, members: list[int], params: dict[str, Any]):
+        super().__init__(me, members, params)
+        self.optimistic = True
+        self.alpha = float(params.get("alpha", 0.5))
+        if not 0.0 <= self.alpha < 1.0:
+            raise ValueError(f"SETO inertia factor alpha must be in [0, 1), got {self.alpha}")
+        self.adaptive = True  # Fast SETO switches adjust() off once it has a planned matrix
+        self.delay: dict[int, int] = {m: 0 for m in members}  # delay[k], local ns
+        self.r_delay: dict[int, int] = {m: 0 for m in members}  # hints heard, at the sequencer
+        self.hint: dict[Key, int] = {}  # d of each message received but not opt-delivered
+        self.opt_at: dict[Key, int] = {}  # o of each message not yet fnl-delivered (R)
+        self.seq_at: dict[int, int] = {}  # t at which each sequence number arrived (S)
+        self.waiting: list[tuple[int, int, Key]] = []  # (o, arrival, key) heap, awaiting opt
+        self.arrivals = 0
+        self.last: tuple[int, int, int] | None = None  # (t', o', sender) of the last fnl
+
+    # -- Layer interface ----------------------------------------------------------------------
+    def on_timer(self, key: str, now: int) -> list[Action]:
+        if key == OPT:
+            return self._release(now)
+        return super().on_timer(key, now)
+
+    # -- optimistic delivery (Fig. 4 lines 9-20) ----------------------------------------------
+    def _hint_us(self) -> int:
+        spread = max(self.delay.values()) - self.delay[self.sequencer]
+        return min(max(spread // 1000, 0), _HINT_MAX_US)
+
+    def _on_data(self, msg: Message, now: int) -> list[Action]:
+        h = msg.header
+        key = (h.origin, h.mno)
+        o = now + self.delay[h.origin]
+        self.opt_at[key] = o
+        self.hint[key] = h.hint * 1000
+        self.arrivals += 1
+        heapq.heappush(self.waiting, (o, self.arrivals, key))
+        return self._release(now)
+
+    def _release(self, now: int) -> list[Action]:
+        """Opt-deliver every message whose delay has expired, in (o, arrival) order, and arm
+        the timer for the next one."""
+        out: list[Action] = []
+        while self.waiting and self.waiting[0][0] <= now:
+            _, _, key = heapq.heappop(self.waiting)
+            if key not in self.hint:
+                continue  # already opt-delivered just before its fnl-delivery
+            out += self._opt_deliver(key, self.received[key])
+        if self.waiting:
+            out.append(SetTimer(OPT, self.waiting[0][0] - now))
+        return out
+
+    def _opt_deliver(self, key: Key, size: int) -> list[Action]:
+        d = self.hint.pop(key)
+        self.opt_delivered += 1
+        out: list[Action] = [OptDeliver(key[0], key[1], size)]
+        if self.me == self.sequencer:
+            if self.adaptive:
+                self.r_delay[key[0]] = d
+                self.delay[self.me] = max(self.r_delay.values())
+            out += self._enqueue_order(key)
+        return out
+
+    # -- final delivery (Fig. 4 lines 21-32) --------------------------------------------------
+    def _r_deliver(self, msg: Message, now: int) -> list[Action]:
+        h = msg.header
+        if h.type == MsgType.ORDER and h.sender == self.sequencer:
+            for i in range(len(msg.payload) // ORDER_ENTRY.size):
+                self.seq_at[h.seq + i] = now
+        return super()._r_deliver(msg, now)
+
+    def _try_deliver(self) -> list[Action]:
+        out: list[Action] = []
+        for a in super()._try_deliver():
+            if isinstance(a, FinalDeliver):
+                out += self._before_fnl(a)
+            out.append(a)
+        return out
+
+    def _before_fnl(self, fnl: FinalDeliver) -> list[Action]:
+        key = (fnl.origin, fnl.mno)
+        out: list[Action] = []
+        if key in self.hint:
+            # Local Order: never opt-deliver after fnl-delivering; the waiting heap entry is
+            # skipped later because the hint is gone.
+            out += self._opt_deliver(key, fnl.size)
+        t = self.seq_at.pop(fnl.seq)
+        o = self.opt_at.pop(key)
+        if self.last is not None and self.adaptive and self.me != self.sequencer:
+            t_prev, o_prev, sender_prev = self.last
+            if sender_prev != fnl.origin:
+                diff = (t - t_prev) - (o - o_prev)
+                if diff > 0:
+                    self._adjust(sender_prev, fnl.origin, diff)
+                else:
+                    self._adjust(fnl.origin, sender_prev, -diff)
+        self.last = (t, o, fnl.origin)
+        return out
+
+    def _adjust(self, i: int, j: int, d: int) -> None:
+        """adjust(i, j, d) of Fig. 4 (lines 33-39): bring i's messages forward by the share
+        (1 - alpha) of d; what cannot be taken off delay[i] is added to delay[j]."""
+        v = round(self.delay[i] * self.alpha + (self.delay[i] - d) * (1.0 - self.alpha))
+        if v >= 0:
+            self.delay[i] = v
+        else:
+            self.delay[i] = 0
+            self.delay[j] += -v
