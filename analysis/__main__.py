@@ -1,4 +1,4 @@
-"""`python -m analysis RUN_DIR [--master URL]`: analyse a run, write the report, print the summary."""
+"""`python -m analysis RUN_DIR [--master URL]`: analyse, report, print the summary."""
 
 from __future__ import annotations
 

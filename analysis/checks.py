@@ -37,11 +37,23 @@ def first_deliveries(events: DataFrame) -> DataFrame:
     )
 
 
-def _rows(df: DataFrame) -> list[dict[str, Any]]:
-    return [r.asDict(recursive=True) for r in df.limit(MAX_EXAMPLES).collect()]
+def _count_and_examples(df: DataFrame, order: list[str]) -> tuple[int, list[dict[str, Any]]]:
+    """Row count and the first MAX_EXAMPLES rows by `order`, in one Spark job."""
+    rows = (
+        df.withColumn("_total", F.count("*").over(Window.partitionBy()))
+        .orderBy(*order)
+        .limit(MAX_EXAMPLES)
+        .collect()
+    )
+    if not rows:
+        return 0, []
+    total = int(rows[0]["_total"])
+    return total, [
+        {k: v for k, v in r.asDict(recursive=True).items() if k != "_total"} for r in rows
+    ]
 
 
-def total_order(events: DataFrame) -> Check:
+def total_order(events: DataFrame, firsts: DataFrame | None = None) -> Check:
     """Pairs of messages that two nodes fnl-delivered in different relative orders.
 
     Prefix form: every node's delivery sequence, restricted to the messages it shares with a
@@ -51,7 +63,7 @@ def total_order(events: DataFrame) -> Check:
     swap seen from several nodes counts once. Missing or duplicate deliveries do not count
     here (agreement and integrity report them).
     """
-    firsts = first_deliveries(events)
+    firsts = first_deliveries(events) if firsts is None else firsts
     counts = firsts.groupBy("node").count().orderBy(F.desc("count"), "node").limit(1).collect()
     if not counts:
         return {"violations": 0, "reference": None, "examples": []}
@@ -80,20 +92,17 @@ def total_order(events: DataFrame) -> Check:
         F.sort_array(F.collect_set("node")).alias("nodes"),
         F.min_by("detail", "node").alias("detail"),
     )
-    violations = pairs.count()
+    violations, rows = _count_and_examples(pairs, ["a", "b"])
     examples = [
-        {
-            "mids": [r["a"], r["b"]],
-            "nodes": r["nodes"],
-            "reference": ref,
-            **r["detail"],
-        }
-        for r in _rows(pairs.orderBy("a", "b"))
+        {"mids": [r["a"], r["b"]], "nodes": r["nodes"], "reference": ref, **r["detail"]}
+        for r in rows
     ]
     return {"violations": violations, "reference": ref, "examples": examples}
 
 
-def agreement(events: DataFrame, nodes: list[str], crashed: set[str]) -> Check:
+def agreement(
+    events: DataFrame, nodes: list[str], crashed: set[str], firsts: DataFrame | None = None
+) -> Check:
     """(mid, node) pairs where a correct node never fnl-delivered a message some node did."""
     correct = sorted(set(nodes) - crashed)
     result: Check = {
@@ -106,19 +115,31 @@ def agreement(events: DataFrame, nodes: list[str], crashed: set[str]) -> Check:
     if not correct:
         return result
     spark: SparkSession = events.sparkSession
-    delivered = final_deliveries(events).select("node", "mid").distinct()
-    holders = delivered.groupBy("mid").agg(F.sort_array(F.collect_set("node")).alias("delivered_by"))
+    firsts = first_deliveries(events) if firsts is None else firsts
+    delivered = firsts.select("node", "mid")
+    holders = delivered.groupBy("mid").agg(
+        F.sort_array(F.collect_set("node")).alias("delivered_by")
+    )
     correct_df = spark.createDataFrame([(n,) for n in correct], "node string")
     missing = (
         holders.crossJoin(correct_df)
         .join(delivered, ["node", "mid"], "left_anti")
         .select("mid", "node", "delivered_by")
-    ).cache()
-    per_node = {r["node"]: int(r["count"]) for r in missing.groupBy("node").count().collect()}
-    result["violations"] = sum(per_node.values())
+        .withColumn("_node_total", F.count("*").over(Window.partitionBy("node")))
+    )
+    total, rows = _count_and_examples(missing, ["mid", "node"])
+    # Examples may not cover every node, so per-node totals come from a small second job.
+    per_node = (
+        {
+            r["node"]: int(r["n"])
+            for r in missing.groupBy("node").agg(F.first("_node_total").alias("n")).collect()
+        }
+        if total
+        else {}
+    )
+    result["violations"] = total
     result["missing_per_node"] = dict(sorted(per_node.items()))
-    result["examples"] = _rows(missing.orderBy("mid", "node"))
-    missing.unpersist()
+    result["examples"] = [{k: v for k, v in r.items() if k != "_node_total"} for r in rows]
     return result
 
 
@@ -129,16 +150,40 @@ def integrity(events: DataFrame) -> Check:
         fnl.groupBy("node", "mid")
         .agg(F.count("*").alias("deliveries"), F.sort_array(F.collect_list("i")).alias("i"))
         .filter(F.col("deliveries") > 1)
+        .select(
+            F.lit("duplicate").alias("kind"),
+            "node",
+            "mid",
+            "i",
+            (F.col("deliveries") - 1).alias("n"),
+        )
     )
-    dup_stats = dups.agg(F.coalesce(F.sum(F.col("deliveries") - 1), F.lit(0)).alias("n")).first()
-    duplicates = int(dup_stats["n"]) if dup_stats else 0
     sent = events.filter(F.col("ev") == "send").select("mid").distinct()
-    unsent = fnl.join(sent, "mid", "left_anti")
-    never_sent = unsent.count()
-    examples = [{"kind": "duplicate", **r} for r in _rows(dups.orderBy("node", "mid"))]
-    examples += [
-        {"kind": "never_sent", "node": r["node"], "mid": r["mid"], "i": r["i"]}
-        for r in _rows(unsent.orderBy("node", "i"))
+    unsent = fnl.join(sent, "mid", "left_anti").select(
+        F.lit("never_sent").alias("kind"),
+        "node",
+        "mid",
+        F.array("i").alias("i"),
+        F.lit(1).alias("n"),
+    )
+    found = dups.unionByName(unsent).withColumn(
+        "_kind_total", F.sum("n").over(Window.partitionBy("kind"))
+    )
+    # Both kinds' totals ride along with their first examples: one Spark job for the checker.
+    rows = [
+        r.asDict(recursive=True)
+        for r in found.withColumn(
+            "_rank", F.row_number().over(Window.partitionBy("kind").orderBy("node", "mid", "i"))
+        )
+        .filter(F.col("_rank") <= MAX_EXAMPLES)
+        .orderBy("kind", "_rank")
+        .collect()
+    ]
+    totals = {r["kind"]: int(r["_kind_total"]) for r in rows}
+    duplicates, never_sent = totals.get("duplicate", 0), totals.get("never_sent", 0)
+    examples = [
+        {"kind": r["kind"], "node": r["node"], "mid": r["mid"], "i": r["i"], "extra": r["n"]}
+        for r in rows
     ]
     return {
         "violations": duplicates + never_sent,
@@ -150,8 +195,12 @@ def integrity(events: DataFrame) -> Check:
 
 def run_checks(events: DataFrame, nodes: list[str], crashed: set[str]) -> dict[str, Check]:
     """All checkers, keyed as in summary.json's `checks`."""
-    return {
-        "total_order": total_order(events),
-        "agreement": agreement(events, nodes, crashed),
-        "integrity": integrity(events),
-    }
+    firsts = first_deliveries(events).cache()
+    try:
+        return {
+            "total_order": total_order(events, firsts),
+            "agreement": agreement(events, nodes, crashed, firsts),
+            "integrity": integrity(events),
+        }
+    finally:
+        firsts.unpersist()

@@ -99,12 +99,11 @@ def evaluate_one(expectation: Expectation, summary: Mapping[str, Any]) -> Result
         return Result(expectation, False, value, "value is NaN")
     ok = OPS[expectation.op](value, expectation.value)
     verdict = "holds" if ok else "fails"
-    return Result(expectation, ok, value, f"{value:g} {expectation.op} {expectation.value:g} {verdict}")
+    shown = f"{value:g} {expectation.op} {expectation.value:g}"
+    return Result(expectation, ok, value, f"{shown} {verdict}")
 
 
-def evaluate(
-    expectations: Iterable[Expectation | str], summary: Mapping[str, Any]
-) -> list[Result]:
+def evaluate(expectations: Iterable[Expectation | str], summary: Mapping[str, Any]) -> list[Result]:
     """Evaluate expectations (parsed or text) against a summary, in order."""
     return [
         evaluate_one(e if isinstance(e, Expectation) else parse_expectation(e), summary)

@@ -45,6 +45,12 @@ class Ingested:
     malformed: dict[str, int] = field(default_factory=dict)
     faults: list[dict[str, Any]] = field(default_factory=list)
     crashed: set[str] = field(default_factory=set)
+    cached: list[DataFrame] = field(default_factory=list)
+
+    def release(self) -> None:
+        """Drop the cached parse of the logs (call when done with `events`)."""
+        for df in self.cached:
+            df.unpersist()
 
 
 def node_names(run_dir: Path) -> list[str]:
@@ -59,20 +65,32 @@ def read_events(spark: SparkSession, run_dir: Path) -> tuple[DataFrame, dict[str
     """Parse every node's events.jsonl; return intact rows and malformed-line counts per node.
 
     The node column falls back to the directory name, so a log line without `node` still
-    lands at the right host.
+    lands at the right host. The rows stay cached until `Ingested.release()` or the session ends.
     """
+    _, events, malformed = _parse(spark, run_dir)
+    return events, malformed
+
+
+def _parse(
+    spark: SparkSession, run_dir: Path
+) -> tuple[DataFrame | None, DataFrame, dict[str, int]]:
     files = sorted(str(p) for p in (run_dir / "nodes").glob("*/events.jsonl") if p.stat().st_size)
     if not files:
-        return spark.createDataFrame([], EVENT_SCHEMA), {}
+        return None, spark.createDataFrame([], EVENT_SCHEMA), {}
     lines = (
         spark.read.text(files)
-        .withColumn("dir_node", F.regexp_extract(F.input_file_name(), r"/([^/]+)/events\.jsonl$", 1))
+        .withColumn(
+            "dir_node", F.regexp_extract(F.input_file_name(), r"/([^/]+)/events\.jsonl$", 1)
+        )
         .filter(F.trim("value") != "")
     )
-    parsed = lines.select("dir_node", F.from_json("value", EVENT_SCHEMA).alias("e"))
+    # Cached so that the files are parsed once for the malformed count, Parquet and every check.
+    parsed = lines.select("dir_node", F.from_json("value", EVENT_SCHEMA).alias("e")).cache()
     # A truncated line never closes its object, so from_json yields nulls for it; t, i and ev
     # are the fields every intact line carries.
-    bad = F.col("e").isNull() | F.col("e.t").isNull() | F.col("e.i").isNull() | F.col("e.ev").isNull()
+    bad = (
+        F.col("e").isNull() | F.col("e.t").isNull() | F.col("e.i").isNull() | F.col("e.ev").isNull()
+    )
     malformed = {
         r["dir_node"]: int(r["count"])
         for r in parsed.filter(bad).groupBy("dir_node").count().collect()
@@ -87,7 +105,7 @@ def read_events(spark: SparkSession, run_dir: Path) -> tuple[DataFrame, dict[str
             for f in EVENT_SCHEMA.fields
         ]
     )
-    return events, malformed
+    return parsed, events, malformed
 
 
 def write_events(events: DataFrame, run_dir: Path) -> Path:
@@ -141,15 +159,10 @@ def crashed_hosts(faults: list[dict[str, Any]]) -> set[str]:
 
 
 def ingest(spark: SparkSession, run_dir: Path, write: bool = True) -> Ingested:
-    """Read a run's logs and faults; with `write`, store Parquet and analyse from it."""
-    events, malformed = read_events(spark, run_dir)
+    """Read a run's logs and faults; with `write`, also store the events as Parquet."""
+    parsed, events, malformed = _parse(spark, run_dir)
     if write:
-        out = write_events(events, run_dir)
-        # Read back only when something was written: an empty frame leaves no node partitions.
-        if any(out.glob("node=*")):
-            events = spark.read.schema(EVENT_SCHEMA).parquet(str(out)).select(
-                *[f.name for f in EVENT_SCHEMA.fields]
-            )
+        write_events(events, run_dir)
     faults = read_faults(run_dir)
     return Ingested(
         events=events,
@@ -157,4 +170,5 @@ def ingest(spark: SparkSession, run_dir: Path, write: bool = True) -> Ingested:
         malformed=malformed,
         faults=faults,
         crashed=crashed_hosts(faults),
+        cached=[parsed] if parsed is not None else [],
     )

@@ -21,7 +21,7 @@ def checks_ok(summary: dict[str, Any]) -> bool:
 
 
 def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
-    """Analyse the run in `run_dir`; write `parquet/events/` and `summary.json`; return the summary."""
+    """Analyse the run in `run_dir`, write `parquet/events/` and `summary.json`; return it."""
     run_dir = Path(run_dir)
     if not (run_dir / "nodes").is_dir():
         raise FileNotFoundError(f"{run_dir} has no nodes/ folder; is it a run directory?")

@@ -35,12 +35,16 @@ _EMPTY = {"p50_ms": None, "p95_ms": None, "p99_ms": None, "max_ms": None, "count
 def latencies(events: DataFrame) -> DataFrame:
     """Per first fnl of a sent message: sender, receiver (`node`), mid, latency_ms."""
     sends = events.filter(F.col("ev") == "send").groupBy("mid").agg(F.min("t").alias("t_send"))
-    return first_deliveries(events).join(sends, "mid").select(
-        # The sender is the host name before the last ':' of the mid ("h2:17" -> "h2").
-        F.regexp_extract("mid", r"^(.*):[^:]*$", 1).alias("sender"),
-        "node",
-        "mid",
-        ((F.col("t") - F.col("t_send")) / _NS_PER_MS).alias("latency_ms"),
+    return (
+        first_deliveries(events)
+        .join(sends, "mid")
+        .select(
+            # The sender is the host name before the last ':' of the mid ("h2:17" -> "h2").
+            F.regexp_extract("mid", r"^(.*):[^:]*$", 1).alias("sender"),
+            "node",
+            "mid",
+            ((F.col("t") - F.col("t_send")) / _NS_PER_MS).alias("latency_ms"),
+        )
     )
 
 
@@ -97,9 +101,7 @@ def throughput(events: DataFrame, nodes: list[str]) -> dict[str, Any]:
 def message_counts(events: DataFrame, nodes: list[str]) -> dict[str, Any]:
     """Messages sent (distinct mids) and fnl / opt events per node (duplicates included)."""
     sent_row = events.filter(F.col("ev") == "send").agg(F.countDistinct("mid").alias("n")).first()
-    per_kind = (
-        events.filter(F.col("ev").isin("fnl", "opt")).groupBy("node", "ev").count().collect()
-    )
+    per_kind = events.filter(F.col("ev").isin("fnl", "opt")).groupBy("node", "ev").count().collect()
     fnl = {n: 0 for n in nodes}
     opt = {n: 0 for n in nodes}
     for r in per_kind:

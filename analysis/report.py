@@ -82,8 +82,7 @@ def _throughput_html(summary: dict[str, Any]) -> str:
     tp = summary.get("throughput", {})
     fnl = summary.get("messages", {}).get("fnl", {})
     rows = [
-        [_td(host), _td(rate), _td(fnl.get(host))]
-        for host, rate in tp.get("per_node", {}).items()
+        [_td(host), _td(rate), _td(fnl.get(host))] for host, rate in tp.get("per_node", {}).items()
     ]
     rows.append([_td("min"), _td(tp.get("min_msgs_per_s")), _td(None)])
     return _table(["node", "fnl msgs/s", "fnl events"], rows)
@@ -98,7 +97,7 @@ def render_report(summary: dict[str, Any]) -> str:
     sent = summary.get("messages", {}).get("sent", 0)
     crashed = ", ".join(summary.get("crashed", [])) or "none"
     return (
-        f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{run}</title>"
+        f'<!doctype html><html><head><meta charset="utf-8"><title>{run}</title>'
         f"<style>{_CSS}</style></head><body>"
         f"<h1>{run}</h1>"
         f'<div class="banner {banner.lower()}">{banner}</div>'

@@ -82,10 +82,10 @@ class NodeCore:
         out = Output()
         lt: int | None = None
         for a in actions:
-            if isinstance(a, Send):
-                data = encode(a.msg)
-                out.sends.append((a.dst, data))
-            elif isinstance(a, SetTimer):
+            kind = type(a)
+            if kind is Send:
+                out.sends.append((a.dst, encode(a.msg)))
+            elif kind is SetTimer:
                 out.timers.append((a.key, self.clock.duration_to_true(a.delay_ns)))
             else:
                 lt = self.clock.local(t) if lt is None else lt
@@ -93,14 +93,17 @@ class NodeCore:
         return out
 
     def _record(self, a: Any, t: int, lt: int) -> None:
-        if isinstance(a, FinalDeliver):
+        kind = type(a)
+        if kind is FinalDeliver:
             self.counters.fnl += 1
-            self.log.write(t, lt, "fnl", mid=f"{self.names[a.origin]}:{a.mno}", seq=a.seq,
-                           size=a.size)
-        elif isinstance(a, OptDeliver):
+            self.log.delivery(t, lt, "fnl", f"{self.names[a.origin]}:{a.mno}", a.seq, a.size)
+        elif kind is OptDeliver:
             self.counters.opt += 1
-            self.log.write(t, lt, "opt", mid=f"{self.names[a.origin]}:{a.mno}", size=a.size)
-        elif isinstance(a, Log):
+            self.log.delivery(t, lt, "opt", f"{self.names[a.origin]}:{a.mno}", 0, a.size)
+        elif kind is Log and a.ev == "recv":
+            self.log.delivery(t, lt, "recv", f"{self.names[a.fields['origin']]}:"
+                              f"{a.fields['mno']}", 0, a.fields["size"])
+        elif kind is Log:
             fields = dict(a.fields)
             if "mno" in fields:
                 origin = fields.pop("origin", self.cfg.node_id)

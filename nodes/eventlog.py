@@ -15,6 +15,8 @@ class EventLog:
     def __init__(self, path: Path | None, node: str, proto: str, buffer_lines: int = 512):
         self.node = node
         self.proto = proto
+        self._node_json = json.dumps(node)
+        self._proto_json = json.dumps(proto)
         self.count = 0
         self._buf: list[str] = []
         self._limit = buffer_lines
@@ -30,6 +32,16 @@ class EventLog:
         rec.update(fields)
         self.count += 1
         self._buf.append(json.dumps(rec, separators=(",", ":")))
+        if len(self._buf) >= self._limit:
+            self.flush()
+
+    def delivery(self, t: int, lt: int, ev: str, mid: str, seq: int, size: int) -> None:
+        """The hot path (opt/fnl/recv): the same JSON as write(), formatted directly."""
+        seq_part = f',"seq":{seq}' if seq else ""
+        self._buf.append(
+            f'{{"t":{t},"lt":{lt},"i":{self.count},"node":{self._node_json},"ev":"{ev}",'
+            f'"proto":{self._proto_json},"mid":"{mid}"{seq_part},"size":{size}}}')
+        self.count += 1
         if len(self._buf) >= self._limit:
             self.flush()
 

@@ -8,8 +8,10 @@ end it early, log flushed. A duration of 0 keeps it serving until it is told to 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import signal
+import socket
 import time
 from collections.abc import Iterator
 
@@ -53,6 +55,7 @@ class NodeRuntime:
         transport, _ = await self.loop.create_datagram_endpoint(
             lambda: _Protocol(self), local_addr=me)
         self.transport = transport
+        _grow_buffers(transport)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.done.set)
         self._apply(self.core.start(time.time_ns()))
@@ -121,6 +124,18 @@ class NodeRuntime:
 
     def _at_true(self, true_ns: int, fn: object) -> None:
         self.loop.call_later(max(0.0, (true_ns - time.time_ns()) / 1e9), fn)  # type: ignore
+
+
+def _grow_buffers(transport: asyncio.DatagramTransport, size: int = 8 << 20) -> None:
+    """Larger socket buffers absorb bursts; the kernel caps them at rmem_max/wmem_max unless
+    we may force them (CAP_NET_ADMIN)."""
+    sock = transport.get_extra_info("socket")
+    for force, plain in ((33, socket.SO_RCVBUF), (32, socket.SO_SNDBUF)):  # SO_*BUFFORCE
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, force, size)
+        except OSError:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, plain, size)
 
 
 def run_node(cfg: NodeConfig) -> None:

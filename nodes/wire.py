@@ -113,6 +113,11 @@ class Message:
         return f"{self.header.origin}:{self.header.mno}"
 
 
+# Enum construction by value is slow on the hot path; look members up in plain dicts.
+_TYPES = {int(t): t for t in MsgType}
+_PROTOS = {int(p): p for p in Proto}
+
+
 def encode(msg: Message) -> bytes:
     h = msg.header
     return (
@@ -148,11 +153,10 @@ def decode(data: bytes) -> Message:
         raise WireError(f"wire version {version}, expected {WIRE_VERSION}")
     if HEADER_SIZE + length > len(data):
         raise WireError(f"payload length {length} exceeds the datagram")
-    try:
-        mtype = MsgType(typ)
-        mproto = Proto(proto)
-    except ValueError as exc:
-        raise WireError(str(exc)) from None
+    mtype = _TYPES.get(typ)
+    mproto = _PROTOS.get(proto)
+    if mtype is None or mproto is None:
+        raise WireError(f"unknown message type {typ} or protocol {proto}")
     header = Header(mtype, mproto, flags, sender, rseq, origin, mno, seq, hint, slot, ts, aux,
                     length)
     return Message(header, bytes(data[HEADER_SIZE : HEADER_SIZE + length]))

@@ -65,9 +65,9 @@ class FastSeto(Seto):
         self.planner = PLANNERS[planner]
         self.probe_ns = round(float(params.get("probe_ms", 100)) * 1e6)
         self.estimate_ns = round(float(params.get("estimate_ms", 500)) * 1e6)
-        self.replan_ns = round(float(params.get("replan_ms", 2.0)) * 1e6)
+        self.replan_ns = round(float(params.get("replan_ms", 3.0)) * 1e6)
         self.min_samples = int(params.get("min_samples", 5))
-        window = int(params.get("samples", 20))
+        window = int(params.get("samples", 50))
         self.coordinator = min(members)
         self.samples: dict[int, deque[int]] = {
             m: deque(maxlen=window) for m in members if m != me}
@@ -89,7 +89,7 @@ class FastSeto(Seto):
         if h.type == MsgType.PING:
             return [Send(src, self._control(MsgType.PONG, ts=h.ts))]
         if h.type == MsgType.PONG:
-            if src in self.samples and 0 <= now - h.ts:
+            if src in self.samples and now >= h.ts:
                 self.samples[src].append((now - h.ts) // 2)
             return []
         if h.type == MsgType.ESTIMATE:

@@ -17,10 +17,16 @@ The notes end with two open questions, answered here as SRM-style stacks do:
 A gap is NACKed only once it has stayed open for `nack_delay_ns` (jitter reorders datagrams, and
 an eager NACK would ask for what is still in flight); unanswered NACKs repeat every
 `nack_retry_ns`. Heartbeats go out only from an idle sender, for the same reason.
+
+Flow control: a sender keeps at most `window` of its own messages unacknowledged by some member;
+further multicasts wait in a backlog until ACKs free the window. Without it an overloaded
+receiver's socket overflows, its NACKs ask for more than it can take, and throughput collapses
+instead of levelling off. A NACK is answered with at most `max_resend` messages.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from nodes.protocols.base import Action, RDeliver, Send, SetTimer
@@ -50,7 +56,9 @@ class ReliableMulticast:
         tick_ns: int = 10_000_000,
         nack_delay_ns: int = 5_000_000,
         nack_retry_ns: int = 60_000_000,
-        ack_every_ns: int = 50_000_000,
+        ack_every_ns: int = 20_000_000,
+        window: int = 1024,
+        max_resend: int = 128,
     ):
         self.me = me
         self.members = members
@@ -60,6 +68,9 @@ class ReliableMulticast:
         self.nack_retry_ns = nack_retry_ns
         self.last_multicast_at = 0
         self.ack_every_ns = ack_every_ns
+        self.window = window
+        self.max_resend = max_resend
+        self.backlog: deque[tuple[Header, bytes]] = deque()
         self.next_rseq = 1  # C_i
         self.send_buffer: dict[int, Message] = {}
         self.acked = {m: 0 for m in members if m != me}  # highest cumulative ACK per receiver
@@ -74,6 +85,15 @@ class ReliableMulticast:
 
     def multicast(self, header: Header, payload: bytes, now: int) -> list[Action]:
         """R-multicast: number the message, buffer it, send it, and deliver it locally."""
+        if self.backlog or self._window_full():
+            self.backlog.append((header, payload))
+            return []
+        return self._send_new(header, payload, now)
+
+    def _window_full(self) -> bool:
+        return bool(self.acked) and self.next_rseq - 1 - min(self.acked.values()) >= self.window
+
+    def _send_new(self, header: Header, payload: bytes, now: int) -> list[Action]:
         msg = Message(header.with_(sender=self.me, rseq=self.next_rseq, proto=self.proto),
                       payload)
         self.next_rseq += 1
@@ -90,6 +110,7 @@ class ReliableMulticast:
             if src in self.acked and h.rseq > self.acked[src]:
                 self.acked[src] = h.rseq
                 self._purge()
+                return self._release(now)
             return []
         stream = self.streams.get(h.sender)
         if stream is None:
@@ -162,12 +183,19 @@ class ReliableMulticast:
     # -- sending ------------------------------------------------------------------------------
     def _retransmit(self, dst: int, first: int, last: int) -> list[Action]:
         out: list[Action] = []
-        for rseq in range(first, min(last, self.next_rseq - 1) + 1):
+        for rseq in range(first, min(last, self.next_rseq - 1, first + self.max_resend - 1) + 1):
             msg = self.send_buffer.get(rseq)
             if msg is not None:
                 self.retransmissions += 1
                 h = msg.header.with_(flags=msg.header.flags | Flag.RETRANSMIT)
                 out.append(Send(dst, Message(h, msg.payload)))
+        return out
+
+    def _release(self, now: int) -> list[Action]:
+        out: list[Action] = []
+        while self.backlog and not self._window_full():
+            header, payload = self.backlog.popleft()
+            out += self._send_new(header, payload, now)
         return out
 
     def _purge(self) -> None:

@@ -145,7 +145,9 @@ class Sequencer:
         return out
 
 
-def _reliable_params(params: dict[str, Any]) -> dict[str, int]:
+def _reliable_params(params: dict[str, Any]) -> dict[str, Any]:
     names = {"tick_ms": "tick_ns", "nack_delay_ms": "nack_delay_ns",
              "nack_retry_ms": "nack_retry_ns", "ack_every_ms": "ack_every_ns"}
-    return {names[k]: round(float(v) * 1e6) for k, v in params.items() if k in names}
+    out = {names[k]: round(float(v) * 1e6) for k, v in params.items() if k in names}
+    out.update({k: int(v) for k, v in params.items() if k in ("window", "max_resend")})
+    return out
