@@ -17,14 +17,16 @@ from nodes.config import NodeConfig
 from nodes.eventlog import EventLog
 from nodes.protocols import make_protocol
 from nodes.protocols.base import FinalDeliver, Log, OptDeliver, Send, SetTimer
-from nodes.wire import WireError, decode, encode
+from nodes.wire import Message, WireError, decode, encode
 
 NAME_PARAMS = ("sequencer",)  # params that name a host; the protocol gets the member id
 
 
 @dataclass
 class Output:
-    sends: list[tuple[int | None, bytes]] = field(default_factory=list)  # dst None: all others
+    # (dst, datagram, message): dst None means all other members; the decoded message rides
+    # along so the simulator need not decode the same bytes at every receiver.
+    sends: list[tuple[int | None, bytes, Message]] = field(default_factory=list)
     timers: list[tuple[str, int]] = field(default_factory=list)  # (key, true delay ns)
 
 
@@ -68,6 +70,10 @@ class NodeCore:
             self.counters.malformed += 1
             self.log.write(t, self.clock.local(t), "drop", reason=str(exc))
             return Output()
+        return self.deliver(msg, t)
+
+    def deliver(self, msg: Message, t: int) -> Output:
+        """A datagram already decoded (the simulator shares one decode among receivers)."""
         return self._process(self.protocol.on_message(msg.header.sender, msg,
                                                       self.clock.local(t)), t)
 
@@ -84,7 +90,7 @@ class NodeCore:
         for a in actions:
             kind = type(a)
             if kind is Send:
-                out.sends.append((a.dst, encode(a.msg)))
+                out.sends.append((a.dst, encode(a.msg), a.msg))
             elif kind is SetTimer:
                 out.timers.append((a.key, self.clock.duration_to_true(a.delay_ns)))
             else:

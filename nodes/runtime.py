@@ -101,7 +101,7 @@ class NodeRuntime:
                 self.timers[key] = self.loop.call_soon(self._fire, key)  # type: ignore[assignment]
             else:
                 self.timers[key] = self.loop.call_later(delay / 1e9, self._fire, key)
-        for dst, data in out.sends:
+        for dst, data, _ in out.sends:
             for d in self.others if dst is None else (dst,):
                 self._send(d, data)
 

@@ -24,6 +24,7 @@ from typing import Any
 from nodes.config import NodeConfig
 from nodes.core import NodeCore, Output
 from nodes.linkmodel import LinkModel
+from nodes.wire import Message
 from nodes.workload import intervals, workload_rng
 
 # Virtual time starts at a fixed instant (2026-01-01T00:00:00Z) so logs look like real ones
@@ -105,10 +106,10 @@ class Simulator:
             gen = self._timer_gen.get((nid, key), 0) + 1
             self._timer_gen[(nid, key)] = gen
             self.at(self.now + max(0, delay), self._timer(nid, key, gen))
-        for dst, data in out.sends:
+        for dst, data, msg in out.sends:
             targets = [d for d in self.cores if d != nid] if dst is None else [dst]
             for d in targets:
-                self._transmit(nid, d, data)
+                self._transmit(nid, d, data, msg)
 
     def _timer(self, nid: int, key: str, gen: int) -> Callable[[], None]:
         def fire() -> None:
@@ -117,7 +118,7 @@ class Simulator:
 
         return fire
 
-    def _transmit(self, src: int, dst: int, data: bytes) -> None:
+    def _transmit(self, src: int, dst: int, data: bytes, msg: Message) -> None:
         core = self.cores[src]
         core.counters.datagrams_out += 1
         core.counters.bytes_out += len(data)
@@ -129,7 +130,10 @@ class Simulator:
             return
 
         def arrive() -> None:
-            self._apply(dst, self.cores[dst].receive(data, self.now))
+            core = self.cores[dst]
+            core.counters.datagrams_in += 1
+            core.counters.bytes_in += len(data)
+            self._apply(dst, core.deliver(msg, self.now))
 
         self.at(self.now + delay, arrive)
 
