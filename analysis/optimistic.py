@@ -26,48 +26,29 @@ EXAMPLES = 5
 _NS_PER_MS = 1e6
 
 
-def _firsts(events: DataFrame, ev: str) -> DataFrame:
-    """The first `ev` event of each message at each node, with its rank among them."""
-    firsts = (
+def _deliveries(events: DataFrame, ev: str) -> DataFrame:
+    """Per (node, mid): the first `ev` event's ordinal, time and rank among them, and the last
+    ordinal (a second opt after the fnl still breaks Local Order)."""
+    delivered = (
         events.filter((F.col("ev") == ev) & F.col("mid").isNotNull())
         .groupBy("node", "mid")
-        .agg(F.min(F.struct("i", "t")).alias("e"))
-        .select("node", "mid", F.col("e.i").alias("i"), F.col("e.t").alias("t"))
+        .agg(F.min(F.struct("i", "t")).alias("e"), F.max("i").alias(f"{ev}_last_i"))
     )
-    rank = F.row_number().over(Window.partitionBy("node").orderBy("i"))
-    return firsts.withColumn("pos", rank).select(
-        "node", "mid", F.col("i").alias(f"{ev}_i"), F.col("t").alias(f"{ev}_t"),
-        F.col("pos").alias(f"{ev}_pos"))
+    rank = F.row_number().over(Window.partitionBy("node").orderBy("e.i"))
+    return delivered.select(
+        "node", "mid", F.col("e.i").alias(f"{ev}_i"), F.col("e.t").alias(f"{ev}_t"),
+        rank.alias(f"{ev}_pos"), f"{ev}_last_i")
 
 
-def _quantile_stats(df: DataFrame, col: str) -> dict[str, Any]:
-    """Exact quantiles of `col` (ms) overall and per node."""
-    rows = (
-        df.rollup("node")
-        .agg(
-            F.percentile(col, F.array(*[F.lit(q) for q in QUANTILES])).alias("q"),
-            F.max(col).alias("max_ms"),
-            F.count("*").alias("count"),
-            F.grouping_id().alias("level"),
-        )
-        .collect()
-    )
-    out: dict[str, Any] = {"all": _stats(None), "per_node": {}}
-    for r in rows:
-        if r["level"] == 1:
-            out["all"] = _stats(r)
-        else:
-            out["per_node"][r["node"]] = _stats(r)
-    out["per_node"] = dict(sorted(out["per_node"].items()))
-    return out
+def _quantiles(col: str) -> Any:
+    return F.percentile(col, F.array(*[F.lit(q) for q in QUANTILES]))
 
 
-def _stats(row: Any) -> dict[str, Any]:
-    if row is None or not row["count"]:
+def _stats(qs: list[float] | None, max_ms: float | None, count: int) -> dict[str, Any]:
+    if not count or qs is None:
         return {"p50_ms": None, "p95_ms": None, "p99_ms": None, "max_ms": None, "count": 0}
-    qs = row["q"]
-    return {"p50_ms": qs[0], "p95_ms": qs[1], "p99_ms": qs[2], "max_ms": row["max_ms"],
-            "count": int(row["count"])}
+    return {"p50_ms": qs[0], "p95_ms": qs[1], "p99_ms": qs[2], "max_ms": max_ms,
+            "count": int(count)}
 
 
 def optimistic_metrics(events: DataFrame) -> dict[str, Any]:
@@ -83,51 +64,70 @@ def optimistic_metrics(events: DataFrame) -> dict[str, Any]:
                          "examples": [{"node", "mid", "opt_i", "fnl_i"}, ...]}}
 
     STATS is {"p50_ms", "p95_ms", "p99_ms", "max_ms", "count"} (None values when count is 0).
-    Only nodes with both opt and fnl deliveries appear under accuracy and window; accuracy
-    "all" pools every node's messages. Up to 5 Local Order examples are listed, first by node
-    and opt ordinal.
+    Only nodes with both opt and fnl deliveries appear under accuracy; only nodes with opt
+    deliveries under window and latency. Accuracy "all" pools every node's messages. Up to 5
+    Local Order examples are listed, ordered by node and opt ordinal.
     """
-    opt = _firsts(events, "opt")
-    fnl = _firsts(events, "fnl")
-    both = opt.join(fnl, ["node", "mid"]).cache()
-    try:
-        acc_rows = (
-            both.groupBy("node")
-            .agg(F.sum((F.col("opt_pos") == F.col("fnl_pos")).cast("long")).alias("matched"),
-                 F.count("*").alias("count"))
-            .collect()
+    sends = (events.filter((F.col("ev") == "send") & F.col("mid").isNotNull())
+             .groupBy("mid").agg(F.min("t").alias("send_t")))
+    per_msg = (
+        _deliveries(events, "opt")
+        .join(_deliveries(events, "fnl"), ["node", "mid"], "full_outer")
+        .join(sends, "mid", "left")
+    )
+    both = F.col("opt_i").isNotNull() & F.col("fnl_i").isNotNull()
+    late = both & (F.col("opt_last_i") > F.col("fnl_i"))
+    window_ms = F.when(both, (F.col("fnl_t") - F.col("opt_t")) / _NS_PER_MS)
+    latency_ms = (F.col("opt_t") - F.col("send_t")) / _NS_PER_MS
+    # Everything in one aggregation: the logs are small and every Spark action costs seconds.
+    rows = (
+        per_msg.select("node", "mid", "opt_last_i", "fnl_i", both.alias("both"),
+                       late.alias("late"),
+                       (both & (F.col("opt_pos") == F.col("fnl_pos"))).alias("match"),
+                       window_ms.alias("window_ms"), latency_ms.alias("latency_ms"))
+        .rollup("node")
+        .agg(
+            F.sum(F.col("match").cast("long")).alias("matched"),
+            F.sum(F.col("both").cast("long")).alias("count"),
+            _quantiles("window_ms").alias("window_q"),
+            F.max("window_ms").alias("window_max"),
+            F.count("window_ms").alias("window_n"),
+            _quantiles("latency_ms").alias("latency_q"),
+            F.max("latency_ms").alias("latency_max"),
+            F.count("latency_ms").alias("latency_n"),
+            F.sum(F.col("late").cast("long")).alias("violations"),
+            F.array_sort(F.collect_list(F.when(
+                F.col("late"), F.struct(F.col("opt_last_i").alias("opt_i"), "mid",
+                                        "fnl_i")))).alias("late_list"),
+            F.grouping_id().alias("level"),
         )
-        per_node = {
-            r["node"]: {"accuracy": r["matched"] / r["count"], "matched": int(r["matched"]),
-                        "count": int(r["count"])}
-            for r in sorted(acc_rows, key=lambda r: r["node"])
-        }
-        total = sum(v["count"] for v in per_node.values())
-        matched = sum(v["matched"] for v in per_node.values())
-        window = _quantile_stats(
-            both.select("node", ((F.col("fnl_t") - F.col("opt_t")) / _NS_PER_MS).alias("ms")),
-            "ms")
-        sends = (events.filter((F.col("ev") == "send") & F.col("mid").isNotNull())
-                 .groupBy("mid").agg(F.min("t").alias("send_t")))
-        latency = _quantile_stats(
-            opt.join(sends, "mid").select(
-                "node", ((F.col("opt_t") - F.col("send_t")) / _NS_PER_MS).alias("ms")),
-            "ms")
-        # Any opt after the first fnl breaks Local Order, so the last opt is compared.
-        last_opt = (events.filter((F.col("ev") == "opt") & F.col("mid").isNotNull())
-                    .groupBy("node", "mid").agg(F.max("i").alias("opt_i")))
-        late = last_opt.join(fnl, ["node", "mid"]).filter(F.col("opt_i") > F.col("fnl_i"))
-        violations = late.count()
-        examples = [
-            {"node": r["node"], "mid": r["mid"], "opt_i": int(r["opt_i"]),
-             "fnl_i": int(r["fnl_i"])}
-            for r in late.orderBy("node", "opt_i").limit(EXAMPLES).collect()
-        ]
-    finally:
-        both.unpersist()
-    return {
-        "accuracy": {"all": matched / total if total else None, "per_node": per_node},
-        "window": window,
-        "latency": latency,
-        "local_order": {"violations": int(violations), "examples": examples},
+        .collect()
+    )
+    result: dict[str, Any] = {
+        "accuracy": {"all": None, "per_node": {}},
+        "window": {"all": _stats(None, None, 0), "per_node": {}},
+        "latency": {"all": _stats(None, None, 0), "per_node": {}},
+        "local_order": {"violations": 0, "examples": []},
     }
+    examples: list[dict[str, Any]] = []
+    for r in sorted(rows, key=lambda r: (r["level"], r["node"] or "")):
+        window = _stats(r["window_q"], r["window_max"], r["window_n"])
+        latency = _stats(r["latency_q"], r["latency_max"], r["latency_n"])
+        count = int(r["count"] or 0)
+        if r["level"] == 1:
+            result["accuracy"]["all"] = r["matched"] / count if count else None
+            result["window"]["all"] = window
+            result["latency"]["all"] = latency
+            result["local_order"]["violations"] = int(r["violations"] or 0)
+            continue
+        node = r["node"]
+        if count:
+            result["accuracy"]["per_node"][node] = {
+                "accuracy": r["matched"] / count, "matched": int(r["matched"]), "count": count}
+        if r["latency_n"] or r["window_n"]:
+            result["window"]["per_node"][node] = window
+            result["latency"]["per_node"][node] = latency
+        examples += [{"node": node, "mid": e["mid"], "opt_i": int(e["opt_i"]),
+                      "fnl_i": int(e["fnl_i"])} for e in r["late_list"]]
+    result["local_order"]["examples"] = examples[:EXAMPLES]
+    return result

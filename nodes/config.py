@@ -63,7 +63,8 @@ class NodeConfig:
     clock: ClockConfig = ClockConfig()
     paths: dict[int, PathConfig] = field(default_factory=dict)  # by destination id
     control_host: str = "127.0.0.1"
-    control_port: int = 0  # management HTTP; 0 = none
+    control_port: int | None = None  # management HTTP (Jolokia); None: off, 0: any free port
+    mgmt_token: str = ""  # bearer token protecting the management endpoints
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import signal
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from nodes.config import NodeConfig
+from nodes.management.node_mbeans import build_node_registry
+from nodes.management.server import ManagementServer
 from nodes.core import NodeCore, Output
 from nodes.linkmodel import LinkModel
 from nodes.workload import intervals, workload_rng
@@ -58,6 +62,7 @@ class NodeRuntime:
         _grow_buffers(transport)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.done.set)
+        server = await self._start_management()
         self._apply(self.core.start(time.time_ns()))
         if self.cfg.workload.send and self.cfg.workload.rate > 0:
             self._gaps = intervals(self.cfg.workload, workload_rng(self.cfg.seed,
@@ -70,8 +75,21 @@ class NodeRuntime:
         await self.done.wait()
         for handle in self.timers.values():
             handle.cancel()
+        if server is not None:
+            await server.stop()
         self.core.stop(time.time_ns())
         transport.close()
+
+    async def _start_management(self) -> ManagementServer | None:
+        if self.cfg.control_port is None:
+            return None
+        server = ManagementServer(build_node_registry(self.core), self.cfg.control_host,
+                                  self.cfg.control_port, self.cfg.mgmt_token)
+        await server.start()
+        # The orchestrator learns the port (possibly chosen by the kernel) from this file.
+        where = Path(self.cfg.log_path).parent / "control.json"
+        where.write_text(json.dumps({"host": self.cfg.control_host, "port": server.port}))
+        return server
 
     # -- events in ----------------------------------------------------------------------------
     def on_datagram(self, data: bytes) -> None:

@@ -115,7 +115,8 @@ def up(
     be = make_backend(backend, run_dir, topo, paths)
     addresses = be.up()
     be.deploy(node_configs(exp, topo, paths, addresses, run_dir.path, time.time_ns(),
-                           be.inprocess_shaping, duration_ns=0))
+                           be.inprocess_shaping, duration_ns=0, control_port=0,
+                           mgmt_token=run_dir.token))
     table = Table("host", "data address", "control", title=f"{topo.name} is up")
     for host, addr in addresses.items():
         table.add_row(host, f"{addr.data}:{addr.port}", addr.control)
@@ -242,6 +243,66 @@ def doctor() -> None:
         table.add_row(c.name, "[green]yes[/]" if c.ok else "[red]no[/]", c.enables,
                       "" if c.ok else c.fix)
     console.print(table)
+
+
+@app.command()
+def mgmt(
+    host: Annotated[str, typer.Argument(help="host name in the running testbed")],
+    op: Annotated[str, typer.Argument(help="read, write, exec, list, search or version")],
+    args: Annotated[list[str] | None,
+                    typer.Argument(help="MBEAN [ATTRIBUTE|OPERATION] [VALUE|ARGS...]")] = None,
+    run_name: Annotated[str | None,
+                        typer.Option("--run", help="run id; default: newest active")] = None,
+    runs: RunsOpt = DEFAULT_RUNS,
+) -> None:
+    """Talk to a node's Jolokia management endpoint.
+
+    Examples: [bold]testbed mgmt h2 read testbed:type=Clock OffsetMs[/],
+    [bold]testbed mgmt h2 write testbed:type=Clock DriftPpm 50[/],
+    [bold]testbed mgmt h2 exec testbed:type=Clock jump 50[/]
+    """
+    from testbed.mgmt import MgmtClient, MgmtError
+
+    try:
+        if run_name:
+            target = resolve_run(runs, run_name)
+        else:
+            active = [r for r in find_runs(runs) if is_active(r)]
+            if not active:
+                raise LookupError(f"no active run under {runs}/; start one with testbed up")
+            target = active[-1]
+        client = MgmtClient(target.control_url(host), target.token)
+    except LookupError as exc:
+        raise fail(str(exc)) from None
+    a = list(args or [])
+    need = {"read": 1, "write": 3, "exec": 2, "list": 0, "search": 0, "version": 0}
+    if op not in need:
+        raise fail(f"unknown operation {op!r}; use one of {', '.join(need)}")
+    if len(a) < need[op]:
+        raise fail(f"`mgmt {op}` needs {need[op]} argument(s): see testbed mgmt --help")
+    try:
+        if op == "read":
+            value = client.read(a[0], a[1] if len(a) > 1 else None)
+        elif op == "write":
+            value = client.write(a[0], a[1], _cli_value(a[2]))
+        elif op == "exec":
+            value = client.exec(a[0], a[1], *[_cli_value(x) for x in a[2:]])
+        elif op == "list":
+            value = client.list(a[0] if a else None)
+        elif op == "search":
+            value = client.search(a[0] if a else "*:*")
+        else:
+            value = client.version()
+    except MgmtError as exc:
+        raise fail(str(exc)) from None
+    print(json.dumps(value, indent=2, default=str))
+
+
+def _cli_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 def print_paths(paths: Any) -> None:

@@ -19,7 +19,10 @@ def node_configs(
     start_at_ns: int,
     inprocess_shaping: bool,
     duration_ns: int | None = None,
+    control_port: int | None = None,
+    mgmt_token: str = "",
 ) -> list[NodeConfig]:
+    """One config per host. control_port: None for no management server, 0 for any port."""
     hosts = paths.hosts
     members = [Member(i, h, addresses[h].data, addresses[h].port) for i, h in enumerate(hosts)]
     senders = set(hosts if exp.workload.senders == "all" else exp.workload.senders)
@@ -50,5 +53,7 @@ def node_configs(
             clock=ClockConfig(host.clock.offset, host.clock.drift),
             paths=shaping,
             control_host=addresses[host.name].control,
+            control_port=control_port,
+            mgmt_token=mgmt_token,
         ))
     return configs

@@ -44,6 +44,25 @@ class RunDir:
     def journal(self) -> Journal:
         return Journal(self.path / "journal.jsonl")
 
+    @property
+    def token(self) -> str:
+        """The run's bearer token for management endpoints (created on first use, mode 0600)."""
+        path = self.path / "token"
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(24))
+        return path.read_text().strip()
+
+    def control_url(self, host: str) -> str:
+        """The management base URL a node reported in nodes/<host>/control.json."""
+        info = self.path / "nodes" / host / "control.json"
+        if not info.exists():
+            raise LookupError(f"host {host} of run {self.run_id} has no management endpoint "
+                              "(is the run still up?)")
+        d = json.loads(info.read_text())
+        return f"http://{d['host']}:{d['port']}/jolokia"
+
     def node_dir(self, host: str) -> Path:
         d = self.path / "nodes" / host
         d.mkdir(parents=True, exist_ok=True)

@@ -90,7 +90,8 @@ def _execute(exp: ExperimentSpec, topo: TopologySpec, paths: PathMatrix, run: Ru
     is_sim = isinstance(backend, SimBackend)
     start = SIM_EPOCH_NS + SIM_STARTUP_NS if is_sim else time.time_ns() + LOCAL_STARTUP_NS
     configs = node_configs(exp, topo, paths, addresses, run.path, start,
-                           backend.inprocess_shaping)
+                           backend.inprocess_shaping, control_port=None if is_sim else 0,
+                           mgmt_token=run.token)
     backend.deploy(configs)
     total_s = (exp.duration + exp.drain) / 1e9 + (0 if is_sim else LOCAL_STARTUP_NS / 1e9)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn(),

@@ -1,0 +1,87 @@
+"""The MBeans a running node exposes (ARCHITECTURE.md "Management API", D3.5 section 4.2):
+`testbed:type=Node`, `type=Clock`, `type=TotalOrder,protocol=P`, `type=Transport`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from nodes.core import NodeCore
+from nodes.management.mbeans import MBean, MBeanRegistry
+
+
+def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_ns
+                        ) -> MBeanRegistry:
+    registry = MBeanRegistry()
+    started = true_now()
+    cfg = core.cfg
+    clock = core.clock
+    proto: Any = core.protocol
+    counters = core.counters
+
+    registry.register(
+        MBean("testbed:type=Node", "This protocol node")
+        .attribute("Name", "str", lambda: cfg.name, description="host name")
+        .attribute("Id", "int", lambda: cfg.node_id, description="member id")
+        .attribute("Protocol", "str", lambda: cfg.protocol, description="protocol stack")
+        .attribute("Uptime", "float", lambda: (true_now() - started) / 1e9,
+                   description="seconds since the node started")
+    )
+
+    def set_offset(ms: float) -> None:
+        clock.offset_ns = round(ms * 1e6)
+        _log_clock(core, true_now(), "set-offset")
+
+    def set_drift(ppm: float) -> None:
+        clock.set_drift(true_now(), ppm)
+        _log_clock(core, true_now(), "set-drift")
+
+    def jump(ms: float) -> float:
+        clock.jump(round(ms * 1e6))
+        _log_clock(core, true_now(), "jump")
+        return clock.offset_ns / 1e6
+
+    registry.register(
+        MBean("testbed:type=Clock", "The node's skewed local clock (ARCHITECTURE.md decision 6)")
+        .attribute("OffsetMs", "float", lambda: clock.offset_ns / 1e6, set_offset,
+                   "offset from true time at t0, ms")
+        .attribute("DriftPpm", "float", lambda: clock.drift_ppm, set_drift,
+                   "rate error, parts per million")
+        .attribute("LocalTimeNs", "int", lambda: clock.local(true_now()),
+                   description="the local clock now")
+        .operation("jump", jump, [("ms", "float")], "float",
+                   "step the clock by ms; returns the new offset in ms")
+    )
+
+    def reset_stats() -> None:
+        counters.opt = counters.fnl = counters.broadcast = 0
+
+    registry.register(
+        MBean(f"testbed:type=TotalOrder,protocol={cfg.protocol}", "Total order statistics")
+        .attribute("MsgsBroadcast", "int", lambda: counters.broadcast)
+        .attribute("MsgsOptDelivered", "int", lambda: counters.opt)
+        .attribute("MsgsFinalDelivered", "int", lambda: counters.fnl)
+        .attribute("LastSeq", "int", lambda: getattr(proto, "next_deliver", 1) - 1,
+                   description="last final-delivered sequence number")
+        .attribute("PendingQueue", "int", lambda: len(getattr(proto, "received", ())),
+                   description="messages received and not yet final-delivered")
+        .operation("resetStats", reset_stats, [], None, "zero the delivery counters")
+    )
+
+    rm = getattr(proto, "rm", None)
+    registry.register(
+        MBean("testbed:type=Transport", "UDP transport and reliable multicast")
+        .attribute("DatagramsSent", "int", lambda: counters.datagrams_out)
+        .attribute("DatagramsReceived", "int", lambda: counters.datagrams_in)
+        .attribute("BytesSent", "int", lambda: counters.bytes_out)
+        .attribute("BytesReceived", "int", lambda: counters.bytes_in)
+        .attribute("Malformed", "int", lambda: counters.malformed)
+        .attribute("Retransmissions", "int", lambda: getattr(rm, "retransmissions", 0))
+    )
+    return registry
+
+
+def _log_clock(core: NodeCore, t: int, action: str) -> None:
+    core.log.write(t, core.clock.local(t), "clock", action=action,
+                   offset_ms=core.clock.offset_ns / 1e6, drift_ppm=core.clock.drift_ppm)

@@ -1,0 +1,114 @@
+"""The `netem` applier: a host plan as real `tc` commands (printable with `--dry-run`, copyable
+by hand, like Mininet's TCIntf.config), applied inside the host's namespace.
+
+Tree per host:  root 1: htb default 2
+                  1:1   htb rate <host capacity>
+                    1:2      htb (unshaped default: ARP, anything not in the plan)
+                    1:<m>    htb rate <path rate>  ->  <m>: netem delay/jitter/loss limit
+                filter u32 match ip dst <destination>/32 -> 1:<m>
+Runtime changes touch only the leaf (`tc qdisc change`), so queued packets stay queued.
+"""
+
+from __future__ import annotations
+
+from testbed.rundir import Journal
+from testbed.shaping.hostns import HostNs
+from testbed.shaping.plan import ClassPlan, HostPlan
+
+#: netem distribution names; netem's default (no `distribution`) is uniform.
+NETEM_DISTRIBUTIONS = {"normal": "normal", "pareto": "pareto", "paretonormal": "paretonormal"}
+
+
+def rate(bps: int) -> str:
+    return f"{bps}bit"
+
+
+def quantum(bps: int) -> int:
+    # HTB's r2q default gives absurd quanta at Gbit rates; one MTU per round at low rates,
+    # capped at 60 kB (HTB's own ceiling for a sane quantum).
+    return max(1514, min(60000, bps // 8 // 10))
+
+
+def netem_args(c: ClassPlan) -> list[str]:
+    args = ["netem", "limit", str(c.limit)]
+    if c.delay_ns or c.jitter_ns:
+        args += ["delay", f"{c.delay_ns}ns"]
+        if c.jitter_ns:
+            args.append(f"{c.jitter_ns}ns")
+            dist = NETEM_DISTRIBUTIONS.get(c.distribution)
+            if dist:
+                args += ["distribution", dist]
+    if c.loss:
+        args += ["loss", f"{c.loss * 100:.6g}%"]
+    return args
+
+
+def htb_class(dev: str, parent: str, classid: str, bps: int, verb: str = "add") -> list[str]:
+    return ["tc", "class", verb, "dev", dev, "parent", parent, "classid", classid, "htb",
+            "rate", rate(bps), "ceil", rate(bps), "quantum", str(quantum(bps))]
+
+
+def root_commands(plan: HostPlan) -> list[list[str]]:
+    dev, root = plan.dev, plan.root_rate_bps
+    return [
+        ["tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "2"],
+        htb_class(dev, "1:", "1:1", root),
+        htb_class(dev, "1:1", "1:2", root),
+    ]
+
+
+def class_commands(plan: HostPlan, c: ClassPlan, leaf: bool = True) -> list[list[str]]:
+    dev = plan.dev
+    cmds = [htb_class(dev, "1:1", c.classid, c.rate_bps)]
+    if leaf:
+        cmds.append(["tc", "qdisc", "add", "dev", dev, "parent", c.classid, "handle", c.handle,
+                     *netem_args(c)])
+    cmds.append(["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio",
+                 "1", "u32", "match", "ip", "dst", f"{c.dst_ip}/32", "flowid", c.classid])
+    return cmds
+
+
+def commands(plan: HostPlan, leaves: bool = True) -> list[list[str]]:
+    """Every command that builds the plan, in order. Without leaves it is the HTB tree alone
+    (rates and QoS), which the userspace applier puts under its delay line."""
+    out = root_commands(plan)
+    for c in plan.classes:
+        out += class_commands(plan, c, leaves)
+    return out
+
+
+def change_commands(plan: HostPlan, c: ClassPlan) -> list[list[str]]:
+    """Commands that move a running tree to class `c` (same minor)."""
+    return [htb_class(plan.dev, "1:1", c.classid, c.rate_bps, verb="change"),
+            ["tc", "qdisc", "change", "dev", plan.dev, "parent", c.classid, "handle", c.handle,
+             *netem_args(c)]]
+
+
+def script(plan: HostPlan, leaves: bool = True) -> str:
+    lines = [f"# {plan.host}: {len(plan.classes)} destination class(es) on {plan.dev}"]
+    lines += [f"# warning: {w}" for w in plan.warnings]
+    lines += [" ".join(cmd) for cmd in commands(plan, leaves)]
+    return "\n".join(lines)
+
+
+def apply_tree(ns: HostNs, plan: HostPlan, journal: Journal, leaves: bool) -> None:
+    """Journal the root qdisc (deleting it removes the whole tree), then build it."""
+    journal.append("create", kind="qdisc", id=f"qdisc:{plan.host}:{plan.dev}", host=plan.host,
+                   dev=plan.dev, ns_pid=ns.pid, ns_start=ns.starttime)
+    for cmd in commands(plan, leaves):
+        ns.run(cmd)
+
+
+class NetemApplier:
+    name = "netem"
+
+    def apply(self, ns: HostNs, plan: HostPlan, journal: Journal) -> None:
+        apply_tree(ns, plan, journal, leaves=True)
+
+    def change(self, ns: HostNs, plan: HostPlan, c: ClassPlan) -> None:
+        for cmd in change_commands(plan, c):
+            ns.run(cmd)
+
+    def remove(self, ns: HostNs, plan: HostPlan, journal: Journal) -> None:
+        ns.run(["tc", "qdisc", "del", "dev", plan.dev, "root"], check=False)
+        journal.append("remove", id=f"qdisc:{plan.host}:{plan.dev}")

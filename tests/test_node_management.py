@@ -1,0 +1,74 @@
+"""Management of running nodes: `testbed up`, then `testbed mgmt` and third-party clients."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from testbed.mgmt import MgmtClient
+from testbed.rundir import RunDir
+from tests.eventlogs import run_dir_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "testbed", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def testbed_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, RunDir]]:
+    out = tmp_path_factory.mktemp("up") / "runs"
+    assert cli("up", "topologies/two-sites.yaml", "--out", str(out)).returncode == 0
+    run = RunDir.open(run_dir_of(out))
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not all(
+                (run.path / "nodes" / h / "control.json").exists() for h in ("h1", "h2", "h3")):
+            time.sleep(0.1)
+        yield out, run
+    finally:
+        assert cli("teardown", run.run_id, "--runs", str(out)).returncode == 0
+
+
+def test_mgmt_cli_reads_writes_and_executes_on_a_running_node(testbed_up) -> None:
+    out, run = testbed_up
+    r = cli("mgmt", "h2", "read", "testbed:type=Node", "Name", "--runs", str(out))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == "h2"
+    j = cli("mgmt", "h2", "exec", "testbed:type=Clock", "jump", "50", "--runs", str(out))
+    assert j.returncode == 0 and json.loads(j.stdout) == pytest.approx(50.0)
+    w = cli("mgmt", "h2", "write", "testbed:type=Clock", "DriftPpm", "25", "--runs", str(out))
+    assert w.returncode == 0 and json.loads(w.stdout) == 0.0  # write returns the old value
+    clock = json.loads(cli("mgmt", "h2", "read", "testbed:type=Clock", "--runs",
+                           str(out)).stdout)
+    # A drift change keeps the local clock continuous, so the offset moves a little.
+    assert clock["DriftPpm"] == 25.0 and clock["OffsetMs"] == pytest.approx(50.0, abs=0.5)
+    bad = cli("mgmt", "h2", "read", "testbed:type=Nope", "--runs", str(out))
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_third_party_jolokia_client_and_prometheus_parser_talk_to_a_node(testbed_up) -> None:
+    from jolokia import JolokiaClient
+
+    _, run = testbed_up
+    url = run.control_url("h3")
+    client = JolokiaClient(url)
+    client.session.headers["Authorization"] = f"Bearer {run.token}"
+    reply = client.get_attribute(mbean="testbed:type=Node", attribute="Protocol")
+    assert reply["status"] == 200 and reply["value"] == "sequencer"
+    client.execute(mbean="testbed:type=Clock", operation="jump", arguments=[5])
+    assert MgmtClient(url, run.token).read("testbed:type=Clock", "OffsetMs") == pytest.approx(5)
+    text = MgmtClient(url, run.token).metrics()
+    names = {f.name for f in text_string_to_metric_families(text)}
+    assert "testbed_clock_offset_ms" in names
+    with pytest.raises(Exception, match="401|token|auth"):
+        MgmtClient(url, "wrong-token").read("testbed:type=Node", "Name")
