@@ -65,6 +65,7 @@ class NodeConfig:
     control_host: str = "127.0.0.1"
     control_port: int | None = None  # management HTTP (Jolokia); None: off, 0: any free port
     mgmt_token: str = ""  # bearer token protecting the management endpoints
+    incarnation: int = 0  # restarts of this host so far; >0 joins a running group
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -17,7 +17,8 @@ from nodes.config import NodeConfig
 from nodes.eventlog import EventLog
 from nodes.protocols import make_protocol
 from nodes.protocols.base import FinalDeliver, Log, OptDeliver, Send, SetTimer
-from nodes.wire import Message, WireError, decode, encode
+from nodes.protocols.failure_detector import FailureDetector
+from nodes.wire import Message, MsgType, WireError, decode, encode
 
 NAME_PARAMS = ("sequencer",)  # params that name a host; the protocol gets the member id
 
@@ -52,10 +53,25 @@ class NodeCore:
                                       resolve_params(cfg))
         self.counters = Counters()
         self._payload = b"\x00" * cfg.workload.size
+        p = cfg.params
+        self.fd = FailureDetector(cfg.node_id, sorted(self.names),
+                                  round(float(p.get("fd_interval_ms", 100)) * 1e6),
+                                  round(float(p.get("fd_timeout_ms", 1000)) * 1e6))
+        # Node-side network filters (partitions on backends without iptables): datagrams to
+        # `blocked_out` are not sent, datagrams from `blocked_in` are dropped on arrival.
+        self.blocked_out: set[int] = set()
+        self.blocked_in: set[int] = set()
 
     def start(self, t: int) -> Output:
-        self.log.write(t, self.clock.local(t), "start")
-        return self._process(self.protocol.start(self.clock.local(t)), t)
+        self.log.write(t, self.clock.local(t), "start", incarnation=self.cfg.incarnation)
+        lt = self.clock.local(t)
+        return self._process(self.protocol.start(lt) + self.fd.start(lt), t)
+
+    def id_of(self, name: str) -> int:
+        for i, n in self.names.items():
+            if n == name:
+                return i
+        raise KeyError(f"no member named {name!r}")
 
     def broadcast(self, t: int) -> Output:
         self.counters.broadcast += 1
@@ -74,11 +90,31 @@ class NodeCore:
 
     def deliver(self, msg: Message, t: int) -> Output:
         """A datagram already decoded (the simulator shares one decode among receivers)."""
-        return self._process(self.protocol.on_message(msg.header.sender, msg,
-                                                      self.clock.local(t)), t)
+        src = msg.header.sender
+        if src in self.blocked_in:
+            return Output()
+        lt = self.clock.local(t)
+        actions = self.fd.heard(src, lt)
+        if msg.header.type != MsgType.ALIVE:
+            actions += self.protocol.on_message(src, msg, lt)
+        return self._process(actions + self._suspicions(lt), t)
 
     def timer(self, key: str, t: int) -> Output:
-        return self._process(self.protocol.on_timer(key, self.clock.local(t)), t)
+        lt = self.clock.local(t)
+        if key.startswith("fd:"):
+            return self._process(self.fd.on_timer(lt) + self._suspicions(lt), t)
+        return self._process(self.protocol.on_timer(key, lt), t)
+
+    def _suspicions(self, lt: int) -> list[Any]:
+        """Tell the protocol what the failure detector changed its mind about."""
+        if not self.fd.changes:
+            return []
+        hook = getattr(self.protocol, "on_suspect", None)
+        actions: list[Any] = []
+        for member, suspected in self.fd.drain_changes():
+            if hook is not None:
+                actions += hook(member, suspected, lt)
+        return actions
 
     def stop(self, t: int) -> None:
         self.log.write(t, self.clock.local(t), "stop")
@@ -111,6 +147,8 @@ class NodeCore:
                               f"{a.fields['mno']}", 0, a.fields["size"])
         elif kind is Log:
             fields = dict(a.fields)
+            if "member" in fields:
+                fields["member"] = self.names[fields["member"]]
             if "mno" in fields:
                 origin = fields.pop("origin", self.cfg.node_id)
                 fields["mid"] = f"{self.names[origin]}:{fields.pop('mno')}"
@@ -120,6 +158,7 @@ class NodeCore:
 def resolve_params(cfg: NodeConfig) -> dict[str, Any]:
     ids = {m.name: m.id for m in cfg.members}
     params = dict(cfg.params)
+    params["incarnation"] = cfg.incarnation
     for key in NAME_PARAMS:
         if key in params:
             params[f"{key}_id"] = ids[params.pop(key)]

@@ -119,9 +119,11 @@ class NodeRuntime:
                 self.timers[key] = self.loop.call_soon(self._fire, key)  # type: ignore[assignment]
             else:
                 self.timers[key] = self.loop.call_later(delay / 1e9, self._fire, key)
+        blocked = self.core.blocked_out
         for dst, data, _ in out.sends:
             for d in self.others if dst is None else (dst,):
-                self._send(d, data)
+                if d not in blocked:
+                    self._send(d, data)
 
     def _send(self, dst: int, data: bytes) -> None:
         assert self.transport is not None

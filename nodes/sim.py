@@ -106,10 +106,12 @@ class Simulator:
             gen = self._timer_gen.get((nid, key), 0) + 1
             self._timer_gen[(nid, key)] = gen
             self.at(self.now + max(0, delay), self._timer(nid, key, gen))
+        blocked = self.cores[nid].blocked_out
         for dst, data, msg in out.sends:
             targets = [d for d in self.cores if d != nid] if dst is None else [dst]
             for d in targets:
-                self._transmit(nid, d, data, msg)
+                if d not in blocked:
+                    self._transmit(nid, d, data, msg)
 
     def _timer(self, nid: int, key: str, gen: int) -> Callable[[], None]:
         def fire() -> None:

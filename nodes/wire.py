@@ -16,7 +16,8 @@ One fixed 44-byte header, network byte order, then the payload::
     22     4    hint     piggybacked delay hint in microseconds (SETO, 000 Fig. 4), signed
     26     4    slot     QoS slot number (004), or an aux number
     30     8    ts       origin's local clock at TO-multicast, ns (what a real process could stamp)
-    38     2    aux      small auxiliary field (protocol-specific, e.g. a planner round)
+    38     2    aux      on reliable-multicast messages the sender's incarnation (restarts);
+                         on other control messages protocol-specific (e.g. a planner round)
     40     4    length   payload length in bytes
 
 The same layout is dissected from pcaps by `analysis/` (scapy layer and fast reader), so
@@ -63,6 +64,7 @@ class MsgType(enum.IntEnum):
     DELAY = 8  # Fast SETO: the designated process tells a process its delay row
     ESTIMATE = 9  # Fast SETO: a process sends its one-way delay vector
     DUMMY = 10  # QoS total order: keep-alive for an idle slot (004)
+    ALIVE = 11  # failure-detector heartbeat
 
 
 class Proto(enum.IntEnum):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,10 @@ import pytest
 from testbed.rundir import RUN_ENV
 
 IN_CI = os.environ.get("CI") == "true"
+# Every process this test session starts inherits this marker, so the leftover check below
+# sees only our own processes, not those of anything else running on the machine.
+SESSION_MARK = f"TESTBED_TEST_SESSION={os.getpid()}-{time.time_ns()}"
+os.environ["TESTBED_TEST_SESSION"] = SESSION_MARK.split("=", 1)[1]
 IS_ROOT = os.geteuid() == 0
 
 
@@ -37,7 +42,8 @@ def _leftover_processes() -> list[str]:
             env = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(e.startswith(f"{RUN_ENV}=".encode()) for e in env):
+        if SESSION_MARK.encode() in env and any(e.startswith(f"{RUN_ENV}=".encode())
+                                                for e in env):
             found.append(entry.name)
     return found
 

@@ -21,7 +21,14 @@ an eager NACK would ask for what is still in flight); unanswered NACKs repeat ev
 Flow control: a sender keeps at most `window` of its own messages unacknowledged by some member;
 further multicasts wait in a backlog until ACKs free the window. Without it an overloaded
 receiver's socket overflows, its NACKs ask for more than it can take, and throughput collapses
-instead of levelling off. A NACK is answered with at most `max_resend` messages.
+instead of levelling off. A NACK is answered with at most `max_resend` messages. Suspected
+members (failure detector) do not hold the window or the send buffer.
+
+Restarts: every reliable message carries its sender's incarnation (header.aux). A message from
+a newer incarnation resets that sender's stream. A restarted process (incarnation > 0) joins
+from the present: the first message it gets from each stream fixes where it starts, since the
+history before its crash is gone (a crashed process is no longer correct; 002 leaves recovery
+to membership).
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ class _Stream:
     delivered: int = 0  # V[i]: highest number delivered in order (numbers start at 1)
     highest_seen: int = 0
     acked_sent: int = 0  # what our last ACK to that sender said
+    incarnation: int = 0
+    adopt: bool = False  # join from the first message seen (a restarted receiver)
     gap_since: int = -1  # local time a gap was first seen (-1: no gap)
     nack_at: int = -1  # local time of the last NACK for the current gap (-1: none sent)
     buffer: dict[int, Message] | None = None
@@ -59,6 +68,7 @@ class ReliableMulticast:
         ack_every_ns: int = 20_000_000,
         window: int = 1024,
         max_resend: int = 128,
+        incarnation: int = 0,
     ):
         self.me = me
         self.members = members
@@ -74,7 +84,9 @@ class ReliableMulticast:
         self.next_rseq = 1  # C_i
         self.send_buffer: dict[int, Message] = {}
         self.acked = {m: 0 for m in members if m != me}  # highest cumulative ACK per receiver
-        self.streams = {m: _Stream() for m in members if m != me}
+        self.incarnation = incarnation
+        self.streams = {m: _Stream(adopt=incarnation > 0) for m in members if m != me}
+        self.excluded: set[int] = set()  # suspected members
         self.last_ack_at = 0
         self.retransmissions = 0
 
@@ -90,12 +102,26 @@ class ReliableMulticast:
             return []
         return self._send_new(header, payload, now)
 
+    def _floor(self) -> int | None:
+        """Highest number every unsuspected member has acknowledged."""
+        live = [v for m, v in self.acked.items() if m not in self.excluded]
+        return min(live) if live else None
+
     def _window_full(self) -> bool:
-        return bool(self.acked) and self.next_rseq - 1 - min(self.acked.values()) >= self.window
+        floor = self._floor()
+        return floor is not None and self.next_rseq - 1 - floor >= self.window
+
+    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
+        if suspected:
+            self.excluded.add(member)
+        else:
+            self.excluded.discard(member)
+        self._purge()
+        return self._release(now)
 
     def _send_new(self, header: Header, payload: bytes, now: int) -> list[Action]:
-        msg = Message(header.with_(sender=self.me, rseq=self.next_rseq, proto=self.proto),
-                      payload)
+        msg = Message(header.with_(sender=self.me, rseq=self.next_rseq, proto=self.proto,
+                                   aux=self.incarnation), payload)
         self.next_rseq += 1
         self.last_multicast_at = now
         if self.acked:
@@ -115,6 +141,13 @@ class ReliableMulticast:
         stream = self.streams.get(h.sender)
         if stream is None:
             return []
+        if h.aux != stream.incarnation:
+            if h.aux < stream.incarnation:
+                return []  # from before the sender restarted
+            stream = self.streams[h.sender] = _Stream(incarnation=h.aux)
+        if stream.adopt and h.type != MsgType.HEARTBEAT:
+            stream.adopt = False
+            stream.delivered = stream.highest_seen = stream.acked_sent = h.rseq - 1
         if h.type == MsgType.HEARTBEAT:
             self._note_highest(stream, h.rseq, now)
             return []
@@ -124,7 +157,8 @@ class ReliableMulticast:
         out: list[Action] = [SetTimer(TICK, self.tick_ns)]
         unacked = self.next_rseq - 1
         idle = now - self.last_multicast_at >= self.tick_ns
-        if idle and self.acked and min(self.acked.values()) < unacked:
+        floor = self._floor()
+        if idle and floor is not None and floor < unacked:
             out.append(Send(None, self._control(MsgType.HEARTBEAT, rseq=unacked)))
         for sender, stream in self.streams.items():
             if stream.gap_since < 0 or now - stream.gap_since < self.nack_delay_ns:
@@ -199,9 +233,12 @@ class ReliableMulticast:
         return out
 
     def _purge(self) -> None:
-        floor = min(self.acked.values())
+        floor = self._floor()
+        if floor is None:
+            return
         for rseq in [r for r in self.send_buffer if r <= floor]:
             del self.send_buffer[rseq]
 
     def _control(self, mtype: MsgType, rseq: int = 0, seq: int = 0) -> Message:
-        return Message(Header(mtype, self.proto, sender=self.me, rseq=rseq, seq=seq))
+        return Message(Header(mtype, self.proto, sender=self.me, rseq=rseq, seq=seq,
+                              aux=self.incarnation))

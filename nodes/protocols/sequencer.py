@@ -26,6 +26,7 @@ from nodes.wire import Header, Message, MsgType, Proto
 
 ORDER_ENTRY = struct.Struct("!HI")  # origin, mno
 FLUSH = "seq:flush"
+INCARNATION_SPAN = 1_000_000
 
 
 def pack_orders(entries: list[tuple[int, int]]) -> bytes:
@@ -46,9 +47,13 @@ class Sequencer:
         self.optimistic = bool(params.get("optimistic", False))
         self.rm = ReliableMulticast(me, members, proto=self.proto,
                                     **_reliable_params(params))
-        self.mno = 0  # our own TO-multicast counter
+        # A restarted process numbers its messages in a fresh range so mids stay unique, and
+        # joins the order at the first ORDER it sees (its pre-crash history is gone).
+        self.incarnation = int(params.get("incarnation", 0))
+        self.mno = self.incarnation * INCARNATION_SPAN  # our own TO-multicast counter
         self.g = 0  # global sequence number (used by the sequencer)
         self.next_deliver = 1
+        self.joining = self.incarnation > 0
         self.received: dict[tuple[int, int], int] = {}  # R: (origin, mno) -> payload size
         self.order: dict[int, tuple[int, int]] = {}  # S: seq -> (origin, mno)
         self.pending_orders: list[tuple[int, int]] = []
@@ -68,6 +73,10 @@ class Sequencer:
 
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
         return self._up(self.rm.on_message(src, msg, now), now)
+
+    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
+        """The failure detector's verdict: suspects do not hold flow control."""
+        return self._up(self.rm.on_suspect(member, suspected, now), now)
 
     def on_timer(self, key: str, now: int) -> list[Action]:
         if key == FLUSH:
@@ -94,6 +103,9 @@ class Sequencer:
             out += self._on_data(msg, now)
             out += self._try_deliver()
         elif h.type == MsgType.ORDER and h.sender == self.sequencer:
+            if self.joining:
+                self.joining = False
+                self.next_deliver = h.seq
             for i, key in enumerate(unpack_orders(msg.payload)):
                 self.order[h.seq + i] = key
             out += self._try_deliver()
@@ -149,5 +161,6 @@ def _reliable_params(params: dict[str, Any]) -> dict[str, Any]:
     names = {"tick_ms": "tick_ns", "nack_delay_ms": "nack_delay_ns",
              "nack_retry_ms": "nack_retry_ns", "ack_every_ms": "ack_every_ns"}
     out = {names[k]: round(float(v) * 1e6) for k, v in params.items() if k in names}
-    out.update({k: int(v) for k, v in params.items() if k in ("window", "max_resend")})
+    out.update({k: int(v) for k, v in params.items()
+                if k in ("window", "max_resend", "incarnation")})
     return out
