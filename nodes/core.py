@@ -75,7 +75,11 @@ class NodeCore:
 
     def broadcast(self, t: int) -> Output:
         self.counters.broadcast += 1
-        return self._process(self.protocol.broadcast(self._payload, self.clock.local(t)), t)
+        out = self._process(self.protocol.broadcast(self._payload, self.clock.local(t)), t)
+        # The `send` line reaches the file before the datagram leaves: a node killed right
+        # after must not leave deliveries of a message its log never sent.
+        self.log.flush()
+        return out
 
     def receive(self, data: bytes, t: int) -> Output:
         self.counters.datagrams_in += 1

@@ -23,6 +23,10 @@ class EventLog:
         self._file: IO[str] | None = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
+            if path.exists():
+                # A restarted node appends: keep `i` increasing across incarnations.
+                with path.open("rb") as f:
+                    self.count = sum(1 for _ in f)
             self._file = path.open("a", encoding="utf-8")
 
     def write(self, t: int, lt: int, ev: str, **fields: Any) -> None:

@@ -15,13 +15,15 @@ import signal
 import socket
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
-from nodes.config import NodeConfig
-from nodes.management.node_mbeans import build_node_registry
-from nodes.management.server import ManagementServer
+from nodes.config import NodeConfig, PathConfig
 from nodes.core import NodeCore, Output
 from nodes.linkmodel import LinkModel
+from nodes.management.mbeans import MBean
+from nodes.management.node_mbeans import build_node_registry
+from nodes.management.server import ManagementServer
 from nodes.workload import intervals, workload_rng
 
 
@@ -67,7 +69,9 @@ class NodeRuntime:
         if self.cfg.workload.send and self.cfg.workload.rate > 0:
             self._gaps = intervals(self.cfg.workload, workload_rng(self.cfg.seed,
                                                                    self.cfg.node_id))
-            self._next_planned += next(self._gaps)
+            # A restarted node resumes the workload from now, not with a burst of what it
+            # missed while it was down.
+            self._next_planned = max(self._next_planned, time.time_ns()) + next(self._gaps)
             self._at_true(self._next_planned, self._broadcast)
         if self.cfg.duration_ns > 0:
             end = self.cfg.start_at_ns + self.cfg.duration_ns + self.cfg.drain_ns
@@ -83,8 +87,10 @@ class NodeRuntime:
     async def _start_management(self) -> ManagementServer | None:
         if self.cfg.control_port is None:
             return None
-        server = ManagementServer(build_node_registry(self.core), self.cfg.control_host,
-                                  self.cfg.control_port, self.cfg.mgmt_token)
+        registry = build_node_registry(self.core)
+        registry.register(self._paths_mbean())
+        server = ManagementServer(registry, self.cfg.control_host, self.cfg.control_port,
+                                  self.cfg.mgmt_token)
         await server.start()
         # The orchestrator learns the port (possibly chosen by the kernel) from this file.
         where = Path(self.cfg.log_path).parent / "control.json"
@@ -141,6 +147,40 @@ class NodeRuntime:
             self.transport.sendto(data, self.addrs[dst])
         else:
             self.loop.call_later(delay / 1e9, self.transport.sendto, data, self.addrs[dst])
+
+    def _paths_mbean(self) -> MBean:
+        """Runtime changes to the inprocess shaper (link faults on the local backend)."""
+
+        def set_path(peer: str, delay_ms: float, jitter_ms: float, loss_pct: float) -> None:
+            dst = self.core.id_of(peer)
+            old = self.cfg.paths.get(dst, PathConfig())
+            new = replace(old, delay_ns=round(delay_ms * 1e6), jitter_ns=round(jitter_ms * 1e6),
+                          loss=loss_pct / 100)
+            link = self.links.get(dst)
+            if link is None:
+                self.links[dst] = LinkModel(new, random.Random(f"{self.cfg.seed}:{dst}:fault"))
+            else:
+                link.path = new
+            t = time.time_ns()
+            self.core.log.write(t, self.core.clock.local(t), "path", peer=peer,
+                                delay_ms=delay_ms, jitter_ms=jitter_ms, loss_pct=loss_pct)
+
+        def reset(peer: str) -> None:
+            p = self.cfg.paths.get(self.core.id_of(peer), PathConfig())
+            set_path(peer, p.delay_ns / 1e6, p.jitter_ns / 1e6, p.loss * 100)
+
+        def current() -> dict[str, dict[str, float]]:
+            return {self.core.names[d]: {"delay_ms": m.path.delay_ns / 1e6,
+                                         "jitter_ms": m.path.jitter_ns / 1e6,
+                                         "loss_pct": m.path.loss * 100}
+                    for d, m in self.links.items()}
+
+        return (MBean("testbed:type=Paths", "Per-destination path emulation (inprocess)")
+                .attribute("Paths", "dict", current)
+                .operation("setPath", set_path, [("peer", "str"), ("delayMs", "float"),
+                                                 ("jitterMs", "float"), ("lossPct", "float")],
+                           None, "change the path to a peer")
+                .operation("reset", reset, [("peer", "str")], None, "restore the planned path"))
 
     def _at_true(self, true_ns: int, fn: object) -> None:
         self.loop.call_later(max(0.0, (true_ns - time.time_ns()) / 1e9), fn)  # type: ignore

@@ -17,11 +17,11 @@ import random
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from nodes.config import NodeConfig
+from nodes.config import NodeConfig, PathConfig
 from nodes.core import NodeCore, Output
 from nodes.linkmodel import LinkModel
 from nodes.wire import Message
@@ -61,6 +61,14 @@ class Simulator:
                 rng = random.Random(f"{seed}:{c.node_id}:{dst}:link")
                 self.links[(c.node_id, dst)] = LinkModel(path, rng)
         self.stats = SimStats()
+        self.seed = seed
+        # Fault state: a crashed node's events are dropped, a paused node's are held.
+        self.epoch = {nid: 0 for nid in self.cores}
+        self.down: set[int] = set()
+        self.paused: set[int] = set()
+        self.held: dict[int, list[Callable[[], None]]] = {nid: [] for nid in self.cores}
+        self.history: Path | None = None
+        self.by_name = {c.name: c.node_id for c in configs}
 
     # -- scheduling ---------------------------------------------------------------------------
     def at(self, t: int, fn: Callable[[], None]) -> None:
@@ -98,14 +106,30 @@ class Simulator:
             self._apply(nid, self.cores[nid].broadcast(self.now))
             self._schedule_broadcast(nid, nxt, gaps)
 
-        self.at(nxt, fire)
+        self.at(nxt, self._guard(nid, fire))
+
+    def _guard(self, nid: int, fn: Callable[[], None], same_epoch: bool = True
+               ) -> Callable[[], None]:
+        """Wrap a node's event: dropped if the node crashed (or, for timers and broadcasts,
+        restarted since), held while it is paused."""
+        epoch = self.epoch[nid]
+
+        def run() -> None:
+            if nid in self.down or (same_epoch and self.epoch[nid] != epoch):
+                return
+            if nid in self.paused:
+                self.held[nid].append(run)
+                return
+            fn()
+
+        return run
 
     # -- actions ------------------------------------------------------------------------------
     def _apply(self, nid: int, out: Output) -> None:
         for key, delay in out.timers:
             gen = self._timer_gen.get((nid, key), 0) + 1
             self._timer_gen[(nid, key)] = gen
-            self.at(self.now + max(0, delay), self._timer(nid, key, gen))
+            self.at(self.now + max(0, delay), self._guard(nid, self._timer(nid, key, gen)))
         blocked = self.cores[nid].blocked_out
         for dst, data, msg in out.sends:
             targets = [d for d in self.cores if d != nid] if dst is None else [dst]
@@ -137,13 +161,111 @@ class Simulator:
             core.counters.bytes_in += len(data)
             self._apply(dst, core.deliver(msg, self.now))
 
-        self.at(self.now + delay, arrive)
+        self.at(self.now + delay, self._guard(dst, arrive, same_epoch=False))
+
+    # -- faults (the timeline from testbed/faults/schedule.py) --------------------------------
+    def schedule_faults(self, faults: list[dict[str, Any]], history: Path) -> None:
+        self.history = history
+        for f in faults:
+            self.at(f["t_ns"], lambda f=f: self._fault(f))
+
+    def _fault(self, f: dict[str, Any]) -> None:
+        op, p = f["op"], f["params"]
+        cores = self.cores
+        measured: dict[str, Any] = {}
+        if op == "block":
+            for src, dst in p["cuts"]:
+                cores[self.by_name[src]].blocked_out.add(self.by_name[dst])
+            measured["blocked_to"] = {c.cfg.name: sorted(c.names[d] for d in c.blocked_out)
+                                      for c in cores.values()}
+        elif op == "heal":
+            measured["suspected_before_heal"] = {
+                c.cfg.name: "down" if n in self.down else sorted(c.names[m]
+                                                                 for m in c.fd.suspected)
+                for n, c in cores.items()}
+            for c in cores.values():
+                c.blocked_out.clear()
+        elif op in ("crash", "restart", "pause", "resume"):
+            measured = self._host_fault(op, self.by_name[p["host"]])
+        elif op == "clock":
+            clock = cores[self.by_name[p["host"]]].clock
+            if "jump_ns" in p:
+                clock.jump(p["jump_ns"])
+            elif "offset_ns" in p:
+                clock.offset_ns = p["offset_ns"]
+            else:
+                clock.set_drift(self.now, p["drift_ppm"])
+            measured["clock"] = {"OffsetMs": clock.offset_ns / 1e6, "DriftPpm": clock.drift_ppm}
+        elif op == "path":
+            a, b = (self.by_name[h] for h in p["between"])
+            for src, dst in ((a, b), (b, a)):
+                base = self.configs[src].paths.get(dst, PathConfig())
+                link = self.links.setdefault(
+                    (src, dst), LinkModel(base, random.Random(f"{self.seed}:{src}:{dst}:f")))
+                link.path = base if p.get("reset") else replace(
+                    link.path, **{k: p[k] for k in ("delay_ns", "jitter_ns", "loss") if k in p})
+            measured["paths"] = {p["between"][0]: asdict(self.links[(a, b)].path)}
+        elif op == "mgmt":
+            measured = self._mgmt(cores[self.by_name[p["host"]]], p)
+        if self.history is not None:
+            with self.history.open("a", encoding="utf-8") as out:
+                out.write(json.dumps({"t": self.now, **f["record"], "measured": measured})
+                          + "\n")
+
+    def _host_fault(self, op: str, nid: int) -> dict[str, Any]:
+        core = self.cores[nid]
+        if op == "crash":
+            self.down.add(nid)
+            self.paused.discard(nid)
+            self.held[nid].clear()
+            core.log.close()
+            return {"alive": False}
+        if op == "restart":
+            if nid not in self.down:
+                return {"alive": True, "note": "was not down"}
+            self.down.discard(nid)
+            self.epoch[nid] += 1
+            cfg = replace(self.configs[nid], incarnation=self.configs[nid].incarnation + 1)
+            self.configs[nid] = cfg
+            fresh = NodeCore(cfg, t0_ns=cfg.start_at_ns)
+            self.cores[nid] = fresh
+            self._apply(nid, fresh.start(self.now))
+            if cfg.workload.send and cfg.workload.rate > 0:
+                gaps = intervals(cfg.workload, workload_rng(cfg.seed * 1000 + cfg.incarnation,
+                                                            nid))
+                self._schedule_broadcast(nid, self.now, gaps)
+            return {"alive": True, "incarnation": cfg.incarnation}
+        if op == "pause":
+            self.paused.add(nid)
+            return {"state": "T"}
+        self.paused.discard(nid)
+        held, self.held[nid] = self.held[nid], []
+        for fn in held:
+            self.at(self.now, fn)
+        return {"state": "S", "released": len(held)}
+
+    def _mgmt(self, core: NodeCore, p: dict[str, Any]) -> dict[str, Any]:
+        """Management requests answered in-process by the node's own MBeans."""
+        from nodes.management.jolokia import Jolokia
+        from nodes.management.node_mbeans import build_node_registry
+
+        jolokia = Jolokia(build_node_registry(core, true_now=lambda: self.now))
+        if p.get("write"):
+            return {"old": {k: jolokia.handle({"type": "write", "mbean": p["mbean"],
+                                               "attribute": k, "value": v}).get("value")
+                            for k, v in p["write"].items()}}
+        op, *args = p["exec"]
+        reply = jolokia.handle({"type": "exec", "mbean": p["mbean"], "operation": op,
+                                "arguments": args})
+        return {"value": reply.get("value"), "status": reply.get("status")}
 
 
 def run_sim_file(path: Path) -> SimStats:
     spec: dict[str, Any] = json.loads(path.read_text())
     configs = [NodeConfig.from_dict(d) for d in spec["nodes"]]
     sim = Simulator(configs, seed=spec["seed"], t0_ns=spec.get("t0_ns", SIM_EPOCH_NS))
+    if spec.get("faults"):
+        sim.schedule_faults(spec["faults"], Path(spec["faults_log"]))
     end = max(c.start_at_ns + c.duration_ns + c.drain_ns for c in configs)
     return sim.run(end)
 

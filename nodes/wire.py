@@ -65,6 +65,7 @@ class MsgType(enum.IntEnum):
     ESTIMATE = 9  # Fast SETO: a process sends its one-way delay vector
     DUMMY = 10  # QoS total order: keep-alive for an idle slot (004)
     ALIVE = 11  # failure-detector heartbeat
+    FETCH = 12  # ask for data messages by (origin, mno) (sequencer relay)
 
 
 class Proto(enum.IntEnum):
@@ -78,6 +79,7 @@ class Proto(enum.IntEnum):
 class Flag(enum.IntFlag):
     NONE = 0
     RETRANSMIT = 1  # this datagram is a retransmission
+    RELAYED = 2  # a data message resent by someone other than its origin
 
 
 class WireError(ValueError):

@@ -26,7 +26,7 @@ def _run(argv: list[str], timeout: float = 10) -> bool:
         return False
 
 
-def _probe_qdisc(kind: list[str]) -> bool:
+def probe_qdisc(kind: list[str]) -> bool:
     """Add a qdisc on the loopback of a throw-away namespace."""
     if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
         return False
@@ -47,11 +47,11 @@ def checks() -> list[Check]:
         Check("java", java, "Spark analysis", "apt-get install -y openjdk-17-jre-headless"),
         Check("iproute2 (ip, tc)", bool(shutil.which("tc") and shutil.which("ip")),
               "namespaces and shaping", "apt-get install -y iproute2"),
-        Check("sch_netem", _probe_qdisc(["netem", "delay", "1ms"]),
+        Check("sch_netem", probe_qdisc(["netem", "delay", "1ms"]),
               "the netem shaping applier",
               "kernel lacks sch_netem: the userspace applier is used (auto); real netem runs "
               "under user-mode-linux"),
-        Check("HTB", _probe_qdisc(["handle", "1:", "htb"]), "QoS reservation (tc htb)",
+        Check("HTB", probe_qdisc(["handle", "1:", "htb"]), "QoS reservation (tc htb)",
               "a kernel with sch_htb"),
         Check("iptables", shutil.which("iptables") is not None, "partitions, NFQUEUE shaping",
               "apt-get install -y iptables"),

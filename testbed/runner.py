@@ -19,6 +19,7 @@ from nodes.sim import SIM_EPOCH_NS
 from testbed.backends import Backend, BackendError, make_backend
 from testbed.backends.sim import SimBackend
 from testbed.deploy import node_configs
+from testbed.faults.schedule import expand
 from testbed.rundir import RunDir
 from testbed.spec.experiment import ExperimentSpec
 from testbed.spec.topology import PathMatrix, TopologySpec
@@ -92,7 +93,10 @@ def _execute(exp: ExperimentSpec, topo: TopologySpec, paths: PathMatrix, run: Ru
     configs = node_configs(exp, topo, paths, addresses, run.path, start,
                            backend.inprocess_shaping, control_port=None if is_sim else 0,
                            mgmt_token=run.token)
+    actions = expand(exp.faults, paths.hosts, exp.duration, exp.seed)
+    backend.schedule_faults(actions, start)
     backend.deploy(configs)
+    backend.start_faults()
     total_s = (exp.duration + exp.drain) / 1e9 + (0 if is_sim else LOCAL_STARTUP_NS / 1e9)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn(),
                   console=console, transient=True) as progress:
@@ -103,6 +107,8 @@ def _execute(exp: ExperimentSpec, topo: TopologySpec, paths: PathMatrix, run: Ru
             progress.update(task, completed=min(elapsed, total_s))
             if elapsed > total_s + 30:
                 raise BackendError(f"nodes did not finish within {total_s + 30:.0f} s")
+    for problem in backend.stop_faults():
+        console.print(f"[yellow]fault not applied:[/] {problem}")
     if is_sim:
         stats = backend.stats()  # type: ignore[attr-defined]
         console.print(f"simulated {stats.get('virtual_s', 0):.1f} s: "

@@ -1,25 +1,98 @@
 """Undo a run from its journal, in reverse creation order; idempotent, and it works after the
-orchestrator was killed (ARCHITECTURE.md decision 5)."""
+orchestrator was killed (ARCHITECTURE.md decision 5).
+
+Resource kinds: `process` and `netns` (a process holding a Mininet host's namespace: stopping it
+lets the kernel free the namespace and the veth ends inside), `qdisc` and `iptables` (inside a
+host namespace, entered through its journaled holder; gone already if the holder is gone),
+`iptables-chain` (root namespace), `link` (a bridge or veth end in the root namespace) and
+`sysctl` (restored to the journaled value).
+"""
 
 from __future__ import annotations
 
-from testbed.processes import run_processes, start_time, stop_pid
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from testbed.processes import is_alive, run_processes, start_time, stop_pid
 from testbed.rundir import RunDir
 
 
-def teardown(run: RunDir) -> list[str]:
-    """Remove what the run left; return a line per resource removed."""
+def _quiet(argv: list[str]) -> bool:
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _in_ns(entry: dict[str, Any], argv: list[str]) -> bool | None:
+    """Run argv in the entry's host namespace; None when that namespace no longer exists."""
+    pid = entry.get("ns_pid")
+    if pid is None:
+        return _quiet(argv)
+    if not is_alive(pid, entry.get("ns_start")):
+        return None
+    return _quiet(["nsenter", "-t", str(pid), "-n", *argv])
+
+
+def _link_exists(name: str) -> bool:
+    return Path(f"/sys/class/net/{name}").exists()
+
+
+def remove(entry: dict[str, Any]) -> str | None:
+    """Remove one journaled resource; a line saying what was removed, or None if it was gone."""
+    kind, rid = entry.get("kind"), entry["id"]
+    if kind in ("process", "netns"):
+        # A namespace holder is an interactive shell (ignores SIGTERM) with no state to flush.
+        grace = 0.0 if kind == "netns" else 3.0
+        if stop_pid(entry["pid"], entry.get("starttime"), grace_s=grace):
+            return f"{kind} {rid} (pid {entry['pid']})"
+    elif kind == "qdisc":
+        if _in_ns(entry, ["tc", "qdisc", "del", "dev", entry["dev"], "root"]):
+            return f"qdisc {rid}"
+    elif kind == "iptables":
+        if _in_ns(entry, ["iptables", "-w", "-D", *entry["rule"]]):
+            return f"iptables rule {rid}"
+    elif kind == "iptables-chain":
+        chain, hook = entry["chain"], entry["hook"]
+        jumped = _quiet(["iptables", "-w", "-D", hook, "-j", chain])
+        _quiet(["iptables", "-w", "-F", chain])
+        if _quiet(["iptables", "-w", "-X", chain]) or jumped:
+            return f"iptables chain {chain}"
+    elif kind == "link":
+        if _link_exists(entry["name"]) and _quiet(["ip", "link", "del", entry["name"]]):
+            return f"link {entry['name']}"
+    elif kind == "sysctl":
+        path = Path("/proc/sys") / entry["key"].replace(".", "/")
+        try:
+            if path.read_text().strip() != str(entry["old"]):
+                path.write_text(str(entry["old"]))
+                return f"sysctl {entry['key']}={entry['old']} (restored)"
+        except OSError:
+            return None
+    return None
+
+
+def undo(run: RunDir) -> list[str]:
+    """Remove every live resource of the run (a rollback; the run is not marked down)."""
     journal = run.journal
     removed = []
     for entry in reversed(journal.live()):
-        if entry.get("kind") == "process":
-            if stop_pid(entry["pid"], entry.get("starttime")):
-                removed.append(f"process {entry['id']} (pid {entry['pid']})")
+        line = remove(entry)
+        if line:
+            removed.append(line)
         journal.append("remove", id=entry["id"])
     # A kill between spawn() and its journal line leaves a process only its environment names.
     for pid in run_processes(run.run_id):
         if stop_pid(pid, start_time(pid)):
             removed.append(f"process pid {pid} (found by run id)")
+    return removed
+
+
+def teardown(run: RunDir) -> list[str]:
+    """Remove what the run left; return a line per resource removed."""
+    removed = undo(run)
+    journal = run.journal
     if not journal.finished():
         journal.append("down")
     return removed

@@ -69,6 +69,52 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
         .operation("resetStats", reset_stats, [], None, "zero the delivery counters")
     )
 
+    fd = core.fd
+
+    def set_fd_timeout(ms: float) -> None:
+        if ms <= 0:
+            raise ValueError(f"TimeoutMs must be positive, got {ms}")
+        fd.timeout_ns = round(ms * 1e6)
+
+    def set_fd_interval(ms: float) -> None:
+        if ms <= 0:
+            raise ValueError(f"IntervalMs must be positive, got {ms}")
+        fd.interval_ns = round(ms * 1e6)
+
+    registry.register(
+        MBean("testbed:type=FailureDetector", "Heartbeat failure detector (D3.5 section 4.2)")
+        .attribute("TimeoutMs", "float", lambda: fd.timeout_ns / 1e6, set_fd_timeout,
+                   "silence after which a member is suspected")
+        .attribute("IntervalMs", "float", lambda: fd.interval_ns / 1e6, set_fd_interval,
+                   "heartbeat period")
+        .attribute("SuspectedMembers", "list",
+                   lambda: sorted(core.names[m] for m in fd.suspected))
+    )
+
+    def ids(names: list[str]) -> set[int]:
+        return {core.id_of(n) for n in names}
+
+    def block(to: list[str], from_: list[str]) -> list[str]:
+        core.blocked_out |= ids(to)
+        core.blocked_in |= ids(from_)
+        _log_net(core, true_now())
+        return sorted(core.names[m] for m in core.blocked_out | core.blocked_in)
+
+    def heal() -> None:
+        core.blocked_out.clear()
+        core.blocked_in.clear()
+        _log_net(core, true_now())
+
+    registry.register(
+        MBean("testbed:type=Network", "Node-side data-plane filters (partitions) and paths")
+        .attribute("BlockedTo", "list", lambda: sorted(core.names[m] for m in core.blocked_out))
+        .attribute("BlockedFrom", "list",
+                   lambda: sorted(core.names[m] for m in core.blocked_in))
+        .operation("block", block, [("to", "list"), ("from", "list")], "list",
+                   "drop datagrams to and from these hosts")
+        .operation("heal", heal, [], None, "remove every filter")
+    )
+
     rm = getattr(proto, "rm", None)
     registry.register(
         MBean("testbed:type=Transport", "UDP transport and reliable multicast")
@@ -80,6 +126,12 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
         .attribute("Retransmissions", "int", lambda: getattr(rm, "retransmissions", 0))
     )
     return registry
+
+
+def _log_net(core: NodeCore, t: int) -> None:
+    core.log.write(t, core.clock.local(t), "net",
+                   blocked_to=sorted(core.names[m] for m in core.blocked_out),
+                   blocked_from=sorted(core.names[m] for m in core.blocked_in))
 
 
 def _log_clock(core: NodeCore, t: int, action: str) -> None:

@@ -22,7 +22,8 @@ Flow control: a sender keeps at most `window` of its own messages unacknowledged
 further multicasts wait in a backlog until ACKs free the window. Without it an overloaded
 receiver's socket overflows, its NACKs ask for more than it can take, and throughput collapses
 instead of levelling off. A NACK is answered with at most `max_resend` messages. Suspected
-members (failure detector) do not hold the window or the send buffer.
+members (failure detector) do not hold the window, but the send buffer still keeps what they
+miss: a partitioned member that stays correct must be able to catch up after the heal.
 
 Restarts: every reliable message carries its sender's incarnation (header.aux). A message from
 a newer incarnation resets that sender's stream. A restarted process (incarnation > 0) joins
@@ -233,7 +234,7 @@ class ReliableMulticast:
         return out
 
     def _purge(self) -> None:
-        floor = self._floor()
+        floor = min(self.acked.values()) if self.acked else None
         if floor is None:
             return
         for rseq in [r for r in self.send_buffer if r <= floor]:

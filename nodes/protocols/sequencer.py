@@ -13,16 +13,32 @@ into one control message: its header carries the first number and the payload th
 
 With `optimistic: true` every process also opt-delivers data messages in their spontaneous
 receive order -- the plain-sequencer baseline of optimistic total order (000 section 2.2).
+
+Relay: "a group membership protocol is used to ensure that for any given data message there is
+exactly one active sequencer" (000 section 2.1), and the view-synchronous multicast under it
+makes sure every correct process gets every ordered message. Without a membership service
+here, a process that finds the next ORDER naming a message it never received (its origin
+crashed while this process was partitioned away) FETCHes it from the sequencer, which has
+R-delivered every message it ordered; the copy comes back flagged RELAYED.
 """
 
 from __future__ import annotations
 
 import struct
+from collections import OrderedDict
 from typing import Any
 
-from nodes.protocols.base import Action, FinalDeliver, Log, OptDeliver, RDeliver, SetTimer
+from nodes.protocols.base import (
+    Action,
+    FinalDeliver,
+    Log,
+    OptDeliver,
+    RDeliver,
+    Send,
+    SetTimer,
+)
 from nodes.protocols.reliable import ReliableMulticast
-from nodes.wire import Header, Message, MsgType, Proto
+from nodes.wire import Flag, Header, Message, MsgType, Proto
 
 ORDER_ENTRY = struct.Struct("!HI")  # origin, mno
 FLUSH = "seq:flush"
@@ -59,6 +75,13 @@ class Sequencer:
         self.pending_orders: list[tuple[int, int]] = []
         self.opt_delivered = 0
         self.fnl_delivered = 0
+        # Relay (see module docstring): every data message seen, and recent ones kept to
+        # serve FETCH requests for an origin that crashed before everyone had its message.
+        self.seen: set[tuple[int, int]] = set()
+        self.store: OrderedDict[tuple[int, int], Message] = OrderedDict()
+        self.store_limit = int(params.get("relay_store", 16384))
+        self.fetch_after_ns = round(float(params.get("fetch_after_ms", 200)) * 1e6)
+        self.blocked_since: int | None = None  # when the next ORDER's data went missing
 
     # -- Layer interface ----------------------------------------------------------------------
     def start(self, now: int) -> list[Action]:
@@ -72,6 +95,11 @@ class Sequencer:
         return out + self._up(self.rm.multicast(header, payload, now), now)
 
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
+        h = msg.header
+        if h.type == MsgType.FETCH:
+            return self._serve_fetch(src, msg)
+        if h.type == MsgType.DATA and h.flags & Flag.RELAYED:
+            return self._r_deliver(msg, now)
         return self._up(self.rm.on_message(src, msg, now), now)
 
     def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
@@ -81,7 +109,7 @@ class Sequencer:
     def on_timer(self, key: str, now: int) -> list[Action]:
         if key == FLUSH:
             return self._flush_orders(now)
-        return self._up(self.rm.on_timer(key, now), now)
+        return self._up(self.rm.on_timer(key, now), now) + self._fetch_missing(now)
 
     # -- the algorithm ------------------------------------------------------------------------
     def _up(self, actions: list[Action], now: int) -> list[Action]:
@@ -98,6 +126,12 @@ class Sequencer:
         out: list[Action] = []
         if h.type == MsgType.DATA:
             key = (h.origin, h.mno)
+            if key in self.seen:
+                return []  # a relayed copy of what reliable multicast already gave us
+            self.seen.add(key)
+            self.store[key] = msg
+            if len(self.store) > self.store_limit:
+                self.store.popitem(last=False)
             self.received[key] = len(msg.payload)
             out.append(Log("recv", {"origin": h.origin, "mno": h.mno, "size": len(msg.payload)}))
             out += self._on_data(msg, now)
@@ -122,6 +156,33 @@ class Sequencer:
             out.append(OptDeliver(h.origin, h.mno, len(msg.payload)))
         if self.me == self.sequencer:
             out += self._enqueue_order((h.origin, h.mno))
+        return out
+
+    def _fetch_missing(self, now: int) -> list[Action]:
+        """The next ORDER names a message we never got, and reliable FIFO cannot repair it
+        (its origin crashed or restarted): after `fetch_after` ask the sequencer, which holds
+        every message it ordered, for up to 64 of them."""
+        key = self.order.get(self.next_deliver)
+        if key is None or key in self.received or self.me == self.sequencer:
+            self.blocked_since = None
+            return []
+        if self.blocked_since is None:
+            self.blocked_since = now
+            return []
+        if now - self.blocked_since < self.fetch_after_ns:
+            return []
+        self.blocked_since = now
+        wanted = [k for s, k in sorted(self.order.items()) if k not in self.received][:64]
+        header = Header(MsgType.FETCH, self.proto, sender=self.me)
+        return [Send(self.sequencer, Message(header, pack_orders(wanted)))]
+
+    def _serve_fetch(self, src: int, msg: Message) -> list[Action]:
+        out: list[Action] = []
+        for key in unpack_orders(msg.payload):
+            data = self.store.get(key)
+            if data is not None:
+                h = data.header.with_(flags=data.header.flags | Flag.RELAYED)
+                out.append(Send(src, Message(h, data.payload)))
         return out
 
     def _enqueue_order(self, key: tuple[int, int]) -> list[Action]:

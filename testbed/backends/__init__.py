@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from testbed.backends.base import Backend, BackendError, HostAddress
 from testbed.rundir import RunDir
 from testbed.spec.topology import PathMatrix, TopologySpec
@@ -9,7 +11,10 @@ from testbed.spec.topology import PathMatrix, TopologySpec
 __all__ = ["Backend", "BackendError", "HostAddress", "make_backend"]
 
 
-def make_backend(name: str, run: RunDir, topology: TopologySpec, paths: PathMatrix) -> Backend:
+def make_backend(name: str, run: RunDir, topology: TopologySpec, paths: PathMatrix,
+                 **options: Any) -> Backend:
+    """`options` reach backends that take them (mininet: applier="auto"|"netem"|"userspace",
+    capture=CaptureOptions(...), seed=int); others ignore them."""
     if name == "sim":
         from testbed.backends.sim import SimBackend
 
@@ -18,4 +23,9 @@ def make_backend(name: str, run: RunDir, topology: TopologySpec, paths: PathMatr
         from testbed.backends.local import LocalBackend
 
         return LocalBackend(run, topology, paths)
-    raise BackendError(f"the {name} backend is not available yet; use --backend local or sim")
+    if name == "mininet":
+        from testbed.backends.mininet import MininetBackend
+
+        return MininetBackend(run, topology, paths, **options)
+    raise BackendError(f"the {name} backend is not available yet; use --backend local, sim or "
+                       "mininet")

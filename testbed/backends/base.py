@@ -6,8 +6,11 @@ from __future__ import annotations
 import subprocess
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 from nodes.config import NodeConfig
+from testbed.faults.nemesis import Nemesis
+from testbed.faults.schedule import Action
 from testbed.rundir import RunDir
 from testbed.spec.topology import PathMatrix, TopologySpec
 
@@ -48,10 +51,30 @@ class Backend(ABC):
     def exec(self, host: str, argv: list[str]) -> subprocess.CompletedProcess[bytes]:
         raise BackendError(f"the {self.name} backend cannot run commands on hosts")
 
-    def fault(self, kind: str, **params: object) -> None:
-        raise BackendError(f"the {self.name} backend does not inject {kind} faults yet")
+    def fault(self, action: Action) -> dict[str, Any]:
+        """Apply one primitive of the fault timeline; return what was measured afterwards."""
+        raise BackendError(f"the {self.name} backend does not inject {action.op} faults yet")
 
-    def collect(self) -> None:
+    def schedule_faults(self, actions: list[Action], start_at_ns: int) -> None:
+        """Take the fault timeline (before deploy)."""
+        self.fault_plan = (actions, start_at_ns)
+
+    def start_faults(self) -> None:
+        """After deploy: by default a real-time nemesis thread walks the timeline."""
+        actions, start_at_ns = getattr(self, "fault_plan", ([], 0))
+        if actions:
+            self.nemesis = Nemesis(actions, start_at_ns, self.run.path / "faults.jsonl",
+                                   self.fault)
+            self.nemesis.start()
+
+    def stop_faults(self) -> list[str]:
+        nemesis = getattr(self, "nemesis", None)
+        if nemesis is None:
+            return []
+        nemesis.stop()
+        return list(nemesis.errors)
+
+    def collect(self) -> None:  # noqa: B027 - optional hook, most backends write in place
         """Bring logs (and captures) into the run directory."""
 
     @abstractmethod

@@ -9,6 +9,7 @@ import sys
 
 from nodes.config import NodeConfig
 from testbed.backends.base import Backend, BackendError, HostAddress
+from testbed.faults.nemesis import history_record
 from testbed.processes import spawn
 
 
@@ -21,12 +22,22 @@ class SimBackend(Backend):
                 for i, h in enumerate(self.paths.hosts)}
 
     def deploy(self, configs: list[NodeConfig]) -> None:
-        spec = {"seed": configs[0].seed, "nodes": [c.to_dict() for c in configs]}
+        actions, start = getattr(self, "fault_plan", ([], 0))
+        spec = {"seed": configs[0].seed, "nodes": [c.to_dict() for c in configs],
+                "faults_log": str(self.run.path / "faults.jsonl"),
+                # The simulator applies the timeline in virtual time and writes the history.
+                "faults": [{"t_ns": start + a.at_ns, "op": a.op, "params": a.params,
+                            "record": {k: v for k, v in history_record(a, 0, {}).items()
+                                       if k not in ("t", "measured")}}
+                           for a in actions]}
         path = self.run.path / "sim.json"
         path.write_text(json.dumps(spec, sort_keys=True))
         self._proc = spawn(self.run.journal, self.run.run_id, "sim",
                            [sys.executable, "-m", "nodes.sim", "--config", str(path)],
                            self.run.path / "sim.log")
+
+    def start_faults(self) -> None:
+        """Nothing to start: the faults travel inside sim.json."""
 
     def wait(self, timeout_s: float) -> bool:
         try:

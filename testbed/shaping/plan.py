@@ -91,7 +91,9 @@ def host_plans(topology: TopologySpec, paths: PathMatrix, addresses: dict[str, s
         classes, warnings = [], []
         for i, dst in enumerate(d for d in paths.hosts if d != src):
             c = class_plan(dst, addresses[dst], FIRST_MINOR + i, paths.get(src, dst), root)
-            if c.limit > NETEM_DEFAULT_LIMIT:
+            configured = paths.get(src, dst).bandwidth_bps or qos.get(src)
+            # Only a rate the topology names is worth a warning; the default just sizes queues.
+            if configured and c.limit > NETEM_DEFAULT_LIMIT:
                 warnings.append(
                     f"{src}->{dst}: {c.rate_bps / 1e6:g} Mbit/s x "
                     f"{(c.delay_ns + 3 * c.jitter_ns) / 1e6:g} ms holds up to {c.limit} packets; "

@@ -8,6 +8,8 @@ from pydantic import Field, field_validator
 
 from analysis.expect import parse_expectation
 from nodes.config import PROTOCOLS
+from testbed.faults.schedule import check_faults
+from testbed.faults.spec import FaultSpec
 from testbed.spec.topology import Loc, Strict, TopologySpec
 from testbed.spec.units import Duration, Frequency, Size
 
@@ -51,7 +53,7 @@ class ExperimentSpec(Strict):
     seed: int = 1
     protocol: ProtocolSpec
     workload: WorkloadSpec
-    faults: list[dict[str, Any]] = []
+    faults: list[FaultSpec] = []
     capture: CaptureSpec = CaptureSpec()
     expect: list[str] = []
 
@@ -81,8 +83,7 @@ def check_experiment(exp: ExperimentSpec, topo: TopologySpec) -> list[tuple[Loc,
     seq = exp.protocol.params.get("sequencer")
     if seq is not None and seq not in hosts:
         problems.append((("protocol", "params", "sequencer"), f"unknown sequencer host {seq!r}"))
-    if exp.faults:
-        problems.append((("faults",), "fault schedules are not supported yet; remove `faults`"))
+    problems += check_faults(exp.faults, hosts, exp.duration)
     if exp.capture.pcap and exp.backend in ("sim", "local"):
         problems.append((("capture", "pcap"),
                          f"packet capture needs the mininet or docker backend, not {exp.backend}"))

@@ -145,16 +145,16 @@ def load_experiment(
     exp = validate(doc, ExperimentSpec, data)
     if isinstance(exp.topology, TopologySpec):
         topo = exp.topology
-        problems = [doc.error(loc, msg, ("topology",)) for loc, msg in check_topology(topo)]
-        if problems:
-            raise SpecError(problems)
+        located = [doc.error(loc, msg, ("topology",)) for loc, msg in check_topology(topo)]
+        if located:
+            raise SpecError(located)
     else:
         topo_path = (path.parent / exp.topology).resolve()
         if not topo_path.exists():
             raise SpecError([doc.error(("topology",), f"topology file {exp.topology} not found "
                                        f"(looked at {topo_path})")])
         topo = load_topology(topo_path)
-    problems = check_experiment(exp, topo)
-    if problems:
-        raise SpecError([doc.error(loc, msg) for loc, msg in problems])
+    cross = check_experiment(exp, topo)
+    if cross:
+        raise SpecError([doc.error(loc, msg) for loc, msg in cross])
     return exp, topo

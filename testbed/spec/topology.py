@@ -255,8 +255,8 @@ def reduce_topology(topo: TopologySpec) -> PathMatrix:
             if sa == sb:
                 paths[(a, b)] = _compose([lan_a], lan_a.delay)
                 continue
-            link = wan.get((sa, sb))
-            if link is None:
+            wan_link = wan.get((sa, sb))
+            if wan_link is None:
                 raise ValueError(f"no WAN link from site {sa} to site {sb} (host {a} -> {b})")
             half_a = lan_a.model_construct(**{**dict(lan_a), "delay": lan_a.delay // 2,
                                               "jitter": round(lan_a.jitter / math.sqrt(2)),
@@ -265,6 +265,6 @@ def reduce_topology(topo: TopologySpec) -> PathMatrix:
                                               "delay": lan_b.delay - lan_b.delay // 2,
                                               "jitter": round(lan_b.jitter / math.sqrt(2)),
                                               "loss": lan_b.loss / 2})
-            delay = half_a.delay + link.delay + half_b.delay
-            paths[(a, b)] = _compose([half_a, link, half_b], delay)
+            delay = half_a.delay + wan_link.delay + half_b.delay
+            paths[(a, b)] = _compose([half_a, wan_link, half_b], delay)
     return PathMatrix(names, paths)

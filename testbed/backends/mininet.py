@@ -1,0 +1,284 @@
+"""The `mininet` backend (root): one Mininet host (a network namespace) per emulated host.
+
+Two Linux bridges per run (Mininet's LinuxBridge, no controller, no Open vSwitch: PLATFORM.md):
+  data     `tb<run>d`: each host's `d0`, addresses in 198.18.0.0/16 (or the topology's own,
+           within 198.18.0.0/15), shaped by the applier on `d0` egress;
+  control  `tb<run>c`: each host's `c0` plus an address on the bridge itself in the root
+           namespace, 198.19.<k>.0/24 with a per-run <k>. Never shaped (ARCHITECTURE.md
+           decision 4); 198.19.0.0/16 is the other half of the benchmarking range we own.
+Every bridge, veth end, namespace holder, qdisc, iptables rule and process is journaled before
+it is created; a failure during up() rolls everything back.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from nodes.config import NodeConfig
+from testbed.backends.base import Backend, BackendError, HostAddress
+from testbed.capture import Capture, CaptureOptions
+from testbed.processes import spawn, start_time, stop_pid
+from testbed.rundir import RUN_ENV, Journal, RunDir
+from testbed.shaping.auto import make_applier
+from testbed.shaping.hostns import HostNs, ShapingError
+from testbed.shaping.plan import HostPlan, host_plans, with_path
+from testbed.spec.topology import Path as PathSpec
+from testbed.spec.topology import PathMatrix, TopologySpec
+from testbed.teardown import undo
+
+DATA_PORT = 7000
+DATA_DEV = "d0"
+CONTROL_DEV = "c0"
+IFNAMSIZ = 15
+DATA_NET = ipaddress.ip_network("198.18.0.0/16")
+
+
+BRIDGE_NF = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+
+
+def allow_bridged(journal: Journal, prefix: str, bridges: list[str]) -> None:
+    """With br_netfilter loaded (any machine where Docker ran), bridged frames traverse the
+    root namespace's FORWARD chain, whose policy Docker sets to DROP (PLATFORM.md). Rather than
+    flip the global sysctl, accept this run's bridges in a chain of the run's own."""
+    try:
+        if BRIDGE_NF.read_text().strip() != "1":
+            return
+    except OSError:
+        return
+    chain = f"{prefix}-fwd"
+    journal.append("create", kind="iptables-chain", id=f"chain:{chain}", chain=chain,
+                   hook="FORWARD")
+    cmds = [["iptables", "-w", "-N", chain]]
+    for br in bridges:
+        cmds += [["iptables", "-w", "-A", chain, "-i", br, "-j", "ACCEPT"],
+                 ["iptables", "-w", "-A", chain, "-o", br, "-j", "ACCEPT"]]
+    cmds.append(["iptables", "-w", "-I", "FORWARD", "-j", chain])
+    for cmd in cmds:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BackendError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()}")
+
+
+def check_ifname(name: str) -> str:
+    if len(name) > IFNAMSIZ:
+        raise BackendError(f"interface name {name!r} is longer than the kernel's 15 characters")
+    return name
+
+
+def data_addresses(topology: TopologySpec) -> dict[str, str]:
+    taken = {h.address for h in topology.hosts if h.address}
+    free = (str(ip) for ip in DATA_NET.hosts() if str(ip) not in taken)
+    return {h.name: h.address or next(free) for h in topology.hosts}
+
+
+def control_subnet(run_id: str) -> ipaddress.IPv4Network:
+    """A /24 of 198.19.0.0/16 that no interface in the root namespace uses yet."""
+    used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+    start = int(run_id, 16) % 254 + 1
+    for k in range(254):
+        net = ipaddress.IPv4Network(f"198.19.{(start + k) % 254 + 1}.0/24")
+        if f"198.19.{net.network_address.packed[2]}." not in used:
+            return net
+    raise BackendError("every 198.19.x.0/24 control subnet is in use; tear down old runs")
+
+
+class MininetBackend(Backend):
+    name = "mininet"
+    inprocess_shaping = False
+
+    def __init__(self, run: RunDir, topology: TopologySpec, paths: PathMatrix,
+                 applier: str = "auto", capture: CaptureOptions | None = None, seed: int = 1):
+        super().__init__(run, topology, paths)
+        self.applier = make_applier(applier, run, seed)
+        self.capture = Capture(run, capture) if capture else None
+        self.ns: dict[str, HostNs] = {}
+        self.plans: dict[str, HostPlan] = {}
+        self.addresses: dict[str, HostAddress] = {}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.net: Any = None
+
+    # -- up -----------------------------------------------------------------------------------
+    def up(self) -> dict[str, HostAddress]:
+        if os.geteuid() != 0:
+            raise BackendError("the mininet backend needs root; run with sudo or use --backend "
+                               "local")
+        try:
+            return self._up()
+        except Exception as exc:
+            undo(self.run)
+            if isinstance(exc, BackendError):
+                raise
+            raise BackendError(f"mininet bring-up failed and was rolled back: {exc}") from exc
+
+    def _up(self) -> dict[str, HostAddress]:
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+        from mininet.nodelib import LinuxBridge
+
+        setLogLevel("error")  # its bridge-nf warnings are handled by allow_bridged()
+
+        j, prefix = self.run.journal, f"tb{self.run.run_id}"
+        data_br, ctl_br = check_ifname(prefix + "d"), check_ifname(prefix + "c")
+        ctl_net = control_subnet(self.run.run_id)
+        ctl_ips = list(ctl_net.hosts())
+        data_ip = data_addresses(self.topology)
+        # Mininet's shells and the commands it runs inherit the run id, so a kill mid-build
+        # still leaves them findable by teardown (processes.run_processes).
+        old_env = os.environ.get(RUN_ENV)
+        os.environ[RUN_ENV] = self.run.run_id
+        try:
+            net = Mininet(topo=None, switch=LinuxBridge, controller=None, build=False,
+                          autoSetMacs=True, autoStaticArp=True, waitConnected=False)
+            self.net = net
+            for br in (data_br, ctl_br):
+                j.append("create", kind="link", id=f"link:{br}", name=br)
+            allow_bridged(j, prefix, [data_br, ctl_br])
+            sd = net.addSwitch(data_br, dpid="1")
+            sc = net.addSwitch(ctl_br, dpid="2")
+            for sw in (sd, sc):
+                j.append("create", kind="process", id=f"shell:{sw.name}", pid=sw.pid,
+                         starttime=start_time(sw.pid), argv=["mininet switch shell"])
+            for i, host in enumerate(self.paths.hosts):
+                h = net.addHost(host, ip=f"{data_ip[host]}/{DATA_NET.prefixlen}")
+                ns = HostNs(host, h.pid, start_time(h.pid))
+                j.append("create", kind="netns", id=f"netns:{host}", pid=ns.pid,
+                         starttime=ns.starttime, host=host)
+                self.ns[host] = ns
+                for br, dev, sw in ((data_br, DATA_DEV, sd), (ctl_br, CONTROL_DEV, sc)):
+                    port = check_ifname(f"{br}{i}")
+                    j.append("create", kind="link", id=f"link:{port}", name=port)
+                    net.addLink(h, sw, intfName1=dev, intfName2=port)
+            net.build()
+            for sw in (sd, sc):
+                sw.start([])
+        finally:
+            if old_env is None:
+                os.environ.pop(RUN_ENV, None)
+            else:
+                os.environ[RUN_ENV] = old_env
+        gw = f"{ctl_ips[-1]}/{ctl_net.prefixlen}"
+        subprocess.run(["ip", "addr", "add", gw, "dev", ctl_br], check=True, capture_output=True)
+        for i, host in enumerate(self.paths.hosts):
+            ns = self.ns[host]
+            ns.run(["ip", "addr", "add", f"{ctl_ips[i]}/{ctl_net.prefixlen}", "dev",
+                    CONTROL_DEV])
+            ns.run(["ip", "link", "set", CONTROL_DEV, "up"])
+            ns.run(["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"], check=False)
+            self.addresses[host] = HostAddress(data_ip[host], DATA_PORT, str(ctl_ips[i]))
+        self.plans = host_plans(self.topology, self.paths, data_ip, DATA_DEV)
+        for host, plan in self.plans.items():
+            self.applier.apply(self.ns[host], plan, j)
+        return dict(self.addresses)
+
+    # -- nodes --------------------------------------------------------------------------------
+    def deploy(self, configs: list[NodeConfig]) -> None:
+        if self.capture:
+            for host in self.paths.hosts:
+                self.capture.start(self.ns[host], DATA_DEV)
+            self.capture.wait_listening()
+        for cfg in configs:
+            d = self.run.node_dir(cfg.name)
+            cfg.write(d / "node.json")
+            self.procs[cfg.name] = spawn(
+                self.run.journal, self.run.run_id, f"node:{cfg.name}",
+                [*self.ns[cfg.name].prefix(), sys.executable, "-m", "nodes", "--config",
+                 str(d / "node.json")], d / "node.log", cwd=Path.cwd())
+
+    def wait(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        for name, proc in list(self.procs.items()):
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                return False
+            self.run.journal.append("remove", id=f"node:{name}")
+            del self.procs[name]
+        return True
+
+    def failed(self) -> dict[str, int]:
+        return {n: p.returncode for n, p in self.procs.items()
+                if p.poll() is not None and p.returncode != 0}
+
+    def exec(self, host: str, argv: list[str]) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(["nsenter", "-t", str(self.ns[host].pid), "-n", *argv],
+                              capture_output=True, timeout=60)
+
+    def set_path(self, src: str, dst: str, path: PathSpec) -> None:
+        """Change one one-way path while the run goes on (tc change / daemon control)."""
+        plan = with_path(self.plans[src], dst, path)
+        self.plans[src] = plan
+        self.applier.change(self.ns[src], plan, plan.class_for(dst))
+
+    def collect(self) -> None:
+        for name, proc in list(self.procs.items()):
+            if proc.poll() is None:
+                stop_pid(proc.pid, None)
+            proc.wait()
+            self.run.journal.append("remove", id=f"node:{name}")
+            del self.procs[name]
+        if self.capture:
+            self.capture.stop()
+
+    def down(self) -> None:
+        self.collect()
+        for proc in self.procs.values():
+            proc.wait()
+        undo(self.run)
+
+    # -- measurement --------------------------------------------------------------------------
+    def measure_rtt(self, count: int = 5, interval_s: float = 0.05) -> dict[tuple[str, str],
+                                                                             float | None]:
+        """Median ping RTT in ms for every ordered pair (None when no reply came back);
+        pings run concurrently, one process per pair."""
+        procs = {}
+        for a in self.paths.hosts:
+            for b in self.paths.hosts:
+                if a != b:
+                    procs[(a, b)] = subprocess.Popen(
+                        ["nsenter", "-t", str(self.ns[a].pid), "-n", "ping", "-n",
+                         "-c", str(count), "-i", str(interval_s), "-W", "3",
+                         self.addresses[b].data], stdout=subprocess.PIPE, text=True)
+        out: dict[tuple[str, str], float | None] = {}
+        for pair, p in procs.items():
+            text, _ = p.communicate(timeout=60)
+            out[pair] = parse_ping_median(text)
+        return out
+
+
+def parse_ping_median(text: str) -> float | None:
+    """Median of the per-reply `time=` values: robust to the first echo's one-off costs."""
+    rtts = sorted(float(line.split("time=")[1].split()[0]) for line in text.splitlines()
+                  if "time=" in line)
+    return statistics.median(rtts) if rtts else None
+
+
+def rtt_report(paths: PathMatrix, measured: dict[tuple[str, str], float | None],
+               tolerance: float = 0.10, slack_ms: float = 1.0) -> list[dict[str, Any]]:
+    """Configured vs measured RTT per pair; `off` marks pairs off by more than 10% + 1 ms."""
+    rows = []
+    for (a, b), got in sorted(measured.items()):
+        want = (paths.get(a, b).delay_ns + paths.get(b, a).delay_ns) / 1e6
+        off = got is None or abs(got - want) > tolerance * want + slack_ms
+        rows.append({"src": a, "dst": b, "configured_ms": want, "measured_ms": got, "off": off})
+    return rows
+
+
+def bring_up(run: RunDir, topology: TopologySpec, applier: str = "auto"
+             ) -> tuple[MininetBackend, dict[str, HostAddress], list[dict[str, Any]]]:
+    """`testbed up TOPOLOGY --backend mininet`: the WAN up and left up, with the measured RTT
+    matrix next to the configured one. The caller tears it down (testbed teardown)."""
+    backend = MininetBackend(run, topology, topology.paths(), applier=applier)
+    addresses = backend.up()
+    try:
+        report = rtt_report(backend.paths, backend.measure_rtt())
+    except (OSError, subprocess.SubprocessError, ShapingError) as exc:
+        backend.down()
+        raise BackendError(f"measuring the RTT matrix failed: {exc}") from exc
+    return backend, addresses, report
