@@ -16,6 +16,7 @@ import json
 import random
 import sys
 import time
+from functools import partial
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -167,7 +168,7 @@ class Simulator:
     def schedule_faults(self, faults: list[dict[str, Any]], history: Path) -> None:
         self.history = history
         for f in faults:
-            self.at(f["t_ns"], lambda f=f: self._fault(f))
+            self.at(f["t_ns"], partial(self._fault, f))
 
     def _fault(self, f: dict[str, Any]) -> None:
         op, p = f["op"], f["params"]

@@ -52,10 +52,10 @@ def cuts(f: PartitionFault, hosts: list[str], rng: random.Random) -> set[tuple[s
     """Ordered pairs (src, dst) whose traffic is dropped."""
     n = len(hosts)
     if f.shape == "bridge":
-        # Two halves that both still reach one bridge node.
+        # Two halves that both still reach one bridge node (shuffled[0], left uncut).
         shuffled = hosts[:]
         rng.shuffle(shuffled)
-        bridge, rest = shuffled[0], shuffled[1:]
+        rest = shuffled[1:]
         a, b = rest[: len(rest) // 2], rest[len(rest) // 2:]
         return {(x, y) for x in a for y in b} | {(y, x) for x in a for y in b}
     if f.shape == "majorities-ring":

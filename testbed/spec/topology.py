@@ -237,7 +237,8 @@ def reduce_topology(topo: TopologySpec) -> PathMatrix:
     if topo.matrix is not None:
         for src, row in topo.matrix.items():
             for dst, entry in row.items():
-                link = entry if isinstance(entry, LinkSpec) else LinkSpec.model_construct(delay=entry)
+                link = (entry if isinstance(entry, LinkSpec)
+                        else LinkSpec.model_construct(delay=entry))
                 paths[(src, dst)] = _compose([link], link.delay)
         return PathMatrix(names, paths)
     site_of = {h.name: h.site for h in topo.hosts}
