@@ -16,9 +16,9 @@ import json
 import random
 import sys
 import time
-from functools import partial
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
