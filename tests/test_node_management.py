@@ -72,3 +72,28 @@ def test_third_party_jolokia_client_and_prometheus_parser_talk_to_a_node(testbed
     assert "testbed_clock_offset_ms" in names
     with pytest.raises(Exception, match="401|token|auth"):
         MgmtClient(url, "wrong-token").read("testbed:type=Node", "Name")
+
+
+def test_writing_fd_timeout_through_mgmt_changes_when_suspicions_fire(testbed_up) -> None:
+    out, run = testbed_up
+    h1 = MgmtClient(run.control_url("h1"), run.token)
+    assert cli("mgmt", "h1", "write", "testbed:type=FailureDetector", "TimeoutMs", "4000",
+               "--runs", str(out)).returncode == 0
+    # h4 stops talking to h1 (a one-way cut at h4's egress).
+    MgmtClient(run.control_url("h4"), run.token).exec("testbed:type=Network", "block",
+                                                      ["h1"], [])
+    try:
+        time.sleep(1.5)
+        assert h1.read("testbed:type=FailureDetector", "SuspectedMembers") == []
+        w = cli("mgmt", "h1", "write", "testbed:type=FailureDetector", "TimeoutMs", "300",
+                "--runs", str(out))
+        assert w.returncode == 0 and json.loads(w.stdout) == 4000.0
+        time.sleep(0.6)
+        assert h1.read("testbed:type=FailureDetector", "SuspectedMembers") == ["h4"]
+    finally:
+        MgmtClient(run.control_url("h4"), run.token).exec("testbed:type=Network", "heal")
+    time.sleep(0.5)
+    assert h1.read("testbed:type=FailureDetector", "SuspectedMembers") == []
+    bad = cli("mgmt", "--runs", str(out), "--", "h1", "write", "testbed:type=FailureDetector",
+              "TimeoutMs", "-5")
+    assert bad.returncode == 2 and "positive" in bad.stderr

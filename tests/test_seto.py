@@ -30,7 +30,7 @@ from testbed.spec.loader import load_experiment
 ROOT = Path(__file__).resolve().parent.parent
 # Four processes, jitter-free, one-way ms, sender-major (omega[k][j]: k -> j); symmetric, so
 # half a round trip is the one-way delay and every planner input is exact.
-OMEGA = [[0, 10, 20, 30], [10, 0, 15, 25], [20, 15, 0, 12], [30, 25, 12, 0]]
+OMEGA: list[list[float]] = [[0, 10, 20, 30], [10, 0, 15, 25], [20, 15, 0, 12], [30, 25, 12, 0]]
 Events = dict[str, list[dict[str, Any]]]
 
 
