@@ -59,9 +59,9 @@ async def _baseline_node(me: int, hosts: int, rate: int, seconds: int, start: fl
             if window[0] <= time.time() < window[1]:
                 received += 1
 
-    addr = ("127.88.0.%d" % (me + 1), 7100)
+    addr = (f"127.88.0.{me + 1}", 7100)
     transport, _ = await loop.create_datagram_endpoint(P, local_addr=addr)
-    peers = [("127.88.0.%d" % (i + 1), 7100) for i in range(hosts) if i != me]
+    peers = [(f"127.88.0.{i + 1}", 7100) for i in range(hosts) if i != me]
     payload = b"\x00" * (SIZE + 44)
     await asyncio.sleep(max(0.0, start - time.time()))
     planned = start

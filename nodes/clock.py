@@ -15,10 +15,14 @@ class SkewedClock:
         self.drift_ppm = drift_ppm
 
     def local(self, true_ns: int) -> int:
+        if not self.drift_ppm:
+            return true_ns + self.offset_ns
         return true_ns + self.offset_ns + round(self.drift_ppm * 1e-6 * (true_ns - self.t0))
 
     def duration_to_true(self, local_ns: int) -> int:
         """A local-clock interval expressed in true time (timers run at the local rate)."""
+        if not self.drift_ppm:
+            return local_ns
         return round(local_ns / (1.0 + self.drift_ppm * 1e-6))
 
     def jump(self, delta_ns: int) -> None:

@@ -149,6 +149,9 @@ class NodeCore:
         elif kind is Log and a.ev == "recv":
             self.log.delivery(t, lt, "recv", f"{self.names[a.fields['origin']]}:"
                               f"{a.fields['mno']}", 0, a.fields["size"])
+        elif kind is Log and a.ev == "send":
+            self.log.delivery(t, lt, "send", f"{self.cfg.name}:{a.fields['mno']}", 0,
+                              a.fields["size"])
         elif kind is Log:
             fields = dict(a.fields)
             if "member" in fields:

@@ -25,8 +25,9 @@ from typing import Any
 from nodes.config import NodeConfig, PathConfig
 from nodes.core import NodeCore, Output
 from nodes.linkmodel import LinkModel
-from nodes.wire import Message
 from nodes.workload import intervals, workload_rng
+
+ARRIVE, TIMER, BROADCAST, CALL = range(4)
 
 # Virtual time starts at a fixed instant (2026-01-01T00:00:00Z) so logs look like real ones
 # and are reproducible.
@@ -53,7 +54,7 @@ class Simulator:
         self.now = t0_ns
         self.cores = {c.node_id: NodeCore(c, t0_ns=c.start_at_ns) for c in configs}
         self.configs = {c.node_id: c for c in configs}
-        self.queue: list[tuple[int, int, Callable[[], None]]] = []
+        self.queue: list[tuple[Any, ...]] = []
         self._counter = 0
         self._timer_gen: dict[tuple[int, str], int] = {}
         self.links: dict[tuple[int, int], LinkModel] = {}
@@ -67,14 +68,20 @@ class Simulator:
         self.epoch = {nid: 0 for nid in self.cores}
         self.down: set[int] = set()
         self.paused: set[int] = set()
-        self.held: dict[int, list[Callable[[], None]]] = {nid: [] for nid in self.cores}
+        self.held: dict[int, list[tuple[Any, ...]]] = {nid: [] for nid in self.cores}
         self.history: Path | None = None
         self.by_name = {c.name: c.node_id for c in configs}
 
     # -- scheduling ---------------------------------------------------------------------------
+    # Queue entries are plain tuples (t, tie, kind, node, epoch, a, b), dispatched in run():
+    # no closure per event, which is most of the simulator's speed.
+    def _push(self, t: int, kind: int, nid: int, a: Any = None, b: Any = None) -> None:
+        self._counter += 1
+        heapq.heappush(self.queue, (t, self._counter, kind, nid, self.epoch[nid], a, b))
+
     def at(self, t: int, fn: Callable[[], None]) -> None:
         self._counter += 1
-        heapq.heappush(self.queue, (t, self._counter, fn))
+        heapq.heappush(self.queue, (t, self._counter, CALL, -1, 0, fn, None))
 
     def run(self, until_ns: int) -> SimStats:
         start = time.perf_counter()
@@ -84,11 +91,37 @@ class Simulator:
             if cfg.workload.send and cfg.workload.rate > 0:
                 gaps = intervals(cfg.workload, workload_rng(cfg.seed, nid))
                 self._schedule_broadcast(nid, cfg.start_at_ns, gaps)
-        while self.queue and self.queue[0][0] <= until_ns:
-            t, _, fn = heapq.heappop(self.queue)
+        queue, cores, epochs = self.queue, self.cores, self.epoch
+        down, paused, timer_gen = self.down, self.paused, self._timer_gen
+        events = 0
+        while queue and queue[0][0] <= until_ns:
+            entry = heapq.heappop(queue)
+            t, _, kind, nid, epoch, a, b = entry
             self.now = t
-            self.stats.events += 1
-            fn()
+            events += 1
+            if kind == CALL:
+                a()
+                continue
+            if nid in down or (kind != ARRIVE and epoch != epochs[nid]):
+                continue  # crashed, or an event of an incarnation that is gone
+            if nid in paused:
+                self.held[nid].append(entry)
+                continue
+            core = cores[nid]
+            if kind == ARRIVE:
+                c = core.counters
+                c.datagrams_in += 1
+                c.bytes_in += b
+                out = core.deliver(a, t)
+            elif kind == TIMER:
+                if timer_gen.get((nid, a)) != b:
+                    continue  # re-armed or replaced since
+                out = core.timer(a, t)
+            else:
+                out = core.broadcast(t)
+                self._schedule_broadcast(nid, a, b)
+            self._apply(nid, out)
+        self.stats.events += events
         self.now = until_ns
         for nid, core in self.cores.items():
             core.stop(self.now)
@@ -100,69 +133,37 @@ class Simulator:
     def _schedule_broadcast(self, nid: int, planned: int, gaps: Iterator[int]) -> None:
         cfg = self.configs[nid]
         nxt = planned + next(gaps)
-        if nxt >= cfg.start_at_ns + cfg.duration_ns:
-            return
-
-        def fire() -> None:
-            self._apply(nid, self.cores[nid].broadcast(self.now))
-            self._schedule_broadcast(nid, nxt, gaps)
-
-        self.at(nxt, self._guard(nid, fire))
-
-    def _guard(self, nid: int, fn: Callable[[], None], same_epoch: bool = True
-               ) -> Callable[[], None]:
-        """Wrap a node's event: dropped if the node crashed (or, for timers and broadcasts,
-        restarted since), held while it is paused."""
-        epoch = self.epoch[nid]
-
-        def run() -> None:
-            if nid in self.down or (same_epoch and self.epoch[nid] != epoch):
-                return
-            if nid in self.paused:
-                self.held[nid].append(run)
-                return
-            fn()
-
-        return run
+        if nxt < cfg.start_at_ns + cfg.duration_ns:
+            self._push(nxt, BROADCAST, nid, nxt, gaps)
 
     # -- actions ------------------------------------------------------------------------------
     def _apply(self, nid: int, out: Output) -> None:
+        now = self.now
         for key, delay in out.timers:
             gen = self._timer_gen.get((nid, key), 0) + 1
             self._timer_gen[(nid, key)] = gen
-            self.at(self.now + max(0, delay), self._guard(nid, self._timer(nid, key, gen)))
-        blocked = self.cores[nid].blocked_out
-        for dst, data, msg in out.sends:
-            targets = [d for d in self.cores if d != nid] if dst is None else [dst]
-            for d in targets:
-                if d not in blocked:
-                    self._transmit(nid, d, data, msg)
-
-    def _timer(self, nid: int, key: str, gen: int) -> Callable[[], None]:
-        def fire() -> None:
-            if self._timer_gen.get((nid, key)) == gen:
-                self._apply(nid, self.cores[nid].timer(key, self.now))
-
-        return fire
-
-    def _transmit(self, src: int, dst: int, data: bytes, msg: Message) -> None:
-        core = self.cores[src]
-        core.counters.datagrams_out += 1
-        core.counters.bytes_out += len(data)
-        self.stats.datagrams += 1
-        link = self.links.get((src, dst))
-        delay = 0 if link is None else link.transit(self.now, len(data))
-        if delay is None:
-            self.stats.lost += 1
+            self._push(now + max(0, delay), TIMER, nid, key, gen)
+        if not out.sends:
             return
-
-        def arrive() -> None:
-            core = self.cores[dst]
-            core.counters.datagrams_in += 1
-            core.counters.bytes_in += len(data)
-            self._apply(dst, core.deliver(msg, self.now))
-
-        self.at(self.now + delay, self._guard(dst, arrive, same_epoch=False))
+        core = self.cores[nid]
+        c = core.counters
+        blocked = core.blocked_out
+        links = self.links
+        for dst, data, msg in out.sends:
+            targets = [d for d in self.cores if d != nid] if dst is None else (dst,)
+            size = len(data)
+            for d in targets:
+                if d in blocked:
+                    continue
+                c.datagrams_out += 1
+                c.bytes_out += size
+                self.stats.datagrams += 1
+                link = links.get((nid, d))
+                transit = 0 if link is None else link.transit(now, size)
+                if transit is None:
+                    self.stats.lost += 1
+                    continue
+                self._push(now + transit, ARRIVE, d, msg, size)
 
     # -- faults (the timeline from testbed/faults/schedule.py) --------------------------------
     def schedule_faults(self, faults: list[dict[str, Any]], history: Path) -> None:
@@ -241,8 +242,9 @@ class Simulator:
             return {"state": "T"}
         self.paused.discard(nid)
         held, self.held[nid] = self.held[nid], []
-        for fn in held:
-            self.at(self.now, fn)
+        for entry in held:
+            self._counter += 1
+            heapq.heappush(self.queue, (self.now, self._counter, *entry[2:]))
         return {"state": "S", "released": len(held)}
 
     def _mgmt(self, core: NodeCore, p: dict[str, Any]) -> dict[str, Any]:

@@ -29,7 +29,9 @@ class CaptureOptions:
 
 
 def tcpdump_argv(iface: str, out: Path, opts: CaptureOptions) -> list[str]:
-    argv = ["tcpdump", "-i", iface, "-n", "-U", "-s", str(opts.snaplen),
+    # --immediate-mode: without it packets wait in the capture ring for up to 1 s and a stop
+    # in that window loses them ("received by filter" but never "captured").
+    argv = ["tcpdump", "-i", iface, "-n", "-U", "--immediate-mode", "-s", str(opts.snaplen),
             "--time-stamp-precision=nano", "-Z", "root"]
     name = str(out)
     if opts.rotate_s:

@@ -1,7 +1,9 @@
 """`testbed clean`: remove leftovers that carry testbed's name prefix, whatever run made them
 (journals lost, runs/ deleted). Only names starting with `tb` followed by a six-digit hex run
 id are touched: bridges and veth ends `tb<id>...`, iptables chains `tb<id>-...`, and
-`ip netns` namespaces `tb<id>...` or `tbt<id>...` (test scratch)."""
+`ip netns` namespaces `tb<id>...` or `tbt<id>...` (test scratch). Docker containers and
+networks are matched by their `org.testbed.run` label, never by name, and go first: their
+bridges are `tb<id>d`/`tb<id>c` and belong to the engine while the network exists."""
 
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ def _do(argv: list[str], dry_run: bool) -> None:
 
 def clean(dry_run: bool) -> list[str]:
     """Remove (or with dry_run only list) testbed-named links, chains and namespaces."""
-    done = []
+    from testbed.docker_cleanup import clean_labelled
+
+    done = clean_labelled(dry_run)
     for chain in re.findall(r"^-N (\S+)$", _out(["iptables", "-w", "-S"]), re.M):
         if CHAIN.match(chain):
             for hook in re.findall(rf"^-A (\S+) -j {re.escape(chain)}$",

@@ -80,39 +80,57 @@ def run(
 @app.command()
 def up(
     topology: Annotated[Path, typer.Argument(help="topology YAML")],
-    backend: Annotated[str, typer.Option(help="local (no root) or sim")] = "local",
-    protocol: Annotated[str, typer.Option(help="protocol the idle nodes run")] = "sequencer",
+    backend: Annotated[str, typer.Option(help="local (no root) or mininet (root)")] = "local",
+    protocol: Annotated[str, typer.Option(help="protocol the idle nodes run (local)")] = (
+        "sequencer"),
+    applier: Annotated[str, typer.Option(help="mininet shaping: auto, netem or userspace")] = (
+        "auto"),
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan, change nothing")] = (
         False),
     out: Annotated[Path, typer.Option("--out", help="runs directory")] = DEFAULT_RUNS,
 ) -> None:
     """Bring a topology up and leave it running (inspect it, then [bold]testbed teardown[/]).
 
-    Example: [bold]testbed up topologies/two-sites.yaml --dry-run[/]
+    Examples: [bold]testbed up topologies/two-sites.yaml --dry-run[/],
+    [bold]sudo testbed up topologies/two-sites.yaml --backend mininet[/]
     """
-    from testbed.spec.experiment import ExperimentSpec
-
     try:
         topo = load_topology(topology)
     except SpecError as exc:
         raise _spec_errors(exc) from None
     paths = topo.paths()
     print_paths(paths)
+    if backend not in ("local", "mininet"):
+        raise fail(f"`testbed up` keeps hosts running on local or mininet, not {backend}")
     if dry_run:
+        if backend == "mininet":
+            print_shaping_plan(topo, paths, applier)
         console.print(f"dry run: would start {len(paths.hosts)} {backend} hosts; nothing changed")
         return
-    if backend != "local":
-        raise fail(f"`testbed up` keeps hosts running on the local backend only, not {backend}")
+    run_dir = RunDir.create(out, topo.name)
+    run_dir.journal.append("begin", topology=topo.name, backend=backend, mode="up")
+    try:
+        if backend == "mininet":
+            _up_mininet(run_dir, topo, applier)
+        else:
+            _up_local(run_dir, topo, topology, paths, protocol)
+    except BackendError as exc:
+        teardown(run_dir)
+        raise fail(str(exc)) from None
+    console.print(f"run {run_dir.run_id} in {run_dir.path}; stop it with "
+                  f"[bold]testbed teardown {run_dir.run_id}[/]")
+
+
+def _up_local(run_dir: RunDir, topo: Any, topology: Path, paths: Any, protocol: str) -> None:
     from testbed.deploy import node_configs
     from testbed.runner import write_lock
+    from testbed.spec.experiment import ExperimentSpec
 
     exp = ExperimentSpec.model_validate({
-        "name": topo.name, "topology": topology.name, "backend": backend, "duration": "1s",
+        "name": topo.name, "topology": topology.name, "backend": "local", "duration": "1s",
         "protocol": {"name": protocol}, "workload": {"senders": [], "rate": "1/s"}})
-    run_dir = RunDir.create(out, topo.name)
     write_lock(run_dir, exp, topo, paths)
-    run_dir.journal.append("begin", topology=topo.name, backend=backend, mode="up")
-    be = make_backend(backend, run_dir, topo, paths)
+    be = make_backend("local", run_dir, topo, paths)
     addresses = be.up()
     be.deploy(node_configs(exp, topo, paths, addresses, run_dir.path, time.time_ns(),
                            be.inprocess_shaping, duration_ns=0, control_port=0,
@@ -121,8 +139,34 @@ def up(
     for host, addr in addresses.items():
         table.add_row(host, f"{addr.data}:{addr.port}", addr.control)
     console.print(table)
-    console.print(f"run {run_dir.run_id} in {run_dir.path}; stop it with "
-                  f"[bold]testbed teardown {run_dir.run_id}[/]")
+
+
+def _up_mininet(run_dir: RunDir, topo: Any, applier: str) -> None:
+    from testbed.backends.mininet import bring_up
+
+    _, addresses, report = bring_up(run_dir, topo, applier=applier)
+    table = Table("host", "data address", "control", title=f"{topo.name} is up (mininet)")
+    for host, addr in addresses.items():
+        table.add_row(host, addr.data, addr.control)
+    console.print(table)
+    rtt = Table("pair", "configured RTT ms", "measured RTT ms", "",
+                title="ping all pairs (flagged: off by more than 10% + 1 ms)")
+    for row in report:
+        measured = row["measured_ms"]
+        rtt.add_row(f"{row['src']}->{row['dst']}", f"{row['configured_ms']:.2f}",
+                    "no reply" if measured is None else f"{measured:.2f}",
+                    "[red]OFF[/]" if row["off"] else "ok")
+    console.print(rtt)
+
+
+def print_shaping_plan(topo: Any, paths: Any, applier: str) -> None:
+    from testbed.backends.mininet import data_addresses
+    from testbed.shaping import netem
+    from testbed.shaping.plan import host_plans
+
+    for host, plan in host_plans(topo, paths, data_addresses(topo), "d0").items():
+        print(f"# host {host}")
+        print(netem.script(plan))
 
 
 @app.command()
@@ -165,6 +209,24 @@ def teardown_cmd(
             console.print(f"  {line}")
     if not targets:
         console.print("nothing to tear down")
+
+
+@app.command()
+def clean(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="list, remove nothing")] = False,
+) -> None:
+    """Remove leftovers that carry testbed's name prefix (namespaces, links, chains), even
+    when no journal is left. Never touches anything else.
+
+    Example: [bold]sudo testbed clean --dry-run[/]
+    """
+    from testbed.clean import clean as clean_leftovers
+
+    removed = clean_leftovers(dry_run)
+    verb = "would remove" if dry_run else "removed"
+    console.print(f"{verb} {len(removed)} resource(s)")
+    for line in removed:
+        console.print(f"  {line}")
 
 
 @app.command(name="analyze")

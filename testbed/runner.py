@@ -73,7 +73,13 @@ def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: 
     write_lock(run, exp, topo, paths)
     run.journal.append("begin", experiment=exp.name, backend=exp.backend)
     console.print(f"run directory [bold]{run.path}[/]")
-    backend = make_backend(exp.backend, run, topo, paths)
+    options: dict[str, Any] = {"seed": exp.seed}
+    if exp.capture.pcap:
+        from testbed.capture import CaptureOptions
+
+        options["capture"] = CaptureOptions(exp.capture.snaplen, exp.capture.rotate_mb,
+                                            exp.capture.rotate_s)
+    backend = make_backend(exp.backend, run, topo, paths, **options)
     try:
         _execute(exp, topo, paths, run, backend, console)
         backend.collect()

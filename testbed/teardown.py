@@ -5,7 +5,8 @@ Resource kinds: `process` and `netns` (a process holding a Mininet host's namesp
 lets the kernel free the namespace and the veth ends inside), `qdisc` and `iptables` (inside a
 host namespace, entered through its journaled holder; gone already if the holder is gone),
 `iptables-chain` (root namespace), `link` (a bridge or veth end in the root namespace) and
-`sysctl` (restored to the journaled value).
+`sysctl` (restored to the journaled value), and the docker backend's `container` and
+`docker-network` (by name; containers first, as the journal's reverse order has it).
 """
 
 from __future__ import annotations
@@ -62,6 +63,12 @@ def remove(entry: dict[str, Any]) -> str | None:
     elif kind == "link":
         if _link_exists(entry["name"]) and _quiet(["ip", "link", "del", entry["name"]]):
             return f"link {entry['name']}"
+    elif kind in ("container", "docker-network"):
+        from testbed.docker_cleanup import remove_container, remove_network
+
+        gone = (remove_container if kind == "container" else remove_network)(entry["name"])
+        if gone:
+            return f"{kind} {entry['name']}"
     elif kind == "sysctl":
         path = Path("/proc/sys") / entry["key"].replace(".", "/")
         try:

@@ -121,8 +121,10 @@ class ReliableMulticast:
         return self._release(now)
 
     def _send_new(self, header: Header, payload: bytes, now: int) -> list[Action]:
-        msg = Message(header.with_(sender=self.me, rseq=self.next_rseq, proto=self.proto,
-                                   aux=self.incarnation), payload)
+        h = header  # built field by field: dataclasses.replace is slow on this hot path
+        msg = Message(Header(h.type, self.proto, h.flags, self.me, self.next_rseq, h.origin,
+                             h.mno, h.seq, h.hint, h.slot, h.ts, self.incarnation, h.length),
+                      payload)
         self.next_rseq += 1
         self.last_multicast_at = now
         if self.acked:

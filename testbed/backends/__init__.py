@@ -13,8 +13,9 @@ __all__ = ["Backend", "BackendError", "HostAddress", "make_backend"]
 
 def make_backend(name: str, run: RunDir, topology: TopologySpec, paths: PathMatrix,
                  **options: Any) -> Backend:
-    """`options` reach backends that take them (mininet: applier="auto"|"netem"|"userspace",
-    capture=CaptureOptions(...), seed=int); others ignore them."""
+    """`options` reach backends that take them (mininet and docker: applier="auto"|"netem"|
+    "userspace", capture=CaptureOptions(...) or None, seed=int; docker also image=str,
+    cpus=float, memory="512m"); others ignore them."""
     if name == "sim":
         from testbed.backends.sim import SimBackend
 
@@ -27,5 +28,9 @@ def make_backend(name: str, run: RunDir, topology: TopologySpec, paths: PathMatr
         from testbed.backends.mininet import MininetBackend
 
         return MininetBackend(run, topology, paths, **options)
-    raise BackendError(f"the {name} backend is not available yet; use --backend local, sim or "
-                       "mininet")
+    if name == "docker":
+        from testbed.backends.docker import DockerBackend
+
+        return DockerBackend(run, topology, paths, **options)
+    raise BackendError(f"the {name} backend is not available yet; use --backend local, sim, "
+                       "mininet or docker")

@@ -16,15 +16,18 @@ import ipaddress
 import os
 import statistics
 import subprocess
-import sys
-import time
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from nodes.config import NodeConfig
 from testbed.backends.base import Backend, BackendError, HostAddress
+from testbed.backends.local import PROCESS_FAULTS
+from testbed.backends.nodeprocs import NodeProcesses
 from testbed.capture import Capture, CaptureOptions
-from testbed.processes import spawn, start_time, stop_pid
+from testbed.faults.nodeside import NodeSideFaults
+from testbed.faults.schedule import Action
+from testbed.processes import start_time
 from testbed.rundir import RUN_ENV, Journal, RunDir
 from testbed.shaping.auto import make_applier
 from testbed.shaping.hostns import HostNs, ShapingError
@@ -101,7 +104,8 @@ class MininetBackend(Backend):
         self.ns: dict[str, HostNs] = {}
         self.plans: dict[str, HostPlan] = {}
         self.addresses: dict[str, HostAddress] = {}
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.nodes = NodeProcesses(run, prefix=lambda h: self.ns[h].prefix())
+        self.node_side = NodeSideFaults(run, paths.hosts, self.nodes.alive)
         self.net: Any = None
 
     # -- up -----------------------------------------------------------------------------------
@@ -184,27 +188,30 @@ class MininetBackend(Backend):
                 self.capture.start(self.ns[host], DATA_DEV)
             self.capture.wait_listening()
         for cfg in configs:
-            d = self.run.node_dir(cfg.name)
-            cfg.write(d / "node.json")
-            self.procs[cfg.name] = spawn(
-                self.run.journal, self.run.run_id, f"node:{cfg.name}",
-                [*self.ns[cfg.name].prefix(), sys.executable, "-m", "nodes", "--config",
-                 str(d / "node.json")], d / "node.log", cwd=Path.cwd())
+            self.nodes.start(cfg)
 
     def wait(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        for name, proc in list(self.procs.items()):
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                return False
-            self.run.journal.append("remove", id=f"node:{name}")
-            del self.procs[name]
-        return True
+        return self.nodes.wait(timeout_s)
 
-    def failed(self) -> dict[str, int]:
-        return {n: p.returncode for n, p in self.procs.items()
-                if p.poll() is not None and p.returncode != 0}
+    def fault(self, action: Action) -> dict[str, Any]:
+        """Process faults by signal; link changes through the shaper; partitions, clocks and
+        management through the nodes' own endpoints on the control network."""
+        if action.op in PROCESS_FAULTS:
+            return self.nodes.fault(action.op, action.params["host"])
+        if action.op == "path":
+            a, b = action.params["between"]
+            p = action.params
+            applied = {}
+            for src, dst in ((a, b), (b, a)):
+                planned = self.paths.get(src, dst)
+                new = planned if p.get("reset") else replace(
+                    planned, delay_ns=p.get("delay_ns", planned.delay_ns),
+                    jitter_ns=p.get("jitter_ns", planned.jitter_ns),
+                    loss=p.get("loss", planned.loss))
+                self.set_path(src, dst, new)
+                applied[f"{src}->{dst}"] = asdict(new)
+            return {"applied": applied}
+        return self.node_side.apply(action)
 
     def exec(self, host: str, argv: list[str]) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(["nsenter", "-t", str(self.ns[host].pid), "-n", *argv],
@@ -217,19 +224,12 @@ class MininetBackend(Backend):
         self.applier.change(self.ns[src], plan, plan.class_for(dst))
 
     def collect(self) -> None:
-        for name, proc in list(self.procs.items()):
-            if proc.poll() is None:
-                stop_pid(proc.pid, None)
-            proc.wait()
-            self.run.journal.append("remove", id=f"node:{name}")
-            del self.procs[name]
+        self.nodes.stop_all()
         if self.capture:
             self.capture.stop()
 
     def down(self) -> None:
         self.collect()
-        for proc in self.procs.values():
-            proc.wait()
         undo(self.run)
 
     # -- measurement --------------------------------------------------------------------------

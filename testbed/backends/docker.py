@@ -1,0 +1,325 @@
+"""The `docker` backend (root): one container per emulated host, on the node image
+(`testbed image build`, testbed/images.py).
+
+Per run, two user-defined bridge networks (labelled `org.testbed.run=<run id>`):
+  data     `tb-<run>-data`, bridge `tb<run>d`: a /24 of 198.19.0.0/16 picked from the run id
+           (skipping any /24 a Docker network or a root-namespace address already uses), or the
+           /24 holding the topology's own addresses; shaped by the applier;
+  control  `tb<run>c`: another free 198.19.<y>.0/24, never shaped (ARCHITECTURE.md decision
+           4). The bridge holds the gateway (.254) in the root namespace, so the orchestrator
+           reaches each node's management endpoint at its control address.
+Mininet uses 198.18.0.0/16 for data and checks `ip addr` before taking a 198.19 control /24;
+the bridges of these networks carry addresses, so the two never pick the same subnet.
+
+Each host is a pod of two containers, as in Kubernetes: `tb-<run>-<host>-net` (`sleep
+infinity`) owns the network namespace, with the shaping (the other helpers' appliers, entered
+with nsenter from the root namespace, so `inprocess_shaping` is off) and tcpdump; `tb-<run>-<host>`
+runs `python -m nodes` in that namespace with the run directory bind-mounted at /run/testbed.
+So a crash (`docker kill`) and a restart (`docker start`, incarnation + 1 in node.json, as the
+local backend does) keep addresses, shaping and the capture file; pause is `docker pause`.
+Partitions, clock and management faults go through the nodes' own endpoints
+(testbed/faults/nodeside.py); link changes go through the shaper. Every network, container
+and the FORWARD chain is journaled before it is created.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+from nodes.config import NodeConfig
+from testbed.backends.base import Backend, BackendError, HostAddress
+from testbed.backends.docker_net import (
+    CONTROL,
+    DATA,
+    LABEL,
+    ContainerNs,
+    data_addresses,
+    pick_subnets,
+)
+from testbed.backends.mininet import allow_bridged
+from testbed.capture import Capture, CaptureOptions
+from testbed.engine import EngineError, client, short
+from testbed.faults.nodeside import NodeSideFaults
+from testbed.faults.schedule import Action
+from testbed.images import ImageError, expected_tag, image_id, record_in_lock
+from testbed.processes import start_time
+from testbed.rundir import RunDir
+from testbed.shaping.auto import make_applier
+from testbed.shaping.plan import HostPlan, host_plans, with_path
+from testbed.spec.topology import Path as PathSpec
+from testbed.spec.topology import PathMatrix, TopologySpec
+from testbed.teardown import undo
+
+DATA_PORT = 7000
+MOUNT = "/run/testbed"
+STOP_GRACE_S = 5
+START_WORKERS = 8
+
+
+class DockerBackend(Backend):
+    name = "docker"
+    inprocess_shaping = False
+
+    def __init__(self, run: RunDir, topology: TopologySpec, paths: PathMatrix,
+                 applier: str = "auto", capture: CaptureOptions | None = CaptureOptions(),
+                 seed: int = 1, image: str | None = None, cpus: float | None = None,
+                 memory: str | None = None):
+        super().__init__(run, topology, paths)
+        self.applier_name, self.seed = applier, seed
+        self.capture = Capture(run, capture) if capture else None
+        self.image = image
+        self.cpus, self.memory = cpus, memory
+        self.prefix = f"tb-{run.run_id}"
+        self.ns: dict[str, ContainerNs] = {}
+        self.nodes: dict[str, str] = {}  # host -> node container id
+        self.plans: dict[str, HostPlan] = {}
+        self.addresses: dict[str, HostAddress] = {}
+        self.configs: dict[str, NodeConfig] = {}
+        self.crashed: set[str] = set()
+        self.node_side = NodeSideFaults(run, paths.hosts, lambda h: h not in self.crashed)
+        self.docker: Any = None
+
+    # -- up -----------------------------------------------------------------------------------
+    def up(self) -> dict[str, HostAddress]:
+        if os.geteuid() != 0:
+            raise BackendError("the docker backend needs root; run with sudo or use --backend "
+                               "local")
+        try:
+            self.docker = client()
+            self.docker.ping()
+            tag = self.image or expected_tag()
+            record_in_lock(self.run.path, tag, image_id(tag))
+            self.image = tag
+        except (EngineError, ImageError) as exc:
+            raise BackendError(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - the SDK's connection errors vary by transport
+            raise BackendError(f"the Docker engine is not running or not reachable at "
+                               f"{os.environ.get('DOCKER_HOST') or 'the default socket'} "
+                               f"({short(exc)}); start dockerd or fix DOCKER_HOST") from None
+        try:
+            return self._up()
+        except Exception as exc:
+            undo(self.run)
+            if isinstance(exc, BackendError):
+                raise
+            raise BackendError(f"docker bring-up failed and was rolled back: {short(exc)}"
+                               ) from exc
+
+    def _up(self) -> dict[str, HostAddress]:
+        import docker as sdk
+
+        api, j, rid = self.docker.api, self.run.journal, self.run.run_id
+        nets = pick_subnets(self.docker, self.topology, rid)
+        data_ip = data_addresses(self.topology, nets.data)
+        ctl_ips = list(nets.control.hosts())
+        for kind, net in ((DATA, nets.data), (CONTROL, nets.control)):
+            self._network(kind, net)
+        allow_bridged(j, f"tb{rid}", [f"tb{rid}{DATA[0]}", f"tb{rid}{CONTROL[0]}"])
+        for i, host in enumerate(self.paths.hosts):
+            sandbox = f"{self.prefix}-{host}-net"
+            j.append("create", kind="container", id=f"container:{sandbox}", name=sandbox)
+            try:
+                cid = api.create_container(
+                    self.image, ["sleep", "infinity"], name=sandbox, hostname=host,
+                    labels=self._labels(host, "netns"),
+                    host_config=api.create_host_config(cap_add=["NET_ADMIN"],
+                                                       network_mode=self._net(DATA)),
+                    networking_config=api.create_networking_config({self._net(DATA): (
+                        api.create_endpoint_config(ipv4_address=data_ip[host]))}))["Id"]
+            except sdk.errors.APIError as exc:
+                raise BackendError(f"cannot create the container for {host}: {short(exc)}"
+                                   ) from None
+            api.connect_container_to_network(cid, self._net(CONTROL),
+                                             ipv4_address=str(ctl_ips[i]))
+            api.start(cid)
+            pid = int(api.inspect_container(cid)["State"]["Pid"])
+            self.ns[host] = ContainerNs(host, pid, start_time(pid))
+            self.addresses[host] = HostAddress(data_ip[host], DATA_PORT, str(ctl_ips[i]))
+            self.nodes[host] = self._create_node(host, cid)
+        data_dev = {h: self.ns[h].dev_of(self.addresses[h].data) for h in self.paths.hosts}
+        plans = host_plans(self.topology, self.paths, data_ip, "eth0")
+        applier = make_applier(self.applier_name, self.run, self.seed)
+        self.applier = applier
+        for host, plan in plans.items():
+            self.plans[host] = replace(plan, dev=data_dev[host])
+            applier.apply(self.ns[host], self.plans[host], j)
+        return dict(self.addresses)
+
+    def _net(self, kind: str) -> str:
+        return f"{self.prefix}-{kind}"
+
+    def _labels(self, host: str | None = None, role: str | None = None) -> dict[str, str]:
+        labels = {LABEL: self.run.run_id, "org.testbed.dir": str(self.run.path.resolve())}
+        if host:
+            labels["org.testbed.host"] = host
+        if role:
+            labels["org.testbed.role"] = role
+        return labels
+
+    def _network(self, kind: str, net: ipaddress.IPv4Network) -> None:
+        import docker as sdk
+
+        name, bridge = self._net(kind), f"tb{self.run.run_id}{kind[0]}"
+        gateway = str(net.network_address + 254)
+        self.run.journal.append("create", kind="docker-network", id=f"network:{name}",
+                                name=name, subnet=str(net))
+        ipam = sdk.types.IPAMConfig(pool_configs=[sdk.types.IPAMPool(subnet=str(net),
+                                                                     gateway=gateway)])
+        try:
+            self.docker.networks.create(
+                name, driver="bridge", ipam=ipam, labels=self._labels(role=kind),
+                options={"com.docker.network.bridge.name": bridge,
+                         "com.docker.network.bridge.enable_ip_masquerade": "false"})
+        except sdk.errors.APIError as exc:
+            if "overlap" in str(exc):
+                raise BackendError(f"the {kind} subnet {net} overlaps an existing network; "
+                                   "remove that network or give the hosts other addresses"
+                                   ) from None
+            raise BackendError(f"cannot create the {kind} network {name}: {short(exc)}"
+                               ) from None
+
+    def _create_node(self, host: str, sandbox_id: str) -> str:
+        api, name = self.docker.api, f"{self.prefix}-{host}"
+        self.run.journal.append("create", kind="container", id=f"container:{name}", name=name)
+        limits: dict[str, Any] = {}
+        cpus = getattr(self._host_spec(host), "cpus", None) or self.cpus
+        memory = getattr(self._host_spec(host), "memory", None) or self.memory
+        if cpus:
+            limits["nano_cpus"] = int(float(cpus) * 1e9)
+        if memory:
+            limits["mem_limit"] = memory
+        self.run.node_dir(host)
+        return str(api.create_container(
+            self.image, ["python", "-m", "nodes", "--config", f"{MOUNT}/nodes/{host}/node.json"],
+            name=name, labels=self._labels(host, "node"), working_dir=MOUNT,
+            host_config=api.create_host_config(
+                cap_add=["NET_ADMIN"], network_mode=f"container:{sandbox_id}",
+                binds={str(self.run.path.resolve()): {"bind": MOUNT, "mode": "rw"}}, **limits),
+        )["Id"])
+
+    def _host_spec(self, host: str) -> Any:
+        return next(h for h in self.topology.hosts if h.name == host)
+
+    # -- nodes --------------------------------------------------------------------------------
+    def deploy(self, configs: list[NodeConfig]) -> None:
+        for cfg in configs:
+            self._write(cfg)
+        if self.capture:
+            for host in self.paths.hosts:
+                self.capture.start(self.ns[host], self.plans[host].dev)
+            self.capture.wait_listening()
+        # Starting is the slow part (~0.1-0.3 s each); in parallel it fits the start margin.
+        with ThreadPoolExecutor(START_WORKERS) as pool:
+            list(pool.map(lambda h: self.docker.api.start(self.nodes[h]),
+                          [c.name for c in configs]))
+
+    def _write(self, cfg: NodeConfig) -> None:
+        # The node sees the run directory at /run/testbed; control.json lands next to the log.
+        cfg = replace(cfg, log_path=f"{MOUNT}/nodes/{cfg.name}/events.jsonl")
+        self.configs[cfg.name] = cfg
+        d = self.run.node_dir(cfg.name)
+        (d / "control.json").unlink(missing_ok=True)
+        cfg.write(d / "node.json")
+
+    def _state(self, host: str) -> dict[str, Any]:
+        state: dict[str, Any] = self.docker.api.inspect_container(self.nodes[host])["State"]
+        return state
+
+    def wait(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            running = [h for h in self.nodes if self._state(h)["Running"]]
+            if not running:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+
+    def failed(self) -> dict[str, int]:
+        out = {}
+        for host in self.nodes:
+            st = self._state(host)
+            if not st["Running"] and host not in self.crashed and st["ExitCode"] != 0:
+                out[host] = int(st["ExitCode"])
+        return out
+
+    def exec(self, host: str, argv: list[str]) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(["nsenter", "-t", str(self.ns[host].pid), "-n", *argv],
+                              capture_output=True, timeout=60)
+
+    # -- faults -------------------------------------------------------------------------------
+    def fault(self, action: Action) -> dict[str, Any]:
+        if action.op == "path":
+            return self._path(action.params)
+        if action.op not in ("crash", "restart", "pause", "resume"):
+            return self.node_side.apply(action)
+        host = action.params["host"]
+        api, cid, st = self.docker.api, self.nodes[host], self._state(host)
+        if action.op == "crash":
+            if not st["Running"]:
+                return {"alive": False, "note": "already down"}
+            api.kill(cid)
+            api.wait(cid, timeout=30)
+            self.crashed.add(host)
+            return {"alive": self._state(host)["Running"], "exit": self._state(host)["ExitCode"]}
+        if action.op == "restart":
+            if st["Running"]:
+                return {"alive": True, "note": "was not down"}
+            cfg = self.configs[host]
+            self._write(replace(cfg, incarnation=cfg.incarnation + 1))
+            api.start(cid)
+            self.crashed.discard(host)
+            return {"alive": self._state(host)["Running"], "incarnation": cfg.incarnation + 1}
+        if not st["Running"]:
+            return {"note": "host is down"}
+        (api.pause if action.op == "pause" else api.unpause)(cid)
+        return {"state": self._state(host)["Status"]}
+
+    def _path(self, p: dict[str, Any]) -> dict[str, Any]:
+        """A link fault: the shaper of each end changes its class for the other end."""
+        a, b = p["between"]
+        out = {}
+        for src, dst in ((a, b), (b, a)):
+            base = self.paths.get(src, dst)
+            path = base if p.get("reset") else PathSpec(
+                p.get("delay_ns", base.delay_ns), p.get("jitter_ns", base.jitter_ns),
+                base.distribution, p.get("loss", base.loss), base.bandwidth_bps)
+            self.set_path(src, dst, path)
+            c = self.plans[src].class_for(dst)
+            out[src] = {"delay_ms": c.delay_ns / 1e6, "jitter_ms": c.jitter_ns / 1e6,
+                        "loss": c.loss}
+        return {"paths": out}
+
+    def set_path(self, src: str, dst: str, path: PathSpec) -> None:
+        plan = with_path(self.plans[src], dst, path)
+        self.plans[src] = plan
+        self.applier.change(self.ns[src], plan, plan.class_for(dst))
+
+    # -- collect and down ---------------------------------------------------------------------
+    def collect(self) -> None:
+        if self.docker is None:
+            return
+        for host, cid in self.nodes.items():
+            try:
+                if self._state(host)["Paused"]:
+                    self.docker.api.unpause(cid)
+                self.docker.api.stop(cid, timeout=STOP_GRACE_S)
+                logs = self.docker.api.logs(cid, stdout=True, stderr=True)
+                (self.run.node_dir(host) / "node.log").write_bytes(logs)
+            except Exception:  # noqa: BLE001,S112 - a container already gone has nothing left
+                continue
+        if self.capture:
+            self.capture.stop()
+
+    def down(self) -> None:
+        self.collect()
+        undo(self.run)
+        if self.docker is not None:
+            self.docker.close()
+            self.docker = None
