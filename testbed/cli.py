@@ -212,6 +212,26 @@ def teardown_cmd(
 
 
 @app.command()
+def pcap(
+    files: Annotated[list[Path], typer.Argument(help="pcap or pcapng files")],
+    out: Annotated[Path, typer.Option("--out", help="directory for the Parquet files")] = (
+        Path("pcap-parquet")),
+) -> None:
+    """Turn captures (ours or anyone's) into Parquet: timestamps, addresses, ports, lengths,
+    and the testbed wire header where present.
+
+    Example: [bold]testbed pcap runs/*/pcaps/*.pcap --out /tmp/packets[/]
+    """
+    from analysis.pcap import pcap_to_parquet
+
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise fail(f"no such capture file: {', '.join(missing)}")
+    stats = pcap_to_parquet(files, out)
+    print(json.dumps(stats, indent=2, default=str))
+
+
+@app.command()
 def clean(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="list, remove nothing")] = False,
 ) -> None:
