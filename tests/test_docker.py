@@ -1,0 +1,219 @@
+"""The docker backend end to end (root): quickstart in total order with pcaps, SIGKILL of the
+orchestrator at random points then teardown, and bad input answered with one sentence.
+
+The engine is started once per session (and stopped if this session started it); the node
+image is built once and cached under its content hash, so later sessions reuse it."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.eventlogs import fnl_sequences, read_events, run_dir_of
+
+pytestmark = pytest.mark.root
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = ROOT / "experiments" / "quickstart.yaml"
+TRIALS = 20 if os.environ.get("CI") == "true" else 3
+
+
+@pytest.fixture(scope="session")
+def docker_image() -> Iterator[dict[str, str]]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")  # the root policy fixture decides skip vs fail in CI
+    from testbed.engine import ensure_engine, stop_engine
+    from testbed.images import build
+
+    started = ensure_engine()
+    try:
+        yield build("auto")
+    finally:
+        if started:
+            stop_engine()
+
+
+def _docker() -> Any:
+    import docker
+
+    return docker.from_env()
+
+
+def _leftovers(run_id: str) -> list[str]:
+    """Containers, networks, iptables chains and processes a run still holds."""
+    c = _docker()
+    try:
+        flt = {"label": f"org.testbed.run={run_id}"}
+        found = [f"container {x['Names'][0]}" for x in c.api.containers(all=True, filters=flt)]
+        found += [f"network {n['Name']}" for n in c.api.networks(filters=flt)]
+    finally:
+        c.close()
+    rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True).stdout
+    found += [f"chain {line}" for line in rules.splitlines() if f"tb{run_id}" in line]
+    from testbed.processes import run_processes
+
+    found += [f"pid {p}" for p in run_processes(run_id)]
+    return found
+
+
+def _testbed(*args: str, env: dict[str, str] | None = None,
+             timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=timeout, env=env)
+
+
+def test_quickstart_on_docker_delivers_every_message_in_one_total_order_with_pcaps(
+        docker_image: dict[str, str], tmp_path: Path) -> None:
+    proc = _testbed("run", str(QUICKSTART), "--backend", "docker", "--no-analyze",
+                    "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = run_dir_of(tmp_path)
+    events = read_events(run)
+    assert sorted(events) == ["h1", "h2", "h3", "h4"]
+    sent = {e["mid"] for evs in events.values() for e in evs if e["ev"] == "send"}
+    assert len(sent) > 3000  # 4 hosts x 50/s x 20 s, Poisson
+    orders = fnl_sequences(events)
+    for host, order in orders.items():
+        assert order == orders["h1"], f"{host} delivered in another order"
+        assert set(order) == sent and len(order) == len(sent), f"{host} missed messages"
+    pcaps = {p.name: p.stat().st_size for p in (run / "pcaps").glob("*.pcap")}
+    assert len(pcaps) == 4 and all(size > 100_000 for size in pcaps.values()), pcaps
+    lock = (run / "spec.lock.yaml").read_text()
+    assert docker_image["id"] in lock
+    assert _leftovers(run.name.rsplit("-", 1)[1]) == []
+
+
+def test_sigkill_of_the_orchestrator_at_random_points_then_teardown_leaves_nothing(
+        docker_image: dict[str, str], tmp_path: Path) -> None:
+    rng = random.Random(os.environ.get("PYTEST_SEED", "docker-kill"))
+    for trial in range(TRIALS):
+        out = tmp_path / f"t{trial}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "testbed", "run", str(QUICKSTART), "--backend", "docker",
+             "--no-analyze", "--out", str(out)], cwd=ROOT, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        # Bring-up takes ~2-3 s here: the range covers journaling, networks, containers,
+        # shaping, capture and a running workload.
+        time.sleep(rng.uniform(0.3, 5.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        if not out.exists() or not any(out.iterdir()):
+            continue  # killed before the run directory existed: nothing was created
+        run = run_dir_of(out)
+        down = _testbed("teardown", run.name, "--runs", str(out))
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert _leftovers(run.name.rsplit("-", 1)[1]) == [], f"trial {trial}"
+
+
+def _one_sentence(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    assert "Traceback" not in text
+    assert len(lines) <= 2, text  # rich may wrap one long sentence
+    return " ".join(lines)
+
+
+def _backend(tmp_path: Path, topology: Any = None, **options: Any) -> Any:
+    from testbed.backends.docker import DockerBackend
+    from testbed.rundir import RunDir
+    from testbed.spec.loader import load_topology
+
+    topo = topology or load_topology(ROOT / "topologies" / "two-sites.yaml")
+    run = RunDir.create(tmp_path, "bad")
+    return DockerBackend(run, topo, topo.paths(), **options)
+
+
+def test_a_missing_image_is_one_sentence_and_creates_nothing(
+        docker_image: dict[str, str], tmp_path: Path) -> None:
+    from testbed.backends.base import BackendError
+
+    be = _backend(tmp_path, image="testbed-node:never-built")
+    with pytest.raises(BackendError) as err:
+        be.up()
+    assert "not built" in str(err.value) and "testbed image build" in str(err.value)
+    be.down()
+    assert be.run.journal.live() == []
+    assert _leftovers(be.run.run_id) == []
+
+
+def test_an_engine_that_is_not_running_is_one_sentence(docker_image: dict[str, str],
+                                                       tmp_path: Path) -> None:
+    env = dict(os.environ, DOCKER_HOST=f"unix://{tmp_path}/dead.sock")
+    proc = _testbed("run", str(QUICKSTART), "--backend", "docker", "--no-analyze", "--out",
+                    str(tmp_path / "runs"), env=env)
+    assert proc.returncode != 0
+    msg = _one_sentence(proc.stderr)
+    assert "Docker engine" in msg and "dead.sock" in msg, msg
+    run = run_dir_of(tmp_path / "runs")
+    assert _leftovers(run.name.rsplit("-", 1)[1]) == []
+
+
+def test_a_subnet_clash_with_an_existing_network_is_one_sentence_and_rolls_back(
+        docker_image: dict[str, str], tmp_path: Path) -> None:
+    import docker
+
+    from testbed.backends.base import BackendError
+    from testbed.spec.loader import load_topology
+
+    c = _docker()
+    subnet = next(ipaddress.IPv4Network(f"198.18.{k}.0/24") for k in range(200, 250)
+                  if not c.api.networks(names=[f"tbtest-clash-{k}"]))
+    ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=str(subnet))])
+    net = c.networks.create(f"tbtest-clash-{subnet.network_address.packed[2]}", ipam=ipam,
+                            labels={"org.testbed.test": "clash"})
+    try:
+        spec = tmp_path / "clash.yaml"
+        spec.write_text("name: clash\nsites: {a: {lan: {delay: 1ms}}}\nhosts:\n" + "".join(
+            f"  - {{name: h{i}, site: a, address: {subnet.network_address + i}}}\n"
+            for i in (1, 2)))
+        be = _backend(tmp_path, topology=load_topology(spec))
+        with pytest.raises(BackendError) as err:
+            be.up()
+        assert "overlaps an existing network" in str(err.value)
+        assert "\n" not in str(err.value)
+        be.down()
+        assert be.run.journal.live() == []
+        assert _leftovers(be.run.run_id) == []
+    finally:
+        net.remove()
+        c.close()
+
+
+def test_clean_removes_only_labelled_containers_and_networks_without_a_journal(
+        docker_image: dict[str, str]) -> None:
+    from testbed.docker_cleanup import clean_labelled
+
+    c = _docker()
+    fake = "f" + os.urandom(3).hex()[:5]
+    mine = c.networks.create(f"tb-{fake}-data", labels={"org.testbed.run": fake})
+    ct = c.containers.create(docker_image["tag"], ["sleep", "1"], name=f"tb-{fake}-h1",
+                             labels={"org.testbed.run": fake}, network_mode="none")
+    other = c.networks.create(f"tbtest-unlabelled-{fake}")
+    try:
+        removed = clean_labelled(dry_run=False)
+        assert f"container tb-{fake}-h1 (run {fake})" in removed
+        assert f"docker network tb-{fake}-data (run {fake})" in removed
+        assert c.api.networks(names=[other.name])
+        assert _leftovers(fake) == []
+    finally:
+        with contextlib.suppress(docker_errors()):
+            ct.remove(force=True)
+        with contextlib.suppress(docker_errors()):
+            mine.remove()
+        other.remove()
+        c.close()
+
+
+def docker_errors() -> type[Exception]:
+    import docker
+
+    return docker.errors.NotFound  # type: ignore[no-any-return]
