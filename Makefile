@@ -10,9 +10,9 @@ IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 
 # Debian packages the tests need (PLATFORM.md); installed only when root and missing.
 TEST_DEBS := openjdk-17-jre-headless iproute2 iptables tcpdump tshark mininet bridge-utils \
-	iputils-ping libnetfilter-queue-dev user-mode-linux chromium
+	iputils-ping libnetfilter-queue-dev user-mode-linux docker.io debootstrap
 
-.PHONY: run test lint venv java system-deps clean-venv
+.PHONY: run test lint venv venv-test java system-deps clean-venv
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,11 +46,17 @@ system-deps:
 run: java $(STAMP)
 	$(BIN)/testbed run experiments/quickstart.yaml
 
+# Root tests need the emulation extras (Mininet, NFQUEUE binding, Docker SDK); they build
+# against Debian packages that system-deps installs first.
+venv-test: $(STAMP)
+	@if [ "$(IS_ROOT)" = yes ] && ! $(BIN)/python -c "import netfilterqueue, mininet, docker" 2>/dev/null; then \
+	  $(BIN)/pip install -q -e '.[dev,emulation]'; fi
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy testbed nodes analysis
 
-test: system-deps java $(STAMP) lint
+test: system-deps java venv-test lint
 	$(BIN)/python -m pytest -ra $(PYTEST_ARGS)
 
 clean-venv:

@@ -25,6 +25,7 @@ from testbed.spec.experiment import ExperimentSpec
 from testbed.spec.topology import PathMatrix, TopologySpec
 from testbed.teardown import teardown
 
+CAPTURING_BACKENDS = ("mininet", "docker")
 # Time for node processes to start, bind and arm timers before the workload begins.
 LOCAL_STARTUP_NS = 1_500_000_000
 SIM_STARTUP_NS = 500_000_000
@@ -74,11 +75,13 @@ def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: 
     run.journal.append("begin", experiment=exp.name, backend=exp.backend)
     console.print(f"run directory [bold]{run.path}[/]")
     options: dict[str, Any] = {"seed": exp.seed}
-    if exp.capture.pcap:
+    if exp.backend in CAPTURING_BACKENDS:
         from testbed.capture import CaptureOptions
 
+        # Backends with real interfaces capture unless the spec says `pcap: false`.
+        wanted = exp.capture.pcap if "pcap" in exp.capture.model_fields_set else True
         options["capture"] = CaptureOptions(exp.capture.snaplen, exp.capture.rotate_mb,
-                                            exp.capture.rotate_s)
+                                            exp.capture.rotate_s) if wanted else None
     backend = make_backend(exp.backend, run, topo, paths, **options)
     try:
         _execute(exp, topo, paths, run, backend, console)

@@ -217,3 +217,11 @@ def docker_errors() -> type[Exception]:
     import docker
 
     return docker.errors.NotFound  # type: ignore[no-any-return]
+
+
+@pytest.mark.root
+def test_faults_on_docker_keep_order_and_agreement(docker_image: dict[str, str],
+                                                    tmp_path: Path) -> None:
+    from tests import test_faults
+
+    test_faults.test_partition_crash_and_clock_jump_keep_order_and_agreement(tmp_path, "docker")

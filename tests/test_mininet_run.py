@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.eventlogs import run_dir_of
 from tests import test_faults
+from tests.eventlogs import run_dir_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
