@@ -169,14 +169,15 @@ def integrity(events: DataFrame) -> Check:
     found = dups.unionByName(unsent).withColumn(
         "_kind_total", F.sum("n").over(Window.partitionBy("kind"))
     )
-    # Both kinds' totals ride along with their first examples: one Spark job for the checker.
+    # Both kinds' totals ride along with their first examples (alternating, so both kinds show):
+    # one Spark job for the checker.
     rows = [
         r.asDict(recursive=True)
         for r in found.withColumn(
             "_rank", F.row_number().over(Window.partitionBy("kind").orderBy("node", "mid", "i"))
         )
         .filter(F.col("_rank") <= MAX_EXAMPLES)
-        .orderBy("kind", "_rank")
+        .orderBy("_rank", "kind")
         .collect()
     ]
     totals = {r["kind"]: int(r["_kind_total"]) for r in rows}

@@ -79,7 +79,9 @@ def _lookup(summary: Mapping[str, Any], path: tuple[str, ...]) -> tuple[Any, str
             if key not in node:
                 return None, f"{where} has no key {key!r}"
             node = node[key]
-        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+        elif isinstance(node, list):
+            if not key.isdigit() or int(key) >= len(node):
+                return None, f"{where} is a list of {len(node)} with no item {key!r}"
             node = node[int(key)]
         else:
             return None, f"{where} is not a mapping, so it has no key {key!r}"

@@ -144,18 +144,15 @@ def _fault_hosts(entry: dict[str, Any]) -> list[str]:
 
 
 def crashed_hosts(faults: list[dict[str, Any]]) -> set[str]:
-    """Hosts not correct at the end of the run: their last crash/restart entry is a crash start.
+    """Hosts that did not stay correct: every host that crashed during the run.
 
-    A crash whose `stop` phase was logged, or a later `restart`, heals the host (v0 rule).
+    A restarted host is a new incarnation that joined from the present (nodes/protocols/
+    reliable.py): it is not expected to deliver what was ordered while it was down, so
+    agreement is judged among the hosts that never crashed.
     """
-    last: dict[str, tuple[str, str]] = {}
-    for entry in sorted(faults, key=lambda e: e.get("t", 0)):
-        kind = entry.get("kind")
-        if kind not in ("crash", "restart"):
-            continue
-        for host in _fault_hosts(entry):
-            last[host] = (kind, str(entry.get("phase", "start")))
-    return {h for h, (kind, phase) in last.items() if kind == "crash" and phase == "start"}
+    return {host for entry in faults
+            if entry.get("kind") == "crash" and entry.get("phase", "start") == "start"
+            for host in _fault_hosts(entry)}
 
 
 def ingest(spark: SparkSession, run_dir: Path, write: bool = True) -> Ingested:

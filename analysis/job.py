@@ -10,6 +10,7 @@ from typing import Any
 from analysis.checks import run_checks
 from analysis.ingest import EVENTS_PARQUET, ingest
 from analysis.metrics import fnl_latency, message_counts, throughput
+from analysis.optimistic import optimistic_metrics
 from analysis.session import spark_session
 
 SUMMARY = "summary.json"
@@ -20,6 +21,15 @@ def checks_ok(summary: dict[str, Any]) -> bool:
     return all(c.get("violations", 0) == 0 for c in summary.get("checks", {}).values())
 
 
+def optimistic_section(events: Any) -> dict[str, Any]:
+    """Optimistic delivery metrics and the Local Order check, for runs that opt-deliver."""
+    if events.filter(events.ev == "opt").limit(1).count() == 0:
+        return {}
+    opt = optimistic_metrics(events)
+    return {"optimistic": {k: v for k, v in opt.items() if k != "local_order"},
+            "local_order": opt["local_order"]}
+
+
 def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
     """Analyse the run in `run_dir`, write `parquet/events/` and `summary.json`; return it."""
     run_dir = Path(run_dir)
@@ -28,7 +38,7 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
     started = time.monotonic()
     spark = spark_session(master, app=f"testbed-analyze-{run_dir.name}")
     data = ingest(spark, run_dir)
-    events = data.events.cache()
+    events = data.events
     try:
         summary: dict[str, Any] = {
             "run": run_dir.name,
@@ -38,13 +48,16 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
             "checks": run_checks(events, data.nodes, data.crashed),
             "latency": {"fnl": fnl_latency(events)},
             "throughput": throughput(events, data.nodes),
+            **optimistic_section(events),
             "ingest": {
                 "malformed_lines": data.malformed,
                 "parquet": str(EVENTS_PARQUET / ""),
             },
         }
     finally:
-        events.unpersist()
+        data.release()
+    if "local_order" in summary:
+        summary["checks"]["local_order"] = summary.pop("local_order")
     summary["ok"] = checks_ok(summary)
     summary["analysis_s"] = round(time.monotonic() - started, 3)
     (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")

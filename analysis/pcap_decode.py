@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from analysis.pcap_formats import CaptureStats, Records, gather
+from analysis.pcap_formats import CaptureStats, Records, gather, take
 from nodes import wire
 
 # Link types (https://www.tcpdump.org/linktypes.html).
@@ -68,6 +68,9 @@ def _wire_dtype() -> np.dtype:
 
 
 WIRE_DTYPE = _wire_dtype()
+# What follows a bare IP header in our traffic: UDP header, then the wire header.
+_L4_WIRE = np.dtype([("sport", ">u2"), ("dport", ">u2"), ("ulen", ">u2"), ("usum", ">u2"),
+                     ("wire", WIRE_DTYPE)])
 # The same record with the magic as one integer, for a fast comparison.
 _WIRE_MAGIC_AS_INT = np.dtype({
     "names": ["magic"], "formats": [">u2"], "offsets": [0], "itemsize": WIRE_DTYPE.itemsize})
@@ -104,28 +107,43 @@ def decode(buf: np.ndarray, rec: Records, stats: CaptureStats) -> dict[str, pa.A
     dst_key = np.zeros(count, dtype=np.int64)
     names: list[str] = []
 
+    # Rows whose transport header (and a wire header after it) came with the IP header.
+    pre_rows: list[np.ndarray] = []
+    pre_l4: list[np.ndarray] = []
     i4 = np.flatnonzero(is4)
     if len(i4):
-        h = gather(buf, l3[i4], _IPV4_HDR)
+        h, long = _gather_ip(buf, i4, l3, end, _IPV4_HDR)
         ok = (h["vihl"] >> 4 == 4) & (h["vihl"] & 15 >= 5)
-        i4, h = i4[ok], h[ok]
+        if not ok.all():
+            i4, h, long = i4[ok], take(h, ok), long[ok]
         ip_version[i4] = 4
         proto[i4] = h["p"]
         ip_len[i4] = h["len"]
         first = (h["frag"] & 0x1FFF) == 0  # only a first fragment holds the L4 header
         l4[i4[first]] = l3[i4[first]] + (h["vihl"][first] & 15).astype(np.int64) * 4
         src_key[i4], dst_key[i4] = _intern4(h["src"], h["dst"], names)
+        fast = long & first & ((h["vihl"] & 15) == 5)
+        pre_rows.append(i4[fast])
+        pre_l4.append(take(h["l4"], fast))
     i6 = np.flatnonzero(is6)
     if len(i6):
-        h = gather(buf, l3[i6], _IPV6_HDR)
+        h, long = _gather_ip(buf, i6, l3, end, _IPV6_HDR)
         ok = (h["vtcfl"] >> 28) == 6
-        i6, h = i6[ok], h[ok]
+        if not ok.all():
+            i6, h, long = i6[ok], take(h, ok), long[ok]
         ip_version[i6] = 6
         ip_len[i6] = h["plen"].astype(np.int32) + 40
         nh, pos = _ipv6_upper(buf, h["nh"].astype(np.int16), l3[i6] + 40, end[i6])
         proto[i6] = np.where(nh >= 0, nh, h["nh"])
         l4[i6] = pos
         src_key[i6], dst_key[i6] = _intern6(h, names)
+        fast = long & np.isin(h["nh"], (IPPROTO_UDP, IPPROTO_TCP))
+        pre_rows.append(i6[fast])
+        pre_l4.append(take(h["l4"], fast))
+    pr = np.concatenate(pre_rows) if pre_rows else np.zeros(0, dtype=np.int64)
+    pl = _concat(pre_l4, _L4_WIRE)
+    prefetched = np.zeros(count, dtype=bool)
+    prefetched[pr] = True
     is_ip = ip_version > 0
     stats.non_ip += int(np.count_nonzero((l3 >= 0) & ~is_ip))
 
@@ -133,7 +151,9 @@ def decode(buf: np.ndarray, rec: Records, stats: CaptureStats) -> dict[str, pa.A
     stats.snapped += int(np.count_nonzero(is_ip & (l4 >= 0) & (l4 + 4 > end)))
     sport = np.zeros(count, dtype=np.int32)
     dport = np.zeros(count, dtype=np.int32)
-    ip_ = np.flatnonzero(has_ports)
+    sport[pr] = pl["sport"]
+    dport[pr] = pl["dport"]
+    ip_ = np.flatnonzero(has_ports & ~prefetched)
     if len(ip_):
         p = gather(buf, l4[ip_], _PORTS)
         sport[ip_] = p["sport"]
@@ -152,8 +172,33 @@ def decode(buf: np.ndarray, rec: Records, stats: CaptureStats) -> dict[str, pa.A
     cols["ip_version"] = Column(ip_version, is_ip).to_arrow(pa.int8())
     cols["link_type"] = pa.array(rec.link_type, type=pa.int32())
     cols["iface"] = pa.array(rec.iface, type=pa.int32())
-    cols.update(_wire_columns(buf, l4, proto, end, count, stats))
+    cols.update(_wire_columns(buf, l4, proto, end, stats, pr, pl["wire"]))
     return cols
+
+
+def _gather_ip(buf: np.ndarray, rows: np.ndarray, l3: np.ndarray, end: np.ndarray,
+               hdr: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """IP headers of `rows`, each with the `_L4_WIRE` bytes after a bare header in field
+    "l4" (read in the same pass: one trip to the packet's memory instead of three), and
+    which rows are long enough for that field to be real."""
+    full = np.dtype([*((name, hdr[name]) for name in hdr.names or ()), ("l4", _L4_WIRE)])
+    long = l3[rows] + full.itemsize <= end[rows]
+    if long.all():
+        return gather(buf, l3[rows], full), long
+    out = np.zeros(len(rows), dtype=full)
+    opaque = np.dtype((np.void, full.itemsize))
+    out.view(opaque)[long] = gather(buf, l3[rows[long]], full).view(opaque)
+    short = gather(buf, l3[rows[~long]], hdr)
+    for name in hdr.names or ():
+        out[name][~long] = short[name]
+    return out, long
+
+
+def _concat(parts: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
+    opaque = np.dtype((np.void, dtype.itemsize))
+    if not parts:
+        return np.zeros(0, dtype=dtype)
+    return np.concatenate([p.view(opaque) for p in parts]).view(dtype)
 
 
 def _link_layer(buf: np.ndarray, rec: Records, end: np.ndarray,
@@ -257,17 +302,25 @@ def _addresses(keys: np.ndarray, valid: np.ndarray, names: list[str]) -> pa.Arra
 
 
 def _wire_columns(buf: np.ndarray, l4: np.ndarray, proto: np.ndarray, end: np.ndarray,
-                  count: int, stats: CaptureStats) -> dict[str, pa.Array]:
-    """The testbed header where a UDP payload starts with it (magic and version match)."""
-    start = l4 + 8
-    cand = np.flatnonzero((l4 >= 0) & (proto == IPPROTO_UDP) & (start + wire.HEADER_SIZE <= end))
-    h = gather(buf, start[cand], WIRE_DTYPE)
+                  stats: CaptureStats, pre_rows: np.ndarray,
+                  pre_wire: np.ndarray) -> dict[str, pa.Array]:
+    """The testbed header where a UDP payload starts with it (magic and version match).
+    `pre_wire` holds the candidate headers of `pre_rows`, already read with the IP header."""
+    count = len(l4)
+    room = (l4 >= 0) & (proto == IPPROTO_UDP) & (l4 + 8 + wire.HEADER_SIZE <= end)
+    mine = room[pre_rows]
+    rows, h = pre_rows[mine], take(pre_wire, mine)
+    fetched = np.zeros(count, dtype=bool)
+    fetched[pre_rows] = True
+    rest = np.flatnonzero(room & ~fetched)
+    if len(rest):
+        rows = np.concatenate([rows, rest])
+        h = _concat([h, gather(buf, l4[rest] + 8, WIRE_DTYPE)], WIRE_DTYPE)
     magic = h.view(_WIRE_MAGIC_AS_INT)["magic"]
     ok = (magic == _MAGIC_INT) & (h["version"] == wire.WIRE_VERSION)
-    everyone = len(cand) == count and bool(ok.all())
-    rows = cand if everyone else cand[ok]
-    if not everyone:
-        h = h[ok]
+    if not ok.all():
+        rows, h = rows[ok], take(h, ok)
+    everyone = len(rows) == count and bool((rows[1:] > rows[:-1]).all())
     stats.wire_headers += len(rows)
     present: np.ndarray | None = None
     if not everyone:

@@ -18,10 +18,9 @@ from __future__ import annotations
 import mmap
 import struct
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 # What the walk reads: the mapped file, or bytes in tests.
 Buffer = bytes | memoryview | mmap.mmap
@@ -81,17 +80,42 @@ class Records:
     iface: np.ndarray  # int32: pcapng interface number in the file (0 for classic pcap)
     little: np.ndarray  # bool: the writer's byte order (DLT_NULL headers are in it)
 
+    def __len__(self) -> int:
+        return len(self.data_off)
+
+    def slice(self, start: int, stop: int) -> Records:
+        return Records(*(getattr(self, f.name)[start:stop] for f in fields(self)))
+
 
 def gather(buf: np.ndarray, starts: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Rows of `dtype.itemsize` bytes at each start, viewed as one structured record each.
+    """One `dtype` record at each byte offset in `starts` (all must fit in `buf`).
 
-    sliding_window_view makes this one fancy index over rows, so no per-byte index array.
+    The buffer is viewed as overlapping records one byte apart, so this is one fancy index
+    that copies whole records: no per-byte index arrays, no per-field passes.
     """
     size = dtype.itemsize
     if not len(starts):
         return np.zeros(0, dtype=dtype)
-    rows = sliding_window_view(buf, size)[starts]
-    return rows.view(dtype).reshape(len(starts))
+    # Copied as opaque bytes, then viewed: numpy copies structured records field by field.
+    raw_t = np.dtype((np.void, size)) if dtype.names else dtype
+    overlapping = np.ndarray(shape=(len(buf) - size + 1,), dtype=raw_t, buffer=buf,
+                             strides=(1,))
+    return overlapping[starts].view(dtype)
+
+
+def take(records: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """records[index] for structured records, copied as opaque bytes (see `gather`)."""
+    opaque = np.dtype((np.void, records.dtype.itemsize))
+    return records.view(opaque)[index].view(records.dtype)
+
+
+def gather_u32(buf: np.ndarray, starts: np.ndarray, endian: str) -> np.ndarray:
+    """One 32-bit word at each start, as int64. pcapng blocks are 4-byte aligned, so there
+    this is a plain index into the file viewed as words (much faster than row gathers)."""
+    if len(starts) and not (starts & 3).any():
+        words = buf[: len(buf) // 4 * 4].view(endian + "u4")
+        return words[starts >> 2].astype(np.int64)
+    return gather(buf, starts, np.dtype(endian + "u4")).astype(np.int64)
 
 
 def read_records(buf: np.ndarray, raw: Buffer, stats: CaptureStats) -> Records:
@@ -161,6 +185,7 @@ def _read_classic(buf: np.ndarray, raw: Buffer, little: bool, nanos: bool,
                           ("incl", endian + "u4"), ("orig", endian + "u4")])
     off = 24
     checked = 0
+    headers: list[np.ndarray] = []  # record headers already validated, in order
     incl_at = memoryview(raw)[8:]  # so the hot loop reads incl_len at `off` itself
     last_header = n - 16
     while True:
@@ -172,7 +197,8 @@ def _read_classic(buf: np.ndarray, raw: Buffer, little: bool, nanos: bool,
                 break
             append(off)
             off = nxt
-        bad = _first_implausible(buf, offs, checked, rec_dtype, frac_max, limit)
+        bad, good = _validate(buf, offs, checked, rec_dtype, frac_max, limit)
+        headers.append(good)
         if bad >= 0:
             off = offs[bad]
             del offs[bad:]
@@ -191,8 +217,8 @@ def _read_classic(buf: np.ndarray, raw: Buffer, little: bool, nanos: bool,
         stats.corrupt_records += 1
         stats.skipped_bytes += resumed - off
         off = resumed
-    starts = np.frombuffer(offs, dtype=np.int64)
-    recs = gather(buf, starts, rec_dtype)
+    starts = np.frombuffer(offs, dtype=np.int64).copy()
+    recs = np.concatenate(headers)
     sec = recs["sec"].astype(np.int64)
     frac = recs["frac"].astype(np.int64)
     count = len(starts)
@@ -208,17 +234,20 @@ def _read_classic(buf: np.ndarray, raw: Buffer, little: bool, nanos: bool,
     )
 
 
-def _first_implausible(buf: np.ndarray, offs: array, start: int, dtype: np.dtype,
-                       frac_max: int, limit: int) -> int:
-    """Index of the first record from `start` on whose header cannot be right, or -1."""
+def _validate(buf: np.ndarray, offs: array, start: int, dtype: np.dtype, frac_max: int,
+              limit: int) -> tuple[int, np.ndarray]:
+    """(index of the first record from `start` on whose header cannot be right, or -1;
+    the headers of the records before it)."""
     if start >= len(offs):
-        return -1
+        return -1, np.zeros(0, dtype=dtype)
     starts = np.frombuffer(offs, dtype=np.int64)[start:]
     recs = gather(buf, starts, dtype)
     bad = ((recs["frac"] >= frac_max) | (recs["incl"] > recs["orig"])
            | (recs["orig"] > _MAX_FRAME) | (recs["incl"] > limit))
     hits = np.flatnonzero(bad)
-    return start + int(hits[0]) if len(hits) else -1
+    if not len(hits):
+        return -1, recs
+    return start + int(hits[0]), recs[: hits[0]]
 
 
 def _empty_records() -> Records:
@@ -282,15 +311,17 @@ def _pcapng_resync(raw: Buffer, start: int, n: int, little: bool) -> int:
     return min(p, n)
 
 
-def _first_bad_tail(buf: np.ndarray, offs: array, start: int, little: bool) -> int:
-    """Index of the first packet block from `start` on whose trailing length disagrees."""
+def _first_doubtful(buf: np.ndarray, offs: array, start: int, little: bool) -> int:
+    """Index of the first block from `start` on that is no EPB or whose trailing length
+    disagrees, or -1: the hot loop took it on trust, the careful path must look at it."""
     if start >= len(offs):
         return -1
     e = "<" if little else ">"
     starts = np.frombuffer(offs, dtype=np.int64)[start:]
-    blen = gather(buf, starts + 4, np.dtype(e + "u4")).astype(np.int64)
-    tail = gather(buf, starts + blen - 4, np.dtype(e + "u4"))
-    hits = np.flatnonzero((tail != blen) | (blen & 3 != 0))
+    btype = gather_u32(buf, starts, e)
+    blen = gather_u32(buf, starts + 4, e)
+    tail = gather_u32(buf, starts + blen - 4, e)
+    hits = np.flatnonzero((btype != _EPB) | (tail != blen) | (blen & 3 != 0))
     return start + int(hits[0]) if len(hits) else -1
 
 
@@ -304,28 +335,40 @@ def _read_pcapng(buf: np.ndarray, raw: Buffer, stats: CaptureStats) -> Records:
     little = True
     head = struct.Struct("<II").unpack_from
     tail = struct.Struct("<I").unpack_from
+    blen_at = memoryview(raw)[4:]  # so the hot loop reads the block length at `off` itself
     checked = 0
+    batch = 16
     while True:
-        # The hot loop takes Enhanced Packet Blocks only, checking their trailing length
-        # afterwards in bulk; every other block (and any doubt) goes the careful way below.
-        while off + 12 <= n:
-            btype, blen = head(raw, off)
-            nxt = off + blen
-            if btype != _EPB or nxt > n or blen < 32:
+        # The hot loop follows block lengths only, taking every block for an Enhanced Packet
+        # Block; types and trailing lengths are checked afterwards in bulk, and the first
+        # doubtful block (any other type, any damage) goes the careful way below. Batches
+        # grow while all is well, so a doubtful block costs little re-walking.
+        stalled = True
+        for _ in range(batch):
+            if off + 12 > n:
+                break
+            nxt = off + tail(blen_at, off)[0]
+            if not off + 32 <= nxt <= n:
                 break
             append(off)
             off = nxt
-        bad = _first_bad_tail(buf, offs, checked, little)
+        else:
+            stalled = False
+        bad = _first_doubtful(buf, offs, checked, little)
         if bad >= 0:
             off = offs[bad]
             del offs[bad:]
+            batch = 16
         checked = len(offs)
+        if bad < 0 and not stalled:
+            batch = min(batch * 4, 1 << 16)
+            continue
         if off + 12 > n:
             if off < n:
                 stats.truncated_records += 1
             break
         btype, blen = head(raw, off)
-        if btype == PCAPNG_SHB and bad < 0:
+        if btype == PCAPNG_SHB:
             bom = struct.unpack_from("<I", raw, off + 8)[0]
             if bom not in (_PCAPNG_BOM, 0x4D3C2B1A):
                 stats.corrupt_records += 1
@@ -338,9 +381,9 @@ def _read_pcapng(buf: np.ndarray, raw: Buffer, stats: CaptureStats) -> Records:
             btype, blen = head(raw, off)
             sections.append(_Section(off, little, len(ifaces)))
         sane = blen >= 12 and not blen & 3
-        if bad >= 0 or not sane or off + blen > n or tail(raw, off + blen - 4)[0] != blen:
+        if not sane or off + blen > n or tail(raw, off + blen - 4)[0] != blen:
             resumed = _pcapng_resync(raw, off + 4, n, little)
-            if resumed >= n and bad < 0 and sane and off + blen > n:
+            if resumed >= n and sane and off + blen > n:
                 stats.truncated_records += 1  # the last block was cut by the end of the file
             else:
                 stats.corrupt_records += 1
@@ -358,8 +401,8 @@ def _read_pcapng(buf: np.ndarray, raw: Buffer, stats: CaptureStats) -> Records:
     return _pcapng_packets(buf, np.frombuffer(offs, dtype=np.int64), sections, ifaces, stats)
 
 
-def _pcapng_packets(buf: np.ndarray, offs: np.ndarray, sections: list[_Section], ifaces: list[_Iface],
-                    stats: CaptureStats) -> Records:
+def _pcapng_packets(buf: np.ndarray, offs: np.ndarray, sections: list[_Section],
+                    ifaces: list[_Iface], stats: CaptureStats) -> Records:
     count = len(offs)
     sec_starts = np.array([s.start for s in sections], dtype=np.int64)
     sec_of = np.searchsorted(sec_starts, offs, side="right") - 1
@@ -375,11 +418,11 @@ def _pcapng_packets(buf: np.ndarray, offs: np.ndarray, sections: list[_Section],
         e = "<" if sec.little else ">"
         in_sec = sec_of == si
         little[in_sec] = sec.little
-        kinds[in_sec] = gather(buf, offs[in_sec], np.dtype(e + "u4"))
+        kinds[in_sec] = gather_u32(buf, offs[in_sec], e)
         # EPB: iface u32, ts hi/lo, caplen, origlen; OPB: iface u16, drops u16, same after.
         for kind, iface_t in ((_EPB, "u4"), (_OPB, "u2")):
-            sel = np.flatnonzero(in_sec & (kinds == kind))
-            if not len(sel):
+            sel = _everything_or(np.flatnonzero(in_sec & (kinds == kind)), count)
+            if isinstance(sel, np.ndarray) and not len(sel):
                 continue
             fields = [("type", e + "u4"), ("blen", e + "u4"), ("iface", e + iface_t)]
             if iface_t == "u2":
@@ -419,8 +462,9 @@ def _pcapng_packets(buf: np.ndarray, offs: np.ndarray, sections: list[_Section],
     iface_global = np.where(known, bases[sec_of] + iface_local, -1)
     link_type = np.full(len(offs), -1, dtype=np.int32)
     ts_ns = np.zeros(len(offs), dtype=np.int64)
-    for gi in np.unique(iface_global[iface_global >= 0]):
-        sel = iface_global == gi
+    used = np.unique(iface_global)
+    for gi in used[used >= 0]:
+        sel = slice(None) if len(used) == 1 else iface_global == gi
         ifc = ifaces[int(gi)]
         link_type[sel] = ifc.link_type & 0x0FFFFFFF
         ts_ns[sel] = _scale_ts(ts_raw[sel], ifc)
@@ -434,6 +478,11 @@ def _pcapng_packets(buf: np.ndarray, offs: np.ndarray, sections: list[_Section],
         iface=np.where(known, iface_local, -1).astype(np.int32),
         little=little,
     )
+
+
+def _everything_or(index: np.ndarray, count: int) -> np.ndarray | slice:
+    """The index, or a plain slice when it selects every row (no scatter needed then)."""
+    return slice(None) if len(index) == count else index
 
 
 def _section_ifaces(sections: list[_Section], ifaces: list[_Iface], i: int) -> int:

@@ -44,6 +44,8 @@ def _td(value: Any, bad: bool = False) -> str:
 
 
 def _verdict(summary: dict[str, Any]) -> tuple[bool, list[str]]:
+    """PASS needs every checker clean and every expectation in `summary["expectations"]`
+    (a list of `Result.as_dict()`, when the caller evaluated any) to hold."""
     reasons = [
         f"{name}: {c.get('violations')} violation(s)"
         for name, c in summary.get("checks", {}).items()
@@ -88,6 +90,21 @@ def _throughput_html(summary: dict[str, Any]) -> str:
     return _table(["node", "fnl msgs/s", "fnl events"], rows)
 
 
+def _expectations_html(summary: dict[str, Any]) -> str:
+    results = summary.get("expectations", [])
+    if not results:
+        return ""
+    rows = [
+        [
+            f"<td><code>{escape(str(r.get('expectation')))}</code></td>",
+            _td("ok" if r.get("ok") else "FAILED", bad=not r.get("ok")),
+            _td(r.get("reason")),
+        ]
+        for r in results
+    ]
+    return "<h2>Expectations</h2>" + _table(["expectation", "result", "why"], rows)
+
+
 def render_report(summary: dict[str, Any]) -> str:
     """The report as one HTML string."""
     ok, reasons = _verdict(summary)
@@ -104,6 +121,7 @@ def render_report(summary: dict[str, Any]) -> str:
         f"<ul>{why}</ul>"
         f"<p>Nodes: {escape(', '.join(summary.get('nodes', [])))} · crashed: {escape(crashed)}"
         f" · messages sent: {_fmt(sent)}</p>"
+        f"{_expectations_html(summary)}"
         f"<h2>Checks</h2>{_checks_html(summary)}"
         f"<h2>Final-delivery latency (ms)</h2>{_latency_html(summary)}"
         f"<h2>Throughput</h2>{_throughput_html(summary)}"

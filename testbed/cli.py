@@ -453,6 +453,14 @@ def print_summary(summary: dict[str, Any]) -> None:
                               ("p50_ms", "p95_ms", "p99_ms", "max_ms")),
                       f"{thr.get(node, 0):.0f}")
         console.print(t)
+    acc = summary.get("optimistic", {}).get("accuracy", {}).get("per_node", {})
+    if acc:
+        window = summary["optimistic"].get("window", {}).get("per_node", {})
+        o = Table("node", "opt accuracy", "window p50 ms", title="optimistic delivery")
+        for node, a in sorted(acc.items()):
+            w = window.get(node, {}).get("p50_ms")
+            o.add_row(node, f"{a['accuracy']:.3f}", "-" if w is None else f"{w:.2f}")
+        console.print(o)
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ spec -> run directory -> backend up/deploy -> workload -> drain -> collect -> do
 
 from __future__ import annotations
 
+import json
 import platform
 import time
 from dataclasses import dataclass
@@ -132,7 +133,9 @@ def analyze_run(run: RunDir, expect: list[str], console: Console,
 
     with console.status("analysing with Spark"):
         summary = analyze(run.path, master=master)
+        results = evaluate([parse_expectation(e) for e in expect], summary)
+        summary["expectations"] = [r.as_dict() for r in results]
+        (run.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         write_report(run.path, summary)
-    results = evaluate([parse_expectation(e) for e in expect], summary)
     failures = [f"{r.expectation}: {r.reason}" for r in results if not r.ok]
     return RunResult(run, summary, failures)

@@ -16,7 +16,9 @@ The daemon does the userspace equivalent: it copies the packet, drops the origin
 through an AF_PACKET socket to the neighbour's MAC. That path still crosses the device's qdisc
 (the HTB tree's rates and QoS) and packet taps (capture), but not netfilter again. A packet
 whose neighbour is not resolved yet (the kernel only resolves ARP for packets it routes), or
-that did not fit the copy, takes the old path: its verdict is held and then accepted.
+that did not fit the copy, takes the old path: its verdict is held and then accepted. The MAC
+looked up is the destination's own: every backend's data plane is one L2 segment; a routed
+destination would keep the held path (correct, only without this fix).
 
 Timing (PLATFORM.md: a thread + heap design had a 2 ms p99 at 2,000 packets/s): one thread
 does everything, so no GIL hand-offs sit between a deadline and its verdict. It sleeps in
