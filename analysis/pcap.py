@@ -1,11 +1,12 @@
 """Fast pcap/pcapng reader: capture files to Arrow tables and Parquet.
 
-`read_pcap` maps the file once, walks its records (`analysis.pcap_formats`) and dissects
-all packets at once with numpy (`analysis.pcap_decode`): Ethernet (with VLAN tags), Linux
-cooked v1/v2 (`tcpdump -i any`), raw IP, BSD loopback; IPv4/IPv6; UDP/TCP ports; and our
-wire header (`nodes/wire.py`) at the start of UDP payloads. Damaged files are read as far
-as they are intact: the damage is counted in `CaptureStats`, which travels with the table
-in its schema metadata (`capture_stats`) and so also lands in the Parquet footer.
+`read_pcap` maps the file once, walks its records (`analysis.pcap_classic`,
+`analysis.pcap_ng`) and dissects all packets at once with numpy (`analysis.pcap_decode`):
+Ethernet (with VLAN tags), Linux cooked v1/v2 (`tcpdump -i any`), raw IP, BSD loopback;
+IPv4/IPv6; UDP/TCP ports; and our wire header (`nodes/wire.py`) at the start of UDP
+payloads. Damaged files are read as far as they are intact: the damage is counted in
+`CaptureStats`, which travels with the table in its schema metadata (`capture_stats`) and
+so also lands in the Parquet footer.
 
 Columns: ts_ns, src, dst, proto, sport, dport, ip_len, frame_len, cap_len, ip_version,
 link_type, iface, then `WIRE_COLUMNS` (tb_version, tb_type, ..., tb_length). A field that a
@@ -22,6 +23,7 @@ import dataclasses
 import json
 import logging
 import mmap
+import struct
 import time
 from pathlib import Path
 
@@ -29,8 +31,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.pcap_decode import WIRE_COLUMNS, decode
-from analysis.pcap_formats import CaptureStats, PcapFormatError, read_records
+from analysis.pcap_classic import PCAP_MAGIC_NS, PCAP_MAGIC_US, read_classic
+from analysis.pcap_decode import WIRE_COLUMNS, arrow, decode, strings
+from analysis.pcap_formats import Buffer, CaptureStats, PcapFormatError, Records
+from analysis.pcap_ng import PCAPNG_SHB, read_pcapng
 
 __all__ = ["WIRE_COLUMNS", "CaptureStats", "PcapFormatError", "capture_stats", "pcap_to_parquet",
            "read_pcap"]
@@ -38,6 +42,7 @@ __all__ = ["WIRE_COLUMNS", "CaptureStats", "PcapFormatError", "capture_stats", "
 log = logging.getLogger(__name__)
 STATS_KEY = b"testbed.pcap.stats"
 CHUNK = 1 << 16  # packets decoded at a time
+_POPULATE_MAX = 1 << 30
 
 
 def read_pcap(path: str | Path) -> pa.Table:
@@ -52,8 +57,10 @@ def read_pcap(path: str | Path) -> pa.Table:
         size = f.seek(0, 2)
         if size == 0:
             raise PcapFormatError(f"{path} is empty")
-        # Populating the map up front is one kernel call instead of a fault per page.
-        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        # Populating the map up front is one kernel call instead of a fault per page; not
+        # for files so big that they might not fit in memory.
+        populate = getattr(mmap, "MAP_POPULATE", 0) if size <= _POPULATE_MAX else 0
+        flags = mmap.MAP_SHARED | populate
         mm = mmap.mmap(f.fileno(), 0, flags=flags, prot=mmap.PROT_READ)
         try:
             batches = _dissect(mm, stats)
@@ -82,6 +89,22 @@ def _dissect(mm: mmap.mmap, stats: CaptureStats) -> list[pa.RecordBatch]:
                 for a in range(0, max(len(records), 1), CHUNK)]
     finally:
         del buf
+
+
+def read_records(buf: np.ndarray, raw: Buffer, stats: CaptureStats) -> Records:
+    """Walk the capture in `raw` (also viewed as uint8 `buf`) into per-record arrays."""
+    if len(raw) < 4:
+        raise PcapFormatError("file is too short to be a capture")
+    magic_le = struct.unpack_from("<I", raw, 0)[0]
+    magic_be = struct.unpack_from(">I", raw, 0)[0]
+    if magic_le == PCAPNG_SHB:
+        stats.format = "pcapng"
+        return read_pcapng(buf, raw, stats)
+    for magic, little in ((magic_le, True), (magic_be, False)):
+        if magic in (PCAP_MAGIC_US, PCAP_MAGIC_NS):
+            stats.format = "pcap-ns" if magic == PCAP_MAGIC_NS else "pcap"
+            return read_classic(buf, raw, little, magic == PCAP_MAGIC_NS, stats)
+    raise PcapFormatError(f"unknown capture magic {magic_be:#010x}")
 
 
 def capture_stats(table: pa.Table) -> CaptureStats:
@@ -115,8 +138,8 @@ def pcap_to_parquet(paths: list[Path], out_dir: Path) -> dict[str, object]:
         total.merge(stats)
         name = _unique_name(path, used)
         capture = pa.DictionaryArray.from_arrays(
-            pa.array(np.zeros(table.num_rows, dtype=np.int32)), pa.array([path.name]))
-        table = table.append_column("capture", capture.cast(pa.string()))
+            arrow(np.zeros(table.num_rows, dtype=np.int32)), strings([path.name]))
+        table = table.append_column("capture", capture)
         out = out_dir / f"{name}.parquet"
         pq.write_table(table, out, compression="zstd")
         per_file[str(path)] = {"parquet": str(out), **dataclasses.asdict(stats)}

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import socket
 import struct
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -75,20 +74,37 @@ _L4_WIRE = np.dtype([("sport", ">u2"), ("dport", ">u2"), ("ulen", ">u2"), ("usum
 _WIRE_MAGIC_AS_INT = np.dtype({
     "names": ["magic"], "formats": [">u2"], "offsets": [0], "itemsize": WIRE_DTYPE.itemsize})
 _MAGIC_INT = int.from_bytes(wire.MAGIC, "big")
-# Arrow type per wire field: widened to a signed type so Spark reads it without surprises.
-_WIDEN = {"u1": pa.int16(), "u2": pa.int32(), "u4": pa.int64(), "i4": pa.int32(),
-          "u8": pa.int64()}
+# Column type per wire field: widened to a signed type so Spark reads it without surprises.
+_WIDEN: dict[str, type[np.generic]] = {"u1": np.int16, "u2": np.int32, "u4": np.int64,
+                                       "i4": np.int32, "u8": np.int64}
 WIRE_COLUMNS = tuple(f"tb_{name}" for name in ("version", *wire.FIELDS))
 
 
-@dataclass
-class Column:
-    values: np.ndarray
-    valid: np.ndarray | None  # None: all valid
+def arrow(values: np.ndarray, valid: np.ndarray | None = None,
+          dtype: type[np.generic] | None = None) -> pa.Array:
+    """A numpy column as an Arrow array, null where not `valid`.
 
-    def to_arrow(self, typ: pa.DataType) -> pa.Array:
-        mask = None if self.valid is None else ~self.valid
-        return pa.array(self.values, type=typ, mask=mask, from_pandas=False)
+    Built from buffers: `pa.array` on numpy input imports pandas, a fifth of a second that
+    would otherwise be charged to every process's first capture.
+    """
+    data = np.ascontiguousarray(values, dtype=dtype or values.dtype)
+    count = len(data)
+    bitmap = None
+    nulls = 0
+    if valid is not None and not valid.all():
+        nulls = count - int(np.count_nonzero(valid))
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.from_numpy_dtype(data.dtype), count,
+                                 [bitmap, pa.py_buffer(data)], null_count=nulls)
+
+
+def strings(values: list[str]) -> pa.Array:
+    """A list of str as an Arrow string array (from buffers, for the reason in `arrow`)."""
+    encoded = [v.encode() for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    offsets[1:] = np.cumsum([len(e) for e in encoded], dtype=np.int64)
+    return pa.Array.from_buffers(pa.string(), len(encoded),
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])
 
 
 def decode(buf: np.ndarray, rec: Records, stats: CaptureStats) -> dict[str, pa.Array]:
@@ -160,18 +176,18 @@ def decode(buf: np.ndarray, rec: Records, stats: CaptureStats) -> dict[str, pa.A
         dport[ip_] = p["dport"]
 
     cols: dict[str, pa.Array] = {}
-    cols["ts_ns"] = Column(rec.ts_ns, rec.ts_valid).to_arrow(pa.int64())
+    cols["ts_ns"] = arrow(rec.ts_ns, rec.ts_valid, np.int64)
     cols["src"] = _addresses(src_key, is_ip, names)
     cols["dst"] = _addresses(dst_key, is_ip, names)
-    cols["proto"] = Column(proto, is_ip).to_arrow(pa.int16())
-    cols["sport"] = Column(sport, has_ports).to_arrow(pa.int32())
-    cols["dport"] = Column(dport, has_ports).to_arrow(pa.int32())
-    cols["ip_len"] = Column(ip_len, is_ip).to_arrow(pa.int32())
-    cols["frame_len"] = pa.array(rec.frame_len.astype(np.int32), type=pa.int32())
-    cols["cap_len"] = pa.array(rec.cap_len.astype(np.int32), type=pa.int32())
-    cols["ip_version"] = Column(ip_version, is_ip).to_arrow(pa.int8())
-    cols["link_type"] = pa.array(rec.link_type, type=pa.int32())
-    cols["iface"] = pa.array(rec.iface, type=pa.int32())
+    cols["proto"] = arrow(proto, is_ip, np.int16)
+    cols["sport"] = arrow(sport, has_ports, np.int32)
+    cols["dport"] = arrow(dport, has_ports, np.int32)
+    cols["ip_len"] = arrow(ip_len, is_ip, np.int32)
+    cols["frame_len"] = arrow(rec.frame_len, dtype=np.int32)
+    cols["cap_len"] = arrow(rec.cap_len, dtype=np.int32)
+    cols["ip_version"] = arrow(ip_version, is_ip, np.int8)
+    cols["link_type"] = arrow(rec.link_type, dtype=np.int32)
+    cols["iface"] = arrow(rec.iface, dtype=np.int32)
     cols.update(_wire_columns(buf, l4, proto, end, stats, pr, pl["wire"]))
     return cols
 
@@ -296,9 +312,10 @@ def _intern6(h: np.ndarray, names: list[str]) -> tuple[np.ndarray, ...]:
 
 
 def _addresses(keys: np.ndarray, valid: np.ndarray, names: list[str]) -> pa.Array:
-    indices = pa.array(keys.astype(np.int32), mask=~valid)
-    return pa.DictionaryArray.from_arrays(indices, pa.array(names, type=pa.string())).cast(
-        pa.string())
+    # Dictionary-encoded: a capture has few distinct addresses, and this is what Parquet
+    # stores anyway; readers see plain strings.
+    indices = arrow(keys, valid, np.int32)
+    return pa.DictionaryArray.from_arrays(indices, strings(names))
 
 
 def _wire_columns(buf: np.ndarray, l4: np.ndarray, proto: np.ndarray, end: np.ndarray,
@@ -328,12 +345,12 @@ def _wire_columns(buf: np.ndarray, l4: np.ndarray, proto: np.ndarray, end: np.nd
         present[rows] = True
     out: dict[str, pa.Array] = {}
     for name, col in zip(("version", *wire.FIELDS), WIRE_COLUMNS, strict=True):
-        typ = _WIDEN[WIRE_DTYPE[name].str.lstrip("<>|=")]
-        field = h[name].astype(typ.to_pandas_dtype())
+        np_typ = _WIDEN[WIRE_DTYPE[name].str.lstrip("<>|=")]
+        field = h[name].astype(np_typ)
         if everyone:
             values = field
         else:
             values = np.zeros(count, dtype=field.dtype)
             values[rows] = field
-        out[col] = Column(values, present).to_arrow(typ)
+        out[col] = arrow(values, present, np_typ)
     return out

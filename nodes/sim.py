@@ -22,16 +22,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from nodes.config import NodeConfig, PathConfig
+from nodes.config import SIM_EPOCH_NS, NodeConfig, PathConfig
 from nodes.core import NodeCore, Output
 from nodes.linkmodel import LinkModel
 from nodes.workload import intervals, workload_rng
 
 ARRIVE, TIMER, BROADCAST, CALL = range(4)
 
-# Virtual time starts at a fixed instant (2026-01-01T00:00:00Z) so logs look like real ones
-# and are reproducible.
-SIM_EPOCH_NS = 1_767_225_600_000_000_000
 
 
 @dataclass

@@ -16,7 +16,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from nodes.sim import SIM_EPOCH_NS
+from nodes.config import SIM_EPOCH_NS
 from testbed.backends import Backend, BackendError, make_backend
 from testbed.backends.sim import SimBackend
 from testbed.deploy import node_configs

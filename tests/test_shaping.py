@@ -60,8 +60,8 @@ def test_netem_commands_build_htb_tree_u32_filters_and_netem_leaves() -> None:
     assert "tc qdisc add dev d0 root handle 1: htb default 2" in text
     assert "tc class add dev d0 parent 1: classid 1:1 htb rate 100000000bit ceil " \
            "100000000bit quantum 60000" in text
-    assert ("tc qdisc add dev d0 parent 1:100 handle 100: netem limit 4063 delay 20000000ns "
-            "2000000ns distribution normal loss 1%") in text
+    assert ("tc qdisc add dev d0 parent 1:100 handle 100: netem limit 4063 delay 20000us "
+            "2000us distribution normal loss 1%") in text
     assert ("tc filter add dev d0 parent 1: protocol ip prio 1 u32 match ip dst "
             "198.18.200.2/32 flowid 1:100") in text
     assert not any("netem" in line for line in netem.script(plan, leaves=False).splitlines()
@@ -73,7 +73,7 @@ def test_runtime_change_renders_tc_change_on_the_same_class() -> None:
     new = with_path(plan, "b", PathSpec(delay_ns=40_000_000))
     cmds = [" ".join(c) for c in netem.change_commands(new, new.class_for("b"))]
     assert cmds[1] == "tc qdisc change dev d0 parent 1:100 handle 100: netem limit 6250 delay " \
-                      "40000000ns"
+                      "40000us"
     assert cmds[0].startswith("tc class change dev d0 parent 1:1 classid 1:100 htb")
 
 

@@ -32,9 +32,9 @@ def quantum(bps: int) -> int:
 def netem_args(c: ClassPlan) -> list[str]:
     args = ["netem", "limit", str(c.limit)]
     if c.delay_ns or c.jitter_ns:
-        args += ["delay", f"{c.delay_ns}ns"]
+        args += ["delay", tc_time(c.delay_ns)]
         if c.jitter_ns:
-            args.append(f"{c.jitter_ns}ns")
+            args.append(tc_time(c.jitter_ns))
             dist = NETEM_DISTRIBUTIONS.get(c.distribution)
             if dist:
                 args += ["distribution", dist]
@@ -89,6 +89,12 @@ def script(plan: HostPlan, leaves: bool = True) -> str:
     lines += [f"# warning: {w}" for w in plan.warnings]
     lines += [" ".join(cmd) for cmd in commands(plan, leaves)]
     return "\n".join(lines)
+
+
+def tc_time(ns: int) -> str:
+    """A time as iproute2 accepts it: tc 6.1 rejects `ns` units (`Illegal "latency"`), so
+    microseconds, to the nanosecond."""
+    return f"{ns / 1000:.3f}".rstrip("0").rstrip(".") + "us"
 
 
 def apply_tree(ns: HostNs, plan: HostPlan, journal: Journal, leaves: bool) -> None:

@@ -54,6 +54,7 @@ SPIN_NS = 100_000
 EARLY_NS = 10_000  # release this close to the deadline: a verdict takes about as long
 PR_SET_TIMERSLACK = 29
 QUEUE_MAXLEN = 100_000
+RT_PRIORITY = 30
 #: Copy whole packets (netfilterqueue caps this at its 4 kB buffer): the copy is what is sent.
 COPY_RANGE = 65535
 ETH_P_IP = 0x0800
@@ -352,9 +353,12 @@ def main(argv: list[str] | None = None) -> int:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
     # Real-time priority: on a busy machine a normal-priority wakeup can wait for a whole
     # scheduler slice (milliseconds), which is exactly the tail we must not add. The spin before
-    # each deadline is short, and the kernel's RT throttling bounds what a bug could take.
+    # each deadline is short, and the kernel's RT throttling bounds what a bug could take. The
+    # priority sits above the probes' (bench/owd_probe.py, 20): a measuring or load-generating
+    # process must not be able to delay the delay line it measures.
     with contextlib.suppress(OSError, AttributeError):
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(int(cfg.get("rt_priority", 10))))
+        os.sched_setscheduler(0, os.SCHED_FIFO,
+                              os.sched_param(int(cfg.get("rt_priority", RT_PRIORITY))))
     gc.disable()
     daemon = Daemon(cfg)
 
