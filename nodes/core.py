@@ -61,6 +61,7 @@ class NodeCore:
         # `blocked_out` are not sent, datagrams from `blocked_in` are dropped on arrival.
         self.blocked_out: set[int] = set()
         self.blocked_in: set[int] = set()
+        self.durable_sends = True
 
     def start(self, t: int) -> Output:
         self.log.write(t, self.clock.local(t), "start", incarnation=self.cfg.incarnation)
@@ -77,8 +78,10 @@ class NodeCore:
         self.counters.broadcast += 1
         out = self._process(self.protocol.broadcast(self._payload, self.clock.local(t)), t)
         # The `send` line reaches the file before the datagram leaves: a node killed right
-        # after must not leave deliveries of a message its log never sent.
-        self.log.flush()
+        # after must not leave deliveries of a message its log never sent. (The simulator
+        # crashes nodes itself and turns this off.)
+        if self.durable_sends:
+            self.log.flush()
         return out
 
     def receive(self, data: bytes, t: int) -> Output:
@@ -98,10 +101,17 @@ class NodeCore:
         if src in self.blocked_in:
             return Output()
         lt = self.clock.local(t)
-        actions = self.fd.heard(src, lt)
+        fd = self.fd
+        if src in fd.suspected:
+            actions = fd.heard(src, lt)
+        else:
+            fd.last_heard[src] = lt  # the common case of FailureDetector.heard, inlined
+            actions = []
         if msg.header.type != MsgType.ALIVE:
             actions += self.protocol.on_message(src, msg, lt)
-        return self._process(actions + self._suspicions(lt), t)
+        if fd.changes:
+            actions += self._suspicions(lt)
+        return self._process(actions, t)
 
     def timer(self, key: str, t: int) -> Output:
         lt = self.clock.local(t)

@@ -49,7 +49,7 @@ class Simulator:
     def __init__(self, configs: list[NodeConfig], seed: int, t0_ns: int = SIM_EPOCH_NS):
         self.t0 = t0_ns
         self.now = t0_ns
-        self.cores = {c.node_id: NodeCore(c, t0_ns=c.start_at_ns) for c in configs}
+        self.cores = {c.node_id: self._core(c) for c in configs}
         self.configs = {c.node_id: c for c in configs}
         self.queue: list[tuple[Any, ...]] = []
         self._counter = 0
@@ -68,6 +68,13 @@ class Simulator:
         self.held: dict[int, list[tuple[Any, ...]]] = {nid: [] for nid in self.cores}
         self.history: Path | None = None
         self.by_name = {c.name: c.node_id for c in configs}
+        self.others = {n: tuple(d for d in self.cores if d != n) for n in self.cores}
+
+    @staticmethod
+    def _core(cfg: NodeConfig) -> NodeCore:
+        core = NodeCore(cfg, t0_ns=cfg.start_at_ns)
+        core.durable_sends = False
+        return core
 
     # -- scheduling ---------------------------------------------------------------------------
     # Queue entries are plain tuples (t, tie, kind, node, epoch, a, b), dispatched in run():
@@ -147,7 +154,7 @@ class Simulator:
         blocked = core.blocked_out
         links = self.links
         for dst, data, msg in out.sends:
-            targets = [d for d in self.cores if d != nid] if dst is None else (dst,)
+            targets = self.others[nid] if dst is None else (dst,)
             size = len(data)
             for d in targets:
                 if d in blocked:
@@ -226,7 +233,7 @@ class Simulator:
             self.epoch[nid] += 1
             cfg = replace(self.configs[nid], incarnation=self.configs[nid].incarnation + 1)
             self.configs[nid] = cfg
-            fresh = NodeCore(cfg, t0_ns=cfg.start_at_ns)
+            fresh = self._core(cfg)
             self.cores[nid] = fresh
             self._apply(nid, fresh.start(self.now))
             if cfg.workload.send and cfg.workload.rate > 0:

@@ -105,6 +105,8 @@ class ReliableMulticast:
 
     def _floor(self) -> int | None:
         """Highest number every unsuspected member has acknowledged."""
+        if not self.excluded:
+            return min(self.acked.values()) if self.acked else None
         live = [v for m, v in self.acked.items() if m not in self.excluded]
         return min(live) if live else None
 
