@@ -16,7 +16,7 @@ from nodes.clock import SkewedClock
 from nodes.config import NodeConfig
 from nodes.eventlog import EventLog
 from nodes.protocols import make_protocol
-from nodes.protocols.base import FinalDeliver, Log, OptDeliver, Send, SetTimer
+from nodes.protocols.base import FinalDeliver, Log, OptDeliver, Received, Send, SetTimer
 from nodes.protocols.failure_detector import FailureDetector
 from nodes.wire import Message, MsgType, WireError, decode, encode
 
@@ -156,9 +156,8 @@ class NodeCore:
         elif kind is OptDeliver:
             self.counters.opt += 1
             self.log.delivery(t, lt, "opt", f"{self.names[a.origin]}:{a.mno}", 0, a.size)
-        elif kind is Log and a.ev == "recv":
-            self.log.delivery(t, lt, "recv", f"{self.names[a.fields['origin']]}:"
-                              f"{a.fields['mno']}", 0, a.fields["size"])
+        elif kind is Received:
+            self.log.delivery(t, lt, "recv", f"{self.names[a.origin]}:{a.mno}", 0, a.size)
         elif kind is Log and a.ev == "send":
             self.log.delivery(t, lt, "send", f"{self.cfg.name}:{a.fields['mno']}", 0,
                               a.fields["size"])

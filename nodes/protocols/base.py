@@ -61,6 +61,15 @@ class FinalDeliver:
 
 
 @dataclass(frozen=True, slots=True)
+class Received:
+    """A data message reached this process (logged as `recv`; analysis splits latency here)."""
+
+    origin: int
+    mno: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
 class Log:
     """A delivery-log event the protocol wants recorded (ev name and fields)."""
 
@@ -68,7 +77,7 @@ class Log:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-Action = Send | SetTimer | RDeliver | OptDeliver | FinalDeliver | Log
+Action = Send | SetTimer | RDeliver | OptDeliver | FinalDeliver | Received | Log
 
 
 class Layer(Protocol):

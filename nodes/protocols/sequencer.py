@@ -34,6 +34,7 @@ from nodes.protocols.base import (
     Log,
     OptDeliver,
     RDeliver,
+    Received,
     Send,
     SetTimer,
 )
@@ -134,7 +135,7 @@ class Sequencer:
             if len(self.store) > self.store_limit:
                 self.store.popitem(last=False)
             self.received[key] = len(msg.payload)
-            out.append(Log("recv", {"origin": h.origin, "mno": h.mno, "size": len(msg.payload)}))
+            out.append(Received(h.origin, h.mno, len(msg.payload)))
             out += self._on_data(msg, now)
             out += self._try_deliver()
         elif h.type == MsgType.ORDER and h.sender == self.sequencer:

@@ -26,10 +26,10 @@ class HostNs:
             return ["mnexec", "-a", str(self.pid)]
         return ["nsenter", "-t", str(self.pid), "-n"]
 
-    def run(self, argv: list[str], check: bool = True,
-            timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    def run(self, argv: list[str], check: bool = True, timeout: float = 30,
+            stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(["nsenter", "-t", str(self.pid), "-n", *argv], capture_output=True,
-                              text=True, timeout=timeout)
+                              text=True, timeout=timeout, input=stdin)
         if check and proc.returncode != 0:
             raise ShapingError(f"{self.name}: `{' '.join(argv)}` failed: "
                                f"{(proc.stderr or proc.stdout).strip()}")
