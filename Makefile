@@ -10,7 +10,7 @@ IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 
 # Debian packages the tests need (PLATFORM.md); installed only when root and missing.
 TEST_DEBS := openjdk-17-jre-headless iproute2 iptables tcpdump tshark mininet bridge-utils \
-	iputils-ping libnetfilter-queue-dev user-mode-linux docker.io debootstrap
+	iputils-ping libnetfilter-queue-dev user-mode-linux docker.io debootstrap chromium
 
 .PHONY: run test lint venv venv-test java system-deps clean-venv
 

@@ -1,27 +1,48 @@
-"""A self-contained HTML report for one run (v0): verdict, checks, latency, throughput.
+"""Self-contained HTML reports: one per run (`write_report`) and side by side (`write_comparison`).
 
-No JavaScript and no external assets, so the file opens offline and can be archived.
+Verdicts first (checkers, expectations), then plots a user reads at a glance: latency over time
+with fault periods shaded, a per-node delivery timeline, throughput, bandwidth against the QoS
+reservation (when pcaps exist), optimistic accuracy (when nodes opt-deliver) and a spacetime
+diagram of a few messages. Inline SVG and CSS only, no scripts or external assets, so the file
+opens offline and can be archived with the run.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from html import escape
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from analysis import plots
+from analysis import report_data as rd
 from analysis.job import checks_ok
+from analysis.plots import Arrow, Band, Series
 
 REPORT = "report.html"
+COMPARISON = "comparison.html"
+log = logging.getLogger(__name__)
 
 _CSS = """
-body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:60em}
-.banner{padding:.8em 1.2em;border-radius:6px;font-size:1.4em;font-weight:600;color:#fff}
-.pass{background:#2e7d32}.fail{background:#c62828}
-table{border-collapse:collapse;margin:.5em 0 1.5em}
-th,td{border:1px solid #ccc;padding:.3em .7em;text-align:right}
-th:first-child,td:first-child{text-align:left}
-th{background:#f3f3f3}td.bad{color:#c62828;font-weight:600}
-code{font-size:.9em}
+body{font-family:system-ui,sans-serif;margin:1.5em auto;color:#222;max-width:960px;padding:0 1em}
+h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.15em;margin:1.6em 0 .3em;border-bottom:1px solid
+#ddd;padding-bottom:.2em}.banner{padding:.6em 1em;border-radius:6px;font-size:1.3em;
+font-weight:600;color:#fff;display:flex;gap:1em;align-items:baseline}.banner small{font-weight:400;
+font-size:.7em}.pass{background:#2e7d32}.fail{background:#c62828}.none{background:#757575}
+.facts{color:#555;margin:.4em 0}
+.cards{display:flex;gap:.6em;flex-wrap:wrap;margin:.8em 0}.card{border:1px solid #ddd;
+border-radius:6px;padding:.4em .8em;min-width:7em}.card b{display:block;font-size:1.25em}
+.card span{color:#666;font-size:.8em}table{border-collapse:collapse;margin:.4em 0 1em;
+font-size:.9em}th,td{border:1px solid #ddd;padding:.25em .6em;text-align:right}
+th:first-child,td:first-child,td.l{text-align:left}th{background:#f5f5f5}
+td.bad{color:#c62828;font-weight:600}td.ok{color:#2e7d32}code{font-size:.9em}
+.cap{color:#555;font-size:.85em;margin:.1em 0 .4em}svg.plot{width:100%;height:auto;display:block}
+.grid{display:grid;grid-template-columns:1fr 1fr;gap:.5em}
+svg text{font-family:system-ui,sans-serif}.tick{font-size:11px;fill:#555}
+.axis{font-size:12px;fill:#333}.legend{font-size:11px;fill:#333}.flabel{font-size:11px}
 """
 
 
@@ -39,23 +60,18 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _td(value: Any, bad: bool = False) -> str:
-    return f'<td class="bad">{_fmt(value)}</td>' if bad else f"<td>{_fmt(value)}</td>"
+def _td(value: Any, bad: bool = False, cls: str = "") -> str:
+    c = "bad" if bad else cls
+    return f'<td class="{c}">{_fmt(value)}</td>' if c else f"<td>{_fmt(value)}</td>"
 
 
-def _verdict(summary: dict[str, Any]) -> tuple[bool, list[str]]:
+def verdict(summary: dict[str, Any]) -> tuple[bool, list[str]]:
     """PASS needs every checker clean and every expectation in `summary["expectations"]`
-    (a list of `Result.as_dict()`, when the caller evaluated any) to hold."""
-    reasons = [
-        f"{name}: {c.get('violations')} violation(s)"
-        for name, c in summary.get("checks", {}).items()
-        if c.get("violations", 0)
-    ]
-    reasons += [
-        f"expectation failed: {r.get('expectation')} ({r.get('reason')})"
-        for r in summary.get("expectations", [])
-        if not r.get("ok")
-    ]
+    (a list of `Result.as_dict()`, when the caller evaluated any) to hold; plus the reasons."""
+    reasons = [f"{name}: {c.get('violations')} violation(s)"
+               for name, c in summary.get("checks", {}).items() if c.get("violations", 0)]
+    reasons += [f"expectation failed: {r.get('expectation')} ({r.get('reason')})"
+                for r in summary.get("expectations", []) if not r.get("ok")]
     return checks_ok(summary) and not reasons, reasons
 
 
@@ -63,74 +79,296 @@ def _checks_html(summary: dict[str, Any]) -> str:
     rows = []
     for name, check in summary.get("checks", {}).items():
         n = check.get("violations", 0)
-        examples = check.get("examples", [])[:3]
-        shown = "<br>".join(f"<code>{escape(str(e))}</code>" for e in examples)
-        rows.append([_td(name), _td(n, bad=n > 0), f'<td style="text-align:left">{shown}</td>'])
-    return _table(["check", "violations", "examples"], rows)
-
-
-def _latency_html(summary: dict[str, Any]) -> str:
-    fnl = summary.get("latency", {}).get("fnl", {})
-    keys = ["p50_ms", "p95_ms", "p99_ms", "max_ms", "count"]
-    rows = [[_td("all"), *[_td(fnl.get("all", {}).get(k)) for k in keys]]]
-    rows += [
-        [_td(host), *[_td(stats.get(k)) for k in keys]]
-        for host, stats in fnl.get("per_receiver", {}).items()
-    ]
-    return _table(["receiver", *keys], rows)
-
-
-def _throughput_html(summary: dict[str, Any]) -> str:
-    tp = summary.get("throughput", {})
-    fnl = summary.get("messages", {}).get("fnl", {})
-    rows = [
-        [_td(host), _td(rate), _td(fnl.get(host))] for host, rate in tp.get("per_node", {}).items()
-    ]
-    rows.append([_td("min"), _td(tp.get("min_msgs_per_s")), _td(None)])
-    return _table(["node", "fnl msgs/s", "fnl events"], rows)
+        shown = "<br>".join(f"<code>{escape(json.dumps(e))}</code>"
+                            for e in check.get("examples", [])[:3])
+        rows.append([_td(name), _td(n, bad=n > 0, cls="ok"), f'<td class="l">{shown}</td>'])
+    return "<h2>Checks</h2>" + _table(["check", "violations", "examples"], rows)
 
 
 def _expectations_html(summary: dict[str, Any]) -> str:
     results = summary.get("expectations", [])
     if not results:
         return ""
-    rows = [
-        [
-            f"<td><code>{escape(str(r.get('expectation')))}</code></td>",
-            _td("ok" if r.get("ok") else "FAILED", bad=not r.get("ok")),
-            _td(r.get("reason")),
-        ]
-        for r in results
-    ]
+    rows = [[f'<td class="l"><code>{escape(str(r.get("expectation")))}</code></td>',
+             _td("ok" if r.get("ok") else "FAILED", bad=not r.get("ok"), cls="ok"),
+             f'<td class="l">{_fmt(r.get("reason"))}</td>'] for r in results]
     return "<h2>Expectations</h2>" + _table(["expectation", "result", "why"], rows)
 
 
-def render_report(summary: dict[str, Any]) -> str:
-    """The report as one HTML string."""
-    ok, reasons = _verdict(summary)
-    run = escape(str(summary.get("run", "run")))
-    banner = "PASS" if ok else "FAIL"
+def _latency_html(summary: dict[str, Any]) -> str:
+    fnl = summary.get("latency", {}).get("fnl", {})
+    keys = ["p50_ms", "p95_ms", "p99_ms", "max_ms", "count"]
+    rows = [[_td("all"), *[_td(fnl.get("all", {}).get(k)) for k in keys]]]
+    rows += [[_td(host), *[_td(stats.get(k)) for k in keys]]
+             for host, stats in fnl.get("per_receiver", {}).items()]
+    return _table(["receiver", *keys], rows)
+
+
+def _throughput_html(summary: dict[str, Any]) -> str:
+    tp = summary.get("throughput", {})
+    fnl = summary.get("messages", {}).get("fnl", {})
+    rows = [[_td(h), _td(rate), _td(fnl.get(h))] for h, rate in tp.get("per_node", {}).items()]
+    rows.append([_td("min"), _td(tp.get("min_msgs_per_s")), _td(None)])
+    return _table(["node", "fnl msgs/s", "fnl events"], rows)
+
+
+def _cards(summary: dict[str, Any]) -> str:
+    fnl = summary.get("latency", {}).get("fnl", {}).get("all", {})
+    acc = summary.get("optimistic", {}).get("accuracy", {}).get("all")
+    cards = [("messages sent", _fmt(summary.get("messages", {}).get("sent"))),
+             ("p50 latency ms", _fmt(fnl.get("p50_ms"))),
+             ("p99 latency ms", _fmt(fnl.get("p99_ms"))),
+             ("min throughput msg/s", _fmt(summary.get("throughput", {}).get("min_msgs_per_s")))]
+    if acc is not None:
+        cards.append(("optimistic accuracy", f"{acc:.1%}"))
+    return '<div class="cards">' + "".join(
+        f'<div class="card"><b>{v}</b><span>{escape(k)}</span></div>' for k, v in cards) + "</div>"
+
+
+def _head(title: str) -> str:
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width,initial-scale=1">'
+            f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>")
+
+
+def _facts(summary: dict[str, Any], spec: dict[str, Any]) -> str:
+    exp = spec.get("experiment") or {}
+    proto = (exp.get("protocol") or {}).get("name")
+    topo = (spec.get("topology") or {}).get("name")
+    parts = [f"protocol <b>{escape(str(proto))}</b>" if proto else "",
+             f"backend {escape(str(exp.get('backend')))}" if exp.get("backend") else "",
+             f"topology {escape(str(topo))}" if topo else "",
+             f"duration {escape(str(exp.get('duration')))}" if exp.get("duration") else "",
+             f"nodes {escape(', '.join(summary.get('nodes', [])))}",
+             f"crashed {escape(', '.join(summary.get('crashed', [])) or 'none')}"]
+    return '<p class="facts">' + " · ".join(p for p in parts if p) + "</p>"
+
+
+def _bands(data: rd.RunData, lanes: bool = False) -> list[Band]:
+    """Fault periods to shade; with `lanes`, a crash or pause of one host only on its lane."""
+    out = []
+    for f in data.faults:
+        stop = f.start if f.stop is None else f.stop
+        own = lanes and f.kind in ("crash", "pause") and len(f.hosts) == 1
+        out.append(Band(f.start, stop, f.label, f.kind, lane=f.hosts[0] if own else None))
+    return out
+
+
+def _faults_html(data: rd.RunData) -> str:
+    if not data.faults:
+        return ""
+    rows = [[_td(f.label), _td(f"{f.start:.2f}"),
+             _td("instant" if f.stop is None else f"{f.stop:.2f}"),
+             f'<td class="l"><code>{escape(json.dumps(f.measured)[:240])}</code></td>']
+            for f in data.faults]
+    return "<h2>Faults</h2>" + _table(["fault", "start s", "stop s", "measured"], rows)
+
+
+def _section(title: str, caption: str, body: str) -> str:
+    return f'<h2>{escape(title)}</h2><p class="cap">{caption}</p>{body}'
+
+
+def _latency_plot(data: rd.RunData, lat: Any, bands: list[Band]) -> str:
+    xs, s = rd.latency_over_time(lat, data.end)
+    p50 = [v for v in s["p50"] if v is not None]
+    top = max((v for v in s["max"] if v is not None), default=1.0)
+    ylog = bool(p50) and top > 30 * max(float(np.median(p50)), 1e-3)
+    series = [Series("max", xs, s["max"], "#bbbbbb"),
+              Series("p99", xs, s["p99"], plots.color(5), dash=True),
+              Series("p50", xs, s["p50"], plots.color(0))]
+    chart = plots.line_chart("latency", "Final-delivery latency over time", series,
+                             xlabel="send time since start (s)",
+                             ylabel="latency ms" + (" (log)" if ylog else ""),
+                             x_range=(0, data.end), bands=bands, ylog=ylog)
+    return _section("Final-delivery latency over time",
+                    "Per send-time bin: median, 99th percentile and maximum of send → final "
+                    "delivery, over all receivers. Shaded: fault periods.", chart)
+
+
+def _timeline_plot(data: rd.RunData) -> str:
+    w, rates = rd.rate_per_node(data.events, data.t0, data.nodes, "fnl", data.end, 160)
+    chart = plots.lanes_chart("timeline", "Final deliveries per node", rates, x0=0.0, step=w,
+                              bands=_bands(data, lanes=True))
+    return _section("Delivery timeline per node",
+                    "Darker = more final deliveries per second at that node; pale stretches are "
+                    "stalls. Crashes are shaded on the crashed node's lane.", chart)
+
+
+def _throughput_plot(data: rd.RunData, bands: list[Band]) -> str:
+    w, fnl = rd.rate_per_node(data.events, data.t0, data.nodes, "fnl", data.end, 80)
+    _, sends = rd.rate_per_node(data.events, data.t0, data.nodes, "send", data.end, 80)
+    xs = [(k + 0.5) * w for k in range(len(next(iter(fnl.values()), [])))]
+    total = [sum(v) for v in zip(*sends.values(), strict=True)] if sends else []
+    series = [Series(n, xs, v, plots.color(k)) for k, (n, v) in enumerate(fnl.items())]
+    series.append(Series("sent (all)", xs, total, "#555555", dash=True))
+    chart = plots.line_chart("throughput", "Throughput over time", series,
+                             xlabel="time since start (s)", ylabel="messages/s",
+                             x_range=(0, data.end), bands=bands)
+    return _section("Throughput over time",
+                    f"Final deliveries per second at each node ({w:g} s bins), and messages "
+                    "TO-multicast per second by all senders.", chart)
+
+
+def _bandwidth_plot(data: rd.RunData, bands: list[Band]) -> str:
+    try:
+        w, bw = rd.pcap_bandwidth(data.path, data.t0, data.end)
+    except Exception as exc:  # a damaged capture must not cost the user the whole report
+        log.warning("pcaps not plotted: %s", exc)
+        return ""
+    if not bw:
+        return ""
+    reserved = rd.reservations(data.spec)
+    charts = []
+    for k, (host, mbit) in enumerate(bw.items()):
+        xs = [(j + 0.5) * w for j in range(len(mbit))]
+        hl = [(reserved[host] / 1e6, f"reserved {reserved[host] / 1e6:g} Mbit/s", "#c62828")] \
+            if host in reserved else []
+        charts.append(plots.line_chart(f"bandwidth-{host}", f"{host} egress", [
+            Series(f"{host} sent", xs, mbit, plots.color(k))], xlabel="time since start (s)",
+            ylabel="Mbit/s", x_range=(0, data.end), bands=bands, hlines=hl, height=220,
+            width=460))
+    note = "dashed red: the host's QoS reservation" if reserved else \
+        "no host has a QoS reservation (topology qos.rate)"
+    return _section("Bandwidth per host (from pcaps)",
+                    f"Bits per second each host put on its data interface ({w:g} s bins); "
+                    f"{note}.", '<div class="grid">' + "".join(charts) + "</div>")
+
+
+def _accuracy_plot(data: rd.RunData, summary: dict[str, Any]) -> str:
+    acc = rd.accuracy_per_node(data.events)
+    if not acc:
+        return ""
+    bars = [(n, a, f"{n}: {m} of {c} optimistic deliveries in final position")
+            for n, (a, m, c) in acc.items()]
+    chart = plots.bar_chart("accuracy", "Optimistic accuracy per node", bars,
+                            ylabel="accuracy")
+    win = summary.get("optimistic", {}).get("window", {}).get("per_node", {})
+    rows = [[_td(n), _td(f"{a:.1%}"), _td(m), _td(c), _td((win.get(n) or {}).get("p50_ms"))]
+            for n, (a, m, c) in acc.items()]
+    table = _table(["node", "accuracy", "in order", "opt+fnl", "window p50 ms"], rows)
+    return _section("Optimistic accuracy per node",
+                    "Share of messages whose optimistic position equals their final position "
+                    "(000 sec. 2.2).", chart + table)
+
+
+def _spacetime_plot(data: rd.RunData, lat: Any) -> str:
+    avoid = [(f.start, f.start if f.stop is None else f.stop) for f in data.faults]
+    # About 24 arrows stay legible whatever the number of nodes.
+    x0, x1, rows = rd.spacetime_sample(lat, data.end, avoid, max(3, 24 // len(data.nodes)))
+    if rows.empty:
+        return ""
+    order = {m: k for k, m in enumerate(rows.groupby("mid")["send_s"].first().sort_values().index)}
+    arrows = [Arrow(str(m).rsplit(":", 1)[0], s * 1e3, str(n), f * 1e3,
+                    f"{m} → {n}: {lat_ms:.2f} ms", plots.color(order[m]))
+              for m, n, s, f, lat_ms in rows[["mid", "node", "send_s", "fnl_s",
+                                              "latency_ms"]].itertuples(index=False)]
+    chart = plots.spacetime("spacetime", "Spacetime diagram", data.nodes, arrows, x0=x0, x1=x1)
+    return _section("Spacetime diagram (sample)",
+                    f"{len(order)} consecutive messages from mid-run, away from faults: an "
+                    "arrow per receiver from the origin's send (hollow dot) to the final "
+                    "delivery; filled dot: the origin's own delivery.", chart)
+
+
+def render_report(summary: dict[str, Any], data: rd.RunData | None = None) -> str:
+    """The report as one HTML string; the plots need the run's data (`report_data.load_run`)."""
+    ok, reasons = verdict(summary)
+    run = str(summary.get("run", data.path.name if data else "run"))
     why = "".join(f"<li>{escape(r)}</li>" for r in reasons)
-    sent = summary.get("messages", {}).get("sent", 0)
-    crashed = ", ".join(summary.get("crashed", [])) or "none"
-    return (
-        f'<!doctype html><html><head><meta charset="utf-8"><title>{run}</title>'
-        f"<style>{_CSS}</style></head><body>"
-        f"<h1>{run}</h1>"
-        f'<div class="banner {banner.lower()}">{banner}</div>'
-        f"<ul>{why}</ul>"
-        f"<p>Nodes: {escape(', '.join(summary.get('nodes', [])))} · crashed: {escape(crashed)}"
-        f" · messages sent: {_fmt(sent)}</p>"
-        f"{_expectations_html(summary)}"
-        f"<h2>Checks</h2>{_checks_html(summary)}"
-        f"<h2>Final-delivery latency (ms)</h2>{_latency_html(summary)}"
-        f"<h2>Throughput</h2>{_throughput_html(summary)}"
-        "</body></html>\n"
-    )
+    if not summary.get("checks"):
+        banner = ('<div class="banner none">NOT ANALYSED<small>no checker results; run '
+                  "`testbed analyze` for a verdict</small></div>")
+    elif ok:
+        banner = ('<div class="banner pass">PASS<small>all checks and expectations hold'
+                  "</small></div>")
+    else:
+        banner = f'<div class="banner fail">FAIL<small>{len(reasons)} problem(s)</small></div>'
+    parts = [_head(run), f"<h1>{escape(run)}</h1>", banner,
+             f"<ul>{why}</ul>" if why else "", _facts(summary, data.spec if data else {}),
+             _cards(summary), _expectations_html(summary), _checks_html(summary)]
+    if data is not None and len(data.events):
+        bands = _bands(data)
+        lat = rd.latencies(data.events, data.t0)
+        parts += [_faults_html(data), _latency_plot(data, lat, bands),
+                  _timeline_plot(data), _throughput_plot(data, bands),
+                  _bandwidth_plot(data, bands), _accuracy_plot(data, summary),
+                  _spacetime_plot(data, lat)]
+    parts += ["<h2>Final-delivery latency (ms)</h2>", _latency_html(summary),
+              "<h2>Throughput</h2>", _throughput_html(summary), "</body></html>\n"]
+    return "".join(parts)
 
 
 def write_report(run_dir: Path, summary: dict[str, Any]) -> Path:
     """Write `<run>/report.html` and return its path."""
     path = Path(run_dir) / REPORT
-    path.write_text(render_report(summary))
+    path.write_text(render_report(summary, rd.load_run(Path(run_dir))))
+    return path
+
+
+def _run_label(summary: dict[str, Any], spec: dict[str, Any]) -> str:
+    name = (spec.get("experiment") or {}).get("name") or summary.get("run", "run")
+    proto = ((spec.get("experiment") or {}).get("protocol") or {}).get("name")
+    return f"{name} ({proto})" if proto and proto not in str(name) else str(name)
+
+
+def render_comparison(runs: list[tuple[dict[str, Any], rd.RunData]]) -> str:
+    """Several runs side by side: verdicts, latency and throughput, overlaid latency CDFs.
+
+    Latency and throughput come from each run's events, so that every column is computed the
+    same way, also for runs that were never analysed (their verdict reads "not analysed")."""
+    rows, series, tails = [], [], []
+    for k, (summary, data) in enumerate(runs):
+        ok, reasons = verdict(summary)
+        lat = rd.latencies(data.events, data.t0)
+        values = lat["latency_ms"].to_numpy()
+        qs = [float(np.quantile(values, q)) if len(values) else None
+              for q in (0.5, 0.95, 0.99, 1.0)]
+        acc = rd.accuracy_per_node(data.events)
+        pooled = (sum(m for _, m, _ in acc.values()) / sum(c for _, _, c in acc.values())
+                  if acc else None)
+        label = _run_label(summary, data.spec)
+        state = ("NOT ANALYSED" if not summary.get("checks") else "PASS" if ok else "FAIL")
+        rows.append([f'<td class="l"><span style="color:{plots.color(k)}">■</span> '
+                     f"{escape(label)}<br><small>{escape(data.path.name)}</small></td>",
+                     _td(state, bad=state == "FAIL", cls="ok" if state == "PASS" else ""),
+                     f'<td class="l">{"<br>".join(escape(r) for r in reasons) or "–"}</td>',
+                     _td(int((data.events["ev"] == "send").sum())), *[_td(q) for q in qs],
+                     _td(_min_rate(data)), _td(None if pooled is None else f"{pooled:.1%}")])
+        series.append(Series(label, *rd.cdf(values), plots.color(k)))
+        if len(values):
+            tails.append(float(np.quantile(values, 0.995)))
+    table = _table(["run", "verdict", "problems", "sent", "p50 ms", "p95 ms", "p99 ms",
+                    "max ms", "min msg/s", "opt accuracy"], rows)
+    x1 = max(tails, default=1.0) * 1.05 or 1.0
+    chart = plots.line_chart("cdf", "Final-delivery latency CDF", series, xlabel="latency ms",
+                             ylabel="fraction of deliveries", x_range=(0.0, x1), height=320)
+    return (_head("testbed comparison") + f"<h1>Comparison of {len(runs)} runs</h1>" + table
+            + _section("Final-delivery latency CDF", "Share of (message, receiver) final "
+                       "deliveries within x ms of the send; the x axis stops at the "
+                       "largest 99.5th percentile.", chart) + "</body></html>\n")
+
+
+def _min_rate(data: rd.RunData) -> float:
+    """The slowest node's first fnl deliveries per second over its own first-to-last fnl span;
+    0 for a node with no span (analysis/metrics.py `throughput`)."""
+    ev = data.events
+    first = ev[(ev["ev"] == "fnl") & ev["mid"].notna()].drop_duplicates(["node", "mid"])
+    g = first.groupby("node")["t"]
+    span = ((g.max() - g.min()) / 1e9).reindex(data.nodes, fill_value=0)
+    rates = (g.count().reindex(data.nodes, fill_value=0) / span.where(span > 0)).fillna(0.0)
+    return float(rates.min()) if len(rates) else 0.0
+
+
+def write_comparison(run_dirs: list[Path], out: Path) -> Path:
+    """Write a comparison of runs to `out` (a file, or `comparison.html` inside an existing
+    directory) and return its path. Runs without summary.json are compared as not analysed."""
+    runs = []
+    for d in map(Path, run_dirs):
+        if not (d / "nodes").is_dir():
+            raise FileNotFoundError(f"{d} is not a run directory (no nodes/ inside)")
+        summary_path = d / "summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        runs.append((summary, rd.load_run(d)))
+    out = Path(out)
+    path = out / COMPARISON if out.is_dir() else out
+    path.write_text(render_comparison(runs))
     return path

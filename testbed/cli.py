@@ -294,6 +294,29 @@ def analyze_cmd(
 
 
 @app.command()
+def report(
+    runs_: Annotated[list[Path], typer.Argument(metavar="RUN...", help="run directories")],
+    out: Annotated[Path | None, typer.Option(help="file or directory for a comparison")] = None,
+) -> None:
+    """Write a run's self-contained HTML report, or compare several runs side by side.
+
+    Examples: [bold]testbed report runs/20261121T060012Z-quickstart-c1712e[/],
+    [bold]testbed report runs/*seto* --out /tmp/seto.html[/]
+    """
+    from analysis.report import write_comparison, write_report
+
+    for r in runs_:
+        if not (r / "nodes").is_dir():
+            raise fail(f"{r} is not a run directory (no nodes/ inside)")
+    if len(runs_) == 1 and out is None:
+        summary_path = runs_[0] / "summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+        console.print(f"wrote {write_report(runs_[0], summary)}")
+        return
+    console.print(f"wrote {write_comparison(runs_, out or Path('comparison.html'))}")
+
+
+@app.command()
 def schema(
     kind: Annotated[str, typer.Argument(help="topology or experiment")],
 ) -> None:

@@ -11,6 +11,9 @@ host namespace, entered through its journaled holder; gone already if the holder
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -84,8 +87,19 @@ def undo(run: RunDir) -> list[str]:
     """Remove every live resource of the run (a rollback; the run is not marked down)."""
     journal = run.journal
     removed = []
-    for entry in reversed(journal.live()):
+    live = journal.live()
+    # Processes die before anything they live in (they were created after it), so they may
+    # all be asked to stop at once; the ordered pass below then finds them exiting or gone.
+    signalled = set()
+    for entry in live:
+        if entry.get("kind") == "process" and is_alive(entry["pid"], entry.get("starttime")):
+            with contextlib.suppress(OSError):
+                os.kill(entry["pid"], signal.SIGTERM)
+                signalled.add(entry["id"])
+    for entry in reversed(live):
         line = remove(entry)
+        if line is None and entry["id"] in signalled:
+            line = f"process {entry['id']} (pid {entry['pid']})"
         if line:
             removed.append(line)
         journal.append("remove", id=entry["id"])

@@ -1,0 +1,285 @@
+"""The numbers behind the report's plots, computed from one run directory with pandas.
+
+Reads `parquet/events/` when the analysis job wrote it, else the nodes' events.jsonl, plus
+faults.jsonl, spec.lock.yaml and pcaps/. No Spark: a report must render in a second or two,
+also for runs analysed elsewhere. Every series is binned or sampled to a few hundred points, so
+the report's size does not grow with the run's length or rate.
+
+Definitions follow the analysis job: latency is the first fnl of a message at a node minus its
+send, in true time (analysis/metrics.py); optimistic accuracy is the share of messages whose
+rank among a node's opt events equals their rank among its fnl events (analysis/optimistic.py,
+000 sec. 2.2).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow.dataset as ds
+import yaml
+
+from analysis.ingest import EVENTS_PARQUET
+
+COLUMNS = ["t", "i", "node", "ev", "mid", "seq"]
+_NS_PER_S = 1e9
+
+
+@dataclass(frozen=True)
+class FaultSpan:
+    """One fault from faults.jsonl, in seconds since the run's start; stop None: never healed
+    (or instant, like a clock jump)."""
+
+    fault: int
+    kind: str
+    hosts: list[str]
+    start: float
+    stop: float | None
+    label: str
+    measured: dict[str, Any]
+
+
+@dataclass
+class RunData:
+    """A run's events as a DataFrame (t in ns), its nodes, time origin and faults."""
+
+    path: Path
+    events: pd.DataFrame
+    nodes: list[str]
+    t0: int
+    end: float
+    faults: list[FaultSpan]
+    spec: dict[str, Any]
+
+
+def read_events(run_dir: Path) -> pd.DataFrame:
+    """Delivery-log rows (COLUMNS); Parquet if present, else the jsonl, skipping broken lines."""
+    pq = run_dir / EVENTS_PARQUET
+    if pq.is_dir() and any(pq.rglob("*.parquet")):
+        table = ds.dataset(pq, format="parquet", partitioning="hive").to_table(columns=COLUMNS)
+        df = table.to_pandas()
+        df["node"] = df["node"].astype(str)
+        return df
+    rows = []
+    for log in sorted((run_dir / "nodes").glob("*/events.jsonl")):
+        with log.open() as f:
+            for line in f:
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue  # a node killed mid-write leaves a truncated last line
+                if isinstance(e, dict) and "t" in e and "ev" in e:
+                    e.setdefault("node", log.parent.name)
+                    rows.append({k: e.get(k) for k in COLUMNS})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def load_run(run_dir: Path) -> RunData:
+    """Everything the report plots, for the run in `run_dir`."""
+    run_dir = Path(run_dir)
+    events = read_events(run_dir)
+    nodes = sorted(p.name for p in (run_dir / "nodes").iterdir() if p.is_dir()) \
+        if (run_dir / "nodes").is_dir() else []
+    nodes = sorted(set(nodes) | set(events["node"].dropna().unique()))
+    t0 = int(events["t"].min()) if len(events) else 0
+    end = (int(events["t"].max()) - t0) / _NS_PER_S if len(events) else 1.0
+    spec_path = run_dir / "spec.lock.yaml"
+    spec = yaml.safe_load(spec_path.read_text()) if spec_path.is_file() else {}
+    faults = read_faults(run_dir, t0, end, nodes)
+    return RunData(run_dir, events, nodes, t0, max(end, 1e-3), faults, spec or {})
+
+
+def _partition_label(params: dict[str, Any], nodes: list[str]) -> str:
+    """'partition h4 | h1 h2 h3': the sides are the groups still connected once the cuts hold."""
+    cut = {tuple(c) for c in params.get("cuts", [])}
+    side: dict[str, int] = {}
+    for n in nodes:
+        if n not in side:
+            side[n] = len(set(side.values()))
+            for m in nodes:
+                if m not in side and (n, m) not in cut and (m, n) not in cut:
+                    side[m] = side[n]
+    groups: dict[int, list[str]] = {}
+    for n, g in side.items():
+        groups.setdefault(g, []).append(n)
+    parts = sorted(groups.values(), key=len)
+    return "partition " + " | ".join(" ".join(g) for g in parts) if len(parts) > 1 \
+        else "partition"
+
+
+def read_faults(run_dir: Path, t0: int, end: float, nodes: list[str]) -> list[FaultSpan]:
+    """Pair start and stop records of faults.jsonl by fault id."""
+    path = run_dir / "faults.jsonl"
+    records = []
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and "t" in rec and "kind" in rec:
+                records.append(rec)
+    starts: dict[Any, dict[str, Any]] = {}
+    stops: dict[Any, dict[str, Any]] = {}
+    for k, rec in enumerate(records):
+        key = rec.get("fault", f"#{k}")
+        (stops if rec.get("phase") == "stop" else starts).setdefault(key, rec)
+    spans = []
+    for key, rec in starts.items():
+        kind, hosts = str(rec["kind"]), list(rec.get("hosts") or [])
+        params = rec.get("params") or {}
+        label = (_partition_label(params, nodes) if kind == "partition"
+                 else f"{kind} {' '.join(hosts)}".strip())
+        stop = stops.get(key)
+        instant = kind == "clock"
+        spans.append(FaultSpan(
+            fault=key if isinstance(key, int) else -1, kind=kind, hosts=hosts,
+            start=(rec["t"] - t0) / _NS_PER_S,
+            stop=None if instant else ((stop["t"] - t0) / _NS_PER_S if stop else end),
+            label=label, measured=rec.get("measured") or {}))
+    return sorted(spans, key=lambda s: s.start)
+
+
+def latencies(ev: pd.DataFrame, t0: int) -> pd.DataFrame:
+    """Per (node, mid) first fnl with a known send: send_s (since start), fnl_s, latency_ms."""
+    sends = ev[ev["ev"] == "send"].groupby("mid")["t"].min().rename("send_t")
+    fnl = ev[(ev["ev"] == "fnl") & ev["mid"].notna()].sort_values("i")
+    first = fnl.drop_duplicates(["node", "mid"])[["node", "mid", "t"]]
+    lat = first.join(sends, on="mid", how="inner")
+    return pd.DataFrame({
+        "node": lat["node"].to_numpy(), "mid": lat["mid"].to_numpy(),
+        "send_s": (lat["send_t"].to_numpy() - t0) / _NS_PER_S,
+        "fnl_s": (lat["t"].to_numpy() - t0) / _NS_PER_S,
+        "latency_ms": (lat["t"].to_numpy() - lat["send_t"].to_numpy()) / 1e6,
+    })
+
+
+def bin_width(span_s: float, bins: int) -> float:
+    """A round bin width (1, 2, 2.5, 5 x 10^k s) giving about `bins` bins over the span."""
+    raw = max(span_s, 1e-3) / bins
+    mag = 10 ** np.floor(np.log10(raw))
+    return float(next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw))
+
+
+def latency_over_time(lat: pd.DataFrame, end: float, bins: int = 200
+                      ) -> tuple[list[float], dict[str, list[float | None]]]:
+    """Bin centres (s) and per send-time bin p50, p99 and max latency (ms; None in empty bins,
+    so that lines break there)."""
+    w = bin_width(end, bins)
+    b = np.floor(lat["send_s"].to_numpy() / w).astype(int)
+    g = pd.Series(lat["latency_ms"].to_numpy()).groupby(b)
+    stats = pd.DataFrame({"p50": g.quantile(0.5), "p99": g.quantile(0.99), "max": g.max()})
+    idx = np.arange(0, int(np.ceil(end / w)) + 1)
+    stats = stats.reindex(idx)
+    out = {col: [None if pd.isna(v) else float(v) for v in stats[col]]
+           for col in ("p50", "p99", "max")}
+    return [float(x) for x in (idx + 0.5) * w], out
+
+
+def rate_per_node(ev: pd.DataFrame, t0: int, nodes: list[str], kind: str, end: float,
+                  bins: int) -> tuple[float, dict[str, list[float]]]:
+    """(bin width s, {node: `kind` events per second in each bin})."""
+    w = bin_width(end, bins)
+    n = int(np.ceil(end / w)) + 1
+    sel = ev[ev["ev"] == kind]
+    out = {}
+    for node in nodes:
+        ts = (sel.loc[sel["node"] == node, "t"].to_numpy() - t0) / _NS_PER_S
+        counts = np.bincount(np.floor(ts / w).astype(int), minlength=n)[:n]
+        out[node] = [float(c) / w for c in counts]
+    return w, out
+
+
+def accuracy_per_node(ev: pd.DataFrame) -> dict[str, tuple[float, int, int]]:
+    """{node: (accuracy, matched, count)} for nodes with both opt and fnl deliveries."""
+    def ranks(kind: str) -> pd.DataFrame:
+        d = ev[(ev["ev"] == kind) & ev["mid"].notna()].sort_values("i")
+        d = d.drop_duplicates(["node", "mid"])[["node", "mid"]].copy()
+        d[f"{kind}_pos"] = d.groupby("node").cumcount()
+        return d
+    both = ranks("opt").merge(ranks("fnl"), on=["node", "mid"])
+    out = {}
+    for node, g in both.groupby("node"):
+        matched = int((g["opt_pos"] == g["fnl_pos"]).sum())
+        out[str(node)] = (matched / len(g), matched, len(g))
+    return dict(sorted(out.items()))
+
+
+def spacetime_sample(lat: pd.DataFrame, end: float, avoid: Sequence[tuple[float, float]] = (),
+                     messages: int = 6) -> tuple[float, float, pd.DataFrame]:
+    """A short window of `messages` consecutive sends from about the middle of the run, away
+    from the `avoid` intervals (faults, in s) when possible, with their deliveries:
+    (start ms, end ms, rows of `lat` in it)."""
+    if lat.empty:
+        return 0.0, 1.0, lat
+    sends = lat.groupby("mid")["send_s"].first().sort_values()
+    t = sends.to_numpy()
+    # One second after a fault heals, delivery is usually back to its steady state.
+    calm = np.ones(len(t), dtype=bool)
+    for a, b in avoid:
+        calm &= (t < a) | (t > b + 1.0)
+    start = int(np.searchsorted(t, end / 2))
+    ok = np.flatnonzero(calm[: max(len(t) - messages, 0) + 1])
+    if len(ok):
+        start = int(ok[np.argmin(np.abs(ok - start))])
+    pick = sends.iloc[max(0, min(start, len(sends) - messages)):][:messages]
+    rows = lat[lat["mid"].isin(pick.index)]
+    x0, x1 = float(rows["send_s"].min()) * 1e3, float(rows["fnl_s"].max()) * 1e3
+    pad = max((x1 - x0) * 0.04, 0.05)
+    return x0 - pad, x1 + pad, rows
+
+
+def cdf(values: np.ndarray, points: int = 200) -> tuple[list[float], list[float]]:
+    """The empirical CDF at `points` evenly spaced quantiles (x values, y in [0, 1])."""
+    if len(values) == 0:
+        return [], []
+    qs = np.linspace(0, 1, points)
+    return [float(v) for v in np.quantile(values, qs)], [float(q) for q in qs]
+
+
+def reservations(spec: dict[str, Any]) -> dict[str, float]:
+    """{host: reserved bit/s} from the locked topology's `qos.rate`, for hosts that have one."""
+    hosts = (spec.get("topology") or {}).get("hosts") or []
+    return {h["name"]: float(h["qos"]["rate"]) for h in hosts
+            if isinstance(h, dict) and isinstance((h.get("qos") or {}).get("rate"), int | float)}
+
+
+def pcap_bandwidth(run_dir: Path, t0: int, end: float, bins: int = 120
+                   ) -> tuple[float, dict[str, list[float]]]:
+    """(bin width s, {host: egress Mbit/s per bin}) from each host's own capture.
+
+    A host's address is the one on most of its capture's IPv4 packets (every unicast packet
+    a host sees is to or from it); egress is the frames it sent, as HTB meters them.
+    """
+    from analysis.pcap import read_pcap
+
+    manifest = run_dir / "pcaps" / "manifest.json"
+    if not manifest.is_file():
+        return 0.0, {}
+    w = bin_width(end, bins)
+    n = int(np.ceil(end / w)) + 1
+    out: dict[str, np.ndarray] = {}
+    for entry in json.loads(manifest.read_text()):
+        path = run_dir / "pcaps" / str(entry.get("file", ""))
+        if not path.is_file() or not path.stat().st_size:
+            continue
+        tab = read_pcap(path).select(["ts_ns", "src", "dst", "frame_len", "ip_version"])
+        df = tab.to_pandas()
+        df = df[(df["ip_version"] == 4) & df["ts_ns"].notna()]
+        if df.empty:
+            continue
+        seen = pd.concat([df["src"].astype(str), df["dst"].astype(str)])
+        own = seen.value_counts().index[0]
+        sent = df[df["src"].astype(str) == own]
+        ts = (sent["ts_ns"].to_numpy(dtype=np.int64) - t0) / _NS_PER_S
+        keep = (ts >= 0) & (ts < n * w)
+        b = np.floor(ts[keep] / w).astype(int)
+        bits = np.bincount(b, weights=sent["frame_len"].to_numpy()[keep] * 8.0, minlength=n)[:n]
+        host = str(entry.get("host", path.stem))
+        out[host] = out.get(host, np.zeros(n)) + bits
+    return w, {h: [float(v) / w / 1e6 for v in bits] for h, bits in sorted(out.items())}
