@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,18 @@ def spark():
 
     session = spark_session("local[2]")
     yield session
+
+
+@pytest.fixture(scope="session")
+def docker_image() -> Iterator[dict[str, str]]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")  # _root_policy decides skip vs fail in CI
+    from testbed.engine import ensure_engine, stop_engine
+    from testbed.images import build
+
+    started = ensure_engine()
+    try:
+        yield build("auto")
+    finally:
+        if started:
+            stop_engine()

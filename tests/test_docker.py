@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,21 +25,6 @@ pytestmark = pytest.mark.root
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "experiments" / "quickstart.yaml"
 TRIALS = 20 if os.environ.get("CI") == "true" else 3
-
-
-@pytest.fixture(scope="session")
-def docker_image() -> Iterator[dict[str, str]]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root")  # the root policy fixture decides skip vs fail in CI
-    from testbed.engine import ensure_engine, stop_engine
-    from testbed.images import build
-
-    started = ensure_engine()
-    try:
-        yield build("auto")
-    finally:
-        if started:
-            stop_engine()
 
 
 def _docker() -> Any:

@@ -1,0 +1,40 @@
+"""One two-site sequencer experiment on sim, local, mininet and docker: the median final
+latency of every (sender, receiver) pair agrees across backends within 10% + 2 ms."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.eventlogs import median_fnl_latency_ms, read_events, run_dir_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def medians(tmp_path: Path, backend: str) -> dict[tuple[str, str], float]:
+    spec = (ROOT / "experiments" / "quickstart.yaml").read_text()
+    spec = re.sub(r"(?m)^duration: .*$", "duration: 8s", spec)
+    spec = spec.replace("../topologies/", str(ROOT / "topologies") + "/")
+    d = tmp_path / backend
+    d.mkdir()
+    (d / "exp.yaml").write_text(spec)
+    proc = subprocess.run([sys.executable, "-m", "testbed", "run", str(d / "exp.yaml"),
+                           "--backend", backend, "--out", str(d / "runs"), "--no-analyze"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return median_fnl_latency_ms(read_events(run_dir_of(d / "runs")))
+
+
+@pytest.mark.root
+def test_median_latency_per_pair_agrees_across_all_backends(tmp_path: Path,
+                                                           docker_image: object) -> None:
+    results = {b: medians(tmp_path, b) for b in ("sim", "local", "mininet", "docker")}
+    ref = results["sim"]
+    assert len(ref) == 16
+    for backend, got in results.items():
+        for pair, value in ref.items():
+            assert abs(got[pair] - value) <= 0.1 * value + 2.0, (backend, pair, got[pair], value)
