@@ -4,6 +4,7 @@ restart (a new incarnation joins), pause/resume (SIGSTOP/SIGCONT)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from nodes.config import NodeConfig
-from testbed.processes import spawn, stop_pid
+from testbed.processes import is_alive, spawn, stop_pid
 from testbed.rundir import RunDir
 
 Prefix = Callable[[str], list[str]]  # host -> argv prefix that runs a command "on" it
@@ -27,6 +28,20 @@ class NodeProcesses:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.configs: dict[str, NodeConfig] = {}
         self.crashed: set[str] = set()
+        self.adopted: dict[str, tuple[int, int | None]] = {}  # host -> (pid, start time)
+
+    @classmethod
+    def attach(cls, run: RunDir, prefix: Prefix | None = None) -> NodeProcesses:
+        """The nodes of a run started by another orchestrator process (`testbed up`), found
+        through the journal; faults then act on them by pid."""
+        nodes = cls(run, prefix)
+        for cfg_path in sorted((run.path / "nodes").glob("*/node.json")):
+            nodes.configs[cfg_path.parent.name] = NodeConfig.read(cfg_path)
+        for entry in run.journal.live():
+            if entry.get("kind") == "process" and entry["id"].startswith("node:"):
+                host = entry["id"].removeprefix("node:")
+                nodes.adopted[host] = (entry["pid"], entry.get("starttime"))
+        return nodes
 
     def start(self, cfg: NodeConfig) -> None:
         d = self.run.node_dir(cfg.name)
@@ -57,9 +72,13 @@ class NodeProcesses:
                 if p.poll() is not None and p.returncode != 0}
 
     def alive(self, host: str) -> bool:
+        if host in self.adopted and host not in self.procs:
+            return is_alive(*self.adopted[host])
         return host not in self.crashed
 
     def fault(self, op: str, host: str) -> dict[str, Any]:
+        if host in self.adopted and host not in self.procs:
+            return self._fault_by_pid(op, host)
         proc = self.procs.get(host)
         if op == "crash":
             if proc is None or proc.poll() is not None:
@@ -82,6 +101,29 @@ class NodeProcesses:
             return {"note": "host is down"}
         proc.send_signal(signal.SIGSTOP if op == "pause" else signal.SIGCONT)
         return {"state": _state(proc.pid)}
+
+    def _fault_by_pid(self, op: str, host: str) -> dict[str, Any]:
+        pid, started = self.adopted[host]
+        if op == "restart":
+            if is_alive(pid, started):
+                return {"alive": True, "note": "was not down"}
+            cfg = self.configs[host]
+            self.start(replace(cfg, incarnation=cfg.incarnation + 1))
+            new = self.procs[host]
+            return {"alive": new.poll() is None, "pid": new.pid,
+                    "incarnation": cfg.incarnation + 1}
+        if not is_alive(pid, started):
+            return {"alive": False, "note": "host is down"}
+        sig = {"crash": signal.SIGKILL, "pause": signal.SIGSTOP, "resume": signal.SIGCONT}[op]
+        os.kill(pid, sig)
+        if op == "crash":
+            for _ in range(100):
+                if not is_alive(pid, started):
+                    break
+                time.sleep(0.01)
+            self.run.journal.append("remove", id=f"node:{host}")
+            return {"alive": is_alive(pid, started)}
+        return {"state": _state(pid)}
 
     def stop_all(self) -> None:
         for name, proc in list(self.procs.items()):
