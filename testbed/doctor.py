@@ -9,6 +9,7 @@ import secrets
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,10 @@ def checks() -> list[Check]:
               "apt-get install -y tcpdump"),
         Check("Mininet (mnexec)", shutil.which("mnexec") is not None, "the mininet backend",
               "apt-get install -y mininet bridge-utils"),
+        Check("Open vSwitch", shutil.which("ovs-vsctl") is not None
+              and Path("/sys/module/openvswitch").exists(),
+              "OVS switches (the mininet backend uses Linux bridges without it)",
+              "a kernel with the openvswitch module, then apt-get install -y openvswitch-switch"),
         Check("Docker engine", _run(["docker", "info"]) if shutil.which("docker") else False,
               "the docker backend", "apt-get install -y docker.io && dockerd &"),
         Check("user-mode-linux", shutil.which("linux.uml") is not None,

@@ -158,3 +158,28 @@ def test_plan_report_text_shows_every_planner_and_candidate() -> None:
 def test_plan_report_rejects_a_matrix_of_the_wrong_size() -> None:
     with pytest.raises(ValueError):
         plan_report(["a", "b"], PAPER_OMEGA, None, as_json=True)
+
+
+def test_plan_cli_prints_exactly_one_json_object_for_a_topology() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "testbed", "plan", "topologies/five-regions.yaml",
+                           "--json"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)  # exactly one object: json.loads rejects trailing data
+    n = len(doc["hosts"])
+    assert n == 5 and len(doc["omega_ms"]) == n
+    assert set(doc["plans"]) == {"seto", "heuristic", "optimal"}
+    assert doc["plans"]["seto"]["sequencer"] in doc["hosts"]
+    for plan in doc["plans"].values():
+        delay = plan["delay_ms"]
+        assert len(delay) == n and all(len(row) == n for row in delay)
+        assert isinstance(plan["oal_ms"], float)
+    assert doc["plans"]["optimal"]["oal_ms"] <= doc["plans"]["heuristic"]["oal_ms"] + 1e-9
+    assert doc["plans"]["optimal"]["oal_ms"] <= doc["plans"]["seto"]["oal_ms"] + 1e-9
+    bad = subprocess.run([sys.executable, "-m", "testbed", "plan", "topologies/five-regions.yaml",
+                          "--rates", "1,2"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "5 hosts" in bad.stderr

@@ -94,6 +94,11 @@ BAD = [
     ("exp", "topology: topo.yaml", "topology: nowhere.yaml", 2, "topology file nowhere.yaml"),
     ("exp", "duration: 2s", "duration: -2s", 3, "duration"),
     ("topo", "  b: {lan: {delay: 2ms}}", "  b: {lan: {delay: 2ms, loss: 140%}}", 4, "loss"),
+    ("topo", "delay: 20ms", "delay: -20ms", 6, "wan.0.delay"),
+    # Host names end up in namespace, container and log names: bounded so that every derived
+    # name stays within the kernel's 15-character interface limit and friends.
+    ("topo", "  - {name: h3, site: b}", "  - {name: a-very-long-host-name, site: b}", 10,
+     "hosts.2.name"),
 ]
 
 
