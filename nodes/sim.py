@@ -17,7 +17,7 @@ import random
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -210,7 +210,11 @@ class Simulator:
                     (src, dst), LinkModel(base, random.Random(f"{self.seed}:{src}:{dst}:f")))
                 link.path = base if p.get("reset") else replace(
                     link.path, **{k: p[k] for k in ("delay_ns", "jitter_ns", "loss") if k in p})
-            measured["paths"] = {p["between"][0]: asdict(self.links[(a, b)].path)}
+            measured["paths"] = {
+                self.configs[x].name: {"delay_ms": self.links[(x, y)].path.delay_ns / 1e6,
+                                       "jitter_ms": self.links[(x, y)].path.jitter_ns / 1e6,
+                                       "loss": self.links[(x, y)].path.loss}
+                for x, y in ((a, b), (b, a))}
         elif op == "mgmt":
             measured = self._mgmt(cores[self.by_name[p["host"]]], p)
         if self.history is not None:

@@ -41,6 +41,7 @@ faults:
   - {kind: partition, isolate: h5, at: 2s, for: 5s}
   - {kind: crash, host: h4, at: 4s, restart_after: 3s}
   - {kind: clock, host: h3, at: 5s, jump: 50ms}
+  - {kind: link, between: [h1, h2], at: 9s, for: 2s, delay: 30ms}
 """
 
 
@@ -94,6 +95,10 @@ def test_partition_crash_and_clock_jump_keep_order_and_agreement(tmp_path: Path,
     assert by[("crash", "start")]["alive"] is False
     assert by[("crash", "stop")]["alive"] is True
     assert by[("clock", "start")]["clock"]["OffsetMs"] == 50.0
+    changed = by[("link", "start")]["paths"]
+    assert changed["h1"]["delay_ms"] == changed["h2"]["delay_ms"] == 30.0
+    restored = by[("link", "stop")]["paths"]
+    assert restored["h1"]["delay_ms"] == restored["h2"]["delay_ms"] == 1.0
     # The restarted h4 ran a second incarnation that delivered again.
     starts = [e for e in events["h4"] if e["ev"] == "start"]
     assert [s.get("incarnation") for s in starts] == [0, 1]

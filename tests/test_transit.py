@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import yaml
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
-from scapy.utils import PcapWriter
+from scapy.utils import EDecimal, PcapWriter
 
 from analysis.job import analyze
 from analysis.synthetic import write_run
@@ -42,7 +41,7 @@ def packet(t: int, src: str, dst: str, kind: MsgType, origin: int, mno: int) -> 
                          origin=origin, mno=mno), PAYLOAD if kind == MsgType.DATA else b"")
     pkt = (Ether() / IP(src=IPS[src], dst=IPS[dst]) / UDP(sport=7000, dport=7000)
            / Raw(load=encode(msg)))
-    pkt.time = Decimal(t) / Decimal(S)
+    pkt.time = EDecimal(t) / EDecimal(S)
     return pkt
 
 

@@ -33,7 +33,7 @@ from dataclasses import replace
 from typing import Any
 
 from nodes.config import NodeConfig
-from testbed.backends.base import Backend, BackendError, HostAddress
+from testbed.backends.base import BackendError, HostAddress
 from testbed.backends.docker_net import (
     CONTROL,
     DATA,
@@ -43,6 +43,7 @@ from testbed.backends.docker_net import (
     pick_subnets,
 )
 from testbed.backends.mininet import allow_bridged
+from testbed.backends.shaped import ShapedHosts
 from testbed.capture import Capture, CaptureOptions
 from testbed.engine import EngineError, client, short
 from testbed.faults.nodeside import NodeSideFaults
@@ -51,8 +52,7 @@ from testbed.images import ImageError, expected_tag, image_id, record_in_lock
 from testbed.processes import start_time
 from testbed.rundir import RunDir
 from testbed.shaping.auto import make_applier
-from testbed.shaping.plan import HostPlan, host_plans, with_path
-from testbed.spec.topology import Path as PathSpec
+from testbed.shaping.plan import HostPlan, host_plans
 from testbed.spec.topology import PathMatrix, TopologySpec
 from testbed.teardown import undo
 
@@ -62,7 +62,7 @@ STOP_GRACE_S = 5
 START_WORKERS = 8
 
 
-class DockerBackend(Backend):
+class DockerBackend(ShapedHosts):
     name = "docker"
     inprocess_shaping = False
 
@@ -256,7 +256,7 @@ class DockerBackend(Backend):
     # -- faults -------------------------------------------------------------------------------
     def fault(self, action: Action) -> dict[str, Any]:
         if action.op == "path":
-            return self._path(action.params)
+            return self.path_fault(action.params)
         if action.op not in ("crash", "restart", "pause", "resume"):
             return self.node_side.apply(action)
         host = action.params["host"]
@@ -280,26 +280,6 @@ class DockerBackend(Backend):
             return {"note": "host is down"}
         (api.pause if action.op == "pause" else api.unpause)(cid)
         return {"state": self._state(host)["Status"]}
-
-    def _path(self, p: dict[str, Any]) -> dict[str, Any]:
-        """A link fault: the shaper of each end changes its class for the other end."""
-        a, b = p["between"]
-        out = {}
-        for src, dst in ((a, b), (b, a)):
-            base = self.paths.get(src, dst)
-            path = base if p.get("reset") else PathSpec(
-                p.get("delay_ns", base.delay_ns), p.get("jitter_ns", base.jitter_ns),
-                base.distribution, p.get("loss", base.loss), base.bandwidth_bps)
-            self.set_path(src, dst, path)
-            c = self.plans[src].class_for(dst)
-            out[src] = {"delay_ms": c.delay_ns / 1e6, "jitter_ms": c.jitter_ns / 1e6,
-                        "loss": c.loss}
-        return {"paths": out}
-
-    def set_path(self, src: str, dst: str, path: PathSpec) -> None:
-        plan = with_path(self.plans[src], dst, path)
-        self.plans[src] = plan
-        self.applier.change(self.ns[src], plan, plan.class_for(dst))
 
     # -- collect and down ---------------------------------------------------------------------
     def collect(self) -> None:

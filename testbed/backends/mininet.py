@@ -16,14 +16,14 @@ import ipaddress
 import os
 import statistics
 import subprocess
-from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from nodes.config import NodeConfig
-from testbed.backends.base import Backend, BackendError, HostAddress
+from testbed.backends.base import BackendError, HostAddress
 from testbed.backends.local import PROCESS_FAULTS
 from testbed.backends.nodeprocs import NodeProcesses
+from testbed.backends.shaped import ShapedHosts
 from testbed.capture import Capture, CaptureOptions
 from testbed.faults.nodeside import NodeSideFaults
 from testbed.faults.schedule import Action
@@ -31,8 +31,7 @@ from testbed.processes import start_time
 from testbed.rundir import RUN_ENV, Journal, RunDir
 from testbed.shaping.auto import make_applier
 from testbed.shaping.hostns import HostNs, ShapingError
-from testbed.shaping.plan import HostPlan, host_plans, with_path
-from testbed.spec.topology import Path as PathSpec
+from testbed.shaping.plan import HostPlan, host_plans
 from testbed.spec.topology import PathMatrix, TopologySpec
 from testbed.teardown import undo
 
@@ -92,7 +91,7 @@ def control_subnet(run_id: str) -> ipaddress.IPv4Network:
     raise BackendError("every 198.19.x.0/24 control subnet is in use; tear down old runs")
 
 
-class MininetBackend(Backend):
+class MininetBackend(ShapedHosts):
     name = "mininet"
     inprocess_shaping = False
 
@@ -199,29 +198,12 @@ class MininetBackend(Backend):
         if action.op in PROCESS_FAULTS:
             return self.nodes.fault(action.op, action.params["host"])
         if action.op == "path":
-            a, b = action.params["between"]
-            p = action.params
-            applied = {}
-            for src, dst in ((a, b), (b, a)):
-                planned = self.paths.get(src, dst)
-                new = planned if p.get("reset") else replace(
-                    planned, delay_ns=p.get("delay_ns", planned.delay_ns),
-                    jitter_ns=p.get("jitter_ns", planned.jitter_ns),
-                    loss=p.get("loss", planned.loss))
-                self.set_path(src, dst, new)
-                applied[f"{src}->{dst}"] = asdict(new)
-            return {"applied": applied}
+            return self.path_fault(action.params)
         return self.node_side.apply(action)
 
     def exec(self, host: str, argv: list[str]) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(["nsenter", "-t", str(self.ns[host].pid), "-n", *argv],
                               capture_output=True, timeout=60)
-
-    def set_path(self, src: str, dst: str, path: PathSpec) -> None:
-        """Change one one-way path while the run goes on (tc change / daemon control)."""
-        plan = with_path(self.plans[src], dst, path)
-        self.plans[src] = plan
-        self.applier.change(self.ns[src], plan, plan.class_for(dst))
 
     def collect(self) -> None:
         self.nodes.stop_all()
