@@ -52,6 +52,8 @@ def run(
     out: Annotated[Path, typer.Option("--out", help="runs directory")] = DEFAULT_RUNS,
     master: Annotated[str | None, typer.Option(help="Spark master URL (default local[*])")] = None,
     analyze: Annotated[bool, typer.Option(help="run the Spark analysis afterwards")] = True,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan, change nothing")] = (
+        False),
 ) -> None:
     """Run an experiment end to end and judge it.
 
@@ -63,6 +65,9 @@ def run(
         exp, topo = load_experiment(experiment, backend)
     except SpecError as exc:
         raise _spec_errors(exc) from None
+    if dry_run:
+        print_run_plan(exp, topo)
+        return
     try:
         result = run_experiment(exp, topo, out, console, master=master, analyze=analyze)
     except BackendError as exc:
@@ -159,6 +164,25 @@ def _up_mininet(run_dir: RunDir, topo: Any, applier: str) -> None:
     console.print(rtt)
 
 
+def print_run_plan(exp: Any, topo: Any) -> None:
+    from testbed.faults.schedule import expand
+
+    paths = topo.paths()
+    console.print(f"{exp.name}: {exp.protocol.name} on {len(paths.hosts)} {exp.backend} hosts, "
+                  f"{exp.duration / 1e9:g} s of {exp.workload.rate:g} msgs/s per sender "
+                  f"({exp.workload.arrival}), seed {exp.seed}")
+    print_paths(paths)
+    if exp.backend in ("mininet", "docker"):
+        print_shaping_plan(topo, paths, "netem")
+    actions = expand(exp.faults, paths.hosts, exp.duration, exp.seed)
+    if actions:
+        t = Table("at s", "action", "parameters", title="fault timeline")
+        for a in actions:
+            t.add_row(f"{a.at_ns / 1e9:g}", a.op, json.dumps(a.params))
+        console.print(t)
+    console.print("dry run: nothing created")
+
+
 def print_shaping_plan(topo: Any, paths: Any, applier: str) -> None:
     from testbed.backends.mininet import data_addresses
     from testbed.shaping import netem
@@ -192,6 +216,7 @@ def status(runs: RunsOpt = DEFAULT_RUNS) -> None:
 def teardown_cmd(
     name: Annotated[str | None, typer.Argument(help="run id or directory; default: all")] = None,
     runs: RunsOpt = DEFAULT_RUNS,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="list, remove nothing")] = False,
 ) -> None:
     """Remove everything a run created, from its journal (safe after a crash, idempotent).
 
@@ -202,6 +227,13 @@ def teardown_cmd(
                                                           if is_active(r)]
     except LookupError as exc:
         raise fail(str(exc)) from None
+    if dry_run:
+        for r in targets:
+            live = r.journal.live()
+            console.print(f"{r.path.name}: would remove {len(live)} resource(s)")
+            for e in reversed(live):
+                console.print(f"  {e.get('kind')} {e['id']}", highlight=False)
+        return
     for r in targets:
         removed = teardown(r)
         console.print(f"{r.path.name}: removed {len(removed)} resource(s)")

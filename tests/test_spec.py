@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -144,3 +145,14 @@ def test_schema_prints_json_schema() -> None:
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0
     assert '"protocol"' in proc.stdout and '"workload"' in proc.stdout
+
+
+def test_run_dry_run_prints_the_plan_and_creates_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    proc = subprocess.run([sys.executable, "-m", "testbed", "run", "experiments/quickstart.yaml",
+                           "--dry-run", "--out", str(out)], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    assert "one-way delay matrix" in proc.stdout and "10.5" in proc.stdout
+    assert "dry run: nothing created" in proc.stdout
+    assert not out.exists()
