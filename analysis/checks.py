@@ -12,6 +12,9 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from analysis import checks_order
+from analysis.fault_history import FaultHistory
+
 MAX_EXAMPLES = 10
 
 Check = dict[str, Any]
@@ -53,58 +56,31 @@ def _count_and_examples(df: DataFrame, order: list[str]) -> tuple[int, list[dict
     ]
 
 
-def total_order(events: DataFrame, firsts: DataFrame | None = None) -> Check:
-    """Pairs of messages that two nodes fnl-delivered in different relative orders.
-
-    Prefix form: every node's delivery sequence, restricted to the messages it shares with a
-    reference node (the one with most deliveries), must follow the reference's order. A
-    descent (the reference position goes down between two consecutive common messages) is
-    one mis-ordered pair; the violation count is the number of distinct unordered pairs, so a
-    swap seen from several nodes counts once. Missing or duplicate deliveries do not count
-    here (agreement and integrity report them).
-    """
+def total_order(
+    events: DataFrame, firsts: DataFrame | None = None, history: FaultHistory | None = None
+) -> Check:
+    """Pairs of messages that two nodes fnl-delivered in different relative orders, over all
+    node pairs with gaps allowed (analysis/checks_order.py). Each example names the nodes
+    whose order differs from the reference node's (the one with most deliveries)."""
     firsts = first_deliveries(events) if firsts is None else firsts
-    counts = firsts.groupBy("node").count().orderBy(F.desc("count"), "node").limit(1).collect()
-    if not counts:
-        return {"violations": 0, "reference": None, "examples": []}
-    ref = counts[0]["node"]
-    ref_pos = firsts.filter(F.col("node") == ref).select("mid", F.col("pos").alias("ref_pos"))
-    seq = Window.partitionBy("node").orderBy("pos")
-    common = (
-        firsts.filter(F.col("node") != ref)
-        .join(ref_pos, "mid")
-        .withColumn("prev_mid", F.lag("mid").over(seq))
-        .withColumn("prev_pos", F.lag("pos").over(seq))
-        .withColumn("prev_ref_pos", F.lag("ref_pos").over(seq))
-    )
-    descents = common.filter(F.col("ref_pos") < F.col("prev_ref_pos")).select(
-        F.least("mid", "prev_mid").alias("a"),
-        F.greatest("mid", "prev_mid").alias("b"),
-        "node",
-        F.struct(
-            F.col("prev_mid").alias("first"),
-            F.col("mid").alias("then"),
-            F.array("prev_pos", "pos").alias("node_positions"),
-            F.array("prev_ref_pos", "ref_pos").alias("reference_positions"),
-        ).alias("detail"),
-    )
-    pairs = descents.groupBy("a", "b").agg(
-        F.sort_array(F.collect_set("node")).alias("nodes"),
-        F.min_by("detail", "node").alias("detail"),
-    )
-    violations, rows = _count_and_examples(pairs, ["a", "b"])
-    examples = [
-        {"mids": [r["a"], r["b"]], "nodes": r["nodes"], "reference": ref, **r["detail"]}
-        for r in rows
-    ]
-    return {"violations": violations, "reference": ref, "examples": examples}
+    return checks_order.total_order(checks_order.ranked_deliveries(firsts), history)
 
 
 def agreement(
-    events: DataFrame, nodes: list[str], crashed: set[str], firsts: DataFrame | None = None
+    events: DataFrame,
+    nodes: list[str],
+    crashed: set[str],
+    firsts: DataFrame | None = None,
+    history: FaultHistory | None = None,
 ) -> Check:
-    """(mid, node) pairs where a correct node never fnl-delivered a message some node did."""
-    correct = sorted(set(nodes) - crashed)
+    """(mid, node) pairs where a correct node never fnl-delivered a message some node did.
+
+    With a fault `history`, hosts cut off by a partition that never healed are not correct
+    either (they could not have caught up), and each example carries the time of the
+    message's first delivery and the faults active then.
+    """
+    excluded = crashed | (history.partitioned_at_end if history else set())
+    correct = sorted(set(nodes) - excluded)
     result: Check = {
         "violations": 0,
         "correct_nodes": correct,
@@ -112,19 +88,21 @@ def agreement(
         "missing_per_node": {},
         "examples": [],
     }
+    if history is not None:
+        result["partitioned_at_end"] = sorted(history.partitioned_at_end)
     if not correct:
         return result
     spark: SparkSession = events.sparkSession
     firsts = first_deliveries(events) if firsts is None else firsts
     delivered = firsts.select("node", "mid")
-    holders = delivered.groupBy("mid").agg(
-        F.sort_array(F.collect_set("node")).alias("delivered_by")
+    holders = firsts.groupBy("mid").agg(
+        F.sort_array(F.collect_set("node")).alias("delivered_by"), F.min("t").alias("_t")
     )
     correct_df = spark.createDataFrame([(n,) for n in correct], "node string")
     missing = (
         holders.crossJoin(correct_df)
         .join(delivered, ["node", "mid"], "left_anti")
-        .select("mid", "node", "delivered_by")
+        .select("mid", "node", "delivered_by", "_t")
         .withColumn("_node_total", F.count("*").over(Window.partitionBy("node")))
     )
     total, rows = _count_and_examples(missing, ["mid", "node"])
@@ -139,7 +117,12 @@ def agreement(
     )
     result["violations"] = total
     result["missing_per_node"] = dict(sorted(per_node.items()))
-    result["examples"] = [{k: v for k, v in r.items() if k != "_node_total"} for r in rows]
+    examples = [{k: v for k, v in r.items() if k not in ("_node_total", "_t")} for r in rows]
+    if history is not None:
+        for e, r in zip(examples, rows, strict=True):
+            e["t"] = r["_t"]
+        history.annotate(examples)
+    result["examples"] = examples
     return result
 
 
@@ -204,4 +187,72 @@ def run_checks(events: DataFrame, nodes: list[str], crashed: set[str]) -> dict[s
             "integrity": integrity(events),
         }
     finally:
+        firsts.unpersist()
+
+
+def validity(events: DataFrame, history: FaultHistory, firsts: DataFrame | None = None) -> Check:
+    """Messages of correct senders that a correct host should have fnl-delivered and did not.
+
+    Two kinds: `not_self_delivered`, a correct sender never delivered its own message (the
+    validity of atomic broadcast, 004 Definition 1 liveness); `received_not_delivered`, a
+    correct host received (recv) a correct sender's message and never delivered it (004
+    Definition 2 liveness: gaps only for faulty senders or messages the network lost).
+    """
+    firsts = first_deliveries(events) if firsts is None else firsts
+    correct = history.correct
+    delivered = firsts.select("node", "mid")
+    sends = events.filter((F.col("ev") == "send") & F.col("mid").isNotNull()).groupBy("mid").agg(
+        F.first("node").alias("sender"), F.min("t").alias("t_send"))
+    correct_sends = sends.filter(F.col("sender").isin(correct))
+    own = (correct_sends.select("mid", F.col("sender").alias("node"), F.col("t_send").alias("t"))
+           .join(delivered, ["node", "mid"], "left_anti")
+           .withColumn("kind", F.lit("not_self_delivered")))
+    recv = (events.filter((F.col("ev") == "recv") & F.col("node").isin(correct))
+            .groupBy("node", "mid").agg(F.min("t").alias("t"))
+            .join(correct_sends.select("mid"), "mid")
+            .join(delivered, ["node", "mid"], "left_anti")
+            .withColumn("kind", F.lit("received_not_delivered")))
+    found = own.unionByName(recv).withColumn(
+        "_kind_total", F.count("*").over(Window.partitionBy("kind")))
+    rows = (found.withColumn("_rank", F.row_number().over(
+        Window.partitionBy("kind").orderBy("t", "node", "mid")))
+        .filter(F.col("_rank") <= MAX_EXAMPLES).orderBy("_rank", "kind").collect())
+    totals = {r["kind"]: int(r["_kind_total"]) for r in rows}
+    examples = [{"kind": r["kind"], "mid": r["mid"], "node": r["node"], "t": r["t"]}
+                for r in rows][:MAX_EXAMPLES]
+    history.annotate(examples)
+    return {
+        "violations": sum(totals.values()),
+        "not_self_delivered": totals.get("not_self_delivered", 0),
+        "received_not_delivered": totals.get("received_not_delivered", 0),
+        "correct_nodes": correct,
+        "examples": examples,
+    }
+
+
+def causal_claimed(events: DataFrame) -> bool:
+    """True when every protocol named in the log promises causal fnl order."""
+    protos = {r["proto"] for r in events.select("proto").distinct().collect() if r["proto"]}
+    return bool(protos) and protos <= checks_order.CAUSAL_PROTOCOLS
+
+
+def check_suite(events: DataFrame, history: FaultHistory) -> dict[str, Check]:
+    """Every checker, judged against the crash and partition history; keyed as in summary.json.
+
+    Each example carries `faults_active`: the faults active at the example's time `t`.
+    """
+    firsts = first_deliveries(events).cache()
+    ranked = checks_order.ranked_deliveries(firsts).cache()
+    try:
+        return {
+            "total_order": checks_order.total_order(ranked, history),
+            "agreement": agreement(events, history.nodes, history.crashed, firsts, history),
+            "validity": validity(events, history, firsts),
+            "integrity": integrity(events),
+            "fifo_order": checks_order.fifo_order(firsts, history),
+            "causal_order": checks_order.causal_order(events, ranked, causal_claimed(events),
+                                                      history),
+        }
+    finally:
+        ranked.unpersist()
         firsts.unpersist()

@@ -7,11 +7,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from analysis.checks import run_checks
+from analysis.checks import check_suite
+from analysis.fault_history import fault_history
 from analysis.ingest import EVENTS_PARQUET, ingest
-from analysis.metrics import fnl_latency, message_counts, throughput
+from analysis.metrics import clock_offsets, fnl_latency, message_counts, recovery, throughput
 from analysis.optimistic import optimistic_metrics
 from analysis.session import spark_session
+from analysis.transit import transit_section
 
 SUMMARY = "summary.json"
 
@@ -39,21 +41,28 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
     spark = spark_session(master, app=f"testbed-analyze-{run_dir.name}")
     data = ingest(spark, run_dir)
     events = data.events
+    history = fault_history(data.nodes, data.faults)
     try:
         summary: dict[str, Any] = {
             "run": run_dir.name,
             "nodes": data.nodes,
             "crashed": sorted(data.crashed),
+            "partitioned_at_end": sorted(history.partitioned_at_end),
             "messages": message_counts(events, data.nodes),
-            "checks": run_checks(events, data.nodes, data.crashed),
+            "checks": check_suite(events, history),
             "latency": {"fnl": fnl_latency(events)},
             "throughput": throughput(events, data.nodes),
+            "recovery": recovery(events, history),
+            "clock": clock_offsets(events),
             **optimistic_section(events),
             "ingest": {
                 "malformed_lines": data.malformed,
                 "parquet": str(EVENTS_PARQUET / ""),
             },
         }
+        network = transit_section(spark, run_dir, events, data.nodes)
+        if network:
+            summary["network"] = network
     finally:
         data.release()
     if "local_order" in summary:

@@ -8,16 +8,24 @@ A `--master` URL hands the same jobs to a real cluster.
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 _LOG4J = Path(__file__).with_name("log4j2.properties")
+# The project root: Python workers on executors import `analysis` (and `nodes.wire`) from it.
+_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _is_local(master: str) -> bool:
     return master.startswith("local")
+
+
+def _loopback_master(master: str) -> bool:
+    hosts = master.removeprefix("spark://").split(",")
+    return all(h.split(":")[0] in ("127.0.0.1", "localhost") for h in hosts)
 
 
 def spark_session(master: str | None = None, app: str = "testbed") -> SparkSession:
@@ -37,6 +45,10 @@ def spark_session(master: str | None = None, app: str = "testbed") -> SparkSessi
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.extraJavaOptions", java_opts)
     )
+    # Python tasks (pcap decoding, per-node order checks) run in this interpreter, which has
+    # pyarrow (the default `python3` may not); a cluster's workers need it at the same path.
+    # pyspark reads only the environment variable for this.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if _is_local(master):
         # Local mode runs in the driver JVM: give it a quarter of a 24 GiB box, and keep
         # every Spark socket on loopback (the testbed's network rule; also skips the slow
@@ -52,7 +64,14 @@ def spark_session(master: str | None = None, app: str = "testbed") -> SparkSessi
             .config("spark.driver.bindAddress", "127.0.0.1")
         )
     else:
-        builder = builder.config("spark.executor.extraJavaOptions", java_opts)
+        pythonpath = os.pathsep.join(p for p in (str(_ROOT), os.environ.get("PYTHONPATH")) if p)
+        builder = builder.config("spark.executor.extraJavaOptions", java_opts).config(
+            "spark.executorEnv.PYTHONPATH", pythonpath)
+        if _loopback_master(master):
+            # A master on loopback means a cluster on this machine: keep the driver's sockets
+            # there too (the testbed's network rule).
+            builder = builder.config("spark.driver.host", "127.0.0.1").config(
+                "spark.driver.bindAddress", "127.0.0.1")
     with warnings.catch_warnings():
         # pyspark warns about the pandas version on start; the analysis does not use pandas.
         warnings.simplefilter("ignore", FutureWarning)
