@@ -257,6 +257,8 @@ class DockerBackend(ShapedHosts):
     def fault(self, action: Action) -> dict[str, Any]:
         if action.op == "path":
             return self.path_fault(action.params)
+        if action.op in ("block", "heal"):
+            return self.partition_fault(action, self.node_side)
         if action.op not in ("crash", "restart", "pause", "resume"):
             return self.node_side.apply(action)
         host = action.params["host"]

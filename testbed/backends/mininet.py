@@ -193,12 +193,15 @@ class MininetBackend(ShapedHosts):
         return self.nodes.wait(timeout_s)
 
     def fault(self, action: Action) -> dict[str, Any]:
-        """Process faults by signal; link changes through the shaper; partitions, clocks and
-        management through the nodes' own endpoints on the control network."""
+        """Process faults by signal; link changes through the shaper; partitions with iptables
+        in the host namespaces; clocks and management through the nodes' own endpoints on the
+        control network."""
         if action.op in PROCESS_FAULTS:
             return self.nodes.fault(action.op, action.params["host"])
         if action.op == "path":
             return self.path_fault(action.params)
+        if action.op in ("block", "heal"):
+            return self.partition_fault(action, self.node_side)
         return self.node_side.apply(action)
 
     def exec(self, host: str, argv: list[str]) -> subprocess.CompletedProcess[bytes]:
