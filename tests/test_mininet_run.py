@@ -45,3 +45,24 @@ def test_quickstart_on_mininet_passes_expectations_and_captures_data(tmp_path: P
 @pytest.mark.root
 def test_faults_on_mininet_keep_order_and_agreement(tmp_path: Path) -> None:
     test_faults.test_partition_crash_and_clock_jump_keep_order_and_agreement(tmp_path, "mininet")
+
+
+@pytest.mark.root
+def test_up_on_mininet_prints_measured_rtts_and_teardown_removes_it(tmp_path: Path) -> None:
+    out = str(tmp_path / "runs")
+    up = subprocess.run([sys.executable, "-m", "testbed", "up", "topologies/two-sites.yaml",
+                         "--backend", "mininet", "--out", out], cwd=ROOT, capture_output=True,
+                        text=True, timeout=300, env=dict(os.environ, COLUMNS="150"))
+    run = run_dir_of(Path(out))
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "measured RTT ms" in up.stdout and "h1->h3" in up.stdout
+        assert "OFF" not in up.stdout  # every pair within 10% + 1 ms of the plan
+        assert subprocess.run(["ip", "link", "show", f"tb{run.name.rsplit('-', 1)[1]}d"],
+                              capture_output=True).returncode == 0
+    finally:
+        down = subprocess.run([sys.executable, "-m", "testbed", "teardown", "--runs", out],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert subprocess.run(["ip", "link", "show", f"tb{run.name.rsplit('-', 1)[1]}d"],
+                          capture_output=True).returncode != 0
