@@ -111,9 +111,9 @@ def test_missing_or_non_numeric_value_fails_with_a_reason(text: str, reason: str
 
 def test_a_failed_expectation_turns_the_report_verdict_to_fail() -> None:
     clean = {"run": "r", "checks": {"total_order": {"violations": 0, "examples": []}}}
-    assert '<div class="banner pass">PASS</div>' in render_report(clean)
+    assert '<div class="banner pass">PASS<small>' in render_report(clean)
     results = evaluate(["latency.fnl.all.p99_ms < 50", "checks.total_order.violations == 0"], clean)
     failed = render_report({**clean, "expectations": [r.as_dict() for r in results]})
-    assert '<div class="banner fail">FAIL</div>' in failed
+    assert '<div class="banner fail">FAIL<small>' in failed
     assert "expectation failed: latency.fnl.all.p99_ms &lt; 50" in failed
     assert "the summary has no key &#x27;latency&#x27;" in failed
