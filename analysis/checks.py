@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from analysis import checks_order
+from analysis import checks_node, checks_order
 from analysis.fault_history import FaultHistory
 
 MAX_EXAMPLES = 10
@@ -28,32 +28,16 @@ def final_deliveries(events: DataFrame) -> DataFrame:
 
 
 def first_deliveries(events: DataFrame) -> DataFrame:
-    """One row per (node, mid): the first fnl by event ordinal, plus `pos`, its rank at the node."""
-    first = Window.partitionBy("node", "mid").orderBy("i")
-    order = Window.partitionBy("node").orderBy("i")
-    return (
-        final_deliveries(events)
-        .withColumn("_k", F.row_number().over(first))
-        .filter(F.col("_k") == 1)
-        .drop("_k")
-        .withColumn("pos", F.row_number().over(order))
-    )
+    """One row per (node, mid): the first fnl by event ordinal, plus `pos`, its rank at the node
+    (one shuffle by node, then numpy per node: analysis/checks_node.py)."""
+    return checks_node.node_pass(events).select("node", "mid", "i", "t", "seq", "pos")
 
 
-def _count_and_examples(df: DataFrame, order: list[str]) -> tuple[int, list[dict[str, Any]]]:
-    """Row count and the first MAX_EXAMPLES rows by `order`, in one Spark job."""
-    rows = (
-        df.withColumn("_total", F.count("*").over(Window.partitionBy()))
-        .orderBy(*order)
-        .limit(MAX_EXAMPLES)
-        .collect()
-    )
-    if not rows:
-        return 0, []
-    total = int(rows[0]["_total"])
-    return total, [
-        {k: v for k, v in r.asDict(recursive=True).items() if k != "_total"} for r in rows
-    ]
+def mid_table(firsts: DataFrame, events: DataFrame) -> DataFrame:
+    """Per mid, over first deliveries and sends: `gt`, the lower median delivery time;
+    `t_first`, the first; `delivered_by`, the sorted nodes that delivered it; `sender` and
+    `t_send` of its send events and `sent`, whether there was any (analysis/checks_node.py)."""
+    return checks_node.mid_table(firsts, events)
 
 
 def total_order(
@@ -72,12 +56,13 @@ def agreement(
     crashed: set[str],
     firsts: DataFrame | None = None,
     history: FaultHistory | None = None,
+    mids: DataFrame | None = None,
 ) -> Check:
     """(mid, node) pairs where a correct node never fnl-delivered a message some node did.
 
     With a fault `history`, hosts cut off by a partition that never healed are not correct
     either (they could not have caught up), and each example carries the time of the
-    message's first delivery and the faults active then.
+    message's first delivery and the faults active then. `mids` is `mid_table`'s result.
     """
     excluded = crashed | (history.partitioned_at_end if history else set())
     correct = sorted(set(nodes) - excluded)
@@ -92,32 +77,20 @@ def agreement(
         result["partitioned_at_end"] = sorted(history.partitioned_at_end)
     if not correct:
         return result
-    spark: SparkSession = events.sparkSession
-    firsts = first_deliveries(events) if firsts is None else firsts
-    delivered = firsts.select("node", "mid")
-    holders = firsts.groupBy("mid").agg(
-        F.sort_array(F.collect_set("node")).alias("delivered_by"), F.min("t").alias("_t")
-    )
-    correct_df = spark.createDataFrame([(n,) for n in correct], "node string")
-    missing = (
-        holders.crossJoin(correct_df)
-        .join(delivered, ["node", "mid"], "left_anti")
-        .select("mid", "node", "delivered_by", "_t")
-        .withColumn("_node_total", F.count("*").over(Window.partitionBy("node")))
-    )
-    total, rows = _count_and_examples(missing, ["mid", "node"])
-    # Examples may not cover every node, so per-node totals come from a small second job.
-    per_node = (
-        {
-            r["node"]: int(r["n"])
-            for r in missing.groupBy("node").agg(F.first("_node_total").alias("n")).collect()
-        }
-        if total
-        else {}
-    )
+    if mids is None:
+        firsts = first_deliveries(events) if firsts is None else firsts
+        mids = mid_table(firsts, events)
+    # Per delivered message, the correct nodes missing from its holders: no cross join.
+    everyone = F.array(*[F.lit(n) for n in correct])
+    missing = mids.filter(F.size("delivered_by") > 0).select(
+        "mid", F.explode(F.array_except(everyone, "delivered_by")).alias("node"),
+        "delivered_by", F.col("t_first").alias("_t"))
+    per_node = {r["node"]: int(r["count"]) for r in missing.groupBy("node").count().collect()}
+    total = sum(per_node.values())
+    rows = missing.orderBy("mid", "node").limit(MAX_EXAMPLES).collect() if total else []
     result["violations"] = total
     result["missing_per_node"] = dict(sorted(per_node.items()))
-    examples = [{k: v for k, v in r.items() if k not in ("_node_total", "_t")} for r in rows]
+    examples = [{k: v for k, v in r.asDict(recursive=True).items() if k != "_t"} for r in rows]
     if history is not None:
         for e, r in zip(examples, rows, strict=True):
             e["t"] = r["_t"]
@@ -126,30 +99,23 @@ def agreement(
     return result
 
 
-def integrity(events: DataFrame) -> Check:
-    """Duplicate fnl deliveries (one per extra copy) and deliveries of never-sent messages."""
-    fnl = final_deliveries(events)
-    dups = (
-        fnl.groupBy("node", "mid")
-        .agg(F.count("*").alias("deliveries"), F.sort_array(F.collect_list("i")).alias("i"))
-        .filter(F.col("deliveries") > 1)
-        .select(
-            F.lit("duplicate").alias("kind"),
-            "node",
-            "mid",
-            "i",
-            (F.col("deliveries") - 1).alias("n"),
-        )
-    )
-    sent = events.filter(F.col("ev") == "send").select("mid").distinct()
-    unsent = fnl.join(sent, "mid", "left_anti").select(
-        F.lit("never_sent").alias("kind"),
-        "node",
-        "mid",
-        F.array("i").alias("i"),
-        F.lit(1).alias("n"),
-    )
-    found = dups.unionByName(unsent).withColumn(
+def integrity(
+    events: DataFrame, passed: DataFrame | None = None, mids: DataFrame | None = None
+) -> Check:
+    """Duplicate fnl deliveries (one per extra copy) and deliveries of never-sent messages.
+
+    `passed` is analysis.checks_node.node_pass's result, `mids` mid_table's."""
+    passed = checks_node.node_pass(events) if passed is None else passed
+    if mids is None:
+        mids = mid_table(passed.select("node", "mid", "t"), events)
+    dups = passed.filter(F.col("copies") > 1).select(
+        F.lit("duplicate").alias("kind"), "node", "mid", "all_i", (F.col("copies") - 1).alias("n"))
+    # Every fnl event of a never-sent message counts, copies included.
+    unsent = (passed.join(F.broadcast(mids.filter(~F.col("sent")).select("mid")), "mid")
+              .select(F.lit("never_sent").alias("kind"), "node", "mid",
+                      F.explode(F.coalesce("all_i", F.array("i"))).alias("_i"))
+              .select("kind", "node", "mid", F.array("_i").alias("all_i"), F.lit(1).alias("n")))
+    found = dups.unionByName(unsent).withColumnRenamed("all_i", "i").withColumn(
         "_kind_total", F.sum("n").over(Window.partitionBy("kind"))
     )
     # Both kinds' totals ride along with their first examples (alternating, so both kinds show):
@@ -179,18 +145,23 @@ def integrity(events: DataFrame) -> Check:
 
 def run_checks(events: DataFrame, nodes: list[str], crashed: set[str]) -> dict[str, Check]:
     """All checkers, keyed as in summary.json's `checks`."""
-    firsts = first_deliveries(events).cache()
+    passed = checks_node.node_pass(events).cache()
+    firsts = passed.select("node", "mid", "i", "t", "seq", "pos")
+    mids = mid_table(firsts, events).cache()
     try:
         return {
-            "total_order": total_order(events, firsts),
-            "agreement": agreement(events, nodes, crashed, firsts),
-            "integrity": integrity(events),
+            "total_order": checks_order.total_order(
+                checks_order.ranked_deliveries(firsts, mids)),
+            "agreement": agreement(events, nodes, crashed, firsts, mids=mids),
+            "integrity": integrity(events, passed, mids),
         }
     finally:
-        firsts.unpersist()
+        mids.unpersist()
+        passed.unpersist()
 
 
-def validity(events: DataFrame, history: FaultHistory, firsts: DataFrame | None = None) -> Check:
+def validity(events: DataFrame, history: FaultHistory, firsts: DataFrame | None = None,
+             mids: DataFrame | None = None) -> Check:
     """Messages of correct senders that a correct host should have fnl-delivered and did not.
 
     Two kinds: `not_self_delivered`, a correct sender never delivered its own message (the
@@ -198,19 +169,19 @@ def validity(events: DataFrame, history: FaultHistory, firsts: DataFrame | None 
     correct host received (recv) a correct sender's message and never delivered it (004
     Definition 2 liveness: gaps only for faulty senders or messages the network lost).
     """
-    firsts = first_deliveries(events) if firsts is None else firsts
+    if mids is None:
+        firsts = first_deliveries(events) if firsts is None else firsts
+        mids = mid_table(firsts, events)
     correct = history.correct
-    delivered = firsts.select("node", "mid")
-    sends = events.filter((F.col("ev") == "send") & F.col("mid").isNotNull()).groupBy("mid").agg(
-        F.first("node").alias("sender"), F.min("t").alias("t_send"))
-    correct_sends = sends.filter(F.col("sender").isin(correct))
-    own = (correct_sends.select("mid", F.col("sender").alias("node"), F.col("t_send").alias("t"))
-           .join(delivered, ["node", "mid"], "left_anti")
+    correct_sends = mids.filter(F.col("sender").isin(correct))
+    own = (correct_sends.filter(~F.array_contains("delivered_by", F.col("sender")))
+           .select("mid", F.col("sender").alias("node"), F.col("t_send").alias("t"))
            .withColumn("kind", F.lit("not_self_delivered")))
     recv = (events.filter((F.col("ev") == "recv") & F.col("node").isin(correct))
             .groupBy("node", "mid").agg(F.min("t").alias("t"))
-            .join(correct_sends.select("mid"), "mid")
-            .join(delivered, ["node", "mid"], "left_anti")
+            .join(correct_sends.select("mid", "delivered_by"), "mid")
+            .filter(~F.array_contains("delivered_by", F.col("node")))
+            .select("mid", "node", "t")
             .withColumn("kind", F.lit("received_not_delivered")))
     found = own.unionByName(recv).withColumn(
         "_kind_total", F.count("*").over(Window.partitionBy("kind")))
@@ -240,19 +211,27 @@ def check_suite(events: DataFrame, history: FaultHistory) -> dict[str, Check]:
     """Every checker, judged against the crash and partition history; keyed as in summary.json.
 
     Each example carries `faults_active`: the faults active at the example's time `t`.
+    The deliveries are shuffled twice in all: once by node (first deliveries, positions,
+    copies and FIFO in one pass) and once by mid (consensus times, holders, sends).
     """
-    firsts = first_deliveries(events).cache()
-    ranked = checks_order.ranked_deliveries(firsts).cache()
+    passed = checks_node.node_pass(events).cache()
+    firsts = passed.select("node", "mid", "i", "t", "seq", "pos")
+    mids = mid_table(firsts, events).cache()
+    rank = checks_order.consensus_rank(firsts, mids).cache()
+    ranked = checks_order.ranked_deliveries(firsts, mids, rank).cache()
     try:
         return {
             "total_order": checks_order.total_order(ranked, history),
-            "agreement": agreement(events, history.nodes, history.crashed, firsts, history),
-            "validity": validity(events, history, firsts),
-            "integrity": integrity(events),
-            "fifo_order": checks_order.fifo_order(firsts, history),
+            "agreement": agreement(events, history.nodes, history.crashed, firsts, history,
+                                   mids),
+            "validity": validity(events, history, firsts, mids),
+            "integrity": integrity(events, passed, mids),
+            "fifo_order": checks_order.fifo_order(passed, history),
             "causal_order": checks_order.causal_order(events, ranked, causal_claimed(events),
-                                                      history),
+                                                      history, rank),
         }
     finally:
         ranked.unpersist()
-        firsts.unpersist()
+        rank.unpersist()
+        mids.unpersist()
+        passed.unpersist()

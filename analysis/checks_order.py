@@ -28,6 +28,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from analysis import checks_node
 from analysis.fault_history import FaultHistory
 
 MAX_EXAMPLES = 10
@@ -42,16 +43,15 @@ Check = dict[str, Any]
 _INVERSIONS = "node string, a long, b long, total long"
 
 
-def _sender_and_n(mid: str = "mid") -> tuple[Any, Any]:
-    m = F.regexp_extract(mid, r"^(.*):(\d+)$", 1), F.regexp_extract(mid, r"^(.*):(\d+)$", 2)
-    return m[0], F.when(m[1] != "", m[1].cast("long"))
-
-
-def consensus_rank(firsts: DataFrame) -> DataFrame:
-    """Per mid: `g`, its rank in the consensus order (lower median fnl time, then mid)."""
-    times = F.sort_array(F.collect_list("t"))
-    med = firsts.groupBy("mid").agg(times.alias("ts")).select(
-        "mid", F.element_at("ts", ((F.size("ts") - 1) / 2).cast("int") + 1).alias("gt"))
+def consensus_rank(firsts: DataFrame, mids: DataFrame | None = None) -> DataFrame:
+    """Per mid: `g`, its rank in the consensus order (lower median fnl time, then mid).
+    `mids` (analysis.checks.mid_table of `firsts`) saves the aggregation when given."""
+    if mids is None:
+        times = F.sort_array(F.collect_list("t"))
+        med = firsts.groupBy("mid").agg(times.alias("ts")).select(
+            "mid", F.element_at("ts", ((F.size("ts") - 1) / 2).cast("int") + 1).alias("gt"))
+    else:
+        med = mids.filter(F.size("delivered_by") > 0).select("mid", "gt")
     # One global sort of the messages (not of the deliveries): a single partition is fine.
     return med.select("mid", F.row_number().over(Window.orderBy("gt", "mid")).alias("g"))
 
@@ -91,9 +91,14 @@ def _inversions(key: tuple[Any, ...], table: pa.Table) -> pa.Table:
                      "total": pa.array([total] + [-1] * (m - 1), pa.int64())})
 
 
-def ranked_deliveries(firsts: DataFrame) -> DataFrame:
-    """`firsts` (analysis.checks.first_deliveries) with each message's consensus rank `g`."""
-    return firsts.join(consensus_rank(firsts), "mid").select("node", "mid", "i", "pos", "t", "g")
+def ranked_deliveries(firsts: DataFrame, mids: DataFrame | None = None,
+                      rank: DataFrame | None = None) -> DataFrame:
+    """`firsts` (analysis.checks.first_deliveries) with each message's consensus rank `g`.
+
+    The ranks are broadcast, so the deliveries keep their partitioning by node and the
+    per-node inversion pass needs no second shuffle of them."""
+    rank = consensus_rank(firsts, mids) if rank is None else rank
+    return firsts.join(F.broadcast(rank), "mid").select("node", "mid", "i", "pos", "t", "g")
 
 
 def total_order(ranked: DataFrame, history: FaultHistory | None = None) -> Check:
@@ -124,7 +129,10 @@ def _disagreeing_pairs(inv: DataFrame, ranked: DataFrame) -> list[Any]:
     first MAX_EXAMPLES by rank, each row carrying the total count as `_total`."""
     pairs = inv.filter("a >= 0").groupBy("a", "b").agg(
         F.sort_array(F.collect_set("node")).alias("inverted"))
-    held = ranked.select("node", "g")
+    # Only the messages in some inverted pair matter: a broadcast semi-join keeps the join
+    # below away from every other delivery.
+    ends = pairs.select(F.col("a").alias("g")).union(pairs.select(F.col("b").alias("g")))
+    held = ranked.select("node", "g").join(F.broadcast(ends.distinct()), "g", "left_semi")
     both = (pairs.join(held.withColumnRenamed("g", "a"), "a")
             .join(held.withColumnRenamed("g", "b"), ["b", "node"])
             .groupBy("a", "b", "inverted")
@@ -164,39 +172,31 @@ def _order_examples(ranked: DataFrame, rows: list[Any], ref: str,
     return out
 
 
-def fifo_order(firsts: DataFrame, history: FaultHistory | None = None) -> Check:
-    """Deliveries of a sender's message after a later message of the same sender, per node."""
-    sender, n = _sender_and_n()
-    w = Window.partitionBy("node", "sender").orderBy("i").rowsBetween(Window.unboundedPreceding, -1)
-    late = (firsts.select("node", "mid", "i", "t", sender.alias("sender"), n.alias("n"))
-            .filter(F.col("n").isNotNull())
-            .withColumn("before", F.max(F.struct("n", "mid")).over(w))
-            .filter(F.col("n") < F.col("before.n")))
+def fifo_order(passed: DataFrame, history: FaultHistory | None = None) -> Check:
+    """Deliveries of a sender's message after a later message of the same sender, per node.
+
+    `passed` is analysis.checks_node.node_pass's result, which flags them (`fifo_late`)."""
+    late = passed.filter(F.col("fifo_late"))
     rows = late.withColumn("_total", F.count("*").over(Window.partitionBy())).orderBy(
         "node", "i").limit(MAX_EXAMPLES).collect()
-    examples = [{"node": r["node"], "sender": r["sender"], "mid": r["mid"],
-                 "delivered_after": r["before"]["mid"], "i": r["i"], "t": r["t"]} for r in rows]
+    examples = [{"node": r["node"], "sender": r["fifo_sender"], "mid": r["mid"],
+                 "delivered_after": r["fifo_after"], "i": r["i"], "t": r["t"]} for r in rows]
     if history is not None:
         history.annotate(examples)
     return {"violations": int(rows[0]["_total"]) if rows else 0, "examples": examples}
 
 
 def causal_order(events: DataFrame, ranked: DataFrame, claimed: bool,
-                 history: FaultHistory | None = None) -> Check:
+                 history: FaultHistory | None = None, rank: DataFrame | None = None) -> Check:
     """Messages sent after their sender delivered some m1 that the consensus orders after them.
 
     When the protocol does not claim causal order, what is found is reported as `observed`
-    and does not count as a violation.
+    and does not count as a violation. `rank` is consensus_rank's result, if at hand.
     """
-    g = ranked.select("mid", "g").distinct()
-    fnl = ranked.select("node", "i", "mid", "g", F.lit(None).cast("long").alias("sent_g"))
+    g = ranked.select("mid", "g").distinct() if rank is None else rank
     sends = (events.filter((F.col("ev") == "send") & F.col("mid").isNotNull())
-             .join(g, "mid").select("node", "i", "mid", F.lit(None).cast("long").alias("g"),
-                                    F.col("g").alias("sent_g")))
-    w = Window.partitionBy("node").orderBy("i").rowsBetween(Window.unboundedPreceding, -1)
-    seen = F.max(F.when(F.col("g").isNotNull(), F.struct("g", "mid"))).over(w)
-    bad = (fnl.unionByName(sends).withColumn("latest", seen)
-           .filter(F.col("sent_g").isNotNull() & (F.col("sent_g") < F.col("latest.g"))))
+             .join(g, "mid").select("node", "i", "mid", F.col("g").alias("sent_g")))
+    bad = checks_node.causal_pass(ranked, sends)
     rows = bad.withColumn("_total", F.count("*").over(Window.partitionBy())).orderBy(
         "node", "i").limit(MAX_EXAMPLES).collect()
     total = int(rows[0]["_total"]) if rows else 0
@@ -210,13 +210,13 @@ def causal_order(events: DataFrame, ranked: DataFrame, claimed: bool,
 def _causal_examples(ranked: DataFrame, rows: list[Any]) -> list[dict[str, Any]]:
     if not rows:
         return []
-    mids = sorted({r["mid"] for r in rows} | {r["latest"]["mid"] for r in rows})
+    mids = sorted({r["mid"] for r in rows} | {r["latest_mid"] for r in rows})
     pos: dict[str, dict[str, tuple[int, int]]] = {}
     for r in ranked.filter(F.col("mid").isin(mids)).select("node", "mid", "pos", "t").collect():
         pos.setdefault(r["mid"], {})[r["node"]] = (r["pos"], r["t"])
     out = []
     for r in rows:
-        m1, m2 = r["latest"]["mid"], r["mid"]
+        m1, m2 = r["latest_mid"], r["mid"]
         p1, p2 = pos.get(m1, {}), pos.get(m2, {})
         wrong = sorted(n for n in p2 if n in p1 and p2[n][0] < p1[n][0])
         missing = sorted(n for n in p2 if n not in p1)

@@ -1,6 +1,10 @@
 """The checker suite over 10M delivery events: time on local[2] and the speed-up from local[1].
 
     .venv/bin/python bench/checker_scale.py [--nodes 5] [--messages 2000000] [--out DIR]
+        [--masters local[1] local[2]]
+
+With `--out DIR` the history is kept there and reused by later runs with the same size (so
+generating 10M events is paid once; it is never part of the timed part anyway).
 
 Writes a sequencer-like history straight to Parquet (numpy + pyarrow: nodes x messages fnl
 events plus one send per message, and one swapped pair at the last node so the total order
@@ -82,6 +86,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=5)
     parser.add_argument("--messages", type=int, default=2_000_000)
     parser.add_argument("--out", type=Path, default=None, help="keep the Parquet history here")
+    parser.add_argument("--masters", nargs="+", default=["local[1]", "local[2]"])
     parser.add_argument("--one", nargs=2, metavar=("MASTER", "DATA"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -89,12 +94,18 @@ def main() -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="checker-scale-") as tmp:
         data = args.out or Path(tmp) / "events"
-        t0 = time.perf_counter()
-        fnl = generate(data, args.nodes, args.messages)
-        print(f"generated {fnl:,} fnl events (+{args.messages:,} sends) in "
-              f"{time.perf_counter() - t0:.1f} s")
+        stamp = data / "_size.json"
+        size = {"nodes": args.nodes, "messages": args.messages}
+        if stamp.is_file() and json.loads(stamp.read_text()) == size:
+            print(f"reusing {args.nodes * args.messages:,} fnl events in {data}")
+        else:
+            t0 = time.perf_counter()
+            fnl = generate(data, args.nodes, args.messages)
+            stamp.write_text(json.dumps(size))
+            print(f"generated {fnl:,} fnl events (+{args.messages:,} sends) in "
+                  f"{time.perf_counter() - t0:.1f} s")
         results = []
-        for master in ("local[1]", "local[2]"):
+        for master in args.masters:
             done = subprocess.run([sys.executable, __file__, "--one", master, str(data)],
                                   cwd=ROOT, capture_output=True, text=True,
                                   env={"PYTHONPATH": str(ROOT), **_env()})
@@ -102,12 +113,13 @@ def main() -> int:
                 print(done.stderr[-3000:], file=sys.stderr)
                 return 1
             results.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    one, two = results
     print(f"{'master':<10} {'seconds':>8}  violations")
     for r in results:
         print(f"{r['master']:<10} {r['seconds']:>8}  {r['violations']}")
-    print(f"speed-up local[1] -> local[2]: {one['seconds'] / two['seconds']:.2f}x; "
-          f"local[2] target <= 60 s: {'met' if two['seconds'] <= 60 else 'MISSED'}")
+    times = {r["master"]: float(str(r["seconds"])) for r in results}
+    if "local[1]" in times and "local[2]" in times:
+        print(f"speed-up local[1] -> local[2]: {times['local[1]'] / times['local[2]']:.2f}x; "
+              f"local[2] target <= 60 s: {'met' if times['local[2]'] <= 60 else 'MISSED'}")
     return 0
 
 
