@@ -136,6 +136,8 @@ class NodeCore:
 
     def _process(self, actions: list[Any], t: int) -> Output:
         out = Output()
+        if not actions:
+            return out
         lt: int | None = None
         for a in actions:
             kind = type(a)

@@ -25,7 +25,6 @@ R-delivered every message it ordered; the copy comes back flagged RELAYED.
 from __future__ import annotations
 
 import struct
-from collections import OrderedDict
 from typing import Any
 
 from nodes.protocols.base import (
@@ -80,7 +79,7 @@ class Sequencer:
         # Relay (see module docstring): every data message seen, and recent ones kept to
         # serve FETCH requests for an origin that crashed before everyone had its message.
         self.seen: set[tuple[int, int]] = set()
-        self.store: OrderedDict[tuple[int, int], Message] = OrderedDict()
+        self.store: dict[tuple[int, int], Message] = {}  # insertion-ordered: oldest first
         self.store_limit = int(params.get("relay_store", 16384))
         self.fetch_after_ns = round(float(params.get("fetch_after_ms", 200)) * 1e6)
         self.blocked_since: int | None = None  # when the next ORDER's data went missing
@@ -117,7 +116,7 @@ class Sequencer:
     def _up(self, actions: list[Action], now: int) -> list[Action]:
         out: list[Action] = []
         for a in actions:
-            if isinstance(a, RDeliver):
+            if type(a) is RDeliver:
                 out += self._r_deliver(a.msg, now)
             else:
                 out.append(a)
@@ -131,9 +130,10 @@ class Sequencer:
             if key in self.seen:
                 return []  # a relayed copy of what reliable multicast already gave us
             self.seen.add(key)
-            self.store[key] = msg
-            if len(self.store) > self.store_limit:
-                self.store.popitem(last=False)
+            store = self.store
+            store[key] = msg
+            if len(store) > self.store_limit:
+                del store[next(iter(store))]
             self.received[key] = len(msg.payload)
             out.append(Received(h.origin, h.mno, len(msg.payload)))
             out += self._on_data(msg, now)
