@@ -17,6 +17,7 @@ from testbed.rundir import RunDir
 from testbed.shaping import netem
 from testbed.shaping.hostns import HostNs, ShapingError
 from testbed.shaping.plan import ClassPlan, HostPlan
+from testbed.shaping.userspace_daemon import read_line
 
 QUEUE_NUM = 7
 READY_TIMEOUT_S = 10.0
@@ -42,12 +43,7 @@ def control(path: str, request: dict[str, Any], timeout: float = 2.0) -> dict[st
         s.settimeout(timeout)
         s.connect(path)
         s.sendall(json.dumps(request).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+        data = read_line(s)
     reply: dict[str, Any] = json.loads(data)
     return reply
 

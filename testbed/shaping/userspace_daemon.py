@@ -50,6 +50,18 @@ import time
 from itertools import count
 from typing import Any
 
+
+def read_line(sock: socket.socket) -> bytes:
+    """One newline-framed message of the control protocol (client and daemon both use it)."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 SPIN_NS = 100_000
 EARLY_NS = 10_000  # release this close to the deadline: a verdict takes about as long
 PR_SET_TIMERSLACK = 29
@@ -276,13 +288,7 @@ class Daemon:
     def control(self, conn: socket.socket) -> None:
         conn.settimeout(1.0)
         try:
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-            reply = self.handle(json.loads(data or b"{}"))
+            reply = self.handle(json.loads(read_line(conn) or b"{}"))
         except (OSError, ValueError, KeyError) as exc:
             reply = {"ok": False, "error": str(exc)}
         with contextlib.suppress(OSError):
