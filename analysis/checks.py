@@ -1,30 +1,31 @@
 """Safety checkers for total-order multicast, run over the fnl (final delivery) events.
 
-The three properties are those of atomic broadcast (Défago et al. style, as used by the
-sequencer/SETO papers): total order, agreement and integrity. Each checker returns
-`{"violations": int, "examples": [...]}` with at most `MAX_EXAMPLES` concrete witnesses.
+The properties are those of atomic broadcast (Défago et al. style, as used by the
+sequencer/SETO papers): total order, agreement, validity and integrity, plus FIFO and causal
+order where the protocol claims them. Each checker returns `{"violations": int,
+"examples": [...]}` with at most `MAX_EXAMPLES` concrete witnesses.
+
+All of them come out of one Spark job with two shuffles: the events by mid
+(analysis/checks_mid.py: first deliveries, consensus times, holders; agreement, validity,
+integrity), then the first deliveries by node (analysis/checks_node.py: total order, FIFO,
+causal). Both passes emit counts and the first examples as records, which the functions here
+merge; only examples look anything else up (a filtered scan for a few messages).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from analysis import checks_node, checks_order
+from analysis.checks_mid import FNL, MAX_EXAMPLES, MID_ROWS, RECV, SEND, MidPass
 from analysis.fault_history import FaultHistory
 
-MAX_EXAMPLES = 10
-
 Check = dict[str, Any]
-
-
-def final_deliveries(events: DataFrame) -> DataFrame:
-    """All fnl events with a mid: columns node, mid, i, t, seq."""
-    return events.filter((F.col("ev") == "fnl") & F.col("mid").isNotNull()).select(
-        "node", "mid", "i", "t", "seq"
-    )
+Records = checks_order.Records
 
 
 def first_deliveries(events: DataFrame) -> DataFrame:
@@ -33,135 +34,88 @@ def first_deliveries(events: DataFrame) -> DataFrame:
     return checks_node.node_pass(events).select("node", "mid", "i", "t", "seq", "pos")
 
 
-def mid_table(firsts: DataFrame, events: DataFrame) -> DataFrame:
-    """Per mid, over first deliveries and sends: `gt`, the lower median delivery time;
-    `t_first`, the first; `delivered_by`, the sorted nodes that delivered it; `sender` and
-    `t_send` of its send events and `sent`, whether there was any (analysis/checks_node.py)."""
-    return checks_node.mid_table(firsts, events)
+def _partition_keys(spark: SparkSession, n: int) -> list[int]:
+    """A key for each of `n` hash partitions: Spark puts a row in partition
+    pmod(hash(key), n) (Murmur3, the same function as SQL `hash`), so giving node k the k-th
+    key puts every node in a partition of its own -- plain hashing of 5 nodes into 5
+    partitions leaves some empty and others doubled, and each node's pass is one task."""
+    found: dict[int, int] = {}
+    start = 0
+    while len(found) < n:
+        probe = spark.range(start, start + 64 * n).select(
+            "id", F.expr(f"pmod(hash(id), {n})").alias("p")).collect()
+        for r in probe:
+            found.setdefault(int(r["p"]), int(r["id"]))
+        start += 64 * n
+    return [found[k] for k in range(n)]
 
 
-def total_order(
-    events: DataFrame, firsts: DataFrame | None = None, history: FaultHistory | None = None
-) -> Check:
-    """Pairs of messages that two nodes fnl-delivered in different relative orders, over all
-    node pairs with gaps allowed (analysis/checks_order.py). Each example names the nodes
-    whose order differs from the reference node's (the one with most deliveries)."""
-    firsts = first_deliveries(events) if firsts is None else firsts
-    return checks_order.total_order(checks_order.ranked_deliveries(firsts), history)
+def _records(events: DataFrame, nodes: list[str], agree: list[str],
+             valid: list[str]) -> Records:
+    """Run both passes and group their records by kind."""
+    spark = events.sparkSession
+    parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
+    kind = (F.when(F.col("ev") == "fnl", FNL).when(F.col("ev") == "send", SEND)
+            .otherwise(RECV).cast("byte"))
+    wanted = events.filter(F.col("ev").isin("fnl", "send", "recv") & F.col("mid").isNotNull())
+    by_mid = wanted.select("node", "mid", "i", "t", kind.alias("e")).repartition(
+        parts, "mid").mapInArrow(MidPass(nodes, agree, valid), MID_ROWS)
+    names = sorted(nodes) or ["-"]
+    keys = _partition_keys(spark, len(names))
+    where = F.create_map(*[x for n, k in zip(names, keys, strict=True)
+                           for x in (F.lit(n), F.lit(k).cast("long"))])
+    part = F.coalesce(where[F.col("node")], F.lit(keys[0]).cast("long"))
+    by_node = (by_mid.withColumn("_part", part).repartition(len(names), "_part").drop("_part")
+               .mapInArrow(checks_node.NodeChecks(checks_order.MAX_PAIRS_PER_NODE),
+                           checks_node.NODE_RECS))
+    recs: Records = {}
+    for line in by_node.toArrow().column("rec").to_pylist():
+        rec = json.loads(line)
+        recs.setdefault(rec.pop("r"), []).append(rec)
+    return recs
 
 
-def agreement(
-    events: DataFrame,
-    nodes: list[str],
-    crashed: set[str],
-    firsts: DataFrame | None = None,
-    history: FaultHistory | None = None,
-    mids: DataFrame | None = None,
-) -> Check:
+def _interleave(recs: Records, kinds: dict[str, str], key: Any) -> list[dict[str, Any]]:
+    """Each kind's first MAX_EXAMPLES by `key`, then all of them by (rank, kind name): the
+    first examples of every kind show, as one list."""
+    ranked = []
+    for rec_kind, name in kinds.items():
+        for rank, r in enumerate(sorted(recs.get(rec_kind, []), key=key)[:MAX_EXAMPLES]):
+            ranked.append((rank, name, r))
+    return [{"kind": name, **r} for _, name, r in sorted(ranked, key=lambda x: x[:2])]
+
+
+def _total(recs: Records, kind: str) -> int:
+    return sum(int(r["n"]) for r in recs.get(kind, []))
+
+
+def agreement(recs: Records, correct: list[str], crashed: set[str],
+              history: FaultHistory | None = None) -> Check:
     """(mid, node) pairs where a correct node never fnl-delivered a message some node did.
 
     With a fault `history`, hosts cut off by a partition that never healed are not correct
     either (they could not have caught up), and each example carries the time of the
-    message's first delivery and the faults active then. `mids` is `mid_table`'s result.
+    message's first delivery and the faults active then.
     """
-    excluded = crashed | (history.partitioned_at_end if history else set())
-    correct = sorted(set(nodes) - excluded)
-    result: Check = {
-        "violations": 0,
-        "correct_nodes": correct,
-        "crashed_nodes": sorted(crashed),
-        "missing_per_node": {},
-        "examples": [],
-    }
-    if history is not None:
-        result["partitioned_at_end"] = sorted(history.partitioned_at_end)
-    if not correct:
-        return result
-    if mids is None:
-        firsts = first_deliveries(events) if firsts is None else firsts
-        mids = mid_table(firsts, events)
-    # Per delivered message, the correct nodes missing from its holders: no cross join.
-    everyone = F.array(*[F.lit(n) for n in correct])
-    missing = mids.filter(F.size("delivered_by") > 0).select(
-        "mid", F.explode(F.array_except(everyone, "delivered_by")).alias("node"),
-        "delivered_by", F.col("t_first").alias("_t"))
-    per_node = {r["node"]: int(r["count"]) for r in missing.groupBy("node").count().collect()}
-    total = sum(per_node.values())
-    rows = missing.orderBy("mid", "node").limit(MAX_EXAMPLES).collect() if total else []
-    result["violations"] = total
-    result["missing_per_node"] = dict(sorted(per_node.items()))
-    examples = [{k: v for k, v in r.asDict(recursive=True).items() if k != "_t"} for r in rows]
+    per_node: dict[str, int] = {}
+    for r in recs.get("agree_n", []):
+        per_node[r["node"]] = per_node.get(r["node"], 0) + int(r["n"])
+    rows = sorted(recs.get("agree", []), key=lambda r: (r["mid"], r["node"]))[:MAX_EXAMPLES]
+    examples = [{"mid": r["mid"], "node": r["node"], "delivered_by": r["delivered_by"]}
+                for r in rows]
     if history is not None:
         for e, r in zip(examples, rows, strict=True):
-            e["t"] = r["_t"]
+            e["t"] = r["t"]
         history.annotate(examples)
-    result["examples"] = examples
+    result: Check = {"violations": sum(per_node.values()), "correct_nodes": correct,
+                     "crashed_nodes": sorted(crashed),
+                     "missing_per_node": dict(sorted(per_node.items())), "examples": examples}
+    if history is not None:
+        result["partitioned_at_end"] = sorted(history.partitioned_at_end)
     return result
 
 
-def integrity(
-    events: DataFrame, passed: DataFrame | None = None, mids: DataFrame | None = None
-) -> Check:
-    """Duplicate fnl deliveries (one per extra copy) and deliveries of never-sent messages.
-
-    `passed` is analysis.checks_node.node_pass's result, `mids` mid_table's."""
-    passed = checks_node.node_pass(events) if passed is None else passed
-    if mids is None:
-        mids = mid_table(passed.select("node", "mid", "t"), events)
-    dups = passed.filter(F.col("copies") > 1).select(
-        F.lit("duplicate").alias("kind"), "node", "mid", "all_i", (F.col("copies") - 1).alias("n"))
-    # Every fnl event of a never-sent message counts, copies included.
-    unsent = (passed.join(F.broadcast(mids.filter(~F.col("sent")).select("mid")), "mid")
-              .select(F.lit("never_sent").alias("kind"), "node", "mid",
-                      F.explode(F.coalesce("all_i", F.array("i"))).alias("_i"))
-              .select("kind", "node", "mid", F.array("_i").alias("all_i"), F.lit(1).alias("n")))
-    found = dups.unionByName(unsent).withColumnRenamed("all_i", "i").withColumn(
-        "_kind_total", F.sum("n").over(Window.partitionBy("kind"))
-    )
-    # Both kinds' totals ride along with their first examples (alternating, so both kinds show):
-    # one Spark job for the checker.
-    rows = [
-        r.asDict(recursive=True)
-        for r in found.withColumn(
-            "_rank", F.row_number().over(Window.partitionBy("kind").orderBy("node", "mid", "i"))
-        )
-        .filter(F.col("_rank") <= MAX_EXAMPLES)
-        .orderBy("_rank", "kind")
-        .collect()
-    ]
-    totals = {r["kind"]: int(r["_kind_total"]) for r in rows}
-    duplicates, never_sent = totals.get("duplicate", 0), totals.get("never_sent", 0)
-    examples = [
-        {"kind": r["kind"], "node": r["node"], "mid": r["mid"], "i": r["i"], "extra": r["n"]}
-        for r in rows
-    ]
-    return {
-        "violations": duplicates + never_sent,
-        "duplicates": duplicates,
-        "never_sent": never_sent,
-        "examples": examples[:MAX_EXAMPLES],
-    }
-
-
-def run_checks(events: DataFrame, nodes: list[str], crashed: set[str]) -> dict[str, Check]:
-    """All checkers, keyed as in summary.json's `checks`."""
-    passed = checks_node.node_pass(events).cache()
-    firsts = passed.select("node", "mid", "i", "t", "seq", "pos")
-    mids = mid_table(firsts, events).cache()
-    try:
-        return {
-            "total_order": checks_order.total_order(
-                checks_order.ranked_deliveries(firsts, mids)),
-            "agreement": agreement(events, nodes, crashed, firsts, mids=mids),
-            "integrity": integrity(events, passed, mids),
-        }
-    finally:
-        mids.unpersist()
-        passed.unpersist()
-
-
-def validity(events: DataFrame, history: FaultHistory, firsts: DataFrame | None = None,
-             mids: DataFrame | None = None) -> Check:
+def validity(recs: Records, history: FaultHistory) -> Check:
     """Messages of correct senders that a correct host should have fnl-delivered and did not.
 
     Two kinds: `not_self_delivered`, a correct sender never delivered its own message (the
@@ -169,36 +123,27 @@ def validity(events: DataFrame, history: FaultHistory, firsts: DataFrame | None 
     correct host received (recv) a correct sender's message and never delivered it (004
     Definition 2 liveness: gaps only for faulty senders or messages the network lost).
     """
-    if mids is None:
-        firsts = first_deliveries(events) if firsts is None else firsts
-        mids = mid_table(firsts, events)
-    correct = history.correct
-    correct_sends = mids.filter(F.col("sender").isin(correct))
-    own = (correct_sends.filter(~F.array_contains("delivered_by", F.col("sender")))
-           .select("mid", F.col("sender").alias("node"), F.col("t_send").alias("t"))
-           .withColumn("kind", F.lit("not_self_delivered")))
-    recv = (events.filter((F.col("ev") == "recv") & F.col("node").isin(correct))
-            .groupBy("node", "mid").agg(F.min("t").alias("t"))
-            .join(correct_sends.select("mid", "delivered_by"), "mid")
-            .filter(~F.array_contains("delivered_by", F.col("node")))
-            .select("mid", "node", "t")
-            .withColumn("kind", F.lit("received_not_delivered")))
-    found = own.unionByName(recv).withColumn(
-        "_kind_total", F.count("*").over(Window.partitionBy("kind")))
-    rows = (found.withColumn("_rank", F.row_number().over(
-        Window.partitionBy("kind").orderBy("t", "node", "mid")))
-        .filter(F.col("_rank") <= MAX_EXAMPLES).orderBy("_rank", "kind").collect())
-    totals = {r["kind"]: int(r["_kind_total"]) for r in rows}
-    examples = [{"kind": r["kind"], "mid": r["mid"], "node": r["node"], "t": r["t"]}
-                for r in rows][:MAX_EXAMPLES]
+    examples = _interleave(
+        recs, {"own": "not_self_delivered", "recv": "received_not_delivered"},
+        key=lambda r: (r["t"], r["node"], r["mid"]))[:MAX_EXAMPLES]
+    examples = [{"kind": e["kind"], "mid": e["mid"], "node": e["node"], "t": e["t"]}
+                for e in examples]
     history.annotate(examples)
-    return {
-        "violations": sum(totals.values()),
-        "not_self_delivered": totals.get("not_self_delivered", 0),
-        "received_not_delivered": totals.get("received_not_delivered", 0),
-        "correct_nodes": correct,
-        "examples": examples,
-    }
+    own, recv = _total(recs, "own_n"), _total(recs, "recv_n")
+    return {"violations": own + recv, "not_self_delivered": own, "received_not_delivered": recv,
+            "correct_nodes": history.correct, "examples": examples}
+
+
+def integrity(recs: Records) -> Check:
+    """Duplicate fnl deliveries (one per extra copy) and deliveries of never-sent messages
+    (every fnl event of one counts, copies included)."""
+    examples = _interleave(recs, {"dup": "duplicate", "unsent": "never_sent"},
+                           key=lambda r: (r["node"], r["mid"], r["i"]))[:MAX_EXAMPLES]
+    duplicates, never_sent = _total(recs, "dup_n"), _total(recs, "unsent_n")
+    return {"violations": duplicates + never_sent, "duplicates": duplicates,
+            "never_sent": never_sent,
+            "examples": [{"kind": e["kind"], "node": e["node"], "mid": e["mid"], "i": e["i"],
+                          "extra": e["n"]} for e in examples]}
 
 
 def causal_claimed(events: DataFrame) -> bool:
@@ -207,31 +152,37 @@ def causal_claimed(events: DataFrame) -> bool:
     return bool(protos) and protos <= checks_order.CAUSAL_PROTOCOLS
 
 
+def run_checks(events: DataFrame, nodes: list[str], crashed: set[str]) -> dict[str, Check]:
+    """Total order, agreement (hosts that never crashed) and integrity, with no fault history."""
+    correct = sorted(set(nodes) - crashed)
+    recs = _records(events, nodes, correct, correct)
+    return {
+        "total_order": checks_order.total_order(
+            recs, nodes, lambda mids: checks_order.first_fnl(events, mids)),
+        "agreement": agreement(recs, correct, crashed),
+        "integrity": integrity(recs),
+    }
+
+
 def check_suite(events: DataFrame, history: FaultHistory) -> dict[str, Check]:
     """Every checker, judged against the crash and partition history; keyed as in summary.json.
 
     Each example carries `faults_active`: the faults active at the example's time `t`.
-    The deliveries are shuffled twice in all: once by node (first deliveries, positions,
-    copies and FIFO in one pass) and once by mid (consensus times, holders, sends).
+    Hosts that crashed, and hosts cut off by a partition still on at the end, are held to
+    neither agreement nor validity.
     """
-    passed = checks_node.node_pass(events).cache()
-    firsts = passed.select("node", "mid", "i", "t", "seq", "pos")
-    mids = mid_table(firsts, events).cache()
-    rank = checks_order.consensus_rank(firsts, mids).cache()
-    ranked = checks_order.ranked_deliveries(firsts, mids, rank).cache()
-    try:
-        return {
-            "total_order": checks_order.total_order(ranked, history),
-            "agreement": agreement(events, history.nodes, history.crashed, firsts, history,
-                                   mids),
-            "validity": validity(events, history, firsts, mids),
-            "integrity": integrity(events, passed, mids),
-            "fifo_order": checks_order.fifo_order(passed, history),
-            "causal_order": checks_order.causal_order(events, ranked, causal_claimed(events),
-                                                      history, rank),
-        }
-    finally:
-        ranked.unpersist()
-        rank.unpersist()
-        mids.unpersist()
-        passed.unpersist()
+    correct = history.correct
+    recs = _records(events, history.nodes, correct, correct)
+
+    def lookup(mids: set[str]) -> checks_order.Firsts:
+        return checks_order.first_fnl(events, mids)
+
+    return {
+        "total_order": checks_order.total_order(recs, history.nodes, lookup, history),
+        "agreement": agreement(recs, correct, history.crashed, history),
+        "validity": validity(recs, history),
+        "integrity": integrity(recs),
+        "fifo_order": checks_order.fifo_order(recs, history),
+        "causal_order": checks_order.causal_order(recs, causal_claimed(events), lookup,
+                                                  history),
+    }

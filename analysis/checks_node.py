@@ -1,15 +1,14 @@
-"""One pass per node over its fnl events: first deliveries, positions, copies and FIFO.
+"""Per-node passes: first deliveries with positions (for the metrics), and the checker
+suite's second pass (NodeChecks: total order against the consensus order, FIFO, causal).
 
-The checkers used to get these from several window sorts over all deliveries (one per
-property); here each node's events go through numpy/Arrow once, after one shuffle by node.
-Every row is a node's first fnl of a mid (by ordinal `i`) with `pos`, its rank at the node;
-`copies` counts that node's fnl events of the mid and `all_i` lists their ordinals when there
-is more than one (integrity's duplicates). `fifo_after` names the message a FIFO violation
-was delivered after (see analysis/checks_order.py, "FIFO"), for the node's first violations.
+Both run after one shuffle by node; each node's events go through numpy/Arrow once. A first
+delivery is a node's first fnl of a mid by ordinal `i`; `pos` is its rank at the node.
 """
 
 from __future__ import annotations
 
+import bisect
+import json
 from typing import Any
 
 import numpy as np
@@ -18,12 +17,13 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from analysis.checks_mid import FNL, MAX_EXAMPLES, SEND
+
 # FIFO violations per node whose `fifo_after` is filled in: the checker shows at most this
 # many examples, ordered by node then ordinal, so later ones are only counted.
 FIFO_EXAMPLES = 10
 
-NODE_PASS = ("node string, mid string, i long, t long, seq long, pos long, copies long, "
-             "all_i array<long>, fifo_late boolean, fifo_sender string, fifo_after string")
+NODE_PASS = "node string, mid string, i long, t long, seq long, pos long"
 
 
 def _sender_n(mids: pa.Array) -> tuple[pa.Array, np.ndarray]:
@@ -75,38 +75,14 @@ def _fifo(sender: pa.Array, n: np.ndarray,
 
 
 def _node_pass(table: pa.Table) -> pa.Table:
-    """First deliveries of one node's fnl events (see module docstring)."""
-    order = np.argsort(table.column("i").to_numpy(), kind="stable")
-    table = table.take(pa.array(order))
-    mid = table.column("mid").combine_chunks()
+    """First deliveries of one node's fnl events, with their positions."""
+    table = table.take(pa.array(np.argsort(table.column("i").to_numpy(), kind="stable")))
     # Dictionary codes follow first appearance, and rows are in delivery order: code c is the
     # (c+1)-th distinct message the node delivered, so pos = c + 1.
-    codes = pc.dictionary_encode(mid).indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    _, first = np.unique(codes, return_index=True)
-    copies = np.bincount(codes) if len(codes) else np.zeros(0, np.int64)
-    i_all = table.column("i").to_numpy()
-    all_i: list[list[int] | None] = [None] * len(first)
-    dup = np.flatnonzero(copies > 1)
-    if len(dup):
-        rows = np.flatnonzero(copies[codes] > 1)
-        lists: dict[int, list[int]] = {}
-        for c, i in zip(codes[rows].tolist(), i_all[rows].tolist(), strict=True):
-            lists.setdefault(c, []).append(i)
-        for c, v in lists.items():
-            all_i[c] = v
+    codes = pc.dictionary_encode(table.column("mid").combine_chunks()).indices
+    _, first = np.unique(codes.to_numpy(zero_copy_only=False), return_index=True)
     firsts = table.take(pa.array(first))
-    fmid = firsts.column("mid").combine_chunks()
-    sender, n = _sender_n(fmid)
-    late, after = _fifo(sender, n, fmid)
-    return pa.table({
-        "node": firsts.column("node"), "mid": fmid, "i": firsts.column("i"),
-        "t": firsts.column("t"), "seq": firsts.column("seq"),
-        "pos": pa.array(np.arange(1, len(first) + 1, dtype=np.int64)),
-        "copies": pa.array(copies.astype(np.int64)),
-        "all_i": pa.array(all_i, pa.list_(pa.int64())),
-        "fifo_late": pa.array(late), "fifo_sender": pc.if_else(pa.array(late), sender, None),
-        "fifo_after": pa.array(after, pa.string()),
-    })
+    return firsts.append_column("pos", pa.array(np.arange(1, len(first) + 1, dtype=np.int64)))
 
 
 def node_pass(events: DataFrame) -> DataFrame:
@@ -114,74 +90,6 @@ def node_pass(events: DataFrame) -> DataFrame:
     fnl = events.filter((F.col("ev") == "fnl") & F.col("mid").isNotNull()).select(
         "node", "mid", "i", "t", "seq")
     return by_node(fnl, _node_pass, NODE_PASS)
-
-
-MID_TABLE = ("mid string, gt long, t_first long, delivered_by array<string>, sender string, "
-             "t_send long, sent boolean")
-_MID_INPUT = pa.schema([("mid", pa.string()), ("node", pa.string()), ("t", pa.int64()),
-                        ("s_node", pa.string()), ("s_t", pa.int64())])
-
-
-def _mid_pass(table: pa.Table) -> pa.Table:
-    """Per mid of a partition's rows (first deliveries: node, t; sends: s_node, s_t): the
-    lower median delivery time `gt`, the first `t_first`, the sorted holders, the sender."""
-    if table.num_rows == 0:
-        return pa.Table.from_pylist([], schema=pa.schema(
-            [("mid", pa.string()), ("gt", pa.int64()), ("t_first", pa.int64()),
-             ("delivered_by", pa.list_(pa.string())), ("sender", pa.string()),
-             ("t_send", pa.int64()), ("sent", pa.bool_())]))
-    # Sends have no `t`, so after each mid's deliveries by time come its sends.
-    table = table.take(pc.sort_indices(table, [("mid", "ascending"), ("t", "ascending")]))
-    mid = table.column("mid").combine_chunks()
-    code = pc.dictionary_encode(mid).indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    rows = len(code)
-    starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
-    is_fnl = table.column("node").is_valid().to_numpy(zero_copy_only=False)
-    is_send = table.column("s_node").is_valid().to_numpy(zero_copy_only=False)
-    holders = np.add.reduceat(is_fnl.astype(np.int64), starts)
-    sends = np.add.reduceat(is_send.astype(np.int64), starts)
-    t = pc.fill_null(table.column("t"), 0).to_numpy()
-    delivered = holders > 0
-    gt = pa.array(t[starts + np.maximum(holders - 1, 0) // 2], mask=~delivered)
-    t_first = pa.array(t[starts], mask=~delivered)
-    big = np.iinfo(np.int64).max
-    s_t = pc.fill_null(table.column("s_t"), big).to_numpy()
-    t_send = np.minimum.reduceat(np.where(is_send, s_t, big), starts)
-    # The first send row of each mid (they follow its deliveries) names the sender.
-    first_send = starts + holders
-    s_node = table.column("s_node").combine_chunks()
-    sender = pc.if_else(pa.array(sends > 0),
-                        s_node.take(pa.array(np.minimum(first_send, rows - 1))),
-                        pa.scalar(None, pa.string()))
-    # Holders sorted by name within each mid: a numpy sort of (mid, node rank) codes.
-    fnl_rows = np.flatnonzero(is_fnl)
-    node = table.column("node").combine_chunks()
-    names = pc.unique(node.filter(pa.array(is_fnl)))
-    ranks = pc.index_in(node, value_set=names.sort()).to_numpy(zero_copy_only=False)
-    by_name = fnl_rows[np.lexsort((ranks[fnl_rows], code[fnl_rows]))]
-    offsets = np.r_[0, np.cumsum(holders)].astype(np.int32)
-    delivered_by = pa.ListArray.from_arrays(pa.array(offsets), node.take(pa.array(by_name)))
-    return pa.table({"mid": mid.take(pa.array(starts)), "gt": gt, "t_first": t_first,
-                     "delivered_by": delivered_by, "sender": sender,
-                     "t_send": pa.array(t_send, mask=sends == 0), "sent": pa.array(sends > 0)})
-
-
-def _mid_batches(batches: Any) -> Any:
-    table = pa.Table.from_batches(list(batches), schema=_MID_INPUT)
-    yield from _mid_pass(table).to_batches()
-
-
-def mid_table(firsts: DataFrame, events: DataFrame) -> DataFrame:
-    """Per mid over first deliveries and sends (columns in MID_TABLE): one shuffle by mid and
-    an Arrow sort per partition, instead of collecting lists per group in the JVM."""
-    none_s, none_l = F.lit(None).cast("string"), F.lit(None).cast("long")
-    delivered = firsts.select("mid", "node", "t", none_s.alias("s_node"), none_l.alias("s_t"))
-    sends = events.filter((F.col("ev") == "send") & F.col("mid").isNotNull()).select(
-        "mid", none_s.alias("node"), none_l.alias("t"), F.col("node").alias("s_node"),
-        F.col("t").alias("s_t"))
-    both = delivered.unionByName(sends)
-    parts = int(both.sparkSession.conf.get("spark.sql.shuffle.partitions") or 4)
-    return both.repartition(parts, "mid").mapInArrow(_mid_batches, MID_TABLE)
 
 
 def by_node(df: DataFrame, fn: Any, schema: str) -> DataFrame:
@@ -201,38 +109,145 @@ def by_node(df: DataFrame, fn: Any, schema: str) -> DataFrame:
     return df.repartition(parts, "node").mapInArrow(run, schema)
 
 
-CAUSAL = "node string, i long, mid string, sent_g long, latest_g long, latest_mid string"
+NODE_RECS = "rec string"
 
 
-def _causal(table: pa.Table) -> pa.Table:
-    """A node's sends (`sent_g` set) made after it fnl-delivered a message (`g` set) that the
-    consensus orders after the sent one; `latest_*` is the highest-ranked such delivery."""
-    table = table.take(pa.array(np.argsort(table.column("i").to_numpy(), kind="stable")))
-    n = table.num_rows
-    g = table.column("g")
-    is_fnl = g.is_valid().to_numpy(zero_copy_only=False)
-    rows = np.arange(n, dtype=np.int64)
-    # Running maximum of (g, row) over the deliveries strictly before each event.
-    key = np.where(is_fnl, pc.fill_null(g, 0).to_numpy() * (n + 1) + rows, -1)
-    prev = np.r_[-1, np.maximum.accumulate(key)[:-1]] if n else key
-    sent = table.column("sent_g")
-    sent_g = pc.fill_null(sent, -1).to_numpy()
-    bad = sent.is_valid().to_numpy(zero_copy_only=False) & (prev >= 0)
-    bad &= sent_g < np.where(prev >= 0, prev // (n + 1), 0)
-    hit = np.flatnonzero(bad)
-    top = prev[hit]
-    return pa.table({"node": table.column("node").take(pa.array(hit)),
-                     "i": table.column("i").take(pa.array(hit)),
-                     "mid": table.column("mid").take(pa.array(hit)),
-                     "sent_g": pa.array(sent_g[hit]),
-                     "latest_g": pa.array(top // (n + 1)),
-                     "latest_mid": table.column("mid").take(pa.array(top % (n + 1)))})
+def consensus_ranks(gt: np.ndarray, mid: pa.Array) -> np.ndarray:
+    """Dense ranks of the rows by the consensus order (gt, then mid): equal for the same
+    message, and ordered as the global order g is (analysis/checks_order.py), so a node can
+    compare messages without the global rank. Ties in gt (batched deliveries) are the only
+    rows that need a string sort."""
+    order = np.argsort(gt, kind="stable")
+    g_sorted = gt[order]
+    tie = np.r_[False, g_sorted[1:] == g_sorted[:-1]]
+    tie[:-1] |= tie[1:]
+    if tie.any():
+        spots = np.flatnonzero(tie)
+        rows = order[spots]
+        sub = pa.table({"g": gt[rows], "m": mid.take(pa.array(rows))})
+        order[spots] = rows[pc.sort_indices(
+            sub, sort_keys=[("g", "ascending"), ("m", "ascending")]).to_numpy()]
+    same = np.zeros(len(order), dtype=bool)
+    if len(order) > 1:
+        m_sorted = mid.take(pa.array(order))
+        same[1:] = (gt[order][1:] == gt[order][:-1]) & pc.fill_null(
+            pc.equal(m_sorted[1:], m_sorted[:-1]), False).to_numpy(zero_copy_only=False)
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.cumsum(~same) - 1
+    return rank
 
 
-def causal_pass(deliveries: DataFrame, sends: DataFrame) -> DataFrame:
-    """`_causal` over each node's ranked deliveries (node, i, mid, g) and its sends
-    (node, i, mid, sent_g)."""
-    none = F.lit(None).cast("long")
-    both = deliveries.select("node", "i", "mid", "g", none.alias("sent_g")).unionByName(
-        sends.select("node", "i", "mid", none.alias("g"), "sent_g"))
-    return by_node(both, _causal, CAUSAL)
+def inversions(r: np.ndarray, limit: int) -> tuple[int, list[int], list[int]]:
+    """Pairs (x, y) of values, x < y, with y before x in `r`: the exact count, and the first
+    `limit` pairs (in order of x's position, then y ascending)."""
+    n = len(r)
+    a_out: list[int] = []
+    b_out: list[int] = []
+    total = 0
+    if n < 2:
+        return total, a_out, b_out
+    prefix_max = np.maximum.accumulate(r)
+    suffix_min = np.minimum.accumulate(r[::-1])[::-1]
+    # Only an element with a larger one before it or a smaller one after it takes part in
+    # an inversion, so a clean node costs two vector passes and nothing else.
+    involved = np.zeros(n, dtype=bool)
+    involved[1:] |= prefix_max[:-1] > r[1:]
+    involved[:-1] |= suffix_min[1:] < r[:-1]
+    seen: list[int] = []
+    for x in r[involved].tolist():
+        k = bisect.bisect_right(seen, x)
+        larger = seen[k:]
+        total += len(larger)
+        room = limit - len(a_out)
+        if room > 0 and larger:
+            a_out += [x] * min(room, len(larger))
+            b_out += larger[:room]
+        seen.insert(k, x)
+    return total, a_out, b_out
+
+
+class NodeChecks:
+    """The checker suite's second pass (after analysis/checks_mid.py): each node's first
+    deliveries and sends, in its own delivery order. Emits records: per node its delivery
+    count and exact number of inverted pairs against the consensus order (with the first
+    `max_pairs` pairs for the driver to judge, analysis/checks_order.py), FIFO violations and
+    causal ones. Records of the first pass go through untouched."""
+
+    def __init__(self, max_pairs: int) -> None:
+        self.max_pairs = max_pairs
+
+    def __call__(self, batches: Any) -> Any:
+        batches = list(batches)
+        if not batches or not sum(b.num_rows for b in batches):
+            return
+        table = pa.Table.from_batches(batches)
+        rec = table.column("rec")
+        passed = rec.filter(rec.is_valid())
+        recs: list[dict[str, Any]] = []
+        rows = table.filter(rec.is_null())
+        node = rows.column("node")
+        for name in pc.unique(node).to_pylist():
+            recs += self.node(str(name), rows.filter(pc.equal(node, name)))
+        out = pa.concat_arrays([passed.combine_chunks(), pa.array(
+            [json.dumps(r, separators=(",", ":")) for r in recs], pa.string())])
+        yield pa.RecordBatch.from_arrays([out], names=["rec"])
+
+    def node(self, name: str, table: pa.Table) -> list[dict[str, Any]]:
+        e = table.column("e").to_numpy(zero_copy_only=False)
+        d = table.filter(pa.array(e == FNL))
+        d = d.take(pa.array(np.argsort(d.column("i").to_numpy(), kind="stable")))
+        s = table.filter(pa.array(e == SEND))
+        n = d.num_rows
+        d_mid = d.column("mid").combine_chunks()
+        d_i, d_t = d.column("i").to_numpy(), d.column("t").to_numpy()
+        recs: list[dict[str, Any]] = []
+
+        # FIFO per sender, over the node's first deliveries in delivery order.
+        sender, num = _sender_n(d_mid)
+        late, after = _fifo(sender, num, d_mid)
+        bad = np.flatnonzero(late)
+        if len(bad):
+            recs.append({"r": "fifo_n", "node": name, "n": len(bad)})
+            for k in bad[:FIFO_EXAMPLES].tolist():
+                recs.append({"r": "fifo", "node": name, "sender": sender[k].as_py(),
+                             "mid": d_mid[k].as_py(), "after": after[k], "i": int(d_i[k]),
+                             "t": int(d_t[k])})
+
+        # Total order: the node's order against the consensus order, by dense ranks.
+        s_mid = s.column("mid").combine_chunks()
+        gt = np.r_[d.column("gt").to_numpy(), s.column("gt").to_numpy()]
+        rank = consensus_ranks(gt, pa.concat_arrays([d_mid, s_mid]))
+        d_rank = rank[:n]
+        total, xs, ys = inversions(d_rank, self.max_pairs)
+        recs.append({"r": "node", "node": name, "firsts": n, "inv": total})
+        if xs:
+            row_of = np.full(int(d_rank.max()) + 1, -1, dtype=np.int64)
+            row_of[d_rank] = np.arange(n)
+            holders = d.column("holders").combine_chunks()
+            for x, y in zip(row_of[xs].tolist(), row_of[ys].tolist(), strict=True):
+                both = bytes(a & b for a, b in zip(holders[x].as_py(), holders[y].as_py(),
+                                                   strict=True))
+                recs.append({"r": "pair", "node": name, "a": d_mid[x].as_py(),
+                             "b": d_mid[y].as_py(), "ga": int(gt[x]), "gb": int(gt[y]),
+                             "ia": int(d_i[x]), "ib": int(d_i[y]), "ta": int(d_t[x]),
+                             "tb": int(d_t[y]), "h": both.hex()})
+
+        # Causal: a send ordered before the latest-ordered message delivered before it.
+        ev_i = np.r_[d_i, s.column("i").to_numpy()]
+        order = np.argsort(ev_i, kind="stable")
+        size = len(order)
+        is_d = order < n
+        ranks = rank[order]
+        key = np.where(is_d, ranks * (size + 1) + np.arange(size), -1)
+        prev = np.r_[-1, np.maximum.accumulate(key)[:-1]] if size else key
+        hit = np.flatnonzero(~is_d & (prev >= 0) & (ranks < prev // (size + 1)))
+        if len(hit):
+            recs.append({"r": "causal_n", "n": len(hit)})
+            mids = pa.concat_arrays([d_mid, s_mid])
+            ev_all = np.r_[d_i, s.column("i").to_numpy()]
+            for k in hit[:MAX_EXAMPLES].tolist():
+                latest = int(order[prev[k] % (size + 1)])
+                recs.append({"r": "causal", "node": name, "i": int(ev_all[order[k]]),
+                             "mid": mids[int(order[k])].as_py(),
+                             "latest_mid": mids[latest].as_py()})
+        return recs

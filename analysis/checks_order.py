@@ -7,7 +7,10 @@ each node is compared against one consensus order g instead: a pair {m, m'} held
 nodes is ordered differently by two of them exactly when some holder inverts it relative to g
 and some other holder does not. That is exact for any total order g; g only decides how many
 inversions get enumerated, so it is the lower median of the message's delivery times (true
-time) over the nodes, which follows the common order wherever the nodes agree.
+time) over the nodes, then the mid, which follows the common order wherever the nodes agree.
+Nodes compare (gt, mid) keys among themselves (analysis/checks_node.py), so g is never
+materialized; each inverted pair carries the bitmap of the nodes holding both messages, so
+"some other holder does not invert it" is a count here.
 
 FIFO (002, "FIFO ordering"): the fnl order of each sender's messages at a node follows their
 number n (gaps allowed: a missing message is agreement's business).
@@ -16,19 +19,20 @@ Causal (002, "Causal ordering"): if a node sent m2 after it fnl-delivered m1, ev
 m1 before m2. Judged against g: where total order holds every node's order is g's on what it
 holds, so m2 must come after the latest-ordered message its sender had delivered when it sent
 m2 -- one running maximum per node instead of a quadratic prefix comparison.
+
+Each function here turns the records of the two passes (analysis/checks_mid.py,
+analysis/checks_node.py) into a checker's result; `first_fnl` looks up the few deliveries
+that examples show.
 """
 
 from __future__ import annotations
 
-import bisect
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from analysis import checks_node
 from analysis.fault_history import FaultHistory
 
 MAX_EXAMPLES = 10
@@ -40,188 +44,109 @@ MAX_PAIRS_PER_NODE = 200_000
 CAUSAL_PROTOCOLS = frozenset({"sequencer", "seto", "fast-seto"})
 
 Check = dict[str, Any]
-_INVERSIONS = "node string, a long, b long, total long"
+Records = dict[str, list[dict[str, Any]]]
+# Per mid, per node: (ordinal, time) of the node's first fnl of it.
+Firsts = dict[str, dict[str, tuple[int, int]]]
+Lookup = Callable[[set[str]], Firsts]
 
 
-def consensus_rank(firsts: DataFrame, mids: DataFrame | None = None) -> DataFrame:
-    """Per mid: `g`, its rank in the consensus order (lower median fnl time, then mid).
-    `mids` (analysis.checks.mid_table of `firsts`) saves the aggregation when given."""
-    if mids is None:
-        times = F.sort_array(F.collect_list("t"))
-        med = firsts.groupBy("mid").agg(times.alias("ts")).select(
-            "mid", F.element_at("ts", ((F.size("ts") - 1) / 2).cast("int") + 1).alias("gt"))
-    else:
-        med = mids.filter(F.size("delivered_by") > 0).select("mid", "gt")
-    # One global sort of the messages (not of the deliveries): a single partition is fine.
-    return med.select("mid", F.row_number().over(Window.orderBy("gt", "mid")).alias("g"))
+def first_fnl(events: DataFrame, mids: set[str]) -> Firsts:
+    """The first fnl (ordinal, time) of each of `mids` at each node that delivered it: one
+    filtered scan, for the handful of messages that examples show."""
+    if not mids:
+        return {}
+    rows = (events.filter((F.col("ev") == "fnl") & F.col("mid").isin(sorted(mids)))
+            .groupBy("node", "mid").agg(F.min(F.struct("i", "t")).alias("f")).collect())
+    out: Firsts = {}
+    for r in rows:
+        out.setdefault(r["mid"], {})[r["node"]] = (r["f"]["i"], r["f"]["t"])
+    return out
 
 
-def _inversions(key: tuple[Any, ...], table: pa.Table) -> pa.Table:
-    """Pairs (a, b) of g-ranks, a < b, that this node delivered b-first; plus a total row
-    (a = -1, b = the node's deliveries) with the node's exact number of inverted pairs."""
-    node = key[0].as_py()
-    pos = table.column("pos").to_numpy()
-    r = table.column("g").to_numpy()[np.argsort(pos, kind="stable")].astype(np.int64)
-    n = len(r)
-    a_out: list[int] = []
-    b_out: list[int] = []
-    total = 0
-    if n > 1:
-        prefix_max = np.maximum.accumulate(r)
-        suffix_min = np.minimum.accumulate(r[::-1])[::-1]
-        # Only an element with a larger one before it or a smaller one after it takes part in
-        # an inversion, so a clean node costs two vector passes and nothing else.
-        involved = np.zeros(n, dtype=bool)
-        involved[1:] |= prefix_max[:-1] > r[1:]
-        involved[:-1] |= suffix_min[1:] < r[:-1]
-        seen: list[int] = []
-        for x in r[involved].tolist():
-            k = bisect.bisect_right(seen, x)
-            larger = seen[k:]
-            total += len(larger)
-            room = MAX_PAIRS_PER_NODE - len(a_out)
-            if room > 0 and larger:
-                a_out += [x] * min(room, len(larger))
-                b_out += larger[:room]
-            seen.insert(k, x)
-    m = len(a_out) + 1
-    return pa.table({"node": pa.array([node] * m, pa.string()),
-                     "a": pa.array([-1, *a_out], pa.int64()),
-                     "b": pa.array([n, *b_out], pa.int64()),
-                     "total": pa.array([total] + [-1] * (m - 1), pa.int64())})
+def _holders(bitmap_hex: str, nodes: list[str]) -> list[str]:
+    bits = bytes.fromhex(bitmap_hex)
+    return [n for k, n in enumerate(nodes) if bits[k // 8] >> (7 - k % 8) & 1]
 
 
-def ranked_deliveries(firsts: DataFrame, mids: DataFrame | None = None,
-                      rank: DataFrame | None = None) -> DataFrame:
-    """`firsts` (analysis.checks.first_deliveries) with each message's consensus rank `g`.
-
-    The ranks are broadcast, so the deliveries keep their partitioning by node and the
-    per-node inversion pass needs no second shuffle of them."""
-    rank = consensus_rank(firsts, mids) if rank is None else rank
-    return firsts.join(F.broadcast(rank), "mid").select("node", "mid", "i", "pos", "t", "g")
-
-
-def total_order(ranked: DataFrame, history: FaultHistory | None = None) -> Check:
+def total_order(recs: Records, nodes: list[str], lookup: Lookup,
+                history: FaultHistory | None = None) -> Check:
     """Distinct message pairs that two nodes fnl-delivered in different orders (all node pairs).
 
-    `ranked` comes from `ranked_deliveries`. The reference named in the result and the
-    examples is the node with most deliveries (ties: first by name).
+    The reference named in the result and the examples is the node with most deliveries
+    (ties: first by name). `node_ordinals` gives, per holder, the log ordinals `i` of its
+    first fnl of each of `mids`.
     """
-    inv = ranked.select("node", "pos", "g").groupBy("node").applyInArrow(
-        _inversions, _INVERSIONS).cache()
-    try:
-        per_node = inv.filter("a < 0").select("node", "total", "b").collect()
-        totals = {r["node"]: int(r["total"]) for r in per_node}
-        ref = min(per_node, key=lambda r: (-r["b"], r["node"]))["node"] if per_node else None
-        rows = _disagreeing_pairs(inv, ranked) if any(totals.values()) else []
-    finally:
-        inv.unpersist()
-    total = int(rows[0]["_total"]) if rows else 0
-    examples = _order_examples(ranked, rows, ref, history) if ref else []
-    return {"violations": total, "reference": ref,
+    per_node = [r for r in recs.get("node", []) if r["firsts"]]
+    totals = {r["node"]: int(r["inv"]) for r in per_node}
+    ref = min(per_node, key=lambda r: (-r["firsts"], r["node"]))["node"] if per_node else None
+    pairs: dict[tuple[int, str, int, str], tuple[list[str], str]] = {}
+    for p in recs.get("pair", []):
+        key = (p["ga"], p["a"], p["gb"], p["b"])
+        pairs.setdefault(key, ([], p["h"]))[0].append(p["node"])
+    bad = sorted(k for k, (inverted, h) in pairs.items()
+                 if len(inverted) < len(_holders(h, sorted(nodes))))
+    examples: list[dict[str, Any]] = []
+    if bad and ref is not None:
+        shown = bad[:MAX_EXAMPLES]
+        firsts = lookup({k[1] for k in shown} | {k[3] for k in shown})
+        for key in shown:
+            inverted, h = pairs[key]
+            everyone = _holders(h, sorted(nodes))
+            first_b = sorted(inverted)
+            first_a = [n for n in everyone if n not in inverted]
+            mid_a, mid_b = key[1], key[3]
+            if ref in everyone:
+                differs = first_b if ref in first_a else first_a
+            else:
+                differs = first_b
+            fa, fb = firsts.get(mid_a, {}), firsts.get(mid_b, {})
+            node = differs[0]
+            mids = sorted([mid_a, mid_b])
+            examples.append({
+                "mids": mids, "nodes": differs, "reference": ref,
+                "orders": {f"{mid_a} before {mid_b}": first_a,
+                           f"{mid_b} before {mid_a}": first_b},
+                "node_ordinals": {n: [firsts[m][n][0] for m in mids] for n in everyone},
+                "t": max(fa[node][1], fb[node][1])})
+        if history is not None:
+            history.annotate(examples)
+    return {"violations": len(bad), "reference": ref,
             "inverted_per_node": {k: v for k, v in sorted(totals.items()) if v},
             "truncated": any(v > MAX_PAIRS_PER_NODE for v in totals.values()),
             "examples": examples}
 
 
-def _disagreeing_pairs(inv: DataFrame, ranked: DataFrame) -> list[Any]:
-    """Inverted pairs that some other holder of both messages orders the consensus way: the
-    first MAX_EXAMPLES by rank, each row carrying the total count as `_total`."""
-    pairs = inv.filter("a >= 0").groupBy("a", "b").agg(
-        F.sort_array(F.collect_set("node")).alias("inverted"))
-    # Only the messages in some inverted pair matter: a broadcast semi-join keeps the join
-    # below away from every other delivery.
-    ends = pairs.select(F.col("a").alias("g")).union(pairs.select(F.col("b").alias("g")))
-    held = ranked.select("node", "g").join(F.broadcast(ends.distinct()), "g", "left_semi")
-    both = (pairs.join(held.withColumnRenamed("g", "a"), "a")
-            .join(held.withColumnRenamed("g", "b"), ["b", "node"])
-            .groupBy("a", "b", "inverted")
-            .agg(F.sort_array(F.collect_set("node")).alias("all")))
-    bad = both.filter(F.size("inverted") < F.size("all"))
-    return bad.withColumn("_total", F.count("*").over(Window.partitionBy())).orderBy(
-        "a", "b").limit(MAX_EXAMPLES).collect()
-
-
-def _order_examples(ranked: DataFrame, rows: list[Any], ref: str,
-                    history: FaultHistory | None) -> list[dict[str, Any]]:
-    if not rows:
-        return []
-    gs = sorted({r["a"] for r in rows} | {r["b"] for r in rows})
-    where: dict[int, dict[str, tuple[int, int, str]]] = {}
-    for r in ranked.filter(F.col("g").isin(gs)).collect():
-        where.setdefault(r["g"], {})[r["node"]] = (r["pos"], r["t"], r["mid"])
-    out = []
-    for r in rows:
-        a, b = where[r["a"]], where[r["b"]]
-        mid_a, mid_b = next(iter(a.values()))[2], next(iter(b.values()))[2]
-        first_a = sorted(n for n in r["all"] if a[n][0] < b[n][0])
-        first_b = sorted(n for n in r["all"] if a[n][0] > b[n][0])
-        if ref in r["all"]:
-            differs = first_b if ref in first_a else first_a
-        else:
-            differs = list(r["inverted"])
-        node = differs[0]
-        t = max(a[node][1], b[node][1])
-        ex: dict[str, Any] = {
-            "mids": sorted([mid_a, mid_b]), "nodes": differs, "reference": ref,
-            "orders": {f"{mid_a} before {mid_b}": first_a, f"{mid_b} before {mid_a}": first_b},
-            "node_positions": {n: [a[n][0], b[n][0]] for n in sorted(r["all"])}, "t": t}
-        out.append(ex)
-    if history is not None:
-        history.annotate(out)
-    return out
-
-
-def fifo_order(passed: DataFrame, history: FaultHistory | None = None) -> Check:
-    """Deliveries of a sender's message after a later message of the same sender, per node.
-
-    `passed` is analysis.checks_node.node_pass's result, which flags them (`fifo_late`)."""
-    late = passed.filter(F.col("fifo_late"))
-    rows = late.withColumn("_total", F.count("*").over(Window.partitionBy())).orderBy(
-        "node", "i").limit(MAX_EXAMPLES).collect()
-    examples = [{"node": r["node"], "sender": r["fifo_sender"], "mid": r["mid"],
-                 "delivered_after": r["fifo_after"], "i": r["i"], "t": r["t"]} for r in rows]
+def fifo_order(recs: Records, history: FaultHistory | None = None) -> Check:
+    """Deliveries of a sender's message after a later message of the same sender, per node
+    (flagged by the per-node pass); examples by node, then ordinal."""
+    rows = sorted(recs.get("fifo", []), key=lambda r: (r["node"], r["i"]))[:MAX_EXAMPLES]
+    examples = [{"node": r["node"], "sender": r["sender"], "mid": r["mid"],
+                 "delivered_after": r["after"], "i": r["i"], "t": r["t"]} for r in rows]
     if history is not None:
         history.annotate(examples)
-    return {"violations": int(rows[0]["_total"]) if rows else 0, "examples": examples}
+    return {"violations": sum(r["n"] for r in recs.get("fifo_n", [])), "examples": examples}
 
 
-def causal_order(events: DataFrame, ranked: DataFrame, claimed: bool,
-                 history: FaultHistory | None = None, rank: DataFrame | None = None) -> Check:
+def causal_order(recs: Records, claimed: bool, lookup: Lookup,
+                 history: FaultHistory | None = None) -> Check:
     """Messages sent after their sender delivered some m1 that the consensus orders after them.
 
     When the protocol does not claim causal order, what is found is reported as `observed`
-    and does not count as a violation. `rank` is consensus_rank's result, if at hand.
+    and does not count as a violation.
     """
-    g = ranked.select("mid", "g").distinct() if rank is None else rank
-    sends = (events.filter((F.col("ev") == "send") & F.col("mid").isNotNull())
-             .join(g, "mid").select("node", "i", "mid", F.col("g").alias("sent_g")))
-    bad = checks_node.causal_pass(ranked, sends)
-    rows = bad.withColumn("_total", F.count("*").over(Window.partitionBy())).orderBy(
-        "node", "i").limit(MAX_EXAMPLES).collect()
-    total = int(rows[0]["_total"]) if rows else 0
-    examples = _causal_examples(ranked, rows)
+    total = sum(r["n"] for r in recs.get("causal_n", []))
+    rows = sorted(recs.get("causal", []), key=lambda r: (r["node"], r["i"]))[:MAX_EXAMPLES]
+    firsts = lookup({r["mid"] for r in rows} | {r["latest_mid"] for r in rows}) if rows else {}
+    examples = []
+    for r in rows:
+        m1, m2 = r["latest_mid"], r["mid"]
+        p1, p2 = firsts.get(m1, {}), firsts.get(m2, {})
+        wrong = sorted(n for n in p2 if n in p1 and p2[n][0] < p1[n][0])
+        missing = sorted(n for n in p2 if n not in p1)
+        t = min((p2[n][1] for n in wrong), default=None)
+        examples.append({"sender": r["node"], "delivered": m1, "then_sent": m2,
+                         "nodes_m2_before_m1": wrong, "nodes_without_m1": missing, "t": t})
     if history is not None:
         history.annotate(examples)
     return {"claimed": claimed, "violations": total if claimed else 0,
             "observed": total, "examples": examples}
-
-
-def _causal_examples(ranked: DataFrame, rows: list[Any]) -> list[dict[str, Any]]:
-    if not rows:
-        return []
-    mids = sorted({r["mid"] for r in rows} | {r["latest_mid"] for r in rows})
-    pos: dict[str, dict[str, tuple[int, int]]] = {}
-    for r in ranked.filter(F.col("mid").isin(mids)).select("node", "mid", "pos", "t").collect():
-        pos.setdefault(r["mid"], {})[r["node"]] = (r["pos"], r["t"])
-    out = []
-    for r in rows:
-        m1, m2 = r["latest_mid"], r["mid"]
-        p1, p2 = pos.get(m1, {}), pos.get(m2, {})
-        wrong = sorted(n for n in p2 if n in p1 and p2[n][0] < p1[n][0])
-        missing = sorted(n for n in p2 if n not in p1)
-        t = min((p2[n][1] for n in wrong), default=None)
-        out.append({"sender": r["node"], "delivered": m1, "then_sent": m2,
-                    "nodes_m2_before_m1": wrong, "nodes_without_m1": missing, "t": t})
-    return out
-

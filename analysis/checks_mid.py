@@ -1,0 +1,244 @@
+"""The checker suite's first pass: every fnl, send and recv event, shuffled by mid once.
+
+For each message a partition holds all of its events, so numpy finds here, with no join:
+each node's first fnl of it (the first delivery, by ordinal `i`) and how many copies the node
+delivered; the consensus time `gt` (the lower median of the first-delivery times, see
+analysis/checks_order.py) and the bitmap of its holders; its sender (the earliest send) and
+whether it was sent at all. Agreement, validity and integrity are decided right here; what
+goes on to the per-node pass (analysis/checks_node.py) is one row per first delivery and one
+per send of a delivered message, each with `gt` and the holders.
+
+Violations leave as records (`rec`, one JSON object each): a count per partition, and the
+partition's first MAX_EXAMPLES examples in the order the checker reports them, so the driver
+merges a few rows per partition into exact totals and the global first examples.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+MAX_EXAMPLES = 10
+
+# Event kinds in the `e` column of the pass's input.
+FNL, SEND, RECV = 0, 1, 2
+
+# Rows handed from this pass to the per-node pass: first deliveries (e = FNL) and sends of
+# delivered messages (e = SEND), or a record (`rec` set, everything else null).
+MID_ROWS = ("node string, mid string, i long, t long, gt long, holders binary, e byte, "
+            "rec string")
+_MID_SCHEMA = pa.schema([("node", pa.string()), ("mid", pa.string()), ("i", pa.int64()),
+                         ("t", pa.int64()), ("gt", pa.int64()), ("holders", pa.binary()),
+                         ("e", pa.int8()), ("rec", pa.string())])
+
+
+def records(recs: list[dict[str, Any]]) -> pa.Table:
+    """Records as rows of the pass's output (every column but `rec` null)."""
+    n = len(recs)
+    cols: dict[str, pa.Array] = {f.name: pa.nulls(n, f.type) for f in _MID_SCHEMA}
+    cols["rec"] = pa.array([json.dumps(r, separators=(",", ":")) for r in recs], pa.string())
+    return pa.table(cols, schema=_MID_SCHEMA)
+
+
+def binary_column(packed: np.ndarray) -> pa.Array:
+    """Each row of a 2-D uint8 array as one binary value."""
+    n, width = packed.shape
+    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
+                                                  pa.py_buffer(np.ascontiguousarray(packed))])
+
+
+def _first_k(keys: list[np.ndarray | pa.Array], k: int = MAX_EXAMPLES) -> np.ndarray:
+    """Indices of the k smallest rows by `keys` (lexicographic, first key first), in order."""
+    n = len(keys[0])
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    table = pa.table({f"k{j}": key for j, key in enumerate(keys)})
+    sort_keys = [(f"k{j}", "ascending") for j in range(len(keys))]
+    if n > k:
+        top = pc.select_k_unstable(table, k, sort_keys=sort_keys)
+        table = table.take(top)
+        order = pc.sort_indices(table, sort_keys=sort_keys).to_numpy()
+        return top.to_numpy()[order]
+    return pc.sort_indices(table, sort_keys=sort_keys).to_numpy()
+
+
+class MidPass:
+    """The per-partition function of the pass (picklable: Spark ships it to the workers).
+
+    `nodes` are the run's hosts (sorted: a holder bitmap's bit k is nodes[k]); `agree` the
+    hosts held to agreement and `valid` those held to validity (both subsets of `nodes`).
+    """
+
+    def __init__(self, nodes: list[str], agree: list[str], valid: list[str]) -> None:
+        self.nodes = sorted(nodes)
+        self.agree = np.array([self.nodes.index(n) for n in agree], dtype=np.int64)
+        self.valid = np.array([self.nodes.index(n) for n in valid], dtype=np.int64)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        batches = list(batches)
+        table = pa.Table.from_batches(batches) if batches else None
+        if table is not None and table.num_rows:
+            yield from self.run(table).to_batches()
+
+    def run(self, table: pa.Table) -> pa.Table:
+        names = pa.array(self.nodes, pa.string())
+        node_arr = table.column("node").combine_chunks()
+        ncode_arr = pc.index_in(node_arr, value_set=names)
+        if ncode_arr.null_count:
+            unknown = pc.unique(node_arr.filter(pc.is_null(ncode_arr))).to_pylist()
+            raise ValueError(f"events of hosts {unknown} that are not among the run's nodes")
+        ncode = ncode_arr.to_numpy(zero_copy_only=False).astype(np.int64)
+        mid_dict = pc.dictionary_encode(table.column("mid").combine_chunks())
+        mcode = mid_dict.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        mids: pa.Array = mid_dict.dictionary
+        m_count, n_count = len(mids), len(self.nodes)
+        e = table.column("e").to_numpy(zero_copy_only=False)
+        i_all = table.column("i").to_numpy(zero_copy_only=False)
+        t_all = table.column("t").to_numpy(zero_copy_only=False)
+        recs: list[dict[str, Any]] = []
+
+        # First deliveries: fnl rows by (mid, node, i); the first of each (mid, node) group.
+        f_rows = np.flatnonzero(e == FNL)
+        f_rows = f_rows[np.lexsort((i_all[f_rows], ncode[f_rows], mcode[f_rows]))]
+        f_key = mcode[f_rows] * n_count + ncode[f_rows]
+        starts = np.flatnonzero(np.r_[True, f_key[1:] != f_key[:-1]]) if len(f_rows) else \
+            np.zeros(0, np.int64)
+        copies = np.diff(np.r_[starts, len(f_rows)])
+        first = f_rows[starts]
+        f_m, f_n, f_t = mcode[first], ncode[first], t_all[first]
+
+        # Per message: holders, consensus time (lower median of first-delivery times).
+        holders = np.bincount(f_m, minlength=m_count)
+        delivered = holders > 0
+        sorted_t = f_t[np.lexsort((f_t, f_m))]
+        m_start = np.r_[0, np.cumsum(holders)[:-1]].astype(np.int64)
+        gt = np.zeros(m_count, dtype=np.int64)
+        t_first = np.zeros(m_count, dtype=np.int64)
+        gt[delivered] = sorted_t[(m_start + (holders - 1) // 2)[delivered]]
+        t_first[delivered] = sorted_t[m_start[delivered]]
+        held = np.zeros((m_count, n_count), dtype=bool)
+        held[f_m, f_n] = True
+
+        # Sends: the earliest (then by host name) names the sender.
+        s_rows = np.flatnonzero(e == SEND)
+        s_rows = s_rows[np.lexsort((ncode[s_rows], t_all[s_rows], mcode[s_rows]))]
+        s_first = s_rows[np.r_[True, mcode[s_rows][1:] != mcode[s_rows][:-1]]] if len(s_rows) \
+            else s_rows
+        sent = np.zeros(m_count, dtype=bool)
+        sent[mcode[s_first]] = True
+        sender = np.full(m_count, -1, dtype=np.int64)
+        sender[mcode[s_first]] = ncode[s_first]
+        t_send = np.zeros(m_count, dtype=np.int64)
+        t_send[mcode[s_first]] = t_all[s_first]
+
+        recs += self._integrity(f_rows, starts, copies, sent, mcode, ncode, i_all, mids, names)
+        recs += self._agreement(held, delivered, t_first, mids, names)
+        recs += self._validity(held, sent, sender, t_send, e, mcode, ncode, t_all, mids, names)
+
+        # Rows for the per-node pass: first deliveries, and sends of delivered messages.
+        s_out = s_rows[delivered[mcode[s_rows]]]
+        out_rows = np.r_[first, s_out]
+        out_m = mcode[out_rows]
+        packed = np.packbits(held[out_m], axis=1)
+        n_out = len(out_rows)
+        take = pa.array(out_rows)
+        rows = pa.table({
+            "node": node_arr.take(take), "mid": mids.take(pa.array(out_m)),
+            "i": pa.array(i_all[out_rows]), "t": pa.array(t_all[out_rows]),
+            "gt": pa.array(gt[out_m]), "holders": binary_column(packed),
+            "e": pa.array(np.r_[np.full(len(first), FNL), np.full(len(s_out), SEND)]
+                          .astype(np.int8)),
+            "rec": pa.nulls(n_out, pa.string())}, schema=_MID_SCHEMA)
+        return pa.concat_tables([rows, records(recs)]) if recs else rows
+
+    def _integrity(self, f_rows: np.ndarray, starts: np.ndarray, copies: np.ndarray,
+                   sent: np.ndarray, mcode: np.ndarray, ncode: np.ndarray, i_all: np.ndarray,
+                   mids: pa.Array, names: pa.Array) -> list[dict[str, Any]]:
+        """Duplicates (a node's extra fnl copies of a mid) and fnl events of never-sent mids;
+        examples by (node, mid, ordinals), as integrity reports them."""
+        recs: list[dict[str, Any]] = []
+        dup = np.flatnonzero(copies > 1)
+        if len(dup):
+            recs.append({"r": "dup_n", "n": int((copies[dup] - 1).sum())})
+            rows = f_rows[starts[dup]]
+            for k in _first_k([names.take(pa.array(ncode[rows])),
+                               mids.take(pa.array(mcode[rows]))]).tolist():
+                s, c = int(starts[dup[k]]), int(copies[dup[k]])
+                recs.append({"r": "dup", "node": self.nodes[int(ncode[f_rows[s]])],
+                             "mid": mids[int(mcode[f_rows[s]])].as_py(),
+                             "i": i_all[f_rows[s:s + c]].tolist(), "n": c - 1})
+        unsent = f_rows[~sent[mcode[f_rows]]]
+        if len(unsent):
+            recs.append({"r": "unsent_n", "n": len(unsent)})
+            for k in _first_k([names.take(pa.array(ncode[unsent])),
+                               mids.take(pa.array(mcode[unsent])), i_all[unsent]]).tolist():
+                row = int(unsent[k])
+                recs.append({"r": "unsent", "node": self.nodes[int(ncode[row])],
+                             "mid": mids[int(mcode[row])].as_py(), "i": [int(i_all[row])],
+                             "n": 1})
+        return recs
+
+    def _agreement(self, held: np.ndarray, delivered: np.ndarray, t_first: np.ndarray,
+                   mids: pa.Array, names: pa.Array) -> list[dict[str, Any]]:
+        """(mid, host) pairs: a host held to agreement missing a message some host delivered;
+        counts per host, examples by (mid, host)."""
+        if not len(self.agree):
+            return []
+        missing = delivered[:, None] & ~held[:, self.agree]
+        recs: list[dict[str, Any]] = []
+        per_node = missing.sum(axis=0)
+        for j, n in zip(self.agree.tolist(), per_node.tolist(), strict=True):
+            if n:
+                recs.append({"r": "agree_n", "node": self.nodes[j], "n": int(n)})
+        lacking = np.flatnonzero(missing.any(axis=1))
+        shown = 0
+        for k in _first_k([mids.take(pa.array(lacking))]).tolist():
+            m = int(lacking[k])
+            by = [self.nodes[j] for j in np.flatnonzero(held[m]).tolist()]
+            for j in sorted(self.agree[missing[m]].tolist(), key=lambda j: self.nodes[j]):
+                if shown < MAX_EXAMPLES:
+                    recs.append({"r": "agree", "mid": mids[m].as_py(), "node": self.nodes[j],
+                                 "delivered_by": by, "t": int(t_first[m])})
+                    shown += 1
+        return recs
+
+    def _validity(self, held: np.ndarray, sent: np.ndarray, sender: np.ndarray,
+                  t_send: np.ndarray, e: np.ndarray, mcode: np.ndarray, ncode: np.ndarray,
+                  t_all: np.ndarray, mids: pa.Array, names: pa.Array) -> list[dict[str, Any]]:
+        """A correct sender that never delivered its own message; a correct host that
+        received (recv) a correct sender's message and never delivered it. Examples by
+        (t, host, mid)."""
+        recs: list[dict[str, Any]] = []
+        correct = np.zeros(len(self.nodes) + 1, dtype=bool)
+        correct[self.valid] = True
+        m_ok = sent & correct[sender]  # sender -1 (never sent) reads the spare last slot
+        own = np.flatnonzero(m_ok)
+        own = own[~held[own, sender[own]]]
+        if len(own):
+            recs.append({"r": "own_n", "n": len(own)})
+            for k in _first_k([t_send[own], names.take(pa.array(sender[own])),
+                               mids.take(pa.array(own))]).tolist():
+                m = int(own[k])
+                recs.append({"r": "own", "mid": mids[m].as_py(),
+                             "node": self.nodes[int(sender[m])], "t": int(t_send[m])})
+        r_rows = np.flatnonzero(e == RECV)
+        r_rows = r_rows[correct[ncode[r_rows]] & m_ok[mcode[r_rows]]]
+        r_rows = r_rows[~held[mcode[r_rows], ncode[r_rows]]]
+        if len(r_rows):
+            # The earliest recv of each (mid, host).
+            r_rows = r_rows[np.lexsort((t_all[r_rows], ncode[r_rows], mcode[r_rows]))]
+            key = mcode[r_rows] * len(self.nodes) + ncode[r_rows]
+            r_rows = r_rows[np.r_[True, key[1:] != key[:-1]]]
+            recs.append({"r": "recv_n", "n": len(r_rows)})
+            for k in _first_k([t_all[r_rows], names.take(pa.array(ncode[r_rows])),
+                               mids.take(pa.array(mcode[r_rows]))]).tolist():
+                row = int(r_rows[k])
+                recs.append({"r": "recv", "mid": mids[int(mcode[row])].as_py(),
+                             "node": self.nodes[int(ncode[row])], "t": int(t_all[row])})
+        return recs
