@@ -81,8 +81,8 @@ class MidPass:
         self.valid = np.array([self.nodes.index(n) for n in valid], dtype=np.int64)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        batches = list(batches)
-        table = pa.Table.from_batches(batches) if batches else None
+        got = list(batches)
+        table = pa.Table.from_batches(got) if got else None
         if table is not None and table.num_rows:
             yield from self.run(table).to_batches()
 

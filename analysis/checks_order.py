@@ -95,10 +95,8 @@ def total_order(recs: Records, nodes: list[str], lookup: Lookup,
             first_b = sorted(inverted)
             first_a = [n for n in everyone if n not in inverted]
             mid_a, mid_b = key[1], key[3]
-            if ref in everyone:
-                differs = first_b if ref in first_a else first_a
-            else:
-                differs = first_b
+            # The side the reference is not on (the inverted one when it holds neither).
+            differs = first_a if ref in first_b else first_b
             fa, fb = firsts.get(mid_a, {}), firsts.get(mid_b, {})
             node = differs[0]
             mids = sorted([mid_a, mid_b])

@@ -12,7 +12,7 @@ from analysis.fault_history import fault_history
 from analysis.ingest import EVENTS_PARQUET, ingest
 from analysis.metrics import clock_offsets, fnl_latency, message_counts, recovery, throughput
 from analysis.optimistic import optimistic_metrics
-from analysis.session import spark_session
+from analysis.session import EVENT_LINE_BYTES, spark_session
 from analysis.transit import transit_section
 
 SUMMARY = "summary.json"
@@ -38,7 +38,9 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
     if not (run_dir / "nodes").is_dir():
         raise FileNotFoundError(f"{run_dir} has no nodes/ folder; is it a run directory?")
     started = time.monotonic()
-    spark = spark_session(master, app=f"testbed-analyze-{run_dir.name}")
+    logs = sum(p.stat().st_size for p in (run_dir / "nodes").glob("*/events.jsonl"))
+    spark = spark_session(master, app=f"testbed-analyze-{run_dir.name}",
+                          events=logs // EVENT_LINE_BYTES)
     data = ingest(spark, run_dir)
     events = data.events
     history = fault_history(data.nodes, data.faults)

@@ -28,8 +28,20 @@ def _loopback_master(master: str) -> bool:
     return all(h.split(":")[0] in ("127.0.0.1", "localhost") for h in hosts)
 
 
-def spark_session(master: str | None = None, app: str = "testbed") -> SparkSession:
-    """Return the active SparkSession, or start one (default master `local[*]`)."""
+# From about this many log events on, a job runs long enough for the JVM's optimizing JIT to
+# pay off (bench/checker_scale.py, local[2], C1-only + serial GC vs full JIT + parallel GC:
+# 100k events 3.6 vs 4.5 s, 1M 9.2 vs 8.1 s, 10M 64 vs 36 s).
+LARGE_JOB_EVENTS = 500_000
+# Bytes per event line in nodes/*/events.jsonl, about: to size a job from its input files.
+EVENT_LINE_BYTES = 130
+
+
+def spark_session(master: str | None = None, app: str = "testbed",
+                  events: int = 0) -> SparkSession:
+    """Return the active SparkSession, or start one (default master `local[*]`).
+
+    `events` is about how many log events the job will read: a local JVM is tuned for a short
+    job below LARGE_JOB_EVENTS and for throughput from there on."""
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
@@ -58,9 +70,11 @@ def spark_session(master: str | None = None, app: str = "testbed") -> SparkSessi
         # every Spark socket on loopback (the testbed's network rule; also skips the slow
         # hostname lookup on start).
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        # Delivery logs are small and analyses short, so the JVM's warm-up dominates: the C1-only
-        # JIT and the serial GC cut the CPU of a first analysis by about 40% on 2 cores.
-        fast_jvm = os.environ.get("TB_JVM", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        # Most delivery logs are small and analyses short, so the JVM's warm-up dominates: the
+        # C1-only JIT and the serial GC cut the CPU of a first analysis by about 40% on 2
+        # cores. Millions of events need the optimizing JIT (and a GC that uses both cores).
+        fast_jvm = ("-XX:+UseParallelGC" if events >= LARGE_JOB_EVENTS
+                    else "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         builder = (
             builder.config("spark.driver.extraJavaOptions", f"{java_opts} {fast_jvm}")
             .config("spark.driver.memory", "4g")

@@ -68,7 +68,9 @@ def run_one(master: str, data: Path) -> dict[str, object]:
     from analysis.ingest import EVENT_SCHEMA
     from analysis.session import spark_session
 
-    spark = spark_session(master, app="checker-scale")
+    spark = spark_session(master, app="checker-scale",
+                          events=sum(pq.ParquetFile(f).metadata.num_rows
+                                     for f in data.glob("*.parquet")))
     raw = spark.read.parquet(str(data))
     events = raw.select(*[F.col(f.name).cast(f.dataType).alias(f.name) if f.name in raw.columns
                           else F.lit(None).cast(f.dataType).alias(f.name)
