@@ -216,3 +216,32 @@ def test_fault_intervals_pair_starts_and_stops_and_find_the_cut_off_side() -> No
     assert history.correct == ["h1"]
     assert [f["kind"] for f in history.active_at(6)] == ["partition", "crash"]
     assert [f["kind"] for f in history.active_at(10)] == ["partition"]
+
+
+def test_batch_delivered_at_one_instant_is_judged_by_order_not_by_time(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # A sequencer batch: every host fnl-delivers three messages at the same instant, so their
+    # consensus times tie and the mid breaks the tie ("h1:10" < "h1:9" < "h3:1"), against the
+    # delivery order. Every host inverts h1:9/h1:10 the same way: no violation. h3 alone
+    # delivers h3:1 before h1:10: one violation, shown with each holder's log ordinals.
+    batch = {"h1": ["h1:9", "h1:10", "h3:1"], "h2": ["h1:9", "h1:10", "h3:1"],
+             "h3": ["h1:9", "h3:1", "h1:10"]}
+    logs: dict[str, list[dict[str, Any]]] = {
+        "h1": [{"t": 10, "ev": "send", "mid": "h1:9"}, {"t": 11, "ev": "send", "mid": "h1:10"}],
+        "h2": [], "h3": [{"t": 12, "ev": "send", "mid": "h3:1"}]}
+    for host, mids in batch.items():
+        logs[host] += [{"t": 5_000, "ev": "fnl", "mid": m} for m in mids]
+    for events in logs.values():
+        for e in events:
+            e["proto"] = "sequencer"
+    checks = suite(spark, write_run(tmp_path / "run", logs))
+    assert counts(checks) == {"total_order": 1}
+    order = checks["total_order"]
+    assert order["inverted_per_node"] == {"h1": 1, "h2": 1, "h3": 2}
+    example = order["examples"][0]
+    assert example["mids"] == ["h1:10", "h3:1"]
+    assert example["orders"] == {"h1:10 before h3:1": ["h1", "h2"],
+                                 "h3:1 before h1:10": ["h3"]}
+    assert example["node_ordinals"] == {"h1": [3, 4], "h2": [1, 2], "h3": [3, 2]}
+    assert example["t"] == 5_000
