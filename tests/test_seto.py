@@ -94,7 +94,7 @@ def accuracy(events: Events, sent_after_ns: int = 0) -> dict[str, float]:
 
 
 def assert_local_and_total_order(events: Events) -> None:
-    """Local Order (000 sec. 2.2) at every node, and one final sequence everywhere."""
+    """Local Order (000 sec. 2.2) and FIFO at every node, and one final sequence everywhere."""
     sequences = []
     for node, evs in events.items():
         opt_i = {e["mid"]: e["i"] for e in evs if e["ev"] == "opt"}
@@ -103,6 +103,13 @@ def assert_local_and_total_order(events: Events) -> None:
         assert not late, f"{node} fnl-delivered without a prior opt: {late[:5]}"
         assert [e["seq"] for e in fnl] == list(range(1, len(fnl) + 1)), node
         sequences.append([e["mid"] for e in fnl])
+        # FIFO (002): each sender's messages in the order of their numbers.
+        numbers: dict[str, list[int]] = {}
+        for e in fnl:
+            sender, n = e["mid"].rsplit(":", 1)
+            numbers.setdefault(sender, []).append(int(n))
+        for sender, ns in numbers.items():
+            assert ns == sorted(ns), f"{node} fnl-delivered {sender}'s messages out of order"
     assert len(sequences[0]) > 100
     assert all(s == sequences[0] for s in sequences), "nodes disagree on the final order"
 

@@ -8,19 +8,21 @@ latency (003 sec. 3). Fast SETO computes the delay matrix instead, in the paper'
    the last `samples` probes (the paper leaves this step open: "there are multiple ways of
    collecting round-trip estimations");
 2. it sends its vector in an ESTIMATE to the designated process, the smallest member id
-   (updateDelays, lines 13-14);
+   (updateDelays, lines 13-14), with its own send rate (messages/s over the last `rate_window`
+   ESTIMATE periods): the rates lambda_k that weight 003's objective (eq. 3, sec. 4.1);
 3. once it holds every vector (allDelaysGathered, line 15), the designated process computes the
    matrix with the planner named by `planner` -- `optimal` (the MOL linear program) or
-   `heuristic` (003 Fig. 4), both in `nodes.planner`;
+   `heuristic` (003 Fig. 4), both in `nodes.planner` -- weighted by the reported rates;
 4. it unicasts each process its row in a DELAY message (lines 17-18): the delays that process
    applies to every sender's messages. The sequencer opt-delivers, numbers and fnl-delivers
    exactly as in SETO (lines 19-34), so the planned delays only steer the optimistic order.
 
 Until its first row arrives a process runs plain SETO (delays learnt by adjust()). The
 designated process re-plans when an estimate moves more than `replan_ms` away from the one the
-current plan used. Messages here are sent unreliably and repaired by repetition: ESTIMATEs go
-out every `estimate_ms` carrying the plan round the sender applies (header.aux), and the
-designated process answers a stale round with the current row.
+current plan used, or a send rate by more than `replan_rate` (a fraction) of the largest.
+Messages here are sent unreliably and repaired by repetition: ESTIMATEs go out every
+`estimate_ms` carrying the plan round the sender applies (header.aux), and the designated
+process answers a stale round with the current row.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ from nodes.wire import Header, Message, MsgType, Proto
 PROBE = "fs:probe"
 ESTIMATE = "fs:estimate"
 ENTRY = struct.Struct("!Hi")  # member id, microseconds
+# The ESTIMATE entry that carries the sender's own rate (in milli-messages per second) instead
+# of a delay: member ids are 16-bit and never this one.
+RATE_ID = 0xFFFF
 PLANNERS = {"optimal": optimal_plan, "heuristic": heuristic_plan}
 _CONTROL = (MsgType.PING, MsgType.PONG, MsgType.ESTIMATE, MsgType.DELAY)
 
@@ -67,19 +72,25 @@ class FastSeto(Seto):
         self.estimate_ns = round(float(params.get("estimate_ms", 500)) * 1e6)
         self.replan_ns = round(float(params.get("replan_ms", 3.0)) * 1e6)
         self.min_samples = int(params.get("min_samples", 5))
+        self.replan_rate = float(params.get("replan_rate", 0.25))
+        # (local time, messages sent) at the last ESTIMATE periods: the send rate's window.
+        self.sent_at: deque[tuple[int, int]] = deque(maxlen=int(params.get("rate_window", 10)))
         window = int(params.get("samples", 50))
         self.coordinator = min(members)
         self.samples: dict[int, deque[int]] = {
             m: deque(maxlen=window) for m in members if m != me}
         self.applied_round = 0  # round of the row this process applies (0: none yet)
-        # Designated process only: the vectors gathered, and the matrix the plan used.
+        # Designated process only: the vectors and rates gathered, and what the plan used.
         self.estimates: dict[int, dict[int, int]] = {}
+        self.rates: dict[int, float] = {}
+        self.planned_rates: dict[int, float] = {}
         self.round = 0
         self.planned: dict[int, dict[int, int]] = {}
         self.rows: dict[int, dict[int, int]] = {}
 
     # -- Layer interface ----------------------------------------------------------------------
     def start(self, now: int) -> list[Action]:
+        self.sent_at.append((now, self.mno))
         return super().start(now) + [SetTimer(PROBE, 0), SetTimer(ESTIMATE, self.estimate_ns)]
 
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
@@ -93,7 +104,9 @@ class FastSeto(Seto):
                 self.samples[src].append((now - h.ts) // 2)
             return []
         if h.type == MsgType.ESTIMATE:
-            return self._gathered(src, unpack_vector(msg.payload), h.aux)
+            vector = unpack_vector(msg.payload)
+            rate = vector.pop(RATE_ID, None)
+            return self._gathered(src, vector, h.aux, None if rate is None else rate / 1e6)
         if src == self.coordinator:
             return self._apply_row(h.aux, unpack_vector(msg.payload))
         return []
@@ -103,6 +116,7 @@ class FastSeto(Seto):
             return [Send(None, self._control(MsgType.PING, ts=now)),
                     SetTimer(PROBE, self.probe_ns)]
         if key == ESTIMATE:
+            self.sent_at.append((now, self.mno))
             return self._update_delays() + [SetTimer(ESTIMATE, self.estimate_ns)]
         return super().on_timer(key, now)
 
@@ -114,24 +128,35 @@ class FastSeto(Seto):
             return None
         return {m: sum(s) // len(s) for m, s in self.samples.items()}
 
+    def send_rate(self) -> float:
+        """Messages this process TO-multicast per second (local time) over the window."""
+        (t0, n0), (t1, n1) = self.sent_at[0], self.sent_at[-1]
+        return (n1 - n0) * 1e9 / (t1 - t0) if t1 > t0 else 0.0
+
     def _update_delays(self) -> list[Action]:
         vector = self.tdelay()
         if vector is None:
             return []
+        rate = self.send_rate()
         if self.me == self.coordinator:
-            return self._gathered(self.me, vector, self.applied_round)
+            return self._gathered(self.me, vector, self.applied_round, rate)
+        # The rate rides as one more entry, in thousandths (ENTRY's value scales by 1000).
+        entries = {**vector, RATE_ID: round(rate * 1e6)}
         msg = Message(self._header(MsgType.ESTIMATE, aux=self.applied_round),
-                      pack_vector(vector))
+                      pack_vector(entries))
         return [Send(self.coordinator, msg)]
 
     # -- steps 3-4: plan and distribute (lines 1-18) -----------------------------------------
-    def _gathered(self, src: int, vector: dict[int, int], their_round: int) -> list[Action]:
+    def _gathered(self, src: int, vector: dict[int, int], their_round: int,
+                  rate: float | None) -> list[Action]:
         if self.me != self.coordinator:
             return []
         self.estimates[src] = vector
+        if rate is not None:
+            self.rates[src] = rate
         if len(self.estimates) < len(self.members):
             return []
-        if self.round == 0 or self._drift() > self.replan_ns:
+        if self.round == 0 or self._drift() > self.replan_ns or self._rate_moved():
             return self._replan()
         if their_round != self.round and src != self.me:
             return [self._delay_msg(src)]
@@ -141,6 +166,11 @@ class FastSeto(Seto):
         return max(abs(v - self.planned[k][j])
                    for k, row in self.estimates.items() for j, v in row.items())
 
+    def _rate_moved(self) -> bool:
+        top = max([*self.planned_rates.values(), *self.rates.values(), 1.0])
+        return any(abs(r - self.planned_rates.get(m, 0.0)) > self.replan_rate * top
+                   for m, r in self.rates.items())
+
     def _replan(self) -> list[Action]:
         ms = self.members
         omega = np.zeros((len(ms), len(ms)))
@@ -148,12 +178,17 @@ class FastSeto(Seto):
             for b, j in enumerate(ms):
                 if k != j:
                     omega[a, b] = self.estimates[k][j] / 1e6
-        plan: Plan = self.planner(omega)
+        # Rate-weighted (003 eq. 3); equal weights until some process has sent anything.
+        rates = [self.rates.get(k, 0.0) for k in ms]
+        plan: Plan = self.planner(omega, rates if any(rates) else None)
+        self.planned_rates = dict(self.rates)
         self.round = self.round % 0xFFFF + 1  # header.aux is 16 bits; 0 means "no plan"
         self.planned = {k: dict(v) for k, v in self.estimates.items()}
         self.rows = {p: {k: round(x * 1e6) for k, x in zip(ms, plan.delays_at(b), strict=True)}
                      for b, p in enumerate(ms)}
-        out: list[Action] = [self._delay_msg(p) for p in ms if p != self.me]
+        out: list[Action] = [Log("replan", {"round": self.round,
+                                            "rates": [round(r, 3) for r in rates]})]
+        out += [self._delay_msg(p) for p in ms if p != self.me]
         return out + self._apply_row(self.round, self.rows[self.me])
 
     def _delay_msg(self, dst: int) -> Send:

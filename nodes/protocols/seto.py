@@ -30,6 +30,13 @@ Two readings of the figure are made explicit here:
 
 Local Order (000 sec. 2.2): a message whose final delivery comes before its optimistic delay
 has expired is opt-delivered immediately before its fnl-delivery, never after.
+
+FIFO (002, "FIFO ordering", which every total-order protocol here claims): Fig. 4 reads as if
+delay[k] were constant between two messages of k. When it shrinks by more than their gap (a
+Fast SETO plan arriving, a large adjust), line 12 would give the later message the earlier o,
+and the sequencer would number k's messages out of their sending order. o is therefore never
+earlier than the o of k's previous message: reliable multicast hands k's messages up in order,
+so they are opt-delivered, and numbered, in order.
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ class Seto(Sequencer):
         self.seq_at: dict[int, int] = {}  # t at which each sequence number arrived (S)
         self.waiting: list[tuple[int, int, Key]] = []  # (o, arrival, key) heap, awaiting opt
         self.arrivals = 0
+        self.last_o: dict[int, int] = {}  # o of each sender's latest message (FIFO, above)
         self.last: tuple[int, int, int] | None = None  # (t', o', sender) of the last fnl
 
     # -- Layer interface ----------------------------------------------------------------------
@@ -80,7 +88,8 @@ class Seto(Sequencer):
     def _on_data(self, msg: Message, now: int) -> list[Action]:
         h = msg.header
         key = (h.origin, h.mno)
-        o = now + self.delay[h.origin]
+        o = max(now + self.delay[h.origin], self.last_o.get(h.origin, 0))
+        self.last_o[h.origin] = o
         self.opt_at[key] = o
         self.hint[key] = h.hint * 1000
         self.arrivals += 1
