@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_RUNS = Path("runs")
+_APPEND = threading.Lock()
 RUN_ENV = "TESTBED_RUN_ID"  # set in every process a run starts; teardown matches it exactly
 
 
@@ -75,7 +77,8 @@ class Journal:
 
     def append(self, op: str, **fields: Any) -> None:
         rec = {"t": time.time_ns(), "op": op, **fields}
-        with self.path.open("a", encoding="utf-8") as f:
+        # Bring-up creates hosts from several threads: one whole line per append.
+        with _APPEND, self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(rec, sort_keys=True) + "\n")
             f.flush()
             os.fsync(f.fileno())

@@ -112,36 +112,18 @@ class DockerBackend(ShapedHosts):
                                ) from exc
 
     def _up(self) -> dict[str, HostAddress]:
-        import docker as sdk
-
-        api, j, rid = self.docker.api, self.run.journal, self.run.run_id
+        j, rid = self.run.journal, self.run.run_id
         nets = pick_subnets(self.docker, self.topology, rid)
         data_ip = data_addresses(self.topology, nets.data)
         ctl_ips = list(nets.control.hosts())
         for kind, net in ((DATA, nets.data), (CONTROL, nets.control)):
             self._network(kind, net)
         allow_bridged(j, f"tb{rid}", [f"tb{rid}{DATA[0]}", f"tb{rid}{CONTROL[0]}"])
-        for i, host in enumerate(self.paths.hosts):
-            sandbox = f"{self.prefix}-{host}-net"
-            j.append("create", kind="container", id=f"container:{sandbox}", name=sandbox)
-            try:
-                cid = api.create_container(
-                    self.image, ["sleep", "infinity"], name=sandbox, hostname=host,
-                    labels=self._labels(host, "netns"),
-                    host_config=api.create_host_config(cap_add=["NET_ADMIN"],
-                                                       network_mode=self._net(DATA)),
-                    networking_config=api.create_networking_config({self._net(DATA): (
-                        api.create_endpoint_config(ipv4_address=data_ip[host]))}))["Id"]
-            except sdk.errors.APIError as exc:
-                raise BackendError(f"cannot create the container for {host}: {short(exc)}"
-                                   ) from None
-            api.connect_container_to_network(cid, self._net(CONTROL),
-                                             ipv4_address=str(ctl_ips[i]))
-            api.start(cid)
-            pid = int(api.inspect_container(cid)["State"]["Pid"])
-            self.ns[host] = ContainerNs(host, pid, start_time(pid))
-            self.addresses[host] = HostAddress(data_ip[host], DATA_PORT, str(ctl_ips[i]))
-            self.nodes[host] = self._create_node(host, cid)
+        # Each host's containers are independent of the others' (fixed names and addresses):
+        # created in parallel, as the engine serves concurrent requests.
+        with ThreadPoolExecutor(START_WORKERS) as pool:
+            list(pool.map(lambda ih: self._host(ih[1], data_ip[ih[1]], str(ctl_ips[ih[0]])),
+                          enumerate(self.paths.hosts)))
         data_dev = {h: self.ns[h].dev_of(self.addresses[h].data) for h in self.paths.hosts}
         plans = host_plans(self.topology, self.paths, data_ip, "eth0")
         applier = make_applier(self.applier_name, self.run, self.seed)
@@ -150,6 +132,31 @@ class DockerBackend(ShapedHosts):
             self.plans[host] = replace(plan, dev=data_dev[host])
             applier.apply(self.ns[host], self.plans[host], j)
         return dict(self.addresses)
+
+    def _host(self, host: str, data_ip: str, ctl_ip: str) -> None:
+        """The host's network sandbox (on both networks, started) and its node container."""
+        import docker as sdk
+
+        api, j = self.docker.api, self.run.journal
+        sandbox = f"{self.prefix}-{host}-net"
+        j.append("create", kind="container", id=f"container:{sandbox}", name=sandbox)
+        try:
+            cid = api.create_container(
+                self.image, ["sleep", "infinity"], name=sandbox, hostname=host,
+                labels=self._labels(host, "netns"),
+                host_config=api.create_host_config(cap_add=["NET_ADMIN"],
+                                                   network_mode=self._net(DATA)),
+                networking_config=api.create_networking_config({self._net(DATA): (
+                    api.create_endpoint_config(ipv4_address=data_ip))}))["Id"]
+        except sdk.errors.APIError as exc:
+            raise BackendError(f"cannot create the container for {host}: {short(exc)}"
+                               ) from None
+        api.connect_container_to_network(cid, self._net(CONTROL), ipv4_address=ctl_ip)
+        api.start(cid)
+        pid = int(api.inspect_container(cid)["State"]["Pid"])
+        self.ns[host] = ContainerNs(host, pid, start_time(pid))
+        self.addresses[host] = HostAddress(data_ip, DATA_PORT, ctl_ip)
+        self.nodes[host] = self._create_node(host, cid)
 
     def _net(self, kind: str) -> str:
         return f"{self.prefix}-{kind}"
