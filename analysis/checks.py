@@ -52,8 +52,11 @@ def _partition_keys(spark: SparkSession, n: int) -> list[int]:
 
 def _records(events: DataFrame, nodes: list[str], agree: list[str],
              valid: list[str]) -> Records:
-    """Run both passes and group their records by kind."""
+    """Run both passes and group their records by kind. `nodes` are the run's hosts; a host
+    name found only in the events (a log line naming another host) joins them."""
     spark = events.sparkSession
+    nodes = sorted(set(nodes) | {r["node"] for r in events.select("node").distinct().collect()
+                                 if r["node"] is not None})
     parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
     kind = (F.when(F.col("ev") == "fnl", FNL).when(F.col("ev") == "send", SEND)
             .otherwise(RECV).cast("byte"))

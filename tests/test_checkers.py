@@ -183,3 +183,19 @@ def test_every_host_that_crashed_is_not_correct_even_after_restart(
     faults: list[dict[str, Any]], crashed: set[str]
 ) -> None:
     assert crashed_hosts(faults) == crashed
+
+
+def test_a_log_line_naming_a_host_without_a_directory_is_checked_like_any_other(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    logs = sends(MIDS)
+    for h in HOSTS:
+        logs[h] += [{"t": 10_000 + k, "ev": "fnl", "mid": m, "seq": k + 1}
+                    for k, m in enumerate(MIDS)]
+    # h9 has no directory of its own: not held to agreement, but its order still counts.
+    logs["h1"] += [{"t": 20_000, "ev": "fnl", "mid": "h2:1", "node": "h9"},
+                   {"t": 20_001, "ev": "fnl", "mid": "h1:1", "node": "h9"}]
+    data = ingest(spark, write_run(tmp_path / "run", logs), write=False)
+    checks = run_checks(data.events, data.nodes, data.crashed)
+    assert violations(checks) == {"total_order": 1, "agreement": 0, "integrity": 0}
+    assert checks["total_order"]["inverted_per_node"] == {"h9": 1}
