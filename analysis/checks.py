@@ -29,9 +29,11 @@ Records = checks_order.Records
 
 
 def first_deliveries(events: DataFrame) -> DataFrame:
-    """One row per (node, mid): the first fnl by event ordinal, plus `pos`, its rank at the node
-    (one shuffle by node, then numpy per node: analysis/checks_node.py)."""
-    return checks_node.node_pass(events).select("node", "mid", "i", "t", "seq", "pos")
+    """One row per (node, mid): the first fnl by event ordinal (columns node, mid, i, t, seq),
+    for the metrics; one aggregation in the JVM."""
+    first = F.min_by(F.struct("i", "t", "seq"), "i").alias("f")
+    return (events.filter((F.col("ev") == "fnl") & F.col("mid").isNotNull())
+            .groupBy("node", "mid").agg(first).select("node", "mid", "f.i", "f.t", "f.seq"))
 
 
 def _partition_keys(spark: SparkSession, n: int) -> list[int]:

@@ -1,8 +1,7 @@
-"""Per-node passes: first deliveries with positions (for the metrics), and the checker
-suite's second pass (NodeChecks: total order against the consensus order, FIFO, causal).
-
-Both run after one shuffle by node; each node's events go through numpy/Arrow once. A first
-delivery is a node's first fnl of a mid by ordinal `i`; `pos` is its rank at the node.
+"""The checker suite's second pass (NodeChecks, after analysis/checks_mid.py): each node's
+first deliveries (its first fnl of each mid, by ordinal `i`) and sends go through numpy/Arrow
+once, after one shuffle by node, for total order against the consensus order, FIFO and causal
+order.
 """
 
 from __future__ import annotations
@@ -14,17 +13,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from analysis.checks_mid import FNL, MAX_EXAMPLES, SEND
 
 # FIFO violations per node whose `fifo_after` is filled in: the checker shows at most this
 # many examples, ordered by node then ordinal, so later ones are only counted.
 FIFO_EXAMPLES = 10
-
-NODE_PASS = "node string, mid string, i long, t long, seq long, pos long"
-
 
 def _sender_n(mids: pa.Array) -> tuple[pa.Array, np.ndarray]:
     """Sender name and message number of each mid (`n` -1 where the mid has no `:<n>`): the
@@ -72,41 +66,6 @@ def _fifo(sender: pa.Array, n: np.ndarray,
         top = earlier[n[earlier] == n[earlier].max()]
         after[row] = max(str(mid_arr[int(j)].as_py()) for j in top)
     return late, after
-
-
-def _node_pass(table: pa.Table) -> pa.Table:
-    """First deliveries of one node's fnl events, with their positions."""
-    table = table.take(pa.array(np.argsort(table.column("i").to_numpy(), kind="stable")))
-    # Dictionary codes follow first appearance, and rows are in delivery order: code c is the
-    # (c+1)-th distinct message the node delivered, so pos = c + 1.
-    codes = pc.dictionary_encode(table.column("mid").combine_chunks()).indices
-    _, first = np.unique(codes.to_numpy(zero_copy_only=False), return_index=True)
-    firsts = table.take(pa.array(first))
-    return firsts.append_column("pos", pa.array(np.arange(1, len(first) + 1, dtype=np.int64)))
-
-
-def node_pass(events: DataFrame) -> DataFrame:
-    """The per-node pass over every fnl event with a mid (columns in NODE_PASS)."""
-    fnl = events.filter((F.col("ev") == "fnl") & F.col("mid").isNotNull()).select(
-        "node", "mid", "i", "t", "seq")
-    return by_node(fnl, _node_pass, NODE_PASS)
-
-
-def by_node(df: DataFrame, fn: Any, schema: str) -> DataFrame:
-    """`fn` (an Arrow table -> table function) over each node's rows of `df`: one shuffle by
-    node and no sort (groupBy().applyInArrow would sort every row by node first)."""
-    parts = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 4)
-
-    def run(batches: Any) -> Any:
-        batches = list(batches)
-        if not batches:
-            return
-        table = pa.Table.from_batches(batches)
-        node = table.column("node")
-        for name in pc.unique(node).to_pylist():
-            yield from fn(table.filter(pc.equal(node, name))).to_batches()
-
-    return df.repartition(parts, "node").mapInArrow(run, schema)
 
 
 NODE_RECS = "rec string"

