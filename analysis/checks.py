@@ -52,32 +52,32 @@ def _partition_keys(spark: SparkSession, n: int) -> list[int]:
     return [found[k] for k in range(n)]
 
 
-def _records(events: DataFrame, nodes: list[str], agree: list[str],
-             valid: list[str]) -> Records:
-    """Run both passes and group their records by kind. `nodes` are the run's hosts; a host
-    name found only in the events (a log line naming another host) joins them."""
+def _records(events: DataFrame, nodes: list[str],
+             correct: list[str]) -> tuple[Records, list[str]]:
+    """Run both passes; return their records by kind and the hosts the holder bitmaps index
+    (sorted): the run's `nodes` and any host named only in the events (a log line naming
+    another host). `correct` are the hosts held to agreement and validity."""
     spark = events.sparkSession
-    nodes = sorted(set(nodes) | {r["node"] for r in events.select("node").distinct().collect()
+    names = sorted(set(nodes) | {r["node"] for r in events.select("node").distinct().collect()
                                  if r["node"] is not None})
     parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
     kind = (F.when(F.col("ev") == "fnl", FNL).when(F.col("ev") == "send", SEND)
             .otherwise(RECV).cast("byte"))
     wanted = events.filter(F.col("ev").isin("fnl", "send", "recv") & F.col("mid").isNotNull())
     by_mid = wanted.select("node", "mid", "i", "t", kind.alias("e")).repartition(
-        parts, "mid").mapInArrow(MidPass(nodes, agree, valid), MID_ROWS)
-    names = sorted(nodes) or ["-"]
-    keys = _partition_keys(spark, len(names))
-    where = F.create_map(*[x for n, k in zip(names, keys, strict=True)
+        parts, "mid").mapInArrow(MidPass(names, correct), MID_ROWS)
+    keys = _partition_keys(spark, max(len(names), 1))
+    where = F.create_map(*[x for n, k in zip(names, keys, strict=False)
                            for x in (F.lit(n), F.lit(k).cast("long"))])
     part = F.coalesce(where[F.col("node")], F.lit(keys[0]).cast("long"))
-    by_node = (by_mid.withColumn("_part", part).repartition(len(names), "_part").drop("_part")
+    by_node = (by_mid.withColumn("_part", part).repartition(len(keys), "_part").drop("_part")
                .mapInArrow(checks_node.NodeChecks(checks_order.MAX_PAIRS_PER_NODE),
                            checks_node.NODE_RECS))
     recs: Records = {}
     for line in by_node.toArrow().column("rec").to_pylist():
         rec = json.loads(line)
         recs.setdefault(rec.pop("r"), []).append(rec)
-    return recs
+    return recs, names
 
 
 def _interleave(recs: Records, kinds: dict[str, str], key: Any) -> list[dict[str, Any]]:
@@ -160,10 +160,10 @@ def causal_claimed(events: DataFrame) -> bool:
 def run_checks(events: DataFrame, nodes: list[str], crashed: set[str]) -> dict[str, Check]:
     """Total order, agreement (hosts that never crashed) and integrity, with no fault history."""
     correct = sorted(set(nodes) - crashed)
-    recs = _records(events, nodes, correct, correct)
+    recs, names = _records(events, nodes, correct)
     return {
         "total_order": checks_order.total_order(
-            recs, nodes, lambda mids: checks_order.first_fnl(events, mids)),
+            recs, names, lambda mids: checks_order.first_fnl(events, mids)),
         "agreement": agreement(recs, correct, crashed),
         "integrity": integrity(recs),
     }
@@ -177,13 +177,13 @@ def check_suite(events: DataFrame, history: FaultHistory) -> dict[str, Check]:
     neither agreement nor validity.
     """
     correct = history.correct
-    recs = _records(events, history.nodes, correct, correct)
+    recs, names = _records(events, history.nodes, correct)
 
     def lookup(mids: set[str]) -> checks_order.Firsts:
         return checks_order.first_fnl(events, mids)
 
     return {
-        "total_order": checks_order.total_order(recs, history.nodes, lookup, history),
+        "total_order": checks_order.total_order(recs, names, lookup, history),
         "agreement": agreement(recs, correct, history.crashed, history),
         "validity": validity(recs, history),
         "integrity": integrity(recs),

@@ -71,14 +71,13 @@ def _first_k(keys: list[np.ndarray | pa.Array], k: int = MAX_EXAMPLES) -> np.nda
 class MidPass:
     """The per-partition function of the pass (picklable: Spark ships it to the workers).
 
-    `nodes` are the run's hosts (sorted: a holder bitmap's bit k is nodes[k]); `agree` the
-    hosts held to agreement and `valid` those held to validity (both subsets of `nodes`).
+    `nodes` are the hosts (sorted: a holder bitmap's bit k is nodes[k]); `correct` those
+    held to agreement and validity (a subset of `nodes`).
     """
 
-    def __init__(self, nodes: list[str], agree: list[str], valid: list[str]) -> None:
+    def __init__(self, nodes: list[str], correct: list[str]) -> None:
         self.nodes = sorted(nodes)
-        self.agree = np.array([self.nodes.index(n) for n in agree], dtype=np.int64)
-        self.valid = np.array([self.nodes.index(n) for n in valid], dtype=np.int64)
+        self.correct = np.array([self.nodes.index(n) for n in correct], dtype=np.int64)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         got = list(batches)
@@ -188,12 +187,12 @@ class MidPass:
                    mids: pa.Array, names: pa.Array) -> list[dict[str, Any]]:
         """(mid, host) pairs: a host held to agreement missing a message some host delivered;
         counts per host, examples by (mid, host)."""
-        if not len(self.agree):
+        if not len(self.correct):
             return []
-        missing = delivered[:, None] & ~held[:, self.agree]
+        missing = delivered[:, None] & ~held[:, self.correct]
         recs: list[dict[str, Any]] = []
         per_node = missing.sum(axis=0)
-        for j, n in zip(self.agree.tolist(), per_node.tolist(), strict=True):
+        for j, n in zip(self.correct.tolist(), per_node.tolist(), strict=True):
             if n:
                 recs.append({"r": "agree_n", "node": self.nodes[j], "n": int(n)})
         lacking = np.flatnonzero(missing.any(axis=1))
@@ -201,7 +200,7 @@ class MidPass:
         for k in _first_k([mids.take(pa.array(lacking))]).tolist():
             m = int(lacking[k])
             by = [self.nodes[j] for j in np.flatnonzero(held[m]).tolist()]
-            for j in sorted(self.agree[missing[m]].tolist(), key=lambda j: self.nodes[j]):
+            for j in sorted(self.correct[missing[m]].tolist(), key=lambda j: self.nodes[j]):
                 if shown < MAX_EXAMPLES:
                     recs.append({"r": "agree", "mid": mids[m].as_py(), "node": self.nodes[j],
                                  "delivered_by": by, "t": int(t_first[m])})
@@ -216,7 +215,7 @@ class MidPass:
         (t, host, mid)."""
         recs: list[dict[str, Any]] = []
         correct = np.zeros(len(self.nodes) + 1, dtype=bool)
-        correct[self.valid] = True
+        correct[self.correct] = True
         m_ok = sent & correct[sender]  # sender -1 (never sent) reads the spare last slot
         own = np.flatnonzero(m_ok)
         own = own[~held[own, sender[own]]]

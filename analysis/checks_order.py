@@ -68,9 +68,11 @@ def _holders(bitmap_hex: str, nodes: list[str]) -> list[str]:
     return [n for k, n in enumerate(nodes) if bits[k // 8] >> (7 - k % 8) & 1]
 
 
-def total_order(recs: Records, nodes: list[str], lookup: Lookup,
+def total_order(recs: Records, names: list[str], lookup: Lookup,
                 history: FaultHistory | None = None) -> Check:
     """Distinct message pairs that two nodes fnl-delivered in different orders (all node pairs).
+
+    `names` are the hosts the pairs' holder bitmaps index, in bit order (sorted).
 
     The reference named in the result and the examples is the node with most deliveries
     (ties: first by name). `node_ordinals` gives, per holder, the log ordinals `i` of its
@@ -84,14 +86,14 @@ def total_order(recs: Records, nodes: list[str], lookup: Lookup,
         key = (p["ga"], p["a"], p["gb"], p["b"])
         pairs.setdefault(key, ([], p["h"]))[0].append(p["node"])
     bad = sorted(k for k, (inverted, h) in pairs.items()
-                 if len(inverted) < len(_holders(h, sorted(nodes))))
+                 if len(inverted) < len(_holders(h, names)))
     examples: list[dict[str, Any]] = []
     if bad and ref is not None:
         shown = bad[:MAX_EXAMPLES]
         firsts = lookup({k[1] for k in shown} | {k[3] for k in shown})
         for key in shown:
             inverted, h = pairs[key]
-            everyone = _holders(h, sorted(nodes))
+            everyone = _holders(h, names)
             first_b = sorted(inverted)
             first_a = [n for n in everyone if n not in inverted]
             mid_a, mid_b = key[1], key[3]

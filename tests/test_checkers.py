@@ -188,14 +188,21 @@ def test_every_host_that_crashed_is_not_correct_even_after_restart(
 def test_a_log_line_naming_a_host_without_a_directory_is_checked_like_any_other(
     spark: SparkSession, tmp_path: Path
 ) -> None:
+    # a0 has no directory of its own (its lines sit in h1's log): not held to agreement, but a
+    # holder like any other. Its name sorts before the run's hosts, so it is the first bit of
+    # every holder bitmap. The consensus (lower-median time) orders h2:1 first, as h3 does;
+    # a0, h1 and h2 deliver h1:1 first: three of the four holders invert the pair, one does
+    # not -- a violation, visible only if all four holders are counted.
     logs = sends(MIDS)
-    for h in HOSTS:
-        logs[h] += [{"t": 10_000 + k, "ev": "fnl", "mid": m, "seq": k + 1}
-                    for k, m in enumerate(MIDS)]
-    # h9 has no directory of its own: not held to agreement, but its order still counts.
-    logs["h1"] += [{"t": 20_000, "ev": "fnl", "mid": "h2:1", "node": "h9"},
-                   {"t": 20_001, "ev": "fnl", "mid": "h1:1", "node": "h9"}]
+    logs["h3"] += [{"t": 100, "ev": "fnl", "mid": "h2:1"}, {"t": 101, "ev": "fnl", "mid": "h1:1"}]
+    for h in ("h1", "h2"):
+        logs[h] += [{"t": 200, "ev": "fnl", "mid": "h1:1"}, {"t": 201, "ev": "fnl", "mid": "h2:1"}]
+    logs["h1"] += [{"t": 50, "ev": "fnl", "mid": "h1:1", "node": "a0"},
+                   {"t": 51, "ev": "fnl", "mid": "h2:1", "node": "a0"}]
     data = ingest(spark, write_run(tmp_path / "run", logs), write=False)
     checks = run_checks(data.events, data.nodes, data.crashed)
     assert violations(checks) == {"total_order": 1, "agreement": 0, "integrity": 0}
-    assert checks["total_order"]["inverted_per_node"] == {"h9": 1}
+    order = checks["total_order"]
+    assert order["inverted_per_node"] == {"a0": 1, "h1": 1, "h2": 1}
+    assert order["examples"][0]["orders"] == {"h2:1 before h1:1": ["h3"],
+                                             "h1:1 before h2:1": ["a0", "h1", "h2"]}
