@@ -53,6 +53,13 @@ def binary_column(packed: np.ndarray) -> pa.Array:
                                                   pa.py_buffer(np.ascontiguousarray(packed))])
 
 
+def group_starts(key: np.ndarray) -> np.ndarray:
+    """Where each run of equal values begins in a sorted `key` (empty for an empty key)."""
+    if not len(key):
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+
+
 def _first_k(keys: list[np.ndarray | pa.Array], k: int = MAX_EXAMPLES) -> np.ndarray:
     """Indices of the k smallest rows by `keys` (lexicographic, first key first), in order."""
     n = len(keys[0])
@@ -106,8 +113,7 @@ class MidPass:
         f_rows = np.flatnonzero(e == FNL)
         f_rows = f_rows[np.lexsort((i_all[f_rows], ncode[f_rows], mcode[f_rows]))]
         f_key = mcode[f_rows] * n_count + ncode[f_rows]
-        starts = np.flatnonzero(np.r_[True, f_key[1:] != f_key[:-1]]) if len(f_rows) else \
-            np.zeros(0, np.int64)
+        starts = group_starts(f_key)
         copies = np.diff(np.r_[starts, len(f_rows)])
         first = f_rows[starts]
         f_m, f_n, f_t = mcode[first], ncode[first], t_all[first]
@@ -127,8 +133,7 @@ class MidPass:
         # Sends: the earliest (then by host name) names the sender.
         s_rows = np.flatnonzero(e == SEND)
         s_rows = s_rows[np.lexsort((ncode[s_rows], t_all[s_rows], mcode[s_rows]))]
-        s_first = s_rows[np.r_[True, mcode[s_rows][1:] != mcode[s_rows][:-1]]] if len(s_rows) \
-            else s_rows
+        s_first = s_rows[group_starts(mcode[s_rows])]
         sent = np.zeros(m_count, dtype=bool)
         sent[mcode[s_first]] = True
         sender = np.full(m_count, -1, dtype=np.int64)
@@ -232,8 +237,7 @@ class MidPass:
         if len(r_rows):
             # The earliest recv of each (mid, host).
             r_rows = r_rows[np.lexsort((t_all[r_rows], ncode[r_rows], mcode[r_rows]))]
-            key = mcode[r_rows] * len(self.nodes) + ncode[r_rows]
-            r_rows = r_rows[np.r_[True, key[1:] != key[:-1]]]
+            r_rows = r_rows[group_starts(mcode[r_rows] * len(self.nodes) + ncode[r_rows])]
             recs.append({"r": "recv_n", "n": len(r_rows)})
             for k in _first_k([t_all[r_rows], names.take(pa.array(ncode[r_rows])),
                                mids.take(pa.array(mcode[r_rows]))]).tolist():

@@ -174,8 +174,9 @@ class NodeChecks:
 
         # Total order: the node's order against the consensus order, by dense ranks.
         s_mid = s.column("mid").combine_chunks()
+        mids = pa.concat_arrays([d_mid, s_mid])  # deliveries first, then sends
         gt = np.r_[d.column("gt").to_numpy(), s.column("gt").to_numpy()]
-        rank = consensus_ranks(gt, pa.concat_arrays([d_mid, s_mid]))
+        rank = consensus_ranks(gt, mids)
         d_rank = rank[:n]
         total, xs, ys = inversions(d_rank, self.max_pairs)
         recs.append({"r": "node", "node": name, "firsts": n, "inv": total})
@@ -188,8 +189,7 @@ class NodeChecks:
                                                    strict=True))
                 recs.append({"r": "pair", "node": name, "a": d_mid[x].as_py(),
                              "b": d_mid[y].as_py(), "ga": int(gt[x]), "gb": int(gt[y]),
-                             "ia": int(d_i[x]), "ib": int(d_i[y]), "ta": int(d_t[x]),
-                             "tb": int(d_t[y]), "h": both.hex()})
+                             "h": both.hex()})
 
         # Causal: a send ordered before the latest-ordered message delivered before it.
         ev_i = np.r_[d_i, s.column("i").to_numpy()]
@@ -202,11 +202,9 @@ class NodeChecks:
         hit = np.flatnonzero(~is_d & (prev >= 0) & (ranks < prev // (size + 1)))
         if len(hit):
             recs.append({"r": "causal_n", "n": len(hit)})
-            mids = pa.concat_arrays([d_mid, s_mid])
-            ev_all = np.r_[d_i, s.column("i").to_numpy()]
             for k in hit[:MAX_EXAMPLES].tolist():
                 latest = int(order[prev[k] % (size + 1)])
-                recs.append({"r": "causal", "node": name, "i": int(ev_all[order[k]]),
+                recs.append({"r": "causal", "node": name, "i": int(ev_i[order[k]]),
                              "mid": mids[int(order[k])].as_py(),
                              "latest_mid": mids[latest].as_py()})
         return recs
