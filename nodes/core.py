@@ -52,6 +52,10 @@ class NodeCore:
         self.protocol = make_protocol(cfg.protocol, cfg.node_id, sorted(self.names),
                                       resolve_params(cfg))
         self.counters = Counters()
+        # Liveness bookkeeping for the orchestrator's quiescence check: messages this node
+        # sent, and final deliveries per origin member id.
+        self.sent = 0
+        self.fnl_from: dict[int, int] = {}
         self._payload = b"\x00" * cfg.workload.size
         p = cfg.params
         self.fd = FailureDetector(cfg.node_id, sorted(self.names),
@@ -130,6 +134,11 @@ class NodeCore:
                 actions += hook(member, suspected, lt)
         return actions
 
+    def progress(self) -> dict[str, Any]:
+        """What the quiescence check needs: messages sent, final deliveries per origin."""
+        return {"sent": self.sent,
+                "delivered": {self.names[o]: n for o, n in self.fnl_from.items()}}
+
     def stop(self, t: int) -> None:
         self.log.write(t, self.clock.local(t), "stop")
         self.log.close()
@@ -154,6 +163,7 @@ class NodeCore:
         kind = type(a)
         if kind is FinalDeliver:
             self.counters.fnl += 1
+            self.fnl_from[a.origin] = self.fnl_from.get(a.origin, 0) + 1
             self.log.delivery(t, lt, "fnl", f"{self.names[a.origin]}:{a.mno}", a.seq, a.size)
         elif kind is OptDeliver:
             self.counters.opt += 1
@@ -161,6 +171,7 @@ class NodeCore:
         elif kind is Received:
             self.log.delivery(t, lt, "recv", f"{self.names[a.origin]}:{a.mno}", 0, a.size)
         elif kind is Log and a.ev == "send":
+            self.sent += 1
             self.log.delivery(t, lt, "send", f"{self.cfg.name}:{a.fields['mno']}", 0,
                               a.fields["size"])
         elif kind is Log:

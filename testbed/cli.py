@@ -615,6 +615,11 @@ def print_summary(summary: dict[str, Any]) -> None:
         v = res.get("violations", 0)
         table.add_row(name, f"[green]{v}[/]" if v == 0 else f"[red]{v}[/]")
     console.print(table)
+    from analysis.liveness import liveness_line
+
+    line = liveness_line(summary)
+    if line:
+        console.print(f"[yellow]{line}[/]")
     lat = summary.get("latency", {}).get("fnl", {})
     per = lat.get("per_receiver", {})
     if per:

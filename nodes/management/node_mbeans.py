@@ -11,8 +11,10 @@ from nodes.core import NodeCore
 from nodes.management.mbeans import MBean, MBeanRegistry
 
 
-def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_ns
-                        ) -> MBeanRegistry:
+def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_ns,
+                        on_stop: Callable[[], None] | None = None) -> MBeanRegistry:
+    """The node's MBeans; `on_stop` (the runtime's) makes `testbed:type=Node` `stop` end the
+    node cleanly, log flushed, as the orchestrator does once the run is quiescent."""
     registry = MBeanRegistry()
     started = true_now()
     cfg = core.cfg
@@ -20,14 +22,20 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
     proto: Any = core.protocol
     counters = core.counters
 
-    registry.register(
+    node = (
         MBean("testbed:type=Node", "This protocol node")
         .attribute("Name", "str", lambda: cfg.name, description="host name")
         .attribute("Id", "int", lambda: cfg.node_id, description="member id")
         .attribute("Protocol", "str", lambda: cfg.protocol, description="protocol stack")
         .attribute("Uptime", "float", lambda: (true_now() - started) / 1e9,
                    description="seconds since the node started")
+        .attribute("Progress", "dict", core.progress,
+                   description="messages sent, and final deliveries per origin host")
     )
+    if on_stop is not None:
+        node.operation("stop", on_stop, [], None,
+                       "end the node now (log flushed), as after the drain")
+    registry.register(node)
 
     def set_offset(ms: float) -> None:
         clock.offset_ns = round(ms * 1e6)
