@@ -8,11 +8,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 
-# Debian packages the tests need (PLATFORM.md); installed only when root and missing.
+# Debian packages the tests need (docs/platform.md); installed only when root and missing.
 TEST_DEBS := openjdk-17-jre-headless iproute2 iptables tcpdump tshark mininet bridge-utils \
 	iputils-ping libnetfilter-queue-dev user-mode-linux docker.io debootstrap chromium
 
-.PHONY: run test lint venv venv-test java system-deps clean-venv
+.PHONY: run test test-stress lint venv venv-test java system-deps clean-venv
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,12 @@ lint: $(STAMP)
 
 test: system-deps java venv-test lint
 	$(BIN)/python -m pytest -ra $(PYTEST_ARGS)
+
+# The flake hunt: the timing-sensitive tests (`-m timing`), ROUNDS times, each while a CPU-bound
+# process keeps one core busy; reports per test how many rounds failed (0 is the bar).
+ROUNDS ?= 5
+test-stress: system-deps java venv-test
+	$(BIN)/python -m tests.stress --rounds $(ROUNDS) $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

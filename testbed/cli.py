@@ -1,4 +1,4 @@
-"""The `testbed` command line (ARCHITECTURE.md "CLI surface").
+"""The `testbed` command line (README.md "The CLI").
 
 Every command is one function with typed parameters and an example in its help; user errors are
 one sentence (`file:line: field: message` for specs) and exit code 2, never a traceback.

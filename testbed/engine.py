@@ -1,7 +1,7 @@
 """The Docker engine the `docker` backend talks to.
 
 Where no engine answers and we are root, `ensure_engine()` starts `dockerd` (there is no
-systemd on these machines: PLATFORM.md) with `--iptables=false --ip6tables=false`: nothing
+systemd on these machines: docs/platform.md) with `--iptables=false --ip6tables=false`: nothing
 leaves the machine, so no NAT is needed, and Docker then leaves the FORWARD chain and
 br_netfilter alone, which keeps Mininet's bridged traffic alive. Its data and exec roots are
 private (/var/lib/testbed-docker, /run/testbed-docker); it listens on the default socket so

@@ -1,4 +1,4 @@
-"""One experiment run, end to end (ARCHITECTURE.md "Data flow"):
+"""One experiment run, end to end (docs/architecture.md "Data flow"):
 spec -> run directory -> backend up/deploy -> workload -> drain -> collect -> down -> analysis
 -> expectations -> exit code."""
 

@@ -56,6 +56,7 @@ def _testbed(*args: str, env: dict[str, str] | None = None,
                           text=True, cwd=ROOT, timeout=timeout, env=env)
 
 
+@pytest.mark.timing
 def test_quickstart_on_docker_delivers_every_message_in_one_total_order_with_pcaps(
         docker_image: dict[str, str], tmp_path: Path) -> None:
     proc = _testbed("run", str(QUICKSTART), "--backend", "docker", "--no-analyze",
@@ -204,6 +205,7 @@ def docker_errors() -> type[Exception]:
 
 
 @pytest.mark.root
+@pytest.mark.timing
 def test_faults_on_docker_keep_order_and_agreement(docker_image: dict[str, str],
                                                     tmp_path: Path) -> None:
     from tests import test_faults

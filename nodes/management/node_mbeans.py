@@ -1,4 +1,4 @@
-"""The MBeans a running node exposes (ARCHITECTURE.md "Management API", D3.5 section 4.2):
+"""The MBeans a running node exposes (docs/architecture.md "Management API", D3.5 section 4.2):
 `testbed:type=Node`, `type=Clock`, `type=TotalOrder,protocol=P`, `type=Transport`."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
         return clock.offset_ns / 1e6
 
     registry.register(
-        MBean("testbed:type=Clock", "The node's skewed local clock (ARCHITECTURE.md decision 6)")
+        MBean("testbed:type=Clock", "The node's skewed local clock (docs/architecture.md decision 6)")
         .attribute("OffsetMs", "float", lambda: clock.offset_ns / 1e6, set_offset,
                    "offset from true time at t0, ms")
         .attribute("DriftPpm", "float", lambda: clock.drift_ppm, set_drift,

@@ -5,7 +5,7 @@ Per run, two user-defined bridge networks (labelled `org.testbed.run=<run id>`):
   data     `tb-<run>-data`, bridge `tb<run>d`: a /24 of 198.19.0.0/16 picked from the run id
            (skipping any /24 a Docker network or a root-namespace address already uses), or the
            /24 holding the topology's own addresses; shaped by the applier;
-  control  `tb<run>c`: another free 198.19.<y>.0/24, never shaped (ARCHITECTURE.md decision
+  control  `tb<run>c`: another free 198.19.<y>.0/24, never shaped (docs/architecture.md decision
            4). The bridge holds the gateway (.254) in the root namespace, so the orchestrator
            reaches each node's management endpoint at its control address.
 Mininet uses 198.18.0.0/16 for data and checks `ip addr` before taking a 198.19 control /24;

@@ -1,6 +1,6 @@
 """Fault schedule entries in experiments (`faults:`): what to break, when, and for how long.
 
-Jepsen's split (STYLE.md): this module says *what* (the nemesis vocabulary); schedule.py says
+Jepsen's split (its nemesis, generator and checker): this module says *what* (the nemesis vocabulary); schedule.py says
 *when*; backends do it; analysis judges the history against faults.jsonl.
 """
 
