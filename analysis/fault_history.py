@@ -1,6 +1,7 @@
 """The run's fault history (faults.jsonl) as intervals: who was correct, who was cut off, when.
 
-Jepsen's split (its nemesis, generator and checker): faults are ordinary entries in the history, so a checker can say
+Jepsen's split (nemesis, generator, checker): faults are ordinary entries in the history,
+so a checker can say
 which faults were active when a violation happened. A start without a matching stop lasts to
 the end of the run. A partition's `params.cuts` lists the blocked [src, dst] pairs; the hosts
 outside the largest group that can still reach each other are the ones cut off.

@@ -51,7 +51,8 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
         return clock.offset_ns / 1e6
 
     registry.register(
-        MBean("testbed:type=Clock", "The node's skewed local clock (docs/architecture.md decision 6)")
+        MBean("testbed:type=Clock",
+              "The node's skewed local clock (docs/architecture.md decision 6)")
         .attribute("OffsetMs", "float", lambda: clock.offset_ns / 1e6, set_offset,
                    "offset from true time at t0, ms")
         .attribute("DriftPpm", "float", lambda: clock.drift_ppm, set_drift,
