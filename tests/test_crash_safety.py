@@ -1,6 +1,6 @@
 """Crash safety (docs/architecture.md decision 5): `testbed run --backend mininet` killed with
-SIGKILL at a random moment leaves nothing behind once `testbed teardown` has run: no bridges or veths,
-no namespaces (their holder processes), no qdiscs or iptables rules (they live in those
+SIGKILL at a random moment leaves nothing behind once `testbed teardown` has run: no bridges or
+veths, no namespaces (their holder processes), no qdiscs or iptables rules (they live in those
 namespaces or in the run's own chain), no processes of the run."""
 
 from __future__ import annotations
