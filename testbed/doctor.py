@@ -65,7 +65,8 @@ def checks() -> list[Check]:
               "OVS switches (the mininet backend uses Linux bridges without it)",
               "a kernel with the openvswitch module, then apt-get install -y openvswitch-switch"),
         Check("Docker engine", _run(["docker", "info"]) if shutil.which("docker") else False,
-              "the docker backend", "apt-get install -y docker.io && dockerd &"),
+              "the docker backend",
+              "apt-get install -y docker.io (testbed starts dockerd itself when root)"),
         Check("user-mode-linux", shutil.which("linux.uml") is not None,
               "real netem proof under UML", "apt-get install -y user-mode-linux"),
     ]

@@ -42,8 +42,9 @@ def client(timeout: int = 120) -> Any:
     except docker.errors.DockerException as exc:
         why = "no such socket" if "No such file" in str(exc) else (
             "connection refused" if "refused" in str(exc) else "no answer")
-        raise EngineError(f"the Docker engine at {where()} is not running ({why}); start it "
-                          "with `python -m testbed.images` (as root) or fix DOCKER_HOST") from exc
+        raise EngineError(f"the Docker engine at {where()} is not running ({why}); run "
+                          "`testbed image build` as root to start it, or fix DOCKER_HOST"
+                          ) from exc
 
 
 def where() -> str:
