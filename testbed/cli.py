@@ -171,10 +171,14 @@ def print_run_plan(exp: Any, topo: Any) -> None:
     console.print(f"{exp.name}: {exp.protocol.name} on {len(paths.hosts)} {exp.backend} hosts, "
                   f"{exp.duration / 1e9:g} s of {exp.workload.rate:g} msgs/s per sender "
                   f"({exp.workload.arrival}), seed {exp.seed}")
+    from testbed.faults.schedule import correct_hosts
+
+    actions = expand(exp.faults, paths.hosts, exp.duration, exp.seed)
+    console.print(f"then drain {exp.drain / 1e9:g} s, up to {max(exp.drain, exp.drain_max) / 1e9:g}"
+                  f" s until quiescent among {', '.join(correct_hosts(paths.hosts, actions))}")
     print_paths(paths)
     if exp.backend in ("mininet", "docker"):
         print_shaping_plan(topo, paths, "netem")
-    actions = expand(exp.faults, paths.hosts, exp.duration, exp.seed)
     if actions:
         t = Table("at s", "action", "parameters", title="fault timeline")
         for a in actions:
