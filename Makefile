@@ -1,6 +1,7 @@
-# The two commands of the README:
-#   make run   -- the quickstart experiment on the local backend (no root needed)
-#   make test  -- lint, type-check and the whole test suite (root tests run when root / CI)
+# The commands of the README:
+#   make run      -- the quickstart experiment on the local backend (no root needed)
+#   make test     -- lint, type-check and the whole test suite (root tests run when root / CI)
+#   make nightly  -- the nightly catalogue (SUITE=smoke|full), what .github/workflows/nightly.yml runs
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -12,7 +13,7 @@ IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 TEST_DEBS := openjdk-17-jre-headless iproute2 iptables tcpdump tshark mininet bridge-utils \
 	iputils-ping libnetfilter-queue-dev user-mode-linux docker.io debootstrap chromium
 
-.PHONY: run test lint venv venv-test java system-deps clean-venv
+.PHONY: run test lint nightly venv venv-test java system-deps clean-venv
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +52,18 @@ run: java $(STAMP)
 venv-test: $(STAMP)
 	@if [ "$(IS_ROOT)" = yes ] && ! $(BIN)/python -c "import netfilterqueue, mininet, docker" 2>/dev/null; then \
 	  $(BIN)/pip install -q -e '.[dev,emulation]'; fi
+
+# The nightly catalogue (experiments/nightly/): SUITE=smoke runs on sim and local without root;
+# SUITE=full also wants the root backends (their system packages and extras come first).
+SUITE ?= smoke
+HISTORY ?= history/$(SUITE)
+BUDGET ?= 2h
+BACKENDS ?=
+DATE ?=
+NIGHTLY_DEPS := $(if $(filter full,$(SUITE)),system-deps venv-test,$(STAMP))
+nightly: java $(NIGHTLY_DEPS)
+	$(BIN)/testbed nightly --suite $(SUITE) --history $(HISTORY) --budget $(BUDGET) \
+	  $(if $(BACKENDS),--backends $(BACKENDS)) $(if $(DATE),--date $(DATE))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

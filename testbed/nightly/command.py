@@ -40,10 +40,11 @@ def nightly(
         "2h"),
     night: Annotated[str | None, typer.Option(
         "--date", help="the night's date, YYYY-MM-DD (default: today, UTC)")] = None,
-    runs: Annotated[Path, typer.Option(help="where each night's run directories go")] = (
+    runs: Annotated[Path, typer.Option(
+        help="run directories go to RUNS/SUITE/NIGHT/, the trend report to RUNS/SUITE/")] = (
         Path("runs/nightly")),
     report: Annotated[Path | None, typer.Option(
-        help="trend report to write (default: HISTORY/nightly.html)")] = None,
+        help="trend report to write (default: RUNS/SUITE/nightly.html)")] = None,
     catalogue: Annotated[Path, typer.Option(help="catalogue folder")] = CATALOGUE_DIR,
 ) -> None:
     """Run the nightly catalogue, record it in the history, judge trends, write nightly.html.
@@ -86,11 +87,11 @@ def nightly(
     skip = blockers({e.backend for e in entries})
     console.print(f"night {night}: suite {suite}, {len(entries)} experiment(s), budget "
                   f"{budget}, history {history}")
-    outcomes = run_night(entries, runs / night, budget_s, console, estimates, skip)
+    outcomes = run_night(entries, runs / suite / night, budget_s, console, estimates, skip)
     path = write_night(history, night, suite, outcomes, commit_of(REPO), versions(),
                        machine_facts())
     j = judge(read_history(history), cat.thresholds, cat.index.flaky)
-    page = write_trend(j, report or history / REPORT, f"testbed nightly: {suite}")
+    page = write_trend(j, report or runs / suite / REPORT, f"testbed nightly: {suite}")
     code = summarise(j, night)
     console.print(f"history {path}; trend report {page}")
     raise typer.Exit(code)

@@ -6,7 +6,9 @@ by at least `min_change` of that median, or when it moves past that median by `s
 that night and the next one as well. Comparing with a robust baseline rather than with the last
 point is what asv and conbench do; the two-night step catches shifts too small for a single
 night to stand out from the noise. Once a regression starts, later nights belong to it while
-they stay past its baseline, for at most K nights (by then the baseline is the new level).
+they sit nearer its new level than its baseline, for at most K nights (by then the baseline is
+the new level); its first bad night is walked back over earlier nights that already sat nearer
+the new level.
 
 Only nights the experiment passed feed a metric's series: a failed night is reported as a
 failure already. An experiment whose verdict flipped pass<->fail at least `flips` times in the
@@ -107,7 +109,7 @@ class Judgement:
 class _Episode:
     start: int
     median: float
-    limit: float  # how far past the median a later night must stay to belong to it
+    limit: float  # the band's half-width when the shift was found
     rule: str
     nights: list[str]
 
@@ -130,7 +132,11 @@ def judge_series(values: list[float], nights: list[str], commits: list[str], t: 
 
     for j in range(n):
         if episode is not None:
-            if (x[j] - episode.median) * sign > episode.limit and j - episode.start < t.window:
+            # A later night belongs to the shift while it sits nearer the shift's level than
+            # the baseline it was measured from (and the baseline has not become the level).
+            level = float(np.median([x[k] for k in range(episode.start, j)]))
+            if (x[j] - episode.median) * sign > (level - episode.median) * sign / 2 \
+                    and j - episode.start < t.window:
                 episode.nights.append(nights[j])
                 out.points.append(Point(nights[j], float(x[j]), episode.median,
                                         *_band(episode.median, episode.limit), "regressed"))
@@ -158,7 +164,7 @@ def judge_series(values: list[float], nights: list[str], commits: list[str], t: 
         start = _onset(x, j, med, t)
         for k in range(start, j):
             out.points[k] = replace(out.points[k], state="regressed")
-        episode = _Episode(start, med, min(limit, step), rule, nights[start:j + 1])
+        episode = _Episode(start, med, limit, rule, nights[start:j + 1])
         out.points.append(Point(nights[j], float(x[j]), med, *_band(med, limit), "regressed"))
     if episode is not None:
         close(episode)

@@ -131,7 +131,9 @@ def render(j: Judgement, title: str, out_dir: Path) -> str:
                        for e in failing) if latest else ""
     sparks = "".join(
         f'<div><b>{escape(s.experiment)}</b><br><code>{escape(s.metric)}</code> '
-        f"<small>(bad: {s.bad}; last {s.points[-1].value:,.4g})</small></div>"
+        f"<small>(bad: {s.bad}; last {s.points[-1].value:,.4g}; range "
+        f"{min(p.value for p in s.points):,.4g}–{max(p.value for p in s.points):,.4g})"
+        "</small></div>"
         f"<div>{sparkline(s)}</div>" for s in j.series if s.points)
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
