@@ -287,6 +287,7 @@ workload: {{rate: 10/s, size: 256B}}
 expect: [{expect}]
 nightly:
   suites: [smoke]
+  backends: [sim]
   trend: [{{metric: latency.fnl.all.p50_ms, bad: up}}]
 """
 
