@@ -171,6 +171,26 @@ def test_history_is_plain_parquet_one_file_per_night_and_never_overwritten(
             "machine"} <= set(schema.names)
 
 
+def test_history_reads_in_duckdb(tmp_path: Path) -> None:
+    import duckdb
+
+    record_week(tmp_path, noisy(1))
+    rows = duckdb.sql(f"select night, value from read_parquet('{tmp_path}/*.parquet') "
+                      "where metric = 'latency.fnl.all.p99_ms' order by night").fetchall()
+    assert [n for n, _ in rows] == WEEK and [v for _, v in rows] == noisy(1)
+
+
+@pytest.mark.spark
+def test_history_reads_in_spark(tmp_path: Path) -> None:
+    from analysis.session import spark_session
+
+    record_week(tmp_path, noisy(1))
+    df = spark_session().read.parquet(str(tmp_path))
+    assert df.count() == 7
+    assert dict(df.dtypes)["started_at"] == "timestamp" and dict(df.dtypes)["value"] == "double"
+    assert sorted(r["night"] for r in df.select("night").collect()) == WEEK
+
+
 def test_the_night_keeps_going_skips_what_cannot_run_and_respects_the_budget(
         tmp_path: Path) -> None:
     entries = CATALOGUE.suite("full")[:6]
