@@ -18,7 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from rich.console import Console
+from typer.testing import CliRunner
 
+from testbed.cli import app
 from testbed.doctor import Check
 from testbed.nightly.catalogue import load_catalogue, protocols
 from testbed.nightly.detect import judge
@@ -337,7 +339,20 @@ def test_a_failing_expectation_fails_the_night_and_the_rest_still_runs(tmp_path:
     assert (tmp_path / "runs" / "smoke" / "nightly.html").exists()
 
 
+def test_bad_options_are_one_sentence_and_exit_2(tmp_path: Path) -> None:
+    for args, words in ((["--date", "2026-13-01"], "--date must be YYYY-MM-DD"),
+                        (["--budget", "soon"], "--budget: cannot read 'soon'"),
+                        (["--suite", "weekly"], "catalogue.yaml:1: suites: no suite 'weekly'"),
+                        (["--backends", "uml"], "no experiment on backends uml")):
+        result = CliRunner().invoke(app, ["nightly", *args, "--history", str(tmp_path / "h"),
+                                          "--runs", str(tmp_path)])
+        assert result.exit_code == 2, result.output
+        assert words in result.stderr.replace("\n", " "), result.stderr
+    assert not (tmp_path / "h").exists()
+
+
 @pytest.mark.slow
+@pytest.mark.timing
 def test_the_smoke_suite_twice_makes_two_nights_and_a_trend_report(tmp_path: Path) -> None:
     """The real smoke suite once (every protocol on sim and local), then a second night of its
     sim half: two history files, one trend report with both nights."""
