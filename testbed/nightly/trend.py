@@ -29,7 +29,8 @@ padding:.2em .5em;text-align:left}th{background:#f5f5f5}td.c{text-align:center}
 td.pass{background:#e8f5e9}td.fail,td.error{background:#ffcdd2;font-weight:600}
 td.regressed{background:#ffe0b2;font-weight:600}td.flaky{background:#e1bee7;font-weight:600}
 td.skipped{background:#eeeeee;color:#666}.cap{color:#555;font-size:.85em}
-.spark{display:grid;grid-template-columns:22em 1fr;gap:.2em 1em;align-items:center}
+.spark{display:grid;grid-template-columns:24em 1fr;gap:.2em 1em;align-items:center}
+h3.exp{font-size:1em;margin:.8em 0 0}
 svg.plot{display:block}.d{stroke-width:1.5}
 """
 SPARK_W, SPARK_H, PAD = 320, 48, 5
@@ -129,12 +130,17 @@ def render(j: Judgement, title: str, out_dir: Path) -> str:
                     for e, k in sorted(j.flaky.items())) or "<li>none</li>"
     failures = "".join(f"<li>{escape(e)}: {escape(j.reasons.get((latest, e), ''))}</li>"
                        for e in failing) if latest else ""
-    sparks = "".join(
-        f'<div><b>{escape(s.experiment)}</b><br><code>{escape(s.metric)}</code> '
-        f"<small>(bad: {s.bad}; last {s.points[-1].value:,.4g}; range "
-        f"{min(p.value for p in s.points):,.4g}–{max(p.value for p in s.points):,.4g})"
-        "</small></div>"
-        f"<div>{sparkline(s)}</div>" for s in j.series if s.points)
+    sparks, shown = [], None
+    for s in j.series:
+        if not s.points:
+            continue
+        if s.experiment != shown:
+            sparks.append(f'<h3 class="exp">{escape(s.experiment)}</h3><div></div>')
+            shown = s.experiment
+        values = [p.value for p in s.points]
+        sparks.append(f"<div><code>{escape(s.metric)}</code><br><small>bad: {s.bad}; last "
+                      f"{values[-1]:,.4g}; range {min(values):,.4g}–{max(values):,.4g}"
+                      f"</small></div><div>{sparkline(s)}</div>")
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>"
@@ -149,7 +155,7 @@ def render(j: Judgement, title: str, out_dir: Path) -> str:
         "<h2>Tracked metrics</h2><p class=cap>Each line is one metric over the nights the "
         "experiment passed; the band is the baseline median plus or minus what a night may "
         "move without regressing; red dots are regressed nights, orange ones a step awaiting "
-        f'a second night.</p><div class="spark">{sparks}</div></body></html>\n')
+        f'a second night.</p><div class="spark">{"".join(sparks)}</div></body></html>\n')
 
 
 def write_trend(j: Judgement, path: Path, title: str = "testbed nightly") -> Path:
