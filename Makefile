@@ -13,7 +13,7 @@ IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 TEST_DEBS := openjdk-17-jre-headless iproute2 iptables tcpdump tshark mininet bridge-utils \
 	iputils-ping libnetfilter-queue-dev user-mode-linux docker.io debootstrap chromium
 
-.PHONY: run test lint nightly venv venv-test java system-deps clean-venv
+.PHONY: run test lint venv venv-test java system-deps clean-venv
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,7 @@ BUDGET ?= 2h
 BACKENDS ?=
 DATE ?=
 NIGHTLY_DEPS := $(if $(filter full,$(SUITE)),system-deps venv-test,$(STAMP))
+.PHONY: nightly
 nightly: java $(NIGHTLY_DEPS)
 	$(BIN)/testbed nightly --suite $(SUITE) --history $(HISTORY) --budget $(BUDGET) \
 	  $(if $(BACKENDS),--backends $(BACKENDS)) $(if $(DATE),--date $(DATE))
