@@ -349,6 +349,11 @@ def test_bad_options_are_one_sentence_and_exit_2(tmp_path: Path) -> None:
         assert result.exit_code == 2, result.output
         assert words in result.stderr.replace("\n", " "), result.stderr
     assert not (tmp_path / "h").exists()
+    # One history folder per suite: a night of another suite would hide this one's.
+    record_week(tmp_path / "h", [1.0])
+    result = CliRunner().invoke(app, ["nightly", "--suite", "full", "--history",
+                                      str(tmp_path / "h"), "--runs", str(tmp_path)])
+    assert result.exit_code == 2 and "holds the smoke suite's nights" in result.stderr
 
 
 @pytest.mark.slow

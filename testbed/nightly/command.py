@@ -34,8 +34,8 @@ def nightly(
     suite: Annotated[str, typer.Option(help="smoke (sim/local, minutes) or full")] = "smoke",
     backends: Annotated[str | None, typer.Option(
         help="only these backends, comma-separated, e.g. sim,local")] = None,
-    history: Annotated[Path, typer.Option(help="history folder (one Parquet file per night)")] = (
-        Path("history")),
+    history: Annotated[Path | None, typer.Option(
+        help="history folder, one Parquet file per night (default: history/SUITE)")] = None,
     budget: Annotated[str, typer.Option(help="stop starting experiments after this, e.g. 2h")] = (
         "2h"),
     night: Annotated[str | None, typer.Option(
@@ -78,7 +78,12 @@ def nightly(
         raise typer.Exit(2) from None
     if not entries:
         raise _fail(f"suite {suite} has no experiment on backends {backends}")
+    history = history or Path("history") / suite
     previous = read_history(history)
+    others = set(previous["suite"]) - {suite}
+    if others:
+        raise _fail(f"{history} holds the {', '.join(sorted(others))} suite's nights; give "
+                    f"suite {suite} its own --history folder")
     if night in set(previous["night"]):
         console.print(f"[yellow]night {night} is already in {history}; recording another "
                       "attempt (the latest attempt counts)[/]")
