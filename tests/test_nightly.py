@@ -356,6 +356,16 @@ def test_bad_options_are_one_sentence_and_exit_2(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "holds the smoke suite's nights" in result.stderr
 
 
+def test_dry_run_lists_the_suite_and_runs_nothing(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["nightly", "--dry-run", "--history", str(tmp_path / "h"),
+                                      "--runs", str(tmp_path / "runs")], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for entry in CATALOGUE.suite("smoke"):
+        assert entry.id in result.stdout
+    assert f"dry run: {len(CATALOGUE.suite('smoke'))} to run" in result.stdout
+    assert not (tmp_path / "h").exists() and not (tmp_path / "runs").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.timing
 def test_the_smoke_suite_twice_makes_two_nights_and_a_trend_report(tmp_path: Path) -> None:

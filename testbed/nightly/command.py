@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
-from testbed.nightly.catalogue import CATALOGUE_DIR, load_catalogue
+from testbed.nightly.catalogue import CATALOGUE_DIR, Entry, load_catalogue
 from testbed.spec.loader import SpecError
 from testbed.spec.units import parse_duration
 
@@ -46,6 +47,8 @@ def nightly(
     report: Annotated[Path | None, typer.Option(
         help="trend report to write (default: RUNS/SUITE/nightly.html)")] = None,
     catalogue: Annotated[Path, typer.Option(help="catalogue folder")] = CATALOGUE_DIR,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="list what would run or be skipped, run nothing")] = False,
 ) -> None:
     """Run the nightly catalogue, record it in the history, judge trends, write nightly.html.
 
@@ -90,6 +93,9 @@ def nightly(
     done = previous[previous["status"].isin(["pass", "fail"])]
     estimates = done.groupby("experiment")["wall_s"].median().to_dict() if len(done) else {}
     skip = blockers({e.backend for e in entries})
+    if dry_run:
+        _print_plan(entries, skip, estimates)
+        return
     console.print(f"night {night}: suite {suite}, {len(entries)} experiment(s), budget "
                   f"{budget}, history {history}")
     outcomes = run_night(entries, runs / suite / night, budget_s, console, estimates, skip)
@@ -100,6 +106,19 @@ def nightly(
     code = summarise(j, night)
     console.print(f"history {path}; trend report {page}")
     raise typer.Exit(code)
+
+
+def _print_plan(entries: list[Entry], skip: dict[str, str], estimates: dict[str, float]
+                ) -> None:
+    table = Table("experiment", "protocol", "backend", "about", "skipped because")
+    total = 0.0
+    for e in entries:
+        guess = estimates.get(e.id, e.estimate_s)
+        total += 0 if e.backend in skip else guess
+        table.add_row(e.id, e.protocol, e.backend, f"{guess:.0f} s", skip.get(e.backend, ""))
+    console.print(table)
+    console.print(f"dry run: {sum(e.backend not in skip for e in entries)} to run in about "
+                  f"{total / 60:.1f} min; nothing run")
 
 
 def summarise(j: Judgement, night: str) -> int:
