@@ -33,7 +33,7 @@ from tests.test_report import browse, browser
 ROOT = Path(__file__).resolve().parents[1]
 CATALOGUE = load_catalogue()
 WEEK = [(date(2026, 11, 16) + timedelta(days=i)).isoformat() for i in range(7)]
-METRIC = "latency.fnl.all.p99_ms"
+METRIC = "latency.fnl.all.p50_ms"  # default thresholds in the catalogue
 EXP = "smoke.seto.sim"  # a real catalogue entry, so its real thresholds apply
 
 
@@ -90,7 +90,7 @@ def test_a_bad_catalogue_entry_is_one_located_error(tmp_path: Path) -> None:
         load_catalogue(tmp_path)
     assert len(info.value.problems) == 1
     line = info.value.problems[0]
-    assert re.match(rf"{re.escape(str(tmp_path / 'bad.yaml'))}:\d+: nightly\.trend\.0\.bad: ",
+    assert re.match(rf"{re.escape(str(tmp_path / 'bad.yaml'))}:\d+: nightly\.trend\.1\.bad: ",
                     line), line
     lineno = int(line.split(":")[1])
     assert "sideways" in (tmp_path / "bad.yaml").read_text().splitlines()[lineno - 1]
@@ -178,11 +178,12 @@ def test_history_reads_in_duckdb(tmp_path: Path) -> None:
 
     record_week(tmp_path, noisy(1))
     rows = duckdb.sql(f"select night, value from read_parquet('{tmp_path}/*.parquet') "
-                      "where metric = 'latency.fnl.all.p99_ms' order by night").fetchall()
+                      "where metric = 'latency.fnl.all.p50_ms' order by night").fetchall()
     assert [n for n, _ in rows] == WEEK and [v for _, v in rows] == noisy(1)
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_history_reads_in_spark(tmp_path: Path) -> None:
     from analysis.session import spark_session
 
@@ -257,7 +258,7 @@ def test_trend_report_renders_grid_sparklines_and_regressions_in_chromium(
 
 
 def test_report_compares_two_nights_of_the_history(tmp_path: Path) -> None:
-    record_week(tmp_path, [20.0, 21.0, 22.0, 23.0, 24.0, 25.0, 30.0])
+    record_week(tmp_path, [20.0, 21.0, 22.0, 23.0, 24.0, 25.0, 30.0], ["pass"] * 6 + ["fail"])
     out = tmp_path / "cmp.html"
     proc = subprocess.run([sys.executable, "-m", "testbed", "report",
                            str(tmp_path / f"{WEEK[0]}.parquet"),
@@ -266,7 +267,7 @@ def test_report_compares_two_nights_of_the_history(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     html = out.read_text()
     assert f"{WEEK[0]} vs {WEEK[6]}" in html
-    assert "+50.0%" in html and 'class="worse"' in html
+    assert "+50.0%" in html and 'class="worse"' in html and "now failing" in html
 
 
 def test_workflow_validates_against_the_github_schema_and_only_calls_make_nightly() -> None:

@@ -173,8 +173,11 @@ def write_nights_comparison(files: list[Path], out: Path) -> Path:
     head = "".join(f"<th>{escape(n)}</th>" for n in nights)
     rows = []
     for exp in sorted({e for s in status for e in s}):
-        cells = "".join(f"<td>{escape(s.get(exp, '–'))}</td>" for s in status)
-        rows.append(f"<tr><td>{escape(exp)}</td><td>verdict</td>{cells}<td></td></tr>")
+        verdicts = [s.get(exp, "–") for s in status]
+        cells = "".join(f"<td>{escape(v)}</td>" for v in verdicts)
+        broke = verdicts[0] == "pass" and verdicts[-1] in ("fail", "error")
+        note = '<td class="worse">now failing</td>' if broke else "<td></td>"
+        rows.append(f"<tr><td>{escape(exp)}</td><td>verdict</td>{cells}{note}</tr>")
         for (e, metric), bad in sorted(keys.items()):
             if e != exp:
                 continue
