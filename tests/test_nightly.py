@@ -73,6 +73,10 @@ def test_smoke_suite_covers_every_protocol_on_sim_and_local() -> None:
     assert {(p, b) for p in protocols() for b in ("sim", "local")} <= covered
     assert {e.backend for e in smoke} == {"sim", "local"}
     assert all(e.trend for e in smoke)
+    # A trend entry may be limited to some backends, with its own thresholds there.
+    sim, local = (CATALOGUE.thresholds(f"smoke.seto.{b}", "latency.fnl.all.p99_ms")
+                  for b in ("sim", "local"))
+    assert sim == CATALOGUE.index.regression and local.min_change == 1.0
     # The full suite runs every protocol on every backend and fault family.
     full = CATALOGUE.suite("full")
     families = {e.spec.faults[0].kind if e.spec.faults else "none" for e in full}
@@ -90,7 +94,7 @@ def test_a_bad_catalogue_entry_is_one_located_error(tmp_path: Path) -> None:
         load_catalogue(tmp_path)
     assert len(info.value.problems) == 1
     line = info.value.problems[0]
-    assert re.match(rf"{re.escape(str(tmp_path / 'bad.yaml'))}:\d+: nightly\.trend\.1\.bad: ",
+    assert re.match(rf"{re.escape(str(tmp_path / 'bad.yaml'))}:\d+: nightly\.trend\.2\.bad: ",
                     line), line
     lineno = int(line.split(":")[1])
     assert "sideways" in (tmp_path / "bad.yaml").read_text().splitlines()[lineno - 1]

@@ -62,6 +62,8 @@ class Index(Strict):
 class Trend(Strict):
     metric: str = Field(description="dot path into summary.json, e.g. latency.fnl.all.p99_ms")
     bad: Literal["up", "down"]
+    backends: list[Backend] | None = Field(
+        default=None, description="track it only on these backends (default: all)")
     window: int | None = Field(default=None, ge=2)
     mad_k: float | None = Field(default=None, gt=0)
     min_change: float | None = Field(default=None, ge=0)
@@ -207,6 +209,7 @@ def _load_entries(path: Path, index: Index) -> list[Entry]:
             problems = check_experiment(spec, topo)
             if problems:
                 raise SpecError([doc.error(loc, msg) for loc, msg in problems])
-            out.append(Entry(f"{base.name}.{proto}.{backend}", path, spec, topo,
-                             tuple(block.trend), tuple(block.suites)))
+            trend = tuple(t for t in block.trend if t.backends is None or backend in t.backends)
+            out.append(Entry(f"{base.name}.{proto}.{backend}", path, spec, topo, trend,
+                             tuple(block.suites)))
     return out
