@@ -1,6 +1,7 @@
-# The two commands of the README:
-#   make run   -- the quickstart experiment on the local backend (no root needed)
-#   make test  -- lint, type-check and the whole test suite (root tests run when root / CI)
+# The commands of the README:
+#   make run      -- the quickstart experiment on the local backend (no root needed)
+#   make test     -- lint, type-check and the whole test suite (root tests run when root / CI)
+#   make nightly  -- the nightly catalogue (SUITE=smoke|full), what .github/workflows/nightly.yml runs
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -51,6 +52,19 @@ run: java $(STAMP)
 venv-test: $(STAMP)
 	@if [ "$(IS_ROOT)" = yes ] && ! $(BIN)/python -c "import netfilterqueue, mininet, docker" 2>/dev/null; then \
 	  $(BIN)/pip install -q -e '.[dev,emulation]'; fi
+
+# The nightly catalogue (experiments/nightly/): SUITE=smoke runs on sim and local without root;
+# SUITE=full also wants the root backends (their system packages and extras come first).
+SUITE ?= smoke
+HISTORY ?= history/$(SUITE)
+BUDGET ?= 2h
+BACKENDS ?=
+DATE ?=
+NIGHTLY_DEPS := $(if $(filter full,$(SUITE)),system-deps venv-test,$(STAMP))
+.PHONY: nightly
+nightly: java $(NIGHTLY_DEPS)
+	$(BIN)/testbed nightly --suite $(SUITE) --history $(HISTORY) --budget $(BUDGET) \
+	  $(if $(BACKENDS),--backends $(BACKENDS)) $(if $(DATE),--date $(DATE))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
