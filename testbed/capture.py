@@ -92,9 +92,30 @@ class Capture:
                     del pending[host]
             time.sleep(0.02)
 
+    def settle(self, quiet_s: float = 0.3, timeout_s: float = 3.0) -> None:
+        """Wait until no capture file has grown for `quiet_s` (at most `timeout_s`): on a
+        loaded machine tcpdump reads its socket late, and a SIGTERM before it did drops the
+        packets still queued there."""
+        import time
+
+        def sizes() -> dict[Path, int]:
+            return {f: f.stat().st_size for f in self.dir.glob("*.pcap*") if f.is_file()}
+
+        deadline = time.monotonic() + timeout_s
+        last, quiet_since = sizes(), time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            now = sizes()
+            if now != last:
+                last, quiet_since = now, time.monotonic()
+            elif time.monotonic() - quiet_since >= quiet_s:
+                return
+
     def stop(self) -> list[dict[str, Any]]:
         from testbed.processes import start_time
 
+        if self.procs:
+            self.settle()
         for host, (pid, _, _) in list(self.procs.items()):
             stop_pid(pid, start_time(pid), grace_s=5.0)
             self.run.journal.append("remove", id=f"tcpdump:{host}")
