@@ -19,8 +19,17 @@ SUMMARY = "summary.json"
 
 
 def checks_ok(summary: dict[str, Any]) -> bool:
-    """True when every checker in the summary found no violation."""
-    return all(c.get("violations", 0) == 0 for c in summary.get("checks", {}).values())
+    """True when every checker in the summary found no violation and no node caught an
+    exception (`node_errors`: an exception in a node is a bug, never a silent limp)."""
+    return (all(c.get("violations", 0) == 0 for c in summary.get("checks", {}).values())
+            and not summary.get("node_errors", {}).get("total", 0))
+
+
+def node_errors(events: Any) -> dict[str, Any]:
+    """The `ev=error` events the nodes wrote (nodes/runtime.py): how many, per node."""
+    rows = events.filter(events.ev == "error").groupBy("node").count().collect()
+    per_node = {r["node"]: int(r["count"]) for r in sorted(rows, key=lambda r: r["node"])}
+    return {"total": sum(per_node.values()), "per_node": per_node}
 
 
 def optimistic_section(events: Any) -> dict[str, Any]:
@@ -52,6 +61,7 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
             "partitioned_at_end": sorted(history.partitioned_at_end),
             "messages": message_counts(events, data.nodes),
             "checks": check_suite(events, history),
+            "node_errors": node_errors(events),
             "latency": {"fnl": fnl_latency(events)},
             "throughput": throughput(events, data.nodes),
             "recovery": recovery(events, history),

@@ -13,7 +13,9 @@ import json
 import random
 import signal
 import socket
+import sys
 import time
+import traceback
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -50,6 +52,9 @@ class NodeRuntime:
         # per destination, with netem semantics (nodes/linkmodel.py).
         self.links = {dst: LinkModel(p, rng) for dst, p in cfg.paths.items()}
         self.timers: dict[str, asyncio.TimerHandle] = {}
+        # The last delay each timer key was armed with: a callback that raised re-arms its
+        # timer with it, so that one bug does not silence a periodic task for good.
+        self.periods: dict[str, int] = {}
         self.transport: asyncio.DatagramTransport | None = None
         self.done = asyncio.Event()
         self.send_errors = 0
@@ -98,14 +103,24 @@ class NodeRuntime:
         return server
 
     # -- events in ----------------------------------------------------------------------------
+    # No exception escapes a callback: an unexpected one is a bug, written as `ev=error` in
+    # the event log with its traceback on stderr (node.log); the analysis fails the run's
+    # verdict with "node errors: N" (analysis/job.py), so the node never limps on silently.
     def on_datagram(self, data: bytes) -> None:
-        self._apply(self.core.receive(data, time.time_ns()))
+        t = time.time_ns()
+        try:
+            self._apply(self.core.receive(data, t))
+        except Exception as exc:
+            self._error(t, "datagram", exc)
 
     def _broadcast(self) -> None:
         t = time.time_ns()
         if self.cfg.duration_ns and t >= self.cfg.start_at_ns + self.cfg.duration_ns:
             return
-        self._apply(self.core.broadcast(t))
+        try:
+            self._apply(self.core.broadcast(t))
+        except Exception as exc:
+            self._error(t, "broadcast", exc)
         assert self._gaps is not None
         # Schedule from the planned time, not from now, so the rate does not sag under load.
         self._next_planned += next(self._gaps)
@@ -113,23 +128,43 @@ class NodeRuntime:
 
     def _fire(self, key: str) -> None:
         self.timers.pop(key, None)
-        self._apply(self.core.timer(key, time.time_ns()))
+        t = time.time_ns()
+        try:
+            self._apply(self.core.timer(key, t))
+        except Exception as exc:
+            self._error(t, f"timer {key}", exc)
+            if key not in self.timers and key in self.periods:
+                self._arm(key, self.periods[key])
+
+    def _error(self, t: int, where: str, exc: Exception) -> None:
+        core = self.core
+        core.counters.errors += 1
+        print(f"node {self.cfg.name}: exception in {where} (ev=error #{core.counters.errors}):",
+              file=sys.stderr)
+        traceback.print_exception(exc, file=sys.stderr)
+        sys.stderr.flush()
+        core.log.write(t, core.clock.local(t), "error", where=where,
+                       error=f"{type(exc).__name__}: {exc}"[:500])
 
     # -- actions out --------------------------------------------------------------------------
     def _apply(self, out: Output) -> None:
         for key, delay in out.timers:
-            old = self.timers.pop(key, None)
-            if old is not None:
-                old.cancel()
-            if delay <= 0:
-                self.timers[key] = self.loop.call_soon(self._fire, key)  # type: ignore[assignment]
-            else:
-                self.timers[key] = self.loop.call_later(delay / 1e9, self._fire, key)
+            self._arm(key, delay)
         blocked = self.core.blocked_out
         for dst, data, _ in out.sends:
             for d in self.others if dst is None else (dst,):
                 if d not in blocked:
                     self._send(d, data)
+
+    def _arm(self, key: str, delay: int) -> None:
+        old = self.timers.pop(key, None)
+        if old is not None:
+            old.cancel()
+        if delay <= 0:
+            self.timers[key] = self.loop.call_soon(self._fire, key)  # type: ignore[assignment]
+        else:
+            self.periods[key] = delay
+            self.timers[key] = self.loop.call_later(delay / 1e9, self._fire, key)
 
     def _send(self, dst: int, data: bytes) -> None:
         assert self.transport is not None

@@ -138,4 +138,9 @@ def analyze_run(run: RunDir, expect: list[str], console: Console,
         (run.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         write_report(run.path, summary)
     failures = [f"{r.expectation}: {r.reason}" for r in results if not r.ok]
+    errors = summary.get("node_errors", {}).get("total", 0)
+    if errors:
+        # An exception inside a node is a bug whatever the expectations say (nodes/runtime.py).
+        failures.append(f"node errors: {errors} (ev=error in the event logs, tracebacks in "
+                        f"nodes/*/node.log)")
     return RunResult(run, summary, failures)

@@ -122,7 +122,14 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
         .attribute("DatagramsReceived", "int", lambda: counters.datagrams_in)
         .attribute("BytesSent", "int", lambda: counters.bytes_out)
         .attribute("BytesReceived", "int", lambda: counters.bytes_in)
-        .attribute("Malformed", "int", lambda: counters.malformed)
+        .attribute("Malformed", "int", lambda: counters.malformed,
+                   description="datagrams that did not decode (nodes/wire.py)")
+        .attribute("Rejected", "int", lambda: counters.rejected,
+                   description="decoded datagrams refused by the edge checks (nodes/edge.py)")
+        .attribute("DropReasons", "dict", lambda: dict(counters.reasons),
+                   description="refused datagrams per reason, e.g. malformed:length")
+        .attribute("Errors", "int", lambda: counters.errors,
+                   description="exceptions caught in node callbacks (ev=error)")
         .attribute("Retransmissions", "int", lambda: getattr(rm, "retransmissions", 0))
     )
     return registry
