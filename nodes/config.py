@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 PROTOCOLS = ("sequencer", "seto", "fast-seto")
+TRANSPORTS = ("udp", "udp-aead")  # udp-aead: AES-GCM sealed datagrams (nodes/aead.py)
 
 # The simulator's virtual time starts at a fixed instant (2026-01-01T00:00:00Z) so that its
 # logs look like real ones and are reproducible.
@@ -70,6 +71,8 @@ class NodeConfig:
     control_port: int | None = None  # management HTTP (Jolokia); None: off, 0: any free port
     mgmt_token: str = ""  # bearer token protecting the management endpoints
     incarnation: int = 0  # restarts of this host so far; >0 joins a running group
+    transport: str = "udp"  # one of TRANSPORTS
+    transport_key: str = ""  # udp-aead: the run's AES-GCM key, hex
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

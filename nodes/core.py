@@ -97,19 +97,19 @@ class NodeCore:
             msg = decode(data)
         except WireError as exc:
             self.counters.malformed += 1
-            self._dropped(t, f"malformed:{exc.reason}", str(exc))
+            self.dropped(t, f"malformed:{exc.reason}", str(exc))
             return Output()
         reason = self.gate.check(msg)
         if reason is not None:
             self.counters.rejected += 1
             h = msg.header
-            self._dropped(t, f"rejected:{reason}",
+            self.dropped(t, f"rejected:{reason}",
                           f"{h.type.name} from {h.sender} (origin {h.origin}, rseq {h.rseq}, "
                           f"seq {h.seq})")
             return Output()
         return self.deliver(msg, t)
 
-    def _dropped(self, t: int, reason: str, detail: str) -> None:
+    def dropped(self, t: int, reason: str, detail: str) -> None:
         """Count a refused datagram; log the first few of each reason (a flood must not
         flood the delivery log too)."""
         n = self.counters.reasons.get(reason, 0) + 1

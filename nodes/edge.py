@@ -12,8 +12,8 @@ protocols they protect:
 - every message: the sender is a member other than this node; the header's protocol is the
   node's (ALIVE: the failure detector's RAW), and the type is one that protocol uses;
 - DATA (reliable FIFO multicast, 002 "Reliable FIFO: Negative Acknowledgement"): the origin
-  R-multicasts its own messages, so origin == sender, unless the copy is RELAYED, which only
-  the sequencer does (000 sec. 2.1, relay in nodes/protocols/sequencer.py); the reliable
+  R-multicasts its own messages, so origin == sender (a RELAYED copy, 000 sec. 2.1 and the
+  relay in nodes/protocols/sequencer.py, keeps its origin's header too); the reliable
   number lies in a window above what this node delivered from that sender (an honest sender
   is at most its flow-control `window` ahead of every receiver; a partitioned receiver may be
   further behind, hence the generous `RSEQ_WINDOW`), so a forged number cannot make a node
@@ -138,11 +138,11 @@ def _data(g: Gate, h: Header, msg: Message) -> str | None:
         return "origin"
     if not 0 <= h.hint <= HINT_MAX_US:
         return "hint"
-    if h.flags & RELAYED:
-        return None if h.sender == getattr(g.protocol, "sequencer", h.sender) else "role"
     if h.origin != h.sender:
         return "origin"
-    return g._reliable(h)
+    # A RELAYED copy (the sequencer answering a FETCH) keeps its origin's header, so its
+    # numbers are the origin's and it bypasses the reliable layer: no window to check.
+    return None if h.flags & RELAYED else g._reliable(h)
 
 
 def _order(g: Gate, h: Header, msg: Message) -> str | None:

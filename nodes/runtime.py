@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nodes.config import NodeConfig, PathConfig
 from nodes.core import NodeCore, Output
@@ -27,6 +28,9 @@ from nodes.management.mbeans import MBean
 from nodes.management.node_mbeans import build_node_registry
 from nodes.management.server import ManagementServer
 from nodes.workload import intervals, workload_rng
+
+if TYPE_CHECKING:
+    from nodes.aead import Sealer
 
 
 class _Protocol(asyncio.DatagramProtocol):
@@ -58,6 +62,14 @@ class NodeRuntime:
         self.transport: asyncio.DatagramTransport | None = None
         self.done = asyncio.Event()
         self.send_errors = 0
+        self.sealer: Sealer | None = None
+        if cfg.transport == "udp-aead":
+            # Imported here: plain-UDP nodes (the docker image) need no `cryptography`.
+            from nodes.aead import Sealer
+
+            self.sealer = Sealer(bytes.fromhex(cfg.transport_key), cfg.incarnation)
+        elif cfg.transport != "udp":
+            raise ValueError(f"transport {cfg.transport!r} is not implemented by this node")
         self._gaps: Iterator[int] | None = None
         self._next_planned = cfg.start_at_ns
 
@@ -109,6 +121,16 @@ class NodeRuntime:
     def on_datagram(self, data: bytes) -> None:
         t = time.time_ns()
         try:
+            if self.sealer is not None:
+                try:
+                    data = self.sealer.open(data)
+                except ValueError as exc:  # nodes.aead.SealError
+                    core = self.core
+                    core.counters.datagrams_in += 1
+                    core.counters.bytes_in += len(data)
+                    core.counters.rejected += 1
+                    core.dropped(t, f"rejected:{getattr(exc, 'reason', 'auth')}", str(exc))
+                    return
             self._apply(self.core.receive(data, t))
         except Exception as exc:
             self._error(t, "datagram", exc)
@@ -151,7 +173,10 @@ class NodeRuntime:
         for key, delay in out.timers:
             self._arm(key, delay)
         blocked = self.core.blocked_out
+        sealer = self.sealer
         for dst, data, _ in out.sends:
+            if sealer is not None:
+                data = sealer.seal(data)  # once for every destination of a multicast
             for d in self.others if dst is None else (dst,):
                 if d not in blocked:
                     self._send(d, data)

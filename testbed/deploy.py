@@ -21,8 +21,12 @@ def node_configs(
     duration_ns: int | None = None,
     control_port: int | None = None,
     mgmt_token: str = "",
+    transport_key: str = "",
 ) -> list[NodeConfig]:
-    """One config per host. control_port: None for no management server, 0 for any port."""
+    """One config per host. control_port: None for no management server, 0 for any port;
+    transport_key: the run's key when the experiment says `transport: udp-aead`."""
+    if exp.transport == "udp-aead" and not transport_key:
+        raise ValueError("transport udp-aead needs the run's key (RunDir.transport_key)")
     hosts = paths.hosts
     members = [Member(i, h, addresses[h].data, addresses[h].port) for i, h in enumerate(hosts)]
     senders = set(hosts if exp.workload.senders == "all" else exp.workload.senders)
@@ -55,5 +59,7 @@ def node_configs(
             control_host=addresses[host.name].control,
             control_port=control_port,
             mgmt_token=mgmt_token,
+            transport=exp.transport,
+            transport_key=transport_key if exp.transport == "udp-aead" else "",
         ))
     return configs

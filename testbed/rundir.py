@@ -56,6 +56,17 @@ class RunDir:
                 f.write(secrets.token_urlsafe(24))
         return path.read_text().strip()
 
+    @property
+    def transport_key(self) -> str:
+        """The run's AES-GCM key for `transport: udp-aead` (nodes/aead.py), hex; created on
+        first use, mode 0600."""
+        path = self.path / "transport.key"
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32))
+        return path.read_text().strip()
+
     def control_url(self, host: str) -> str:
         """The management base URL a node reported in nodes/<host>/control.json."""
         info = self.path / "nodes" / host / "control.json"

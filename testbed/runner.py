@@ -102,7 +102,9 @@ def _execute(exp: ExperimentSpec, topo: TopologySpec, paths: PathMatrix, run: Ru
     start = SIM_EPOCH_NS + SIM_STARTUP_NS if is_sim else time.time_ns() + LOCAL_STARTUP_NS
     configs = node_configs(exp, topo, paths, addresses, run.path, start,
                            backend.inprocess_shaping, control_port=None if is_sim else 0,
-                           mgmt_token=run.token)
+                           mgmt_token=run.token,
+                           transport_key=run.transport_key if exp.transport == "udp-aead"
+                           else "")
     actions = expand(exp.faults, paths.hosts, exp.duration, exp.seed)
     backend.schedule_faults(actions, start)
     backend.deploy(configs)

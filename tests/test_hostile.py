@@ -228,3 +228,17 @@ def test_gate_leaves_unknown_protocols_to_generic_checks() -> None:
     msg = Message(Header(MsgType.DUMMY, Proto.RAW, sender=1))
     assert gate.check(msg) is None
     assert gate.check(Message(Header(MsgType.DUMMY, Proto.RAW, sender=5))) == "sender"
+
+
+def test_relayed_copies_from_the_sequencer_pass_the_gate() -> None:
+    """A FETCH answer keeps its origin's header (sender = origin), flagged RELAYED."""
+    seq = make_core("sequencer", 0)
+    seq.start(T0)
+    seq.receive(_from(2, MsgType.DATA, Proto.SEQUENCER, b"p", rseq=1, origin=2, mno=1), T0)
+    (_, data, _), = seq.receive(_from(3, MsgType.FETCH, Proto.SEQUENCER,
+                                      struct.pack("!HI", 2, 1)), T0).sends
+    member = make_core("sequencer", 3)
+    member.start(T0)
+    member.receive(data, T0)
+    assert member.counters.rejected == 0 and member.counters.malformed == 0
+    assert (2, 1) in member.protocol.received  # type: ignore[attr-defined]

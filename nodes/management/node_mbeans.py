@@ -118,6 +118,8 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
     rm = getattr(proto, "rm", None)
     registry.register(
         MBean("testbed:type=Transport", "UDP transport and reliable multicast")
+        .attribute("Transport", "str", lambda: cfg.transport,
+                   description="udp, or udp-aead (AES-GCM sealed datagrams)")
         .attribute("DatagramsSent", "int", lambda: counters.datagrams_out)
         .attribute("DatagramsReceived", "int", lambda: counters.datagrams_in)
         .attribute("BytesSent", "int", lambda: counters.bytes_out)

@@ -55,6 +55,9 @@ class ExperimentSpec(Strict):
     workload: WorkloadSpec
     faults: list[FaultSpec] = []
     capture: CaptureSpec = CaptureSpec()
+    # How nodes talk: plain UDP, or UDP with every datagram sealed by AES-GCM under a per-run
+    # key (authenticated header, replay window per sender; nodes/aead.py).
+    transport: Literal["udp", "udp-aead"] = "udp"
     expect: list[str] = []
 
     @field_validator("expect")
@@ -84,6 +87,9 @@ def check_experiment(exp: ExperimentSpec, topo: TopologySpec) -> list[tuple[Loc,
     if seq is not None and seq not in hosts:
         problems.append((("protocol", "params", "sequencer"), f"unknown sequencer host {seq!r}"))
     problems += check_faults(exp.faults, hosts, exp.duration)
+    if exp.transport != "udp" and exp.backend == "sim":
+        problems.append((("transport",), f"transport {exp.transport} needs real sockets; the "
+                         "sim backend delivers in-process (use local, mininet or docker)"))
     if exp.capture.pcap and exp.backend in ("sim", "local"):
         problems.append((("capture", "pcap"),
                          f"packet capture needs the mininet or docker backend, not {exp.backend}"))
