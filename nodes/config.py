@@ -73,6 +73,9 @@ class NodeConfig:
     incarnation: int = 0  # restarts of this host so far; >0 joins a running group
     transport: str = "udp"  # one of TRANSPORTS
     transport_key: str = ""  # udp-aead: the run's AES-GCM key, hex
+    # HTTPS management (testbed/certs.py): the node's certificate and key, PEM; empty: HTTP.
+    mgmt_tls_cert: str = ""
+    mgmt_tls_key: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

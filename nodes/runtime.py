@@ -10,10 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import random
 import signal
 import socket
+import ssl
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Iterator
@@ -106,12 +109,14 @@ class NodeRuntime:
             return None
         registry = build_node_registry(self.core)
         registry.register(self._paths_mbean())
+        tls = _server_tls(self.cfg) if self.cfg.mgmt_tls_cert else None
         server = ManagementServer(registry, self.cfg.control_host, self.cfg.control_port,
-                                  self.cfg.mgmt_token)
+                                  self.cfg.mgmt_token, ssl_context=tls)
         await server.start()
         # The orchestrator learns the port (possibly chosen by the kernel) from this file.
         where = Path(self.cfg.log_path).parent / "control.json"
-        where.write_text(json.dumps({"host": self.cfg.control_host, "port": server.port}))
+        where.write_text(json.dumps({"host": self.cfg.control_host, "port": server.port,
+                                     "scheme": "https" if tls else "http"}))
         return server
 
     # -- events in ----------------------------------------------------------------------------
@@ -244,6 +249,21 @@ class NodeRuntime:
 
     def _at_true(self, true_ns: int, fn: object) -> None:
         self.loop.call_later(max(0.0, (true_ns - time.time_ns()) / 1e9), fn)  # type: ignore
+
+
+def _server_tls(cfg: NodeConfig) -> ssl.SSLContext:
+    """The management server's TLS context from the node's certificate (testbed/certs.py).
+    `ssl` loads keys from files only: they pass through a private temporary directory."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    with tempfile.TemporaryDirectory(prefix="testbed-tls-") as tmp:  # mode 0700
+        cert, key = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
+        cert.write_text(cfg.mgmt_tls_cert)
+        fd = os.open(key, os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(cfg.mgmt_tls_key)
+        ctx.load_cert_chain(cert, key)
+    return ctx
 
 
 def _grow_buffers(transport: asyncio.DatagramTransport, size: int = 8 << 20) -> None:

@@ -527,6 +527,48 @@ def doctor() -> None:
 
 
 @app.command()
+def certs(
+    run_name: Annotated[str, typer.Argument(help="run id, directory name or path")],
+    key: Annotated[str, typer.Option(help="key algorithm: ecdsa-p256 or rsa-2048")]
+    = "ecdsa-p256",
+    runs: RunsOpt = DEFAULT_RUNS,
+) -> None:
+    """Make the run's CA and one certificate per node (the keytool of D3.5 section 4.4).
+
+    Writes certs/ca.pem (what clients trust), certs/<host>.pem and certs/<host>.key (0600) in
+    the run directory, for every host in its nodes/*/node.json, with the host's control
+    address as IP SAN. An existing CA is kept, so certificates issued again still verify.
+    `testbed run` does this itself for experiments with `management: {tls: true}`.
+
+    Example: [bold]testbed certs 3fa9c1 --key rsa-2048[/]
+    """
+    from nodes.config import NodeConfig
+    from testbed.certs import CertError, make_run_certs
+
+    try:
+        target = resolve_run(runs, run_name)
+    except LookupError as exc:
+        raise fail(str(exc)) from None
+    hosts: dict[str, list[str]] = {}
+    for path in sorted((target.path / "nodes").glob("*/node.json")):
+        try:
+            cfg = NodeConfig.read(path)
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise fail(f"{path}: not a node configuration ({exc})") from None
+        hosts[cfg.name] = [cfg.control_host]
+    if not hosts:
+        raise fail(f"run {target.run_id} has no nodes/*/node.json to issue certificates for")
+    try:
+        made = make_run_certs(target.path, target.run_id, hosts, key)
+    except CertError as exc:
+        raise fail(str(exc)) from None
+    table = Table("host", "certificate", "key", "addresses", title=f"CA {target.ca_file}")
+    for host, cert in made.items():
+        table.add_row(host, str(cert.cert_path), str(cert.key_path), ", ".join(hosts[host]))
+    console.print(table)
+
+
+@app.command()
 def mgmt(
     host: Annotated[str, typer.Argument(help="host name in the running testbed")],
     op: Annotated[str, typer.Argument(help="read, write, exec, list, search or version")],
@@ -552,7 +594,7 @@ def mgmt(
             if not active:
                 raise LookupError(f"no active run under {runs}/; start one with testbed up")
             target = active[-1]
-        client = MgmtClient(target.control_url(host), target.token)
+        client: MgmtClient = target.mgmt_client(host)
     except LookupError as exc:
         raise fail(str(exc)) from None
     a = list(args or [])

@@ -22,9 +22,11 @@ def node_configs(
     control_port: int | None = None,
     mgmt_token: str = "",
     transport_key: str = "",
+    mgmt_tls: dict[str, tuple[str, str]] | None = None,
 ) -> list[NodeConfig]:
     """One config per host. control_port: None for no management server, 0 for any port;
-    transport_key: the run's key when the experiment says `transport: udp-aead`."""
+    transport_key: the run's key when the experiment says `transport: udp-aead`; mgmt_tls:
+    host -> (certificate, key) PEM for HTTPS management (testbed/certs.py)."""
     if exp.transport == "udp-aead" and not transport_key:
         raise ValueError("transport udp-aead needs the run's key (RunDir.transport_key)")
     hosts = paths.hosts
@@ -61,5 +63,7 @@ def node_configs(
             mgmt_token=mgmt_token,
             transport=exp.transport,
             transport_key=transport_key if exp.transport == "udp-aead" else "",
+            mgmt_tls_cert=(mgmt_tls or {}).get(host.name, ("", ""))[0],
+            mgmt_tls_key=(mgmt_tls or {}).get(host.name, ("", ""))[1],
         ))
     return configs

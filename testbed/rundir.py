@@ -74,7 +74,20 @@ class RunDir:
             raise LookupError(f"host {host} of run {self.run_id} has no management endpoint "
                               "(is the run still up?)")
         d = json.loads(info.read_text())
-        return f"http://{d['host']}:{d['port']}/jolokia"
+        return f"{d.get('scheme', 'http')}://{d['host']}:{d['port']}/jolokia"
+
+    @property
+    def ca_file(self) -> Path | None:
+        """The run's CA certificate (testbed/certs.py), if it made one: what management
+        clients verify the nodes' HTTPS certificates against."""
+        path = self.path / "certs" / "ca.pem"
+        return path if path.exists() else None
+
+    def mgmt_client(self, host: str) -> Any:
+        """A management client for `host`, with the run's token and, for HTTPS, its CA."""
+        from testbed.mgmt import MgmtClient
+
+        return MgmtClient(self.control_url(host), self.token, cafile=self.ca_file)
 
     def node_dir(self, host: str) -> Path:
         d = self.path / "nodes" / host

@@ -14,6 +14,7 @@ import contextlib
 import hmac
 import json
 import logging
+import ssl
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote
@@ -95,6 +96,7 @@ class ManagementServer:
         max_body_bytes: int = 1 << 20,
         idle_timeout_s: float = 30.0,
         agent_id: str = "testbed",
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if not token:
             raise ValueError("the management server needs a non-empty bearer token")
@@ -108,11 +110,13 @@ class ManagementServer:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._stopping = False
+        self.ssl_context = ssl_context  # HTTPS when set (testbed/certs.py makes the certs)
 
     async def start(self) -> None:
         self._stopping = False
         self._server = await asyncio.start_server(
-            self._serve_connection, self.host, self.port, limit=MAX_HEAD_BYTES
+            self._serve_connection, self.host, self.port, limit=MAX_HEAD_BYTES,
+            ssl=self.ssl_context, ssl_handshake_timeout=10.0 if self.ssl_context else None,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("management server on %s:%d", self.host, self.port)
@@ -132,7 +136,8 @@ class ManagementServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/jolokia"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}/jolokia"
 
     # ---- connection handling ------------------------------------------------------------
 

@@ -43,6 +43,21 @@ class CaptureSpec(Strict):
     rotate_s: int | None = Field(default=None, ge=1)
 
 
+class ManagementSpec(Strict):
+    """How nodes serve `/jolokia` and `/metrics`: HTTPS with certificates from the run's CA
+    (testbed/certs.py) when `tls` is true."""
+
+    tls: bool = False
+    key: str = Field(default="ecdsa-p256", description="ecdsa-p256 or rsa-2048")
+
+    @field_validator("key")
+    @classmethod
+    def _algorithm(cls, v: str) -> str:
+        from testbed.certs import check_algorithm
+
+        return check_algorithm(v)
+
+
 class ExperimentSpec(Strict):
     name: str
     description: str = ""
@@ -58,6 +73,7 @@ class ExperimentSpec(Strict):
     # How nodes talk: plain UDP, or UDP with every datagram sealed by AES-GCM under a per-run
     # key (authenticated header, replay window per sender; nodes/aead.py).
     transport: Literal["udp", "udp-aead"] = "udp"
+    management: ManagementSpec = ManagementSpec()
     expect: list[str] = []
 
     @field_validator("expect")
