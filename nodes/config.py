@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 PROTOCOLS = ("sequencer", "seto", "fast-seto")
-TRANSPORTS = ("udp", "udp-aead")  # udp-aead: AES-GCM sealed datagrams (nodes/aead.py)
+# udp-aead: AES-GCM sealed datagrams (nodes/aead.py); tls: TCP + TLS 1.3, mutual
+# authentication with the run's certificates (nodes/tls_transport.py).
+TRANSPORTS = ("udp", "udp-aead", "tls")
 
 # The simulator's virtual time starts at a fixed instant (2026-01-01T00:00:00Z) so that its
 # logs look like real ones and are reproducible.
@@ -73,9 +75,12 @@ class NodeConfig:
     incarnation: int = 0  # restarts of this host so far; >0 joins a running group
     transport: str = "udp"  # one of TRANSPORTS
     transport_key: str = ""  # udp-aead: the run's AES-GCM key, hex
-    # HTTPS management (testbed/certs.py): the node's certificate and key, PEM; empty: HTTP.
-    mgmt_tls_cert: str = ""
-    mgmt_tls_key: str = ""
+    # The node's certificate and key and the run's CA, PEM (testbed/certs.py): for HTTPS
+    # management (`mgmt_tls`) and the `tls` transport.
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+    mgmt_tls: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

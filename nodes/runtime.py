@@ -34,6 +34,7 @@ from nodes.workload import intervals, workload_rng
 
 if TYPE_CHECKING:
     from nodes.aead import Sealer
+    from nodes.tls_transport import TlsTransport
 
 
 class _Protocol(asyncio.DatagramProtocol):
@@ -71,17 +72,25 @@ class NodeRuntime:
             from nodes.aead import Sealer
 
             self.sealer = Sealer(bytes.fromhex(cfg.transport_key), cfg.incarnation)
-        elif cfg.transport != "udp":
+        elif cfg.transport not in ("udp", "tls"):
             raise ValueError(f"transport {cfg.transport!r} is not implemented by this node")
+        self.tls: TlsTransport | None = None
         self._gaps: Iterator[int] | None = None
         self._next_planned = cfg.start_at_ns
 
     async def run(self) -> None:
         me = self.addrs[self.cfg.node_id]
-        transport, _ = await self.loop.create_datagram_endpoint(
-            lambda: _Protocol(self), local_addr=me)
-        self.transport = transport
-        _grow_buffers(transport)
+        transport: asyncio.DatagramTransport | None = None
+        if self.cfg.transport == "tls":
+            from nodes.tls_transport import TlsTransport
+
+            self.tls = TlsTransport(self.cfg, self.on_datagram, self._refused)
+            await self.tls.start()
+        else:
+            transport, _ = await self.loop.create_datagram_endpoint(
+                lambda: _Protocol(self), local_addr=me)
+            self.transport = transport
+            _grow_buffers(transport)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.done.set)
         server = await self._start_management()
@@ -101,15 +110,18 @@ class NodeRuntime:
             handle.cancel()
         if server is not None:
             await server.stop()
+        if self.tls is not None:
+            await self.tls.stop()
         self.core.stop(time.time_ns())
-        transport.close()
+        if transport is not None:
+            transport.close()
 
     async def _start_management(self) -> ManagementServer | None:
         if self.cfg.control_port is None:
             return None
         registry = build_node_registry(self.core)
         registry.register(self._paths_mbean())
-        tls = _server_tls(self.cfg) if self.cfg.mgmt_tls_cert else None
+        tls = _server_tls(self.cfg) if self.cfg.mgmt_tls else None
         server = ManagementServer(registry, self.cfg.control_host, self.cfg.control_port,
                                   self.cfg.mgmt_token, ssl_context=tls)
         await server.start()
@@ -196,22 +208,34 @@ class NodeRuntime:
             self.periods[key] = delay
             self.timers[key] = self.loop.call_later(delay / 1e9, self._fire, key)
 
+    def _refused(self, reason: str, detail: str) -> None:
+        """Something the tls transport refused (a handshake, a frame, a spoofed sender)."""
+        t = time.time_ns()
+        self.core.counters.rejected += 1
+        self.core.dropped(t, f"rejected:{reason}", detail)
+
+    def _emit(self, data: bytes, dst: int) -> None:
+        if self.tls is not None:
+            self.tls.send(dst, data)
+        else:
+            assert self.transport is not None
+            self.transport.sendto(data, self.addrs[dst])
+
     def _send(self, dst: int, data: bytes) -> None:
-        assert self.transport is not None
         c = self.core.counters
         c.datagrams_out += 1
         c.bytes_out += len(data)
         link = self.links.get(dst)
         if link is None:
-            self.transport.sendto(data, self.addrs[dst])
+            self._emit(data, dst)
             return
         delay = link.transit(time.time_ns(), len(data))
         if delay is None:
             return
         if delay == 0:
-            self.transport.sendto(data, self.addrs[dst])
+            self._emit(data, dst)
         else:
-            self.loop.call_later(delay / 1e9, self.transport.sendto, data, self.addrs[dst])
+            self.loop.call_later(delay / 1e9, self._emit, data, dst)
 
     def _paths_mbean(self) -> MBean:
         """Runtime changes to the inprocess shaper (link faults on the local backend)."""
@@ -258,10 +282,10 @@ def _server_tls(cfg: NodeConfig) -> ssl.SSLContext:
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     with tempfile.TemporaryDirectory(prefix="testbed-tls-") as tmp:  # mode 0700
         cert, key = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
-        cert.write_text(cfg.mgmt_tls_cert)
+        cert.write_text(cfg.tls_cert)
         fd = os.open(key, os.O_WRONLY | os.O_CREAT, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(cfg.mgmt_tls_key)
+            f.write(cfg.tls_key)
         ctx.load_cert_chain(cert, key)
     return ctx
 

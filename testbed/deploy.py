@@ -22,11 +22,15 @@ def node_configs(
     control_port: int | None = None,
     mgmt_token: str = "",
     transport_key: str = "",
-    mgmt_tls: dict[str, tuple[str, str]] | None = None,
+    certs: dict[str, tuple[str, str]] | None = None,
+    ca_pem: str = "",
 ) -> list[NodeConfig]:
     """One config per host. control_port: None for no management server, 0 for any port;
-    transport_key: the run's key when the experiment says `transport: udp-aead`; mgmt_tls:
-    host -> (certificate, key) PEM for HTTPS management (testbed/certs.py)."""
+    transport_key: the run's key when the experiment says `transport: udp-aead`; certs:
+    host -> (certificate, key) PEM and ca_pem the run's CA (testbed/certs.py), for HTTPS
+    management and the `tls` transport."""
+    if (exp.transport == "tls" or exp.management.tls) and not (certs and ca_pem):
+        raise ValueError("TLS needs the run's certificates (testbed.certs.make_run_certs)")
     if exp.transport == "udp-aead" and not transport_key:
         raise ValueError("transport udp-aead needs the run's key (RunDir.transport_key)")
     hosts = paths.hosts
@@ -63,7 +67,9 @@ def node_configs(
             mgmt_token=mgmt_token,
             transport=exp.transport,
             transport_key=transport_key if exp.transport == "udp-aead" else "",
-            mgmt_tls_cert=(mgmt_tls or {}).get(host.name, ("", ""))[0],
-            mgmt_tls_key=(mgmt_tls or {}).get(host.name, ("", ""))[1],
+            tls_cert=(certs or {}).get(host.name, ("", ""))[0],
+            tls_key=(certs or {}).get(host.name, ("", ""))[1],
+            tls_ca=ca_pem if certs else "",
+            mgmt_tls=exp.management.tls,
         ))
     return configs

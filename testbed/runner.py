@@ -100,20 +100,21 @@ def _execute(exp: ExperimentSpec, topo: TopologySpec, paths: PathMatrix, run: Ru
     addresses = backend.up()
     is_sim = isinstance(backend, SimBackend)
     start = SIM_EPOCH_NS + SIM_STARTUP_NS if is_sim else time.time_ns() + LOCAL_STARTUP_NS
-    mgmt_tls = None
-    if exp.management.tls and not is_sim:
+    certs, ca_pem = None, ""
+    if (exp.management.tls or exp.transport == "tls") and not is_sim:
         from testbed.certs import make_run_certs
 
-        certs = make_run_certs(run.path, run.run_id,
-                               {h: [a.control] for h, a in addresses.items()},
-                               exp.management.key)
-        mgmt_tls = {h: (c.cert_pem, c.key_pem) for h, c in certs.items()}
-        run.journal.append("certs", hosts=sorted(certs), key=exp.management.key)
+        made = make_run_certs(run.path, run.run_id,
+                              {h: sorted({a.control, a.data}) for h, a in addresses.items()},
+                              exp.management.key)
+        certs = {h: (c.cert_pem, c.key_pem) for h, c in made.items()}
+        ca_pem = (run.path / "certs" / "ca.pem").read_text()
+        run.journal.append("certs", hosts=sorted(made), key=exp.management.key)
     configs = node_configs(exp, topo, paths, addresses, run.path, start,
                            backend.inprocess_shaping, control_port=None if is_sim else 0,
                            mgmt_token=run.token,
                            transport_key=run.transport_key if exp.transport == "udp-aead"
-                           else "", mgmt_tls=mgmt_tls)
+                           else "", certs=certs, ca_pem=ca_pem)
     actions = expand(exp.faults, paths.hosts, exp.duration, exp.seed)
     backend.schedule_faults(actions, start)
     backend.deploy(configs)

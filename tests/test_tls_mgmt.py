@@ -36,7 +36,7 @@ TOKEN = "s3cret"
 def _node_cfg(cert: str, key: str) -> NodeConfig:
     return NodeConfig(node_id=0, name="h1", members=[Member(0, "h1", "127.0.0.1", 1)],
                       protocol="sequencer", params={}, log_path="", seed=1, start_at_ns=0,
-                      duration_ns=0, drain_ns=0, mgmt_tls_cert=cert, mgmt_tls_key=key)
+                      duration_ns=0, drain_ns=0, tls_cert=cert, tls_key=key, mgmt_tls=True)
 
 
 @pytest.fixture(params=["ecdsa-p256", "rsa-2048"])

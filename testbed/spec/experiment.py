@@ -48,6 +48,7 @@ class ManagementSpec(Strict):
     (testbed/certs.py) when `tls` is true."""
 
     tls: bool = False
+    # The key algorithm of the run's certificates (HTTPS management and the tls transport).
     key: str = Field(default="ecdsa-p256", description="ecdsa-p256 or rsa-2048")
 
     @field_validator("key")
@@ -72,7 +73,9 @@ class ExperimentSpec(Strict):
     capture: CaptureSpec = CaptureSpec()
     # How nodes talk: plain UDP, or UDP with every datagram sealed by AES-GCM under a per-run
     # key (authenticated header, replay window per sender; nodes/aead.py).
-    transport: Literal["udp", "udp-aead"] = "udp"
+    # ... or TCP + TLS 1.3 with mutual authentication (nodes/tls_transport.py): reliable FIFO
+    # channels, so emulated loss below the node becomes delay.
+    transport: Literal["udp", "udp-aead", "tls"] = "udp"
     management: ManagementSpec = ManagementSpec()
     expect: list[str] = []
 
