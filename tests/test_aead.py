@@ -10,19 +10,16 @@ whatever the order.
 
 from __future__ import annotations
 
-import json
 import os
-import random
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from bench.forged_flood import RATE, flood
 from nodes.aead import INCARNATION_SHIFT, REPLAY_WINDOW, Sealer, SealError
-from nodes.wire import HEADER, HEADER_SIZE, MAGIC, WIRE_VERSION, Header, Message, MsgType, encode
+from nodes.wire import HEADER_SIZE, Header, Message, MsgType, encode
 from tests.eventlogs import fnl_sequences, read_events
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,70 +95,6 @@ transport: {transport}
 protocol: {{name: sequencer, params: {{sequencer: h1}}}}
 workload: {{rate: 50/s, size: 1KiB, arrival: poisson}}
 """
-RATE = 4000  # forged datagrams per second, spread over two nodes
-
-
-def forged_pool(n: int, members: int, rng: random.Random) -> list[bytes]:
-    """Random bytes, truncated and lying headers, wrong magic/version, header-valid messages
-    with spoofed senders and garbage payloads, and sealed-looking datagrams with bad tags."""
-    pool = []
-    for i in range(n):
-        kind = i % 6
-        fields = [rng.choice(list(MsgType)), rng.randrange(5), rng.randrange(4),
-                  rng.randrange(members), rng.randrange(1, 50), rng.randrange(members),
-                  rng.randrange(1, 2000), rng.randrange(1, 2000), rng.randrange(0, 100),
-                  rng.randrange(100), rng.randrange(2**63), rng.randrange(2)]
-        payload = rng.randbytes(rng.choice([0, 6, 12, 7, 100, 1024]))
-        header = HEADER.pack(MAGIC, WIRE_VERSION, *fields, len(payload))
-        if kind == 0:
-            pool.append(rng.randbytes(rng.randrange(1, 200)))
-        elif kind == 1:
-            pool.append((header + payload)[: rng.randrange(HEADER_SIZE)])
-        elif kind == 2:
-            pool.append(HEADER.pack(MAGIC, WIRE_VERSION, *fields, len(payload) + 9) + payload)
-        elif kind == 3:
-            pool.append(b"XX" + (header + payload)[2:] if rng.random() < 0.5
-                        else header[:2] + b"\x07" + header[3:] + payload)
-        elif kind == 4:
-            pool.append(header + payload)
-        else:
-            pool.append(header + rng.randbytes(8) + payload + rng.randbytes(16))
-    return pool
-
-
-def _flood(run_root: Path, proc: subprocess.Popen[str]) -> dict[str, int]:
-    """Send RATE forged datagrams/s to h1 (the sequencer) and h2 from the moment both serve
-    until the workload ends; return how many went to each."""
-    deadline = time.monotonic() + 60
-    addrs: dict[str, tuple[str, int]] = {}
-    start_at = end = 0
-    while time.monotonic() < deadline and proc.poll() is None:
-        runs = [p for p in run_root.glob("*/nodes")] if run_root.exists() else []
-        if runs and all((runs[0] / h / "control.json").exists() for h in ("h1", "h2")):
-            cfg = json.loads((runs[0] / "h1" / "node.json").read_text())
-            addrs = {m["name"]: (m["host"], m["port"]) for m in cfg["members"]}
-            start_at, end = cfg["start_at_ns"], cfg["start_at_ns"] + cfg["duration_ns"]
-            break
-        time.sleep(0.05)
-    assert addrs, "the nodes did not come up"
-    pool = forged_pool(3000, 4, random.Random(5))
-    sent = {"h1": 0, "h2": 0}
-    targets = [("h1", addrs["h1"]), ("h2", addrs["h2"])]
-    began = time.monotonic()
-    i = 0
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        while time.time_ns() < end - 50_000_000:
-            due = int((time.monotonic() - began) * RATE)
-            while i < due:
-                host, addr = targets[i % 2]
-                s.sendto(pool[i % len(pool)], addr)  # pool entries recur: replays too
-                sent[host] += 1
-                i += 1
-            time.sleep(0.002)
-    assert time.time_ns() - start_at > 0
-    return sent
-
-
 @pytest.mark.parametrize("transport", ["udp-aead", "udp"])
 def test_local_run_under_a_flood_of_forged_datagrams(tmp_path: Path, transport: str) -> None:
     (tmp_path / "topo.yaml").write_text(TOPO)
@@ -172,7 +105,7 @@ def test_local_run_under_a_flood_of_forged_datagrams(tmp_path: Path, transport: 
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env={**os.environ, "COLUMNS": "200"})
     try:
-        sent = _flood(out, proc)
+        sent = flood(out, proc, ("h1", "h2"))
         output, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
