@@ -72,6 +72,7 @@ class NodeConfig:
     control_host: str = "127.0.0.1"
     control_port: int | None = None  # management HTTP (Jolokia); None: off, 0: any free port
     mgmt_token: str = ""  # bearer token protecting the management endpoints
+    mgmt_basic: str = ""  # "user:password" also accepted as HTTP Basic (Jolokia clients)
     incarnation: int = 0  # restarts of this host so far; >0 joins a running group
     transport: str = "udp"  # one of TRANSPORTS
     transport_key: str = ""  # udp-aead: the run's AES-GCM key, hex

@@ -123,7 +123,8 @@ class NodeRuntime:
         registry.register(self._paths_mbean())
         tls = _server_tls(self.cfg) if self.cfg.mgmt_tls else None
         server = ManagementServer(registry, self.cfg.control_host, self.cfg.control_port,
-                                  self.cfg.mgmt_token, ssl_context=tls)
+                                  self.cfg.mgmt_token, ssl_context=tls,
+                                  basic=self.cfg.mgmt_basic)
         await server.start()
         # The orchestrator learns the port (possibly chosen by the kernel) from this file.
         where = Path(self.cfg.log_path).parent / "control.json"

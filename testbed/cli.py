@@ -139,7 +139,7 @@ def _up_local(run_dir: RunDir, topo: Any, topology: Path, paths: Any, protocol: 
     addresses = be.up()
     be.deploy(node_configs(exp, topo, paths, addresses, run_dir.path, time.time_ns(),
                            be.inprocess_shaping, duration_ns=0, control_port=0,
-                           mgmt_token=run_dir.token))
+                           mgmt_token=run_dir.token, mgmt_basic=run_dir.basic_auth))
     table = Table("host", "data address", "control", title=f"{topo.name} is up")
     for host, addr in addresses.items():
         table.add_row(host, f"{addr.data}:{addr.port}", addr.control)

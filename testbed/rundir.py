@@ -57,6 +57,17 @@ class RunDir:
         return path.read_text().strip()
 
     @property
+    def basic_auth(self) -> str:
+        """The run's HTTP Basic credential for management, "user:password" (Jolokia clients
+        that only speak Basic); created on first use, mode 0600, next to the token."""
+        path = self.path / "mgmt.basic"
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(f"testbed:{secrets.token_urlsafe(18)}")
+        return path.read_text().strip()
+
+    @property
     def transport_key(self) -> str:
         """The run's AES-GCM key for `transport: udp-aead` (nodes/aead.py), hex; created on
         first use, mode 0600."""

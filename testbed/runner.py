@@ -112,7 +112,7 @@ def _execute(exp: ExperimentSpec, topo: TopologySpec, paths: PathMatrix, run: Ru
         run.journal.append("certs", hosts=sorted(made), key=exp.management.key)
     configs = node_configs(exp, topo, paths, addresses, run.path, start,
                            backend.inprocess_shaping, control_port=None if is_sim else 0,
-                           mgmt_token=run.token,
+                           mgmt_token=run.token, mgmt_basic=run.basic_auth,
                            transport_key=run.transport_key if exp.transport == "udp-aead"
                            else "", certs=certs, ca_pem=ca_pem)
     actions = expand(exp.faults, paths.hosts, exp.duration, exp.seed)
