@@ -93,6 +93,7 @@ class NodeRuntime:
             _grow_buffers(transport)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.done.set)
+        self.loop.set_exception_handler(self._loop_exception)
         server = await self._start_management()
         self._apply(self.core.start(time.time_ns()))
         if self.cfg.workload.send and self.cfg.workload.rate > 0:
@@ -175,6 +176,18 @@ class NodeRuntime:
             self._error(t, f"timer {key}", exc)
             if key not in self.timers and key in self.periods:
                 self._arm(key, self.periods[key])
+
+    def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, object]
+                        ) -> None:
+        """Anything that still reaches asyncio (a callback outside the guards above) is an
+        error of this node too: logged, counted, never just a traceback on stderr."""
+        exc = context.get("exception")
+        if isinstance(exc, OSError):  # a peer's connection or handshake gone wrong: theirs
+            self.core.dropped(time.time_ns(), "io", f"{context.get('message', '')}: {exc}")
+        elif isinstance(exc, Exception):
+            self._error(time.time_ns(), f"asyncio: {context.get('message', '')}", exc)
+        else:
+            loop.default_exception_handler(context)
 
     def _error(self, t: int, where: str, exc: Exception) -> None:
         core = self.core
