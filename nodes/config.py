@@ -82,6 +82,7 @@ class NodeConfig:
     tls_key: str = ""
     tls_ca: str = ""
     mgmt_tls: bool = False
+    mgmt_mutual: bool = False  # HTTPS management also wants a client certificate of the CA
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -231,9 +231,12 @@ class NodeRuntime:
     def _emit(self, data: bytes, dst: int) -> None:
         if self.tls is not None:
             self.tls.send(dst, data)
-        else:
-            assert self.transport is not None
-            self.transport.sendto(data, self.addrs[dst])
+            return
+        transport = self.transport
+        # A send the inprocess shaper delayed can fall due after the node closed its socket
+        # while stopping: it is dropped (asyncio's sendto would raise on the closed socket).
+        if transport is not None and not transport.is_closing():
+            transport.sendto(data, self.addrs[dst])
 
     def _send(self, dst: int, data: bytes) -> None:
         c = self.core.counters
@@ -294,6 +297,9 @@ def _server_tls(cfg: NodeConfig) -> ssl.SSLContext:
     `ssl` loads keys from files only: they pass through a private temporary directory."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cfg.mgmt_mutual:  # mutual TLS: clients show a certificate from the run's CA
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_verify_locations(cadata=cfg.tls_ca)
     with tempfile.TemporaryDirectory(prefix="testbed-tls-") as tmp:  # mode 0700
         cert, key = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
         cert.write_text(cfg.tls_cert)

@@ -73,5 +73,6 @@ def node_configs(
             tls_key=(certs or {}).get(host.name, ("", ""))[1],
             tls_ca=ca_pem if certs else "",
             mgmt_tls=exp.management.tls,
+            mgmt_mutual=exp.management.tls and exp.management.mutual,
         ))
     return configs

@@ -41,7 +41,8 @@ class MgmtClient:
     """Talk to one node's management server, e.g. ``MgmtClient("http://10.0.0.1:8778", tok)``."""
 
     def __init__(self, base_url: str, token: str, timeout_s: float = 5.0,
-                 cafile: str | Path | None = None) -> None:
+                 cafile: str | Path | None = None,
+                 client_cert: str | Path | None = None) -> None:
         base = base_url.rstrip("/")
         self.base_url = base[: -len("/jolokia")] if base.endswith("/jolokia") else base
         self.jolokia_url = f"{self.base_url}/jolokia"
@@ -49,6 +50,10 @@ class MgmtClient:
         self.timeout_s = timeout_s
         # HTTPS: verify the node against the run's CA (testbed/certs.py), never skip it.
         self.ssl_context = ssl.create_default_context(cafile=str(cafile)) if cafile else None
+        if self.ssl_context is not None and client_cert is not None:
+            # Mutual TLS: the certificate and its key (same name, .key) from the run's CA.
+            cert = Path(client_cert)
+            self.ssl_context.load_cert_chain(cert, cert.with_suffix(".key"))
 
     # ---- requests -----------------------------------------------------------------------
 

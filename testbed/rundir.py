@@ -98,7 +98,9 @@ class RunDir:
         """A management client for `host`, with the run's token and, for HTTPS, its CA."""
         from testbed.mgmt import MgmtClient
 
-        return MgmtClient(self.control_url(host), self.token, cafile=self.ca_file)
+        client_cert = self.path / "certs" / "orchestrator.pem"
+        return MgmtClient(self.control_url(host), self.token, cafile=self.ca_file,
+                          client_cert=client_cert if client_cert.exists() else None)
 
     def node_dir(self, host: str) -> Path:
         d = self.path / "nodes" / host

@@ -107,6 +107,8 @@ def _execute(exp: ExperimentSpec, topo: TopologySpec, paths: PathMatrix, run: Ru
         made = make_run_certs(run.path, run.run_id,
                               {h: sorted({a.control, a.data}) for h, a in addresses.items()},
                               exp.management.key)
+        if exp.management.mutual:  # the client certificate of testbed mgmt and faults
+            make_run_certs(run.path, run.run_id, {"orchestrator": []}, exp.management.key)
         certs = {h: (c.cert_pem, c.key_pem) for h, c in made.items()}
         ca_pem = (run.path / "certs" / "ca.pem").read_text()
         run.journal.append("certs", hosts=sorted(made), key=exp.management.key)

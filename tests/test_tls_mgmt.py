@@ -132,7 +132,7 @@ def test_local_run_with_https_management_and_udp_aead(tmp_path: Path) -> None:
     (tmp_path / "topo.yaml").write_text((ROOT / "topologies" / "two-sites.yaml").read_text())
     (tmp_path / "exp.yaml").write_text(
         "name: tls\ntopology: topo.yaml\nbackend: local\nduration: 5s\ndrain: 1s\n"
-        "transport: udp-aead\nmanagement: {tls: true}\n"
+        "transport: udp-aead\nmanagement: {tls: true, mutual: true}\n"
         "protocol: {name: sequencer, params: {sequencer: h1}}\n"
         "workload: {rate: 50/s, size: 1KiB}\n")
     out = tmp_path / "runs"
@@ -195,3 +195,31 @@ def test_testbed_certs_issues_for_every_node_of_a_run(tmp_path: Path) -> None:
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "DSA keys cannot be used" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_mutual_tls_wants_a_client_certificate_from_the_run_ca(tmp_path: Path) -> None:
+    certs = make_run_certs(tmp_path, "abc123", {"h1": ["127.0.0.1"], "orchestrator": []})
+    ca_pem = (tmp_path / "certs" / "ca.pem").read_text()
+    cfg = _node_cfg(certs["h1"].cert_pem, certs["h1"].key_pem)
+    cfg = NodeConfig(**{**cfg.__dict__, "tls_ca": ca_pem, "mgmt_mutual": True})
+    make_run_certs(tmp_path / "other", "zzz", {"orchestrator": []})
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    server = ManagementServer(build_demo_registry()[0], "127.0.0.1", 0, TOKEN,
+                              ssl_context=_server_tls(cfg))
+    asyncio.run_coroutine_threadsafe(server.start(), loop).result(5)
+    try:
+        ca = tmp_path / "certs" / "ca.pem"
+        ok = MgmtClient(server.url, TOKEN, cafile=ca, client_cert=certs["orchestrator"].cert_path)
+        assert ok.version()["agent"]
+        with pytest.raises(MgmtError):  # no client certificate
+            MgmtClient(server.url, TOKEN, cafile=ca).version()
+        with pytest.raises(MgmtError):  # a client certificate from another CA
+            MgmtClient(server.url, TOKEN, cafile=ca,
+                       client_cert=tmp_path / "other" / "certs" / "orchestrator.pem").version()
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()

@@ -48,6 +48,9 @@ class ManagementSpec(Strict):
     (testbed/certs.py) when `tls` is true."""
 
     tls: bool = False
+    # Mutual TLS: clients must also present a certificate from the run's CA (testbed mgmt
+    # and the fault injector use certs/orchestrator.pem).
+    mutual: bool = False
     # The key algorithm of the run's certificates (HTTPS management and the tls transport).
     key: str = Field(default="ecdsa-p256", description="ecdsa-p256 or rsa-2048")
 
