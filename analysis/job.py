@@ -41,6 +41,33 @@ def optimistic_section(events: Any) -> dict[str, Any]:
             "local_order": opt["local_order"]}
 
 
+def transport_section(run_dir: Path) -> dict[str, Any]:
+    """What each node refused on its data plane (its `stop` events, nodes/core.py), summed
+    over restarts: malformed and rejected datagrams, and the counts per reason. A refused TLS
+    handshake (a certificate from another CA) shows as `rejected:tls`."""
+    out: dict[str, Any] = {}
+    for log in sorted((run_dir / "nodes").glob("*/events.jsonl")):
+        node: dict[str, Any] = {"malformed": 0, "rejected": 0, "drops": {}}
+        data = log.read_bytes()
+        at = data.find(b'"stop"')
+        while at >= 0:
+            start = data.rfind(b"\n", 0, at) + 1
+            end = data.find(b"\n", at)
+            end = end if end >= 0 else len(data)
+            try:
+                stop = json.loads(data[start:end])
+            except ValueError:
+                stop = {}  # a line cut short by a kill
+            if isinstance(stop, dict) and stop.get("ev") == "stop":
+                node["malformed"] += int(stop.get("malformed", 0))
+                node["rejected"] += int(stop.get("rejected", 0))
+                for reason, n in (stop.get("drops") or {}).items():
+                    node["drops"][reason] = node["drops"].get(reason, 0) + int(n)
+            at = data.find(b'"stop"', end)
+        out[log.parent.name] = node
+    return out
+
+
 def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
     """Analyse the run in `run_dir`, write `parquet/events/` and `summary.json`; return it."""
     run_dir = Path(run_dir)
@@ -62,6 +89,7 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
             "messages": message_counts(events, data.nodes),
             "checks": check_suite(events, history),
             "node_errors": node_errors(events),
+            "transport": transport_section(run_dir),
             "latency": {"fnl": fnl_latency(events)},
             "throughput": throughput(events, data.nodes),
             "recovery": recovery(events, history),

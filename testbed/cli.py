@@ -657,6 +657,15 @@ def print_summary(summary: dict[str, Any]) -> None:
         v = res.get("violations", 0)
         table.add_row(name, f"[green]{v}[/]" if v == 0 else f"[red]{v}[/]")
     console.print(table)
+    errors = summary.get("node_errors", {}).get("total", 0)
+    if errors:
+        console.print(f"[red]node errors: {errors}[/] (ev=error; tracebacks in node.log)")
+    refused = {h: t for h, t in summary.get("transport", {}).items()
+               if t.get("malformed") or t.get("rejected")}
+    for host, t in sorted(refused.items()):
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(t.get("drops", {}).items()))
+        console.print(f"{host} refused {t['malformed'] + t['rejected']} datagram(s): {reasons}",
+                      highlight=False)
     lat = summary.get("latency", {}).get("fnl", {})
     per = lat.get("per_receiver", {})
     if per:

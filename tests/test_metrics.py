@@ -153,10 +153,17 @@ def test_node_errors_fail_the_verdict(tmp_path: Path) -> None:
     logs: dict[str, list[dict[str, Any]]] = {
         "h1": [{"t": S, "ev": "send", "mid": "h1:1"}, {"t": S + MS, "ev": "fnl", "mid": "h1:1",
                                                        "seq": 1},
-               {"t": 2 * S, "ev": "error", "where": "timer fd:tick", "error": "KeyError: 9"}],
+               {"t": 2 * S, "ev": "error", "where": "timer fd:tick", "error": "KeyError: 9"},
+               {"t": 3 * S, "ev": "stop", "malformed": 2, "rejected": 3,
+                "drops": {"malformed:length": 2, "rejected:tls": 3}},
+               {"t": 4 * S, "ev": "stop", "malformed": 0, "rejected": 1,
+                "drops": {"rejected:tls": 1}}],
         "h2": [{"t": S + 2 * MS, "ev": "fnl", "mid": "h1:1", "seq": 1}]}
     summary = analyze(write_run(tmp_path / "run", logs))
     assert {c["violations"] for c in summary["checks"].values()} == {0}
     assert summary["node_errors"] == {"total": 1, "per_node": {"h1": 1}}
     assert summary["ok"] is False
     assert verdict(summary) == (False, ["node errors: 1"])
+    assert summary["transport"]["h1"] == {"malformed": 2, "rejected": 4, "drops": {
+        "malformed:length": 2, "rejected:tls": 4}}  # summed over the node's two lives
+    assert summary["transport"]["h2"] == {"malformed": 0, "rejected": 0, "drops": {}}
