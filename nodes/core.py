@@ -104,8 +104,8 @@ class NodeCore:
             self.counters.rejected += 1
             h = msg.header
             self.dropped(t, f"rejected:{reason}",
-                          f"{h.type.name} from {h.sender} (origin {h.origin}, rseq {h.rseq}, "
-                          f"seq {h.seq})")
+                         f"{h.type.name} from {h.sender} (origin {h.origin}, rseq {h.rseq}, "
+                         f"seq {h.seq})")
             return Output()
         return self.deliver(msg, t)
 
