@@ -171,6 +171,10 @@ def print_run_plan(exp: Any, topo: Any) -> None:
     console.print(f"{exp.name}: {exp.protocol.name} on {len(paths.hosts)} {exp.backend} hosts, "
                   f"{exp.duration / 1e9:g} s of {exp.workload.rate:g} msgs/s per sender "
                   f"({exp.workload.arrival}), seed {exp.seed}")
+    mgmt = exp.management
+    console.print(f"transport {exp.transport}; management "
+                  f"{'HTTPS' + (' (mutual TLS)' if mgmt.mutual else '') if mgmt.tls else 'HTTP'}"
+                  + (f", certificates {mgmt.key}" if mgmt.tls or exp.transport == "tls" else ""))
     print_paths(paths)
     if exp.backend in ("mininet", "docker"):
         print_shaping_plan(topo, paths, "netem")
