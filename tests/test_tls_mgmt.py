@@ -223,3 +223,18 @@ def test_mutual_tls_wants_a_client_certificate_from_the_run_ca(tmp_path: Path) -
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         loop.close()
+
+
+@pytest.mark.parametrize("backend,transport,message", [
+    ("sim", "udp-aead", "needs real sockets"), ("sim", "tls", "needs real sockets"),
+    ("docker", "udp-aead", "node image has no `cryptography`")])
+def test_transports_a_backend_cannot_carry_are_refused(tmp_path: Path, backend: str,
+                                                       transport: str, message: str) -> None:
+    (tmp_path / "topo.yaml").write_text((ROOT / "topologies" / "two-sites.yaml").read_text())
+    (tmp_path / "exp.yaml").write_text(
+        f"name: e\ntopology: topo.yaml\nbackend: {backend}\nduration: 1s\n"
+        f"protocol: {{name: sequencer}}\nworkload: {{rate: 1/s}}\ntransport: {transport}\n")
+    with pytest.raises(SpecError) as err:
+        load_experiment(tmp_path / "exp.yaml")
+    assert str(err.value).startswith(f"{tmp_path / 'exp.yaml'}:7: transport: ")
+    assert message in str(err.value)

@@ -112,6 +112,9 @@ def check_experiment(exp: ExperimentSpec, topo: TopologySpec) -> list[tuple[Loc,
     if exp.transport != "udp" and exp.backend == "sim":
         problems.append((("transport",), f"transport {exp.transport} needs real sockets; the "
                          "sim backend delivers in-process (use local, mininet or docker)"))
+    if exp.transport == "udp-aead" and exp.backend == "docker":
+        problems.append((("transport",), "udp-aead is not available on the docker backend yet: "
+                         "the node image has no `cryptography` (use local or mininet, or tls)"))
     if exp.capture.pcap and exp.backend in ("sim", "local"):
         problems.append((("capture", "pcap"),
                          f"packet capture needs the mininet or docker backend, not {exp.backend}"))
