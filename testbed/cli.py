@@ -93,12 +93,20 @@ def up(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan, change nothing")] = (
         False),
     out: Annotated[Path, typer.Option("--out", help="runs directory")] = DEFAULT_RUNS,
+    transport: Annotated[str, typer.Option(help="local: udp, udp-aead or tls")] = "udp",
+    mgmt_tls: Annotated[bool, typer.Option("--mgmt-tls", help="local: HTTPS management with "
+                                           "the run's certificates")] = False,
 ) -> None:
     """Bring a topology up and leave it running (inspect it, then [bold]testbed teardown[/]).
 
     Examples: [bold]testbed up topologies/two-sites.yaml --dry-run[/],
+    [bold]testbed up topologies/two-sites.yaml --transport tls --mgmt-tls[/],
     [bold]sudo testbed up topologies/two-sites.yaml --backend mininet[/]
     """
+    if transport not in ("udp", "udp-aead", "tls"):
+        raise fail(f"--transport must be udp, udp-aead or tls, not {transport!r}")
+    if backend != "local" and (transport != "udp" or mgmt_tls):
+        raise fail("--transport and --mgmt-tls apply to the local backend only")
     try:
         topo = load_topology(topology)
     except SpecError as exc:
@@ -118,7 +126,7 @@ def up(
         if backend == "mininet":
             _up_mininet(run_dir, topo, applier)
         else:
-            _up_local(run_dir, topo, topology, paths, protocol)
+            _up_local(run_dir, topo, topology, paths, protocol, transport, mgmt_tls)
     except BackendError as exc:
         teardown(run_dir)
         raise fail(str(exc)) from None
@@ -126,20 +134,22 @@ def up(
                   f"[bold]testbed teardown {run_dir.run_id}[/]")
 
 
-def _up_local(run_dir: RunDir, topo: Any, topology: Path, paths: Any, protocol: str) -> None:
+def _up_local(run_dir: RunDir, topo: Any, topology: Path, paths: Any, protocol: str,
+              transport: str = "udp", mgmt_tls: bool = False) -> None:
     from testbed.deploy import node_configs
-    from testbed.runner import write_lock
+    from testbed.runner import security, write_lock
     from testbed.spec.experiment import ExperimentSpec
 
     exp = ExperimentSpec.model_validate({
         "name": topo.name, "topology": topology.name, "backend": "local", "duration": "1s",
-        "protocol": {"name": protocol}, "workload": {"senders": [], "rate": "1/s"}})
+        "protocol": {"name": protocol}, "workload": {"senders": [], "rate": "1/s"},
+        "transport": transport, "management": {"tls": mgmt_tls}})
     write_lock(run_dir, exp, topo, paths)
     be = make_backend("local", run_dir, topo, paths)
     addresses = be.up()
     be.deploy(node_configs(exp, topo, paths, addresses, run_dir.path, time.time_ns(),
                            be.inprocess_shaping, duration_ns=0, control_port=0,
-                           mgmt_token=run_dir.token, mgmt_basic=run_dir.basic_auth))
+                           **security(run_dir, exp, addresses)))
     table = Table("host", "data address", "control", title=f"{topo.name} is up")
     for host, addr in addresses.items():
         table.add_row(host, f"{addr.data}:{addr.port}", addr.control)

@@ -238,3 +238,39 @@ def test_transports_a_backend_cannot_carry_are_refused(tmp_path: Path, backend: 
         load_experiment(tmp_path / "exp.yaml")
     assert str(err.value).startswith(f"{tmp_path / 'exp.yaml'}:7: transport: ")
     assert message in str(err.value)
+
+
+def test_up_over_tls_with_https_management_and_the_fault_cli(tmp_path: Path) -> None:
+    """`testbed up --transport tls --mgmt-tls`, then the fault CLI and `testbed mgmt`, both
+    verifying the nodes against the run's CA; a crashed and restarted node rejoins."""
+    from testbed.rundir import RunDir
+
+    out = str(tmp_path / "runs")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "testbed", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "COLUMNS": "200"})
+
+    up = cli("up", "topologies/two-sites.yaml", "--transport", "tls", "--mgmt-tls",
+             "--out", out)
+    assert up.returncode == 0, up.stdout + up.stderr
+    run = RunDir.open(next(p for p in Path(out).iterdir() if p.is_dir()))
+    try:
+        assert run.control_url("h2").startswith("https://")
+        jump = cli("fault", "clock", "h2", "--jump", "50ms", "--runs", out)
+        assert jump.returncode == 0, jump.stderr
+        assert cli("fault", "crash", "h4", "--runs", out).returncode == 0
+        restart = cli("fault", "restart", "h4", "--runs", out)
+        assert restart.returncode == 0, restart.stderr
+        time.sleep(1.0)
+        read = cli("mgmt", "h4", "read", "testbed:type=Transport", "--runs", out)
+        assert read.returncode == 0, read.stderr
+        transport = json.loads(read.stdout)
+        assert transport["Transport"] == "tls" and transport["Rejected"] == 0
+        assert transport["DatagramsReceived"] > 0  # the peers redialled the new h4
+        clock = json.loads(cli("mgmt", "h2", "read", "testbed:type=Clock", "OffsetMs",
+                               "--runs", out).stdout)
+        assert clock == 50.0
+    finally:
+        assert cli("teardown", run.run_id, "--runs", out).returncode == 0
