@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bench.forged_flood import RATE, flood
 from nodes.aead import INCARNATION_SHIFT, REPLAY_WINDOW, Sealer, SealError
@@ -138,3 +140,14 @@ def test_local_run_under_a_flood_of_forged_datagrams(tmp_path: Path, transport: 
         assert len(sent_mids) > 4 * 50 * 6 * 0.7
         assert all(s == seqs["h1"] for s in seqs.values())
         assert set(seqs["h1"]) == sent_mids
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.binary(max_size=200), st.booleans())
+def test_random_input_only_ever_gives_seal_errors(data: bytes, as_header: bool) -> None:
+    receiver = Sealer(KEY)
+    if as_header:  # a genuine header in front, garbage behind
+        data = _datagram()[:HEADER_SIZE] + data
+    with pytest.raises(SealError) as err:
+        receiver.open(data)
+    assert err.value.reason in ("short", "auth", "replay")
