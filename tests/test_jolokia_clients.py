@@ -208,3 +208,25 @@ def test_cors_preflight_and_origin_without_ambient_credentials(server: tuple[str
     challenges = wrong.headers.get_all("WWW-Authenticate") or []
     assert any(c.startswith("Basic") for c in challenges)
     conn.close()
+
+
+def test_a_slow_or_oversized_request_does_not_stall_the_server(server: tuple[str, Demo]
+                                                               ) -> None:
+    import socket
+
+    url, _ = server
+    host, port = url.split("//")[1].split("/")[0].split(":")
+    slow = [socket.create_connection((host, int(port))) for _ in range(5)]
+    for s in slow:
+        s.sendall(b"GET /jolokia/version HTTP/1.1\r\nHost: x\r\n")  # and never the end
+    big = socket.create_connection((host, int(port)))
+    big.sendall(b"POST /jolokia HTTP/1.1\r\nContent-Length: 99999999\r\n"
+                b"Authorization: Bearer " + TOKEN.encode() + b"\r\n\r\n")
+    try:
+        answer = requests.get(f"{url}/version", headers={"Authorization": f"Bearer {TOKEN}"},
+                              timeout=5)
+        assert answer.status_code == 200 and answer.json()["value"]["protocol"]
+        assert big.recv(64).startswith(b"HTTP/1.1 413")
+    finally:
+        for s in [*slow, big]:
+            s.close()
