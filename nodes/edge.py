@@ -27,8 +27,10 @@ protocols they protect:
   for every other member; DELAY only from the designated process and with one delay per
   member; delays between 0 and `HINT_MAX_US`.
 
-Protocols the table does not know (a layer stack added later) get the generic checks only.
-Without authentication (`transport: udp-aead`) a process that can reach the data plane can
+Protocols the table does not know (a layer stack added later: give its `Proto` and message
+types an entry in `ALLOWED`, and its payloads a rule here or in `nodes.wire.PAYLOAD_RULES`)
+get the generic checks only. Without authentication (`transport: udp-aead` or `tls`) a
+process that can reach the data plane can
 still forge a member's messages within these bounds; the README's "Security" section says
 what that leaves open.
 """
