@@ -10,8 +10,10 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 
 # Debian packages the tests need (docs/platform.md); installed only when root and missing.
+# nodejs/npm: the jolokia.js client test (tests/clients/, `npm ci` on first use).
 TEST_DEBS := openjdk-17-jre-headless iproute2 iptables tcpdump tshark mininet bridge-utils \
-	iputils-ping libnetfilter-queue-dev user-mode-linux docker.io debootstrap chromium
+	iputils-ping libnetfilter-queue-dev user-mode-linux docker.io debootstrap chromium \
+	nodejs npm
 
 .PHONY: run test test-stress lint venv venv-test java system-deps clean-venv
 

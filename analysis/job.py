@@ -20,8 +20,17 @@ SUMMARY = "summary.json"
 
 
 def checks_ok(summary: dict[str, Any]) -> bool:
-    """True when every checker in the summary found no violation."""
-    return all(c.get("violations", 0) == 0 for c in summary.get("checks", {}).values())
+    """True when every checker in the summary found no violation and no node caught an
+    exception (`node_errors`: an exception in a node is a bug, never a silent limp)."""
+    return (all(c.get("violations", 0) == 0 for c in summary.get("checks", {}).values())
+            and not summary.get("node_errors", {}).get("total", 0))
+
+
+def node_errors(events: Any) -> dict[str, Any]:
+    """The `ev=error` events the nodes wrote (nodes/runtime.py): how many, per node."""
+    rows = events.filter(events.ev == "error").groupBy("node").count().collect()
+    per_node = {r["node"]: int(r["count"]) for r in sorted(rows, key=lambda r: r["node"])}
+    return {"total": sum(per_node.values()), "per_node": per_node}
 
 
 def optimistic_section(events: Any) -> dict[str, Any]:
@@ -31,6 +40,33 @@ def optimistic_section(events: Any) -> dict[str, Any]:
     opt = optimistic_metrics(events)
     return {"optimistic": {k: v for k, v in opt.items() if k != "local_order"},
             "local_order": opt["local_order"]}
+
+
+def transport_section(run_dir: Path) -> dict[str, Any]:
+    """What each node refused on its data plane (its `stop` events, nodes/core.py), summed
+    over restarts: malformed and rejected datagrams, and the counts per reason. A refused TLS
+    handshake (a certificate from another CA) shows as `rejected:tls`."""
+    out: dict[str, Any] = {}
+    for log in sorted((run_dir / "nodes").glob("*/events.jsonl")):
+        node: dict[str, Any] = {"malformed": 0, "rejected": 0, "drops": {}}
+        data = log.read_bytes()
+        at = data.find(b'"stop"')
+        while at >= 0:
+            start = data.rfind(b"\n", 0, at) + 1
+            end = data.find(b"\n", at)
+            end = end if end >= 0 else len(data)
+            try:
+                stop = json.loads(data[start:end])
+            except ValueError:
+                stop = {}  # a line cut short by a kill
+            if isinstance(stop, dict) and stop.get("ev") == "stop":
+                node["malformed"] += int(stop.get("malformed", 0))
+                node["rejected"] += int(stop.get("rejected", 0))
+                for reason, n in (stop.get("drops") or {}).items():
+                    node["drops"][reason] = node["drops"].get(reason, 0) + int(n)
+            at = data.find(b'"stop"', end)
+        out[log.parent.name] = node
+    return out
 
 
 def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
@@ -53,6 +89,8 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
             "partitioned_at_end": sorted(history.partitioned_at_end),
             "messages": message_counts(events, data.nodes),
             "checks": check_suite(events, history),
+            "node_errors": node_errors(events),
+            "transport": transport_section(run_dir),
             "latency": {"fnl": fnl_latency(events)},
             "throughput": throughput(events, data.nodes),
             "recovery": recovery(events, history),

@@ -71,6 +71,9 @@ def verdict(summary: dict[str, Any]) -> tuple[bool, list[str]]:
     (a list of `Result.as_dict()`, when the caller evaluated any) to hold; plus the reasons."""
     reasons = [f"{name}: {c.get('violations')} violation(s)"
                for name, c in summary.get("checks", {}).items() if c.get("violations", 0)]
+    errors = summary.get("node_errors", {}).get("total", 0)
+    if errors:
+        reasons.append(f"node errors: {errors}")
     reasons += [f"expectation failed: {r.get('expectation')} ({r.get('reason')})"
                 for r in summary.get("expectations", []) if not r.get("ok")]
     return checks_ok(summary) and not reasons, reasons

@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 PROTOCOLS = ("sequencer", "seto", "fast-seto")
+# udp-aead: AES-GCM sealed datagrams (nodes/aead.py); tls: TCP + TLS 1.3, mutual
+# authentication with the run's certificates (nodes/tls_transport.py).
+TRANSPORTS = ("udp", "udp-aead", "tls")
 
 # The simulator's virtual time starts at a fixed instant (2026-01-01T00:00:00Z) so that its
 # logs look like real ones and are reproducible.
@@ -69,6 +72,7 @@ class NodeConfig:
     control_host: str = "127.0.0.1"
     control_port: int | None = None  # management HTTP (Jolokia); None: off, 0: any free port
     mgmt_token: str = ""  # bearer token protecting the management endpoints
+    mgmt_basic: str = ""  # "user:password" also accepted as HTTP Basic (Jolokia clients)
     incarnation: int = 0  # restarts of this host so far; >0 joins a running group
     # The drain's cap: the orchestrator stops the node as soon as the group is quiescent
     # (docs/architecture.md "Liveness"), at the latest this long after the workload.
@@ -79,6 +83,15 @@ class NodeConfig:
     def end_ns(self) -> int:
         """True time at which the node exits on its own (the drain's cap)."""
         return self.start_at_ns + self.duration_ns + max(self.drain_ns, self.drain_max_ns)
+    transport: str = "udp"  # one of TRANSPORTS
+    transport_key: str = ""  # udp-aead: the run's AES-GCM key, hex
+    # The node's certificate and key and the run's CA, PEM (testbed/certs.py): for HTTPS
+    # management (`mgmt_tls`) and the `tls` transport.
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+    mgmt_tls: bool = False
+    mgmt_mutual: bool = False  # HTTPS management also wants a client certificate of the CA
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -14,6 +14,7 @@ from typing import Any
 
 from nodes.clock import SkewedClock
 from nodes.config import NodeConfig
+from nodes.edge import Gate
 from nodes.eventlog import EventLog
 from nodes.protocols import make_protocol
 from nodes.protocols.base import FinalDeliver, Log, OptDeliver, Received, Send, SetTimer
@@ -21,6 +22,7 @@ from nodes.protocols.failure_detector import FailureDetector
 from nodes.wire import Message, MsgType, WireError, decode, encode
 
 NAME_PARAMS = ("sequencer",)  # params that name a host; the protocol gets the member id
+DROP_LOG_LIMIT = 10  # `drop` events logged per reason; past that they are only counted
 
 
 @dataclass
@@ -40,7 +42,10 @@ class Counters:
     datagrams_in: int = 0
     bytes_out: int = 0
     bytes_in: int = 0
-    malformed: int = 0
+    malformed: int = 0  # datagrams that do not decode (nodes/wire.py)
+    rejected: int = 0  # decoded, refused by the edge checks (nodes/edge.py)
+    reasons: dict[str, int] = field(default_factory=dict)  # "malformed:length": count, ...
+    errors: int = 0  # exceptions caught in a runtime callback (ev=error)
 
 
 class NodeCore:
@@ -56,6 +61,7 @@ class NodeCore:
         # sent, and final deliveries per origin member id.
         self.sent = 0
         self.fnl_from: dict[int, int] = {}
+        self.gate = Gate(cfg.node_id, sorted(self.names), self.protocol)
         self._payload = b"\x00" * cfg.workload.size
         p = cfg.params
         self.fd = FailureDetector(cfg.node_id, sorted(self.names),
@@ -95,9 +101,25 @@ class NodeCore:
             msg = decode(data)
         except WireError as exc:
             self.counters.malformed += 1
-            self.log.write(t, self.clock.local(t), "drop", reason=str(exc))
+            self.dropped(t, f"malformed:{exc.reason}", str(exc))
+            return Output()
+        reason = self.gate.check(msg)
+        if reason is not None:
+            self.counters.rejected += 1
+            h = msg.header
+            self.dropped(t, f"rejected:{reason}",
+                         f"{h.type.name} from {h.sender} (origin {h.origin}, rseq {h.rseq}, "
+                         f"seq {h.seq})")
             return Output()
         return self.deliver(msg, t)
+
+    def dropped(self, t: int, reason: str, detail: str) -> None:
+        """Count a refused datagram; log the first few of each reason (a flood must not
+        flood the delivery log too)."""
+        n = self.counters.reasons.get(reason, 0) + 1
+        self.counters.reasons[reason] = n
+        if n <= DROP_LOG_LIMIT:
+            self.log.write(t, self.clock.local(t), "drop", reason=reason, detail=detail)
 
     def deliver(self, msg: Message, t: int) -> Output:
         """A datagram already decoded (the simulator shares one decode among receivers)."""
@@ -140,7 +162,9 @@ class NodeCore:
                 "delivered": {self.names[o]: n for o, n in self.fnl_from.items()}}
 
     def stop(self, t: int) -> None:
-        self.log.write(t, self.clock.local(t), "stop")
+        c = self.counters
+        self.log.write(t, self.clock.local(t), "stop", malformed=c.malformed,
+                       rejected=c.rejected, errors=c.errors, drops=dict(sorted(c.reasons.items())))
         self.log.close()
 
     def _process(self, actions: list[Any], t: int) -> Output:

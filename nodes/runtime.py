@@ -10,13 +10,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import random
 import signal
 import socket
+import ssl
+import sys
+import tempfile
 import time
+import traceback
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nodes.config import NodeConfig, PathConfig
 from nodes.core import NodeCore, Output
@@ -25,6 +31,10 @@ from nodes.management.mbeans import MBean
 from nodes.management.node_mbeans import build_node_registry
 from nodes.management.server import ManagementServer
 from nodes.workload import intervals, workload_rng
+
+if TYPE_CHECKING:
+    from nodes.aead import Sealer
+    from nodes.tls_transport import TlsTransport
 
 
 class _Protocol(asyncio.DatagramProtocol):
@@ -50,20 +60,40 @@ class NodeRuntime:
         # per destination, with netem semantics (nodes/linkmodel.py).
         self.links = {dst: LinkModel(p, rng) for dst, p in cfg.paths.items()}
         self.timers: dict[str, asyncio.TimerHandle] = {}
+        # The last delay each timer key was armed with: a callback that raised re-arms its
+        # timer with it, so that one bug does not silence a periodic task for good.
+        self.periods: dict[str, int] = {}
         self.transport: asyncio.DatagramTransport | None = None
         self.done = asyncio.Event()
         self.send_errors = 0
+        self.sealer: Sealer | None = None
+        if cfg.transport == "udp-aead":
+            # Imported here: plain-UDP nodes (the docker image) need no `cryptography`.
+            from nodes.aead import Sealer
+
+            self.sealer = Sealer(bytes.fromhex(cfg.transport_key), cfg.incarnation)
+        elif cfg.transport not in ("udp", "tls"):
+            raise ValueError(f"transport {cfg.transport!r} is not implemented by this node")
+        self.tls: TlsTransport | None = None
         self._gaps: Iterator[int] | None = None
         self._next_planned = cfg.start_at_ns
 
     async def run(self) -> None:
         me = self.addrs[self.cfg.node_id]
-        transport, _ = await self.loop.create_datagram_endpoint(
-            lambda: _Protocol(self), local_addr=me)
-        self.transport = transport
-        _grow_buffers(transport)
+        transport: asyncio.DatagramTransport | None = None
+        if self.cfg.transport == "tls":
+            from nodes.tls_transport import TlsTransport
+
+            self.tls = TlsTransport(self.cfg, self.on_datagram, self._refused)
+            await self.tls.start()
+        else:
+            transport, _ = await self.loop.create_datagram_endpoint(
+                lambda: _Protocol(self), local_addr=me)
+            self.transport = transport
+            _grow_buffers(transport)
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.done.set)
+        self.loop.set_exception_handler(self._loop_exception)
         server = await self._start_management()
         self._apply(self.core.start(time.time_ns()))
         if self.cfg.workload.send and self.cfg.workload.rate > 0:
@@ -82,31 +112,57 @@ class NodeRuntime:
             handle.cancel()
         if server is not None:
             await server.stop()
+        if self.tls is not None:
+            await self.tls.stop()
         self.core.stop(time.time_ns())
-        transport.close()
+        if transport is not None:
+            transport.close()
 
     async def _start_management(self) -> ManagementServer | None:
         if self.cfg.control_port is None:
             return None
         registry = build_node_registry(self.core, on_stop=self.done.set)
         registry.register(self._paths_mbean())
+        tls = _server_tls(self.cfg) if self.cfg.mgmt_tls else None
         server = ManagementServer(registry, self.cfg.control_host, self.cfg.control_port,
-                                  self.cfg.mgmt_token)
+                                  self.cfg.mgmt_token, ssl_context=tls,
+                                  basic=self.cfg.mgmt_basic)
         await server.start()
         # The orchestrator learns the port (possibly chosen by the kernel) from this file.
         where = Path(self.cfg.log_path).parent / "control.json"
-        where.write_text(json.dumps({"host": self.cfg.control_host, "port": server.port}))
+        where.write_text(json.dumps({"host": self.cfg.control_host, "port": server.port,
+                                     "scheme": "https" if tls else "http"}))
         return server
 
     # -- events in ----------------------------------------------------------------------------
+    # No exception escapes a callback: an unexpected one is a bug, written as `ev=error` in
+    # the event log with its traceback on stderr (node.log); the analysis fails the run's
+    # verdict with "node errors: N" (analysis/job.py), so the node never limps on silently.
     def on_datagram(self, data: bytes) -> None:
-        self._apply(self.core.receive(data, time.time_ns()))
+        t = time.time_ns()
+        try:
+            if self.sealer is not None:
+                try:
+                    data = self.sealer.open(data)
+                except ValueError as exc:  # nodes.aead.SealError
+                    core = self.core
+                    core.counters.datagrams_in += 1
+                    core.counters.bytes_in += len(data)
+                    core.counters.rejected += 1
+                    core.dropped(t, f"rejected:{getattr(exc, 'reason', 'auth')}", str(exc))
+                    return
+            self._apply(self.core.receive(data, t))
+        except Exception as exc:
+            self._error(t, "datagram", exc)
 
     def _broadcast(self) -> None:
         t = time.time_ns()
         if self.cfg.duration_ns and t >= self.cfg.start_at_ns + self.cfg.duration_ns:
             return
-        self._apply(self.core.broadcast(t))
+        try:
+            self._apply(self.core.broadcast(t))
+        except Exception as exc:
+            self._error(t, "broadcast", exc)
         assert self._gaps is not None
         # Schedule from the planned time, not from now, so the rate does not sag under load.
         self._next_planned += next(self._gaps)
@@ -114,40 +170,90 @@ class NodeRuntime:
 
     def _fire(self, key: str) -> None:
         self.timers.pop(key, None)
-        self._apply(self.core.timer(key, time.time_ns()))
+        t = time.time_ns()
+        try:
+            self._apply(self.core.timer(key, t))
+        except Exception as exc:
+            self._error(t, f"timer {key}", exc)
+            if key not in self.timers and key in self.periods:
+                self._arm(key, self.periods[key])
+
+    def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, object]
+                        ) -> None:
+        """Anything that still reaches asyncio (a callback outside the guards above) is an
+        error of this node too: logged, counted, never just a traceback on stderr."""
+        exc = context.get("exception")
+        if isinstance(exc, OSError):  # a peer's connection or handshake gone wrong: theirs
+            self.core.dropped(time.time_ns(), "io", f"{context.get('message', '')}: {exc}")
+        elif isinstance(exc, Exception):
+            self._error(time.time_ns(), f"asyncio: {context.get('message', '')}", exc)
+        else:
+            loop.default_exception_handler(context)
+
+    def _error(self, t: int, where: str, exc: Exception) -> None:
+        core = self.core
+        core.counters.errors += 1
+        print(f"node {self.cfg.name}: exception in {where} (ev=error #{core.counters.errors}):",
+              file=sys.stderr)
+        traceback.print_exception(exc, file=sys.stderr)
+        sys.stderr.flush()
+        core.log.write(t, core.clock.local(t), "error", where=where,
+                       error=f"{type(exc).__name__}: {exc}"[:500])
 
     # -- actions out --------------------------------------------------------------------------
     def _apply(self, out: Output) -> None:
         for key, delay in out.timers:
-            old = self.timers.pop(key, None)
-            if old is not None:
-                old.cancel()
-            if delay <= 0:
-                self.timers[key] = self.loop.call_soon(self._fire, key)  # type: ignore[assignment]
-            else:
-                self.timers[key] = self.loop.call_later(delay / 1e9, self._fire, key)
+            self._arm(key, delay)
         blocked = self.core.blocked_out
+        sealer = self.sealer
         for dst, data, _ in out.sends:
+            if sealer is not None:
+                data = sealer.seal(data)  # once for every destination of a multicast
             for d in self.others if dst is None else (dst,):
                 if d not in blocked:
                     self._send(d, data)
 
+    def _arm(self, key: str, delay: int) -> None:
+        old = self.timers.pop(key, None)
+        if old is not None:
+            old.cancel()
+        if delay <= 0:
+            self.timers[key] = self.loop.call_soon(self._fire, key)  # type: ignore[assignment]
+        else:
+            self.periods[key] = delay
+            self.timers[key] = self.loop.call_later(delay / 1e9, self._fire, key)
+
+    def _refused(self, reason: str, detail: str) -> None:
+        """Something the tls transport refused (a handshake, a frame, a spoofed sender)."""
+        t = time.time_ns()
+        self.core.counters.rejected += 1
+        self.core.dropped(t, f"rejected:{reason}", detail)
+
+    def _emit(self, data: bytes, dst: int) -> None:
+        if self.tls is not None:
+            self.tls.send(dst, data)
+            return
+        transport = self.transport
+        # A send the inprocess shaper delayed can fall due after the node closed its socket
+        # while stopping: it is dropped (asyncio's sendto would raise on the closed socket).
+        if transport is not None and not transport.is_closing():
+            transport.sendto(data, self.addrs[dst])
+
     def _send(self, dst: int, data: bytes) -> None:
-        assert self.transport is not None
         c = self.core.counters
         c.datagrams_out += 1
         c.bytes_out += len(data)
         link = self.links.get(dst)
         if link is None:
-            self.transport.sendto(data, self.addrs[dst])
+            self._emit(data, dst)
             return
         delay = link.transit(time.time_ns(), len(data))
         if delay is None:
             return
         if delay == 0:
-            self.transport.sendto(data, self.addrs[dst])
+            self._emit(data, dst)
         else:
-            self.loop.call_later(delay / 1e9, self.transport.sendto, data, self.addrs[dst])
+            self.loop.call_later(delay / 1e9, self._emit, data, dst)
 
     def _paths_mbean(self) -> MBean:
         """Runtime changes to the inprocess shaper (link faults on the local backend)."""
@@ -185,6 +291,24 @@ class NodeRuntime:
 
     def _at_true(self, true_ns: int, fn: object) -> None:
         self.loop.call_later(max(0.0, (true_ns - time.time_ns()) / 1e9), fn)  # type: ignore
+
+
+def _server_tls(cfg: NodeConfig) -> ssl.SSLContext:
+    """The management server's TLS context from the node's certificate (testbed/certs.py).
+    `ssl` loads keys from files only: they pass through a private temporary directory."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cfg.mgmt_mutual:  # mutual TLS: clients show a certificate from the run's CA
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_verify_locations(cadata=cfg.tls_ca)
+    with tempfile.TemporaryDirectory(prefix="testbed-tls-") as tmp:  # mode 0700
+        cert, key = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
+        cert.write_text(cfg.tls_cert)
+        fd = os.open(key, os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(cfg.tls_key)
+        ctx.load_cert_chain(cert, key)
+    return ctx
 
 
 def _grow_buffers(transport: asyncio.DatagramTransport, size: int = 8 << 20) -> None:

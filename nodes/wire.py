@@ -83,7 +83,12 @@ class Flag(enum.IntFlag):
 
 
 class WireError(ValueError):
-    """A datagram that is not a well-formed testbed message."""
+    """A datagram that is not a well-formed testbed message; `reason` is a short slug that
+    nodes count per kind (`testbed:type=Transport` `MalformedReasons`)."""
+
+    def __init__(self, message: str, reason: str = "malformed"):
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +126,27 @@ class Message:
 _TYPES = {int(t): t for t in MsgType}
 _PROTOS = {int(p): p for p in Proto}
 
+# The payload shape of each message type, checked once where the datagram is decoded:
+# (entry size, fewest entries, most entries). An entry size of 0 means "no payload". The
+# 6-byte entries are the sequencer's (origin, mno) pairs (ORDER, FETCH) and Fast SETO's
+# (member, microseconds) vector entries (ESTIMATE, DELAY). FETCH asks for at most 64
+# messages (nodes/protocols/sequencer.py `_fetch_missing`), which bounds what one FETCH can
+# make the sequencer send back. Types not listed (DATA, DUMMY) carry any payload.
+ENTRY_SIZE = 6
+FETCH_MAX = 64
+PAYLOAD_RULES: dict[MsgType, tuple[int, int, int]] = {
+    MsgType.ORDER: (ENTRY_SIZE, 1, 65535 // ENTRY_SIZE),
+    MsgType.FETCH: (ENTRY_SIZE, 1, FETCH_MAX),
+    MsgType.ESTIMATE: (ENTRY_SIZE, 1, 4097),
+    MsgType.DELAY: (ENTRY_SIZE, 1, 4096),
+    MsgType.NACK: (0, 0, 0),
+    MsgType.ACK: (0, 0, 0),
+    MsgType.HEARTBEAT: (0, 0, 0),
+    MsgType.PING: (0, 0, 0),
+    MsgType.PONG: (0, 0, 0),
+    MsgType.ALIVE: (0, 0, 0),
+}
+
 
 def encode(msg: Message) -> bytes:
     h = msg.header
@@ -147,20 +173,34 @@ def encode(msg: Message) -> bytes:
 
 
 def decode(data: bytes) -> Message:
+    """Parse one datagram; WireError (with a `reason`) for anything that is not exactly one
+    well-formed message: short, wrong magic or version, a length field that does not match
+    the datagram, an unknown type or protocol, a payload of the wrong shape for its type."""
     if len(data) < HEADER_SIZE:
-        raise WireError(f"datagram of {len(data)} bytes is shorter than the header")
+        raise WireError(f"datagram of {len(data)} bytes is shorter than the header", "short")
     (magic, version, typ, proto, flags, sender, rseq, origin, mno, seq, hint, slot, ts, aux,
      length) = HEADER.unpack_from(data)
     if magic != MAGIC:
-        raise WireError(f"bad magic {magic!r}")
+        raise WireError(f"bad magic {magic!r}", "magic")
     if version != WIRE_VERSION:
-        raise WireError(f"wire version {version}, expected {WIRE_VERSION}")
-    if HEADER_SIZE + length > len(data):
-        raise WireError(f"payload length {length} exceeds the datagram")
+        raise WireError(f"wire version {version}, expected {WIRE_VERSION}", "version")
+    if HEADER_SIZE + length != len(data):
+        raise WireError(f"payload length {length} does not match the datagram's "
+                        f"{len(data) - HEADER_SIZE} bytes", "length")
     mtype = _TYPES.get(typ)
     mproto = _PROTOS.get(proto)
     if mtype is None or mproto is None:
-        raise WireError(f"unknown message type {typ} or protocol {proto}")
+        raise WireError(f"unknown message type {typ} or protocol {proto}", "type")
+    rule = PAYLOAD_RULES.get(mtype)
+    if rule is not None:
+        size, fewest, most = rule
+        if size == 0:
+            if length:
+                raise WireError(f"{mtype.name} carries no payload, got {length} bytes",
+                                "payload")
+        elif length % size or not fewest <= length // size <= most:
+            raise WireError(f"{mtype.name} payload of {length} bytes is not {fewest}..{most} "
+                            f"entries of {size} bytes", "payload")
     header = Header(mtype, mproto, flags, sender, rseq, origin, mno, seq, hint, slot, ts, aux,
                     length)
     return Message(header, bytes(data[HEADER_SIZE : HEADER_SIZE + length]))

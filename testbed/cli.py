@@ -94,12 +94,20 @@ def up(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan, change nothing")] = (
         False),
     out: Annotated[Path, typer.Option("--out", help="runs directory")] = DEFAULT_RUNS,
+    transport: Annotated[str, typer.Option(help="local: udp, udp-aead or tls")] = "udp",
+    mgmt_tls: Annotated[bool, typer.Option("--mgmt-tls", help="local: HTTPS management with "
+                                           "the run's certificates")] = False,
 ) -> None:
     """Bring a topology up and leave it running (inspect it, then [bold]testbed teardown[/]).
 
     Examples: [bold]testbed up topologies/two-sites.yaml --dry-run[/],
+    [bold]testbed up topologies/two-sites.yaml --transport tls --mgmt-tls[/],
     [bold]sudo testbed up topologies/two-sites.yaml --backend mininet[/]
     """
+    if transport not in ("udp", "udp-aead", "tls"):
+        raise fail(f"--transport must be udp, udp-aead or tls, not {transport!r}")
+    if backend != "local" and (transport != "udp" or mgmt_tls):
+        raise fail("--transport and --mgmt-tls apply to the local backend only")
     try:
         topo = load_topology(topology)
     except SpecError as exc:
@@ -119,7 +127,7 @@ def up(
         if backend == "mininet":
             _up_mininet(run_dir, topo, applier)
         else:
-            _up_local(run_dir, topo, topology, paths, protocol)
+            _up_local(run_dir, topo, topology, paths, protocol, transport, mgmt_tls)
     except BackendError as exc:
         teardown(run_dir)
         raise fail(str(exc)) from None
@@ -127,20 +135,22 @@ def up(
                   f"[bold]testbed teardown {run_dir.run_id}[/]")
 
 
-def _up_local(run_dir: RunDir, topo: Any, topology: Path, paths: Any, protocol: str) -> None:
+def _up_local(run_dir: RunDir, topo: Any, topology: Path, paths: Any, protocol: str,
+              transport: str = "udp", mgmt_tls: bool = False) -> None:
     from testbed.deploy import node_configs
-    from testbed.runner import write_lock
+    from testbed.runner import security, write_lock
     from testbed.spec.experiment import ExperimentSpec
 
     exp = ExperimentSpec.model_validate({
         "name": topo.name, "topology": topology.name, "backend": "local", "duration": "1s",
-        "protocol": {"name": protocol}, "workload": {"senders": [], "rate": "1/s"}})
+        "protocol": {"name": protocol}, "workload": {"senders": [], "rate": "1/s"},
+        "transport": transport, "management": {"tls": mgmt_tls}})
     write_lock(run_dir, exp, topo, paths)
     be = make_backend("local", run_dir, topo, paths)
     addresses = be.up()
     be.deploy(node_configs(exp, topo, paths, addresses, run_dir.path, time.time_ns(),
                            be.inprocess_shaping, duration_ns=0, control_port=0,
-                           mgmt_token=run_dir.token))
+                           **security(run_dir, exp, addresses)))
     table = Table("host", "data address", "control", title=f"{topo.name} is up")
     for host, addr in addresses.items():
         table.add_row(host, f"{addr.data}:{addr.port}", addr.control)
@@ -177,6 +187,10 @@ def print_run_plan(exp: Any, topo: Any) -> None:
     actions = expand(exp.faults, paths.hosts, exp.duration, exp.seed)
     console.print(f"then drain {exp.drain / 1e9:g} s, up to {max(exp.drain, exp.drain_max) / 1e9:g}"
                   f" s until quiescent among {', '.join(correct_hosts(paths.hosts, actions))}")
+    mgmt = exp.management
+    console.print(f"transport {exp.transport}; management "
+                  f"{'HTTPS' + (' (mutual TLS)' if mgmt.mutual else '') if mgmt.tls else 'HTTP'}"
+                  + (f", certificates {mgmt.key}" if mgmt.tls or exp.transport == "tls" else ""))
     print_paths(paths)
     if exp.backend in ("mininet", "docker"):
         print_shaping_plan(topo, paths, "netem")
@@ -538,6 +552,48 @@ def doctor() -> None:
 
 
 @app.command()
+def certs(
+    run_name: Annotated[str, typer.Argument(help="run id, directory name or path")],
+    key: Annotated[str, typer.Option(help="key algorithm: ecdsa-p256 or rsa-2048")]
+    = "ecdsa-p256",
+    runs: RunsOpt = DEFAULT_RUNS,
+) -> None:
+    """Make the run's CA and one certificate per node (the keytool of D3.5 section 4.4).
+
+    Writes certs/ca.pem (what clients trust), certs/<host>.pem and certs/<host>.key (0600) in
+    the run directory, for every host in its nodes/*/node.json, with the host's control
+    address as IP SAN. An existing CA is kept, so certificates issued again still verify.
+    `testbed run` does this itself for experiments with `management: {tls: true}`.
+
+    Example: [bold]testbed certs 3fa9c1 --key rsa-2048[/]
+    """
+    from nodes.config import NodeConfig
+    from testbed.certs import CertError, make_run_certs
+
+    try:
+        target = resolve_run(runs, run_name)
+    except LookupError as exc:
+        raise fail(str(exc)) from None
+    hosts: dict[str, list[str]] = {}
+    for path in sorted((target.path / "nodes").glob("*/node.json")):
+        try:
+            cfg = NodeConfig.read(path)
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise fail(f"{path}: not a node configuration ({exc})") from None
+        hosts[cfg.name] = [cfg.control_host]
+    if not hosts:
+        raise fail(f"run {target.run_id} has no nodes/*/node.json to issue certificates for")
+    try:
+        made = make_run_certs(target.path, target.run_id, hosts, key)
+    except CertError as exc:
+        raise fail(str(exc)) from None
+    table = Table("host", "certificate", "key", "addresses", title=f"CA {target.ca_file}")
+    for host, cert in made.items():
+        table.add_row(host, str(cert.cert_path), str(cert.key_path), ", ".join(hosts[host]))
+    console.print(table)
+
+
+@app.command()
 def mgmt(
     host: Annotated[str, typer.Argument(help="host name in the running testbed")],
     op: Annotated[str, typer.Argument(help="read, write, exec, list, search or version")],
@@ -563,7 +619,7 @@ def mgmt(
             if not active:
                 raise LookupError(f"no active run under {runs}/; start one with testbed up")
             target = active[-1]
-        client = MgmtClient(target.control_url(host), target.token)
+        client: MgmtClient = target.mgmt_client(host)
     except LookupError as exc:
         raise fail(str(exc)) from None
     a = list(args or [])
@@ -631,6 +687,15 @@ def print_summary(summary: dict[str, Any]) -> None:
     line = liveness_line(summary)
     if line:
         console.print(f"[yellow]{line}[/]")
+    errors = summary.get("node_errors", {}).get("total", 0)
+    if errors:
+        console.print(f"[red]node errors: {errors}[/] (ev=error; tracebacks in node.log)")
+    refused = {h: t for h, t in summary.get("transport", {}).items()
+               if t.get("malformed") or t.get("rejected")}
+    for host, t in sorted(refused.items()):
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(t.get("drops", {}).items()))
+        console.print(f"{host} refused {t['malformed'] + t['rejected']} datagram(s): {reasons}",
+                      highlight=False)
     lat = summary.get("latency", {}).get("fnl", {})
     per = lat.get("per_receiver", {})
     if per:

@@ -21,8 +21,19 @@ def node_configs(
     duration_ns: int | None = None,
     control_port: int | None = None,
     mgmt_token: str = "",
+    mgmt_basic: str = "",
+    transport_key: str = "",
+    certs: dict[str, tuple[str, str]] | None = None,
+    ca_pem: str = "",
 ) -> list[NodeConfig]:
-    """One config per host. control_port: None for no management server, 0 for any port."""
+    """One config per host. control_port: None for no management server, 0 for any port;
+    transport_key: the run's key when the experiment says `transport: udp-aead`; certs:
+    host -> (certificate, key) PEM and ca_pem the run's CA (testbed/certs.py), for HTTPS
+    management and the `tls` transport."""
+    if (exp.transport == "tls" or exp.management.tls) and not (certs and ca_pem):
+        raise ValueError("TLS needs the run's certificates (testbed.certs.make_run_certs)")
+    if exp.transport == "udp-aead" and not transport_key:
+        raise ValueError("transport udp-aead needs the run's key (RunDir.transport_key)")
     hosts = paths.hosts
     members = [Member(i, h, addresses[h].data, addresses[h].port) for i, h in enumerate(hosts)]
     senders = set(hosts if exp.workload.senders == "all" else exp.workload.senders)
@@ -56,5 +67,13 @@ def node_configs(
             control_host=addresses[host.name].control,
             control_port=control_port,
             mgmt_token=mgmt_token,
+            mgmt_basic=mgmt_basic,
+            transport=exp.transport,
+            transport_key=transport_key if exp.transport == "udp-aead" else "",
+            tls_cert=(certs or {}).get(host.name, ("", ""))[0],
+            tls_key=(certs or {}).get(host.name, ("", ""))[1],
+            tls_ca=ca_pem if certs else "",
+            mgmt_tls=exp.management.tls,
+            mgmt_mutual=exp.management.tls and exp.management.mutual,
         ))
     return configs

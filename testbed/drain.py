@@ -79,10 +79,11 @@ class DrainWatch:
     def _client(self, host: str) -> MgmtClient | None:
         if host not in self._clients:
             try:
-                url = self.run.control_url(host)
+                client = self.run.mgmt_client(host)  # HTTPS with the run's CA when enabled
             except (LookupError, OSError, ValueError):
                 return None
-            self._clients[host] = MgmtClient(url, self.run.token, timeout_s=POLL_TIMEOUT_S)
+            client.timeout_s = POLL_TIMEOUT_S
+            self._clients[host] = client
         return self._clients[host]
 
     def _progress(self, host: str) -> dict[str, Any] | None:

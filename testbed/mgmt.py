@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import builtins
 import json
+import ssl
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 _HINTS = {
@@ -38,12 +40,20 @@ def _strip_java_prefix(error: str) -> str:
 class MgmtClient:
     """Talk to one node's management server, e.g. ``MgmtClient("http://10.0.0.1:8778", tok)``."""
 
-    def __init__(self, base_url: str, token: str, timeout_s: float = 5.0) -> None:
+    def __init__(self, base_url: str, token: str, timeout_s: float = 5.0,
+                 cafile: str | Path | None = None,
+                 client_cert: str | Path | None = None) -> None:
         base = base_url.rstrip("/")
         self.base_url = base[: -len("/jolokia")] if base.endswith("/jolokia") else base
         self.jolokia_url = f"{self.base_url}/jolokia"
         self.token = token
         self.timeout_s = timeout_s
+        # HTTPS: verify the node against the run's CA (testbed/certs.py), never skip it.
+        self.ssl_context = ssl.create_default_context(cafile=str(cafile)) if cafile else None
+        if self.ssl_context is not None and client_cert is not None:
+            # Mutual TLS: the certificate and its key (same name, .key) from the run's CA.
+            cert = Path(client_cert)
+            self.ssl_context.load_cert_chain(cert, cert.with_suffix(".key"))
 
     # ---- requests -----------------------------------------------------------------------
 
@@ -134,7 +144,8 @@ class MgmtClient:
             headers["Content-Type"] = "application/json"
         req = urllib.request.Request(url, data=body, headers=headers, method=method)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as response:
+            with urllib.request.urlopen(req, timeout=self.timeout_s,
+                                        context=self.ssl_context) as response:
                 data: bytes = response.read()
                 return data
         except urllib.error.HTTPError as exc:
@@ -149,6 +160,12 @@ class MgmtClient:
             raise MgmtError(f"{url} answered HTTP {exc.code}: {detail}.", exc.code) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
+            if isinstance(reason, ssl.SSLError):
+                trust = "the run's CA" if self.ssl_context is not None else "the system CAs"
+                raise MgmtError(
+                    f"{url}: TLS failed ({getattr(reason, 'reason', None) or reason}); the "
+                    f"node's certificate must verify against {trust}."
+                ) from None
             raise MgmtError(
                 f"cannot reach {url} ({reason}); check that the node runs and the address is its "
                 "control address."

@@ -56,6 +56,28 @@ class RunDir:
                 f.write(secrets.token_urlsafe(24))
         return path.read_text().strip()
 
+    @property
+    def basic_auth(self) -> str:
+        """The run's HTTP Basic credential for management, "user:password" (Jolokia clients
+        that only speak Basic); created on first use, mode 0600, next to the token."""
+        path = self.path / "mgmt.basic"
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(f"testbed:{secrets.token_urlsafe(18)}")
+        return path.read_text().strip()
+
+    @property
+    def transport_key(self) -> str:
+        """The run's AES-GCM key for `transport: udp-aead` (nodes/aead.py), hex; created on
+        first use, mode 0600."""
+        path = self.path / "transport.key"
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32))
+        return path.read_text().strip()
+
     def control_url(self, host: str) -> str:
         """The management base URL a node reported in nodes/<host>/control.json."""
         info = self.path / "nodes" / host / "control.json"
@@ -63,7 +85,22 @@ class RunDir:
             raise LookupError(f"host {host} of run {self.run_id} has no management endpoint "
                               "(is the run still up?)")
         d = json.loads(info.read_text())
-        return f"http://{d['host']}:{d['port']}/jolokia"
+        return f"{d.get('scheme', 'http')}://{d['host']}:{d['port']}/jolokia"
+
+    @property
+    def ca_file(self) -> Path | None:
+        """The run's CA certificate (testbed/certs.py), if it made one: what management
+        clients verify the nodes' HTTPS certificates against."""
+        path = self.path / "certs" / "ca.pem"
+        return path if path.exists() else None
+
+    def mgmt_client(self, host: str) -> Any:
+        """A management client for `host`, with the run's token and, for HTTPS, its CA."""
+        from testbed.mgmt import MgmtClient
+
+        client_cert = self.path / "certs" / "orchestrator.pem"
+        return MgmtClient(self.control_url(host), self.token, cafile=self.ca_file,
+                          client_cert=client_cert if client_cert.exists() else None)
 
     def node_dir(self, host: str) -> Path:
         d = self.path / "nodes" / host

@@ -18,6 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from nodes.config import SIM_EPOCH_NS
 from testbed.backends import Backend, BackendError, make_backend
+from testbed.backends.base import HostAddress
 from testbed.backends.sim import SimBackend
 from testbed.deploy import node_configs
 from testbed.drain import DrainWatch
@@ -96,6 +97,28 @@ def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: 
     return analyze_run(run, exp.expect, console, master)
 
 
+def security(run: RunDir, exp: ExperimentSpec, addresses: dict[str, HostAddress],
+             is_sim: bool = False) -> dict[str, Any]:
+    """The run's credentials for node_configs: management token and Basic login, the
+    udp-aead key, and for TLS (management or transport) the run's CA and node certificates
+    (with the orchestrator's client certificate for mutual TLS)."""
+    out: dict[str, Any] = {"mgmt_token": run.token, "mgmt_basic": run.basic_auth}
+    if exp.transport == "udp-aead":
+        out["transport_key"] = run.transport_key
+    if (exp.management.tls or exp.transport == "tls") and not is_sim:
+        from testbed.certs import make_run_certs
+
+        made = make_run_certs(run.path, run.run_id,
+                              {h: sorted({a.control, a.data}) for h, a in addresses.items()},
+                              exp.management.key)
+        if exp.management.mutual:  # the client certificate of testbed mgmt and faults
+            make_run_certs(run.path, run.run_id, {"orchestrator": []}, exp.management.key)
+        out["certs"] = {h: (c.cert_pem, c.key_pem) for h, c in made.items()}
+        out["ca_pem"] = (run.path / "certs" / "ca.pem").read_text()
+        run.journal.append("certs", hosts=sorted(made), key=exp.management.key)
+    return out
+
+
 def _execute(exp: ExperimentSpec, topo: TopologySpec, paths: PathMatrix, run: RunDir,
              backend: Backend, console: Console) -> None:
     addresses = backend.up()
@@ -103,7 +126,7 @@ def _execute(exp: ExperimentSpec, topo: TopologySpec, paths: PathMatrix, run: Ru
     start = SIM_EPOCH_NS + SIM_STARTUP_NS if is_sim else time.time_ns() + LOCAL_STARTUP_NS
     configs = node_configs(exp, topo, paths, addresses, run.path, start,
                            backend.inprocess_shaping, control_port=None if is_sim else 0,
-                           mgmt_token=run.token)
+                           **security(run, exp, addresses, is_sim))
     actions = expand(exp.faults, paths.hosts, exp.duration, exp.seed)
     backend.schedule_faults(actions, start)
     backend.deploy(configs)
@@ -150,4 +173,9 @@ def analyze_run(run: RunDir, expect: list[str], console: Console,
         (run.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         write_report(run.path, summary)
     failures = [f"{r.expectation}: {r.reason}" for r in results if not r.ok]
+    errors = summary.get("node_errors", {}).get("total", 0)
+    if errors:
+        # An exception inside a node is a bug whatever the expectations say (nodes/runtime.py).
+        failures.append(f"node errors: {errors} (ev=error in the event logs, tracebacks in "
+                        f"nodes/*/node.log)")
     return RunResult(run, summary, failures)

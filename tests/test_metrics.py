@@ -143,3 +143,27 @@ def test_analyze_cli_rejects_a_folder_that_is_not_a_run(
 ) -> None:
     assert main([str(tmp_path)]) == 2
     assert "no nodes/ folder" in capsys.readouterr().err
+
+
+def test_node_errors_fail_the_verdict(tmp_path: Path) -> None:
+    """An ev=error (an exception caught in a node, nodes/runtime.py) fails the run even when
+    every checker is clean: summary `node_errors`, `ok: false`, "node errors: N"."""
+    from analysis.report import verdict
+
+    logs: dict[str, list[dict[str, Any]]] = {
+        "h1": [{"t": S, "ev": "send", "mid": "h1:1"}, {"t": S + MS, "ev": "fnl", "mid": "h1:1",
+                                                       "seq": 1},
+               {"t": 2 * S, "ev": "error", "where": "timer fd:tick", "error": "KeyError: 9"},
+               {"t": 3 * S, "ev": "stop", "malformed": 2, "rejected": 3,
+                "drops": {"malformed:length": 2, "rejected:tls": 3}},
+               {"t": 4 * S, "ev": "stop", "malformed": 0, "rejected": 1,
+                "drops": {"rejected:tls": 1}}],
+        "h2": [{"t": S + 2 * MS, "ev": "fnl", "mid": "h1:1", "seq": 1}]}
+    summary = analyze(write_run(tmp_path / "run", logs))
+    assert {c["violations"] for c in summary["checks"].values()} == {0}
+    assert summary["node_errors"] == {"total": 1, "per_node": {"h1": 1}}
+    assert summary["ok"] is False
+    assert verdict(summary) == (False, ["node errors: 1"])
+    assert summary["transport"]["h1"] == {"malformed": 2, "rejected": 4, "drops": {
+        "malformed:length": 2, "rejected:tls": 4}}  # summed over the node's two lives
+    assert summary["transport"]["h2"] == {"malformed": 0, "rejected": 0, "drops": {}}

@@ -9,6 +9,17 @@ answer in the envelope ``{request, value, status, timestamp}``, and errors as
 ``{request, error_type, error, status}``. As in Jolokia, per-request errors travel inside
 an HTTP 200 answer (a bulk request can half succeed); only a body that is not JSON gets an
 HTTP error.
+
+Processing parameters (the reference's "Processing parameters"), from the URL query (for
+every request of a GET or POST) or a request's ``config`` object (wins): ``maxDepth``,
+``maxCollectionSize``, ``maxObjects`` (values beyond are cut: deeper levels become their
+string form, longer collections are shortened, objects past the limit become
+``"[Object limit exceeded]"``), ``ignoreErrors`` (a failing attribute of a multi-attribute
+or pattern read becomes its error message instead of failing the request),
+``includeStackTrace`` (``true``/``runtime``: error envelopes carry ``stacktrace``; off by
+default here, the reference's agent defaults to on), ``canonicalNaming`` (``false``: MBean
+names as registered), ``mimeType`` (``text/plain`` or ``application/json``, the server's
+Content-Type).
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ import contextlib
 import copy
 import json
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -109,14 +121,77 @@ def _require_str(request: dict[str, Any], key: str) -> str:
 
 
 def _attribute_names(attribute: Any) -> list[str] | None:
-    """None means all attributes."""
-    if attribute is None or attribute == "" or attribute == []:
+    """None means all attributes (jolokia.js asks for them over GET as `*`)."""
+    if attribute is None or attribute == "" or attribute == [] or attribute == "*":
         return None
     if isinstance(attribute, str):
         return [attribute]
     if isinstance(attribute, list) and all(isinstance(a, str) for a in attribute):
         return attribute
     raise BadRequest("attribute must be a name or a list of names")
+
+
+OBJECT_LIMIT = "[Object limit exceeded]"
+
+
+class Options:
+    """The processing parameters of one request (see the module docstring)."""
+
+    def __init__(self, max_depth: int = 0, max_collection: int = 0, max_objects: int = 0,
+                 ignore_errors: bool = False, stack_trace: str = "false",
+                 canonical: bool = True, mime_type: str = "application/json") -> None:
+        self.max_depth = max_depth
+        self.max_collection = max_collection
+        self.max_objects = max_objects
+        self.ignore_errors = ignore_errors
+        self.stack_trace = stack_trace
+        self.canonical = canonical
+        self.mime_type = mime_type
+
+    @classmethod
+    def of(cls, query: dict[str, str] | None, config: Any) -> Options:
+        merged: dict[str, Any] = dict(query or {})
+        if isinstance(config, dict):
+            merged.update(config)
+
+        def number(key: str) -> int:
+            try:
+                return max(0, int(str(merged.get(key, 0))))
+            except ValueError:
+                return 0
+
+        def flag(key: str, default: bool) -> bool:
+            value = str(merged.get(key, default)).lower()
+            return value in ("true", "1", "yes") if value else default
+
+        trace = str(merged.get("includeStackTrace", "false")).lower()
+        mime = str(merged.get("mimeType", "application/json"))
+        return cls(number("maxDepth"), number("maxCollectionSize"), number("maxObjects"),
+                   flag("ignoreErrors", False),
+                   trace if trace in ("true", "false", "runtime") else "false",
+                   flag("canonicalNaming", True),
+                   mime if mime in ("text/plain", "application/json") else "application/json")
+
+    def limit(self, value: Any) -> Any:
+        if not (self.max_depth or self.max_collection or self.max_objects):
+            return value
+        count = [0]
+
+        def walk(v: Any, depth: int) -> Any:
+            count[0] += 1
+            if self.max_objects and count[0] > self.max_objects:
+                return OBJECT_LIMIT
+            if isinstance(v, dict | list | tuple | set | frozenset):
+                if self.max_depth and depth >= self.max_depth:
+                    return str(v)
+                n = self.max_collection or None
+                if isinstance(v, dict):
+                    return {k: walk(x, depth + 1) for k, x in list(v.items())[:n]}
+                items = sorted(v, key=str) if isinstance(v, set | frozenset) else list(v)
+                return [walk(x, depth + 1) for x in items[:n]]
+            return v
+
+        return walk(value, 0)
 
 
 class Jolokia:
@@ -131,6 +206,7 @@ class Jolokia:
         self.registry = registry
         self.agent_id = agent_id
         self._clock = clock
+        self._opts = Options()
         self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
             "read": self._read,
             "write": self._write,
@@ -142,8 +218,10 @@ class Jolokia:
 
     # ---- entry points -------------------------------------------------------------------
 
-    def handle(self, request: Any) -> dict[str, Any]:
-        """Answer one request object with a success or error envelope; never raises."""
+    def handle(self, request: Any, query: dict[str, str] | None = None) -> dict[str, Any]:
+        """Answer one request object with a success or error envelope; never raises.
+        `query`: processing parameters from the URL (a request's `config` overrides them)."""
+        opts = Options.of(query, request.get("config") if isinstance(request, dict) else None)
         try:
             if not isinstance(request, dict):
                 raise BadRequest("a Jolokia request must be a JSON object with a 'type'")
@@ -154,36 +232,43 @@ class Jolokia:
                     f"unknown request type {json.dumps(kind)}; "
                     "use read, write, exec, list, search or version"
                 )
-            value = handler(request)
+            self._opts = opts
+            value = opts.limit(handler(request))
         except ManagementError as exc:
-            return self.error(exc, request)
+            return self.error(exc, request, opts)
         except Exception as exc:  # a getter, setter or operation failed: the MBean's fault
             failure = ManagementError(f"{type(exc).__name__}: {exc}")
             failure.error_type = f"{type(exc).__module__}.{type(exc).__qualname__}"
-            return self.error(failure, request)
+            failure.__cause__ = exc
+            return self.error(failure, request, opts)
+        finally:
+            self._opts = Options()
         return {"request": request, "value": value, "status": 200, "timestamp": self._now()}
 
-    def handle_post(self, body: bytes) -> tuple[int, dict[str, Any] | list[dict[str, Any]]]:
+    def handle_post(self, body: bytes, query: dict[str, str] | None = None
+                    ) -> tuple[int, dict[str, Any] | list[dict[str, Any]]]:
         """Answer a POST body: (HTTP status, one envelope or a list in request order)."""
         try:
             payload = json.loads(body.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             return 400, self.error(BadRequest(f"the request body is not valid JSON ({exc})"))
         if isinstance(payload, list):
-            return 200, [self.handle(item) for item in payload]
+            return 200, [self.handle(item, query) for item in payload]
         if isinstance(payload, dict):
-            return 200, self.handle(payload)
+            return 200, self.handle(payload, query)
         return 400, self.error(BadRequest("the request body must be a JSON object or array"))
 
-    def handle_get_path(self, path: str) -> dict[str, Any]:
+    def handle_get_path(self, path: str, query: dict[str, str] | None = None
+                        ) -> dict[str, Any]:
         """Answer a GET: ``path`` is what follows ``/jolokia/``, already percent-decoded."""
         try:
             request = parse_get_path(path)
         except ManagementError as exc:
-            return self.error(exc, {"path": path})
-        return self.handle(request)
+            return self.error(exc, {"path": path}, Options.of(query, None))
+        return self.handle(request, query)
 
-    def error(self, exc: ManagementError, request: Any = None) -> dict[str, Any]:
+    def error(self, exc: ManagementError, request: Any = None,
+              opts: Options | None = None) -> dict[str, Any]:
         envelope: dict[str, Any] = {
             "error_type": exc.error_type,
             "error": f"{exc.error_type} : {exc}",
@@ -192,6 +277,10 @@ class Jolokia:
         }
         if request is not None:
             envelope["request"] = request
+        trace = (opts or Options()).stack_trace
+        if trace == "true" or (trace == "runtime" and exc.__cause__ is not None):
+            cause = exc.__cause__ or exc
+            envelope["stacktrace"] = "".join(traceback.format_exception(cause))
         return envelope
 
     def _now(self) -> int:
@@ -209,9 +298,9 @@ class Jolokia:
         else:
             bean = self.registry.get(name)
             if wanted is None:
-                value = bean.read_all()
+                value = {a: self._attr(bean, a) for a in bean.attributes}
             elif isinstance(request.get("attribute"), list):
-                value = {a: bean.read(a) for a in wanted}
+                value = {a: self._attr(bean, a) for a in wanted}
             else:
                 value = bean.read(wanted[0])
         try:
@@ -228,12 +317,25 @@ class Jolokia:
         value: dict[str, Any] = {}
         for bean in beans:
             names = list(bean.attributes) if wanted is None else wanted
-            found = {a: bean.read(a) for a in names if a in bean.attributes}
+            found = {a: self._attr(bean, a) for a in names if a in bean.attributes}
             if found:
-                value[bean.name.canonical] = found
+                value[self._name(bean)] = found
         if not value:
             raise AttributeNotFound(f"no MBean matching {pattern} has {', '.join(wanted or [])}")
         return value
+
+    def _attr(self, bean: MBean, attribute: str) -> Any:
+        """One attribute of a multi-attribute read; with ignoreErrors its error message
+        stands in for a failing getter."""
+        if not self._opts.ignore_errors:
+            return bean.read(attribute)
+        try:
+            return bean.read(attribute)
+        except Exception as exc:
+            return f"ERROR: {type(exc).__name__}: {exc}"
+
+    def _name(self, bean: MBean) -> str:
+        return bean.name.canonical if self._opts.canonical else bean.given_name
 
     def _single_bean(self, request: dict[str, Any]) -> MBean:
         name = parse_name(_require_str(request, "mbean"))
@@ -288,7 +390,7 @@ class Jolokia:
 
     def _search(self, request: dict[str, Any]) -> list[str]:
         pattern = parse_name(_require_str(request, "mbean"))
-        return [bean.name.canonical for bean in self.registry.query(pattern)]
+        return [self._name(bean) for bean in self.registry.query(pattern)]
 
     def _version(self, request: dict[str, Any]) -> dict[str, Any]:
         return {

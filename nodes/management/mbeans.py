@@ -231,6 +231,8 @@ class MBean:
 
     def __init__(self, name: str | ObjectName, description: str = "") -> None:
         self.name = name if isinstance(name, ObjectName) else ObjectName.parse(name)
+        # The name as registered (key order kept), for `canonicalNaming=false` answers.
+        self.given_name = name if isinstance(name, str) else name.canonical
         if self.name.is_pattern:
             raise MalformedObjectName(f"{self.name} is a pattern, not the name of one MBean")
         self.description = description

@@ -127,11 +127,20 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
     rm = getattr(proto, "rm", None)
     registry.register(
         MBean("testbed:type=Transport", "UDP transport and reliable multicast")
+        .attribute("Transport", "str", lambda: cfg.transport,
+                   description="udp, or udp-aead (AES-GCM sealed datagrams)")
         .attribute("DatagramsSent", "int", lambda: counters.datagrams_out)
         .attribute("DatagramsReceived", "int", lambda: counters.datagrams_in)
         .attribute("BytesSent", "int", lambda: counters.bytes_out)
         .attribute("BytesReceived", "int", lambda: counters.bytes_in)
-        .attribute("Malformed", "int", lambda: counters.malformed)
+        .attribute("Malformed", "int", lambda: counters.malformed,
+                   description="datagrams that did not decode (nodes/wire.py)")
+        .attribute("Rejected", "int", lambda: counters.rejected,
+                   description="decoded datagrams refused by the edge checks (nodes/edge.py)")
+        .attribute("DropReasons", "dict", lambda: dict(counters.reasons),
+                   description="refused datagrams per reason, e.g. malformed:length")
+        .attribute("Errors", "int", lambda: counters.errors,
+                   description="exceptions caught in node callbacks (ev=error)")
         .attribute("Retransmissions", "int", lambda: getattr(rm, "retransmissions", 0))
     )
     return registry

@@ -10,15 +10,17 @@ locks. It binds only to the address it is given, the node's control address
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hmac
 import json
 import logging
+import ssl
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from nodes.management.jolokia import Jolokia
+from nodes.management.jolokia import Jolokia, Options
 from nodes.management.mbeans import MBeanRegistry
 from nodes.management.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from nodes.management.metrics import render_metrics
@@ -95,6 +97,8 @@ class ManagementServer:
         max_body_bytes: int = 1 << 20,
         idle_timeout_s: float = 30.0,
         agent_id: str = "testbed",
+        ssl_context: ssl.SSLContext | None = None,
+        basic: str = "",
     ) -> None:
         if not token:
             raise ValueError("the management server needs a non-empty bearer token")
@@ -105,14 +109,19 @@ class ManagementServer:
         self.idle_timeout_s = idle_timeout_s
         self.jolokia = Jolokia(registry, agent_id=agent_id)
         self._expected = f"Bearer {token}".encode()
+        # HTTP Basic as Jolokia agents accept it: "user:password" (the run's `mgmt.basic`).
+        self._basic = ("Basic " + base64.b64encode(basic.encode()).decode()).encode() \
+            if basic else None
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._stopping = False
+        self.ssl_context = ssl_context  # HTTPS when set (testbed/certs.py makes the certs)
 
     async def start(self) -> None:
         self._stopping = False
         self._server = await asyncio.start_server(
-            self._serve_connection, self.host, self.port, limit=MAX_HEAD_BYTES
+            self._serve_connection, self.host, self.port, limit=MAX_HEAD_BYTES,
+            ssl=self.ssl_context, ssl_handshake_timeout=10.0 if self.ssl_context else None,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("management server on %s:%d", self.host, self.port)
@@ -132,7 +141,8 @@ class ManagementServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/jolokia"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}/jolokia"
 
     # ---- connection handling ------------------------------------------------------------
 
@@ -217,27 +227,53 @@ class ManagementServer:
     # ---- routing ------------------------------------------------------------------------
 
     def _dispatch(self, request: _Request, body: bytes) -> _Response:
+        response = self._route(request, body)
+        origin = request.headers.get("origin")
+        if origin is not None:
+            # CORS, so that a browser console served from elsewhere can connect. Credentials
+            # are never allowed to ride along implicitly (no Allow-Credentials): a page must
+            # carry the token itself, so a site the operator visits cannot use a cached login.
+            cors = (("Access-Control-Allow-Origin", origin), ("Vary", "Origin"))
+            response.extra_headers = response.extra_headers + cors
+        return response
+
+    def _authorized(self, request: _Request) -> bool:
         supplied = request.headers.get("authorization", "").strip().encode()
-        if not hmac.compare_digest(supplied, self._expected):
-            return self._error(
-                401,
-                "missing or wrong bearer token",
-                (("WWW-Authenticate", 'Bearer realm="testbed"'),),
-            )
+        if hmac.compare_digest(supplied, self._expected):
+            return True
+        return self._basic is not None and hmac.compare_digest(supplied, self._basic)
+
+    def _route(self, request: _Request, body: bytes) -> _Response:
+        if request.method == "OPTIONS":  # a CORS preflight carries no credentials
+            asked = request.headers.get("access-control-request-headers", "")
+            return _Response(200, b"", "text/plain", (
+                ("Access-Control-Allow-Methods", "GET, POST, OPTIONS"),
+                ("Access-Control-Allow-Headers", asked or "Authorization, Content-Type"),
+                ("Access-Control-Max-Age", "3600"),
+                ("Allow", "GET, POST, OPTIONS")))
+        if not self._authorized(request):
+            challenges = [("WWW-Authenticate", 'Bearer realm="testbed"')]
+            if self._basic is not None:
+                challenges.append(("WWW-Authenticate", 'Basic realm="testbed"'))
+            return self._error(401, "missing or wrong credentials (bearer token or Basic)",
+                               tuple(challenges))
         path, _, query = request.target.partition("?")
         if path == "/metrics":
             if request.method != "GET":
                 return self._error(405, "use GET for /metrics", (("Allow", "GET"),))
             return _Response(200, render_metrics(self.registry).encode(), METRICS_CONTENT_TYPE)
         if path == "/jolokia" or path.startswith("/jolokia/"):
+            params = {k: v[0] for k, v in parse_qs(query).items() if k != "p"}
+            opts = Options.of(params, None)
             if request.method == "POST":
-                status, payload = self.jolokia.handle_post(body)
-                return _Response(status, _json(payload))
+                status, payload = self.jolokia.handle_post(body, params)
+                return _Response(status, _json(payload), _content_type(opts))
             if request.method == "GET":
                 # `?p=/read/...` is Jolokia's alternative to a path, for names URLs mangle.
                 alternative = parse_qs(query).get("p")
                 get_path = alternative[0] if alternative else unquote(path[len("/jolokia") :])
-                return _Response(200, _json(self.jolokia.handle_get_path(get_path)))
+                return _Response(200, _json(self.jolokia.handle_get_path(get_path, params)),
+                                 _content_type(opts))
             return self._error(405, "use GET or POST for /jolokia", (("Allow", "GET, POST"),))
         return self._error(404, f"no such path {path!r}; use /jolokia or /metrics")
 
@@ -258,6 +294,10 @@ class ManagementServer:
         ]
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + response.body)
         await writer.drain()
+
+
+def _content_type(opts: Options) -> str:
+    return f"{opts.mime_type}; charset=utf-8"
 
 
 def _parse_head(head: bytes) -> _Request:

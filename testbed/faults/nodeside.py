@@ -20,7 +20,8 @@ class NodeSideFaults:
         self.alive = alive
 
     def client(self, host: str) -> MgmtClient:
-        return MgmtClient(self.run.control_url(host), self.run.token)
+        client: MgmtClient = self.run.mgmt_client(host)
+        return client
 
     def _each_live(self, fn: Callable[[MgmtClient, str], Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}

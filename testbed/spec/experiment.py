@@ -43,6 +43,25 @@ class CaptureSpec(Strict):
     rotate_s: int | None = Field(default=None, ge=1)
 
 
+class ManagementSpec(Strict):
+    """How nodes serve `/jolokia` and `/metrics`: HTTPS with certificates from the run's CA
+    (testbed/certs.py) when `tls` is true."""
+
+    tls: bool = False
+    # Mutual TLS: clients must also present a certificate from the run's CA (testbed mgmt
+    # and the fault injector use certs/orchestrator.pem).
+    mutual: bool = False
+    # The key algorithm of the run's certificates (HTTPS management and the tls transport).
+    key: str = Field(default="ecdsa-p256", description="ecdsa-p256 or rsa-2048")
+
+    @field_validator("key")
+    @classmethod
+    def _algorithm(cls, v: str) -> str:
+        from testbed.certs import check_algorithm
+
+        return check_algorithm(v)
+
+
 class ExperimentSpec(Strict):
     name: str
     description: str = ""
@@ -59,6 +78,12 @@ class ExperimentSpec(Strict):
     workload: WorkloadSpec
     faults: list[FaultSpec] = []
     capture: CaptureSpec = CaptureSpec()
+    # How nodes talk: plain UDP, or UDP with every datagram sealed by AES-GCM under a per-run
+    # key (authenticated header, replay window per sender; nodes/aead.py).
+    # ... or TCP + TLS 1.3 with mutual authentication (nodes/tls_transport.py): reliable FIFO
+    # channels, so emulated loss below the node becomes delay.
+    transport: Literal["udp", "udp-aead", "tls"] = "udp"
+    management: ManagementSpec = ManagementSpec()
     expect: list[str] = []
 
     @field_validator("expect")
@@ -88,6 +113,12 @@ def check_experiment(exp: ExperimentSpec, topo: TopologySpec) -> list[tuple[Loc,
     if seq is not None and seq not in hosts:
         problems.append((("protocol", "params", "sequencer"), f"unknown sequencer host {seq!r}"))
     problems += check_faults(exp.faults, hosts, exp.duration)
+    if exp.transport != "udp" and exp.backend == "sim":
+        problems.append((("transport",), f"transport {exp.transport} needs real sockets; the "
+                         "sim backend delivers in-process (use local, mininet or docker)"))
+    if exp.transport == "udp-aead" and exp.backend == "docker":
+        problems.append((("transport",), "udp-aead is not available on the docker backend yet: "
+                         "the node image has no `cryptography` (use local or mininet, or tls)"))
     if exp.capture.pcap and exp.backend in ("sim", "local"):
         problems.append((("capture", "pcap"),
                          f"packet capture needs the mininet or docker backend, not {exp.backend}"))

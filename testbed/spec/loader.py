@@ -56,8 +56,8 @@ class Document:
 
     def error(self, loc: Loc, message: str, prefix: Loc = ()) -> str:
         full = prefix + loc
-        field = ".".join(str(p) for p in full) or "(top)"
-        return f"{self.path}:{self.line_of(full)}: {field}: {message}"
+        field = _one_line(".".join(str(p) for p in full)) if full else "(top)"
+        return f"{self.path}:{self.line_of(full)}: {field}: {_one_line(message)}"
 
 
 def read_document(path: Path) -> Document:
@@ -67,19 +67,32 @@ def read_document(path: Path) -> Document:
         raise SpecError([f"{path}:1: (file): no such file"]) from None
     except OSError as exc:
         raise SpecError([f"{path}:1: (file): cannot read: {exc.strerror}"]) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError([f"{path}:1: (file): not UTF-8 text ({exc.reason} at byte "
+                         f"{exc.start})"]) from None
+    except ValueError as exc:  # a NUL byte in the path
+        raise SpecError([f"{path!r}:1: (file): bad path: {exc}"]) from None
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.load(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 1
-        raise SpecError([f"{path}:{line}: (yaml): {exc.problem or exc.context}"]) from None
+        raise SpecError([f"{path}:{line}: (yaml): {_one_line(str(exc.problem or exc.context))}"]
+                        ) from None
     except yaml.YAMLError as exc:
-        raise SpecError([f"{path}:1: (yaml): {exc}"]) from None
+        raise SpecError([f"{path}:1: (yaml): {_one_line(str(exc))}"]) from None
+    except RecursionError:
+        raise SpecError([f"{path}:1: (yaml): nested too deeply"]) from None
     if not isinstance(data, dict):
         raise SpecError([f"{path}:1: (top): expected a mapping of fields, got "
                          f"{type(data).__name__}"])
     return Document(path, data, root)
+
+
+def _one_line(text: str) -> str:
+    """A message on one line (YAML and pydantic messages may quote multi-line input)."""
+    return " ".join(text.split()) or "invalid"
 
 
 def _data_loc(data: Any, loc: tuple[Any, ...]) -> Loc:
@@ -107,7 +120,7 @@ def _message(err: Any) -> str:
     msg = str(err["msg"])
     if err["type"] == "extra_forbidden":
         return "unknown field"
-    return msg.removeprefix("Value error, ")
+    return _one_line(msg.removeprefix("Value error, "))
 
 
 def validate(doc: Document, model: type[M], data: Any, prefix: Loc = ()) -> M:
@@ -149,10 +162,15 @@ def load_experiment(
         if located:
             raise SpecError(located)
     else:
-        topo_path = (path.parent / exp.topology).resolve()
-        if not topo_path.exists():
-            raise SpecError([doc.error(("topology",), f"topology file {exp.topology} not found "
-                                       f"(looked at {topo_path})")])
+        try:
+            topo_path = (path.parent / exp.topology).resolve()
+            found = topo_path.is_file()
+        except (OSError, ValueError) as exc:  # a NUL byte, a name too long, a symlink loop
+            raise SpecError([doc.error(("topology",), f"bad topology path {exp.topology!r}: "
+                                       f"{_one_line(str(exc))}")]) from None
+        if not found:
+            raise SpecError([doc.error(("topology",), f"topology file {exp.topology} not "
+                                       f"found (looked at {topo_path})")])
         topo = load_topology(topo_path)
     cross = check_experiment(exp, topo)
     if cross:

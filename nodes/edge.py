@@ -1,0 +1,200 @@
+"""Validation at the edge: every decoded datagram is checked once, here, before any protocol
+sees it, against what the node knows (members, roles, its own windows).
+
+`nodes.wire.decode` already refused what is not one well-formed message (lengths, payload
+entry sizes and counts). What is left needs the node's view: who may send a message type, and
+which numbers are plausible now. A refused datagram is counted per reason (`Rejected`, with
+`DropReasons` in `testbed:type=Transport`), never raised.
+
+The check table (`CHECKS`) holds one function per message type. The rules come from the
+protocols they protect:
+
+- every message: the sender is a member other than this node; the header's protocol is the
+  node's (ALIVE: the failure detector's RAW), and the type is one that protocol uses;
+- DATA (reliable FIFO multicast, 002 "Reliable FIFO: Negative Acknowledgement"): the origin
+  R-multicasts its own messages, so origin == sender (a RELAYED copy, 000 sec. 2.1 and the
+  relay in nodes/protocols/sequencer.py, keeps its origin's header too); the reliable
+  number lies in a window above what this node delivered from that sender (an honest sender
+  is at most its flow-control `window` ahead of every receiver; a partitioned receiver may be
+  further behind, hence the generous `RSEQ_WINDOW`), so a forged number cannot make a node
+  buffer or NACK without bound; the SETO hint (000 Fig. 4 line 10) is non-negative and below
+  `HINT_MAX_US`;
+- ORDER (000 Fig. 1): only from the current sequencer, numbers inside `SEQ_WINDOW` of the
+  next one to deliver, entries naming members;
+- NACK/ACK: ranges that are non-empty and inside what this node has sent (a forged ACK
+  cannot purge a send buffer); FETCH: only to the sequencer, at most 64 entries (decode);
+- ESTIMATE/DELAY (003 Fig. 7): ESTIMATE only to the designated process and carrying a delay
+  for every other member; DELAY only from the designated process and with one delay per
+  member; delays between 0 and `HINT_MAX_US`.
+
+Protocols the table does not know (a layer stack added later: give its `Proto` and message
+types an entry in `ALLOWED`, and its payloads a rule here or in `nodes.wire.PAYLOAD_RULES`)
+get the generic checks only. Without authentication (`transport: udp-aead` or `tls`) a
+process that can reach the data plane can
+still forge a member's messages within these bounds; the README's "Security" section says
+what that leaves open.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from nodes.protocols.fast_seto import RATE_ID
+from nodes.wire import Flag, Header, Message, MsgType, Proto
+
+RSEQ_WINDOW = 1 << 16  # reliable numbers ahead of the last delivered from that sender
+INCARNATION_WINDOW = 1024  # restarts a sender may be ahead of what we last saw
+SEQ_WINDOW = 1 << 20  # global sequence numbers ahead of the next to final-deliver
+HINT_MAX_US = 60_000_000  # delay hints and planned delays: at most a minute
+RELAYED = int(Flag.RELAYED)
+_ENTRY = struct.Struct("!HI")  # (origin, mno) and (member, us): both 6 bytes
+_SIGNED = struct.Struct("!Hi")
+
+_SEQUENCER_TYPES = frozenset({MsgType.DATA, MsgType.ORDER, MsgType.NACK, MsgType.ACK,
+                              MsgType.HEARTBEAT, MsgType.FETCH})
+ALLOWED: dict[Proto, frozenset[MsgType]] = {
+    Proto.SEQUENCER: _SEQUENCER_TYPES,
+    Proto.SETO: _SEQUENCER_TYPES,
+    Proto.FAST_SETO: _SEQUENCER_TYPES | {MsgType.PING, MsgType.PONG, MsgType.ESTIMATE,
+                                         MsgType.DELAY},
+}
+
+
+class Gate:
+    """The checks for one node; `check(msg)` returns None or the reason to reject it."""
+
+    def __init__(self, me: int, members: list[int], protocol: Any):
+        self.me = me
+        self.members = frozenset(members)
+        self.protocol = protocol
+        proto = getattr(protocol, "proto", None)
+        self.proto: Proto | None = proto if isinstance(proto, Proto) else None
+        self.allowed = ALLOWED.get(self.proto) if self.proto is not None else None
+
+    def check(self, msg: Message) -> str | None:
+        h = msg.header
+        if h.sender == self.me or h.sender not in self.members:
+            return "sender"
+        if h.type == MsgType.ALIVE:
+            return None if h.proto == Proto.RAW else "proto"
+        if self.allowed is None:
+            return None  # a protocol this table does not describe: generic checks only
+        if h.proto != self.proto:
+            return "proto"
+        if h.type not in self.allowed:
+            return "type"
+        rule = CHECKS.get(h.type)
+        return None if rule is None else rule(self, h, msg)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _reliable(self, h: Header) -> str | None:
+        """A reliable-multicast number inside the receiver's window for that sender."""
+        rm = getattr(self.protocol, "rm", None)
+        stream = None if rm is None else rm.streams.get(h.sender)
+        if stream is None:
+            return None
+        if h.aux < stream.incarnation:
+            return None  # from before the sender restarted: reliable multicast discards it
+        if h.aux > stream.incarnation + INCARNATION_WINDOW:
+            return "incarnation"
+        if h.aux == stream.incarnation and stream.adopt:
+            return None if h.rseq >= 1 else "window"  # a restarted receiver joins anywhere
+        base = stream.delivered if h.aux == stream.incarnation else 0
+        return None if 1 <= h.rseq <= base + RSEQ_WINDOW else "window"
+
+    def _sent_range(self, first: int, last: int) -> str | None:
+        rm = getattr(self.protocol, "rm", None)
+        if rm is None:
+            return None
+        return None if last <= rm.next_rseq - 1 and first <= last else "range"
+
+    def _origins(self, payload: bytes) -> str | None:
+        for i in range(0, len(payload), _ENTRY.size):
+            origin, mno = _ENTRY.unpack_from(payload, i)
+            if origin not in self.members or mno < 1:
+                return "entries"
+        return None
+
+    def _vector(self, payload: bytes, expected: frozenset[int], rate: bool) -> str | None:
+        seen: set[int] = set()
+        for i in range(0, len(payload), _SIGNED.size):
+            member, value = _SIGNED.unpack_from(payload, i)
+            if member in seen:
+                return "entries"
+            seen.add(member)
+            if rate and member == RATE_ID:
+                if value < 0:
+                    return "value"
+                continue
+            if member not in expected:
+                return "entries"
+            if not 0 <= value <= HINT_MAX_US:
+                return "value"
+        return None if expected <= seen else "entries"
+
+
+def _data(g: Gate, h: Header, msg: Message) -> str | None:
+    if h.origin not in g.members or h.mno < 1:
+        return "origin"
+    if not 0 <= h.hint <= HINT_MAX_US:
+        return "hint"
+    if h.origin != h.sender:
+        return "origin"
+    # A RELAYED copy (the sequencer answering a FETCH) keeps its origin's header, so its
+    # numbers are the origin's and it bypasses the reliable layer: no window to check.
+    return None if h.flags & RELAYED else g._reliable(h)
+
+
+def _order(g: Gate, h: Header, msg: Message) -> str | None:
+    p = g.protocol
+    if h.sender != getattr(p, "sequencer", h.sender) or h.origin != h.sender:
+        return "role"
+    nxt = getattr(p, "next_deliver", None)
+    if h.seq < 1 or (nxt is not None and not getattr(p, "joining", False)
+                     and h.seq > nxt + SEQ_WINDOW):
+        return "window"
+    return g._reliable(h) or g._origins(msg.payload)
+
+
+def _heartbeat(g: Gate, h: Header, msg: Message) -> str | None:
+    return g._reliable(h)
+
+
+def _nack(g: Gate, h: Header, msg: Message) -> str | None:
+    return "range" if h.rseq < 1 else g._sent_range(h.rseq, h.seq)
+
+
+def _ack(g: Gate, h: Header, msg: Message) -> str | None:
+    return g._sent_range(0, h.rseq)
+
+
+def _fetch(g: Gate, h: Header, msg: Message) -> str | None:
+    if getattr(g.protocol, "sequencer", g.me) != g.me:
+        return "role"
+    return g._origins(msg.payload)
+
+
+def _estimate(g: Gate, h: Header, msg: Message) -> str | None:
+    if getattr(g.protocol, "coordinator", g.me) != g.me:
+        return "role"
+    return g._vector(msg.payload, g.members - {h.sender}, rate=True)
+
+
+def _delay(g: Gate, h: Header, msg: Message) -> str | None:
+    if h.sender != getattr(g.protocol, "coordinator", h.sender):
+        return "role"
+    return g._vector(msg.payload, g.members, rate=False)
+
+
+CHECKS: dict[MsgType, Callable[[Gate, Header, Message], str | None]] = {
+    MsgType.DATA: _data,
+    MsgType.ORDER: _order,
+    MsgType.HEARTBEAT: _heartbeat,
+    MsgType.NACK: _nack,
+    MsgType.ACK: _ack,
+    MsgType.FETCH: _fetch,
+    MsgType.ESTIMATE: _estimate,
+    MsgType.DELAY: _delay,
+}
