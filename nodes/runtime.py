@@ -32,6 +32,8 @@ from nodes.management.node_mbeans import build_node_registry
 from nodes.management.server import ManagementServer
 from nodes.workload import intervals, workload_rng
 
+STOP_DELAY_S = 0.05  # a management `stop` lets its reply leave before the node winds down
+
 if TYPE_CHECKING:
     from nodes.aead import Sealer
     from nodes.tls_transport import TlsTransport
@@ -121,7 +123,8 @@ class NodeRuntime:
     async def _start_management(self) -> ManagementServer | None:
         if self.cfg.control_port is None:
             return None
-        registry = build_node_registry(self.core, on_stop=self.done.set)
+        # `stop` answers first, then the node winds down (the orchestrator's drain calls it).
+        registry = build_node_registry(self.core, on_stop=self._stop_soon)
         registry.register(self._paths_mbean())
         tls = _server_tls(self.cfg) if self.cfg.mgmt_tls else None
         server = ManagementServer(registry, self.cfg.control_host, self.cfg.control_port,
@@ -133,6 +136,9 @@ class NodeRuntime:
         where.write_text(json.dumps({"host": self.cfg.control_host, "port": server.port,
                                      "scheme": "https" if tls else "http"}))
         return server
+
+    def _stop_soon(self) -> None:
+        self.loop.call_later(STOP_DELAY_S, self.done.set)
 
     # -- events in ----------------------------------------------------------------------------
     # No exception escapes a callback: an unexpected one is a bug, written as `ev=error` in

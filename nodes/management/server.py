@@ -162,7 +162,9 @@ class ManagementServer:
         finally:
             try:
                 writer.close()
-                with contextlib.suppress(Exception):
+                # stop() may cancel this task again while it waits here: swallow that too, so
+                # the task ends cleanly instead of asyncio logging a traceback for it.
+                with contextlib.suppress(Exception, asyncio.CancelledError):
                     await writer.wait_closed()
             finally:
                 self._connections.discard(task)
