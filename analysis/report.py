@@ -39,6 +39,7 @@ border-radius:6px;padding:.4em .8em;min-width:7em}.card b{display:block;font-siz
 font-size:.9em}th,td{border:1px solid #ddd;padding:.25em .6em;text-align:right}
 th:first-child,td:first-child,td.l{text-align:left}th{background:#f5f5f5}
 td.bad{color:#c62828;font-weight:600}td.ok{color:#2e7d32}code{font-size:.9em}
+.unclaimed{color:#9e9e9e}
 .cap{color:#555;font-size:.85em;margin:.1em 0 .4em}svg.plot{width:100%;height:auto;display:block}
 .grid{display:grid;grid-template-columns:1fr 1fr;gap:.5em}
 svg text{font-family:system-ui,sans-serif}.tick{font-size:11px;fill:#555}
@@ -69,7 +70,8 @@ def verdict(summary: dict[str, Any]) -> tuple[bool, list[str]]:
     """PASS needs every checker clean and every expectation in `summary["expectations"]`
     (a list of `Result.as_dict()`, when the caller evaluated any) to hold; plus the reasons."""
     reasons = [f"{name}: {c.get('violations')} violation(s)"
-               for name, c in summary.get("checks", {}).items() if c.get("violations", 0)]
+               for name, c in summary.get("checks", {}).items()
+               if c.get("violations", 0) and c.get("claimed", True)]
     reasons += [f"expectation failed: {r.get('expectation')} ({r.get('reason')})"
                 for r in summary.get("expectations", []) if not r.get("ok")]
     return checks_ok(summary) and not reasons, reasons
@@ -81,8 +83,15 @@ def _checks_html(summary: dict[str, Any]) -> str:
         n = check.get("violations", 0)
         shown = "<br>".join(f"<code>{escape(json.dumps(e))}</code>"
                             for e in check.get("examples", [])[:3])
-        rows.append([_td(name), _td(n, bad=n > 0, cls="ok"), f'<td class="l">{shown}</td>'])
-    return "<h2>Checks</h2>" + _table(["check", "violations", "examples"], rows)
+        if check.get("claimed", True):
+            rows.append([_td(name), _td(n, bad=n > 0, cls="ok"),
+                         f'<td class="l">{shown}</td>'])
+        else:  # not promised by the protocol: shown greyed out, never failing the run
+            rows.append([_td(f"{name} (not claimed)", cls="unclaimed"), _td(n, cls="unclaimed"),
+                         f'<td class="l unclaimed">{shown}</td>'])
+    note = ("<p>Greyed-out checks are not claimed by the protocol (docs/protocols.md): their "
+            "counts are for information and do not fail the run.</p>")
+    return "<h2>Checks</h2>" + _table(["check", "violations", "examples"], rows) + note
 
 
 def _expectations_html(summary: dict[str, Any]) -> str:

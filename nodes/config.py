@@ -11,8 +11,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-PROTOCOLS = ("sequencer", "seto", "fast-seto")
-
 # The simulator's virtual time starts at a fixed instant (2026-01-01T00:00:00Z) so that its
 # logs look like real ones and are reproducible.
 SIM_EPOCH_NS = 1_767_225_600_000_000_000

@@ -15,12 +15,10 @@ from typing import Any
 from nodes.clock import SkewedClock
 from nodes.config import NodeConfig
 from nodes.eventlog import EventLog
-from nodes.protocols import make_protocol
+from nodes.protocols import catalogue, make_protocol
 from nodes.protocols.base import FinalDeliver, Log, OptDeliver, Received, Send, SetTimer
 from nodes.protocols.failure_detector import FailureDetector
 from nodes.wire import Message, MsgType, WireError, decode, encode
-
-NAME_PARAMS = ("sequencer",)  # params that name a host; the protocol gets the member id
 
 
 @dataclass
@@ -123,11 +121,9 @@ class NodeCore:
         """Tell the protocol what the failure detector changed its mind about."""
         if not self.fd.changes:
             return []
-        hook = getattr(self.protocol, "on_suspect", None)
         actions: list[Any] = []
         for member, suspected in self.fd.drain_changes():
-            if hook is not None:
-                actions += hook(member, suspected, lt)
+            actions += self.protocol.on_suspect(member, suspected, lt)
         return actions
 
     def stop(self, t: int) -> None:
@@ -174,10 +170,14 @@ class NodeCore:
 
 
 def resolve_params(cfg: NodeConfig) -> dict[str, Any]:
+    """The protocol's params with each host-naming one (per the catalogue) as `<name>_id`."""
     ids = {m.name: m.id for m in cfg.members}
     params = dict(cfg.params)
     params["incarnation"] = cfg.incarnation
-    for key in NAME_PARAMS:
-        if key in params:
+    entry = catalogue.find(cfg.protocol)
+    for key in entry.host_params() if entry is not None else ():
+        if params.get(key) is not None:
             params[f"{key}_id"] = ids[params.pop(key)]
+        else:
+            params.pop(key, None)
     return params

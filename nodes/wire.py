@@ -69,6 +69,9 @@ class MsgType(enum.IntEnum):
 
 
 class Proto(enum.IntEnum):
+    """The wire ids of the first protocols. Every protocol's id is in its catalogue entry
+    (nodes/protocols/catalogue.py), which registers it here with `register_proto`."""
+
     RAW = 0
     RELIABLE = 1
     SEQUENCER = 2
@@ -89,7 +92,7 @@ class WireError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Header:
     type: MsgType
-    proto: Proto = Proto.RAW
+    proto: int = Proto.RAW  # a Proto member, or another registered wire id
     flags: int = 0
     sender: int = 0
     rseq: int = 0
@@ -119,7 +122,14 @@ class Message:
 
 # Enum construction by value is slow on the hot path; look members up in plain dicts.
 _TYPES = {int(t): t for t in MsgType}
-_PROTOS = {int(p): p for p in Proto}
+_PROTOS: dict[int, int] = {int(p): p for p in Proto}
+
+
+def register_proto(wire_id: int, name: str) -> None:
+    """Accept `wire_id` in decoded headers (the protocol catalogue registers every entry's)."""
+    if not 0 <= wire_id <= 255:
+        raise ValueError(f"protocol {name!r}: wire id {wire_id} does not fit the u8 field")
+    _PROTOS.setdefault(wire_id, wire_id)
 
 
 def encode(msg: Message) -> bytes:

@@ -36,11 +36,35 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
-from nodes.protocols.base import Action, RDeliver, Send, SetTimer
+from nodes.protocols.base import Action, CommonParams, RDeliver, Send, SetTimer, ms, param
 from nodes.wire import Flag, Header, Message, MsgType, Proto
 
 TICK = "rm:tick"
+
+
+@dataclass(frozen=True)
+class ReliableParams(CommonParams):
+    """The NACK layer's parameters (every stack built on it takes them too)."""
+
+    tick_ms: float = ms("period of the layer's timer scan (NACKs, heartbeats, ACKs)", 10)
+    nack_delay_ms: float = ms("how long a gap stays open before it is NACKed", 5, ge=0)
+    nack_retry_ms: float = ms("how often an unanswered NACK repeats", 60)
+    ack_every_ms: float = ms("period of the cumulative ACKs that free send buffers", 20)
+    window: int = param(1024, "own messages a sender keeps unacknowledged (flow control)",
+                        ge=1)
+    max_resend: int = param(128, "messages resent per NACK at most", ge=1)
+
+
+def reliable_kwargs(params: dict[str, Any]) -> dict[str, Any]:
+    """ReliableMulticast's keyword arguments from a node config's params."""
+    names = {"tick_ms": "tick_ns", "nack_delay_ms": "nack_delay_ns",
+             "nack_retry_ms": "nack_retry_ns", "ack_every_ms": "ack_every_ns"}
+    out = {names[k]: round(float(v) * 1e6) for k, v in params.items() if k in names}
+    out.update({k: int(v) for k, v in params.items()
+                if k in ("window", "max_resend", "incarnation")})
+    return out
 
 
 @dataclass

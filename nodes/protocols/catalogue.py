@@ -1,0 +1,138 @@
+"""The protocol catalogue: one entry per protocol, read by everything that needs to know one.
+
+An entry gives the protocol's name (as experiments spell it), its wire id (the header's
+`proto` byte), the factory that builds its stack for one process, its parameter dataclass
+(nodes/protocols/base.py: types, defaults, limits; `params_model` turns it into the pydantic
+model that specs are validated with and `testbed schema` shows), and its **claims**: which
+checks of the checker suite (the keys of summary.json's `checks`) it promises to pass, and
+whether it opt-delivers. Spec validation, node configs, the node core, the management MBeans
+and the checker suite all read it; adding a protocol is its module plus one entry below
+(docs/protocols.md).
+
+Importing this module needs no pydantic (the node image has none): only `params_model` does.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from nodes import wire
+from nodes.protocols.base import CommonParams, Layer
+from nodes.protocols import fifo
+from nodes.protocols.fast_seto import FastSeto, FastSetoParams
+from nodes.protocols.reliable import ReliableParams
+from nodes.protocols.reliable_nack import ReliableNack
+from nodes.protocols.sequencer import Sequencer, SequencerParams
+from nodes.protocols.seto import Seto, SetoParams
+from nodes.wire import Proto
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+# The checks a protocol can claim: the keys of summary.json's `checks` (analysis/checks.py).
+CHECKS = ("total_order", "fifo_order", "causal_order", "agreement", "integrity", "validity")
+# What reliable FIFO multicast promises (002, "Reliable FIFO"), and what every fixed-sequencer
+# total order adds to it: total order, and causal order too, since the sequencer numbers each
+# message after everything its sender had delivered (000 Fig. 1, 003 Fig. 2).
+RELIABLE_FIFO = frozenset({"fifo_order", "agreement", "integrity", "validity"})
+SEQUENCER_TOTAL = RELIABLE_FIFO | {"total_order", "causal_order"}
+
+Factory = Callable[[int, list[int], dict[str, Any]], Layer]
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    wire_id: int
+    factory: Factory
+    params: type[CommonParams]
+    claims: frozenset[str]
+    optimistic: bool = False  # opt-delivers (summary.json gets `local_order` and accuracy)
+    summary: str = ""
+
+    def host_params(self) -> tuple[str, ...]:
+        """Parameters that name a host: specs check them, nodes get the member id
+        (`<name>_id`)."""
+        return tuple(f.name for f in fields(self.params) if f.metadata.get("host"))
+
+    def claims_check(self, check: str) -> bool:
+        """Whether a check of the suite (or `local_order`) is among the claims."""
+        if check == "local_order":
+            return self.optimistic
+        return check in self.claims
+
+
+CATALOGUE: tuple[Entry, ...] = (
+    Entry("sequencer", Proto.SEQUENCER, Sequencer, SequencerParams, SEQUENCER_TOTAL,
+          summary="fixed-sequencer total order over reliable FIFO (000 sec. 2.1, Fig. 1)"),
+    Entry("seto", Proto.SETO, Seto, SetoParams, SEQUENCER_TOTAL, optimistic=True,
+          summary="optimistic total order with delay compensation (000 sec. 3, Fig. 4)"),
+    Entry("fast-seto", Proto.FAST_SETO, FastSeto, FastSetoParams, SEQUENCER_TOTAL,
+          optimistic=True,
+          summary="SETO with planned delays (003 sec. 4.3, Fig. 7)"),
+    Entry("reliable-nack", Proto.RELIABLE, ReliableNack, ReliableParams, RELIABLE_FIFO,
+          summary="reliable FIFO multicast with negative acknowledgements (002)"),
+    Entry("fifo", fifo.WIRE_ID, fifo.Fifo, CommonParams, frozenset({"fifo_order", "integrity"}),
+          summary="FIFO without reliability, late messages dropped (002 L54-66)"),
+)
+
+_BY_NAME = {e.name: e for e in CATALOGUE}
+_BY_WIRE = {e.wire_id: e for e in CATALOGUE}
+if len(_BY_NAME) != len(CATALOGUE) or len(_BY_WIRE) != len(CATALOGUE):
+    raise RuntimeError("protocol catalogue: names and wire ids must be unique")
+for _e in CATALOGUE:
+    if not _e.claims <= set(CHECKS):
+        raise RuntimeError(f"protocol {_e.name!r} claims unknown checks "
+                           f"{sorted(_e.claims - set(CHECKS))}")
+    wire.register_proto(_e.wire_id, _e.name)
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_BY_NAME)
+
+
+def get(name: str) -> Entry:
+    """The entry of protocol `name`; KeyError naming the known ones."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown protocol {name!r}; known: {', '.join(_BY_NAME)}") from None
+
+
+def find(name: str) -> Entry | None:
+    return _BY_NAME.get(name)
+
+
+def build(name: str, me: int, members: list[int], params: dict[str, Any]) -> Layer:
+    """Build protocol `name`'s stack for process `me` (host params already resolved to ids)."""
+    return get(name).factory(me, members, params)
+
+
+def params_model(name: str) -> type[BaseModel]:
+    """The pydantic model of protocol `name`'s parameters (unknown keys forbidden)."""
+    return _model(get(name).params)
+
+
+_MODELS: dict[type, Any] = {}
+
+
+def _model(cls: type[CommonParams]) -> type[BaseModel]:
+    from pydantic import ConfigDict, Field, create_model
+
+    if cls in _MODELS:
+        return _MODELS[cls]  # type: ignore[no-any-return]
+    hints = typing.get_type_hints(cls)
+    spec: dict[str, Any] = {}
+    for f in fields(cls):
+        meta = dict(f.metadata)
+        doc = meta.pop("doc", None)
+        meta.pop("host", None)
+        default = f.default if f.default is not MISSING else ...
+        spec[f.name] = (hints[f.name], Field(default=default, description=doc, **meta))
+    model = create_model(f"{cls.__name__}Model", __config__=ConfigDict(extra="forbid"),
+                         __doc__=cls.__doc__, **spec)
+    _MODELS[cls] = model
+    return model
