@@ -72,7 +72,7 @@ def _records(events: DataFrame, nodes: list[str],
                            for x in (F.lit(n), F.lit(k).cast("long"))])
     part = F.coalesce(where[F.col("node")], F.lit(keys[0]).cast("long"))
     by_node = (by_mid.withColumn("_part", part).repartition(len(keys), "_part").drop("_part")
-               .mapInArrow(checks_node.NodeChecks(checks_order.MAX_PAIRS_PER_NODE),
+               .mapInArrow(checks_node.NodeChecks(checks_order.MAX_PAIRS_PER_NODE, names),
                            checks_node.NODE_RECS))
     recs: Records = {}
     for line in by_node.toArrow().column("rec").to_pylist():
