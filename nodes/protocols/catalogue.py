@@ -20,8 +20,8 @@ from dataclasses import MISSING, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from nodes import wire
+from nodes.protocols import cbcast, fifo, reliable_ack
 from nodes.protocols.base import CommonParams, Layer
-from nodes.protocols import fifo
 from nodes.protocols.fast_seto import FastSeto, FastSetoParams
 from nodes.protocols.reliable import ReliableParams
 from nodes.protocols.reliable_nack import ReliableNack
@@ -75,6 +75,12 @@ CATALOGUE: tuple[Entry, ...] = (
           summary="SETO with planned delays (003 sec. 4.3, Fig. 7)"),
     Entry("reliable-nack", Proto.RELIABLE, ReliableNack, ReliableParams, RELIABLE_FIFO,
           summary="reliable FIFO multicast with negative acknowledgements (002)"),
+    Entry("reliable-ack", reliable_ack.WIRE_ID, reliable_ack.ReliableAck,
+          reliable_ack.ReliableAckParams, RELIABLE_FIFO,
+          summary="reliable FIFO multicast with positive acknowledgements (002 L120-181)"),
+    Entry("cbcast", cbcast.WIRE_ID, cbcast.Cbcast, ReliableParams,
+          RELIABLE_FIFO | {"causal_order"},
+          summary="causal order with vector clocks, ISIS CBCAST (002 L299-327)"),
     Entry("fifo", fifo.WIRE_ID, fifo.Fifo, CommonParams, frozenset({"fifo_order", "integrity"}),
           summary="FIFO without reliability, late messages dropped (002 L54-66)"),
 )

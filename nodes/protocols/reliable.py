@@ -94,8 +94,12 @@ class ReliableMulticast:
         window: int = 1024,
         max_resend: int = 128,
         incarnation: int = 0,
+        scope: str = "rm",
     ):
         self.me = me
+        # Timer keys are scoped per layer instance ("<scope>:tick"), so two instances can run
+        # side by side in one node; the owner routes keys with its own prefixes elsewhere.
+        self.tick_key = TICK if scope == "rm" else f"{scope}:tick"
         self.members = members
         self.proto = proto
         self.tick_ns = tick_ns
@@ -118,7 +122,7 @@ class ReliableMulticast:
     # -- events -------------------------------------------------------------------------------
     def start(self, now: int) -> list[Action]:
         self.last_ack_at = now
-        return [SetTimer(TICK, self.tick_ns)]
+        return [SetTimer(self.tick_key, self.tick_ns)]
 
     def multicast(self, header: Header, payload: bytes, now: int) -> list[Action]:
         """R-multicast: number the message, buffer it, send it, and deliver it locally."""
@@ -183,7 +187,7 @@ class ReliableMulticast:
         return self._receive(stream, msg, now)
 
     def on_timer(self, key: str, now: int) -> list[Action]:
-        out: list[Action] = [SetTimer(TICK, self.tick_ns)]
+        out: list[Action] = [SetTimer(self.tick_key, self.tick_ns)]
         unacked = self.next_rseq - 1
         idle = now - self.last_multicast_at >= self.tick_ns
         floor = self._floor()
