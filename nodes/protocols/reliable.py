@@ -86,7 +86,7 @@ class ReliableMulticast:
         self,
         me: int,
         members: list[int],
-        proto: Proto = Proto.RELIABLE,
+        proto: int = Proto.RELIABLE,
         tick_ns: int = 10_000_000,
         nack_delay_ns: int = 5_000_000,
         nack_retry_ns: int = 60_000_000,
