@@ -1,0 +1,219 @@
+"""Every protocol of the catalogue on the deterministic simulator under loss, reordering and
+jitter: its claimed properties hold (plain-Python oracles here, the Spark checker suite in
+tests/test_protocol_checks.py), each new protocol's negative control (a deliberately broken
+variant, kept here) is caught, and each runs on the `local` backend."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodes.protocols import catalogue
+from nodes.protocols.base import FinalDeliver, Layer, RDeliver
+from nodes.protocols.cbcast import Cbcast
+from nodes.protocols.fifo import Fifo
+from nodes.protocols.reliable_ack import ReliableAck
+from nodes.protocols.reliable_nack import ReliableNack
+from nodes.wire import Message
+from tests import protosim as ps
+from tests.eventlogs import run_dir_of
+
+ROOT = Path(__file__).resolve().parents[1]
+# h1 -> h3 is slow, h1 -> h2 -> h3 fast: a reply of h2 to h1 overtakes h1's message at h3 (002
+# L244: FIFO reception does not imply causal reception).
+TRIANGLE = [[0, 5, 60], [5, 0, 5], [60, 5, 0]]
+RELIABLE = ("sequencer", "seto", "fast-seto", "reliable-nack", "reliable-ack", "cbcast")
+
+
+def oracle_counts(events: ps.Events) -> dict[str, int]:
+    return {"fifo_order": sum(ps.fifo_moves(events).values()),
+            "total_order": ps.total_order_pairs(events),
+            "causal_order": sum(ps.causal_moves(events).values()),
+            "integrity": ps.integrity(events), "agreement": ps.agreement(events),
+            "validity": ps.validity(events)}
+
+
+def claimed_counts(name: str, events: ps.Events) -> dict[str, int]:
+    claims = catalogue.get(name).claims
+    return {k: v for k, v in oracle_counts(events).items() if k in claims}
+
+
+@pytest.mark.parametrize("name", RELIABLE)
+def test_every_claim_holds_with_loss_and_jitter(tmp_path: Path, name: str) -> None:
+    """The acceptance run: 10 s, 5 hosts all sending, 2% loss and 1 ms jitter on every path."""
+    ps.run(ps.configs(name, tmp_path, loss=0.02, jitter_ms=1.0, duration_s=10.0))
+    events = ps.read_events(tmp_path)
+    fnl = ps.deliveries(events)
+    assert all(len(v) > 800 for v in fnl.values()), {h: len(v) for h, v in fnl.items()}
+    counts = claimed_counts(name, events)
+    assert counts and all(v == 0 for v in counts.values()), counts
+
+
+@pytest.mark.parametrize("name", ("reliable-nack", "reliable-ack", "cbcast"))
+def test_claims_hold_under_heavy_loss_and_reordering(tmp_path: Path, name: str) -> None:
+    """10% loss and jitter (4 ms on 5 ms paths) that reorders datagrams."""
+    ps.run(ps.configs(name, tmp_path, loss=0.10, jitter_ms=4.0, rate=50.0, duration_s=4.0,
+                      drain_s=6.0))
+    counts = claimed_counts(name, ps.read_events(tmp_path))
+    assert all(v == 0 for v in counts.values()), counts
+
+
+def test_fifo_drops_late_messages_and_stays_fifo(tmp_path: Path) -> None:
+    sim = ps.run(ps.configs("fifo", tmp_path, loss=0.02, jitter_ms=4.0, rate=50.0,
+                            duration_s=4.0))
+    events = ps.read_events(tmp_path)
+    assert claimed_counts("fifo", events) == {"fifo_order": 0, "integrity": 0}
+    late = sum(c.protocol.late for c in sim.cores.values())  # type: ignore[attr-defined]
+    logged = sum(1 for evs in events.values() for e in evs if e["ev"] == "late")
+    assert late == logged > 0
+    assert ps.agreement(events) > 0  # no reliability: losses are gaps for good (002 L70)
+
+
+# -- negative controls: deliver on receipt ----------------------------------------------------
+def nack_on_receipt(nid: int, layer: Layer) -> None:
+    assert isinstance(layer, ReliableNack)
+    rm, original, seen = layer.rm, layer.rm._receive, set()
+
+    def receive(stream: Any, msg: Message, now: int) -> list[Any]:
+        kept = [a for a in original(stream, msg, now) if type(a) is not RDeliver]
+        key = (msg.header.sender, msg.header.rseq)
+        if key in seen:
+            return kept
+        seen.add(key)
+        return [RDeliver(msg.header.sender, msg), *kept]
+
+    rm._receive = receive  # type: ignore[method-assign]
+
+
+def ack_on_receipt(nid: int, layer: Layer) -> None:
+    assert isinstance(layer, ReliableAck)
+    seen: set[tuple[int, int]] = set()
+
+    def receive(stream: Any, msg: Message) -> list[Any]:
+        h = msg.header
+        if (h.sender, h.rseq) in seen:
+            return []
+        seen.add((h.sender, h.rseq))
+        layer.delivered += 1
+        return [FinalDeliver(h.origin, h.mno, layer.delivered, len(msg.payload))]
+
+    layer._receive = receive  # type: ignore[method-assign]
+
+
+def cbcast_on_receipt(nid: int, layer: Layer) -> None:
+    """Deliver each new message as reliable FIFO hands it up, ignoring its vector."""
+    assert isinstance(layer, Cbcast)
+    seen: set[tuple[int, int]] = set()
+
+    def receive(msg: Message) -> list[Any]:
+        h = msg.header
+        if (h.origin, h.mno) in seen:
+            return []
+        seen.add((h.origin, h.mno))
+        layer.delivered += 1
+        return [FinalDeliver(h.origin, h.mno, layer.delivered, len(msg.payload))]
+
+    layer._receive = receive  # type: ignore[method-assign]
+
+
+def fifo_keeps_late(nid: int, layer: Layer) -> None:
+    assert isinstance(layer, Fifo)
+    for m in layer.seen:
+        layer.seen[m] = -(2**40)  # never late: V[i] stays far below every number
+    original = layer.on_message
+
+    def on_message(src: int, msg: Message, now: int) -> list[Any]:
+        out = original(src, msg, now)
+        layer.seen[msg.header.sender] = -(2**40)
+        return out
+
+    layer.on_message = on_message  # type: ignore[method-assign]
+
+
+NEGATIVE = [
+    # (protocol, patch, set-up, the check that must fail)
+    ("reliable-nack", nack_on_receipt, {"loss": 0.05, "jitter_ms": 1.0}, "fifo_order"),
+    ("reliable-ack", ack_on_receipt, {"loss": 0.05, "jitter_ms": 1.0}, "fifo_order"),
+    ("cbcast", cbcast_on_receipt, {"matrix_ms": TRIANGLE, "loss": 0.0}, "causal_order"),
+    ("fifo", fifo_keeps_late, {"loss": 0.0, "jitter_ms": 4.0, "rate": 50.0}, "fifo_order"),
+]
+
+
+@pytest.mark.parametrize("name,patch,setup,check", NEGATIVE, ids=[n[0] for n in NEGATIVE])
+def test_negative_control_is_caught(tmp_path: Path, name: str, patch: Any,
+                                    setup: dict[str, Any], check: str) -> None:
+    ps.run(ps.configs(name, tmp_path, duration_s=4.0, **setup))
+    assert oracle_counts(ps.read_events(tmp_path))[check] == 0  # the real one is clean
+    broken = tmp_path / "broken"
+    ps.run(ps.configs(name, broken, duration_s=4.0, **setup), patch=patch)
+    assert oracle_counts(ps.read_events(broken))[check] > 0
+
+
+# -- the triangle: FIFO is not causal ---------------------------------------------------------
+def test_reliable_fifo_breaks_causal_order_on_the_triangle_and_cbcast_does_not(
+    tmp_path: Path
+) -> None:
+    found = {}
+    for name in ("reliable-ack", "reliable-nack", "cbcast"):
+        ps.run(ps.configs(name, tmp_path / name, matrix_ms=TRIANGLE, loss=0.0, jitter_ms=1.0,
+                          duration_s=5.0))
+        events = ps.read_events(tmp_path / name)
+        found[name] = oracle_counts(events)
+        assert claimed_counts(name, events) == dict.fromkeys(catalogue.get(name).claims, 0)
+    assert found["reliable-ack"]["causal_order"] > 0
+    assert found["reliable-nack"]["causal_order"] > 0
+    assert found["cbcast"]["causal_order"] == 0
+    held = sum(1 for evs in ps.read_events(tmp_path / "cbcast").values() for e in evs
+               if e["ev"] == "hold")
+    assert held > 0  # the hold-back rule was exercised
+
+
+# -- layers compose ---------------------------------------------------------------------------
+def test_two_cbcast_instances_in_one_node_keep_their_timers_apart() -> None:
+    a = Cbcast(0, [0, 1], {}, scope="a")
+    b = Cbcast(0, [0, 1], {}, scope="b")
+    keys = {t.key for t in a.start(0) + b.start(0)}  # type: ignore[union-attr]
+    assert keys == {"a:tick", "b:tick"}
+
+
+# -- the local backend ------------------------------------------------------------------------
+TOPO = """\
+name: t
+sites:
+  a: {lan: {delay: 2ms, jitter: 1ms, loss: 2%}}
+hosts:
+  - {name: h1, site: a}
+  - {name: h2, site: a}
+  - {name: h3, site: a}
+"""
+
+EXP = """\
+name: local-{name}
+topology: topo.yaml
+backend: local
+duration: 2s
+drain: 2s
+protocol: {{name: {name}}}
+workload: {{rate: 30/s, size: 100B}}
+"""
+
+
+@pytest.mark.parametrize("name", [*RELIABLE, "fifo"])
+def test_runs_on_the_local_backend(tmp_path: Path, name: str) -> None:
+    (tmp_path / "topo.yaml").write_text(TOPO)
+    (tmp_path / "exp.yaml").write_text(EXP.format(name=name))
+    proc = subprocess.run([sys.executable, "-m", "testbed", "run", str(tmp_path / "exp.yaml"),
+                           "--out", str(tmp_path / "runs"), "--no-analyze"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    events = ps.read_events(run_dir_of(tmp_path / "runs"))
+    fnl = ps.deliveries(events)
+    assert set(fnl) == {"h1", "h2", "h3"} and all(len(v) > 60 for v in fnl.values()), fnl
+    counts = claimed_counts(name, events)
+    if name == "fifo":
+        counts.pop("agreement", None)
+    assert all(v == 0 for v in counts.values()), counts
