@@ -161,8 +161,8 @@ def claims_of(protos: set[str]) -> frozenset[str]:
     """The checks every protocol in `protos` claims (nodes/protocols/catalogue.py), plus
     `local_order` for optimistic ones; a log naming no protocol gets UNKNOWN_CLAIMS."""
     sets = []
-    for name in protos:
-        entry = catalogue.find(name)
+    for instance in protos:
+        entry = catalogue.find(instance.split("#", 1)[0])  # "<protocol>#<scope>": an instance
         if entry is None:
             sets.append(UNKNOWN_CLAIMS)
         else:

@@ -150,12 +150,15 @@ class NodeCore:
         kind = type(a)
         if kind is FinalDeliver:
             self.counters.fnl += 1
-            self.log.delivery(t, lt, "fnl", f"{self.names[a.origin]}:{a.mno}", a.seq, a.size)
+            self.log.delivery(t, lt, "fnl", f"{self.names[a.origin]}:{a.mno}", a.seq, a.size,
+                              a.instance)
         elif kind is OptDeliver:
             self.counters.opt += 1
-            self.log.delivery(t, lt, "opt", f"{self.names[a.origin]}:{a.mno}", 0, a.size)
+            self.log.delivery(t, lt, "opt", f"{self.names[a.origin]}:{a.mno}", 0, a.size,
+                              a.instance)
         elif kind is Received:
-            self.log.delivery(t, lt, "recv", f"{self.names[a.origin]}:{a.mno}", 0, a.size)
+            self.log.delivery(t, lt, "recv", f"{self.names[a.origin]}:{a.mno}", 0, a.size,
+                              a.instance)
         elif kind is Log and a.ev == "send":
             self.log.delivery(t, lt, "send", f"{self.cfg.name}:{a.fields['mno']}", 0,
                               a.fields["size"])

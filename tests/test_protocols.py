@@ -5,6 +5,7 @@ variant, kept here) is caught, and each runs on the `local` backend."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from analysis.checks import claims_of
+from nodes.eventlog import EventLog
 from nodes.protocols import catalogue
 from nodes.protocols.base import FinalDeliver, Layer, RDeliver
 from nodes.protocols.cbcast import Cbcast
@@ -173,11 +176,24 @@ def test_reliable_fifo_breaks_causal_order_on_the_triangle_and_cbcast_does_not(
 
 
 # -- layers compose ---------------------------------------------------------------------------
-def test_two_cbcast_instances_in_one_node_keep_their_timers_apart() -> None:
+def test_two_instances_in_one_node_keep_timers_apart_and_name_their_deliveries(
+    tmp_path: Path
+) -> None:
     a = Cbcast(0, [0, 1], {}, scope="a")
     b = Cbcast(0, [0, 1], {}, scope="b")
     keys = {t.key for t in a.start(0) + b.start(0)}  # type: ignore[union-attr]
     assert keys == {"a:tick", "b:tick"}
+    fnl = [x for x in a.broadcast(b"x", 0) + b.broadcast(b"y", 0) if type(x) is FinalDeliver]
+    assert [f.instance for f in fnl] == ["cbcast#a", "cbcast#b"]
+    ack = ReliableAck(0, [0, 1], {}, scope="acks2")
+    assert {t.key for t in ack.start(0)} == {"acks2:tick"}  # type: ignore[union-attr]
+    log = EventLog(tmp_path / "events.jsonl", "h1", "cbcast")
+    log.delivery(1, 1, "fnl", "h1:1", 1, 1, fnl[1].instance)
+    log.delivery(2, 2, "fnl", "h1:2", 2, 1)
+    log.close()
+    lines = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [x["proto"] for x in lines] == ["cbcast#b", "cbcast"]
+    assert claims_of({"cbcast#b", "cbcast"}) == claims_of({"cbcast"})
 
 
 # -- the local backend ------------------------------------------------------------------------

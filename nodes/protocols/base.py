@@ -58,6 +58,9 @@ class OptDeliver:
     origin: int
     mno: int
     size: int
+    # The layer instance that produced it ("" = the node's protocol); the log writes it as
+    # the event's `proto` ("<protocol>#<scope>" for a second instance in one node).
+    instance: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,9 @@ class FinalDeliver:
     mno: int
     seq: int
     size: int
+    # The layer instance that produced it ("" = the node's protocol); the log writes it as
+    # the event's `proto` ("<protocol>#<scope>" for a second instance in one node).
+    instance: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +83,9 @@ class Received:
     origin: int
     mno: int
     size: int
+    # The layer instance that produced it ("" = the node's protocol); the log writes it as
+    # the event's `proto` ("<protocol>#<scope>" for a second instance in one node).
+    instance: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,7 @@ class Cbcast(LayerBase):
     def __init__(self, me: int, members: list[int], params: dict[str, Any],
                  scope: str = "rm"):
         self.me = me
+        self.instance = "" if scope == "rm" else f"cbcast#{scope}"  # written as `proto`
         self.members = sorted(members)
         self.index = {m: k for k, m in enumerate(self.members)}
         self.vt_format = struct.Struct(f"!{len(self.members)}I")
@@ -65,7 +66,7 @@ class Cbcast(LayerBase):
         out: list[Action] = [Log("send", {"mno": mno, "size": len(payload)})]
         sent = self.rm.multicast(header, self.vt_format.pack(*self.vt) + payload, now)
         self.delivered += 1
-        out.append(FinalDeliver(self.me, mno, self.delivered, len(payload)))
+        out.append(FinalDeliver(self.me, mno, self.delivered, len(payload), self.instance))
         # The own R-delivery is skipped in _up (it is delivered above, at once).
         return out + self._up(sent)
 
@@ -101,7 +102,7 @@ class Cbcast(LayerBase):
         i = self.index[h.origin]
         if t_m[i] <= self.vt[i]:
             return []
-        out: list[Action] = [Received(h.origin, h.mno, len(msg.payload) - size)]
+        out: list[Action] = [Received(h.origin, h.mno, len(msg.payload) - size, self.instance)]
         if not self._deliverable(i, t_m):
             self.held.append((i, t_m, msg))
             self.max_held = max(self.max_held, len(self.held))
@@ -123,7 +124,7 @@ class Cbcast(LayerBase):
         self.delivered += 1
         h = msg.header
         return [FinalDeliver(h.origin, h.mno, self.delivered,
-                             len(msg.payload) - self.vt_format.size)]
+                             len(msg.payload) - self.vt_format.size, self.instance)]
 
     def _rescan(self) -> list[Action]:
         out: list[Action] = []

@@ -84,6 +84,7 @@ class ReliableAck(LayerBase):
         self.max_tries = p.max_tries
         self.window = p.window
         self.tick_key = f"{scope}:tick"
+        self.instance = "" if scope == "ack" else f"reliable-ack#{scope}"  # written as `proto`
         self.next_c = 1  # C_i
         self.mno = 0
         self.send_buffer: dict[int, _Pending] = {}
@@ -159,7 +160,8 @@ class ReliableAck(LayerBase):
         if waiting:
             self.send_buffer[c] = _Pending(msg, waiting, now + self.rto_ns)
         self.delivered += 1
-        return [Send(None, msg), FinalDeliver(self.me, mno, self.delivered, len(payload))]
+        return [Send(None, msg),
+                FinalDeliver(self.me, mno, self.delivered, len(payload), self.instance)]
 
     def _resend(self, p: _Pending) -> list[Action]:
         """A4: to the pending receivers, one multicast when more than half are."""
@@ -203,6 +205,7 @@ class ReliableAck(LayerBase):
             stream.delivered += 1
             self.delivered += 1
             h = nxt.header
-            out.append(FinalDeliver(h.origin, h.mno, self.delivered, len(nxt.payload)))
+            out.append(FinalDeliver(h.origin, h.mno, self.delivered, len(nxt.payload),
+                                    self.instance))
             nxt = stream.buffer.pop(stream.delivered + 1, None)
         return out
