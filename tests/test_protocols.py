@@ -21,6 +21,7 @@ from nodes.protocols.cbcast import Cbcast
 from nodes.protocols.fifo import Fifo
 from nodes.protocols.reliable_ack import ReliableAck
 from nodes.protocols.reliable_nack import ReliableNack
+from nodes.protocols.token_ring import TokenRing
 from nodes.wire import Message
 from tests import protosim as ps
 from tests.eventlogs import run_dir_of
@@ -29,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # h1 -> h3 is slow, h1 -> h2 -> h3 fast: a reply of h2 to h1 overtakes h1's message at h3 (002
 # L244: FIFO reception does not imply causal reception).
 TRIANGLE = [[0, 5, 60], [5, 0, 5], [60, 5, 0]]
-RELIABLE = ("sequencer", "seto", "fast-seto", "reliable-nack", "reliable-ack", "cbcast")
+RELIABLE = ("sequencer", "seto", "fast-seto", "reliable-nack", "reliable-ack", "cbcast",
+            "token-ring")
 
 
 def oracle_counts(events: ps.Events) -> dict[str, int]:
@@ -56,7 +58,7 @@ def test_every_claim_holds_with_loss_and_jitter(tmp_path: Path, name: str) -> No
     assert counts and all(v == 0 for v in counts.values()), counts
 
 
-@pytest.mark.parametrize("name", ("reliable-nack", "reliable-ack", "cbcast"))
+@pytest.mark.parametrize("name", ("reliable-nack", "reliable-ack", "cbcast", "token-ring"))
 def test_claims_hold_under_heavy_loss_and_reordering(tmp_path: Path, name: str) -> None:
     """10% loss and jitter (4 ms on 5 ms paths) that reorders datagrams."""
     ps.run(ps.configs(name, tmp_path, loss=0.10, jitter_ms=4.0, rate=50.0, duration_s=4.0,
@@ -74,6 +76,28 @@ def test_fifo_drops_late_messages_and_stays_fifo(tmp_path: Path) -> None:
     logged = sum(1 for evs in events.values() for e in evs if e["ev"] == "late")
     assert late == logged > 0
     assert ps.agreement(events) > 0  # no reliability: losses are gaps for good (002 L70)
+
+
+def test_token_ring_numbers_are_gap_free_and_unique_when_tokens_are_lost_and_resent(
+    tmp_path: Path
+) -> None:
+    """D1 oracles: fnl seq is 1, 2, ... at every node, and no two messages share a number,
+    while lost tokens are resent (K4) and the resulting duplicates discarded."""
+    sim = ps.run(ps.configs("token-ring", tmp_path, loss=0.10, jitter_ms=4.0, rate=30.0,
+                            duration_s=4.0, drain_s=6.0, params={"token_retransmit_ms": 15}))
+    events = ps.read_events(tmp_path)
+    seqs = {h: [e["seq"] for e in evs if e["ev"] == "fnl"] for h, evs in events.items()}
+    assert all(v == list(range(1, len(v) + 1)) for v in seqs.values())
+    by_seq: dict[int, set[str]] = {}
+    for evs in events.values():
+        for e in evs:
+            if e["ev"] == "fnl":
+                by_seq.setdefault(e["seq"], set()).add(e["mid"])
+    assert all(len(m) == 1 for m in by_seq.values())
+    assert sum(c.protocol.tokens_resent for c in sim.cores.values()) > 0  # type: ignore
+    assert not any(e["ev"] == "token_loss" for evs in events.values() for e in evs)
+    assert claimed_counts("token-ring", events) == dict.fromkeys(
+        catalogue.get("token-ring").claims, 0)
 
 
 # -- negative controls: deliver on receipt ----------------------------------------------------
@@ -137,11 +161,31 @@ def fifo_keeps_late(nid: int, layer: Layer) -> None:
     layer.on_message = on_message  # type: ignore[method-assign]
 
 
+def token_ring_on_receipt(nid: int, layer: Layer) -> None:
+    """Deliver DATA as it arrives, ignoring its global number."""
+    assert isinstance(layer, TokenRing)
+    original = layer._on_data
+
+    def on_data(msg: Message) -> list[Any]:
+        fresh = msg.header.seq not in layer.received and msg.header.seq >= layer.next_deliver
+        out = [a for a in original(msg) if type(a) is not FinalDeliver]
+        if fresh:
+            h = msg.header
+            out.append(FinalDeliver(h.origin, h.mno, h.seq, len(msg.payload)))
+        return out
+
+    layer._on_data = on_data  # type: ignore[method-assign]
+    advance = layer._advance
+    layer._advance = lambda: [a for a in advance()  # type: ignore[method-assign]
+                              if type(a) is not FinalDeliver or a.origin == nid]
+
+
 NEGATIVE = [
     # (protocol, patch, set-up, the check that must fail)
     ("reliable-nack", nack_on_receipt, {"loss": 0.05, "jitter_ms": 1.0}, "fifo_order"),
     ("reliable-ack", ack_on_receipt, {"loss": 0.05, "jitter_ms": 1.0}, "fifo_order"),
     ("cbcast", cbcast_on_receipt, {"matrix_ms": TRIANGLE, "loss": 0.0}, "causal_order"),
+    ("token-ring", token_ring_on_receipt, {"loss": 0.02, "jitter_ms": 1.0}, "total_order"),
     ("fifo", fifo_keeps_late, {"loss": 0.0, "jitter_ms": 4.0, "rate": 50.0}, "fifo_order"),
 ]
 

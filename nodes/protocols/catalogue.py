@@ -20,7 +20,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from nodes import wire
-from nodes.protocols import cbcast, fifo, reliable_ack
+from nodes.protocols import cbcast, fifo, reliable_ack, token_ring
 from nodes.protocols.base import CommonParams, Layer
 from nodes.protocols.fast_seto import FastSeto, FastSetoParams
 from nodes.protocols.reliable import ReliableParams
@@ -34,9 +34,10 @@ if TYPE_CHECKING:
 
 # The checks a protocol can claim: the keys of summary.json's `checks` (analysis/checks.py).
 CHECKS = ("total_order", "fifo_order", "causal_order", "agreement", "integrity", "validity")
-# What reliable FIFO multicast promises (002, "Reliable FIFO"), and what every fixed-sequencer
-# total order adds to it: total order, and causal order too, since the sequencer numbers each
-# message after everything its sender had delivered (000 Fig. 1, 003 Fig. 2).
+# What reliable FIFO multicast promises (002, "Reliable FIFO"), and what a total order by one
+# numbering authority (a fixed sequencer, 000 Fig. 1, 003 Fig. 2; or a token, 002 L379-384)
+# adds to it: total order, and causal order too, since a message is numbered after everything
+# its sender had delivered when sending it.
 RELIABLE_FIFO = frozenset({"fifo_order", "agreement", "integrity", "validity"})
 SEQUENCER_TOTAL = RELIABLE_FIFO | {"total_order", "causal_order"}
 
@@ -81,6 +82,10 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("cbcast", cbcast.WIRE_ID, cbcast.Cbcast, ReliableParams,
           RELIABLE_FIFO | {"causal_order"},
           summary="causal order with vector clocks, ISIS CBCAST (002 L299-327)"),
+    Entry("token-ring", token_ring.WIRE_ID, token_ring.TokenRing, token_ring.TokenRingParams,
+          SEQUENCER_TOTAL,
+          summary="total order by a rotating token carrying the sequence number (002 "
+                  "L379-384, Totem single ring)"),
     Entry("fifo", fifo.WIRE_ID, fifo.Fifo, CommonParams, frozenset({"fifo_order", "integrity"}),
           summary="FIFO without reliability, late messages dropped (002 L54-66)"),
 )
