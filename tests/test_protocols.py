@@ -19,6 +19,7 @@ from nodes.protocols import catalogue
 from nodes.protocols.base import FinalDeliver, Layer, RDeliver
 from nodes.protocols.cbcast import Cbcast
 from nodes.protocols.fifo import Fifo
+from nodes.protocols.lamport import Lamport
 from nodes.protocols.reliable_ack import ReliableAck
 from nodes.protocols.reliable_nack import ReliableNack
 from nodes.protocols.token_ring import TokenRing
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # L244: FIFO reception does not imply causal reception).
 TRIANGLE = [[0, 5, 60], [5, 0, 5], [60, 5, 0]]
 RELIABLE = ("sequencer", "seto", "fast-seto", "reliable-nack", "reliable-ack", "cbcast",
-            "token-ring")
+            "token-ring", "lamport")
 
 
 def oracle_counts(events: ps.Events) -> dict[str, int]:
@@ -58,7 +59,8 @@ def test_every_claim_holds_with_loss_and_jitter(tmp_path: Path, name: str) -> No
     assert counts and all(v == 0 for v in counts.values()), counts
 
 
-@pytest.mark.parametrize("name", ("reliable-nack", "reliable-ack", "cbcast", "token-ring"))
+@pytest.mark.parametrize("name", ("reliable-nack", "reliable-ack", "cbcast", "token-ring",
+                                  "lamport"))
 def test_claims_hold_under_heavy_loss_and_reordering(tmp_path: Path, name: str) -> None:
     """10% loss and jitter (4 ms on 5 ms paths) that reorders datagrams."""
     ps.run(ps.configs(name, tmp_path, loss=0.10, jitter_ms=4.0, rate=50.0, duration_s=4.0,
@@ -98,6 +100,22 @@ def test_token_ring_numbers_are_gap_free_and_unique_when_tokens_are_lost_and_res
     assert not any(e["ev"] == "token_loss" for evs in events.values() for e in evs)
     assert claimed_counts("token-ring", events) == dict.fromkeys(
         catalogue.get("token-ring").claims, 0)
+
+
+def test_lamport_immediate_acks_cost_one_ack_per_message_per_receiver(tmp_path: Path) -> None:
+    """E2 with ack_mode immediate: n - 1 acknowledgements per broadcast (one per receipt);
+    the delayed default sends far fewer (one covers everything received so far)."""
+    sent = {}
+    for mode in ("immediate", "delayed"):
+        sim = ps.run(ps.configs("lamport", tmp_path / mode, loss=0.02, rate=20.0,
+                                duration_s=3.0, params={"ack_mode": mode}))
+        events = ps.read_events(tmp_path / mode)
+        assert claimed_counts("lamport", events) == dict.fromkeys(
+            catalogue.get("lamport").claims, 0)
+        broadcasts = sum(c.counters.broadcast for c in sim.cores.values())
+        sent[mode] = sum(c.protocol.acks_sent for c in sim.cores.values()) / broadcasts  # type: ignore
+    assert sent["immediate"] == pytest.approx(4.0, abs=0.01)
+    assert sent["delayed"] < 0.5 * sent["immediate"]
 
 
 # -- negative controls: deliver on receipt ----------------------------------------------------
@@ -180,12 +198,19 @@ def token_ring_on_receipt(nid: int, layer: Layer) -> None:
                               if type(a) is not FinalDeliver or a.origin == nid]
 
 
+def lamport_without_evidence(nid: int, layer: Layer) -> None:
+    """Deliver the head of Q at once, without waiting for a larger timestamp from everyone."""
+    assert isinstance(layer, Lamport)
+    layer.others = []
+
+
 NEGATIVE = [
     # (protocol, patch, set-up, the check that must fail)
     ("reliable-nack", nack_on_receipt, {"loss": 0.05, "jitter_ms": 1.0}, "fifo_order"),
     ("reliable-ack", ack_on_receipt, {"loss": 0.05, "jitter_ms": 1.0}, "fifo_order"),
     ("cbcast", cbcast_on_receipt, {"matrix_ms": TRIANGLE, "loss": 0.0}, "causal_order"),
     ("token-ring", token_ring_on_receipt, {"loss": 0.02, "jitter_ms": 1.0}, "total_order"),
+    ("lamport", lamport_without_evidence, {"loss": 0.02, "jitter_ms": 1.0}, "total_order"),
     ("fifo", fifo_keeps_late, {"loss": 0.0, "jitter_ms": 4.0, "rate": 50.0}, "fifo_order"),
 ]
 

@@ -20,7 +20,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from nodes import wire
-from nodes.protocols import cbcast, fifo, reliable_ack, token_ring
+from nodes.protocols import cbcast, fifo, lamport, reliable_ack, token_ring
 from nodes.protocols.base import CommonParams, Layer
 from nodes.protocols.fast_seto import FastSeto, FastSetoParams
 from nodes.protocols.reliable import ReliableParams
@@ -37,7 +37,8 @@ CHECKS = ("total_order", "fifo_order", "causal_order", "agreement", "integrity",
 # What reliable FIFO multicast promises (002, "Reliable FIFO"), and what a total order by one
 # numbering authority (a fixed sequencer, 000 Fig. 1, 003 Fig. 2; or a token, 002 L379-384)
 # adds to it: total order, and causal order too, since a message is numbered after everything
-# its sender had delivered when sending it.
+# its sender had delivered when sending it. Lamport timestamps order messages consistently
+# with happened-before (the clock condition), so `lamport` claims the same.
 RELIABLE_FIFO = frozenset({"fifo_order", "agreement", "integrity", "validity"})
 SEQUENCER_TOTAL = RELIABLE_FIFO | {"total_order", "causal_order"}
 
@@ -86,6 +87,9 @@ CATALOGUE: tuple[Entry, ...] = (
           SEQUENCER_TOTAL,
           summary="total order by a rotating token carrying the sequence number (002 "
                   "L379-384, Totem single ring)"),
+    Entry("lamport", lamport.WIRE_ID, lamport.Lamport, lamport.LamportParams, SEQUENCER_TOTAL,
+          summary="symmetric total order by Lamport timestamps and acknowledgements (002 "
+                  "L366-369, Lamport 1978)"),
     Entry("fifo", fifo.WIRE_ID, fifo.Fifo, CommonParams, frozenset({"fifo_order", "integrity"}),
           summary="FIFO without reliability, late messages dropped (002 L54-66)"),
 )
