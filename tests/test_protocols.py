@@ -16,14 +16,14 @@ import pytest
 from analysis.checks import claims_of
 from nodes.eventlog import EventLog
 from nodes.protocols import catalogue
-from nodes.protocols.base import FinalDeliver, Layer, RDeliver
+from nodes.protocols.base import FinalDeliver, Layer, Log, RDeliver, Send
 from nodes.protocols.cbcast import Cbcast
 from nodes.protocols.fifo import Fifo
 from nodes.protocols.lamport import Lamport
 from nodes.protocols.reliable_ack import ReliableAck
 from nodes.protocols.reliable_nack import ReliableNack
 from nodes.protocols.token_ring import TokenRing
-from nodes.wire import Message
+from nodes.wire import Header, Message, MsgType
 from tests import protosim as ps
 from tests.eventlogs import run_dir_of
 
@@ -302,3 +302,26 @@ def test_runs_on_the_local_backend(tmp_path: Path, name: str) -> None:
     if name == "fifo":
         counts.pop("agreement", None)
     assert all(v == 0 for v in counts.values()), counts
+
+
+def test_reliable_ack_gives_up_on_a_silent_receiver_but_not_on_a_suspect() -> None:
+    """A5: a receiver that never acknowledges is given up after max_tries retransmissions;
+    a suspected one is not retried, keeps its messages, and is retried when heard again."""
+    layer = ReliableAck(0, [0, 1, 2], {"rto_ms": 10, "tick_ms": 10, "max_tries": 3})
+    layer.start(0)
+    layer.broadcast(b"x", 0)
+    layer.on_message(1, Message(Header(MsgType.ACK, 5, sender=1, rseq=1)), 1)
+    layer.on_suspect(1, True, 2)
+    assert layer.send_buffer[1].waiting == {2}
+    logs, resent = [], 0
+    for now in range(10_000_000, 2_000_000_000, 10_000_000):
+        out = layer.on_timer("ack:tick", now)
+        logs += [a for a in out if type(a) is Log]
+        resent += sum(1 for a in out if type(a) is Send and a.dst in (None, 2))
+    assert resent == 3 and [a.fields for a in logs] == [{"member": 2}]
+    assert not layer.send_buffer
+    layer.broadcast(b"y", 2_000_000_000)  # receiver 1 is suspected: not retried
+    assert layer.send_buffer[2].waiting == {1}
+    assert not [a for a in layer.on_timer("ack:tick", 2_500_000_000) if type(a) is Send]
+    layer.on_suspect(1, False, 2_600_000_000)  # heard again: due at once
+    assert [a.dst for a in layer.on_timer("ack:tick", 2_600_000_000) if type(a) is Send] == [1]

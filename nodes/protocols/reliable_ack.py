@@ -13,10 +13,13 @@ message and a message is purged once all receivers have (rule numbers of the bri
 - A4 deadline of c passes (L156-158): resend m to the receivers still pending (unicast each,
   or one multicast when more than half are) and set a new deadline, doubling the timeout per
   try up to 2^6 (the backoff is ours: the notes say only "start a new timer");
-- A5 (ours, answering L173-174 and L181): a receiver the failure detector suspects, or that
-  has not acknowledged after `max_tries`, is dropped from the pending sets (the give-up path
-  for crashed receivers); a full window (`window` unacknowledged own messages) holds new sends
-  in a backlog, as the NACK layer does.
+- A5 (ours, answering L173-174 and L181): a receiver that has not acknowledged after
+  `max_tries` is given up (the give-up path for crashed receivers: dropped from every pending
+  set, logged as `give_up`). A receiver the failure detector suspects is not retried and does
+  not hold the window, but stays in the pending sets: a false suspicion (a slow start, a
+  partition that heals) must not lose it messages, so it is retried at once when heard again.
+  A full window (`window` messages some unsuspected receiver has not acknowledged) holds new
+  sends in a backlog, as the NACK layer does.
 
 Deadlines are served by one periodic scan (`tick`), not a timer per message: cheaper, and the
 outcome is the same (the brief, A.4). Timer keys carry the layer instance's `scope`, so two
@@ -90,7 +93,8 @@ class ReliableAck(LayerBase):
         self.send_buffer: dict[int, _Pending] = {}
         self.backlog: deque[tuple[bytes, int]] = deque()
         self.streams = {m: _Stream() for m in self.others}
-        self.given_up: set[int] = set()  # suspected or silent receivers (A5)
+        self.given_up: set[int] = set()  # receivers silent for max_tries (A5)
+        self.suspected: set[int] = set()
         self.delivered = 0  # local delivery count: the `seq` of each fnl
         self.retransmissions = 0
 
@@ -101,10 +105,18 @@ class ReliableAck(LayerBase):
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
         self.mno += 1
         out: list[Action] = [Log("send", {"mno": self.mno, "size": len(payload)})]
-        if self.backlog or len(self.send_buffer) >= self.window:
+        if self.backlog or self._window_full():
             self.backlog.append((payload, self.mno))
             return out
         return out + self._send_new(payload, self.mno, now)
+
+    def _window_full(self) -> bool:
+        if len(self.send_buffer) < self.window:
+            return False
+        if not self.suspected:
+            return True
+        live = sum(1 for p in self.send_buffer.values() if p.waiting - self.suspected)
+        return live >= self.window
 
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
         h = msg.header
@@ -123,30 +135,33 @@ class ReliableAck(LayerBase):
             if p.deadline > now:
                 continue
             p.waiting -= self.given_up
+            live = p.waiting - self.suspected if self.suspected else p.waiting
             if p.tries >= self.max_tries:
-                for j in sorted(p.waiting):
+                for j in sorted(live):
                     self.given_up.add(j)
                     out.append(Log("give_up", {"member": j}))
-                p.waiting.clear()
+                p.waiting -= live
+                live = set()
             if not p.waiting:
                 del self.send_buffer[c]
                 continue
-            out += self._resend(p)
+            if not live:
+                continue  # only suspects wait for it: retried when heard again
+            out += self._resend(p, live)
             p.tries += 1
             p.deadline = now + self.rto_ns * 2 ** min(p.tries, MAX_BACKOFF_EXP)
         return out + self._release(now)
 
     def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
-        """A5: a suspected receiver no longer holds messages in the send buffer; one heard
-        again is waited for on new messages."""
+        """A5: a suspect is not retried and does not hold the window; heard again, everything
+        it has not acknowledged is due at once."""
         if suspected:
-            self.given_up.add(member)
-            for c, p in list(self.send_buffer.items()):
-                p.waiting.discard(member)
-                if not p.waiting:
-                    del self.send_buffer[c]
+            self.suspected.add(member)
             return self._release(now)
-        self.given_up.discard(member)
+        self.suspected.discard(member)
+        for p in self.send_buffer.values():
+            if member in p.waiting:
+                p.deadline = min(p.deadline, now)
         return []
 
     # -- sending ------------------------------------------------------------------------------
@@ -163,14 +178,14 @@ class ReliableAck(LayerBase):
         return [Send(None, msg),
                 FinalDeliver(self.me, mno, self.delivered, len(payload), self.instance)]
 
-    def _resend(self, p: _Pending) -> list[Action]:
+    def _resend(self, p: _Pending, live: set[int]) -> list[Action]:
         """A4: to the pending receivers, one multicast when more than half are."""
         h = p.msg.header
         again = Message(h.with_(flags=h.flags | RETRANSMIT), p.msg.payload)
         self.retransmissions += 1
-        if 2 * len(p.waiting) > len(self.others):
+        if 2 * len(live) > len(self.others):
             return [Send(None, again)]
-        return [Send(j, again) for j in sorted(p.waiting)]
+        return [Send(j, again) for j in sorted(live)]
 
     def _acked(self, src: int, c: int, now: int) -> list[Action]:
         """A3: purge c once every receiver has acknowledged it."""
@@ -185,7 +200,7 @@ class ReliableAck(LayerBase):
 
     def _release(self, now: int) -> list[Action]:
         out: list[Action] = []
-        while self.backlog and len(self.send_buffer) < self.window:
+        while self.backlog and not self._window_full():
             payload, mno = self.backlog.popleft()
             out += self._send_new(payload, mno, now)
         return out
