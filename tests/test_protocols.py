@@ -20,6 +20,7 @@ from nodes.protocols.base import FinalDeliver, Layer, Log, RDeliver, Send
 from nodes.protocols.cbcast import Cbcast
 from nodes.protocols.fifo import Fifo
 from nodes.protocols.lamport import Lamport
+from nodes.protocols.moving_sequencer import MovingSequencer
 from nodes.protocols.reliable_ack import ReliableAck
 from nodes.protocols.reliable_nack import ReliableNack
 from nodes.protocols.token_ring import TokenRing
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # L244: FIFO reception does not imply causal reception).
 TRIANGLE = [[0, 5, 60], [5, 0, 5], [60, 5, 0]]
 RELIABLE = ("sequencer", "seto", "fast-seto", "reliable-nack", "reliable-ack", "cbcast",
-            "token-ring", "lamport")
+            "token-ring", "lamport", "moving-sequencer")
 
 
 def oracle_counts(events: ps.Events) -> dict[str, int]:
@@ -60,7 +61,7 @@ def test_every_claim_holds_with_loss_and_jitter(tmp_path: Path, name: str) -> No
 
 
 @pytest.mark.parametrize("name", ("reliable-nack", "reliable-ack", "cbcast", "token-ring",
-                                  "lamport"))
+                                  "lamport", "moving-sequencer"))
 def test_claims_hold_under_heavy_loss_and_reordering(tmp_path: Path, name: str) -> None:
     """10% loss and jitter (4 ms on 5 ms paths) that reorders datagrams."""
     ps.run(ps.configs(name, tmp_path, loss=0.10, jitter_ms=4.0, rate=50.0, duration_s=4.0,
@@ -204,6 +205,33 @@ def lamport_without_evidence(nid: int, layer: Layer) -> None:
     layer.others = []
 
 
+def moving_sequencer_on_receipt(nid: int, layer: Layer) -> None:
+    """Deliver DATA as it arrives instead of in the ORDERs' sequence."""
+    assert isinstance(layer, MovingSequencer)
+    on_data, deliver, count = layer._on_data, layer._deliver, [0]
+
+    def on_data_now(msg: Message) -> list[Any]:
+        fresh = (msg.header.origin, msg.header.mno) not in layer.received
+        out = on_data(msg)
+        if fresh:
+            count[0] += 1
+            h = msg.header
+            out.append(FinalDeliver(h.origin, h.mno, count[0], len(msg.payload)))
+        return out
+
+    layer._on_data = on_data_now  # type: ignore[method-assign]
+    layer._deliver = lambda: [a for a in deliver()  # type: ignore[method-assign]
+                              if type(a) is not FinalDeliver]
+
+
+def test_moving_sequencer_spreads_the_orders_over_every_site(tmp_path: Path) -> None:
+    """D2 oracle: the sequencer role moves, so every site issues ORDERs (a fixed sequencer
+    puts them all on one node)."""
+    sim = ps.run(ps.configs("moving-sequencer", tmp_path, duration_s=3.0))
+    orders = [c.protocol.orders_sent for c in sim.cores.values()]  # type: ignore[attr-defined]
+    assert min(orders) > 0.5 * max(orders), orders
+
+
 NEGATIVE = [
     # (protocol, patch, set-up, the check that must fail)
     ("reliable-nack", nack_on_receipt, {"loss": 0.05, "jitter_ms": 1.0}, "fifo_order"),
@@ -211,6 +239,8 @@ NEGATIVE = [
     ("cbcast", cbcast_on_receipt, {"matrix_ms": TRIANGLE, "loss": 0.0}, "causal_order"),
     ("token-ring", token_ring_on_receipt, {"loss": 0.02, "jitter_ms": 1.0}, "total_order"),
     ("lamport", lamport_without_evidence, {"loss": 0.02, "jitter_ms": 1.0}, "total_order"),
+    ("moving-sequencer", moving_sequencer_on_receipt, {"loss": 0.02, "jitter_ms": 1.0},
+     "total_order"),
     ("fifo", fifo_keeps_late, {"loss": 0.0, "jitter_ms": 4.0, "rate": 50.0}, "fifo_order"),
 ]
 

@@ -20,7 +20,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from nodes import wire
-from nodes.protocols import cbcast, fifo, lamport, reliable_ack, token_ring
+from nodes.protocols import cbcast, fifo, lamport, moving_sequencer, reliable_ack, token_ring
 from nodes.protocols.base import CommonParams, Layer
 from nodes.protocols.fast_seto import FastSeto, FastSetoParams
 from nodes.protocols.reliable import ReliableParams
@@ -90,6 +90,10 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("lamport", lamport.WIRE_ID, lamport.Lamport, lamport.LamportParams, SEQUENCER_TOTAL,
           summary="symmetric total order by Lamport timestamps and acknowledgements (002 "
                   "L366-369, Lamport 1978)"),
+    Entry("moving-sequencer", moving_sequencer.WIRE_ID, moving_sequencer.MovingSequencer,
+          moving_sequencer.MovingSequencerParams, SEQUENCER_TOTAL,
+          summary="total order by a sequencer role rotating with a token (001 L130, "
+                  "Chang-Maxemchuk)"),
     Entry("fifo", fifo.WIRE_ID, fifo.Fifo, CommonParams, frozenset({"fifo_order", "integrity"}),
           summary="FIFO without reliability, late messages dropped (002 L54-66)"),
 )
