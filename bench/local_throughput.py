@@ -125,10 +125,11 @@ def main() -> None:
         print(f"  {h}: {name} {proto[h]:8.0f} msgs/s{extra}   raw fan-out {base[h]:8.0f} msgs/s")
     p, b = min(proto.values()), min(base.values())
     line = (f"min over nodes: {name} {p:.0f} msgs/s, raw UDP fan-out {b:.0f} msgs/s, "
-            f"ratio {p / b:.2f}")
+            f"ratio {p / b:.2f}" if b else f"min over nodes: {name} {p:.0f} msgs/s")
     if seq:
         s = min(seq.values())
-        line += f"; sequencer {s:.0f} msgs/s (ratio {s / b:.2f}), {name}/sequencer {p / s:.2f}"
+        rel = f"{p / s:.2f}" if s else "n/a (the sequencer delivered nothing)"
+        line += f"; sequencer {s:.0f} msgs/s (ratio {s / b:.2f}), {name}/sequencer {rel}"
     print(line)
 
 
