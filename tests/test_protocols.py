@@ -21,6 +21,8 @@ from nodes.protocols.cbcast import Cbcast
 from nodes.protocols.fifo import Fifo
 from nodes.protocols.lamport import Lamport
 from nodes.protocols.moving_sequencer import MovingSequencer
+from nodes.protocols.psync import Psync
+from nodes.protocols.psync_total import PsyncTotal
 from nodes.protocols.reliable_ack import ReliableAck
 from nodes.protocols.reliable_nack import ReliableNack
 from nodes.protocols.token_ring import TokenRing
@@ -33,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # L244: FIFO reception does not imply causal reception).
 TRIANGLE = [[0, 5, 60], [5, 0, 5], [60, 5, 0]]
 RELIABLE = ("sequencer", "seto", "fast-seto", "reliable-nack", "reliable-ack", "cbcast",
-            "token-ring", "lamport", "moving-sequencer")
+            "token-ring", "lamport", "moving-sequencer", "psync", "psync-total")
 
 
 def oracle_counts(events: ps.Events) -> dict[str, int]:
@@ -61,7 +63,7 @@ def test_every_claim_holds_with_loss_and_jitter(tmp_path: Path, name: str) -> No
 
 
 @pytest.mark.parametrize("name", ("reliable-nack", "reliable-ack", "cbcast", "token-ring",
-                                  "lamport", "moving-sequencer"))
+                                  "lamport", "moving-sequencer", "psync", "psync-total"))
 def test_claims_hold_under_heavy_loss_and_reordering(tmp_path: Path, name: str) -> None:
     """10% loss and jitter (4 ms on 5 ms paths) that reorders datagrams."""
     ps.run(ps.configs(name, tmp_path, loss=0.10, jitter_ms=4.0, rate=50.0, duration_s=4.0,
@@ -232,6 +234,45 @@ def test_moving_sequencer_spreads_the_orders_over_every_site(tmp_path: Path) -> 
     assert min(orders) > 0.5 * max(orders), orders
 
 
+def psync_on_receipt(nid: int, layer: Layer) -> None:
+    """Deliver each message as reliable FIFO hands it up, ignoring its context."""
+    assert isinstance(layer, Psync)
+    layer._ready = lambda mid, deps: True  # type: ignore[method-assign]
+
+
+def psync_total_without_waves(nid: int, layer: Layer) -> None:
+    """Deliver in causal order, skipping the wave condition (W2)."""
+    assert isinstance(layer, PsyncTotal)
+
+    def causal(mid: Any, deps: Any, mtype: int, size: int, now: int) -> list[Any]:
+        if mtype != MsgType.DATA:
+            return []
+        layer.to_delivered += 1
+        return [FinalDeliver(mid[0], mid[1], layer.to_delivered, size)]
+
+    layer._causal = causal  # type: ignore[method-assign]
+
+
+def test_psync_context_is_smaller_than_a_vector_and_total_waits_for_every_sender(
+    tmp_path: Path
+) -> None:
+    """C: deps lists cost 2 + 6k bytes for k concurrent leaves, below CBCAST's 4n when few
+    messages are concurrent; E1: latency is about D + t, t the gap between a participant's
+    messages (one sender and NULLs every 100 ms: the others' NULLs pace the order)."""
+    sim = ps.run(ps.configs("psync", tmp_path / "c", rate=5.0, duration_s=4.0))
+    broadcasts = sum(c.counters.broadcast for c in sim.cores.values())
+    per_msg = sum(c.protocol.dep_bytes for c in sim.cores.values()) / broadcasts  # type: ignore
+    assert per_msg < 4 * 5, per_msg
+    sim = ps.run(ps.configs("psync-total", tmp_path / "t", rate=20.0, duration_s=4.0,
+                            senders={0}, loss=0.0))
+    events = ps.read_events(tmp_path / "t")
+    lat = ps.latencies_ms(events)
+    assert 5 < ps.quantile(lat, 0.5) < 5 + 100 + 20, ps.quantile(lat, 0.5)
+    assert sum(c.protocol.nulls_sent for c in sim.cores.values()) > 4 * 30  # type: ignore
+    assert claimed_counts("psync-total", events) == dict.fromkeys(
+        catalogue.get("psync-total").claims, 0)
+
+
 NEGATIVE = [
     # (protocol, patch, set-up, the check that must fail)
     ("reliable-nack", nack_on_receipt, {"loss": 0.05, "jitter_ms": 1.0}, "fifo_order"),
@@ -240,6 +281,9 @@ NEGATIVE = [
     ("token-ring", token_ring_on_receipt, {"loss": 0.02, "jitter_ms": 1.0}, "total_order"),
     ("lamport", lamport_without_evidence, {"loss": 0.02, "jitter_ms": 1.0}, "total_order"),
     ("moving-sequencer", moving_sequencer_on_receipt, {"loss": 0.02, "jitter_ms": 1.0},
+     "total_order"),
+    ("psync", psync_on_receipt, {"matrix_ms": TRIANGLE, "loss": 0.0}, "causal_order"),
+    ("psync-total", psync_total_without_waves, {"loss": 0.02, "jitter_ms": 1.0},
      "total_order"),
     ("fifo", fifo_keeps_late, {"loss": 0.0, "jitter_ms": 4.0, "rate": 50.0}, "fifo_order"),
 ]

@@ -20,7 +20,16 @@ from dataclasses import MISSING, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from nodes import wire
-from nodes.protocols import cbcast, fifo, lamport, moving_sequencer, reliable_ack, token_ring
+from nodes.protocols import (
+    cbcast,
+    fifo,
+    lamport,
+    moving_sequencer,
+    psync,
+    psync_total,
+    reliable_ack,
+    token_ring,
+)
 from nodes.protocols.base import CommonParams, Layer
 from nodes.protocols.fast_seto import FastSeto, FastSetoParams
 from nodes.protocols.reliable import ReliableParams
@@ -94,6 +103,12 @@ CATALOGUE: tuple[Entry, ...] = (
           moving_sequencer.MovingSequencerParams, SEQUENCER_TOTAL,
           summary="total order by a sequencer role rotating with a token (001 L130, "
                   "Chang-Maxemchuk)"),
+    Entry("psync", psync.WIRE_ID, psync.Psync, ReliableParams, RELIABLE_FIFO | {"causal_order"},
+          summary="causal order by a context graph, Psync (002 L329-352)"),
+    Entry("psync-total", psync_total.WIRE_ID, psync_total.PsyncTotal,
+          psync_total.PsyncTotalParams, SEQUENCER_TOTAL,
+          summary="total order from Psync's causal order by waves, with NULLs (002 "
+                  "L386-390)"),
     Entry("fifo", fifo.WIRE_ID, fifo.Fifo, CommonParams, frozenset({"fifo_order", "integrity"}),
           summary="FIFO without reliability, late messages dropped (002 L54-66)"),
 )
