@@ -129,3 +129,31 @@ def test_claims_decide_which_checks_fail_the_run() -> None:
     summary["checks"]["fifo_order"]["violations"] = 1
     assert not checks_ok(summary)
     assert verdict(summary)[1] == ["fifo_order: 1 violation(s)"]
+
+
+def test_node_mbean_reports_the_protocol_claims_from_the_catalogue() -> None:
+    from nodes.config import Member, NodeConfig
+    from nodes.core import NodeCore
+    from nodes.management.node_mbeans import build_node_registry
+
+    members = [Member(i, f"h{i + 1}", "127.0.0.1", 7000 + i) for i in range(3)]
+    for name in ("cbcast", "sequencer"):
+        cfg = NodeConfig(node_id=0, name="h1", members=members, protocol=name, params={},
+                         log_path="", seed=1, start_at_ns=0, duration_ns=0, drain_ns=0)
+        node = build_node_registry(NodeCore(cfg, 0), lambda: 0).get("testbed:type=Node")
+        assert node.read("Claims") == sorted(catalogue.get(name).claims)
+        assert ("total_order" in node.read("Claims")) == (name == "sequencer")
+
+
+@pytest.mark.parametrize("params,field,text", [
+    ("{token_timeout: -1s}", "protocol.params.token_timeout", "unknown parameter"),
+    ("{token_retransmit_ms: -1}", "protocol.params.token_retransmit_ms", "greater than 0"),
+    ("{max_per_visit: 0}", "protocol.params.max_per_visit", "greater than or equal to 1"),
+])
+def test_token_ring_bad_params_give_one_located_line(tmp_path: Path, params: str, field: str,
+                                                     text: str) -> None:
+    with pytest.raises(SpecError) as info:
+        load(tmp_path, "token-ring", params)
+    assert len(info.value.problems) == 1, info.value.problems
+    assert f"exp.yaml:6: {field}: " in info.value.problems[0], info.value.problems
+    assert text in info.value.problems[0]
