@@ -1,6 +1,7 @@
-# The two commands of the README:
-#   make run   -- the quickstart experiment on the local backend (no root needed)
-#   make test  -- lint, type-check and the whole test suite (root tests run when root / CI)
+# The commands of the README:
+#   make run      -- the quickstart experiment on the local backend (no root needed)
+#   make test     -- lint, type-check and the whole test suite (root tests run when root / CI)
+#   make nightly  -- the nightly catalogue (SUITE=smoke|full), what .github/workflows/nightly.yml runs
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -8,11 +9,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 
-# Debian packages the tests need (PLATFORM.md); installed only when root and missing.
+# Debian packages the tests need (docs/platform.md); installed only when root and missing.
 TEST_DEBS := openjdk-17-jre-headless iproute2 iptables tcpdump tshark mininet bridge-utils \
 	iputils-ping libnetfilter-queue-dev user-mode-linux docker.io debootstrap chromium
 
-.PHONY: run test lint venv venv-test java system-deps clean-venv
+.PHONY: run test test-stress lint venv venv-test java system-deps clean-venv
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,12 +53,31 @@ venv-test: $(STAMP)
 	@if [ "$(IS_ROOT)" = yes ] && ! $(BIN)/python -c "import netfilterqueue, mininet, docker" 2>/dev/null; then \
 	  $(BIN)/pip install -q -e '.[dev,emulation]'; fi
 
+# The nightly catalogue (experiments/nightly/): SUITE=smoke runs on sim and local without root;
+# SUITE=full also wants the root backends (their system packages and extras come first).
+SUITE ?= smoke
+HISTORY ?= history/$(SUITE)
+BUDGET ?= 2h
+BACKENDS ?=
+DATE ?=
+NIGHTLY_DEPS := $(if $(filter full,$(SUITE)),system-deps venv-test,$(STAMP))
+.PHONY: nightly
+nightly: java $(NIGHTLY_DEPS)
+	$(BIN)/testbed nightly --suite $(SUITE) --history $(HISTORY) --budget $(BUDGET) \
+	  $(if $(BACKENDS),--backends $(BACKENDS)) $(if $(DATE),--date $(DATE))
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy testbed nodes analysis
 
 test: system-deps java venv-test lint
 	$(BIN)/python -m pytest -ra $(PYTEST_ARGS)
+
+# The flake hunt: the timing-sensitive tests (`-m timing`), ROUNDS times, each while a CPU-bound
+# process keeps one core busy; reports per test how many rounds failed (0 is the bar).
+ROUNDS ?= 5
+test-stress: system-deps java venv-test
+	$(BIN)/python -m tests.stress --rounds $(ROUNDS) $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,6 +1,7 @@
 """The run's fault history (faults.jsonl) as intervals: who was correct, who was cut off, when.
 
-Jepsen's split (STYLE.md): faults are ordinary entries in the history, so a checker can say
+Jepsen's split (nemesis, generator, checker): faults are ordinary entries in the history,
+so a checker can say
 which faults were active when a violation happened. A start without a matching stop lasts to
 the end of the run. A partition's `params.cuts` lists the blocked [src, dst] pairs; the hosts
 outside the largest group that can still reach each other are the ones cut off.
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analysis.ingest import _fault_hosts, crashed_hosts
+from nodes.quiescence import cut_off
 
 
 @dataclass(frozen=True)
@@ -63,31 +65,6 @@ def intervals(faults: list[dict[str, Any]]) -> list[FaultInterval]:
     for start in open_.values():
         close(start, math.inf)
     return sorted(out, key=lambda f: (f.start, str(f.fault)))
-
-
-def cut_off(hosts: list[str], cuts: tuple[tuple[str, str], ...]) -> set[str]:
-    """Hosts outside the largest group still connected both ways (ties: the group with the
-    alphabetically first host stays). A one-way cut separates too: no reply gets back."""
-    blocked = {frozenset(c) for c in cuts}
-    groups: list[list[str]] = []
-    seen: set[str] = set()
-    for h in sorted(hosts):
-        if h in seen:
-            continue
-        group, todo = [], [h]
-        seen.add(h)
-        while todo:
-            a = todo.pop()
-            group.append(a)
-            for b in hosts:
-                if b not in seen and frozenset((a, b)) not in blocked:
-                    seen.add(b)
-                    todo.append(b)
-        groups.append(sorted(group))
-    if not groups:
-        return set()
-    keep = min(groups, key=lambda g: (-len(g), g[0]))
-    return set(hosts) - set(keep)
 
 
 @dataclass

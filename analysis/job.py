@@ -10,6 +10,7 @@ from typing import Any
 from analysis.checks import check_suite, log_claims
 from analysis.fault_history import fault_history
 from analysis.ingest import EVENTS_PARQUET, ingest
+from analysis.liveness import liveness_section, read_drain
 from analysis.metrics import clock_offsets, fnl_latency, message_counts, recovery, throughput
 from analysis.optimistic import optimistic_metrics
 from analysis.session import EVENT_LINE_BYTES, spark_session
@@ -73,6 +74,7 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
     if "local_order" in summary:
         summary["checks"]["local_order"] = summary.pop("local_order")
         summary["checks"]["local_order"]["claimed"] = "local_order" in claims
+    summary["liveness"] = liveness_section(read_drain(run_dir), summary["checks"])
     summary["ok"] = checks_ok(summary)
     summary["analysis_s"] = round(time.monotonic() - started, 3)
     (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")

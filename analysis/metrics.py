@@ -1,7 +1,7 @@
 """Performance metrics from the delivery logs: latency, throughput and message counts.
 
 Latency uses true time (`t`), not the skewed local clock, so it is real end-to-end delay
-(ARCHITECTURE.md, decision 6).
+(docs/architecture.md, decision 6).
 """
 
 from __future__ import annotations

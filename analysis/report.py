@@ -20,6 +20,7 @@ import numpy as np
 from analysis import plots
 from analysis import report_data as rd
 from analysis.job import checks_ok
+from analysis.liveness import liveness_line
 from analysis.plots import Arrow, Band, Series
 
 REPORT = "report.html"
@@ -83,15 +84,20 @@ def _checks_html(summary: dict[str, Any]) -> str:
         n = check.get("violations", 0)
         shown = "<br>".join(f"<code>{escape(json.dumps(e))}</code>"
                             for e in check.get("examples", [])[:3])
+        if check.get("judged") is False:
+            shown = escape(f"not judged: {check.get('unproven', 0)} undelivered, "
+                           "counted under liveness")
         if check.get("claimed", True):
             rows.append([_td(name), _td(n, bad=n > 0, cls="ok"),
                          f'<td class="l">{shown}</td>'])
         else:  # not promised by the protocol: shown greyed out, never failing the run
             rows.append([_td(f"{name} (not claimed)", cls="unclaimed"), _td(n, cls="unclaimed"),
                          f'<td class="l unclaimed">{shown}</td>'])
-    note = ("<p>Greyed-out checks are not claimed by the protocol (docs/protocols.md): their "
+    line = liveness_line(summary)
+    note = f'<p class="note">{escape(line)}</p>' if line else ""
+    grey = ("<p>Greyed-out checks are not claimed by the protocol (docs/protocols.md): their "
             "counts are for information and do not fail the run.</p>")
-    return "<h2>Checks</h2>" + _table(["check", "violations", "examples"], rows) + note
+    return "<h2>Checks</h2>" + note + _table(["check", "violations", "examples"], rows) + grey
 
 
 def _expectations_html(summary: dict[str, Any]) -> str:

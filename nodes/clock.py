@@ -1,4 +1,4 @@
-"""The node's skewed local clock (ARCHITECTURE.md decision 6).
+"""The node's skewed local clock (docs/architecture.md decision 6).
 
 Nodes on one machine share the host's true clock t; each sees
 `local(t) = t + offset + drift * (t - t0) + sum(jumps)`. Protocols only ever see local time;

@@ -60,7 +60,7 @@ class NodeConfig:
     seed: int
     start_at_ns: int  # true time at which the workload starts
     duration_ns: int  # workload length; 0 = run until told to stop
-    drain_ns: int  # after the workload, keep running this long before exiting
+    drain_ns: int  # after the workload, keep running at least this long before exiting
     workload: WorkloadConfig = WorkloadConfig()
     clock: ClockConfig = ClockConfig()
     paths: dict[int, PathConfig] = field(default_factory=dict)  # by destination id
@@ -68,6 +68,15 @@ class NodeConfig:
     control_port: int | None = None  # management HTTP (Jolokia); None: off, 0: any free port
     mgmt_token: str = ""  # bearer token protecting the management endpoints
     incarnation: int = 0  # restarts of this host so far; >0 joins a running group
+    # The drain's cap: the orchestrator stops the node as soon as the group is quiescent
+    # (docs/architecture.md "Liveness"), at the latest this long after the workload.
+    # 0 keeps the old fixed drain of drain_ns.
+    drain_max_ns: int = 0
+
+    @property
+    def end_ns(self) -> int:
+        """True time at which the node exits on its own (the drain's cap)."""
+        return self.start_at_ns + self.duration_ns + max(self.drain_ns, self.drain_max_ns)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

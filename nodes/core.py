@@ -50,6 +50,10 @@ class NodeCore:
         self.protocol = make_protocol(cfg.protocol, cfg.node_id, sorted(self.names),
                                       resolve_params(cfg))
         self.counters = Counters()
+        # Liveness bookkeeping for the orchestrator's quiescence check: messages this node
+        # sent, and final deliveries per origin member id.
+        self.sent = 0
+        self.fnl_from: dict[int, int] = {}
         self._payload = b"\x00" * cfg.workload.size
         p = cfg.params
         self.fd = FailureDetector(cfg.node_id, sorted(self.names),
@@ -126,6 +130,11 @@ class NodeCore:
             actions += self.protocol.on_suspect(member, suspected, lt)
         return actions
 
+    def progress(self) -> dict[str, Any]:
+        """What the quiescence check needs: messages sent, final deliveries per origin."""
+        return {"sent": self.sent,
+                "delivered": {self.names[o]: n for o, n in self.fnl_from.items()}}
+
     def stop(self, t: int) -> None:
         self.log.write(t, self.clock.local(t), "stop")
         self.log.close()
@@ -150,6 +159,7 @@ class NodeCore:
         kind = type(a)
         if kind is FinalDeliver:
             self.counters.fnl += 1
+            self.fnl_from[a.origin] = self.fnl_from.get(a.origin, 0) + 1
             self.log.delivery(t, lt, "fnl", f"{self.names[a.origin]}:{a.mno}", a.seq, a.size,
                               a.instance)
         elif kind is OptDeliver:
@@ -160,6 +170,7 @@ class NodeCore:
             self.log.delivery(t, lt, "recv", f"{self.names[a.origin]}:{a.mno}", 0, a.size,
                               a.instance)
         elif kind is Log and a.ev == "send":
+            self.sent += 1
             self.log.delivery(t, lt, "send", f"{self.cfg.name}:{a.fields['mno']}", 0,
                               a.fields["size"])
         elif kind is Log:

@@ -1,4 +1,4 @@
-"""The delivery log, `events.jsonl` (ARCHITECTURE.md, "Delivery log").
+"""The delivery log, `events.jsonl` (docs/architecture.md, "Delivery log").
 
 One JSON object per line: t (true ns), lt (local ns), i (per-node ordinal, so that analysis
 never depends on file order), node, ev, and mid/seq/slot/proto/size when meaningful.

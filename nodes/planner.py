@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -257,7 +258,7 @@ def optimal_plan(omega: MatrixLike, rates: RatesLike = None) -> Plan:
     lp.a_matrix_.start_ = start
     lp.a_matrix_.index_ = rows[order].astype(np.int32)
     lp.a_matrix_.value_ = vals[order]
-    h = highspy.Highs()
+    h = _quiet_highs(highspy)
     h.setOptionValue("output_flag", False)
     h.passModel(lp)
     h.run()
@@ -266,3 +267,20 @@ def optimal_plan(omega: MatrixLike, rates: RatesLike = None) -> Plan:
         raise RuntimeError(f"HiGHS could not solve MOL: {h.modelStatusToString(status)}")
     x = np.array(h.getSolution().col_value).reshape(n, n)
     return _plan("optimal", w, w + np.maximum(x, 0.0), r)
+
+
+def _quiet_highs(highspy: Any) -> Any:
+    """A HiGHS instance whose construction does not print: highspy >= 1.16 writes its banner
+    to the C-level stdout before any option can be set, which would corrupt output such as
+    `testbed plan --json`. The banner goes to stderr instead."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        return highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)

@@ -74,8 +74,9 @@ class NodeRuntime:
             self._next_planned = max(self._next_planned, time.time_ns()) + next(self._gaps)
             self._at_true(self._next_planned, self._broadcast)
         if self.cfg.duration_ns > 0:
-            end = self.cfg.start_at_ns + self.cfg.duration_ns + self.cfg.drain_ns
-            self._at_true(end, self.done.set)
+            # The drain's cap; the orchestrator stops the node earlier, through the management
+            # endpoint, once the group is quiescent (nodes/quiescence.py).
+            self._at_true(self.cfg.end_ns, self.done.set)
         await self.done.wait()
         for handle in self.timers.values():
             handle.cancel()
@@ -87,7 +88,7 @@ class NodeRuntime:
     async def _start_management(self) -> ManagementServer | None:
         if self.cfg.control_port is None:
             return None
-        registry = build_node_registry(self.core)
+        registry = build_node_registry(self.core, on_stop=self.done.set)
         registry.register(self._paths_mbean())
         server = ManagementServer(registry, self.cfg.control_host, self.cfg.control_port,
                                   self.cfg.mgmt_token)

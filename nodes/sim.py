@@ -26,9 +26,22 @@ from typing import Any
 from nodes.config import SIM_EPOCH_NS, NodeConfig, PathConfig
 from nodes.core import NodeCore, Output
 from nodes.linkmodel import LinkModel
+from nodes.quiescence import drain_record, undelivered
 from nodes.workload import intervals, workload_rng
 
 ARRIVE, TIMER, BROADCAST, CALL = range(4)
+QUIESCE_STEP_NS = 50_000_000  # how often (virtual time) the drain checks for quiescence
+
+
+@dataclass(frozen=True)
+class Quiesce:
+    """Drain past the minimum until quiescent (nodes/quiescence.py), at most to `cap_ns`."""
+
+    correct: list[str]
+    workload_end_ns: int
+    drain_min_ns: int
+    cap_ns: int
+    path: Path
 
 
 
@@ -88,7 +101,10 @@ class Simulator:
         self._counter += 1
         heapq.heappush(self.queue, (t, self._counter, CALL, -1, 0, fn, None))
 
-    def run(self, until_ns: int) -> SimStats:
+    def run(self, until_ns: int, quiesce: Quiesce | None = None) -> SimStats:
+        """Simulate to `until_ns`; with `quiesce`, keep draining past it (in steps of
+        QUIESCE_STEP_NS, up to its cap) until every correct host delivered every message a
+        correct host sent, and write the outcome to its `path`."""
         start = time.perf_counter()
         for nid, core in self.cores.items():
             self._apply(nid, core.start(self.now))
@@ -102,6 +118,8 @@ class Simulator:
         gc.set_threshold(200_000, 50, 100)
         try:
             self._loop(until_ns)
+            if quiesce is not None:
+                until_ns = self._drain(until_ns, quiesce)
         finally:
             gc.set_threshold(*thresholds)
         self.now = until_ns
@@ -111,6 +129,21 @@ class Simulator:
         self.stats.wall_s = time.perf_counter() - start
         self.stats.virtual_s = (until_ns - self.t0) / 1e9
         return self.stats
+
+    def _drain(self, t: int, q: Quiesce) -> int:
+        ids = [self.by_name[h] for h in q.correct]
+        while True:
+            missing = undelivered({self.configs[n].name: self.cores[n].progress() for n in ids},
+                                  q.correct)
+            done = not any(missing.values())
+            if done or t >= q.cap_ns:
+                break
+            t = min(t + QUIESCE_STEP_NS, q.cap_ns)
+            self._loop(t)
+        q.path.write_text(json.dumps(drain_record(done, t - q.workload_end_ns, q.drain_min_ns,
+                                                  q.cap_ns - q.workload_end_ns, q.correct,
+                                                  missing)) + "\n")
+        return t
 
     def _loop(self, until_ns: int) -> None:
         queue, cores, epochs = self.queue, self.cores, self.epoch
@@ -289,7 +322,13 @@ def run_sim_file(path: Path) -> SimStats:
     if spec.get("faults"):
         sim.schedule_faults(spec["faults"], Path(spec["faults_log"]))
     end = max(c.start_at_ns + c.duration_ns + c.drain_ns for c in configs)
-    return sim.run(end)
+    quiesce = None
+    if spec.get("drain_log"):
+        workload_end = max(c.start_at_ns + c.duration_ns for c in configs)
+        quiesce = Quiesce(spec.get("correct", [c.name for c in configs]), workload_end,
+                          end - workload_end, max(end, max(c.end_ns for c in configs)),
+                          Path(spec["drain_log"]))
+    return sim.run(end, quiesce)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""The binary wire format every node speaks (ARCHITECTURE.md, "Wire format").
+"""The binary wire format every node speaks (docs/architecture.md, "Wire format").
 
 One fixed 44-byte header, network byte order, then the payload::
 

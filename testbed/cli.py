@@ -1,4 +1,4 @@
-"""The `testbed` command line (ARCHITECTURE.md "CLI surface").
+"""The `testbed` command line (README.md "The CLI").
 
 Every command is one function with typed parameters and an example in its help; user errors are
 one sentence (`file:line: field: message` for specs) and exit code 2, never a traceback.
@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from testbed.backends import BackendError, make_backend
+from testbed.nightly.command import nightly as nightly_command
 from testbed.rundir import DEFAULT_RUNS, RunDir, find_runs, resolve_run
 from testbed.spec.loader import SpecError, load_experiment, load_topology
 from testbed.teardown import is_active, teardown
@@ -171,10 +172,14 @@ def print_run_plan(exp: Any, topo: Any) -> None:
     console.print(f"{exp.name}: {exp.protocol.name} on {len(paths.hosts)} {exp.backend} hosts, "
                   f"{exp.duration / 1e9:g} s of {exp.workload.rate:g} msgs/s per sender "
                   f"({exp.workload.arrival}), seed {exp.seed}")
+    from testbed.faults.schedule import correct_hosts
+
+    actions = expand(exp.faults, paths.hosts, exp.duration, exp.seed)
+    console.print(f"then drain {exp.drain / 1e9:g} s, up to {max(exp.drain, exp.drain_max) / 1e9:g}"
+                  f" s until quiescent among {', '.join(correct_hosts(paths.hosts, actions))}")
     print_paths(paths)
     if exp.backend in ("mininet", "docker"):
         print_shaping_plan(topo, paths, "netem")
-    actions = expand(exp.faults, paths.hosts, exp.duration, exp.seed)
     if actions:
         t = Table("at s", "action", "parameters", title="fault timeline")
         for a in actions:
@@ -445,16 +450,22 @@ def analyze_cmd(
 
 @app.command()
 def report(
-    runs_: Annotated[list[Path], typer.Argument(metavar="RUN...", help="run directories")],
+    runs_: Annotated[list[Path], typer.Argument(
+        metavar="RUN...", help="run directories, or nightly history files (NIGHT.parquet)")],
     out: Annotated[Path | None, typer.Option(help="file or directory for a comparison")] = None,
 ) -> None:
     """Write a run's self-contained HTML report, or compare several runs side by side.
 
     Examples: [bold]testbed report runs/20261121T060012Z-quickstart-c1712e[/],
-    [bold]testbed report runs/*seto* --out /tmp/seto.html[/]
+    [bold]testbed report runs/*seto* --out /tmp/seto.html[/],
+    [bold]testbed report history/smoke/2026-11-16.parquet history/smoke/2026-11-23.parquet[/]
     """
     from analysis.report import write_comparison, write_report
+    from testbed.nightly.command import is_night_file, write_nights_comparison
 
+    if runs_ and all(is_night_file(r) for r in runs_):
+        console.print(f"wrote {write_nights_comparison(runs_, out or Path('comparison.html'))}")
+        return
     for r in runs_:
         if not (r / "nodes").is_dir():
             raise fail(f"{r} is not a run directory (no nodes/ inside)")
@@ -618,6 +629,11 @@ def print_summary(summary: dict[str, Any]) -> None:
             continue
         table.add_row(name, f"[green]{v}[/]" if v == 0 else f"[red]{v}[/]")
     console.print(table)
+    from analysis.liveness import liveness_line
+
+    line = liveness_line(summary)
+    if line:
+        console.print(f"[yellow]{line}[/]")
     lat = summary.get("latency", {}).get("fnl", {})
     per = lat.get("per_receiver", {})
     if per:
@@ -637,6 +653,9 @@ def print_summary(summary: dict[str, Any]) -> None:
             w = window.get(node, {}).get("p50_ms")
             o.add_row(node, f"{a['accuracy']:.3f}", "-" if w is None else f"{w:.2f}")
         console.print(o)
+
+
+app.command(name="nightly")(nightly_command)
 
 
 def main() -> None:

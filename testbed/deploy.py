@@ -47,6 +47,7 @@ def node_configs(
             start_at_ns=start_at_ns,
             duration_ns=exp.duration if duration_ns is None else duration_ns,
             drain_ns=exp.drain,
+            drain_max_ns=exp.drain_max,
             workload=WorkloadConfig(host.name in senders, exp.workload.rate, exp.workload.size,
                                     exp.workload.arrival),
             clock=ClockConfig(host.clock.offset, host.clock.drift),

@@ -1,7 +1,7 @@
 """The Docker engine the `docker` backend talks to.
 
 Where no engine answers and we are root, `ensure_engine()` starts `dockerd` (there is no
-systemd on these machines: PLATFORM.md) with `--iptables=false --ip6tables=false`: nothing
+systemd on these machines: docs/platform.md) with `--iptables=false --ip6tables=false`: nothing
 leaves the machine, so no NAT is needed, and Docker then leaves the FORWARD chain and
 br_netfilter alone, which keeps Mininet's bridged traffic alive. Its data and exec roots are
 private (/var/lib/testbed-docker, /run/testbed-docker); it listens on the default socket so
@@ -42,8 +42,9 @@ def client(timeout: int = 120) -> Any:
     except docker.errors.DockerException as exc:
         why = "no such socket" if "No such file" in str(exc) else (
             "connection refused" if "refused" in str(exc) else "no answer")
-        raise EngineError(f"the Docker engine at {where()} is not running ({why}); start it "
-                          "with `python -m testbed.images` (as root) or fix DOCKER_HOST") from exc
+        raise EngineError(f"the Docker engine at {where()} is not running ({why}); run "
+                          "`testbed image build` as root to start it, or fix DOCKER_HOST"
+                          ) from exc
 
 
 def where() -> str:

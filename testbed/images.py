@@ -1,6 +1,6 @@
 """`testbed image build [--base debootstrap]`: the node image of the `docker` backend.
 
-Machines here reach no image registry (PLATFORM.md), so the base is built with debootstrap
+Machines here reach no image registry (docs/platform.md), so the base is built with debootstrap
 (`--variant=minbase` plus Python, iproute2, iptables, tcpdump and libnetfilter-queue for the
 userspace shaper), imported with `docker import` and cached twice: as the tarball under
 /var/cache/testbed/ (survives a wiped engine) and as the image `testbed-base:bookworm-<key>`.

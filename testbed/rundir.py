@@ -1,4 +1,4 @@
-"""The run directory and its journal (ARCHITECTURE.md decision 5 and "Run directory").
+"""The run directory and its journal (docs/architecture.md decision 5 and "Run directory").
 
 `runs/<UTC time>-<name>-<id>/` holds everything a run produced. `journal.jsonl` records every
 resource *before* (or, for a pid, the instant after) it is created, so `testbed teardown` can

@@ -1,4 +1,4 @@
-"""One experiment run, end to end (ARCHITECTURE.md "Data flow"):
+"""One experiment run, end to end (docs/architecture.md "Data flow"):
 spec -> run directory -> backend up/deploy -> workload -> drain -> collect -> down -> analysis
 -> expectations -> exit code."""
 
@@ -20,7 +20,8 @@ from nodes.config import SIM_EPOCH_NS
 from testbed.backends import Backend, BackendError, make_backend
 from testbed.backends.sim import SimBackend
 from testbed.deploy import node_configs
-from testbed.faults.schedule import expand
+from testbed.drain import DrainWatch
+from testbed.faults.schedule import correct_hosts, expand
 from testbed.rundir import RunDir
 from testbed.spec.experiment import ExperimentSpec
 from testbed.spec.topology import PathMatrix, TopologySpec
@@ -107,16 +108,27 @@ def _execute(exp: ExperimentSpec, topo: TopologySpec, paths: PathMatrix, run: Ru
     backend.schedule_faults(actions, start)
     backend.deploy(configs)
     backend.start_faults()
+    # Real nodes are watched during the drain and stopped once quiescent; the simulator does
+    # the same in virtual time and writes drain.json itself.
+    watch = None if is_sim else DrainWatch(run, paths.hosts, correct_hosts(paths.hosts, actions),
+                                           start + exp.duration, exp.drain, exp.drain_max)
+    cap_s = (exp.duration + max(exp.drain, exp.drain_max)) / 1e9
     total_s = (exp.duration + exp.drain) / 1e9 + (0 if is_sim else LOCAL_STARTUP_NS / 1e9)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn(),
                   console=console, transient=True) as progress:
-        task = progress.add_task(f"{exp.backend}: {exp.name}", total=total_s)
+        label = f"{exp.backend}: {exp.name}"
+        task = progress.add_task(label, total=total_s)
         began = time.monotonic()
         while not backend.wait(timeout_s=0.25):
             elapsed = time.monotonic() - began
             progress.update(task, completed=min(elapsed, total_s))
-            if elapsed > total_s + 30:
-                raise BackendError(f"nodes did not finish within {total_s + 30:.0f} s")
+            if watch is not None and watch.due(time.time_ns()) and not watch.poll():
+                progress.update(task, description=f"{label}: draining, {watch.in_flight} "
+                                                  "messages in flight")
+            if elapsed > cap_s + LOCAL_STARTUP_NS / 1e9 + 30:
+                raise BackendError(f"nodes did not finish within {cap_s + 30:.0f} s")
+    if watch is not None:
+        watch.write()
     for problem in backend.stop_faults():
         console.print(f"[yellow]fault not applied:[/] {problem}")
     if is_sim:

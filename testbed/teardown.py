@@ -1,5 +1,5 @@
 """Undo a run from its journal, in reverse creation order; idempotent, and it works after the
-orchestrator was killed (ARCHITECTURE.md decision 5).
+orchestrator was killed (docs/architecture.md decision 5).
 
 Resource kinds: `process` and `netns` (a process holding a Mininet host's namespace: stopping it
 lets the kernel free the namespace and the veth ends inside), `qdisc` and `iptables` (inside a

@@ -1,6 +1,6 @@
-"""Crash safety (ARCHITECTURE.md decision 5): `testbed run --backend mininet` killed with SIGKILL
-at a random moment leaves nothing behind once `testbed teardown` has run: no bridges or veths,
-no namespaces (their holder processes), no qdiscs or iptables rules (they live in those
+"""Crash safety (docs/architecture.md decision 5): `testbed run --backend mininet` killed with
+SIGKILL at a random moment leaves nothing behind once `testbed teardown` has run: no bridges or
+veths, no namespaces (their holder processes), no qdiscs or iptables rules (they live in those
 namespaces or in the run's own chain), no processes of the run."""
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ def leftovers(run_id: str) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 @pytest.mark.timeout(60 + 25 * TRIALS)
 @pytest.mark.parametrize("trial", range(TRIALS))
 def test_sigkill_at_a_random_point_then_teardown_leaves_nothing(trial: int,
@@ -53,8 +54,9 @@ def test_sigkill_at_a_random_point_then_teardown_leaves_nothing(trial: int,
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     runs = find_runs(tmp_path)
-    # Past ~1 s the run directory exists, so the kill really interrupted a run.
-    assert runs or kill_after < 1.5
+    # The run directory exists ~1 s after the start on an idle machine (4 s on a loaded one),
+    # so a later kill really interrupted a run.
+    assert runs or kill_after < 4.0
     td = cli("teardown", "--runs", str(tmp_path))
     assert td.wait(timeout=120) == 0
     for run in runs:

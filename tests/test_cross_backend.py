@@ -1,5 +1,8 @@
 """One two-site sequencer experiment on sim, local, mininet and docker: the median final
-latency of every (sender, receiver) pair agrees across backends within 10% + 2 ms."""
+latency of every (sender, receiver) pair agrees across backends within 25% + 5 ms.
+
+The margin holds on a loaded machine and still fails when a backend does not shape (a 21 ms
+pair reading 1 ms) or shapes twice (42 ms)."""
 
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ def medians(tmp_path: Path, backend: str) -> dict[tuple[str, str], float]:
 
 
 @pytest.mark.root
+@pytest.mark.timing
 def test_median_latency_per_pair_agrees_across_all_backends(tmp_path: Path,
                                                            docker_image: object) -> None:
     results = {b: medians(tmp_path, b) for b in ("sim", "local", "mininet", "docker")}
@@ -37,4 +41,5 @@ def test_median_latency_per_pair_agrees_across_all_backends(tmp_path: Path,
     assert len(ref) == 16
     for backend, got in results.items():
         for pair, value in ref.items():
-            assert abs(got[pair] - value) <= 0.1 * value + 2.0, (backend, pair, got[pair], value)
+            assert abs(got[pair] - value) <= 0.25 * value + 5.0, (backend, pair, got[pair],
+                                                                  value)

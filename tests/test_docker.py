@@ -56,6 +56,7 @@ def _testbed(*args: str, env: dict[str, str] | None = None,
                           text=True, cwd=ROOT, timeout=timeout, env=env)
 
 
+@pytest.mark.timing
 def test_quickstart_on_docker_delivers_every_message_in_one_total_order_with_pcaps(
         docker_image: dict[str, str], tmp_path: Path) -> None:
     proc = _testbed("run", str(QUICKSTART), "--backend", "docker", "--no-analyze",
@@ -204,8 +205,38 @@ def docker_errors() -> type[Exception]:
 
 
 @pytest.mark.root
+@pytest.mark.timing
 def test_faults_on_docker_keep_order_and_agreement(docker_image: dict[str, str],
                                                     tmp_path: Path) -> None:
     from tests import test_faults
 
     test_faults.test_partition_crash_and_clock_jump_keep_order_and_agreement(tmp_path, "docker")
+
+
+def test_a_run_starts_the_engine_and_builds_a_missing_image_itself(
+        docker_image: dict[str, str], tmp_path: Path) -> None:
+    """What a new user does first: `testbed run ... --backend docker` as root, no engine
+    running, no image built. (Last in this file: it replaces the session's image.)"""
+    from testbed.engine import responding, started_here, stop_engine
+
+    assert started_here() is not None, "the session's engine must be one testbed started"
+    c = _docker()
+    try:
+        c.images.remove(docker_image["tag"], force=True)
+    finally:
+        c.close()
+    assert stop_engine() and not responding()
+    spec = tmp_path / "short.yaml"
+    spec.write_text(QUICKSTART.read_text().replace("duration: 20s", "duration: 3s").replace(
+        "../topologies/", f"{ROOT}/topologies/"))
+    proc = _testbed("run", str(spec), "--backend", "docker", "--no-analyze", "--out",
+                    str(tmp_path / "runs"), timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "started the Docker engine" in proc.stderr and "built " in proc.stderr, proc.stderr
+    assert started_here() is not None and responding()  # the fixture stops it at the end
+    run = run_dir_of(tmp_path / "runs")
+    events = read_events(run)
+    fnl = {h: [e["mid"] for e in evs if e["ev"] == "fnl"] for h, evs in events.items()}
+    assert sorted(fnl) == ["h1", "h2", "h3", "h4"] and len(fnl["h1"]) > 100
+    assert all(order == fnl["h1"] for order in fnl.values())
+    assert _leftovers(run.name.rsplit("-", 1)[1]) == []

@@ -20,7 +20,7 @@ def test_doctor_probes_htb_and_netem_like_tc_does() -> None:
     before = _netns()
     found = {c.name: c for c in checks()}
     assert found["root"].ok is (os.geteuid() == 0)
-    assert found["HTB"].ok  # this machine's kernel has sch_htb (PLATFORM.md)
+    assert found["HTB"].ok  # this machine's kernel has sch_htb (docs/platform.md)
     # sch_netem is exactly as available as tc says in a scratch namespace.
     subprocess.run(["ip", "netns", "add", "tb-doctor-test"], check=True)
     try:

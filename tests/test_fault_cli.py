@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from testbed.processes import is_alive
 from testbed.rundir import RunDir
 from tests.eventlogs import run_dir_of
@@ -20,14 +22,16 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.timing
 def test_fault_cli_partitions_crashes_restarts_and_jumps_a_running_testbed(tmp_path: Path
                                                                           ) -> None:
     out = str(tmp_path / "runs")
     assert cli("up", "topologies/two-sites.yaml", "--out", out).returncode == 0
     run = RunDir.open(run_dir_of(Path(out)))
     try:
-        # The failure detector (1 s timeout) sees the cut from both sides before the heal.
-        p = cli("fault", "partition", "--isolate", "h3", "--for", "1.5s", "--runs", out)
+        # The failure detector (1 s timeout) sees the cut from both sides before the heal
+        # (3 s: room for a loaded machine's late ticks).
+        p = cli("fault", "partition", "--isolate", "h3", "--for", "3s", "--runs", out)
         assert p.returncode == 0, p.stderr
         assert cli("fault", "crash", "h4", "--runs", out).returncode == 0
         assert cli("fault", "restart", "h4", "--runs", out).returncode == 0

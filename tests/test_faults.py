@@ -55,7 +55,7 @@ def run_faults(tmp_path: Path, backend: str) -> Path:
     return run_dir_of(tmp_path / "runs")
 
 
-@pytest.mark.parametrize("backend", ["sim", "local"])
+@pytest.mark.parametrize("backend", ["sim", pytest.param("local", marks=pytest.mark.timing)])
 def test_partition_crash_and_clock_jump_keep_order_and_agreement(tmp_path: Path,
                                                                  backend: str) -> None:
     run = run_faults(tmp_path, backend)

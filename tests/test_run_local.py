@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from testbed.processes import is_alive
 from testbed.rundir import RunDir
 from tests.eventlogs import fnl_sequences, median_fnl_latency_ms, read_events, run_dir_of
@@ -23,13 +25,15 @@ def node_pids(run_path: Path) -> list[tuple[int, int | None]]:
             if e["op"] == "create" and e.get("kind") == "process"]
 
 
+@pytest.mark.timing
 def test_local_median_latency_per_pair_matches_the_topology(tmp_path: Path) -> None:
     events = read_events(run(tmp_path, "lat", backend="local", duration="6s"))
     medians = median_fnl_latency_ms(events)
     assert len(medians) == 16
     for (s, r), got in medians.items():
         want = predicted_ms(s, r, "h3")
-        assert abs(got - want) <= 0.2 * want + 2.0, (s, r, got, want)
+        # A margin a loaded machine keeps; an unshaped (~0 ms) or doubled path still fails.
+        assert abs(got - want) <= 0.25 * want + 5.0, (s, r, got, want)
     seqs = fnl_sequences(events)
     assert all(seq == seqs["h3"] for seq in seqs.values())
 
@@ -85,6 +89,7 @@ def test_up_status_teardown_keeps_a_testbed_running_until_torn_down(tmp_path: Pa
     assert all(evs[-1]["ev"] == "stop" for evs in events.values()), "nodes flushed their logs"
 
 
+@pytest.mark.timing
 def test_quickstart_on_local_passes_its_expectations_with_spark(tmp_path: Path) -> None:
     out = tmp_path / "runs"
     proc = subprocess.run([sys.executable, "-m", "testbed", "run",

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.eventlogs import run_dir_of
 from tests.test_seto import accuracy, assert_local_and_total_order, read_events
 
@@ -28,6 +30,7 @@ def run_local(tmp_path: Path, experiment: str) -> Path:
     return run_dir_of(out / "runs")
 
 
+@pytest.mark.timing
 def test_seto_and_fast_seto_beat_plain_sequencer_on_local(tmp_path: Path) -> None:
     runs = {name: read_events(run_local(tmp_path, f"{name}.yaml")) for name in
             ("seto-vs-sequencer", "seto-vs-sequencer-seto", "seto-vs-sequencer-fast-seto")}

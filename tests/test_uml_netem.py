@@ -1,11 +1,12 @@
 """The `netem` applier's real `tc` script under a kernel that has sch_netem: Debian's
-user-mode-linux kernel (PLATFORM.md), booted with the host filesystem as its root. Inside it,
+user-mode-linux kernel (docs/platform.md), booted with the host filesystem as its root. Inside it,
 three namespaces on a bridge get the project's rendered per-host plans (HTB root, one netem leaf
 per destination, u32 filters); the test then reads back `tc -s qdisc` and ping RTTs, which the
 init script wrote into a scratch directory before powering UML off.
 
-UML timing is coarse (PLATFORM.md: outliers to 2x), so only the minimum RTT is compared, with
-2 ms + 10% slack: this proves the commands' shape and effect, not sub-millisecond fidelity."""
+UML timing is coarse (docs/platform.md: outliers to 2x), so only the minimum RTT is compared, with
+a margin a loaded machine keeps (-2 ms .. +25% + 5 ms): this proves the commands' shape and
+effect (no netem, or netem twice, fails), not sub-millisecond fidelity."""
 
 from __future__ import annotations
 
@@ -160,6 +161,7 @@ def netem_leaves(qdisc: str) -> dict[str, tuple[float, int]]:
     return leaves
 
 
+@pytest.mark.timing
 def test_netem_plan_under_uml_builds_planned_tree_and_delays_each_direction(
         tmp_path: Path) -> None:
     topo = topology()
@@ -191,4 +193,5 @@ def test_netem_plan_under_uml_builds_planned_tree_and_delays_each_direction(
     for (a, b) in DELAYS:
         want = DELAYS[(a, b)] + DELAYS[(b, a)]
         got = min_rtt((tmp_path / f"ping-{a}-{b}.txt").read_text())
-        assert abs(got - want) <= 2.0 + 0.1 * want, (a, b, got, want)
+        # A margin a loaded machine keeps; no netem (~0 ms) or netem twice still fails.
+        assert want - 2.0 <= got <= 1.25 * want + 5.0, (a, b, got, want)

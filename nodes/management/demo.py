@@ -1,6 +1,6 @@
 """A demo registry for manual checks (``python -m nodes.management``) and for tests.
 
-Its MBeans mirror what a node exposes (ARCHITECTURE.md, "Management API") with plain
+Its MBeans mirror what a node exposes (docs/architecture.md, "Management API") with plain
 in-memory state instead of a running protocol: a skewed clock, a failure detector whose
 timeout can be tuned at run time (GORDA D3.5 section 4.2: a wrong timeout causes false
 suspicions and needless view changes) and SETO delivery counters.

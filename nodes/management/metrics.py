@@ -23,7 +23,7 @@ def snake_case(name: str) -> str:
     """``OffsetMs`` -> ``offset_ms``, ``RTTMillis`` -> ``rtt_millis``, ``QoS`` -> ``qos``.
 
     A lone capital at the end of a name does not start a new word, so that ``QoS`` (an
-    MBean type in ARCHITECTURE.md) reads as one; other non-word characters become ``_``.
+    MBean type in docs/architecture.md) reads as one; other non-word characters become ``_``.
     """
     text = re.sub(r"(?<=[a-z0-9])(?=[A-Z].)|(?<=[A-Z])(?=[A-Z][a-z])", "_", name)
     return re.sub(r"[^a-zA-Z0-9_]", "_", text).lower()

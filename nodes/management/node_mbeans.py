@@ -1,4 +1,4 @@
-"""The MBeans a running node exposes (ARCHITECTURE.md "Management API", D3.5 section 4.2):
+"""The MBeans a running node exposes (docs/architecture.md "Management API", D3.5 section 4.2):
 `testbed:type=Node`, `type=Clock`, `type=TotalOrder,protocol=P`, `type=Transport`."""
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from nodes.management.mbeans import MBean, MBeanRegistry
 from nodes.protocols import catalogue
 
 
-def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_ns
-                        ) -> MBeanRegistry:
+def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_ns,
+                        on_stop: Callable[[], None] | None = None) -> MBeanRegistry:
+    """The node's MBeans; `on_stop` (the runtime's) makes `testbed:type=Node` `stop` end the
+    node cleanly, log flushed, as the orchestrator does once the run is quiescent."""
     registry = MBeanRegistry()
     started = true_now()
     cfg = core.cfg
@@ -23,7 +25,7 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
     entry = catalogue.find(cfg.protocol)
     claims = sorted(entry.claims) if entry is not None else []
 
-    registry.register(
+    node = (
         MBean("testbed:type=Node", "This protocol node")
         .attribute("Name", "str", lambda: cfg.name, description="host name")
         .attribute("Id", "int", lambda: cfg.node_id, description="member id")
@@ -32,7 +34,13 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
                    description="checks the protocol promises to pass (its catalogue entry)")
         .attribute("Uptime", "float", lambda: (true_now() - started) / 1e9,
                    description="seconds since the node started")
+        .attribute("Progress", "dict", core.progress,
+                   description="messages sent, and final deliveries per origin host")
     )
+    if on_stop is not None:
+        node.operation("stop", on_stop, [], None,
+                       "end the node now (log flushed), as after the drain")
+    registry.register(node)
 
     def set_offset(ms: float) -> None:
         clock.offset_ns = round(ms * 1e6)
@@ -48,7 +56,8 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
         return clock.offset_ns / 1e6
 
     registry.register(
-        MBean("testbed:type=Clock", "The node's skewed local clock (ARCHITECTURE.md decision 6)")
+        MBean("testbed:type=Clock",
+              "The node's skewed local clock (docs/architecture.md decision 6)")
         .attribute("OffsetMs", "float", lambda: clock.offset_ns / 1e6, set_offset,
                    "offset from true time at t0, ms")
         .attribute("DriftPpm", "float", lambda: clock.drift_ppm, set_drift,

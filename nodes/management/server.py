@@ -4,7 +4,7 @@ Standard library only (nodes/ runs on bare hosts): asyncio streams and a small H
 reader with keep-alive and Content-Length bodies. It runs inside the node's event loop,
 so getters, setters and operations run on the same thread as the protocol and need no
 locks. It binds only to the address it is given, the node's control address
-(ARCHITECTURE.md decision 4), and every path wants ``Authorization: Bearer <token>``.
+(docs/architecture.md decision 4), and every path wants ``Authorization: Bearer <token>``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The sans-IO protocol interface (ARCHITECTURE.md decision 1, in the h11/h2 style).
+"""The sans-IO protocol interface (docs/architecture.md decision 1, in the h11/h2 style).
 
 A layer takes events -- `broadcast`, `on_message`, `on_timer` -- with the node's *local* clock
 reading, and returns actions. It never touches sockets, threads or the wall clock, so the same

@@ -1,4 +1,4 @@
-"""Backends: one topology model, many ways to realise it (ARCHITECTURE.md decision 2)."""
+"""Backends: one topology model, many ways to realise it (docs/architecture.md decision 2)."""
 
 from __future__ import annotations
 

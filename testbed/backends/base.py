@@ -1,5 +1,5 @@
 """The backend interface shared by sim, local, mininet, docker and remote
-(ARCHITECTURE.md decision 2): up, deploy, exec, fault, collect, down."""
+(docs/architecture.md decision 2): up, deploy, exec, fault, collect, down."""
 
 from __future__ import annotations
 

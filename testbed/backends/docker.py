@@ -5,7 +5,7 @@ Per run, two user-defined bridge networks (labelled `org.testbed.run=<run id>`):
   data     `tb-<run>-data`, bridge `tb<run>d`: a /24 of 198.19.0.0/16 picked from the run id
            (skipping any /24 a Docker network or a root-namespace address already uses), or the
            /24 holding the topology's own addresses; shaped by the applier;
-  control  `tb<run>c`: another free 198.19.<y>.0/24, never shaped (ARCHITECTURE.md decision
+  control  `tb<run>c`: another free 198.19.<y>.0/24, never shaped (docs/architecture.md decision
            4). The bridge holds the gateway (.254) in the root namespace, so the orchestrator
            reaches each node's management endpoint at its control address.
 Mininet uses 198.18.0.0/16 for data and checks `ip addr` before taking a 198.19 control /24;
@@ -32,6 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from rich.console import Console
+
 from nodes.config import NodeConfig
 from testbed.backends.base import BackendError, HostAddress
 from testbed.backends.docker_net import (
@@ -45,10 +47,11 @@ from testbed.backends.docker_net import (
 from testbed.backends.mininet import allow_bridged
 from testbed.backends.shaped import ShapedHosts
 from testbed.capture import Capture, CaptureOptions
-from testbed.engine import EngineError, client, short
+from testbed.engine import LOG as ENGINE_LOG
+from testbed.engine import EngineError, client, ensure_engine, short
 from testbed.faults.nodeside import NodeSideFaults
 from testbed.faults.schedule import Action
-from testbed.images import ImageError, expected_tag, image_id, record_in_lock
+from testbed.images import ImageError, build, expected_tag, image_id, record_in_lock
 from testbed.processes import start_time
 from testbed.rundir import RunDir
 from testbed.shaping.auto import make_applier
@@ -91,10 +94,14 @@ class DockerBackend(ShapedHosts):
             raise BackendError("the docker backend needs root; run with sudo or use --backend "
                                "local")
         try:
+            # A user never has to start the engine or build the image first: the run does
+            # both, like `testbed image build` (docs/platform.md).
+            if ensure_engine():
+                _say(f"started the Docker engine (dockerd, log in {ENGINE_LOG})")
             self.docker = client()
             self.docker.ping()
-            tag = self.image or expected_tag()
-            record_in_lock(self.run.path, tag, image_id(tag))
+            tag, iid = self._image()
+            record_in_lock(self.run.path, tag, iid)
             self.image = tag
         except (EngineError, ImageError) as exc:
             raise BackendError(str(exc)) from None
@@ -110,6 +117,21 @@ class DockerBackend(ShapedHosts):
                 raise
             raise BackendError(f"docker bring-up failed and was rolled back: {short(exc)}"
                                ) from exc
+
+    def _image(self) -> tuple[str, str]:
+        """The node image's tag and id; the default image is built when it is missing."""
+        if self.image:
+            return self.image, image_id(self.image)
+        tag = expected_tag()
+        try:
+            return tag, image_id(tag)
+        except ImageError:
+            pass
+        with Console(stderr=True).status(f"building the node image {tag} (first docker run "
+                                         "of this code; a few minutes with a new base)"):
+            info = build("auto")
+        _say(f"built {info['tag']}")
+        return info["tag"], info["id"]
 
     def _up(self) -> dict[str, HostAddress]:
         j, rid = self.run.journal, self.run.run_id
@@ -312,3 +334,7 @@ class DockerBackend(ShapedHosts):
         if self.docker is not None:
             self.docker.close()
             self.docker = None
+
+
+def _say(text: str) -> None:
+    Console(stderr=True).print(f"[dim]{text}[/]")

@@ -1,10 +1,10 @@
 """The `mininet` backend (root): one Mininet host (a network namespace) per emulated host.
 
-Two Linux bridges per run (Mininet's LinuxBridge, no controller, no Open vSwitch: PLATFORM.md):
+Two Linux bridges per run (Mininet's LinuxBridge, no controller, no Open vSwitch: docs/platform.md):
   data     `tb<run>d`: each host's `d0`, addresses in 198.18.0.0/16 (or the topology's own,
            within 198.18.0.0/15), shaped by the applier on `d0` egress;
   control  `tb<run>c`: each host's `c0` plus an address on the bridge itself in the root
-           namespace, 198.19.<k>.0/24 with a per-run <k>. Never shaped (ARCHITECTURE.md
+           namespace, 198.19.<k>.0/24 with a per-run <k>. Never shaped (docs/architecture.md
            decision 4); 198.19.0.0/16 is the other half of the benchmarking range we own.
 Every bridge, veth end, namespace holder, qdisc, iptables rule and process is journaled before
 it is created; a failure during up() rolls everything back.
@@ -47,7 +47,7 @@ BRIDGE_NF = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
 
 def allow_bridged(journal: Journal, prefix: str, bridges: list[str]) -> None:
     """With br_netfilter loaded (any machine where Docker ran), bridged frames traverse the
-    root namespace's FORWARD chain, whose policy Docker sets to DROP (PLATFORM.md). Rather than
+    root namespace's FORWARD chain, whose policy Docker sets to DROP (docs/platform.md). Rather than
     flip the global sysctl, accept this run's bridges in a chain of the run's own."""
     try:
         if BRIDGE_NF.read_text().strip() != "1":

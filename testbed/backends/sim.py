@@ -8,8 +8,10 @@ import subprocess
 import sys
 
 from nodes.config import NodeConfig
+from nodes.quiescence import DRAIN_FILE
 from testbed.backends.base import Backend, BackendError, HostAddress
 from testbed.faults.nemesis import history_record
+from testbed.faults.schedule import correct_hosts
 from testbed.processes import spawn
 
 
@@ -25,6 +27,9 @@ class SimBackend(Backend):
         actions, start = getattr(self, "fault_plan", ([], 0))
         spec = {"seed": configs[0].seed, "nodes": [c.to_dict() for c in configs],
                 "faults_log": str(self.run.path / "faults.jsonl"),
+                # The drain waits for these hosts' quiescence (nodes/quiescence.py).
+                "correct": correct_hosts(self.paths.hosts, actions),
+                "drain_log": str(self.run.path / DRAIN_FILE),
                 # The simulator applies the timeline in virtual time and writes the history.
                 "faults": [{"t_ns": start + a.at_ns, "op": a.op, "params": a.params,
                             "record": {k: v for k, v in history_record(a, 0, {}).items()

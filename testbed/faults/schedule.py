@@ -9,6 +9,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodes.quiescence import cut_off
 from testbed.faults.spec import (
     ClockFault,
     HealFault,
@@ -158,3 +159,18 @@ def check_faults(faults: list[Any], hosts: list[str], duration_ns: int) -> list[
         if f.at >= duration_ns:
             problems.append((("faults", i, "at"), "fault starts after the workload ends"))
     return problems
+
+
+def correct_hosts(hosts: list[str], actions: list[Action]) -> list[str]:
+    """Hosts the timeline leaves correct: never crashed, and not cut off by a partition still
+    on at its end. They are the ones the drain waits for (nodes/quiescence.py) and that the
+    checkers hold to agreement and validity."""
+    crashed = {a.params["host"] for a in actions if a.op == "crash"}
+    cuts: list[list[str]] = []
+    for a in sorted(actions, key=lambda a: a.at_ns):
+        if a.op == "block":
+            cuts += a.params["cuts"]
+        elif a.op == "heal":
+            cuts = []
+    gone = crashed | cut_off(hosts, cuts)
+    return [h for h in hosts if h not in gone]

@@ -1,7 +1,8 @@
 """Fault schedule entries in experiments (`faults:`): what to break, when, and for how long.
 
-Jepsen's split (STYLE.md): this module says *what* (the nemesis vocabulary); schedule.py says
-*when*; backends do it; analysis judges the history against faults.jsonl.
+Jepsen's split (nemesis, generator, checker): this module says *what* (the nemesis
+vocabulary); schedule.py says *when*; backends do it; analysis judges the history against
+faults.jsonl.
 """
 
 from __future__ import annotations

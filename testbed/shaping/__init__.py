@@ -1,2 +1,2 @@
 """Link shaping: a per-host plan computed from the topology, then an applier that realises it
-(ARCHITECTURE.md decision 3): `netem` (real tc), `userspace` (NFQUEUE daemon), or `auto`."""
+(docs/architecture.md decision 3): `netem` (real tc), `userspace` (NFQUEUE daemon), or `auto`."""

@@ -1,5 +1,5 @@
 """Pick the shaping applier: `netem` where the kernel accepts a netem qdisc (probed in a
-scratch namespace), else `userspace` (ARCHITECTURE.md decision 3)."""
+scratch namespace), else `userspace` (docs/architecture.md decision 3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The `userspace` applier, for kernels without sch_netem (PLATFORM.md): the HTB tree (rates
+"""The `userspace` applier, for kernels without sch_netem (docs/platform.md): the HTB tree (rates
 and QoS) is real `tc`; delay, jitter and loss come from a delay-line daemon in the host's
 namespace (testbed/shaping/userspace_daemon.py) fed by an iptables NFQUEUE rule on the data
 interface. Runtime changes go over the daemon's control socket."""

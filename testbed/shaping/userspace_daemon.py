@@ -20,7 +20,7 @@ that did not fit the copy, takes the old path: its verdict is held and then acce
 looked up is the destination's own: every backend's data plane is one L2 segment; a routed
 destination would keep the held path (correct, only without this fix).
 
-Timing (PLATFORM.md: a thread + heap design had a 2 ms p99 at 2,000 packets/s): one thread
+Timing (docs/platform.md: a thread + heap design had a 2 ms p99 at 2,000 packets/s): one thread
 does everything, so no GIL hand-offs sit between a deadline and its verdict. It sleeps in
 select() until ~200 us before the next deadline with the timer slack cut to 1 us, then spins
 on a zero-timeout select, so packets keep arriving while it waits; the garbage collector is

@@ -82,7 +82,11 @@ class ExperimentSpec(Strict):
     topology: str | TopologySpec
     backend: Backend = "local"
     duration: Duration
+    # After the workload the run drains until every message a correct host sent is
+    # final-delivered at every correct host: at least `drain`, at most `drain_max`
+    # (docs/architecture.md "Liveness").
     drain: Duration = 3_000_000_000
+    drain_max: Duration = 30_000_000_000
     seed: int = 1
     protocol: ProtocolSpec
     workload: WorkloadSpec

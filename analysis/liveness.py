@@ -1,0 +1,61 @@
+"""Liveness apart from safety (docs/architecture.md "Liveness").
+
+The run's drain (testbed/drain.py, or the simulator) writes `drain.json`: whether every
+message a correct host sent was final-delivered at every correct host before the drain's cap.
+Agreement and validity prove something only about a quiescent run. When the run was not
+quiescent, their counts are messages still in flight: they move to the `liveness` section
+(`unproven`) and the checks report 0, judged false. Total order, integrity, FIFO and causal
+order stay safety checks, judged on what was delivered. A run without a drain record (older
+runs, synthetic logs) is judged as before.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from nodes.quiescence import DRAIN_FILE
+
+NEEDS_QUIESCENCE = ("agreement", "validity")
+
+
+def read_drain(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        rec = json.loads((Path(run_dir) / DRAIN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and "quiescent" in rec else None
+
+
+def liveness_section(drain: dict[str, Any] | None, checks: dict[str, Any]) -> dict[str, Any]:
+    """The summary's `liveness` section; un-judges agreement and validity in `checks` (in
+    place) when the run was not quiescent."""
+    if drain is None:
+        return {"quiescent": None, "note": "no drain record: agreement and validity judged "
+                                           "as if the run were quiescent"}
+    section = {k: drain.get(k) for k in ("quiescent", "drain_s", "drain_min_s", "drain_max_s",
+                                         "in_flight", "undelivered_per_node")}
+    if drain.get("quiescent"):
+        return section
+    unproven = {}
+    for name in NEEDS_QUIESCENCE:
+        check = checks.get(name)
+        if check is None:
+            continue
+        unproven[name] = check["violations"]
+        check["unproven"] = check["violations"]
+        check["violations"] = 0
+        check["judged"] = False
+        check["note"] = "run not quiescent: missing deliveries are counted under liveness"
+    section["unproven"] = unproven
+    return section
+
+
+def liveness_line(summary: dict[str, Any]) -> str | None:
+    """One line for the console and the report when the run was not quiescent."""
+    live = summary.get("liveness") or {}
+    if live.get("quiescent") is not False:
+        return None
+    return (f"not quiescent after {live.get('drain_s', 0):g} s: {live.get('in_flight', 0)} "
+            "messages in flight (agreement and validity not judged)")

@@ -1,0 +1,104 @@
+"""The drain after the workload, on backends with real nodes (docs/architecture.md "Liveness").
+
+From the end of the minimum drain on, the orchestrator asks every correct node for its
+progress (`testbed:type=Node` `Progress`, over the control plane) and stops all nodes
+(`testbed:type=Node` `stop`) as soon as every message a correct host sent has been
+final-delivered at every correct host. Nodes stop themselves at the drain's cap
+(`drain_max`) if that never happens. The outcome goes to `drain.json` for the analysis, so a
+run that ended with messages in flight reports them under liveness, not as agreement or
+validity violations. The simulator runs the same check in virtual time (nodes/sim.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from nodes.quiescence import DRAIN_FILE, drain_record, undelivered
+from testbed.mgmt import MgmtClient, MgmtError
+from testbed.rundir import RunDir
+
+NODE = "testbed:type=Node"
+POLL_EVERY_S = 0.5
+POLL_TIMEOUT_S = 2.0
+
+
+class DrainWatch:
+    """Polls the nodes during the drain and decides when the run is quiescent."""
+
+    def __init__(self, run: RunDir, hosts: list[str], correct: list[str], workload_end_ns: int,
+                 drain_min_ns: int, drain_max_ns: int) -> None:
+        self.run = run
+        self.hosts = hosts
+        self.correct = correct
+        self.workload_end_ns = workload_end_ns
+        self.drain_min_ns = drain_min_ns
+        self.drain_max_ns = max(drain_min_ns, drain_max_ns)
+        self.quiescent = False
+        self.missing: dict[str, int] = {h: 0 for h in correct}
+        self.stopped_at_ns: int | None = None
+        self._next_poll = 0.0
+        self._clients: dict[str, MgmtClient] = {}
+
+    @property
+    def in_flight(self) -> int:
+        return sum(self.missing.values())
+
+    def due(self, now_ns: int) -> bool:
+        """True when the minimum drain is over, no decision was taken and a poll is due."""
+        return (self.stopped_at_ns is None
+                and now_ns >= self.workload_end_ns + self.drain_min_ns
+                and time.monotonic() >= self._next_poll)
+
+    def poll(self) -> bool:
+        """Read every correct node's progress; on quiescence stop all nodes. True if stopped."""
+        self._next_poll = time.monotonic() + POLL_EVERY_S
+        with ThreadPoolExecutor(max(1, min(8, len(self.correct)))) as pool:
+            got = dict(zip(self.correct, pool.map(self._progress, self.correct), strict=True))
+        progress = {h: p for h, p in got.items() if p is not None}
+        self.missing = undelivered(progress, self.correct)
+        if len(progress) < len(self.correct) or any(self.missing.values()):
+            return False
+        self.quiescent = True
+        self.stopped_at_ns = time.time_ns()
+        with ThreadPoolExecutor(max(1, min(8, len(self.hosts)))) as pool:
+            list(pool.map(self._stop, self.hosts))
+        return True
+
+    def write(self) -> dict[str, Any]:
+        """Write drain.json (call after the nodes exited) and return its content."""
+        end = self.stopped_at_ns or min(time.time_ns(), self.workload_end_ns + self.drain_max_ns)
+        rec = drain_record(self.quiescent, end - self.workload_end_ns, self.drain_min_ns,
+                           self.drain_max_ns, self.correct, self.missing)
+        (self.run.path / DRAIN_FILE).write_text(json.dumps(rec) + "\n")
+        return rec
+
+    def _client(self, host: str) -> MgmtClient | None:
+        if host not in self._clients:
+            try:
+                url = self.run.control_url(host)
+            except (LookupError, OSError, ValueError):
+                return None
+            self._clients[host] = MgmtClient(url, self.run.token, timeout_s=POLL_TIMEOUT_S)
+        return self._clients[host]
+
+    def _progress(self, host: str) -> dict[str, Any] | None:
+        client = self._client(host)
+        if client is None:
+            return None
+        try:
+            value = client.read(NODE, "Progress")
+        except (MgmtError, OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    def _stop(self, host: str) -> None:
+        client = self._client(host)
+        if client is None:
+            return
+        # The node may close the connection as it stops; it exits at the cap regardless.
+        with contextlib.suppress(MgmtError, OSError, ValueError):
+            client.exec(NODE, "stop")

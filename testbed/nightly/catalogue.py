@@ -1,0 +1,218 @@
+"""The nightly catalogue: `experiments/nightly/` (docs in its README.md).
+
+`catalogue.yaml` holds the suites and the regression thresholds; every other `*.yaml` there is
+an ordinary experiment spec with one extra top-level block, `nightly:`, that says which suites
+run it, over which protocols and backends, and which summary.json metrics to track (`trend:`)
+with the direction that is bad. The block is validated on its own and removed before the rest
+is validated as an experiment, so every problem still reads `file:line: field: message`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from nodes.protocols import catalogue as protocol_catalogue
+from testbed.spec.experiment import BACKENDS, ExperimentSpec, check_experiment
+from testbed.spec.loader import SpecError, read_document, validate
+from testbed.spec.topology import Strict, TopologySpec, check_topology
+
+CATALOGUE_DIR = Path(__file__).resolve().parents[2] / "experiments" / "nightly"
+INDEX = "catalogue.yaml"
+Backend = Literal["sim", "local", "mininet", "docker", "remote"]
+
+
+def protocols() -> tuple[str, ...]:
+    """Every protocol a `protocols: all` entry runs: the protocols of the catalogue
+    (nodes/protocols/catalogue.py) that take a `sequencer` host param, i.e. the sequencer
+    family the nightly specs' shared `params: {sequencer: ...}` were written for. Widening
+    `all` to the whole catalogue needs per-protocol params in those specs (`nightly.params`),
+    since the other protocols reject an unknown `sequencer` param."""
+    return tuple(e.name for e in protocol_catalogue.CATALOGUE if "sequencer" in e.host_params())
+
+
+class Thresholds(Strict):
+    """When a tracked metric counts as regressed (`testbed/nightly/detect.py`)."""
+
+    window: int = Field(default=7, ge=2, description="K: nights in the baseline")
+    mad_k: float = Field(default=4.0, gt=0, description="k: robust deviations (MAD) allowed")
+    min_change: float = Field(default=0.2, ge=0,
+                              description="a single night must move this share of the median")
+    step: float = Field(default=0.15, gt=0,
+                        description="a move of this share of the median on two nights in a row")
+    min_nights: int = Field(default=3, ge=1, description="baseline nights needed to judge")
+
+
+class FlakyRule(Strict):
+    window: int = Field(default=7, ge=3, description="last nights looked at")
+    flips: int = Field(default=3, ge=2, description="pass<->fail changes that make it flaky")
+
+
+class Suite(Strict):
+    backends: list[Backend]
+    description: str = ""
+
+
+class Index(Strict):
+    suites: dict[str, Suite]
+    regression: Thresholds = Thresholds()
+    flaky: FlakyRule = FlakyRule()
+
+
+class Trend(Strict):
+    metric: str = Field(description="dot path into summary.json, e.g. latency.fnl.all.p99_ms")
+    bad: Literal["up", "down"]
+    backends: list[Backend] | None = Field(
+        default=None, description="track it only on these backends (default: all)")
+    window: int | None = Field(default=None, ge=2)
+    mad_k: float | None = Field(default=None, gt=0)
+    min_change: float | None = Field(default=None, ge=0)
+    step: float | None = Field(default=None, gt=0)
+    min_nights: int | None = Field(default=None, ge=1)
+
+    def thresholds(self, defaults: Thresholds) -> Thresholds:
+        override = {k: v for k, v in self.model_dump().items()
+                    if k in Thresholds.model_fields and v is not None}
+        return defaults.model_copy(update=override)
+
+
+class NightlyBlock(Strict):
+    suites: list[str] = Field(min_length=1)
+    protocols: Literal["all"] | list[str] | None = Field(
+        default=None, description="run once per protocol; default: the spec's protocol")
+    params: dict[str, dict[str, Any]] = Field(
+        default={}, description="protocol parameters per protocol name, over the spec's")
+    backends: list[Backend] | None = Field(
+        default=None, description="restrict the suite's backends for this entry")
+    trend: list[Trend] = []
+
+    @model_validator(mode="after")
+    def _known_protocols(self) -> NightlyBlock:
+        if isinstance(self.protocols, list):
+            unknown = [p for p in self.protocols if p not in protocols()]
+            if unknown:
+                raise ValueError(f"unknown protocol(s) {', '.join(unknown)}; known: "
+                                 f"{', '.join(protocols())}")
+        return self
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One experiment of one suite: a spec bound to one protocol and one backend."""
+
+    id: str
+    source: Path
+    spec: ExperimentSpec
+    topology: TopologySpec
+    trend: tuple[Trend, ...]
+    suites: tuple[str, ...]
+
+    @property
+    def protocol(self) -> str:
+        return self.spec.protocol.name
+
+    @property
+    def backend(self) -> str:
+        return self.spec.backend
+
+    @property
+    def estimate_s(self) -> float:
+        """A first guess of its wall time (run, drain, start-up, analysis) before any history."""
+        run_s = (self.spec.duration + self.spec.drain) / 1e9
+        return (run_s if self.backend != "sim" else run_s / 10) + 12.0
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    root: Path
+    index: Index
+    entries: tuple[Entry, ...]  # of every suite
+
+    def suite(self, name: str, backends: list[str] | None = None) -> list[Entry]:
+        if name not in self.index.suites:
+            raise SpecError([f"{self.root / INDEX}:1: suites: no suite {name!r}; the catalogue "
+                             f"has {', '.join(self.index.suites)}"])
+        wanted = set(self.index.suites[name].backends)
+        if backends:
+            wanted &= set(backends)
+        return [e for e in self.entries if name in e.suites and e.backend in wanted]
+
+    def thresholds(self, experiment: str, metric: str) -> Thresholds:
+        for e in self.entries:
+            if e.id == experiment:
+                for t in e.trend:
+                    if t.metric == metric:
+                        return t.thresholds(self.index.regression)
+        return self.index.regression
+
+
+def load_catalogue(root: Path = CATALOGUE_DIR) -> Catalogue:
+    """Read and validate the whole catalogue; every problem in every file at once."""
+    problems: list[str] = []
+    index_doc = None
+    try:
+        index_doc = read_document(root / INDEX)
+        index = validate(index_doc, Index, index_doc.data)
+    except SpecError as exc:
+        problems += exc.problems
+        index = Index(suites={})
+    entries: list[Entry] = []
+    for path in sorted(root.glob("*.yaml")):
+        if path.name == INDEX:
+            continue
+        try:
+            entries += _load_entries(path, index)
+        except SpecError as exc:
+            problems += exc.problems
+    if problems:
+        raise SpecError(problems)
+    return Catalogue(root, index, tuple(entries))
+
+
+def _load_entries(path: Path, index: Index) -> list[Entry]:
+    doc = read_document(path)
+    data = dict(doc.data)
+    if "nightly" not in data:
+        raise SpecError([doc.error((), "a catalogue experiment needs a `nightly:` block "
+                                   "(suites, trend)")])
+    block = validate(doc, NightlyBlock, data.pop("nightly"), ("nightly",))
+    unknown = [s for s in block.suites if s not in index.suites]
+    if index.suites and unknown:
+        raise SpecError([doc.error(("nightly", "suites"), f"unknown suite(s) {', '.join(unknown)};"
+                                   f" catalogue.yaml has {', '.join(index.suites)}")])
+    base = validate(doc, ExperimentSpec, data)
+    if isinstance(base.topology, TopologySpec):
+        topo = base.topology
+        located = check_topology(topo)
+        if located:
+            raise SpecError([doc.error(loc, msg, ("topology",)) for loc, msg in located])
+    else:
+        topo_path = (path.parent / base.topology).resolve()
+        if not topo_path.exists():
+            raise SpecError([doc.error(("topology",), f"topology file {base.topology} not "
+                                       f"found (looked at {topo_path})")])
+        from testbed.spec.loader import load_topology
+
+        topo = load_topology(topo_path)
+    names = (list(protocols()) if block.protocols == "all"
+             else block.protocols or [base.protocol.name])
+    backends = [b for b in BACKENDS
+                if any(b in index.suites[s].backends for s in block.suites if s in index.suites)
+                and (block.backends is None or b in block.backends)]
+    out = []
+    for proto in names:
+        params = {**base.protocol.params, **block.params.get(proto, {})}
+        for backend in backends:
+            spec = base.model_copy(update={
+                "name": f"{base.name}-{proto}", "backend": backend,
+                "protocol": base.protocol.model_copy(update={"name": proto, "params": params})})
+            problems = check_experiment(spec, topo)
+            if problems:
+                raise SpecError([doc.error(loc, msg) for loc, msg in problems])
+            trend = tuple(t for t in block.trend if t.backends is None or backend in t.backends)
+            out.append(Entry(f"{base.name}.{proto}.{backend}", path, spec, topo, trend,
+                             tuple(block.suites)))
+    return out

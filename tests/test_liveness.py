@@ -1,0 +1,100 @@
+"""Liveness apart from safety: the drain waits for quiescence, a run cut short reports the
+messages still in flight under `liveness` (not as agreement or validity violations), and a
+real agreement violation in a quiescent run is still caught."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis.job import analyze
+from analysis.liveness import liveness_line
+from tests.eventlogs import run_dir_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Two sites 200 ms apart: a message sent in the last 0.4 s of the workload is still in flight
+# when a run without a drain stops.
+TOPO = """\
+name: slow
+sites:
+  a: {lan: {delay: 1ms}}
+  b: {lan: {delay: 1ms}}
+wan:
+  - {between: [a, b], delay: 200ms}
+hosts:
+  - {name: h1, site: a}
+  - {name: h2, site: a}
+  - {name: h3, site: b}
+  - {name: h4, site: b}
+"""
+
+EXP = """\
+name: drain
+topology: topo.yaml
+backend: sim
+duration: 2s
+drain: 0s
+drain_max: {drain_max}
+seed: 3
+protocol: {{name: sequencer, params: {{sequencer: h1}}}}
+workload: {{rate: 40/s, size: 200B, arrival: poisson}}
+"""
+
+
+def sim_run(tmp_path: Path, drain_max: str) -> Path:
+    d = tmp_path / f"max{drain_max}"
+    d.mkdir()
+    (d / "topo.yaml").write_text(TOPO)
+    (d / "exp.yaml").write_text(EXP.format(drain_max=drain_max))
+    proc = subprocess.run([sys.executable, "-m", "testbed", "run", str(d / "exp.yaml"),
+                           "--out", str(d / "runs"), "--no-analyze"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return run_dir_of(d / "runs")
+
+
+@pytest.mark.spark
+def test_a_run_cut_short_reports_messages_in_flight_under_liveness(
+        tmp_path: Path, spark: Any) -> None:
+    run = sim_run(tmp_path, "0s")
+    drain = json.loads((run / "drain.json").read_text())
+    assert drain["quiescent"] is False and drain["in_flight"] > 0
+    summary = analyze(run)
+    live, checks = summary["liveness"], summary["checks"]
+    assert live["quiescent"] is False and live["in_flight"] == drain["in_flight"]
+    assert checks["agreement"]["violations"] == 0 and checks["validity"]["violations"] == 0
+    assert checks["agreement"]["judged"] is False
+    assert live["unproven"]["agreement"] + live["unproven"]["validity"] > 0
+    assert checks["total_order"]["violations"] == 0 and summary["ok"]
+    line = liveness_line(summary)
+    assert line is not None and line.startswith("not quiescent after 0 s: ")
+    assert f"{drain['in_flight']} messages in flight" in line
+
+
+@pytest.mark.spark
+def test_the_drain_waits_for_quiescence_and_a_dropped_delivery_is_one_violation(
+        tmp_path: Path, spark: Any) -> None:
+    run = sim_run(tmp_path, "5s")
+    drain = json.loads((run / "drain.json").read_text())
+    # Two WAN hops (sender -> sequencer -> receiver) are 0.4 s: the drain stops soon after.
+    assert drain["quiescent"] is True and drain["in_flight"] == 0
+    assert 0.3 <= drain["drain_s"] <= 1.5, drain
+    summary = analyze(run)
+    assert summary["liveness"]["quiescent"] is True and summary["ok"], summary["checks"]
+    assert liveness_line(summary) is None
+    # Drop one final delivery (of h2's 10th message) from h4's log: a real agreement violation.
+    log = run / "nodes" / "h4" / "events.jsonl"
+    lines = log.read_text().splitlines()
+    victim = next(i for i, line in enumerate(lines)
+                  if '"ev":"fnl"' in line and '"mid":"h2:10"' in line)
+    log.write_text("\n".join(lines[:victim] + lines[victim + 1:]) + "\n")
+    mutated = analyze(run)
+    agreement = mutated["checks"]["agreement"]
+    assert agreement["violations"] == 1 and agreement["missing_per_node"] == {"h4": 1}
+    assert agreement["examples"][0]["mid"] == "h2:10" and not mutated["ok"]
