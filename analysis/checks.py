@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from analysis import checks_node, checks_order
 from analysis.checks_mid import FNL, MAX_EXAMPLES, MID_ROWS, RECV, SEND, MidPass
 from analysis.fault_history import FaultHistory
+from nodes.protocols import catalogue
 
 Check = dict[str, Any]
 Records = checks_order.Records
@@ -71,7 +72,7 @@ def _records(events: DataFrame, nodes: list[str],
                            for x in (F.lit(n), F.lit(k).cast("long"))])
     part = F.coalesce(where[F.col("node")], F.lit(keys[0]).cast("long"))
     by_node = (by_mid.withColumn("_part", part).repartition(len(keys), "_part").drop("_part")
-               .mapInArrow(checks_node.NodeChecks(checks_order.MAX_PAIRS_PER_NODE),
+               .mapInArrow(checks_node.NodeChecks(checks_order.MAX_PAIRS_PER_NODE, names),
                            checks_node.NODE_RECS))
     recs: Records = {}
     for line in by_node.toArrow().column("rec").to_pylist():
@@ -151,10 +152,41 @@ def integrity(recs: Records) -> Check:
                           "extra": e["n"]} for e in examples]}
 
 
+# What a log of a protocol the catalogue does not know (hand-written, "raw") is held to: every
+# check but causal order, as before protocols declared claims.
+UNKNOWN_CLAIMS = frozenset({*catalogue.CHECKS, "local_order"} - {"causal_order"})
+
+
+def claims_of(protos: set[str]) -> frozenset[str]:
+    """The checks every protocol in `protos` claims (nodes/protocols/catalogue.py), plus
+    `local_order` for optimistic ones; a log naming no protocol gets UNKNOWN_CLAIMS."""
+    sets = []
+    for instance in protos:
+        entry = catalogue.find(instance.split("#", 1)[0])  # "<protocol>#<scope>": an instance
+        if entry is None:
+            sets.append(UNKNOWN_CLAIMS)
+        else:
+            sets.append(entry.claims | ({"local_order"} if entry.optimistic else set()))
+    return frozenset.intersection(*sets) if sets else UNKNOWN_CLAIMS
+
+
+def log_claims(events: DataFrame) -> frozenset[str]:
+    """The claims of the protocols named in the log's `proto` column."""
+    return claims_of({r["proto"] for r in events.select("proto").distinct().collect()
+                      if r["proto"]})
+
+
 def causal_claimed(events: DataFrame) -> bool:
     """True when every protocol named in the log promises causal fnl order."""
-    protos = {r["proto"] for r in events.select("proto").distinct().collect() if r["proto"]}
-    return bool(protos) and protos <= checks_order.CAUSAL_PROTOCOLS
+    return "causal_order" in log_claims(events)
+
+
+def mark_claimed(checks: dict[str, Check], claims: frozenset[str]) -> dict[str, Check]:
+    """Give every check `"claimed": true|false`: only claimed
+    checks fail a run (analysis/job.py checks_ok); the others are reported for information."""
+    for name, check in checks.items():
+        check["claimed"] = name in claims
+    return checks
 
 
 def run_checks(events: DataFrame, nodes: list[str], crashed: set[str]) -> dict[str, Check]:
@@ -172,6 +204,9 @@ def run_checks(events: DataFrame, nodes: list[str], crashed: set[str]) -> dict[s
 def check_suite(events: DataFrame, history: FaultHistory) -> dict[str, Check]:
     """Every checker, judged against the crash and partition history; keyed as in summary.json.
 
+    Every check reports its count; each carries `claimed` (the protocol promises it, per the
+    catalogue), and only claimed ones can fail the run.
+
     Each example carries `faults_active`: the faults active at the example's time `t`.
     Hosts that crashed, and hosts cut off by a partition still on at the end, are held to
     neither agreement nor validity.
@@ -182,12 +217,12 @@ def check_suite(events: DataFrame, history: FaultHistory) -> dict[str, Check]:
     def lookup(mids: set[str]) -> checks_order.Firsts:
         return checks_order.first_fnl(events, mids)
 
-    return {
+    claims = log_claims(events)
+    return mark_claimed({
         "total_order": checks_order.total_order(recs, names, lookup, history),
         "agreement": agreement(recs, correct, history.crashed, history),
         "validity": validity(recs, history),
         "integrity": integrity(recs),
         "fifo_order": checks_order.fifo_order(recs, history),
-        "causal_order": checks_order.causal_order(recs, causal_claimed(events), lookup,
-                                                  history),
-    }
+        "causal_order": checks_order.causal_order(recs, lookup, history),
+    }, claims)

@@ -30,11 +30,14 @@ FNL, SEND, RECV = 0, 1, 2
 
 # Rows handed from this pass to the per-node pass: first deliveries (e = FNL) and sends of
 # delivered messages (e = SEND), or a record (`rec` set, everything else null).
-MID_ROWS = ("node string, mid string, i long, t long, gt long, holders binary, e byte, "
-            "rec string")
+# `pos` is the message's position at every node (in host order): the ordinal `i` of that
+# node's first delivery of it, -1 where it has none (int64s, native byte order), for the
+# causal checker.
+MID_ROWS = ("node string, mid string, i long, t long, gt long, holders binary, pos binary, "
+            "e byte, rec string")
 _MID_SCHEMA = pa.schema([("node", pa.string()), ("mid", pa.string()), ("i", pa.int64()),
                          ("t", pa.int64()), ("gt", pa.int64()), ("holders", pa.binary()),
-                         ("e", pa.int8()), ("rec", pa.string())])
+                         ("pos", pa.binary()), ("e", pa.int8()), ("rec", pa.string())])
 
 
 def records(recs: list[dict[str, Any]]) -> pa.Table:
@@ -129,6 +132,8 @@ class MidPass:
         t_first[delivered] = sorted_t[m_start[delivered]]
         held = np.zeros((m_count, n_count), dtype=bool)
         held[f_m, f_n] = True
+        pos = np.full((m_count, n_count), -1, dtype=np.int64)
+        pos[f_m, f_n] = i_all[first]
 
         # Sends: the earliest (then by host name) names the sender.
         s_rows = np.flatnonzero(e == SEND)
@@ -142,10 +147,14 @@ class MidPass:
         t_send[mcode[s_first]] = t_all[s_first]
 
         recs += self._integrity(f_rows, starts, copies, sent, mcode, ncode, i_all, mids, names)
-        recs += self._agreement(held, delivered, t_first, mids, names)
+        # A delivery of a message nobody sent is an integrity finding only (counted once):
+        # agreement and the order checkers see sent messages alone.
+        recs += self._agreement(held, delivered & sent, t_first, mids, names)
         recs += self._validity(held, sent, sender, t_send, e, mcode, ncode, t_all, mids, names)
 
-        # Rows for the per-node pass: first deliveries, and sends of delivered messages.
+        # Rows for the per-node pass: first deliveries of sent messages, and sends of
+        # delivered messages.
+        first = first[sent[f_m]]
         s_out = s_rows[delivered[mcode[s_rows]]]
         out_rows = np.r_[first, s_out]
         out_m = mcode[out_rows]
@@ -156,6 +165,7 @@ class MidPass:
             "node": node_arr.take(take), "mid": mids.take(pa.array(out_m)),
             "i": pa.array(i_all[out_rows]), "t": pa.array(t_all[out_rows]),
             "gt": pa.array(gt[out_m]), "holders": binary_column(packed),
+            "pos": binary_column(np.ascontiguousarray(pos[out_m]).view(np.uint8)),
             "e": pa.array(np.r_[np.full(len(first), FNL), np.full(len(s_out), SEND)]
                           .astype(np.int8)),
             "rec": pa.nulls(n_out, pa.string())}, schema=_MID_SCHEMA)

@@ -36,16 +36,43 @@ def _sender_n(mids: pa.Array) -> tuple[pa.Array, np.ndarray]:
     return sender, pc.fill_null(n, -1).to_numpy(zero_copy_only=False)
 
 
+def _kept(values: list[int]) -> list[int]:
+    """Positions of a longest strictly increasing subsequence of `values`, the one that keeps
+    the earliest positions: every other position is a delivery that must move, and no fewer
+    moves restore the order."""
+    k = len(values)
+    longest = [0] * k  # longest increasing run of values starting at each position
+    tails: list[int] = []
+    for pos in range(k - 1, -1, -1):
+        x = -values[pos]
+        j = bisect.bisect_left(tails, x)
+        if j == len(tails):
+            tails.append(x)
+        else:
+            tails[j] = x
+        longest[pos] = j + 1
+    need, last, kept = len(tails), None, []
+    for pos in range(k):
+        if need and longest[pos] == need and (last is None or values[pos] > last):
+            kept.append(pos)
+            last = values[pos]
+            need -= 1
+    return kept
+
+
 def _fifo(sender: pa.Array, n: np.ndarray,
-          mid_arr: pa.Array) -> tuple[np.ndarray, list[str | None]]:
-    """Rows (in delivery order) whose number is below an earlier one of the same sender, and
-    for the first FIFO_EXAMPLES of them the mid of that earlier maximum (ties: larger mid)."""
+          mid_arr: pa.Array) -> tuple[np.ndarray, list[tuple[str | None, str | None]]]:
+    """Rows (in delivery order) that must move to restore each sender's order -- the fewest:
+    all rows off a longest increasing subsequence of the sender's numbers -- and for the first
+    FIFO_EXAMPLES of them (the mid delivered before it with a larger number, the mid delivered
+    after it with a smaller one), either possibly None. Only senders with a row below an
+    earlier one (a running maximum, vectorized) are examined."""
     k = len(n)
     late = np.zeros(k, dtype=bool)
-    after: list[str | None] = [None] * k
+    shown: list[tuple[str | None, str | None]] = [(None, None)] * k
     ok = n >= 0
     if k < 2 or not ok.any():
-        return late, after
+        return late, shown
     codes = pc.dictionary_encode(sender).indices.to_numpy(zero_copy_only=False)
     rows = np.flatnonzero(ok)
     order = rows[np.lexsort((rows, codes[rows]))]  # by sender, then delivery order
@@ -59,16 +86,32 @@ def _fifo(sender: pa.Array, n: np.ndarray,
     starts = np.ones(len(order), dtype=bool)
     starts[1:] = seg[1:] != seg[:-1]
     prev[starts] = -1
-    bad = prev > key
-    late[order[bad]] = True
+    for code in np.unique(seg[prev > key]).tolist():
+        mine = order[seg == code]
+        moved = np.ones(len(mine), dtype=bool)
+        moved[_kept(n[mine].tolist())] = False
+        late[mine[moved]] = True
     for row in np.flatnonzero(late)[:FIFO_EXAMPLES].tolist():
-        earlier = np.flatnonzero(ok[:row] & (codes[:row] == codes[row]))
-        top = earlier[n[earlier] == n[earlier].max()]
-        after[row] = max(str(mid_arr[int(j)].as_py()) for j in top)
-    return late, after
+        same = ok & (codes == codes[row])
+        earlier = np.flatnonzero(same[:row] & (n[:row] > n[row]))
+        later = np.flatnonzero(same[row + 1:] & (n[row + 1:] < n[row])) + row + 1
+        after = str(mid_arr[int(earlier[np.argmax(n[earlier])])].as_py()) if len(
+            earlier) else None
+        before = str(mid_arr[int(later[0])].as_py()) if len(later) else None
+        shown[row] = (after, before)
+    return late, shown
 
 
 NODE_RECS = "rec string"
+
+
+def _int64_rows(arr: pa.Array, width: int) -> np.ndarray:
+    """A binary column of `width` native int64s per row as a 2-D array, from its buffers."""
+    if not len(arr):
+        return np.zeros((0, width), dtype=np.int64)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset:arr.offset + len(arr) + 1]
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+    return data.copy().view(np.int64).reshape(len(arr), width)
 
 
 def consensus_ranks(gt: np.ndarray, mid: pa.Array) -> np.ndarray:
@@ -132,8 +175,9 @@ class NodeChecks:
     `max_pairs` pairs for the driver to judge, analysis/checks_order.py), FIFO violations and
     causal ones. Records of the first pass go through untouched."""
 
-    def __init__(self, max_pairs: int) -> None:
+    def __init__(self, max_pairs: int, nodes: list[str]) -> None:
         self.max_pairs = max_pairs
+        self.nodes = nodes  # host order of the `pos` vectors
 
     def __call__(self, batches: Any) -> Any:
         batches = list(batches)
@@ -163,14 +207,14 @@ class NodeChecks:
 
         # FIFO per sender, over the node's first deliveries in delivery order.
         sender, num = _sender_n(d_mid)
-        late, after = _fifo(sender, num, d_mid)
+        late, shown = _fifo(sender, num, d_mid)
         bad = np.flatnonzero(late)
         if len(bad):
             recs.append({"r": "fifo_n", "node": name, "n": len(bad)})
             for k in bad[:FIFO_EXAMPLES].tolist():
                 recs.append({"r": "fifo", "node": name, "sender": sender[k].as_py(),
-                             "mid": d_mid[k].as_py(), "after": after[k], "i": int(d_i[k]),
-                             "t": int(d_t[k])})
+                             "mid": d_mid[k].as_py(), "after": shown[k][0],
+                             "before": shown[k][1], "i": int(d_i[k]), "t": int(d_t[k])})
 
         # Total order: the node's order against the consensus order, by dense ranks.
         s_mid = s.column("mid").combine_chunks()
@@ -191,20 +235,56 @@ class NodeChecks:
                              "b": d_mid[y].as_py(), "ga": int(gt[x]), "gb": int(gt[y]),
                              "h": both.hex()})
 
-        # Causal: a send ordered before the latest-ordered message delivered before it.
-        ev_i = np.r_[d_i, s.column("i").to_numpy()]
-        order = np.argsort(ev_i, kind="stable")
-        size = len(order)
-        is_d = order < n
-        ranks = rank[order]
-        key = np.where(is_d, ranks * (size + 1) + np.arange(size), -1)
-        prev = np.r_[-1, np.maximum.accumulate(key)[:-1]] if size else key
-        hit = np.flatnonzero(~is_d & (prev >= 0) & (ranks < prev // (size + 1)))
-        if len(hit):
-            recs.append({"r": "causal_n", "n": len(hit)})
-            for k in hit[:MAX_EXAMPLES].tolist():
-                latest = int(order[prev[k] % (size + 1)])
-                recs.append({"r": "causal", "node": name, "i": int(ev_i[order[k]]),
-                             "mid": mids[int(order[k])].as_py(),
-                             "latest_mid": mids[latest].as_py()})
+        recs += self.causal(name, d, s, mids)
         return recs
+
+    def causal(self, name: str, d: pa.Table, s: pa.Table, mids: pa.Array
+               ) -> list[dict[str, Any]]:
+        """Causal order (002 L236-244), from this node's history as the sender `name`.
+
+        Happened-before from the logs: m1 -> m2 when m2's sender delivered or sent m1 before
+        sending m2. Walking this node's deliveries and sends in log order with the position
+        of each message at every node (`pos`), a send of m2 whose position at node p is below
+        the running maximum of its predecessors' positions at p means p delivered m2 *early*
+        (before a predecessor); a predecessor m1 whose position at p is above the smallest
+        position of a later send is *late* at p. Removing either kind at p leaves its order
+        causal, so the driver reports, per node, the smaller of the two counts: the
+        deliveries that must move (exactly one for one misplaced delivery). Only direct edges
+        are walked: a chain through a message p never delivered is not seen.
+        """
+        n_d, n_s = d.num_rows, s.num_rows
+        width = len(self.nodes)
+        if not n_s or not width:
+            return []
+        pos = np.vstack([_int64_rows(d.column("pos").combine_chunks(), width),
+                         _int64_rows(s.column("pos").combine_chunks(), width)])
+        ev_i = np.r_[d.column("i").to_numpy(), s.column("i").to_numpy()]
+        order = np.argsort(ev_i, kind="stable")
+        p_ord = pos[order]
+        is_send = order >= n_d
+        running = np.maximum.accumulate(p_ord, axis=0)
+        before = np.vstack([np.full((1, width), -1, dtype=np.int64), running[:-1]])
+        early = is_send[:, None] & (p_ord >= 0) & (before > p_ord)
+        big = np.iinfo(np.int64).max
+        later_sends = np.where(is_send[:, None] & (p_ord >= 0), p_ord, big)
+        suffix = np.minimum.accumulate(later_sends[::-1], axis=0)[::-1]
+        after = np.vstack([suffix[1:], np.full((1, width), big, dtype=np.int64)])
+        late = (p_ord >= 0) & (after < p_ord)
+        recs: list[dict[str, Any]] = []
+        for col in np.flatnonzero(early.any(axis=0)).tolist():
+            rows = np.flatnonzero(early[:, col])
+            node = self.nodes[col]
+            recs.append({"r": "causal_early_n", "node": node, "n": len(rows)})
+            for k in rows[:MAX_EXAMPLES].tolist():
+                dep = int(np.flatnonzero(p_ord[:k, col] == before[k, col])[0])
+                recs.append({"r": "causal", "node": node, "sender": name,
+                             "mid": mids[int(order[k])].as_py(),
+                             "before": mids[int(order[dep])].as_py(), "i": int(p_ord[k, col])})
+        for col in np.flatnonzero(late.any(axis=0)).tolist():
+            rows = np.flatnonzero(late[:, col])
+            node = self.nodes[col]
+            capped = rows[:self.max_pairs]
+            recs.append({"r": "causal_late", "node": node, "truncated": len(rows) > len(capped),
+                         "mids": [mids[int(order[k])].as_py() for k in capped.tolist()]})
+        return recs
+

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from analysis.checks import check_suite
+from analysis.checks import check_suite, log_claims
 from analysis.fault_history import fault_history
 from analysis.ingest import EVENTS_PARQUET, ingest
 from analysis.liveness import liveness_section, read_drain
@@ -20,9 +20,11 @@ SUMMARY = "summary.json"
 
 
 def checks_ok(summary: dict[str, Any]) -> bool:
-    """True when every checker in the summary found no violation and no node caught an
-    exception (`node_errors`: an exception in a node is a bug, never a silent limp)."""
-    return (all(c.get("violations", 0) == 0 for c in summary.get("checks", {}).values())
+    """True when every claimed checker in the summary found no violation (a check without
+    `claimed`, from an older summary, counts as claimed) and no node caught an exception
+    (`node_errors`: an exception in a node is a bug, never a silent limp)."""
+    return (all(c.get("violations", 0) == 0 for c in summary.get("checks", {}).values()
+                if c.get("claimed", True))
             and not summary.get("node_errors", {}).get("total", 0))
 
 
@@ -81,6 +83,7 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
     data = ingest(spark, run_dir)
     events = data.events
     history = fault_history(data.nodes, data.faults)
+    claims = log_claims(events)
     try:
         summary: dict[str, Any] = {
             "run": run_dir.name,
@@ -108,6 +111,7 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
         data.release()
     if "local_order" in summary:
         summary["checks"]["local_order"] = summary.pop("local_order")
+        summary["checks"]["local_order"]["claimed"] = "local_order" in claims
     summary["liveness"] = liveness_section(read_drain(run_dir), summary["checks"])
     summary["ok"] = checks_ok(summary)
     summary["analysis_s"] = round(time.monotonic() - started, 3)

@@ -40,6 +40,7 @@ border-radius:6px;padding:.4em .8em;min-width:7em}.card b{display:block;font-siz
 font-size:.9em}th,td{border:1px solid #ddd;padding:.25em .6em;text-align:right}
 th:first-child,td:first-child,td.l{text-align:left}th{background:#f5f5f5}
 td.bad{color:#c62828;font-weight:600}td.ok{color:#2e7d32}code{font-size:.9em}
+.unclaimed{color:#9e9e9e}
 .cap{color:#555;font-size:.85em;margin:.1em 0 .4em}svg.plot{width:100%;height:auto;display:block}
 .grid{display:grid;grid-template-columns:1fr 1fr;gap:.5em}
 svg text{font-family:system-ui,sans-serif}.tick{font-size:11px;fill:#555}
@@ -70,7 +71,8 @@ def verdict(summary: dict[str, Any]) -> tuple[bool, list[str]]:
     """PASS needs every checker clean and every expectation in `summary["expectations"]`
     (a list of `Result.as_dict()`, when the caller evaluated any) to hold; plus the reasons."""
     reasons = [f"{name}: {c.get('violations')} violation(s)"
-               for name, c in summary.get("checks", {}).items() if c.get("violations", 0)]
+               for name, c in summary.get("checks", {}).items()
+               if c.get("violations", 0) and c.get("claimed", True)]
     errors = summary.get("node_errors", {}).get("total", 0)
     if errors:
         reasons.append(f"node errors: {errors}")
@@ -88,10 +90,17 @@ def _checks_html(summary: dict[str, Any]) -> str:
         if check.get("judged") is False:
             shown = escape(f"not judged: {check.get('unproven', 0)} undelivered, "
                            "counted under liveness")
-        rows.append([_td(name), _td(n, bad=n > 0, cls="ok"), f'<td class="l">{shown}</td>'])
+        if check.get("claimed", True):
+            rows.append([_td(name), _td(n, bad=n > 0, cls="ok"),
+                         f'<td class="l">{shown}</td>'])
+        else:  # not promised by the protocol: shown greyed out, never failing the run
+            rows.append([_td(f"{name} (not claimed)", cls="unclaimed"), _td(n, cls="unclaimed"),
+                         f'<td class="l unclaimed">{shown}</td>'])
     line = liveness_line(summary)
     note = f'<p class="note">{escape(line)}</p>' if line else ""
-    return "<h2>Checks</h2>" + note + _table(["check", "violations", "examples"], rows)
+    grey = ("<p>Greyed-out checks are not claimed by the protocol (docs/protocols.md): their "
+            "counts are for information and do not fail the run.</p>")
+    return "<h2>Checks</h2>" + note + _table(["check", "violations", "examples"], rows) + grey
 
 
 def _expectations_html(summary: dict[str, Any]) -> str:

@@ -1,12 +1,14 @@
 """Local backend throughput: sustained final-delivered messages/s at every node, side by side
 with a raw asyncio UDP fan-out baseline (same hosts, same sizes, no protocol).
 
-    python -m bench.local_throughput [--hosts 5] [--rate 1000] [--seconds 6]
+    python -m bench.local_throughput [--protocol NAME] [--hosts 5] [--rate 1000] [--seconds 6]
 
 Every host offers `rate` 1 KiB messages/s (so hosts x rate in total). The figure is the minimum
 over nodes of final deliveries per second in the steady window (first second skipped); the
 baseline is the minimum over nodes of datagrams received per second from the same fan-out.
-Prints one comparable line: protocol, baseline, ratio.
+Prints one comparable line: protocol, baseline, ratio. With `--protocol` other than the
+sequencer (any name of the catalogue, nodes/protocols/catalogue.py), the sequencer runs too in
+the same invocation, and the protocol's figure is also given as a ratio of the sequencer's.
 """
 
 from __future__ import annotations
@@ -24,13 +26,16 @@ ROOT = Path(__file__).resolve().parents[1]
 SIZE = 1024
 
 
-def protocol_run(hosts: int, rate: int, seconds: int, out: Path) -> dict[str, float]:
+def protocol_run(hosts: int, rate: int, seconds: int, out: Path,
+                 protocol: str = "sequencer") -> dict[str, float]:
+    out.mkdir(parents=True, exist_ok=True)
     names = [f"h{i + 1}" for i in range(hosts)]
     topo = {"name": "flat", "hosts": [{"name": n} for n in names],
             "matrix": {a: {b: "0ms" for b in names if b != a} for a in names}}
     exp = {"name": "throughput", "topology": topo, "backend": "local",
            "duration": f"{seconds}s", "drain": "2s", "seed": 1,
-           "protocol": {"name": "sequencer", "params": {"sequencer": "h1"}},
+           "protocol": {"name": protocol,
+                        "params": {"sequencer": "h1"} if protocol == "sequencer" else {}},
            "workload": {"rate": f"{rate}/s", "size": f"{SIZE}B", "arrival": "constant"}}
     spec = out / "exp.yaml"
     spec.write_text(json.dumps(exp))
@@ -93,6 +98,7 @@ def baseline_run(hosts: int, rate: int, seconds: int) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--protocol", default="sequencer", help="a protocol of the catalogue")
     ap.add_argument("--hosts", type=int, default=5)
     ap.add_argument("--rate", type=int, default=1000, help="messages/s offered per host")
     ap.add_argument("--seconds", type=int, default=6)
@@ -104,16 +110,27 @@ def main() -> None:
                                        args.start))
         print(n)
         return
+    name = args.protocol
     with tempfile.TemporaryDirectory() as tmp:
-        proto = protocol_run(args.hosts, args.rate, args.seconds, Path(tmp))
+        proto = protocol_run(args.hosts, args.rate, args.seconds, Path(tmp) / "p", name)
+    seq: dict[str, float] = {}
+    if name != "sequencer":
+        with tempfile.TemporaryDirectory() as tmp:
+            seq = protocol_run(args.hosts, args.rate, args.seconds, Path(tmp) / "s")
     base = baseline_run(args.hosts, args.rate, args.seconds)
     offered = args.hosts * args.rate
     print(f"offered {offered} msgs/s ({args.hosts} hosts x {args.rate}/s, {SIZE} B)")
     for h in sorted(proto):
-        print(f"  {h}: sequencer {proto[h]:8.0f} msgs/s   raw fan-out {base[h]:8.0f} msgs/s")
+        extra = f"   sequencer {seq[h]:8.0f} msgs/s" if seq else ""
+        print(f"  {h}: {name} {proto[h]:8.0f} msgs/s{extra}   raw fan-out {base[h]:8.0f} msgs/s")
     p, b = min(proto.values()), min(base.values())
-    print(f"min over nodes: sequencer {p:.0f} msgs/s, raw UDP fan-out {b:.0f} msgs/s, "
-          f"ratio {p / b:.2f}")
+    line = (f"min over nodes: {name} {p:.0f} msgs/s, raw UDP fan-out {b:.0f} msgs/s, "
+            f"ratio {p / b:.2f}" if b else f"min over nodes: {name} {p:.0f} msgs/s")
+    if seq:
+        s = min(seq.values())
+        rel = f"{p / s:.2f}" if s else "n/a (the sequencer delivered nothing)"
+        line += f"; sequencer {s:.0f} msgs/s (ratio {s / b:.2f}), {name}/sequencer {rel}"
+    print(line)
 
 
 if __name__ == "__main__":

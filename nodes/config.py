@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-PROTOCOLS = ("sequencer", "seto", "fast-seto")
 # udp-aead: AES-GCM sealed datagrams (nodes/aead.py); tls: TCP + TLS 1.3, mutual
 # authentication with the run's certificates (nodes/tls_transport.py).
 TRANSPORTS = ("udp", "udp-aead", "tls")

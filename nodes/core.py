@@ -16,12 +16,11 @@ from nodes.clock import SkewedClock
 from nodes.config import NodeConfig
 from nodes.edge import Gate
 from nodes.eventlog import EventLog
-from nodes.protocols import make_protocol
+from nodes.protocols import catalogue, make_protocol
 from nodes.protocols.base import FinalDeliver, Log, OptDeliver, Received, Send, SetTimer
 from nodes.protocols.failure_detector import FailureDetector
 from nodes.wire import Message, MsgType, WireError, decode, encode
 
-NAME_PARAMS = ("sequencer",)  # params that name a host; the protocol gets the member id
 DROP_LOG_LIMIT = 10  # `drop` events logged per reason; past that they are only counted
 
 
@@ -149,11 +148,9 @@ class NodeCore:
         """Tell the protocol what the failure detector changed its mind about."""
         if not self.fd.changes:
             return []
-        hook = getattr(self.protocol, "on_suspect", None)
         actions: list[Any] = []
         for member, suspected in self.fd.drain_changes():
-            if hook is not None:
-                actions += hook(member, suspected, lt)
+            actions += self.protocol.on_suspect(member, suspected, lt)
         return actions
 
     def progress(self) -> dict[str, Any]:
@@ -188,12 +185,15 @@ class NodeCore:
         if kind is FinalDeliver:
             self.counters.fnl += 1
             self.fnl_from[a.origin] = self.fnl_from.get(a.origin, 0) + 1
-            self.log.delivery(t, lt, "fnl", f"{self.names[a.origin]}:{a.mno}", a.seq, a.size)
+            self.log.delivery(t, lt, "fnl", f"{self.names[a.origin]}:{a.mno}", a.seq, a.size,
+                              a.instance)
         elif kind is OptDeliver:
             self.counters.opt += 1
-            self.log.delivery(t, lt, "opt", f"{self.names[a.origin]}:{a.mno}", 0, a.size)
+            self.log.delivery(t, lt, "opt", f"{self.names[a.origin]}:{a.mno}", 0, a.size,
+                              a.instance)
         elif kind is Received:
-            self.log.delivery(t, lt, "recv", f"{self.names[a.origin]}:{a.mno}", 0, a.size)
+            self.log.delivery(t, lt, "recv", f"{self.names[a.origin]}:{a.mno}", 0, a.size,
+                              a.instance)
         elif kind is Log and a.ev == "send":
             self.sent += 1
             self.log.delivery(t, lt, "send", f"{self.cfg.name}:{a.fields['mno']}", 0,
@@ -209,10 +209,14 @@ class NodeCore:
 
 
 def resolve_params(cfg: NodeConfig) -> dict[str, Any]:
+    """The protocol's params with each host-naming one (per the catalogue) as `<name>_id`."""
     ids = {m.name: m.id for m in cfg.members}
     params = dict(cfg.params)
     params["incarnation"] = cfg.incarnation
-    for key in NAME_PARAMS:
-        if key in params:
+    entry = catalogue.find(cfg.protocol)
+    for key in entry.host_params() if entry is not None else ():
+        if params.get(key) is not None:
             params[f"{key}_id"] = ids[params.pop(key)]
+        else:
+            params.pop(key, None)
     return params

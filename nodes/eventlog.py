@@ -39,12 +39,15 @@ class EventLog:
         if len(self._buf) >= self._limit:
             self.flush()
 
-    def delivery(self, t: int, lt: int, ev: str, mid: str, seq: int, size: int) -> None:
-        """The hot path (opt/fnl/recv): the same JSON as write(), formatted directly."""
+    def delivery(self, t: int, lt: int, ev: str, mid: str, seq: int, size: int,
+                 proto: str = "") -> None:
+        """The hot path (opt/fnl/recv): the same JSON as write(), formatted directly. `proto`
+        names the protocol instance that produced the event (default: the node's)."""
         seq_part = f',"seq":{seq}' if seq else ""
+        proto_json = json.dumps(proto) if proto else self._proto_json
         self._buf.append(
             f'{{"t":{t},"lt":{lt},"i":{self.count},"node":{self._node_json},"ev":"{ev}",'
-            f'"proto":{self._proto_json},"mid":"{mid}"{seq_part},"size":{size}}}')
+            f'"proto":{proto_json},"mid":"{mid}"{seq_part},"size":{size}}}')
         self.count += 1
         if len(self._buf) >= self._limit:
             self.flush()

@@ -69,6 +69,9 @@ class MsgType(enum.IntEnum):
 
 
 class Proto(enum.IntEnum):
+    """The wire ids of the first protocols. Every protocol's id is in its catalogue entry
+    (nodes/protocols/catalogue.py), which registers it here with `register_proto`."""
+
     RAW = 0
     RELIABLE = 1
     SEQUENCER = 2
@@ -94,7 +97,7 @@ class WireError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Header:
     type: MsgType
-    proto: Proto = Proto.RAW
+    proto: int = Proto.RAW  # a Proto member, or another registered wire id
     flags: int = 0
     sender: int = 0
     rseq: int = 0
@@ -124,7 +127,14 @@ class Message:
 
 # Enum construction by value is slow on the hot path; look members up in plain dicts.
 _TYPES = {int(t): t for t in MsgType}
-_PROTOS = {int(p): p for p in Proto}
+_PROTOS: dict[int, int] = {int(p): p for p in Proto}
+
+
+def register_proto(wire_id: int, name: str) -> None:
+    """Accept `wire_id` in decoded headers (the protocol catalogue registers every entry's)."""
+    if not 0 <= wire_id <= 255:
+        raise ValueError(f"protocol {name!r}: wire id {wire_id} does not fit the u8 field")
+    _PROTOS.setdefault(wire_id, wire_id)
 
 # The payload shape of each message type, checked once where the datagram is decoded:
 # (entry size, fewest entries, most entries). An entry size of 0 means "no payload". The
@@ -134,6 +144,7 @@ _PROTOS = {int(p): p for p in Proto}
 # make the sequencer send back. Types not listed (DATA, DUMMY) carry any payload.
 ENTRY_SIZE = 6
 FETCH_MAX = 64
+RULED_PROTOS = frozenset(int(p) for p in Proto)  # the ids PAYLOAD_RULES describes
 PAYLOAD_RULES: dict[MsgType, tuple[int, int, int]] = {
     MsgType.ORDER: (ENTRY_SIZE, 1, 65535 // ENTRY_SIZE),
     MsgType.FETCH: (ENTRY_SIZE, 1, FETCH_MAX),
@@ -191,7 +202,10 @@ def decode(data: bytes) -> Message:
     mproto = _PROTOS.get(proto)
     if mtype is None or mproto is None:
         raise WireError(f"unknown message type {typ} or protocol {proto}", "type")
-    rule = PAYLOAD_RULES.get(mtype)
+    # The shapes are those of the first protocols' messages; a protocol added through the
+    # catalogue may give a type another payload (token-ring's token is an ORDER), so its
+    # payloads are left to its own checks (docs/protocols.md).
+    rule = PAYLOAD_RULES.get(mtype) if proto in RULED_PROTOS else None
     if rule is not None:
         size, fewest, most = rule
         if size == 0:

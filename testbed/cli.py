@@ -680,6 +680,9 @@ def print_summary(summary: dict[str, Any]) -> None:
     table = Table("check", "violations", title=f"run {summary.get('run', '')}")
     for name, res in checks.items():
         v = res.get("violations", 0)
+        if not res.get("claimed", True):  # not promised by the protocol: greyed out
+            table.add_row(f"[grey50]{name} (not claimed)[/]", f"[grey50]{v}[/]")
+            continue
         table.add_row(name, f"[green]{v}[/]" if v == 0 else f"[red]{v}[/]")
     console.print(table)
     from analysis.liveness import liveness_line

@@ -37,8 +37,7 @@ def node_configs(
     hosts = paths.hosts
     members = [Member(i, h, addresses[h].data, addresses[h].port) for i, h in enumerate(hosts)]
     senders = set(hosts if exp.workload.senders == "all" else exp.workload.senders)
-    params = dict(exp.protocol.params)
-    params.setdefault("sequencer", hosts[0])
+    params = dict(exp.protocol.params)  # host params default to the first host (member 0)
     configs = []
     for i, host in enumerate(topo.hosts):
         shaping = {}

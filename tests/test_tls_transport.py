@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from nodes.config import Member, NodeConfig
 from nodes.tls_transport import TlsTransport
 from nodes.wire import Header, Message, MsgType, encode

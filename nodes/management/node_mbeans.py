@@ -9,6 +9,7 @@ from typing import Any
 
 from nodes.core import NodeCore
 from nodes.management.mbeans import MBean, MBeanRegistry
+from nodes.protocols import catalogue
 
 
 def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_ns,
@@ -21,12 +22,16 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
     clock = core.clock
     proto: Any = core.protocol
     counters = core.counters
+    entry = catalogue.find(cfg.protocol)
+    claims = sorted(entry.claims) if entry is not None else []
 
     node = (
         MBean("testbed:type=Node", "This protocol node")
         .attribute("Name", "str", lambda: cfg.name, description="host name")
         .attribute("Id", "int", lambda: cfg.node_id, description="member id")
         .attribute("Protocol", "str", lambda: cfg.protocol, description="protocol stack")
+        .attribute("Claims", "list", lambda: claims,
+                   description="checks the protocol promises to pass (its catalogue entry)")
         .attribute("Uptime", "float", lambda: (true_now() - started) / 1e9,
                    description="seconds since the node started")
         .attribute("Progress", "dict", core.progress,

@@ -7,12 +7,22 @@ code runs in the asyncio node runtime and in the discrete-event simulator.
 Layers stack by ownership: an upper layer holds its lower layer and consumes the lower layer's
 `RDeliver` actions itself (as a sequencer sits on reliable FIFO multicast). Timer keys are
 namespaced by layer ("rm:tick", "seq:flush").
+
+Every hook the node core calls is declared in `Layer` (no `getattr` probes): the four events,
+plus `on_suspect` (the failure detector changed its mind) and `on_view` (room for a membership
+service; no protocol here reacts to views yet). `LayerBase` gives the hooks a layer does not
+need a default that does nothing.
+
+Each protocol's parameters are a dataclass (`CommonParams` and its subclasses): field types,
+defaults and `metadata` constraints (`gt`, `ge`, `le`, `lt`, `doc`, `host`) that the catalogue
+(`nodes/protocols/catalogue.py`) turns into the pydantic model specs are validated with. The
+node program itself needs no pydantic.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol, TypeVar
 
 from nodes.wire import Message
 
@@ -48,6 +58,9 @@ class OptDeliver:
     origin: int
     mno: int
     size: int
+    # The layer instance that produced it ("" = the node's protocol); the log writes it as
+    # the event's `proto` ("<protocol>#<scope>" for a second instance in one node).
+    instance: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +71,9 @@ class FinalDeliver:
     mno: int
     seq: int
     size: int
+    # The layer instance that produced it ("" = the node's protocol); the log writes it as
+    # the event's `proto` ("<protocol>#<scope>" for a second instance in one node).
+    instance: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +83,9 @@ class Received:
     origin: int
     mno: int
     size: int
+    # The layer instance that produced it ("" = the node's protocol); the log writes it as
+    # the event's `proto` ("<protocol>#<scope>" for a second instance in one node).
+    instance: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +100,7 @@ Action = Send | SetTimer | RDeliver | OptDeliver | FinalDeliver | Received | Log
 
 
 class Layer(Protocol):
-    """What the node runtime and the simulator drive."""
+    """What the node runtime and the simulator drive: every hook the core calls."""
 
     def start(self, now: int) -> list[Action]: ...
 
@@ -90,6 +109,53 @@ class Layer(Protocol):
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]: ...
 
     def on_timer(self, key: str, now: int) -> list[Action]: ...
+
+    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
+        """The failure detector now suspects `member` (or no longer does)."""
+        ...
+
+    def on_view(self, members: list[int], now: int) -> list[Action]:
+        """A membership service installed a new view (not produced by any service yet)."""
+        ...
+
+
+class LayerBase:
+    """Defaults for the optional hooks of `Layer`: ignore suspicions and views."""
+
+    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
+        return []
+
+    def on_view(self, members: list[int], now: int) -> list[Action]:
+        return []
+
+
+def ms(doc: str, default: float, **limits: float) -> Any:
+    """A duration parameter in milliseconds (positive unless `limits` say otherwise)."""
+    return field(default=default, metadata={"doc": doc, **(limits or {"gt": 0})})
+
+
+def param(default: Any, doc: str, **meta: Any) -> Any:
+    """A parameter with its documentation and pydantic-style limits in `metadata`."""
+    return field(default=default, metadata={"doc": doc, **meta})
+
+
+@dataclass(frozen=True)
+class CommonParams:
+    """Parameters every protocol takes: the failure detector the node core runs beside it."""
+
+    fd_interval_ms: float = ms("failure-detector heartbeat period", 100)
+    fd_timeout_ms: float = ms("silence after which a member is suspected", 1000)
+
+
+P = TypeVar("P", bound=CommonParams)
+
+
+def typed_params(cls: type[P], params: dict[str, Any]) -> P:
+    """The protocol's parameters as its dataclass, from a node config's params (already
+    validated by the spec loader; keys the dataclass does not have, such as `incarnation` or
+    resolved host ids, are left out)."""
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in params.items() if k in names})
 
 
 class ProtocolError(Exception):

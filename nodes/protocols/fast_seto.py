@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
 from nodes.planner import Plan, heuristic_plan, optimal_plan
-from nodes.protocols.base import Action, Log, Send, SetTimer
-from nodes.protocols.seto import Seto
+from nodes.protocols.base import Action, Log, Send, SetTimer, ms, param
+from nodes.protocols.seto import Seto, SetoParams
 from nodes.wire import Header, Message, MsgType, Proto
 
 PROBE = "fs:probe"
@@ -46,6 +47,20 @@ ENTRY = struct.Struct("!Hi")  # member id, microseconds
 RATE_ID = 0xFFFF
 PLANNERS = {"optimal": optimal_plan, "heuristic": heuristic_plan}
 _CONTROL = (MsgType.PING, MsgType.PONG, MsgType.ESTIMATE, MsgType.DELAY)
+
+
+@dataclass(frozen=True)
+class FastSetoParams(SetoParams):
+    planner: Literal["optimal", "heuristic"] = param(
+        "optimal", "delay planner: the MOL linear program or 003 Fig. 4's heuristic")
+    probe_ms: float = ms("round-trip probe period (step 1)", 100)
+    estimate_ms: float = ms("ESTIMATE period (step 2)", 500)
+    replan_ms: float = ms("estimate drift that triggers a re-plan", 3.0)
+    min_samples: int = param(5, "probes per member before the first estimate", ge=1)
+    replan_rate: float = param(0.25, "send-rate change (fraction of the largest) that re-plans",
+                               gt=0)
+    rate_window: int = param(10, "ESTIMATE periods the send rate is measured over", ge=2)
+    samples: int = param(50, "probes averaged per member", ge=1)
 
 
 def pack_vector(values: dict[int, int]) -> bytes:

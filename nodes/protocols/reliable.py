@@ -36,11 +36,35 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
-from nodes.protocols.base import Action, RDeliver, Send, SetTimer
+from nodes.protocols.base import Action, CommonParams, RDeliver, Send, SetTimer, ms, param
 from nodes.wire import Flag, Header, Message, MsgType, Proto
 
 TICK = "rm:tick"
+
+
+@dataclass(frozen=True)
+class ReliableParams(CommonParams):
+    """The NACK layer's parameters (every stack built on it takes them too)."""
+
+    tick_ms: float = ms("period of the layer's timer scan (NACKs, heartbeats, ACKs)", 10)
+    nack_delay_ms: float = ms("how long a gap stays open before it is NACKed", 5, ge=0)
+    nack_retry_ms: float = ms("how often an unanswered NACK repeats", 60)
+    ack_every_ms: float = ms("period of the cumulative ACKs that free send buffers", 20)
+    window: int = param(1024, "own messages a sender keeps unacknowledged (flow control)",
+                        ge=1)
+    max_resend: int = param(128, "messages resent per NACK at most", ge=1)
+
+
+def reliable_kwargs(params: dict[str, Any]) -> dict[str, Any]:
+    """ReliableMulticast's keyword arguments from a node config's params."""
+    names = {"tick_ms": "tick_ns", "nack_delay_ms": "nack_delay_ns",
+             "nack_retry_ms": "nack_retry_ns", "ack_every_ms": "ack_every_ns"}
+    out = {names[k]: round(float(v) * 1e6) for k, v in params.items() if k in names}
+    out.update({k: int(v) for k, v in params.items()
+                if k in ("window", "max_resend", "incarnation")})
+    return out
 
 
 @dataclass
@@ -62,7 +86,7 @@ class ReliableMulticast:
         self,
         me: int,
         members: list[int],
-        proto: Proto = Proto.RELIABLE,
+        proto: int = Proto.RELIABLE,
         tick_ns: int = 10_000_000,
         nack_delay_ns: int = 5_000_000,
         nack_retry_ns: int = 60_000_000,
@@ -70,8 +94,12 @@ class ReliableMulticast:
         window: int = 1024,
         max_resend: int = 128,
         incarnation: int = 0,
+        scope: str = "rm",
     ):
         self.me = me
+        # Timer keys are scoped per layer instance ("<scope>:tick"), so two instances can run
+        # side by side in one node; the owner routes keys with its own prefixes elsewhere.
+        self.tick_key = TICK if scope == "rm" else f"{scope}:tick"
         self.members = members
         self.proto = proto
         self.tick_ns = tick_ns
@@ -94,7 +122,7 @@ class ReliableMulticast:
     # -- events -------------------------------------------------------------------------------
     def start(self, now: int) -> list[Action]:
         self.last_ack_at = now
-        return [SetTimer(TICK, self.tick_ns)]
+        return [SetTimer(self.tick_key, self.tick_ns)]
 
     def multicast(self, header: Header, payload: bytes, now: int) -> list[Action]:
         """R-multicast: number the message, buffer it, send it, and deliver it locally."""
@@ -159,7 +187,7 @@ class ReliableMulticast:
         return self._receive(stream, msg, now)
 
     def on_timer(self, key: str, now: int) -> list[Action]:
-        out: list[Action] = [SetTimer(TICK, self.tick_ns)]
+        out: list[Action] = [SetTimer(self.tick_key, self.tick_ns)]
         unacked = self.next_rseq - 1
         idle = now - self.last_multicast_at >= self.tick_ns
         floor = self._floor()

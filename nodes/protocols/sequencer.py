@@ -25,25 +25,38 @@ R-delivered every message it ordered; the copy comes back flagged RELAYED.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 from nodes.protocols.base import (
     Action,
     FinalDeliver,
+    LayerBase,
     Log,
     OptDeliver,
     RDeliver,
     Received,
     Send,
     SetTimer,
+    ms,
+    param,
 )
-from nodes.protocols.reliable import ReliableMulticast
+from nodes.protocols.reliable import ReliableMulticast, ReliableParams, reliable_kwargs
 from nodes.wire import Flag, Header, Message, MsgType, Proto
 
 ORDER_ENTRY = struct.Struct("!HI")  # origin, mno
 FLUSH = "seq:flush"
 INCARNATION_SPAN = 1_000_000
 RELAYED = int(Flag.RELAYED)  # IntFlag arithmetic is slow on the receive path
+
+
+@dataclass(frozen=True)
+class SequencerParams(ReliableParams):
+    sequencer: str | None = param(None, "the host that numbers messages (default: the first)",
+                                  host=True)
+    optimistic: bool = param(False, "also opt-deliver in spontaneous receive order (000 2.2)")
+    relay_store: int = param(16384, "data messages the relay keeps for FETCH requests", ge=0)
+    fetch_after_ms: float = ms("how long a missing ordered message waits before a FETCH", 200)
 
 
 def pack_orders(entries: list[tuple[int, int]]) -> bytes:
@@ -54,7 +67,7 @@ def unpack_orders(payload: bytes) -> list[tuple[int, int]]:
     return [ORDER_ENTRY.unpack_from(payload, i) for i in range(0, len(payload), ORDER_ENTRY.size)]
 
 
-class Sequencer:
+class Sequencer(LayerBase):
     proto = Proto.SEQUENCER
 
     def __init__(self, me: int, members: list[int], params: dict[str, Any]):
@@ -63,7 +76,7 @@ class Sequencer:
         self.sequencer: int = params.get("sequencer_id", min(members))
         self.optimistic = bool(params.get("optimistic", False))
         self.rm = ReliableMulticast(me, members, proto=self.proto,
-                                    **_reliable_params(params))
+                                    **reliable_kwargs(params))
         # A restarted process numbers its messages in a fresh range so mids stay unique, and
         # joins the order at the first ORDER it sees (its pre-crash history is gone).
         self.incarnation = int(params.get("incarnation", 0))
@@ -218,12 +231,3 @@ class Sequencer:
             self.fnl_delivered += 1
             self.next_deliver += 1
         return out
-
-
-def _reliable_params(params: dict[str, Any]) -> dict[str, Any]:
-    names = {"tick_ms": "tick_ns", "nack_delay_ms": "nack_delay_ns",
-             "nack_retry_ms": "nack_retry_ns", "ack_every_ms": "ack_every_ns"}
-    out = {names[k]: round(float(v) * 1e6) for k, v in params.items() if k in names}
-    out.update({k: int(v) for k, v in params.items()
-                if k in ("window", "max_resend", "incarnation")})
-    return out

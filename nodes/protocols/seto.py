@@ -42,16 +42,22 @@ so they are opt-delivered, and numbered, in order.
 from __future__ import annotations
 
 import heapq
+from dataclasses import dataclass
 from typing import Any
 
-from nodes.protocols.base import Action, FinalDeliver, OptDeliver, SetTimer
-from nodes.protocols.sequencer import ORDER_ENTRY, Sequencer
+from nodes.protocols.base import Action, FinalDeliver, OptDeliver, SetTimer, param
+from nodes.protocols.sequencer import ORDER_ENTRY, Sequencer, SequencerParams
 from nodes.wire import Message, MsgType, Proto
 
 OPT = "seto:opt"
 _HINT_MAX_US = 2**31 - 1
 
 Key = tuple[int, int]  # (origin, mno)
+
+
+@dataclass(frozen=True)
+class SetoParams(SequencerParams):
+    alpha: float = param(0.5, "inertia factor of adjust() (000 Fig. 4 lines 33-39)", ge=0, lt=1)
 
 
 class Seto(Sequencer):

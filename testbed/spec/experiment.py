@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from analysis.expect import parse_expectation
-from nodes.config import PROTOCOLS
+from nodes.protocols import catalogue
 from testbed.faults.schedule import check_faults
 from testbed.faults.spec import FaultSpec
 from testbed.spec.topology import Loc, Strict, TopologySpec
@@ -17,16 +17,49 @@ BACKENDS = ("sim", "local", "mininet", "docker", "remote")
 Backend = Literal["sim", "local", "mininet", "docker", "remote"]
 
 
+def _protocol_schema(schema: dict[str, Any]) -> None:
+    """`testbed schema experiment` shows every protocol's parameters (from the catalogue)."""
+    schema["description"] = ("a protocol of the catalogue; `params` follow the protocol's "
+                             "model under `x-protocols`")
+    schema["x-protocols"] = {
+        e.name: {"summary": e.summary, "claims": sorted(e.claims), "optimistic": e.optimistic,
+                 "params": catalogue.params_model(e.name).model_json_schema()}
+        for e in catalogue.CATALOGUE}
+
+
 class ProtocolSpec(Strict):
+    model_config = ConfigDict(json_schema_extra=_protocol_schema)
+
     name: str
     params: dict[str, Any] = {}
 
     @field_validator("name")
     @classmethod
     def _known(cls, v: str) -> str:
-        if v not in PROTOCOLS:
-            raise ValueError(f"unknown protocol {v!r}; known: {', '.join(PROTOCOLS)}")
+        if catalogue.find(v) is None:
+            raise ValueError(f"unknown protocol {v!r}; known: {', '.join(catalogue.names())}")
         return v
+
+
+def check_protocol_params(spec: ProtocolSpec, hosts: list[str]) -> list[tuple[Loc, str]]:
+    """The params against the protocol's model (one problem per bad or unknown key) and the
+    host-naming ones against the topology's hosts."""
+    entry = catalogue.find(spec.name)
+    if entry is None:
+        return []
+    problems: list[tuple[Loc, str]] = []
+    try:
+        catalogue.params_model(spec.name).model_validate(spec.params)
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = ("protocol", "params", *(p for p in err["loc"] if isinstance(p, str | int)))
+            msg = "unknown parameter" if err["type"] == "extra_forbidden" else str(err["msg"])
+            problems.append((loc[:3], msg.removeprefix("Value error, ")))
+    for key in entry.host_params():
+        host = spec.params.get(key)
+        if host is not None and host not in hosts:
+            problems.append((("protocol", "params", key), f"unknown {key} host {host!r}"))
+    return problems
 
 
 class WorkloadSpec(Strict):
@@ -109,9 +142,7 @@ def check_experiment(exp: ExperimentSpec, topo: TopologySpec) -> list[tuple[Loc,
         for i, s in enumerate(exp.workload.senders):
             if s not in hosts:
                 problems.append((("workload", "senders", i), f"unknown sender host {s!r}"))
-    seq = exp.protocol.params.get("sequencer")
-    if seq is not None and seq not in hosts:
-        problems.append((("protocol", "params", "sequencer"), f"unknown sequencer host {seq!r}"))
+    problems += check_protocol_params(exp.protocol, hosts)
     problems += check_faults(exp.faults, hosts, exp.duration)
     if exp.transport != "udp" and exp.backend == "sim":
         problems.append((("transport",), f"transport {exp.transport} needs real sockets; the "

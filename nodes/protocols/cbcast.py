@@ -1,0 +1,142 @@
+"""`cbcast`: causal order with vector clocks, ISIS CBCAST (lecture notes 002, "Causal Ordering:
+ISIS CBCAST", L299-327), over reliable FIFO multicast (the NACK layer; L322: "positive ack or
+negative ack techniques can be used in conjunction to recover from message losses").
+
+State: the vector VT_j and a hold-back buffer (L302). The notes start VT at -1; here, as
+everywhere in the project, numbers start at 1, so VT_j[k] = how many of k's messages j has
+delivered (initially 0) and a message's own entry equals its `mno`.
+- B1 multicast m at i (L303-305): VT_i[i] += 1; t_m := VT_i; R-multicast (m, t_m); deliver m
+  to self at once;
+- B2 receive (m, t_m) from i != j (L307-313): t_m[i] <= VT_j[i] is a duplicate (ours, needed
+  over retransmissions): discard. Otherwise hold m until (1) VT_j[i] = t_m[i] - 1 and
+  (2) VT_j[k] >= t_m[k] for every k != i;
+- B3 deliver m (L315-316): VT_j[k] := max(VT_j[k], t_m[k]) for every k, then re-scan the
+  hold-back buffer until nothing more is deliverable.
+
+Wire: t_m is a payload prefix of n unsigned 32-bit entries in member order (4n bytes, L324),
+then the application payload; each message held back is logged as `hold`. Group membership and
+flush (ISIS) are out of scope: a crashed sender's lost message holds its dependants for ever
+(L356-360).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from nodes.protocols.base import (
+    Action,
+    FinalDeliver,
+    LayerBase,
+    Log,
+    RDeliver,
+    Received,
+)
+from nodes.protocols.reliable import ReliableMulticast, reliable_kwargs
+from nodes.wire import Header, Message, MsgType
+
+WIRE_ID = 7
+
+
+class Cbcast(LayerBase):
+    def __init__(self, me: int, members: list[int], params: dict[str, Any],
+                 scope: str = "rm"):
+        self.me = me
+        self.instance = "" if scope == "rm" else f"cbcast#{scope}"  # written as `proto`
+        self.members = sorted(members)
+        self.index = {m: k for k, m in enumerate(self.members)}
+        self.vt_format = struct.Struct(f"!{len(self.members)}I")
+        self.rm = ReliableMulticast(me, members, proto=WIRE_ID, scope=scope,
+                                    **reliable_kwargs(params))
+        self.vt = [0] * len(self.members)  # VT_j
+        self.held: list[tuple[int, list[int], Message]] = []  # (origin, t_m, message)
+        self.delivered = 0  # local delivery count: the `seq` of each fnl
+        self.max_held = 0
+
+    # -- Layer interface ----------------------------------------------------------------------
+    def start(self, now: int) -> list[Action]:
+        return self.rm.start(now)
+
+    def broadcast(self, payload: bytes, now: int) -> list[Action]:
+        """B1."""
+        i = self.index[self.me]
+        self.vt[i] += 1
+        mno = self.vt[i]
+        header = Header(MsgType.DATA, origin=self.me, mno=mno, ts=now)
+        out: list[Action] = [Log("send", {"mno": mno, "size": len(payload)})]
+        sent = self.rm.multicast(header, self.vt_format.pack(*self.vt) + payload, now)
+        self.delivered += 1
+        out.append(FinalDeliver(self.me, mno, self.delivered, len(payload), self.instance))
+        # The own R-delivery is skipped in _up (it is delivered above, at once).
+        return out + self._up(sent)
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
+        return self._up(self.rm.on_message(src, msg, now))
+
+    def on_timer(self, key: str, now: int) -> list[Action]:
+        return self._up(self.rm.on_timer(key, now))
+
+    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
+        return self._up(self.rm.on_suspect(member, suspected, now))
+
+    # -- the algorithm ------------------------------------------------------------------------
+    def _up(self, actions: list[Action]) -> list[Action]:
+        out: list[Action] = []
+        for a in actions:
+            if type(a) is not RDeliver:
+                out.append(a)
+                continue
+            h = a.msg.header
+            if h.type != MsgType.DATA or h.origin == self.me:
+                continue
+            out += self._receive(a.msg)
+        return out
+
+    def _receive(self, msg: Message) -> list[Action]:
+        """B2: discard a duplicate, deliver what the conditions allow, hold the rest."""
+        h = msg.header
+        size = self.vt_format.size
+        if len(msg.payload) < size or h.origin not in self.index:
+            return []
+        t_m = list(self.vt_format.unpack_from(msg.payload))
+        i = self.index[h.origin]
+        if t_m[i] <= self.vt[i]:
+            return []
+        out: list[Action] = [Received(h.origin, h.mno, len(msg.payload) - size, self.instance)]
+        if not self._deliverable(i, t_m):
+            self.held.append((i, t_m, msg))
+            self.max_held = max(self.max_held, len(self.held))
+            return out + [Log("hold", {"origin": h.origin, "mno": h.mno,
+                                       "held": len(self.held)})]
+        out += self._deliver(i, t_m, msg)
+        return out + self._rescan()
+
+    def _deliverable(self, i: int, t_m: list[int]) -> bool:
+        """B2's conditions (1) and (2) (L309-313)."""
+        vt = self.vt
+        if vt[i] != t_m[i] - 1:
+            return False
+        return all(vt[k] >= t_m[k] for k in range(len(vt)) if k != i)
+
+    def _deliver(self, i: int, t_m: list[int], msg: Message) -> list[Action]:
+        """B3 (L315-316)."""
+        self.vt = [max(a, b) for a, b in zip(self.vt, t_m, strict=True)]
+        self.delivered += 1
+        h = msg.header
+        return [FinalDeliver(h.origin, h.mno, self.delivered,
+                             len(msg.payload) - self.vt_format.size, self.instance)]
+
+    def _rescan(self) -> list[Action]:
+        out: list[Action] = []
+        progress = True
+        while progress and self.held:
+            progress = False
+            for entry in list(self.held):
+                i, t_m, msg = entry
+                if t_m[i] <= self.vt[i]:
+                    self.held.remove(entry)  # became a duplicate meanwhile
+                elif self._deliverable(i, t_m):
+                    self.held.remove(entry)
+                    out += self._deliver(i, t_m, msg)
+                    progress = True
+        return out

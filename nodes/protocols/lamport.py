@@ -1,0 +1,159 @@
+"""`lamport`: symmetric total order with Lamport timestamps and acknowledgements (the
+timestamp-based family of the lecture notes 002 L366-369; 001 sec. 2 L132 "logical clocks
+[13]"; Lamport, CACM 1978). *Reconstructed*: the notes give no rules; these are the standard
+ones (rule numbers L1-L4 of the brief), over reliable FIFO multicast (the NACK layer), since
+the delivery rule needs per-pair FIFO channels without loss.
+
+State: the Lamport clock L, a queue Q ordered by (ts, origin), and last[q], the highest
+(ts, q) received from each q.
+- L1 broadcast m: L += 1; insert (L, me, m) into Q; R-multicast DATA(L, me, m);
+- L2 on DATA(ts, q, m): L := max(L, ts) + 1; insert it into Q; last[q] := (ts, q); then
+  acknowledge: `immediate` R-multicasts ACK(L) at once (n - 1 acks per message); `delayed`
+  sends one ACK(L) after `ack_delay_ms` unless this process sent a DATA or ACK meanwhile
+  (the null messages of idle processes: one ACK covers everything so far);
+- L3 on ACK(ts) from q: L := max(L, ts) + 1; last[q] := (ts, q);
+- L4 deliver the head h = (ts_h, o_h) of Q while last[q] >= h for every q != me: FIFO
+  channels guarantee that nothing smaller will still come from q. For q = o_h, h itself is
+  the evidence (o_h's later messages carry larger timestamps), so the origin need not ack its
+  own message; a strict ">" would stall delivery behind an idle origin, a classic off-by-one.
+
+Wire: `ts` travels in the header's `seq`; the ACK is an R-multicast MsgType.DUMMY (a null
+message: MsgType.ACK belongs to the NACK layer's cumulative acknowledgements). Deliveries are
+`fnl` with `seq` the local delivery count. Failure-free: a crashed member stops all delivery
+(membership is out of scope).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from nodes.protocols.base import (
+    Action,
+    FinalDeliver,
+    LayerBase,
+    Log,
+    RDeliver,
+    Received,
+    SetTimer,
+    ms,
+    param,
+    typed_params,
+)
+from nodes.protocols.reliable import ReliableMulticast, ReliableParams, reliable_kwargs
+from nodes.wire import Header, Message, MsgType
+
+WIRE_ID = 9
+
+
+@dataclass(frozen=True)
+class LamportParams(ReliableParams):
+    ack_mode: Literal["immediate", "delayed"] = param(
+        "delayed", "acknowledge each DATA at once, or once per ack_delay_ms of silence")
+    ack_delay_ms: float = ms("how long a delayed acknowledgement waits for own traffic", 10)
+
+
+class Lamport(LayerBase):
+    def __init__(self, me: int, members: list[int], params: dict[str, Any],
+                 scope: str = "rm"):
+        p = typed_params(LamportParams, params)
+        self.me = me
+        self.others = [m for m in members if m != me]
+        self.rm = ReliableMulticast(me, members, proto=WIRE_ID, scope=scope,
+                                    **reliable_kwargs(params))
+        self.immediate = p.ack_mode == "immediate"
+        self.ack_delay_ns = round(p.ack_delay_ms * 1e6)
+        self.ack_key = f"lamport:{scope}:ack"
+        self.instance = "" if scope == "rm" else f"lamport#{scope}"
+        self.clock = 0  # L
+        self.queue: list[tuple[int, int, int, int]] = []  # Q: (ts, origin, mno, size)
+        self.last = {q: (0, q) for q in self.others}
+        self.mno = 0
+        self.ack_armed = False
+        self.sent_since_receipt = False
+        self.acks_sent = 0
+        self.delivered = 0
+
+    # -- Layer interface ----------------------------------------------------------------------
+    def start(self, now: int) -> list[Action]:
+        return self.rm.start(now)
+
+    def broadcast(self, payload: bytes, now: int) -> list[Action]:
+        """L1."""
+        self.clock += 1
+        self.mno += 1
+        heapq.heappush(self.queue, (self.clock, self.me, self.mno, len(payload)))
+        self.sent_since_receipt = True
+        header = Header(MsgType.DATA, origin=self.me, mno=self.mno, seq=self.clock, ts=now)
+        out: list[Action] = [Log("send", {"mno": self.mno, "size": len(payload)})]
+        out += self._up(self.rm.multicast(header, payload, now), now)
+        return out + self._deliver()
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
+        return self._up(self.rm.on_message(src, msg, now), now)
+
+    def on_timer(self, key: str, now: int) -> list[Action]:
+        if key == self.ack_key:
+            self.ack_armed = False
+            if self.sent_since_receipt:
+                return []
+            return self._ack(now)
+        return self._up(self.rm.on_timer(key, now), now)
+
+    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
+        return self._up(self.rm.on_suspect(member, suspected, now), now)
+
+    # -- the algorithm ------------------------------------------------------------------------
+    def _up(self, actions: list[Action], now: int) -> list[Action]:
+        out: list[Action] = []
+        for a in actions:
+            if type(a) is not RDeliver:
+                out.append(a)
+                continue
+            h = a.msg.header
+            if h.origin == self.me and h.sender == self.me:
+                continue  # our own R-delivery: queued at L1 already
+            out += self._receive(h.sender, a.msg, now)
+        return out
+
+    def _receive(self, q: int, msg: Message, now: int) -> list[Action]:
+        h = msg.header
+        if q not in self.last:
+            return []
+        ts = h.seq
+        self.clock = max(self.clock, ts) + 1
+        if (ts, q) > self.last[q]:
+            self.last[q] = (ts, q)
+        out: list[Action] = []
+        if h.type == MsgType.DATA:  # L2
+            heapq.heappush(self.queue, (ts, h.origin, h.mno, len(msg.payload)))
+            out.append(Received(h.origin, h.mno, len(msg.payload), self.instance))
+            if self.immediate:
+                out += self._ack(now)
+            else:
+                self.sent_since_receipt = False
+                if not self.ack_armed:
+                    self.ack_armed = True
+                    out.append(SetTimer(self.ack_key, self.ack_delay_ns))
+        return out + self._deliver()  # L3 (an ACK) only moves last[q]
+
+    def _ack(self, now: int) -> list[Action]:
+        self.clock += 1
+        self.acks_sent += 1
+        self.sent_since_receipt = True
+        header = Header(MsgType.DUMMY, origin=self.me, seq=self.clock, ts=now)
+        return self._up(self.rm.multicast(header, b"", now), now)
+
+    def _deliver(self) -> list[Action]:
+        """L4."""
+        out: list[Action] = []
+        queue, last = self.queue, self.last
+        while queue:
+            ts, origin, mno, size = queue[0]
+            if any(last[q] < (ts, origin) for q in self.others):
+                break
+            heapq.heappop(queue)
+            self.delivered += 1
+            out.append(FinalDeliver(origin, mno, self.delivered, size, self.instance))
+        return out

@@ -1,0 +1,177 @@
+"""`moving-sequencer`: total order by a sequencer role that rotates around the ring (001 sec. 2
+L130: "the sequencer role is rotated among processes"; Chang and Maxemchuk, *Reliable
+broadcast protocols*, TOCS 2(3), 1984). *Reconstructed*: 002 has no rules for it; these are
+the brief's M1-M4, over reliable FIFO multicast (the NACK layer) as the fixed sequencer is.
+
+- M1 broadcast m: R-multicast DATA(origin, mno, payload), as sequencer.py does;
+- M2 the token site T, once it holds the token and its unsequenced set U (received, not yet
+  ordered) is not empty -- or after `token_hold_ms` with U empty -- R-multicasts
+  ORDER(g + 1, U in receive order, succ(T)) and g += |U|: the ORDER numbers U and passes the
+  token to succ(T);
+- M3 on ORDER: record seq -> (origin, mno); the process it names becomes the token site once
+  every number up to the ORDER's last is recorded *and* its DATA received (Chang-Maxemchuk's
+  "acknowledge before taking the token"): then its U is exactly what nobody ordered yet;
+- M4 deliver seq by seq once both the ORDER entry and the DATA are present.
+Resilience (M5, option L) and token-site reformation after a crash (Chang-Maxemchuk's
+membership phase) are not implemented: a crashed site stops the order.
+
+Wire: ORDER carries the first number in `seq`, the next site in `slot`, and (origin u16, mno
+u32) entries as the fixed sequencer's ORDER does; an empty ORDER just passes the token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from nodes.protocols.base import (
+    Action,
+    FinalDeliver,
+    LayerBase,
+    Log,
+    RDeliver,
+    Received,
+    SetTimer,
+    ms,
+    typed_params,
+)
+from nodes.protocols.reliable import ReliableMulticast, ReliableParams, reliable_kwargs
+from nodes.protocols.sequencer import pack_orders, unpack_orders
+from nodes.wire import Header, Message, MsgType
+
+WIRE_ID = 10
+
+
+@dataclass(frozen=True)
+class MovingSequencerParams(ReliableParams):
+    token_hold_ms: float = ms("how long an idle token site waits before passing the token", 20)
+
+
+class MovingSequencer(LayerBase):
+    def __init__(self, me: int, members: list[int], params: dict[str, Any],
+                 scope: str = "rm"):
+        p = typed_params(MovingSequencerParams, params)
+        self.me = me
+        ring = sorted(members)
+        self.succ = ring[(ring.index(me) + 1) % len(ring)]
+        self.rm = ReliableMulticast(me, members, proto=WIRE_ID, scope=scope,
+                                    **reliable_kwargs(params))
+        self.hold_ns = round(p.token_hold_ms * 1e6)
+        self.flush_key, self.hold_key = f"ms:{scope}:flush", f"ms:{scope}:hold"
+        self.instance = "" if scope == "rm" else f"moving-sequencer#{scope}"
+        self.mno = 0
+        self.received: dict[tuple[int, int], int] = {}  # DATA received: key -> size
+        self.unordered: dict[tuple[int, int], None] = {}  # U, in receive order
+        self.order: dict[int, tuple[int, int]] = {}  # seq -> key (recorded ORDER entries)
+        self.ordered: set[tuple[int, int]] = set()
+        self.next_deliver = 1
+        self.g = 0  # highest number assigned by the ORDERs seen
+        self.site = me == ring[0]  # the first member starts with the token
+        self.token_due: int | None = None  # last number of the ORDER that passed us the token
+        self.flush_armed = False
+        self.orders_sent = 0
+        self.delivered = 0
+
+    # -- Layer interface ----------------------------------------------------------------------
+    def start(self, now: int) -> list[Action]:
+        out = self.rm.start(now)
+        if self.site:
+            out += self._took_token()
+        return out
+
+    def broadcast(self, payload: bytes, now: int) -> list[Action]:
+        """M1."""
+        self.mno += 1
+        header = Header(MsgType.DATA, origin=self.me, mno=self.mno, ts=now)
+        out: list[Action] = [Log("send", {"mno": self.mno, "size": len(payload)})]
+        return out + self._up(self.rm.multicast(header, payload, now), now)
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
+        return self._up(self.rm.on_message(src, msg, now), now)
+
+    def on_timer(self, key: str, now: int) -> list[Action]:
+        if key in (self.flush_key, self.hold_key):
+            if key == self.flush_key:
+                self.flush_armed = False
+            if not self.site or (key == self.hold_key and self.unordered):
+                return []  # not ours, or a flush is due anyway
+            return self._issue_order(now)
+        return self._up(self.rm.on_timer(key, now), now)
+
+    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
+        return self._up(self.rm.on_suspect(member, suspected, now), now)
+
+    # -- the algorithm ------------------------------------------------------------------------
+    def _up(self, actions: list[Action], now: int) -> list[Action]:
+        out: list[Action] = []
+        for a in actions:
+            if type(a) is not RDeliver:
+                out.append(a)
+                continue
+            h = a.msg.header
+            if h.type == MsgType.DATA:
+                out += self._on_data(a.msg)
+            elif h.type == MsgType.ORDER:
+                out += self._on_order(a.msg)
+        return out
+
+    def _on_data(self, msg: Message) -> list[Action]:
+        h = msg.header
+        key = (h.origin, h.mno)
+        if key in self.received:
+            return []
+        self.received[key] = len(msg.payload)
+        out: list[Action] = [Received(h.origin, h.mno, len(msg.payload), self.instance)]
+        if key not in self.ordered:
+            self.unordered[key] = None
+            if self.site and not self.flush_armed:  # M2: order at the end of this instant
+                self.flush_armed = True
+                out.append(SetTimer(self.flush_key, 0))
+        return out + self._deliver()
+
+    def _on_order(self, msg: Message) -> list[Action]:
+        """M3."""
+        h = msg.header
+        entries = unpack_orders(msg.payload)
+        for k, key in enumerate(entries):
+            self.order[h.seq + k] = key
+            self.ordered.add(key)
+            self.unordered.pop(key, None)
+        last = h.seq + len(entries) - 1
+        self.g = max(self.g, last)
+        if h.slot == self.me:
+            self.token_due = last
+        return self._deliver()
+
+    def _deliver(self) -> list[Action]:
+        """M4, then M3's condition for taking the token."""
+        out: list[Action] = []
+        while (key := self.order.get(self.next_deliver)) is not None and key in self.received:
+            del self.order[self.next_deliver]
+            out.append(FinalDeliver(key[0], key[1], self.next_deliver,
+                                    self.received.pop(key), self.instance))
+            self.ordered.discard(key)
+            self.delivered += 1
+            self.next_deliver += 1
+        if self.token_due is not None and self.next_deliver > self.token_due:
+            self.token_due = None
+            self.site = True
+            out += self._took_token()
+        return out
+
+    def _took_token(self) -> list[Action]:
+        if self.unordered:
+            self.flush_armed = True
+            return [SetTimer(self.flush_key, 0)]
+        return [SetTimer(self.hold_key, self.hold_ns)]
+
+    def _issue_order(self, now: int) -> list[Action]:
+        """M2: number U and pass the token to succ."""
+        entries = list(self.unordered)
+        self.unordered.clear()
+        first = self.g + 1
+        self.site = False
+        self.orders_sent += 1
+        header = Header(MsgType.ORDER, origin=self.me, seq=first, slot=self.succ)
+        # Our own ORDER comes back as an R-delivery at once and is recorded there (M3).
+        return self._up(self.rm.multicast(header, pack_orders(entries), now), now)

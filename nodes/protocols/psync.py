@@ -1,0 +1,185 @@
+"""`psync`: causal order by a context graph (lecture notes 002, "Causal Ordering: Psync",
+L329-352; Peterson, Buchholz and Schlichting, *Preserving and using context information in
+IPC*, TOCS 7, 1989), over reliable FIFO multicast (the NACK layer, L347's recovery).
+
+Message ids are <sender, n> (L335-336). The context graph G holds the delivered messages,
+with an edge from each message to those sent in its context; `leaves(G)` are the messages no
+delivered message depends on yet. The rules (the brief's C1-C2):
+- C1 multicast m (L338-339): deps := leaves(G); attach deps; add m to G (an edge from every
+  leaf to m, so m is now the only leaf of that context); deliver m to self;
+- C2 receive m (L340-341): once every id in deps is in G, add m to G and deliver it; until
+  then hold it, and retry the held messages whenever a message enters G.
+
+G is kept compact (the brief's C4, answering L360 "When can a message be purged from context
+graph?"): delivery is causal, so what G holds of each sender's chain is a prefix, and G is one
+number per sender plus the current leaves; nothing else needs keeping. Recovery of a lost
+dependency (C3) is the reliable layer's. The trade-off against CBCAST (002 L324): a deps list
+costs 2 + 6k bytes for k leaves (k is at most n and usually smaller: concurrent messages only)
+against CBCAST's fixed 4n.
+
+Wire: the payload starts with the deps list, a u16 count then (origin u16, n u32) per entry;
+each held message is logged as `hold`. `psync-total` (nodes/protocols/psync_total.py) builds
+a total order on this causal one.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from nodes.protocols.base import (
+    Action,
+    FinalDeliver,
+    LayerBase,
+    Log,
+    RDeliver,
+    Received,
+)
+from nodes.protocols.reliable import ReliableMulticast, reliable_kwargs
+from nodes.wire import Header, Message, MsgType
+
+WIRE_ID = 11
+COUNT = struct.Struct("!H")
+ENTRY = struct.Struct("!HI")
+
+Id = tuple[int, int]  # (sender, n)
+
+
+def pack_deps(deps: list[Id]) -> bytes:
+    return COUNT.pack(len(deps)) + b"".join(ENTRY.pack(o, n) for o, n in deps)
+
+
+def unpack_deps(payload: bytes) -> tuple[list[Id], int] | None:
+    """The deps list and where the application payload starts; None if malformed."""
+    if len(payload) < COUNT.size:
+        return None
+    (k,) = COUNT.unpack_from(payload)
+    end = COUNT.size + k * ENTRY.size
+    if len(payload) < end:
+        return None
+    return [ENTRY.unpack_from(payload, COUNT.size + j * ENTRY.size) for j in range(k)], end
+
+
+class Psync(LayerBase):
+    name = "psync"
+    wire_id = WIRE_ID
+
+    def __init__(self, me: int, members: list[int], params: dict[str, Any],
+                 scope: str = "rm"):
+        self.me = me
+        self.members = sorted(members)
+        self.rm = ReliableMulticast(me, members, proto=self.wire_id, scope=scope,
+                                    **reliable_kwargs(params))
+        self.scope = scope
+        self.instance = "" if scope == "rm" else f"{self.name}#{scope}"
+        self.in_g = dict.fromkeys(self.members, 0)  # G: the prefix of each sender's chain
+        self.leaves: set[Id] = set()
+        self.held: list[tuple[Id, list[Id], Message, int]] = []  # H: (id, deps, msg, offset)
+        self.next_n = 0  # our own chain
+        self.delivered = 0  # local delivery count: the `seq` of each fnl
+        self.max_held = 0
+        self.dep_bytes = 0  # deps-list bytes sent (the overhead against CBCAST's 4n)
+
+    # -- Layer interface ----------------------------------------------------------------------
+    def start(self, now: int) -> list[Action]:
+        return self.rm.start(now)
+
+    def broadcast(self, payload: bytes, now: int) -> list[Action]:
+        out: list[Action] = [Log("send", {"mno": self.next_n + 1, "size": len(payload)})]
+        return out + self._multicast(MsgType.DATA, payload, now)
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
+        return self._up(self.rm.on_message(src, msg, now), now)
+
+    def on_timer(self, key: str, now: int) -> list[Action]:
+        return self._up(self.rm.on_timer(key, now), now)
+
+    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
+        return self._up(self.rm.on_suspect(member, suspected, now), now)
+
+    # -- the algorithm ------------------------------------------------------------------------
+    def _multicast(self, mtype: MsgType, payload: bytes, now: int) -> list[Action]:
+        """C1."""
+        self.next_n += 1
+        mid = (self.me, self.next_n)
+        deps = sorted(self.leaves)
+        prefix = pack_deps(deps)
+        self.dep_bytes += len(prefix)
+        header = Header(mtype, origin=self.me, mno=self.next_n, ts=now)
+        out = self._up(self.rm.multicast(header, prefix + payload, now), now)
+        return out + self._enter(mid, deps, mtype, len(payload), now)
+
+    def _up(self, actions: list[Action], now: int) -> list[Action]:
+        out: list[Action] = []
+        for a in actions:
+            if type(a) is not RDeliver:
+                out.append(a)
+                continue
+            h = a.msg.header
+            if h.origin != self.me and h.type in (MsgType.DATA, MsgType.DUMMY):
+                out += self._receive(a.msg, now)
+        return out
+
+    def _receive(self, msg: Message, now: int) -> list[Action]:
+        """C2."""
+        h = msg.header
+        parsed = unpack_deps(msg.payload)
+        if parsed is None or h.origin not in self.in_g:
+            return []
+        deps, offset = parsed
+        mid = (h.origin, h.mno)
+        if self._has(mid):
+            return []
+        out: list[Action] = []
+        if h.type == MsgType.DATA:
+            out.append(Received(h.origin, h.mno, len(msg.payload) - offset, self.instance))
+        if not self._ready(mid, deps):
+            self.held.append((mid, deps, msg, offset))
+            self.max_held = max(self.max_held, len(self.held))
+            return out + [Log("hold", {"origin": h.origin, "mno": h.mno,
+                                       "held": len(self.held)})]
+        out += self._enter(mid, deps, h.type, len(msg.payload) - offset, now)
+        return out + self._retry(now)
+
+    def _has(self, mid: Id) -> bool:
+        return mid[1] <= self.in_g.get(mid[0], 0)
+
+    def _ready(self, mid: Id, deps: list[Id]) -> bool:
+        """Every id in deps is in G (and, implied by the sender's chain, its own previous
+        message)."""
+        if self.in_g[mid[0]] != mid[1] - 1:
+            return False
+        return all(self._has(d) for d in deps)
+
+    def _enter(self, mid: Id, deps: list[Id], mtype: int, size: int, now: int
+               ) -> list[Action]:
+        """Add m to G: it depends on deps, so they are no longer leaves; m is one."""
+        self.in_g[mid[0]] = mid[1]
+        self.leaves.difference_update(deps)
+        self.leaves.discard((mid[0], mid[1] - 1))
+        self.leaves.add(mid)
+        return self._causal(mid, deps, mtype, size, now)
+
+    def _causal(self, mid: Id, deps: list[Id], mtype: int, size: int, now: int
+                ) -> list[Action]:
+        """m is causally delivered: psync delivers it (psync-total orders it first)."""
+        if mtype != MsgType.DATA:
+            return []
+        self.delivered += 1
+        return [FinalDeliver(mid[0], mid[1], self.delivered, size, self.instance)]
+
+    def _retry(self, now: int) -> list[Action]:
+        out: list[Action] = []
+        progress = True
+        while progress and self.held:
+            progress = False
+            for entry in list(self.held):
+                mid, deps, msg, offset = entry
+                if self._has(mid):
+                    self.held.remove(entry)
+                elif self._ready(mid, deps):
+                    self.held.remove(entry)
+                    out += self._enter(mid, deps, msg.header.type, len(msg.payload) - offset,
+                                       now)
+                    progress = True
+        return out

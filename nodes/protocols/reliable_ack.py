@@ -1,0 +1,226 @@
+"""`reliable-ack`: reliable FIFO multicast with positive acknowledgements and retransmission
+on timeout (lecture notes 002, "Reliable FIFO: Positive Acknowledgement", L120-181).
+
+The notes give one sender and one receiver; for multicast every receiver acknowledges each
+message and a message is purged once all receivers have (rule numbers of the brief):
+- A1 send m (L130-137): attach <i, C_i>, C_i += 1, keep m in the send buffer with the set of
+  receivers that have not acknowledged it and a deadline; multicast m and deliver it to self;
+- A2 receive m = <i, c> at j (L141-149): *always* acknowledge <i, c> first (L142 comes
+  before the case split, so duplicates and out-of-order arrivals are acknowledged too); then
+  c = V[i] + 1: deliver m and every buffered successor (L144-145); c > V[i] + 1: buffer m
+  (L146-147); c <= V[i]: discard, a duplicate (L148-149);
+- A3 receive ACK<c> from j (L153-155): remove j from c's pending set; purge c when it is empty;
+- A4 deadline of c passes (L156-158): resend m to the receivers still pending (unicast each,
+  or one multicast when more than half are) and set a new deadline, doubling the timeout per
+  try up to 2^6 (the backoff is ours: the notes say only "start a new timer");
+- A5 (ours, answering L173-174 and L181): a receiver that has not acknowledged after
+  `max_tries` is given up (the give-up path for crashed receivers: dropped from every pending
+  set, logged as `give_up`). A receiver the failure detector suspects is not retried and does
+  not hold the window, but stays in the pending sets: a false suspicion (a slow start, a
+  partition that heals) must not lose it messages, so it is retried at once when heard again.
+  A full window (`window` messages some unsuspected receiver has not acknowledged) holds new
+  sends in a backlog, as the NACK layer does.
+
+Deadlines are served by one periodic scan (`tick`), not a timer per message: cheaper, and the
+outcome is the same (the brief, A.4). Timer keys carry the layer instance's `scope`, so two
+instances can run side by side in one node. The ACK is selective, per message (L123: "the ack
+contains the sequence number of the message received"); it reuses MsgType.ACK under this
+protocol's wire id, so it is never confused with the NACK layer's cumulative ACK.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodes.protocols.base import (
+    Action,
+    CommonParams,
+    FinalDeliver,
+    LayerBase,
+    Log,
+    Send,
+    SetTimer,
+    ms,
+    param,
+    typed_params,
+)
+from nodes.wire import Flag, Header, Message, MsgType
+
+WIRE_ID = 5
+RETRANSMIT = int(Flag.RETRANSMIT)
+MAX_BACKOFF_EXP = 6
+
+
+@dataclass(frozen=True)
+class ReliableAckParams(CommonParams):
+    rto_ms: float = ms("retransmission timeout (L180: 'What is an appropriate length of a "
+                       "timer?'; about 2x the largest round trip)", 100)
+    tick_ms: float = ms("period of the deadline scan", 5)
+    max_tries: int = param(8, "retransmissions before a silent receiver is given up (A5)", ge=1)
+    window: int = param(1024, "own messages kept unacknowledged at most (flow control)", ge=1)
+
+
+@dataclass
+class _Pending:
+    msg: Message
+    waiting: set[int]  # receivers that have not acknowledged
+    deadline: int
+    tries: int = 0
+
+
+@dataclass
+class _Stream:
+    delivered: int = 0  # V[i]
+    buffer: dict[int, Message] = field(default_factory=dict)
+
+
+class ReliableAck(LayerBase):
+    def __init__(self, me: int, members: list[int], params: dict[str, Any],
+                 scope: str = "ack"):
+        p = typed_params(ReliableAckParams, params)
+        self.me = me
+        self.others = [m for m in members if m != me]
+        self.rto_ns = round(p.rto_ms * 1e6)
+        self.tick_ns = round(p.tick_ms * 1e6)
+        self.max_tries = p.max_tries
+        self.window = p.window
+        self.tick_key = f"{scope}:tick"
+        self.instance = "" if scope == "ack" else f"reliable-ack#{scope}"  # written as `proto`
+        self.next_c = 1  # C_i
+        self.mno = 0
+        self.send_buffer: dict[int, _Pending] = {}
+        self.backlog: deque[tuple[bytes, int]] = deque()
+        self.streams = {m: _Stream() for m in self.others}
+        self.given_up: set[int] = set()  # receivers silent for max_tries (A5)
+        self.suspected: set[int] = set()
+        self.delivered = 0  # local delivery count: the `seq` of each fnl
+        self.retransmissions = 0
+
+    # -- Layer interface ----------------------------------------------------------------------
+    def start(self, now: int) -> list[Action]:
+        return [SetTimer(self.tick_key, self.tick_ns)]
+
+    def broadcast(self, payload: bytes, now: int) -> list[Action]:
+        self.mno += 1
+        out: list[Action] = [Log("send", {"mno": self.mno, "size": len(payload)})]
+        if self.backlog or self._window_full():
+            self.backlog.append((payload, self.mno))
+            return out
+        return out + self._send_new(payload, self.mno, now)
+
+    def _window_full(self) -> bool:
+        if len(self.send_buffer) < self.window:
+            return False
+        if not self.suspected:
+            return True
+        live = sum(1 for p in self.send_buffer.values() if p.waiting - self.suspected)
+        return live >= self.window
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
+        h = msg.header
+        if h.type == MsgType.ACK:
+            return self._acked(src, h.rseq, now)
+        if h.type != MsgType.DATA or h.sender not in self.streams:
+            return []
+        ack = Send(h.sender, Message(Header(MsgType.ACK, WIRE_ID, sender=self.me, rseq=h.rseq)))
+        return [ack, *self._receive(self.streams[h.sender], msg)]
+
+    def on_timer(self, key: str, now: int) -> list[Action]:
+        out: list[Action] = [SetTimer(self.tick_key, self.tick_ns)]
+        if key != self.tick_key:
+            return out
+        for c, p in list(self.send_buffer.items()):
+            if p.deadline > now:
+                continue
+            p.waiting -= self.given_up
+            live = p.waiting - self.suspected if self.suspected else p.waiting
+            if p.tries >= self.max_tries:
+                for j in sorted(live):
+                    self.given_up.add(j)
+                    out.append(Log("give_up", {"member": j}))
+                p.waiting -= live
+                live = set()
+            if not p.waiting:
+                del self.send_buffer[c]
+                continue
+            if not live:
+                continue  # only suspects wait for it: retried when heard again
+            out += self._resend(p, live)
+            p.tries += 1
+            p.deadline = now + self.rto_ns * 2 ** min(p.tries, MAX_BACKOFF_EXP)
+        return out + self._release(now)
+
+    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
+        """A5: a suspect is not retried and does not hold the window; heard again, everything
+        it has not acknowledged is due at once."""
+        if suspected:
+            self.suspected.add(member)
+            return self._release(now)
+        self.suspected.discard(member)
+        for p in self.send_buffer.values():
+            if member in p.waiting:
+                p.deadline = min(p.deadline, now)
+        return []
+
+    # -- sending ------------------------------------------------------------------------------
+    def _send_new(self, payload: bytes, mno: int, now: int) -> list[Action]:
+        """A1: number, buffer, multicast, deliver to self."""
+        c = self.next_c
+        self.next_c += 1
+        msg = Message(Header(MsgType.DATA, WIRE_ID, sender=self.me, rseq=c, origin=self.me,
+                             mno=mno, ts=now), payload)
+        waiting = set(self.others) - self.given_up
+        if waiting:
+            self.send_buffer[c] = _Pending(msg, waiting, now + self.rto_ns)
+        self.delivered += 1
+        return [Send(None, msg),
+                FinalDeliver(self.me, mno, self.delivered, len(payload), self.instance)]
+
+    def _resend(self, p: _Pending, live: set[int]) -> list[Action]:
+        """A4: to the pending receivers, one multicast when more than half are."""
+        h = p.msg.header
+        again = Message(h.with_(flags=h.flags | RETRANSMIT), p.msg.payload)
+        self.retransmissions += 1
+        if 2 * len(live) > len(self.others):
+            return [Send(None, again)]
+        return [Send(j, again) for j in sorted(live)]
+
+    def _acked(self, src: int, c: int, now: int) -> list[Action]:
+        """A3: purge c once every receiver has acknowledged it."""
+        p = self.send_buffer.get(c)
+        if p is None:
+            return []
+        p.waiting.discard(src)
+        if p.waiting:
+            return []
+        del self.send_buffer[c]
+        return self._release(now)
+
+    def _release(self, now: int) -> list[Action]:
+        out: list[Action] = []
+        while self.backlog and not self._window_full():
+            payload, mno = self.backlog.popleft()
+            out += self._send_new(payload, mno, now)
+        return out
+
+    # -- receiving ----------------------------------------------------------------------------
+    def _receive(self, stream: _Stream, msg: Message) -> list[Action]:
+        """A2, after the acknowledgement."""
+        c = msg.header.rseq
+        if c <= stream.delivered or c in stream.buffer:
+            return []  # duplicate (L148-149)
+        if c > stream.delivered + 1:
+            stream.buffer[c] = msg  # L146-147
+            return []
+        out: list[Action] = []
+        nxt: Message | None = msg
+        while nxt is not None:
+            stream.delivered += 1
+            self.delivered += 1
+            h = nxt.header
+            out.append(FinalDeliver(h.origin, h.mno, self.delivered, len(nxt.payload),
+                                    self.instance))
+            nxt = stream.buffer.pop(stream.delivered + 1, None)
+        return out
