@@ -67,7 +67,9 @@ class Simulator:
         self.configs = {c.node_id: c for c in configs}
         self.queue: list[tuple[Any, ...]] = []
         self._counter = 0
-        self._timer_gen: dict[tuple[int, str], int] = {}
+        # Timer generations per node and key: a popped timer whose generation is not the
+        # latest was re-armed or replaced since, and is skipped.
+        self._timer_gens: dict[int, dict[str, int]] = {c.node_id: {} for c in configs}
         self.links: dict[tuple[int, int], LinkModel] = {}
         for c in configs:
             for dst, path in c.paths.items():
@@ -83,6 +85,13 @@ class Simulator:
         self.history: Path | None = None
         self.by_name = {c.name: c.node_id for c in configs}
         self.others = {n: tuple(d for d in self.cores if d != n) for n in self.cores}
+        self._fanout: dict[int, tuple[tuple[int, LinkModel | None], ...]] = {}
+        self._refanout()
+
+    def _refanout(self) -> None:
+        """Each node's broadcast targets with their links (again after a fault adds a link)."""
+        self._fanout = {n: tuple((d, self.links.get((n, d))) for d in others)
+                        for n, others in self.others.items()}
 
     @staticmethod
     def _core(cfg: NodeConfig) -> NodeCore:
@@ -146,16 +155,32 @@ class Simulator:
         return t
 
     def _loop(self, until_ns: int) -> None:
-        queue, cores, epochs = self.queue, self.cores, self.epoch
-        down, paused, timer_gen = self.down, self.paused, self._timer_gen
-        events = 0
-        while queue and queue[0][0] <= until_ns:
-            entry = heapq.heappop(queue)
-            t, _, kind, nid, epoch, a, b = entry
-            self.now = t
+        """Pop and dispatch events up to `until_ns`.
+
+        The hot path (arrivals, timers, broadcasts and the datagrams and timers they produce)
+        is inlined here with everything it touches in locals: no method call, closure or tuple
+        key per event beyond the protocol's own work. The order of heap pushes -- and with it
+        every tie-break -- is exactly that of `_apply` and `_schedule_broadcast`, so a seed
+        still gives byte-identical logs.
+        """
+        queue, cores, epochs, configs = self.queue, self.cores, self.epoch, self.configs
+        down, paused, timer_gens, fanout = self.down, self.paused, self._timer_gens, self._fanout
+        links = self.links
+        pop, push = heapq.heappop, heapq.heappush
+        events = datagrams = lost = 0
+        counter = self._counter
+        while queue:
+            entry = queue[0]
+            if entry[0] > until_ns:
+                break
+            pop(queue)
+            t = entry[0]
             events += 1
+            _, _, kind, nid, epoch, a, b = entry
             if kind == CALL:
+                self.now, self._counter = t, counter
                 a()
+                counter = self._counter
                 continue
             if nid in down or (kind != ARRIVE and epoch != epochs[nid]):
                 continue  # crashed, or an event of an incarnation that is gone
@@ -169,14 +194,68 @@ class Simulator:
                 c.bytes_in += b
                 out = core.deliver(a, t)
             elif kind == TIMER:
-                if timer_gen.get((nid, a)) != b:
+                if timer_gens[nid].get(a) != b:
                     continue  # re-armed or replaced since
                 out = core.timer(a, t)
             else:
                 out = core.broadcast(t)
-                self._schedule_broadcast(nid, a, b)
-            self._apply(nid, out)
-        self.stats.events += events
+                cfg = configs[nid]
+                nxt = a + next(b)
+                if nxt < cfg.start_at_ns + cfg.duration_ns:
+                    counter += 1
+                    push(queue, (nxt, counter, BROADCAST, nid, epochs[nid], nxt, b))
+            # -- _apply(nid, out), inlined --
+            timers = out.timers
+            if timers:
+                gens = timer_gens[nid]
+                ep = epochs[nid]
+                for key, delay in timers:
+                    gen = gens.get(key, 0) + 1
+                    gens[key] = gen
+                    counter += 1
+                    push(queue, (t + delay if delay > 0 else t, counter, TIMER, nid, ep, key,
+                                 gen))
+            sends = out.sends
+            if not sends:
+                continue
+            blocked = core.blocked_out
+            sent = sent_bytes = 0
+            for dst, data, msg in sends:
+                size = len(data)
+                for d, link in (fanout[nid] if dst is None else ((dst, links.get((nid, dst))),)):
+                    if blocked and d in blocked:
+                        continue
+                    sent += 1
+                    sent_bytes += size
+                    if link is None:
+                        transit = 0
+                    else:
+                        plain = link.plain
+                        if plain is None:
+                            drawn = link.transit(t, size)
+                            if drawn is None:
+                                lost += 1
+                                continue
+                            transit = drawn
+                        else:  # LinkModel.transit without loss or bandwidth, inlined
+                            transit, jitter, gauss = plain
+                            if jitter:
+                                transit += round(gauss(0.0, jitter))
+                                if transit < 0:
+                                    transit = 0
+                    counter += 1
+                    push(queue, (t + transit, counter, ARRIVE, d, epochs[d], msg, size))
+            c = core.counters
+            c.datagrams_out += sent
+            c.bytes_out += sent_bytes
+            datagrams += sent
+        self._counter = counter
+        if events:
+            self.now = t
+        stats = self.stats
+        stats.events += events
+        stats.datagrams += datagrams
+        stats.lost += lost
 
     def _schedule_broadcast(self, nid: int, planned: int, gaps: Iterator[int]) -> None:
         cfg = self.configs[nid]
@@ -186,10 +265,12 @@ class Simulator:
 
     # -- actions ------------------------------------------------------------------------------
     def _apply(self, nid: int, out: Output) -> None:
+        """Arm `out`'s timers and send its datagrams (outside the loop: starts, restarts)."""
         now = self.now
+        gens = self._timer_gens[nid]
         for key, delay in out.timers:
-            gen = self._timer_gen.get((nid, key), 0) + 1
-            self._timer_gen[(nid, key)] = gen
+            gen = gens.get(key, 0) + 1
+            gens[key] = gen
             self._push(now + max(0, delay), TIMER, nid, key, gen)
         if not out.sends:
             return
@@ -252,6 +333,7 @@ class Simulator:
                 base = self.configs[src].paths.get(dst, PathConfig())
                 link = self.links.setdefault(
                     (src, dst), LinkModel(base, random.Random(f"{self.seed}:{src}:{dst}:f")))
+                self._refanout()
                 link.path = base if p.get("reset") else replace(
                     link.path, **{k: p[k] for k in ("delay_ns", "jitter_ns", "loss") if k in p})
             measured["paths"] = {
