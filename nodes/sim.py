@@ -31,6 +31,11 @@ from nodes.workload import intervals, workload_rng
 
 ARRIVE, TIMER, BROADCAST, CALL = range(4)
 QUIESCE_STEP_NS = 50_000_000  # how often (virtual time) the drain checks for quiescence
+# The event queue is a heap of the events before `horizon` plus, for later events, one plain
+# list per slot of 2**SLOT_BITS ns (~1 ms); a slot is heapified when the heap runs dry. Most
+# events are arrivals tens of ms ahead, so the heap stays a slot's worth small and pops are
+# cheap, while the order -- (t, insertion counter) -- is exactly that of one big heap.
+SLOT_BITS = 20
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,10 @@ class Simulator:
         self.now = t0_ns
         self.cores = {c.node_id: self._core(c) for c in configs}
         self.configs = {c.node_id: c for c in configs}
-        self.queue: list[tuple[Any, ...]] = []
+        self.queue: list[tuple[Any, ...]] = []  # the heap: every event with t < _horizon
+        self._horizon = 0
+        self._later: dict[int, list[tuple[Any, ...]]] = {}  # slot -> its events (t >= horizon)
+        self._slots: list[int] = []  # heap of the slots in _later
         self._counter = 0
         # Timer generations per node and key: a popped timer whose generation is not the
         # latest was re-armed or replaced since, and is skipped.
@@ -104,11 +112,24 @@ class Simulator:
     # no closure per event, which is most of the simulator's speed.
     def _push(self, t: int, kind: int, nid: int, a: Any = None, b: Any = None) -> None:
         self._counter += 1
-        heapq.heappush(self.queue, (t, self._counter, kind, nid, self.epoch[nid], a, b))
+        self._put((t, self._counter, kind, nid, self.epoch[nid], a, b))
 
     def at(self, t: int, fn: Callable[[], None]) -> None:
         self._counter += 1
-        heapq.heappush(self.queue, (t, self._counter, CALL, -1, 0, fn, None))
+        self._put((t, self._counter, CALL, -1, 0, fn, None))
+
+    def _put(self, entry: tuple[Any, ...]) -> None:
+        t = entry[0]
+        if t < self._horizon:
+            heapq.heappush(self.queue, entry)
+            return
+        slot = t >> SLOT_BITS
+        events = self._later.get(slot)
+        if events is None:
+            self._later[slot] = [entry]
+            heapq.heappush(self._slots, slot)
+        else:
+            events.append(entry)
 
     def run(self, until_ns: int, quiesce: Quiesce | None = None) -> SimStats:
         """Simulate to `until_ns`; with `quiesce`, keep draining past it (in steps of
@@ -166,10 +187,19 @@ class Simulator:
         queue, cores, epochs, configs = self.queue, self.cores, self.epoch, self.configs
         down, paused, timer_gens, fanout = self.down, self.paused, self._timer_gens, self._fanout
         links = self.links
+        later, slots, put = self._later, self._slots, self._put
         pop, push = heapq.heappop, heapq.heappush
+        horizon = self._horizon
         events = datagrams = lost = 0
         counter = self._counter
-        while queue:
+        while True:
+            if not queue:
+                if not slots or slots[0] << SLOT_BITS > until_ns:
+                    break
+                slot = pop(slots)
+                queue.extend(later.pop(slot))
+                heapq.heapify(queue)
+                horizon = self._horizon = (slot + 1) << SLOT_BITS
             entry = queue[0]
             if entry[0] > until_ns:
                 break
@@ -203,7 +233,7 @@ class Simulator:
                 nxt = a + next(b)
                 if nxt < cfg.start_at_ns + cfg.duration_ns:
                     counter += 1
-                    push(queue, (nxt, counter, BROADCAST, nid, epochs[nid], nxt, b))
+                    put((nxt, counter, BROADCAST, nid, epochs[nid], nxt, b))
             # -- _apply(nid, out), inlined --
             timers = out.timers
             if timers:
@@ -213,8 +243,7 @@ class Simulator:
                     gen = gens.get(key, 0) + 1
                     gens[key] = gen
                     counter += 1
-                    push(queue, (t + delay if delay > 0 else t, counter, TIMER, nid, ep, key,
-                                 gen))
+                    put((t + delay if delay > 0 else t, counter, TIMER, nid, ep, key, gen))
             sends = out.sends
             if not sends:
                 continue
@@ -244,7 +273,17 @@ class Simulator:
                                 if transit < 0:
                                     transit = 0
                     counter += 1
-                    push(queue, (t + transit, counter, ARRIVE, d, epochs[d], msg, size))
+                    transit += t
+                    if transit < horizon:
+                        push(queue, (transit, counter, ARRIVE, d, epochs[d], msg, size))
+                        continue
+                    slot = transit >> SLOT_BITS  # self._put(...), inlined
+                    later_events = later.get(slot)
+                    if later_events is None:
+                        later[slot] = [(transit, counter, ARRIVE, d, epochs[d], msg, size)]
+                        push(slots, slot)
+                    else:
+                        later_events.append((transit, counter, ARRIVE, d, epochs[d], msg, size))
             c = core.counters
             c.datagrams_out += sent
             c.bytes_out += sent_bytes
@@ -378,7 +417,7 @@ class Simulator:
         held, self.held[nid] = self.held[nid], []
         for entry in held:
             self._counter += 1
-            heapq.heappush(self.queue, (self.now, self._counter, *entry[2:]))
+            self._put((self.now, self._counter, *entry[2:]))
         return {"state": "S", "released": len(held)}
 
     def _mgmt(self, core: NodeCore, p: dict[str, Any]) -> dict[str, Any]:
