@@ -17,7 +17,8 @@ far less than the wall clock.
 With `--baseline-commit REV` the same cases run, interleaved and in the same invocation,
 against the simulator of commit REV (checked out with `git worktree add --detach` into a
 temporary directory that is removed afterwards), and the ratio new/baseline is printed: a
-figure that travels between machines. With `--repeat N` each figure is the run with the
+figure that travels between machines. It also says whether both wrote byte-identical
+delivery logs (a pure speed change must). With `--repeat N` each figure is the run with the
 least CPU time of N.
 `--profile` prints the simulator's cProfile top entries (own and cumulative time) per case.
 """
@@ -25,6 +26,7 @@ least CPU time of N.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -90,6 +92,10 @@ def run_case(tree: Path, spec: dict[str, Any], work: Path, profile: bool = False
     if profile:
         print("\n".join(line for line in lines[:-1] if line.strip()))
     stats: dict[str, Any] = json.loads(lines[-1])
+    digest = hashlib.sha256()
+    for log in sorted(work.glob("logs/*/events.jsonl")):
+        digest.update(log.parent.name.encode() + log.read_bytes())
+    stats["logs_sha256"] = digest.hexdigest()
     return stats
 
 
@@ -179,8 +185,9 @@ def main() -> None:
                   f"{s['events'] / s['cpu_s']:,.0f} per CPU s)")
         if "baseline" in trees:
             b, n = best[("baseline", case)], best[("new", case)]
+            same = "identical" if b["logs_sha256"] == n["logs_sha256"] else "DIFFERENT"
             print(f"  ratio new/baseline: {b['wall_s'] / n['wall_s']:.2f} wall, "
-                  f"{b['cpu_s'] / n['cpu_s']:.2f} CPU")
+                  f"{b['cpu_s'] / n['cpu_s']:.2f} CPU; delivery logs {same}")
 
 
 @contextmanager
