@@ -2,14 +2,14 @@
 with a raw asyncio UDP fan-out baseline (same hosts, same sizes, no protocol).
 
     python -m bench.local_throughput [--hosts 5] [--rate 1000] [--seconds 6]
-    python -m bench.local_throughput --sweep [--start 1000] [--max-load 128000]
+    python -m bench.local_throughput --sweep [--first-load 1000] [--max-load 128000]
 
 Every host offers `rate` 1 KiB messages/s (so hosts x rate in total). The figure is the minimum
 over nodes of final deliveries per second in the steady window (first second skipped); the
 baseline is the minimum over nodes of datagrams received per second from the same fan-out.
 Prints one comparable line: protocol, baseline, ratio.
 
-`--sweep` doubles the total offered load (hosts x rate) from `--start` until both the sequencer
+`--sweep` doubles the total offered load (hosts x rate) from `--first-load` until both the sequencer
 and the raw fan-out have passed their peaks (issue 18), and prints for each side the peak
 (highest delivered msgs/s at every node), the knee (highest offered load delivered at >= 0.9)
 and, for the sequencer, what it delivers at 2x and 4x its knee against its peak, plus the
@@ -220,7 +220,7 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=1000, help="messages/s offered per host")
     ap.add_argument("--seconds", type=int, default=6)
     ap.add_argument("--sweep", action="store_true", help="double the offered load (see above)")
-    ap.add_argument("--start", type=int, default=1000, help="sweep: first total offered load")
+    ap.add_argument("--first-load", type=int, default=1000, help="sweep: first total offered load")
     ap.add_argument("--max-load", type=int, default=128_000, help="sweep: stop after this load")
     ap.add_argument("--baseline-node", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--start", type=float, default=0.0, help=argparse.SUPPRESS)
@@ -231,7 +231,7 @@ def main() -> None:
         print(n)
         return
     if args.sweep:
-        sweep(args.hosts, args.start, args.max_load, args.seconds)
+        sweep(args.hosts, args.first_load, args.max_load, args.seconds)
         return
     with tempfile.TemporaryDirectory() as tmp:
         proto = protocol_run(args.hosts, args.rate, args.seconds, Path(tmp))
