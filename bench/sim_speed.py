@@ -26,6 +26,7 @@ least CPU time of N.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -75,7 +76,23 @@ def sim_spec(hosts: int, rate: float, seconds: int, logs: Path) -> dict[str, Any
                for j, m in enumerate(names) if m != n
                for p in [matrix.get(n, m)]})
         for i, n in enumerate(names)]
-    return {"seed": 1, "t0_ns": SIM_EPOCH_NS, "nodes": [c.to_dict() for c in configs]}
+    return {"seed": 1, "t0_ns": SIM_EPOCH_NS, "nodes": [_lean(c) for c in configs]}
+
+
+def _lean(cfg: NodeConfig) -> dict[str, Any]:
+    """The config without fields left at their defaults, so that a baseline commit whose
+    NodeConfig lacks a newer field still reads it."""
+    d = cfg.to_dict()
+    for f in dataclasses.fields(NodeConfig):
+        if f.default is not dataclasses.MISSING and d.get(f.name) == _plain(f.default):
+            del d[f.name]
+    return d
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
 
 
 def run_case(tree: Path, spec: dict[str, Any], work: Path, profile: bool = False) -> dict[str, Any]:
@@ -87,7 +104,10 @@ def run_case(tree: Path, spec: dict[str, Any], work: Path, profile: bool = False
     config.write_text(json.dumps(spec))
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run([sys.executable, "-c", CHILD, str(config), "1" if profile else ""],
-                         env=env, cwd=work, check=True, capture_output=True, text=True)
+                         env=env, cwd=work, check=False, capture_output=True, text=True)
+    if out.returncode != 0:
+        tail = out.stderr.strip().splitlines()[-1:] or ["no output"]
+        sys.exit(f"the simulator of {tree} failed: {tail[0]}")
     lines = out.stdout.strip().splitlines()
     if profile:
         print("\n".join(line for line in lines[:-1] if line.strip()))
