@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,41 @@ def test_plain_is_set_exactly_when_transit_is_delay_plus_gaussian_jitter(
     assert (link.plain is not None) == simple
     link.path = PathConfig(delay_ns=1, loss=0.5)  # a fault replacing the path re-derives it
     assert link.plain is None
+
+
+def test_events_fire_in_time_then_insertion_order_across_slots_and_run_limits(
+        tmp_path: Path) -> None:
+    """The queue (a heap for the current ~1 ms slot, lists for later slots) pops exactly in
+    (time, insertion) order, also for events scheduled from events and across `_loop` limits."""
+    import random
+
+    cfg = replace(configs(tmp_path)[0], workload=WorkloadConfig(), paths={})
+    sim = Simulator([cfg], seed=1)
+    rng = random.Random(5)
+    fired: list[tuple[int, int]] = []
+    expected: list[tuple[int, int]] = []
+    seq = iter(range(10**6))
+
+    def schedule(t: int, children: int) -> None:
+        n = next(seq)
+        expected.append((t, n))
+
+        def fire() -> None:
+            assert sim.now == t
+            fired.append((t, n))
+            for _ in range(children):
+                # Same instant, inside the current slot, a few slots on, far ahead.
+                delay = rng.choice([0, 0, 1, 500_000, 3_000_000, 2**20 * rng.randrange(1, 50)])
+                schedule(sim.now + delay, rng.randrange(0, 2))
+
+        sim.at(t, fire)
+
+    base = SIM_EPOCH_NS
+    for _ in range(300):
+        schedule(base + rng.choice([0, rng.randrange(0, 10**9)]), rng.randrange(0, 3))
+    for until in range(base, base + 3 * 10**9, 37_000_000):
+        sim._loop(until)
+        assert all(t <= until for t, _ in fired)
+    sim._loop(base + 10**12)
+    assert len(fired) == len(expected) > 300
+    assert fired == sorted(expected)
