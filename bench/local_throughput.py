@@ -2,6 +2,7 @@
 with a raw asyncio UDP fan-out baseline (same hosts, same sizes, no protocol).
 
     python -m bench.local_throughput [--protocol NAME] [--hosts 5] [--rate 1000] [--seconds 6]
+    python -m bench.local_throughput --sweep [--first-load 1000] [--max-load 128000]
 
 Every host offers `rate` 1 KiB messages/s (so hosts x rate in total). The figure is the minimum
 over nodes of final deliveries per second in the steady window (first second skipped); the
@@ -9,6 +10,12 @@ baseline is the minimum over nodes of datagrams received per second from the sam
 Prints one comparable line: protocol, baseline, ratio. With `--protocol` other than the
 sequencer (any name of the catalogue, nodes/protocols/catalogue.py), the sequencer runs too in
 the same invocation, and the protocol's figure is also given as a ratio of the sequencer's.
+
+`--sweep` doubles the total offered load (hosts x rate) from `--first-load` until both the
+sequencer and the raw fan-out have passed their peaks (issue 18), and prints for each side the
+peak (highest delivered msgs/s at every node), the knee (highest offered load delivered at
+>= 0.9) and, for the sequencer, what it delivers at 2x and 4x its knee against its peak, plus
+the highest peak RSS of any node process (VmHWM, sampled from /proc while the run lasts).
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -27,20 +36,29 @@ SIZE = 1024
 
 
 def protocol_run(hosts: int, rate: int, seconds: int, out: Path,
-                 protocol: str = "sequencer") -> dict[str, float]:
+                 protocol: str = "sequencer", rss: dict[int, int] | None = None
+                 ) -> dict[str, float]:
+    """Final deliveries/s per node; with `rss`, fills it with each node process's peak RSS."""
     out.mkdir(parents=True, exist_ok=True)
     names = [f"h{i + 1}" for i in range(hosts)]
     topo = {"name": "flat", "hosts": [{"name": n} for n in names],
             "matrix": {a: {b: "0ms" for b in names if b != a} for a in names}}
     exp = {"name": "throughput", "topology": topo, "backend": "local",
-           "duration": f"{seconds}s", "drain": "2s", "seed": 1,
+           "duration": f"{seconds}s", "drain": "2s", "drain_max": "5s", "seed": 1,
            "protocol": {"name": protocol,
                         "params": {"sequencer": "h1"} if protocol == "sequencer" else {}},
            "workload": {"rate": f"{rate}/s", "size": f"{SIZE}B", "arrival": "constant"}}
     spec = out / "exp.yaml"
     spec.write_text(json.dumps(exp))
-    subprocess.run([sys.executable, "-m", "testbed", "run", str(spec), "--out", str(out / "runs"),
-                    "--no-analyze"], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(spec), "--out",
+                             str(out / "runs"), "--no-analyze"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL)
+    while proc.poll() is None:
+        if rss is not None:
+            sample_rss(proc.pid, rss)
+        time.sleep(0.25)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, proc.args)
     run = next((out / "runs").iterdir())
     rates = {}
     for log in sorted((run / "nodes").glob("*/events.jsonl")):
@@ -51,6 +69,33 @@ def protocol_run(hosts: int, rate: int, seconds: int, out: Path,
         n = sum(1 for e in events if e["ev"] == "fnl" and start <= e["t"] < end)
         rates[log.parent.name] = n / (seconds - 1)
     return rates
+
+
+def sample_rss(root: int, peak: dict[int, int]) -> None:
+    """Record VmHWM (kB) of every `python -m nodes` process descending from `root`."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        try:
+            argv = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
+            if b"nodes" not in argv or b"-m" not in argv:
+                continue
+            for line in (Path("/proc") / str(pid) / "status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak[pid] = max(peak.get(pid, 0), int(line.split()[1]))
+        except OSError:
+            continue
 
 
 async def _baseline_node(me: int, hosts: int, rate: int, seconds: int, start: float) -> int:
@@ -96,12 +141,93 @@ def baseline_run(hosts: int, rate: int, seconds: int) -> dict[str, float]:
     return out
 
 
+def machine() -> str:
+    cpu = platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"load average {os.getloadavg()[0]:.2f}")
+
+
+def knee(series: dict[int, float]) -> int | None:
+    """The highest offered load delivered at >= 0.9 of itself."""
+    ok = [load for load, got in series.items() if got >= 0.9 * load]
+    return max(ok) if ok else None
+
+
+def passed_peak(series: dict[int, float]) -> bool:
+    """The latest load is beyond the knee and delivered no more than an earlier one."""
+    last = max(series)
+    return (len(series) > 1 and series[last] < 0.9 * last
+            and series[last] <= max(v for k, v in series.items() if k < last))
+
+
+def sweep(hosts: int, start: int, max_load: int, seconds: int) -> None:
+    print(f"machine: {machine()}")
+    print(f"{hosts} hosts, {SIZE} B messages, zero-delay paths, {seconds} s per point; "
+          "delivered = minimum over nodes, msgs/s")
+    print(f"{'offered':>9} {'sequencer':>10} {'raw':>8} {'ratio':>6} {'node RSS max':>13}")
+    proto: dict[int, float] = {}
+    raw: dict[int, float] = {}
+    rss_mb: dict[int, float] = {}
+    load = start
+    while load <= max_load:
+        k = knee(proto)
+        proto_done = bool(proto) and passed_peak(proto) and k is not None and load > 4 * k
+        raw_done = bool(raw) and passed_peak(raw)
+        if proto_done and raw_done:
+            break
+        rate = max(1, load // hosts)
+        if not proto_done:
+            peak: dict[int, int] = {}
+            with tempfile.TemporaryDirectory() as tmp:
+                proto[load] = min(protocol_run(hosts, rate, seconds, Path(tmp), rss=peak).values())
+            rss_mb[load] = max(peak.values(), default=0) / 1024
+        if not raw_done:
+            raw[load] = min(baseline_run(hosts, rate, seconds).values())
+        p, b = proto.get(load), raw.get(load)
+        print(f"{load:>9,} {_fmt(p):>10} {_fmt(b):>8} "
+              f"{(f'{p / b:.2f}' if p is not None and b else '-'):>6} "
+              f"{(f'{rss_mb[load]:.0f} MB' if load in rss_mb else '-'):>13}", flush=True)
+        load *= 2
+    for name, series in (("sequencer", proto), ("raw fan-out", raw)):
+        k = knee(series)
+        print(f"{name}: peak {max(series.values()):,.0f} msgs/s (at {_peak_load(series):,} "
+              f"offered), knee {'-' if k is None else f'{k:,}'} msgs/s offered")
+    pk, rk = max(proto.values()), max(raw.values())
+    print(f"sequencer peak / raw fan-out peak: {pk / rk:.2f} (goal >= 0.8)")
+    k = knee(proto)
+    for mult in (2, 4):
+        at = None if k is None else proto.get(mult * k)
+        print(f"sequencer at {mult}x its knee: "
+              + ("not measured" if at is None else
+                 f"{at:,.0f} msgs/s = {at / pk:.2f} of its peak (goal >= 0.9)"))
+    print(f"max RSS of any node: {max(rss_mb.values(), default=0):.0f} MB")
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
+def _peak_load(series: dict[int, float]) -> int:
+    return max(series, key=lambda load: series[load])
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--protocol", default="sequencer", help="a protocol of the catalogue")
     ap.add_argument("--hosts", type=int, default=5)
     ap.add_argument("--rate", type=int, default=1000, help="messages/s offered per host")
     ap.add_argument("--seconds", type=int, default=6)
+    ap.add_argument("--sweep", action="store_true", help="double the offered load (see above)")
+    ap.add_argument("--first-load", type=int, default=1000, help="sweep: first total offered load")
+    ap.add_argument("--max-load", type=int, default=128_000, help="sweep: stop after this load")
     ap.add_argument("--baseline-node", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--start", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -109,6 +235,9 @@ def main() -> None:
         n = asyncio.run(_baseline_node(args.baseline_node, args.hosts, args.rate, args.seconds,
                                        args.start))
         print(n)
+        return
+    if args.sweep:
+        sweep(args.hosts, args.first_load, args.max_load, args.seconds)
         return
     name = args.protocol
     with tempfile.TemporaryDirectory() as tmp:

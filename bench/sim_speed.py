@@ -1,42 +1,218 @@
-"""Simulator speed: simulated protocol events (datagram arrivals, timers, broadcasts) per
-wall-clock second, for the sequencer over reliable FIFO with every host sending.
+"""Simulator speed as the real-time factor: simulated seconds per wall-clock second.
 
-    python -m bench.sim_speed [--hosts 5] [--rate 200] [--seconds 20]
+    python -m bench.sim_speed [--baseline-commit REV] [--repeat 2] [--profile]
 
-Prints one comparable figure: events per wall-clock second.
+Two cases on the five-region WAN (topologies/five-regions.yaml), the sequencer over reliable
+FIFO, every host sending 1 KiB messages (Poisson arrivals):
+
+- 5 hosts (one per region) x 200 msgs/s each, 10 s of workload;
+- 30 hosts (six per region, on a zero-delay site LAN) x 100 msgs/s each, 4 s of workload.
+
+Each case is one process running `nodes.sim.run_sim_file` on the sim.json the sim backend
+would write, timed around that call (not the imports). The real-time factor is simulated
+seconds / wall seconds: above 1 the simulation runs faster than real time. It is printed
+against CPU seconds too, which a loaded machine (other processes on the same cores) disturbs
+far less than the wall clock.
+
+With `--baseline-commit REV` the same cases run, interleaved and in the same invocation,
+against the simulator of commit REV (checked out with `git worktree add --detach` into a
+temporary directory that is removed afterwards), and the ratio new/baseline is printed: a
+figure that travels between machines. It also says whether both wrote byte-identical
+delivery logs (a pure speed change must). With `--repeat N` each figure is the run with the
+least CPU time of N.
+`--profile` prints the simulator's cProfile top entries (own and cumulative time) per case.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from nodes.config import Member, NodeConfig, PathConfig, WorkloadConfig
-from nodes.sim import SIM_EPOCH_NS, Simulator
+import yaml
+
+from nodes.config import SIM_EPOCH_NS, Member, NodeConfig, PathConfig, WorkloadConfig
+from testbed.spec.topology import TopologySpec, reduce_topology
+
+ROOT = Path(__file__).resolve().parents[1]
+TOPOLOGY = ROOT / "topologies" / "five-regions.yaml"
+# (hosts, msgs/s per host, simulated workload seconds)
+CASES = {"5x200": (5, 200.0, 10), "30x100": (30, 100.0, 4)}
+START_NS = 100_000_000  # the workload starts this long after the simulator's epoch
+DRAIN_NS = 1_000_000_000
+
+
+def topology(hosts: int) -> TopologySpec:
+    """five-regions with `hosts` hosts spread round-robin over its five sites."""
+    data: dict[str, Any] = yaml.safe_load(TOPOLOGY.read_text())
+    sites = list(data["sites"])
+    if hosts == len(data["hosts"]):
+        return TopologySpec.model_validate(data)
+    data["hosts"] = [{"name": f"{sites[i % len(sites)]}{i // len(sites) + 1}",
+                      "site": sites[i % len(sites)]} for i in range(hosts)]
+    return TopologySpec.model_validate(data)
+
+
+def sim_spec(hosts: int, rate: float, seconds: int, logs: Path) -> dict[str, Any]:
+    matrix = reduce_topology(topology(hosts))
+    names = matrix.hosts
+    members = [Member(i, n, f"198.18.0.{i + 1}", 7000) for i, n in enumerate(names)]
+    configs = [NodeConfig(
+        node_id=i, name=n, members=members, protocol="sequencer",
+        params={"sequencer": names[0]}, log_path=str(logs / n / "events.jsonl"), seed=1,
+        start_at_ns=SIM_EPOCH_NS + START_NS, duration_ns=seconds * 10**9, drain_ns=DRAIN_NS,
+        workload=WorkloadConfig(True, rate, 1024, "poisson"),
+        paths={j: PathConfig(p.delay_ns, p.jitter_ns, p.distribution, p.loss, p.bandwidth_bps)
+               for j, m in enumerate(names) if m != n
+               for p in [matrix.get(n, m)]})
+        for i, n in enumerate(names)]
+    return {"seed": 1, "t0_ns": SIM_EPOCH_NS, "nodes": [_lean(c) for c in configs]}
+
+
+def _lean(cfg: NodeConfig) -> dict[str, Any]:
+    """The config without fields left at their defaults, so that a baseline commit whose
+    NodeConfig lacks a newer field still reads it."""
+    d = cfg.to_dict()
+    for f in dataclasses.fields(NodeConfig):
+        if f.default is not dataclasses.MISSING and d.get(f.name) == _plain(f.default):
+            del d[f.name]
+    return d
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
+
+
+def run_case(tree: Path, spec: dict[str, Any], work: Path, profile: bool = False) -> dict[str, Any]:
+    """One simulator process on the `nodes/` of `tree` (its `nodes.sim.run_sim_file`, the sim
+    backend's entry point); returns its statistics with the wall and CPU time of the run."""
+    for old in work.glob("logs/*/events.jsonl"):
+        old.unlink()  # a restarted log appends; every run starts from empty logs
+    config = work / "sim.json"
+    config.write_text(json.dumps(spec))
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run([sys.executable, "-c", CHILD, str(config), "1" if profile else ""],
+                         env=env, cwd=work, check=False, capture_output=True, text=True)
+    if out.returncode != 0:
+        tail = out.stderr.strip().splitlines()[-1:] or ["no output"]
+        sys.exit(f"the simulator of {tree} failed: {tail[0]}")
+    lines = out.stdout.strip().splitlines()
+    if profile:
+        print("\n".join(line for line in lines[:-1] if line.strip()))
+    stats: dict[str, Any] = json.loads(lines[-1])
+    digest = hashlib.sha256()
+    for log in sorted(work.glob("logs/*/events.jsonl")):
+        digest.update(log.parent.name.encode() + log.read_bytes())
+    stats["logs_sha256"] = digest.hexdigest()
+    return stats
+
+
+# Runs in the tree under test: only `nodes.sim.run_sim_file`, which every version has.
+CHILD = """
+import cProfile, json, pstats, sys, time
+from pathlib import Path
+from nodes.sim import run_sim_file
+prof = cProfile.Profile() if sys.argv[2] else None
+wall, cpu = time.perf_counter(), time.process_time()
+stats = prof.runcall(run_sim_file, Path(sys.argv[1])) if prof else run_sim_file(Path(sys.argv[1]))
+wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+if prof:
+    for key in ("tottime", "cumulative"):
+        pstats.Stats(prof, stream=sys.stdout).sort_stats(key).print_stats(15)
+print(json.dumps({"events": stats.events, "wall_s": wall, "cpu_s": cpu,
+                  "virtual_s": stats.virtual_s}))
+"""
+
+
+@contextmanager
+def checkout(commit: str) -> Iterator[Path]:
+    """A detached worktree of `commit` in a temporary directory, removed afterwards."""
+    tmp = Path(tempfile.mkdtemp(prefix="sim-baseline-"))
+    tree = tmp / "tree"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), commit],
+                   check=True, capture_output=True)
+    try:
+        yield tree
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                       check=False, capture_output=True)
+        subprocess.run(["rm", "-rf", str(tmp)], check=False)
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"load average {load:.2f}")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--hosts", type=int, default=5)
-    ap.add_argument("--rate", type=float, default=200.0, help="messages/s per host")
-    ap.add_argument("--seconds", type=int, default=20, help="simulated workload length")
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--baseline-commit", help="also run this commit's simulator; print ratios")
+    ap.add_argument("--repeat", type=int, default=1, help="best of N runs per figure")
+    ap.add_argument("--case", choices=sorted(CASES), action="append",
+                    help="run only this case (repeatable); default: all")
+    ap.add_argument("--profile", action="store_true", help="print cProfile top entries")
     args = ap.parse_args()
-    names = [f"h{i + 1}" for i in range(args.hosts)]
-    members = [Member(i, n, f"198.18.0.{i + 1}", 7000) for i, n in enumerate(names)]
-    with tempfile.TemporaryDirectory() as tmp:
-        configs = [NodeConfig(
-            node_id=i, name=n, members=members, protocol="sequencer",
-            params={"sequencer": "h1"}, log_path=str(Path(tmp) / n / "events.jsonl"), seed=1,
-            start_at_ns=SIM_EPOCH_NS + 100_000_000, duration_ns=args.seconds * 10**9,
-            drain_ns=10**9, workload=WorkloadConfig(True, args.rate, 1024, "poisson"),
-            paths={j: PathConfig(delay_ns=5_000_000 + 1_000_000 * abs(i - j), jitter_ns=200_000)
-                   for j in range(args.hosts) if j != i})
-            for i, n in enumerate(names)]
-        sim = Simulator(configs, seed=1)
-        stats = sim.run(SIM_EPOCH_NS + (args.seconds + 2) * 10**9)
-    print(f"{stats.events} events in {stats.wall_s:.2f} s wall for {stats.virtual_s:.0f} s "
-          f"simulated: {stats.events_per_s:,.0f} events/s")
+    cases = args.case or list(CASES)
+    print(f"machine: {machine()}")
+    with tempfile.TemporaryDirectory(prefix="sim-speed-") as tmp:
+        work = Path(tmp)
+        specs = {c: sim_spec(*CASES[c], work / "logs") for c in cases}
+        trees = {"new": ROOT}
+        with (checkout(args.baseline_commit) if args.baseline_commit
+              else _none()) as base:
+            if base is not None:
+                trees["baseline"] = base
+            best: dict[tuple[str, str], dict[str, Any]] = {}
+            for _ in range(max(1, args.repeat)):
+                for case in cases:
+                    for label, tree in trees.items():  # interleaved: same load for both
+                        if args.profile:
+                            print(f"--- profile: {label} {case}")
+                        s = run_case(tree, specs[case], work, args.profile)
+                        key = (label, case)
+                        if key not in best or s["cpu_s"] < best[key]["cpu_s"]:
+                            best[key] = s
+    for case in cases:
+        hosts, rate, seconds = CASES[case]
+        print(f"{hosts} hosts x {rate:.0f} msgs/s, {seconds} s workload:")
+        for label in trees:
+            s = best[(label, case)]
+            print(f"  {label:8s} real-time factor {s['virtual_s'] / s['wall_s']:5.2f} wall, "
+                  f"{s['virtual_s'] / s['cpu_s']:5.2f} CPU ({s['virtual_s']:.1f} s simulated in "
+                  f"{s['wall_s']:.2f} s wall, {s['cpu_s']:.2f} s CPU; {s['events']:,} events, "
+                  f"{s['events'] / s['cpu_s']:,.0f} per CPU s)")
+        if "baseline" in trees:
+            b, n = best[("baseline", case)], best[("new", case)]
+            same = "identical" if b["logs_sha256"] == n["logs_sha256"] else "DIFFERENT"
+            print(f"  ratio new/baseline: {b['wall_s'] / n['wall_s']:.2f} wall, "
+                  f"{b['cpu_s'] / n['cpu_s']:.2f} CPU; delivery logs {same}")
+
+
+@contextmanager
+def _none() -> Iterator[None]:
+    yield None
 
 
 if __name__ == "__main__":

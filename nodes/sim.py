@@ -31,6 +31,11 @@ from nodes.workload import intervals, workload_rng
 
 ARRIVE, TIMER, BROADCAST, CALL = range(4)
 QUIESCE_STEP_NS = 50_000_000  # how often (virtual time) the drain checks for quiescence
+# The event queue is a heap of the events before `horizon` plus, for later events, one plain
+# list per slot of 2**SLOT_BITS ns (~1 ms); a slot is heapified when the heap runs dry. Most
+# events are arrivals tens of ms ahead, so the heap stays a slot's worth small and pops are
+# cheap, while the order -- (t, insertion counter) -- is exactly that of one big heap.
+SLOT_BITS = 20
 
 
 @dataclass(frozen=True)
@@ -65,9 +70,14 @@ class Simulator:
         self.now = t0_ns
         self.cores = {c.node_id: self._core(c) for c in configs}
         self.configs = {c.node_id: c for c in configs}
-        self.queue: list[tuple[Any, ...]] = []
+        self.queue: list[tuple[Any, ...]] = []  # the heap: every event with t < _horizon
+        self._horizon = 0
+        self._later: dict[int, list[tuple[Any, ...]]] = {}  # slot -> its events (t >= horizon)
+        self._slots: list[int] = []  # heap of the slots in _later
         self._counter = 0
-        self._timer_gen: dict[tuple[int, str], int] = {}
+        # Timer generations per node and key: a popped timer whose generation is not the
+        # latest was re-armed or replaced since, and is skipped.
+        self._timer_gens: dict[int, dict[str, int]] = {c.node_id: {} for c in configs}
         self.links: dict[tuple[int, int], LinkModel] = {}
         for c in configs:
             for dst, path in c.paths.items():
@@ -83,6 +93,13 @@ class Simulator:
         self.history: Path | None = None
         self.by_name = {c.name: c.node_id for c in configs}
         self.others = {n: tuple(d for d in self.cores if d != n) for n in self.cores}
+        self._fanout: dict[int, tuple[tuple[int, LinkModel | None], ...]] = {}
+        self._refanout()
+
+    def _refanout(self) -> None:
+        """Each node's broadcast targets with their links (again after a fault adds a link)."""
+        self._fanout = {n: tuple((d, self.links.get((n, d))) for d in others)
+                        for n, others in self.others.items()}
 
     @staticmethod
     def _core(cfg: NodeConfig) -> NodeCore:
@@ -95,11 +112,24 @@ class Simulator:
     # no closure per event, which is most of the simulator's speed.
     def _push(self, t: int, kind: int, nid: int, a: Any = None, b: Any = None) -> None:
         self._counter += 1
-        heapq.heappush(self.queue, (t, self._counter, kind, nid, self.epoch[nid], a, b))
+        self._put((t, self._counter, kind, nid, self.epoch[nid], a, b))
 
     def at(self, t: int, fn: Callable[[], None]) -> None:
         self._counter += 1
-        heapq.heappush(self.queue, (t, self._counter, CALL, -1, 0, fn, None))
+        self._put((t, self._counter, CALL, -1, 0, fn, None))
+
+    def _put(self, entry: tuple[Any, ...]) -> None:
+        t = entry[0]
+        if t < self._horizon:
+            heapq.heappush(self.queue, entry)
+            return
+        slot = t >> SLOT_BITS
+        events = self._later.get(slot)
+        if events is None:
+            self._later[slot] = [entry]
+            heapq.heappush(self._slots, slot)
+        else:
+            events.append(entry)
 
     def run(self, until_ns: int, quiesce: Quiesce | None = None) -> SimStats:
         """Simulate to `until_ns`; with `quiesce`, keep draining past it (in steps of
@@ -146,16 +176,41 @@ class Simulator:
         return t
 
     def _loop(self, until_ns: int) -> None:
-        queue, cores, epochs = self.queue, self.cores, self.epoch
-        down, paused, timer_gen = self.down, self.paused, self._timer_gen
-        events = 0
-        while queue and queue[0][0] <= until_ns:
-            entry = heapq.heappop(queue)
-            t, _, kind, nid, epoch, a, b = entry
-            self.now = t
+        """Pop and dispatch events up to `until_ns`.
+
+        The hot path (arrivals, timers, broadcasts and the datagrams and timers they produce)
+        is inlined here with everything it touches in locals: no method call, closure or tuple
+        key per event beyond the protocol's own work. The order of heap pushes -- and with it
+        every tie-break -- is exactly that of `_apply` and `_schedule_broadcast`, so a seed
+        still gives byte-identical logs.
+        """
+        queue, cores, epochs, configs = self.queue, self.cores, self.epoch, self.configs
+        down, paused, timer_gens, fanout = self.down, self.paused, self._timer_gens, self._fanout
+        links = self.links
+        later, slots, put = self._later, self._slots, self._put
+        pop, push = heapq.heappop, heapq.heappush
+        horizon = self._horizon
+        events = datagrams = lost = 0
+        counter = self._counter
+        while True:
+            if not queue:
+                if not slots or slots[0] << SLOT_BITS > until_ns:
+                    break
+                slot = pop(slots)
+                queue.extend(later.pop(slot))
+                heapq.heapify(queue)
+                horizon = self._horizon = (slot + 1) << SLOT_BITS
+            entry = queue[0]
+            if entry[0] > until_ns:
+                break
+            pop(queue)
+            t = entry[0]
             events += 1
+            _, _, kind, nid, epoch, a, b = entry
             if kind == CALL:
+                self.now, self._counter = t, counter
                 a()
+                counter = self._counter
                 continue
             if nid in down or (kind != ARRIVE and epoch != epochs[nid]):
                 continue  # crashed, or an event of an incarnation that is gone
@@ -169,14 +224,77 @@ class Simulator:
                 c.bytes_in += b
                 out = core.deliver(a, t)
             elif kind == TIMER:
-                if timer_gen.get((nid, a)) != b:
+                if timer_gens[nid].get(a) != b:
                     continue  # re-armed or replaced since
                 out = core.timer(a, t)
             else:
                 out = core.broadcast(t)
-                self._schedule_broadcast(nid, a, b)
-            self._apply(nid, out)
-        self.stats.events += events
+                cfg = configs[nid]
+                nxt = a + next(b)
+                if nxt < cfg.start_at_ns + cfg.duration_ns:
+                    counter += 1
+                    put((nxt, counter, BROADCAST, nid, epochs[nid], nxt, b))
+            # -- _apply(nid, out), inlined --
+            timers = out.timers
+            if timers:
+                gens = timer_gens[nid]
+                ep = epochs[nid]
+                for key, delay in timers:
+                    gen = gens.get(key, 0) + 1
+                    gens[key] = gen
+                    counter += 1
+                    put((t + delay if delay > 0 else t, counter, TIMER, nid, ep, key, gen))
+            sends = out.sends
+            if not sends:
+                continue
+            blocked = core.blocked_out
+            sent = sent_bytes = 0
+            for dst, data, msg in sends:
+                size = len(data)
+                for d, link in (fanout[nid] if dst is None else ((dst, links.get((nid, dst))),)):
+                    if blocked and d in blocked:
+                        continue
+                    sent += 1
+                    sent_bytes += size
+                    if link is None:
+                        transit = 0
+                    else:
+                        plain = link.plain
+                        if plain is None:
+                            drawn = link.transit(t, size)
+                            if drawn is None:
+                                lost += 1
+                                continue
+                            transit = drawn
+                        else:  # LinkModel.transit without loss or bandwidth, inlined
+                            transit, jitter, gauss = plain
+                            if jitter:
+                                transit += round(gauss(0.0, jitter))
+                                if transit < 0:
+                                    transit = 0
+                    counter += 1
+                    transit += t
+                    if transit < horizon:
+                        push(queue, (transit, counter, ARRIVE, d, epochs[d], msg, size))
+                        continue
+                    slot = transit >> SLOT_BITS  # self._put(...), inlined
+                    later_events = later.get(slot)
+                    if later_events is None:
+                        later[slot] = [(transit, counter, ARRIVE, d, epochs[d], msg, size)]
+                        push(slots, slot)
+                    else:
+                        later_events.append((transit, counter, ARRIVE, d, epochs[d], msg, size))
+            c = core.counters
+            c.datagrams_out += sent
+            c.bytes_out += sent_bytes
+            datagrams += sent
+        self._counter = counter
+        if events:
+            self.now = t
+        stats = self.stats
+        stats.events += events
+        stats.datagrams += datagrams
+        stats.lost += lost
 
     def _schedule_broadcast(self, nid: int, planned: int, gaps: Iterator[int]) -> None:
         cfg = self.configs[nid]
@@ -186,10 +304,12 @@ class Simulator:
 
     # -- actions ------------------------------------------------------------------------------
     def _apply(self, nid: int, out: Output) -> None:
+        """Arm `out`'s timers and send its datagrams (outside the loop: starts, restarts)."""
         now = self.now
+        gens = self._timer_gens[nid]
         for key, delay in out.timers:
-            gen = self._timer_gen.get((nid, key), 0) + 1
-            self._timer_gen[(nid, key)] = gen
+            gen = gens.get(key, 0) + 1
+            gens[key] = gen
             self._push(now + max(0, delay), TIMER, nid, key, gen)
         if not out.sends:
             return
@@ -252,6 +372,7 @@ class Simulator:
                 base = self.configs[src].paths.get(dst, PathConfig())
                 link = self.links.setdefault(
                     (src, dst), LinkModel(base, random.Random(f"{self.seed}:{src}:{dst}:f")))
+                self._refanout()
                 link.path = base if p.get("reset") else replace(
                     link.path, **{k: p[k] for k in ("delay_ns", "jitter_ns", "loss") if k in p})
             measured["paths"] = {
@@ -296,7 +417,7 @@ class Simulator:
         held, self.held[nid] = self.held[nid], []
         for entry in held:
             self._counter += 1
-            heapq.heappush(self.queue, (self.now, self._counter, *entry[2:]))
+            self._put((self.now, self._counter, *entry[2:]))
         return {"state": "S", "released": len(held)}
 
     def _mgmt(self, core: NodeCore, p: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,109 @@
+"""The simulator's inlined link model (nodes/sim.py `_loop`) realises exactly what
+`LinkModel.transit` does: same draws, same delays, so byte-identical delivery logs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from nodes.config import SIM_EPOCH_NS, Member, NodeConfig, PathConfig, WorkloadConfig
+from nodes.linkmodel import LinkModel
+from nodes.sim import Simulator
+
+
+def configs(out: Path) -> list[NodeConfig]:
+    names = ["a", "b", "c", "d"]
+    members = [Member(i, n, f"198.18.0.{i + 1}", 7000) for i, n in enumerate(names)]
+    # Plain jittered paths (the inlined case), a lossy one, a bandwidth-limited one and a
+    # uniform-jitter one (the fallback to LinkModel.transit).
+    special = {(0, 1): {"loss": 0.05}, (1, 2): {"bandwidth_bps": 20_000_000},
+               (2, 3): {"distribution": "uniform"}}
+    return [NodeConfig(
+        node_id=i, name=n, members=members, protocol="sequencer", params={"sequencer": "a"},
+        log_path=str(out / n / "events.jsonl"), seed=7, start_at_ns=SIM_EPOCH_NS + 10**8,
+        duration_ns=10**9, drain_ns=10**9, workload=WorkloadConfig(True, 150.0, 512, "poisson"),
+        paths={j: PathConfig(delay_ns=3_000_000 + 700_000 * (i + 2 * j),
+                             jitter_ns=0 if (i, j) == (3, 0) else 1_500_000,
+                             **special.get((i, j), {}))  # type: ignore[arg-type]
+               for j in range(len(names)) if j != i})
+        for i, n in enumerate(names)]
+
+
+def run(out: Path, inlined: bool) -> dict[str, bytes]:
+    sim = Simulator(configs(out), seed=3)
+    if not inlined:
+        for link in sim.links.values():
+            link.plain = None  # every datagram through LinkModel.transit
+    sim.at(SIM_EPOCH_NS + 6 * 10**8, lambda: sim._fault(
+        {"op": "path", "params": {"between": ["a", "c"], "delay_ns": 9_000_000,
+                                  "jitter_ns": 4_000_000}, "record": {}}))
+    stats = sim.run(SIM_EPOCH_NS + 25 * 10**8)
+    assert stats.lost > 0 and stats.datagrams > 1000
+    return {p.parent.name: p.read_bytes() for p in sorted(out.glob("*/events.jsonl"))}
+
+
+def test_inlined_links_give_the_same_logs_as_linkmodel(tmp_path: Path) -> None:
+    fast = run(tmp_path / "fast", inlined=True)
+    slow = run(tmp_path / "slow", inlined=False)
+    assert set(fast) == {"a", "b", "c", "d"}
+    assert all(b'"ev":"fnl"' in log for log in fast.values())
+    assert fast == slow
+
+
+@pytest.mark.parametrize("path", [
+    PathConfig(delay_ns=5_000_000, jitter_ns=2_000_000),
+    PathConfig(delay_ns=5_000_000, jitter_ns=0, distribution="uniform"),
+    PathConfig(delay_ns=5_000_000, jitter_ns=2_000_000, loss=0.1),
+    PathConfig(delay_ns=5_000_000, jitter_ns=2_000_000, distribution="uniform"),
+    PathConfig(delay_ns=5_000_000, bandwidth_bps=10_000_000),
+])
+def test_plain_is_set_exactly_when_transit_is_delay_plus_gaussian_jitter(
+        path: PathConfig) -> None:
+    import random
+
+    link = LinkModel(path, random.Random(1))
+    simple = not path.loss and not path.bandwidth_bps and (
+        path.distribution != "uniform" or not path.jitter_ns)
+    assert (link.plain is not None) == simple
+    link.path = PathConfig(delay_ns=1, loss=0.5)  # a fault replacing the path re-derives it
+    assert link.plain is None
+
+
+def test_events_fire_in_time_then_insertion_order_across_slots_and_run_limits(
+        tmp_path: Path) -> None:
+    """The queue (a heap for the current ~1 ms slot, lists for later slots) pops exactly in
+    (time, insertion) order, also for events scheduled from events and across `_loop` limits."""
+    import random
+
+    cfg = replace(configs(tmp_path)[0], workload=WorkloadConfig(), paths={})
+    sim = Simulator([cfg], seed=1)
+    rng = random.Random(5)
+    fired: list[tuple[int, int]] = []
+    expected: list[tuple[int, int]] = []
+    seq = iter(range(10**6))
+
+    def schedule(t: int, children: int) -> None:
+        n = next(seq)
+        expected.append((t, n))
+
+        def fire() -> None:
+            assert sim.now == t
+            fired.append((t, n))
+            for _ in range(children):
+                # Same instant, inside the current slot, a few slots on, far ahead.
+                delay = rng.choice([0, 0, 1, 500_000, 3_000_000, 2**20 * rng.randrange(1, 50)])
+                schedule(sim.now + delay, rng.randrange(0, 2))
+
+        sim.at(t, fire)
+
+    base = SIM_EPOCH_NS
+    for _ in range(300):
+        schedule(base + rng.choice([0, rng.randrange(0, 10**9)]), rng.randrange(0, 3))
+    for until in range(base, base + 3 * 10**9, 37_000_000):
+        sim._loop(until)
+        assert all(t <= until for t, _ in fired)
+    sim._loop(base + 10**12)
+    assert len(fired) == len(expected) > 300
+    assert fired == sorted(expected)
