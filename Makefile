@@ -10,10 +10,11 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 
 # Debian packages the tests need (docs/platform.md); installed only when root and missing.
-# nodejs/npm: the jolokia.js client test (tests/clients/, `npm ci` on first use).
 TEST_DEBS := openjdk-17-jre-headless iproute2 iptables tcpdump tshark mininet bridge-utils \
-	iputils-ping libnetfilter-queue-dev user-mode-linux docker.io debootstrap chromium \
-	nodejs npm
+	iputils-ping libnetfilter-queue-dev user-mode-linux docker.io debootstrap chromium
+# Node.js and npm for the jolokia.js client test (tests/clients/, `npm ci` on first use): taken
+# from Debian only when no `npm` is on PATH (machines that ship their own Node.js have npm
+# outside dpkg, and Debian's npm package conflicts with it).
 
 .PHONY: run test test-stress lint venv venv-test java system-deps clean-venv
 
@@ -38,6 +39,7 @@ java:
 system-deps:
 	@if [ "$(IS_ROOT)" = yes ]; then \
 	  missing=$$(for p in $(TEST_DEBS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
+	  command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	  if [ -n "$$missing" ]; then \
 	    echo "installing Debian packages: $$missing"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

@@ -1,7 +1,8 @@
 """Expectations: one-line assertions over summary.json, e.g. `latency.fnl.all.p99_ms < 50`.
 
 The path is dot-separated keys into the summary (a key may contain `->`, as in
-`latency.fnl.per_pair.h1->h2.p99_ms`); the value is a number.
+`latency.fnl.per_pair.h1->h2.p99_ms`); the value is a number, or a boolean read as 1 or 0
+(`ok == 1`: every claimed check clean and no node error).
 """
 
 from __future__ import annotations
@@ -93,7 +94,9 @@ def evaluate_one(expectation: Expectation, summary: Mapping[str, Any]) -> Result
     actual, missing = _lookup(summary, expectation.path)
     if missing is not None:
         return Result(expectation, False, None, f"{missing}")
-    if isinstance(actual, bool) or not isinstance(actual, int | float):
+    if isinstance(actual, bool):
+        actual = int(actual)
+    if not isinstance(actual, int | float):
         shown = "null" if actual is None else type(actual).__name__
         return Result(expectation, False, None, f"value is {shown}, not a number")
     value = float(actual)

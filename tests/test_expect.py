@@ -80,6 +80,7 @@ def test_evaluate_reports_each_outcome_with_the_actual_value() -> None:
     )
     assert [r.ok for r in results] == [True, False, True, True, False, True]
     assert evaluate(["nodes.1 == 0"], {"nodes": [3, 0]})[0].ok
+    assert [r.ok for r in evaluate(["ok == 1", "ok == 0"], {"ok": True})] == [True, False]
     assert results[1].actual == 2.0
     assert "fails" in results[1].reason
     assert results[2].as_dict() == {

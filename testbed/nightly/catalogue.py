@@ -26,12 +26,18 @@ Backend = Literal["sim", "local", "mininet", "docker", "remote"]
 
 
 def protocols() -> tuple[str, ...]:
-    """Every protocol a `protocols: all` entry runs: the protocols of the catalogue
-    (nodes/protocols/catalogue.py) that take a `sequencer` host param, i.e. the sequencer
-    family the nightly specs' shared `params: {sequencer: ...}` were written for. Widening
-    `all` to the whole catalogue needs per-protocol params in those specs (`nightly.params`),
-    since the other protocols reject an unknown `sequencer` param."""
-    return tuple(e.name for e in protocol_catalogue.CATALOGUE if "sequencer" in e.host_params())
+    """Every protocol a `protocols: all` entry runs: the whole protocol catalogue
+    (nodes/protocols/catalogue.py). A spec's shared params go to each protocol only where it
+    takes them (`params_for`), so `sequencer: h1` reaches the sequencer family alone."""
+    return tuple(e.name for e in protocol_catalogue.CATALOGUE)
+
+
+def params_for(protocol: str, shared: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+    """The params one protocol runs with: the spec's shared params it accepts, then its own."""
+    from dataclasses import fields
+
+    accepted = {f.name for f in fields(protocol_catalogue.get(protocol).params)}
+    return {**{k: v for k, v in shared.items() if k in accepted}, **own}
 
 
 class Thresholds(Strict):
@@ -204,7 +210,7 @@ def _load_entries(path: Path, index: Index) -> list[Entry]:
                 and (block.backends is None or b in block.backends)]
     out = []
     for proto in names:
-        params = {**base.protocol.params, **block.params.get(proto, {})}
+        params = params_for(proto, base.protocol.params, block.params.get(proto, {}))
         for backend in backends:
             spec = base.model_copy(update={
                 "name": f"{base.name}-{proto}", "backend": backend,
