@@ -176,14 +176,12 @@ def _up_mininet(run_dir: RunDir, topo: Any, applier: str) -> None:
 
 
 def print_run_plan(exp: Any, topo: Any) -> None:
-    from testbed.faults.schedule import expand
+    from testbed.faults.schedule import correct_hosts, expand
 
     paths = topo.paths()
     console.print(f"{exp.name}: {exp.protocol.name} on {len(paths.hosts)} {exp.backend} hosts, "
                   f"{exp.duration / 1e9:g} s of {exp.workload.rate:g} msgs/s per sender "
                   f"({exp.workload.arrival}), seed {exp.seed}")
-    from testbed.faults.schedule import correct_hosts
-
     actions = expand(exp.faults, paths.hosts, exp.duration, exp.seed)
     console.print(f"then drain {exp.drain / 1e9:g} s, up to {max(exp.drain, exp.drain_max) / 1e9:g}"
                   f" s until quiescent among {', '.join(correct_hosts(paths.hosts, actions))}")
