@@ -96,7 +96,23 @@ class Log:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-Action = Send | SetTimer | RDeliver | OptDeliver | FinalDeliver | Received | Log
+@dataclass(frozen=True, slots=True)
+class Reserve:
+    """Ask the network for a reservation of `rate_bps` (bits/s) for this node's sends.
+
+    The QoS-preserving protocols of paper 004 assume reserved bandwidth (section 3). The node
+    core passes the request to its transport: an HTB class per reservation on mininet and
+    docker, a token bucket in the in-process transport (local) and in the simulator.
+    Admission control answers with `Layer.on_reserve_result`; a renegotiation is another
+    `Reserve` with the new rate (same `key`). Logged as `ev=reserve`.
+    """
+
+    rate_bps: float
+    burst_bytes: int = 0  # 0: the transport's default burst (one MTU-sized datagram)
+    key: str = "default"  # one reservation per key and node
+
+
+Action = Send | SetTimer | RDeliver | OptDeliver | FinalDeliver | Received | Log | Reserve
 
 
 class Layer(Protocol):
@@ -118,6 +134,17 @@ class Layer(Protocol):
         """A membership service installed a new view (not produced by any service yet)."""
         ...
 
+    def on_reserve_result(self, key: str, granted: bool, rate_bps: float, reason: str,
+                          now: int) -> list[Action]:
+        """Admission control answered a `Reserve` (refused: `granted` False, `reason` why)."""
+        ...
+
+    def on_new_rate(self, rates: dict[str, float], now: int) -> list[Action]:
+        """The application renegotiates its rate (004 §3.2 `new-rate`): e.g. {"rate": 20}
+        for CBR, {"avg": 40, "max_burst": 3} for VBR; from a workload schedule entry or the
+        `testbed:type=QoS` management operation `newRate`."""
+        ...
+
 
 class LayerBase:
     """Defaults for the optional hooks of `Layer`: ignore suspicions and views."""
@@ -126,6 +153,13 @@ class LayerBase:
         return []
 
     def on_view(self, members: list[int], now: int) -> list[Action]:
+        return []
+
+    def on_reserve_result(self, key: str, granted: bool, rate_bps: float, reason: str,
+                          now: int) -> list[Action]:
+        return []
+
+    def on_new_rate(self, rates: dict[str, float], now: int) -> list[Action]:
         return []
 
 
