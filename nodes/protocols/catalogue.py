@@ -183,8 +183,8 @@ def _model(cls: type[CommonParams]) -> type[BaseModel]:
             hint = Annotated[float, BeforeValidator(_duration_ms)]
         if meta.pop("per_host", False):
             # one value for every host, or a mapping host name -> value, each within limits
-            one = Annotated[typing.get_args(hint)[0], Field(**meta)]
-            hint, meta = one | dict[str, one], {}  # type: ignore[valid-type]
+            one: Any = Annotated[typing.get_args(hint)[0], Field(**meta)]
+            hint, meta = typing.Union[one, dict[str, one]], {}  # noqa: UP007 (runtime types)
         spec[f.name] = (hint, Field(default=default, description=doc, **meta))
     model = create_model(f"{cls.__name__}Model", __config__=ConfigDict(extra="forbid"),
                          __doc__=cls.__doc__, **spec)

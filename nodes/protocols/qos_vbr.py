@@ -328,7 +328,10 @@ class QosVbr(LayerBase):
         mtype = MsgType.DUMMY if kind == "dummy" else MsgType.DATA
         msg = self._msg(mtype, s, flags, mno=mno, hint=hint, seq=seq, payload=payload, now=now)
         self.rq[self.me].append(_Slot(s, kind, msg))
-        return [Send(None, msg), Log("net", {"kind": kind, "slot": s, "K": msg.header.rseq})]
+        fields: dict[str, Any] = {"kind": kind, "slot": s, "K": msg.header.rseq}
+        if mno:
+            fields["mno"] = mno  # the log writes it as the message's `mid`
+        return [Send(None, msg), Log("net", fields)]
 
     def _start_slot(self, now: int) -> list[Action]:
         """V8 next-slot, then V2 reserve when a rate change is due."""
