@@ -1,0 +1,307 @@
+"""`qos-vbr` (004 §5-§7): the latency bounds of Theorems 2 and 5 in their tight set-ups, the
+slot order (Lemma 5.2), the rate theorem (Thm 3), joins (§6.3), total order with gaps under
+bounded loss (§7), and bad input.
+
+Latencies are taken straight from the delivery logs (true time `t` of `fnl` minus that of
+`send` at the origin), independently of the analysis. All runs are in the simulator, so the
+times are virtual and exact: no `timing` mark is needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodes.config import ClockConfig, NodeConfig, PathConfig
+from nodes.linkmodel import LinkModel
+from nodes.protocols.base import Reserve
+from nodes.protocols.qos_vbr import QosVbr
+from nodes.sim import SIM_EPOCH_NS, Simulator
+from testbed.spec.loader import SpecError, load_experiment
+from tests import protosim as ps
+from tests.eventlogs import run_dir_of
+
+ROOT = Path(__file__).resolve().parents[1]
+START = SIM_EPOCH_NS + 500_000_000  # the workload starts after the nodes, as in a real run
+Events = dict[str, list[dict[str, Any]]]
+
+
+def vbr_configs(out: Path, *, matrix: list[list[float]], offsets_ms: list[float],
+                params: dict[str, Any], senders: set[int], rate: float, duration_s: float,
+                arrival: str = "constant") -> list[NodeConfig]:
+    cfgs = ps.configs("qos-vbr", out, matrix_ms=matrix, jitter_ms=0, loss=0, rate=rate,
+                      duration_s=duration_s, drain_s=1, params=params, senders=senders)
+    return [dataclasses.replace(c, start_at_ns=START,
+                                clock=ClockConfig(round(offsets_ms[c.node_id] * 1e6)),
+                                workload=dataclasses.replace(c.workload, arrival=arrival))
+            for c in cfgs]
+
+
+def simulate(cfgs: list[NodeConfig], links: type[LinkModel] | None = None) -> Simulator:
+    sim = Simulator(cfgs, seed=7)
+    if links is not None:
+        for key, link in list(sim.links.items()):
+            sim.links[key] = links(link.path, random.Random(f"{key}"))
+        sim._refanout()
+    sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
+    return sim
+
+
+def latencies(events: Events) -> list[tuple[float, str, str]]:
+    """(ms, receiver, mid) for every final delivery: fnl.t - send.t at the origin."""
+    sent = {e["mid"]: e["t"] for evs in events.values() for e in evs if e["ev"] == "send"}
+    return [((e["t"] - sent[e["mid"]]) / 1e6, h, e["mid"])
+            for h, evs in events.items() for e in evs if e["ev"] == "fnl"]
+
+
+def key_order(events: Events) -> list[str]:
+    """Every data message sent, sorted by (slot, sender index, FIFO number): Lemma 5.2's
+    order, from the senders' `net` events (host names h1..hn are in index order)."""
+    keys = {e["mid"]: (e["slot"], int(h[1:]), int(e["mid"].rsplit(":", 1)[1]))
+            for h, evs in events.items() for e in evs if e["ev"] == "net" and e["kind"] == "data"}
+    return sorted(keys, key=keys.__getitem__)
+
+
+def is_subsequence(seq: list[str], of: list[str]) -> bool:
+    it = iter(of)
+    return all(m in it for m in seq)
+
+
+def counts(events: Events, ev: str) -> dict[str, int]:
+    return {h: sum(1 for e in evs if e["ev"] == ev) for h, evs in events.items()}
+
+
+def test_vbr_tight_setup_reaches_delta_gamma_theta_and_never_passes_it(tmp_path: Path) -> None:
+    """Thm 2's tight set-up (brief §4.5): h1 idle and Γ/2 behind, h3 Γ/2 ahead and sending at
+    (a sliding phase of) its slot starts, h1 -> h2 taking the whole Δ. Bound 40+10+20 = 70 ms."""
+    cfgs = vbr_configs(tmp_path, matrix=[[0, 40, 5], [5, 0, 5], [5, 5, 0]],
+                       offsets_ms=[-5, 0, 5], senders={2}, rate=49.9, duration_s=10,
+                       params={"delta": "40ms", "gamma": "10ms", "theta": "20ms",
+                               "max_burst": 3})
+    sim = simulate(cfgs)
+    events = ps.read_events(tmp_path)
+    worst = max(latencies(events))
+    assert 69.0 <= worst[0] <= 70.0, worst
+    assert worst[1] == "h2"  # the receiver behind the Δ path
+    order = key_order(events)
+    for h, mids in ps.deliveries(events).items():
+        assert mids == order, h  # Lemma 5.2: the key order, complete (no loss, no faults)
+    assert all(core.protocol.crosscheck == 0 for core in sim.cores.values())  # type: ignore[attr-defined]
+
+
+def test_rates_are_consistent_and_net_burst_equals_app_burst(tmp_path: Path) -> None:
+    """Lemma 5.1 and Thm 3 with renegotiations every ~20 slots: the counting receivers never
+    disagree with the header's slot, at most max_burst messages (the RATE one included) and at
+    most one DUMMY leave per slot, and no DUMMY in a slot the application filled."""
+    cfgs = vbr_configs(tmp_path, matrix=[[0, 8, 12, 3], [8, 0, 5, 9], [12, 5, 0, 4],
+                                         [3, 9, 4, 0]],
+                       offsets_ms=[-5, 2, 5, -1], senders={0, 1, 2, 3}, rate=100,
+                       duration_s=4, arrival="poisson",
+                       params={"delta": "20ms", "gamma": "10ms", "theta": "20ms",
+                               "max_burst": 4})
+    sim = Simulator(cfgs, seed=7)
+    rng = random.Random(3)
+    bursts: dict[int, list[tuple[int, int]]] = {n: [] for n in sim.cores}
+
+    def renegotiate(nid: int) -> None:
+        core = sim.cores[nid]
+        mx = rng.randint(2, 6)
+        lt = core.clock.local(sim.now)
+        sim._apply(nid, core._process(core.protocol.on_new_rate({"avg": 100, "max_burst": mx},
+                                                                lt), sim.now))
+        bursts[nid].append((sim.now, mx))
+
+    for k in range(1, 10):
+        for nid in sim.cores:
+            sim.at(START + k * 400_000_000 + nid * 7_000_000, lambda nid=nid: renegotiate(nid))
+    sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
+    events = ps.read_events(tmp_path)
+    assert all(core.protocol.crosscheck == 0 for core in sim.cores.values())  # type: ignore[attr-defined]
+    assert ps.total_order_pairs(events) == 0
+    for h, evs in events.items():
+        per_slot: dict[int, Counter[str]] = {}
+        max_send: dict[int, int] = {}
+        for e in evs:
+            if e["ev"] == "net":
+                per_slot.setdefault(e["slot"], Counter())[e["kind"]] += 1
+            elif e["ev"] == "slot":
+                max_send[e["s"]] = e["maxSend"]
+        assert len(set(max_send.values())) > 1, h  # the renegotiations took effect
+        for s, c in per_slot.items():
+            assert sum(c.values()) <= max_send[s], (h, s, c)  # NetMaxBurst = AppMaxBurst
+            assert c["dummy"] <= 1
+            if c["data"] + c["rate"] == max_send[s]:
+                assert c["dummy"] == 0
+        assert sum(c["rate"] for c in per_slot.values()) == 1 + len(bursts[int(h[1:]) - 1])
+
+
+def test_start_reserves_net_avg_rate_and_refusal_is_logged() -> None:
+    """V2 (Thm 3): NetAvgRate = avg + 1/Θ msgs/s, NetMaxBurst = max_burst, as bits/s and burst
+    bytes for n-1 unicast copies; a refused reservation is logged and the protocol runs on."""
+    layer = QosVbr(0, [0, 1, 2], {"theta": "20ms", "avg": {"h1": 30}, "max_burst": 5,
+                                  "start_at_ns": 10**9, "member_names": {0: "h1"},
+                                  "payload_bytes": 100})
+    acts = layer.start(10**9 - 10_000_000)  # exactly E = start - Γ
+    reserve = next(a for a in acts if isinstance(a, Reserve))
+    wire = 44 + 100
+    assert reserve.rate_bps == pytest.approx(2 * (30 + 50) * wire * 8)
+    assert reserve.burst_bytes == 2 * 5 * wire
+    logs = layer.on_reserve_result("qos-vbr", False, reserve.rate_bps, "over capacity", 0)
+    assert [(a.ev, a.fields["reason"]) for a in logs] == [("refused", "over capacity")]  # type: ignore[union-attr]
+    assert layer.refused
+
+
+def test_slot_deadline_detector_removes_a_crashed_process_only(tmp_path: Path) -> None:
+    """Lemma 6.1: every correct process removes the crashed one at the same slot and nobody
+    else is ever removed; deliveries stay in the key order (with the crashed sender's gap)."""
+    cfgs = vbr_configs(tmp_path, matrix=[[0, 5, 5, 5]] * 4, offsets_ms=[0, 3, -5, 5],
+                       senders={0, 1, 2, 3}, rate=60, duration_s=3, arrival="poisson",
+                       params={"delta": "40ms", "gamma": "10ms", "theta": "20ms",
+                               "max_burst": 4})
+    sim = Simulator(cfgs, seed=7)
+    sim.at(START + 1_234_000_000, lambda: sim._host_fault("crash", 1))
+    sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
+    events = ps.read_events(tmp_path)
+    removes = {h: [(e["member"], e["slot"]) for e in evs if e["ev"] == "remove"]
+               for h, evs in events.items() if h != "h2"}
+    assert len({tuple(r) for r in removes.values()}) == 1, removes
+    assert next(iter(removes.values()))[0][0] == "h2"
+    order = key_order(events)
+    for h, mids in ps.deliveries(events).items():
+        assert is_subsequence(mids, order), h
+    assert ps.total_order_pairs(events) == 0
+    live = [h for h in events if h != "h2"]
+    fnl = {h: [m for m in ps.deliveries(events)[h]] for h in live}
+    assert fnl[live[0]] == fnl[live[1]] == fnl[live[2]]  # no gaps among correct senders
+
+
+class BoundedLoss(LinkModel):
+    """Loss with probability P, never more than X_MAX consecutive datagrams on one path (the
+    brief §6 loss model `bounded(p, max_consecutive)`); no delay variation (FIFO)."""
+
+    P = 0.1
+    X_MAX = 2
+
+    def __init__(self, path: PathConfig, rng: random.Random):
+        super().__init__(path, rng)
+        self.plain = None
+        self.lost_run = 0
+
+    def transit(self, now_ns: int, size: int) -> int | None:
+        if self.lost_run < self.X_MAX and self.rng.random() < self.P:
+            self.lost_run += 1
+            return None
+        self.lost_run = 0
+        return self.path.delay_ns
+
+
+class BurstLoss(BoundedLoss):
+    P = 0.3
+    X_MAX = 8
+
+
+@pytest.mark.parametrize("links, bounded", [(BoundedLoss, True), (BurstLoss, False)])
+def test_loss_tolerance_gives_total_order_with_gaps(tmp_path: Path, links: type[LinkModel],
+                                                    bounded: bool) -> None:
+    """§7 with x = 2. Within the loss bound (10 %, at most 2 in a row): nobody is removed,
+    every received data message is delivered (Def. 2 liveness), latency stays under
+    Δ + 2Γ + Θ, and each node delivers a subsequence of the key order. Stale rates cannot
+    advance a receiver early: the first x+1 messages after a change all carry the new burst
+    and at most x of them are lost, so any message of the new slot that arrives comes with, or
+    after, a copy of the rate. Negative control (bursts of up to 8 at 30 %): false removals
+    and merges appear, gaps grow, and the order still holds."""
+    cfgs = vbr_configs(tmp_path, matrix=[[0, 10, 10, 10, 10]] * 5, offsets_ms=[-5, -2, 0, 3, 5],
+                       senders={0, 1, 2, 3, 4}, rate=30, duration_s=6, arrival="poisson",
+                       params={"delta": "50ms", "gamma": "10ms", "theta": "20ms",
+                               "max_burst": 4, "loss_tolerance": 2})
+    sim = simulate(cfgs, links)
+    assert sim.stats.lost > 0
+    events = ps.read_events(tmp_path)
+    order = key_order(events)
+    for h, mids in ps.deliveries(events).items():
+        assert is_subsequence(mids, order), h
+    assert ps.total_order_pairs(events) == 0
+    assert ps.integrity(events) == 0
+    removes = sum(counts(events, "remove").values())
+    if bounded:
+        assert removes == 0
+        for h, evs in events.items():
+            got = {e["mid"] for e in evs if e["ev"] == "recv"}
+            assert got <= {e["mid"] for e in evs if e["ev"] == "fnl"}, h
+            assert sum(1 for e in evs if e["ev"] == "late") == 0
+        assert max(latencies(events))[0] <= 50 + 2 * 10 + 20
+    else:
+        assert removes > 0 and sum(counts(events, "merge").values()) > 0
+
+
+def run_experiment(tmp_path: Path, name: str) -> tuple[Path, Events]:
+    proc = subprocess.run([sys.executable, "-m", "testbed", "run",
+                           str(ROOT / "experiments" / f"{name}.yaml"), "--backend", "sim",
+                           "--out", str(tmp_path / "runs"), "--no-analyze"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = run_dir_of(tmp_path / "runs")
+    return run, ps.read_events(run)
+
+
+def test_experiment_qos_vbr_is_within_1ms_of_the_bound(tmp_path: Path) -> None:
+    _, events = run_experiment(tmp_path, "qos-vbr")
+    worst = max(latencies(events))[0]
+    assert 69.0 <= worst <= 70.0  # Δ + Γ + Θ
+    assert ps.total_order_pairs(events) == 0
+
+
+def test_experiment_qos_vbr_crash_is_within_1ms_of_the_bound_and_joins(tmp_path: Path) -> None:
+    """Thm 5's tight set-up plus §6.3's join: max latency within 1 ms of Δ + 2Γ + Θ = 80 ms;
+    every `add` of the joiner names one Smax; it starts Smax at most Δ + Γ + Θ after waking;
+    from Smax on its deliveries equal everyone else's."""
+    _, events = run_experiment(tmp_path, "qos-vbr-crash")
+    worst = max(latencies(events))
+    assert 79.0 <= worst[0] <= 80.0, worst
+    assert ps.total_order_pairs(events) == 0
+    joins = [e for e in events["h2"] if e["ev"] == "join"]
+    assert len(joins) == 1
+    smax = joins[0]["smax"]
+    adds = {e["slot"] for h, evs in events.items() if h != "h2" for e in evs
+            if e["ev"] == "add" and e["member"] == "h2"}
+    assert adds == {smax}
+    wake = joins[0]["lt"]
+    start = next(e for e in events["h2"] if e["ev"] == "slot" and e["s"] == smax)
+    assert start["lt"] - wake <= (40 + 10 + 20) * 1_000_000
+    slot_of = {e["mid"]: e["slot"] for evs in events.values() for e in evs
+               if e["ev"] == "net" and e["kind"] == "data"}
+    after = [e["mid"] for e in events["h2"] if e["ev"] == "fnl" and e["t"] > wake]
+    assert after and min(slot_of[m] for m in after) >= smax
+    for h in ("h1", "h3", "h4"):
+        theirs = [m for m in ps.deliveries(events)[h] if slot_of[m] >= smax]
+        assert theirs == after, h
+
+
+def test_experiment_qos_vbr_loss_total_order_with_gaps(tmp_path: Path) -> None:
+    _, events = run_experiment(tmp_path, "qos-vbr-loss")
+    assert ps.total_order_pairs(events) == 0
+    order = key_order(events)
+    for h, mids in ps.deliveries(events).items():
+        assert is_subsequence(mids, order), h
+        recv = {e["mid"] for e in events[h] if e["ev"] == "recv"}
+        assert recv <= set(mids), h  # Def. 2: received is delivered
+    assert max(latencies(events))[0] <= 50 + 2 * 10 + 20
+
+
+def test_theta_zero_is_a_one_line_error(tmp_path: Path) -> None:
+    spec = (ROOT / "experiments" / "qos-vbr.yaml").read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(spec.replace("theta: 20ms", "theta: 0ms"))
+    with pytest.raises(SpecError) as exc:
+        load_experiment(bad)
+    lines = exc.value.problems
+    assert len(lines) == 1, lines
+    line = spec.splitlines().index(next(x for x in spec.splitlines() if "theta:" in x)) + 1
+    assert str(lines[0]).startswith(f"{bad}:{line}: protocol.params.theta: "), lines
