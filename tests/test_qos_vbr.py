@@ -14,6 +14,7 @@ import random
 import subprocess
 import sys
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,7 @@ def test_rates_are_consistent_and_net_burst_equals_app_burst(tmp_path: Path) -> 
 
     for k in range(1, 10):
         for nid in sim.cores:
-            sim.at(START + k * 400_000_000 + nid * 7_000_000, lambda nid=nid: renegotiate(nid))
+            sim.at(START + k * 400_000_000 + nid * 7_000_000, partial(renegotiate, nid))
     sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
     events = ps.read_events(tmp_path)
     assert all(core.protocol.crosscheck == 0 for core in sim.cores.values())  # type: ignore[attr-defined]
@@ -166,7 +167,10 @@ def test_slot_deadline_detector_removes_a_crashed_process_only(tmp_path: Path) -
                        params={"delta": "40ms", "gamma": "10ms", "theta": "20ms",
                                "max_burst": 4})
     sim = Simulator(cfgs, seed=7)
-    sim.at(START + 1_234_000_000, lambda: sim._host_fault("crash", 1))
+    def crash() -> None:
+        sim._host_fault("crash", 1)
+
+    sim.at(START + 1_234_000_000, crash)
     sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
     events = ps.read_events(tmp_path)
     removes = {h: [(e["member"], e["slot"]) for e in evs if e["ev"] == "remove"]
@@ -180,6 +184,40 @@ def test_slot_deadline_detector_removes_a_crashed_process_only(tmp_path: Path) -
     live = [h for h in events if h != "h2"]
     fnl = {h: [m for m in ps.deliveries(events)[h]] for h in live}
     assert fnl[live[0]] == fnl[live[1]] == fnl[live[2]]  # no gaps among correct senders
+
+
+def test_partition_detaches_and_heal_merges_at_one_smax_per_pair(tmp_path: Path) -> None:
+    """§6.6 (E-FT-4): {h1,h2} | {h3,h4,h5} for 2 s. Each side removes the other at one slot,
+    after the heal each pair merges at one Smax (both sides log it), safety holds throughout
+    and afterwards everyone delivers the same sequence."""
+    cfgs = vbr_configs(tmp_path, matrix=[[0, 10, 10, 10, 10]] * 5, offsets_ms=[-5, -2, 0, 3, 5],
+                       senders={0, 1, 2, 3, 4}, rate=30, duration_s=5, arrival="poisson",
+                       params={"delta": "50ms", "gamma": "10ms", "theta": "20ms",
+                               "max_burst": 4})
+    sim = Simulator(cfgs, seed=7)
+    cuts = [[a, b] for a in ("h1", "h2") for b in ("h3", "h4", "h5")]
+    cuts += [[b, a] for a, b in cuts]
+    sim.at(START + 1_000_000_000, partial(sim._fault, {"op": "block", "params": {"cuts": cuts}}))
+    sim.at(START + 3_000_000_000, partial(sim._fault, {"op": "heal", "params": {}}))
+    sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
+    events = ps.read_events(tmp_path)
+    assert ps.total_order_pairs(events) == 0
+    order = key_order(events)
+    assert all(is_subsequence(m, order) for m in ps.deliveries(events).values())
+    merges = {(h, e["peer"]): e["smax"] for h, evs in events.items() for e in evs
+              if e["ev"] == "merge"}
+    side = {"h1": 0, "h2": 0, "h3": 1, "h4": 1, "h5": 1}
+    pairs = {(a, b) for a in side for b in side if side[a] != side[b]}
+    assert set(merges) == pairs
+    assert all(merges[(a, b)] == merges[(b, a)] for a, b in pairs)
+    removed = {(h, e["member"]) for h, evs in events.items() for e in evs if e["ev"] == "remove"}
+    assert removed == pairs
+    last_merge = max(merges.values())
+    slot_of = {e["mid"]: e["slot"] for evs in events.values() for e in evs
+               if e["ev"] == "net" and e["kind"] == "data"}
+    tails = {tuple(m for m in mids if slot_of[m] >= last_merge)
+             for mids in ps.deliveries(events).values()}
+    assert len(tails) == 1 and len(next(iter(tails))) > 100
 
 
 class BoundedLoss(LinkModel):

@@ -162,7 +162,8 @@ class QosVbr(LayerBase):
         self.theta = duration_ns(p.theta)
         self.x = int(p.loss_tolerance)
         names = params.get("member_names") or {}
-        self.host = names.get(me, names.get(str(me), ""))
+        self.names = {m: str(names.get(m, names.get(str(m), m))) for m in members}
+        self.host = self.names[me]
         self.my_avg = float(_own(p.avg, self.host, QosVbrParams.avg))
         self.my_max = int(_own(p.max_burst, self.host, QosVbrParams.max_burst))
         self.incarnation = int(params.get("incarnation", 0))
@@ -455,7 +456,7 @@ class QosVbr(LayerBase):
             self.merging[j] = s
             self._add(j, s)
             self.hist[j] = [(a, m) for a, m in self.hist[j] if a < s] + [(s, h.hint)]
-            acts.append(Log("merge", {"peer": j, "smax": s, "reply": bool(h.flags & F_REPLY)}))
+            acts.append(Log("merge", {"peer": self.names[j], "smax": s, "reply": bool(h.flags & F_REPLY)}))
             acts += self._tag(s)
             if not h.flags & F_REPLY or s != h.slot:
                 acts += self._send_merge(j, s, reply=True, now=now)
@@ -499,7 +500,7 @@ class QosVbr(LayerBase):
                 m = max(m, self.dslot + 1, self.slot + 1)
                 self.merging[j] = m
                 self._add(j, m)
-                acts.append(Log("merge", {"peer": j, "smax": m, "reply": False}))
+                acts.append(Log("merge", {"peer": self.names[j], "smax": m, "reply": False}))
                 acts += self._tag(m) + self._send_merge(j, m, reply=False, now=now)
             return acts
         if s < self.dslot or (s == self.dslot and self._passed(j)):
