@@ -456,7 +456,8 @@ class QosVbr(LayerBase):
             self.merging[j] = s
             self._add(j, s)
             self.hist[j] = [(a, m) for a, m in self.hist[j] if a < s] + [(s, h.hint)]
-            acts.append(Log("merge", {"peer": self.names[j], "smax": s, "reply": bool(h.flags & F_REPLY)}))
+            acts.append(Log("merge", {"peer": self.names[j], "smax": s,
+                                      "reply": bool(h.flags & F_REPLY)}))
             acts += self._tag(s)
             if not h.flags & F_REPLY or s != h.slot:
                 acts += self._send_merge(j, s, reply=True, now=now)
