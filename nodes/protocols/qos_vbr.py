@@ -84,6 +84,7 @@ from nodes.protocols.base import (
     param,
     typed_params,
 )
+from nodes.protocols.sequencer import INCARNATION_SPAN
 from nodes.wire import HEADER_SIZE, Header, Message, MsgType
 
 WIRE_ID = 14
@@ -178,7 +179,7 @@ class QosVbr(LayerBase):
         self.max_send = 0
         self.change_rate = True  # V1: a reservation (and RATE message) is due
         self.squeue: deque[tuple[int, bytes]] = deque()
-        self.mno = 0
+        self.mno = self.incarnation * INCARNATION_SPAN  # mids stay unique across restarts
         self.rseq = 0
         self.tag_from: int | None = None  # TAG my messages from this slot on (F4/F5, L3)
         self.tag_left = 0
