@@ -343,3 +343,34 @@ def test_theta_zero_is_a_one_line_error(tmp_path: Path) -> None:
     assert len(lines) == 1, lines
     line = spec.splitlines().index(next(x for x in spec.splitlines() if "theta:" in x)) + 1
     assert str(lines[0]).startswith(f"{bad}:{line}: protocol.params.theta: "), lines
+
+
+def test_loss_with_a_crash_and_a_restart(tmp_path: Path) -> None:
+    """E-LOSS-3: x = 2 with bounded loss, h2 crashes and restarts. The others remove it after
+    x+1 silent slots, all at the same slot, and add it at its Smax; order and Def. 2 liveness
+    hold for the hosts that never crashed; latency stays under Δ + 2Γ + Θ."""
+    cfgs = vbr_configs(tmp_path, matrix=[[0, 10, 10, 10, 10]] * 5, offsets_ms=[-5, -2, 0, 3, 5],
+                       senders={0, 1, 2, 3, 4}, rate=30, duration_s=5, arrival="poisson",
+                       params={"delta": "50ms", "gamma": "10ms", "theta": "20ms",
+                               "max_burst": 4, "loss_tolerance": 2})
+    sim = Simulator(cfgs, seed=7)
+    for key, link in list(sim.links.items()):
+        sim.links[key] = BoundedLoss(link.path, random.Random(f"{key}"))
+    sim._refanout()
+    sim.at(START + 1_234_000_000, partial(sim._host_fault, "crash", 1))
+    sim.at(START + 2_500_000_000, partial(sim._host_fault, "restart", 1))
+    sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
+    events = ps.read_events(tmp_path)
+    assert ps.total_order_pairs(events) == 0 and ps.integrity(events) == 0
+    order = key_order(events)
+    assert all(is_subsequence(m, order) for m in ps.deliveries(events).values())
+    smax = next(e["smax"] for e in events["h2"] if e["ev"] == "join")
+    crash_slot = (1_234_000_000 + 10_000_000) // 20_000_000  # E = start - Γ
+    for h in ("h1", "h3", "h4", "h5"):
+        evs = events[h]
+        assert [(e["member"], e["slot"]) for e in evs if e["ev"] == "remove"] == [
+            ("h2", crash_slot + 2)]  # slots crash_slot .. +2 silent: x + 1 = 3
+        assert [(e["member"], e["slot"]) for e in evs if e["ev"] == "add"] == [("h2", smax)]
+        got = {e["mid"] for e in evs if e["ev"] == "recv"}
+        assert got <= {e["mid"] for e in evs if e["ev"] == "fnl"}, h
+    assert max(latencies(events))[0] <= 50 + 2 * 10 + 20

@@ -255,7 +255,9 @@ class QosVbr(LayerBase):
     # -- the events ---------------------------------------------------------------------------
     def start(self, now: int) -> list[Action]:
         acts: list[Action] = []
-        if self.incarnation > 0:  # F3: a recovered process joins
+        # F3: a recovered process joins; so does one that starts after its slot 0 is over (a
+        # slow start on a loaded host): it cannot send slot 0 in time, the others time it out.
+        if self.incarnation > 0 or now > self.epoch + self.theta:
             s = self._join_slot(now)
             self.smax = s
             self.slot = s - 1
@@ -411,7 +413,7 @@ class QosVbr(LayerBase):
             return []  # from before j restarted
         acts: list[Action] = []
         if h.aux > self.seen_inc[j]:
-            self.seen_inc[j], self.seen_rseq[j] = h.aux, 0
+            self.seen_inc[j], self.seen_rseq[j], self.heard[j] = h.aux, 0, -1
             if self._active(j, self.dslot) or any(b > self.dslot for _, b in self.intervals[j]):
                 self._end(j, self.dslot + 1)  # F4: the old incarnation's stream ends
         if h.rseq <= self.seen_rseq[j]:
@@ -434,6 +436,7 @@ class QosVbr(LayerBase):
         if s <= self.dslot or s <= self.slot:
             # Too late to include j at Smax here (an assumption does not hold): merge later.
             return [Log("late", {"member": j, "slot": s, "reason": "join"})]
+        self._end(j, self.dslot + 1)  # F4: j's earlier stream, if any, ends after dslot
         self._add(j, s)
         self.hist[j] = [(a, m) for a, m in self.hist[j] if a < s] + [(s, h.hint)]
         acts: list[Action] = [Log("add", {"member": j, "slot": s})]
@@ -592,8 +595,10 @@ class QosVbr(LayerBase):
         if j == self.me:
             return []
         if self.x == 0 or self.heard[j] < s - self.x:
-            self._end(j, s + 1)
-            self.rq[j].clear()
+            for iv in self.intervals[j]:  # failed_from := s + 1; a pending join stays
+                if iv[0] <= s < iv[1]:
+                    iv[1] = s + 1
+            self.rq[j] = deque(m for m in self.rq[j] if self._active(j, m.slot))
             self.merging.pop(j, None)
             self.removed.append((j, s))
             return [Log("remove", {"member": j, "slot": s})]
