@@ -220,6 +220,38 @@ def test_partition_detaches_and_heal_merges_at_one_smax_per_pair(tmp_path: Path)
     assert len(tails) == 1 and len(next(iter(tails))) > 100
 
 
+def test_crash_mid_multicast_leaves_gaps_only_of_the_crashed_sender(tmp_path: Path) -> None:
+    """E-FT-3: h2's last datagrams reach h1 and h4 but not h3 (it crashes mid-multicast).
+    Total order with gaps (Def. 2): h3 misses some of h2's messages that the others deliver,
+    every message missing at one correct node and delivered at another is h2's, and each
+    sequence is a subsequence of the key order."""
+    cfgs = vbr_configs(tmp_path, matrix=[[0, 5, 5, 5]] * 4, offsets_ms=[0, 3, -5, 5],
+                       senders={0, 1, 2, 3}, rate=200, duration_s=2, arrival="constant",
+                       params={"delta": "40ms", "gamma": "10ms", "theta": "20ms",
+                               "max_burst": 8})
+    sim = Simulator(cfgs, seed=7)
+    crash_at = START + 1_004_000_000
+
+    def cut() -> None:
+        sim.cores[1].blocked_out.add(2)  # h2 -> h3 from here on: the end of its multicasts
+
+    sim.at(crash_at - 10_000_000, cut)
+    sim.at(crash_at, partial(sim._host_fault, "crash", 1))
+    sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
+    events = ps.read_events(tmp_path)
+    assert ps.total_order_pairs(events) == 0
+    order = key_order(events)
+    dl = {h: set(m) for h, m in ps.deliveries(events).items()}
+    assert all(is_subsequence(m, order) for m in ps.deliveries(events).values())
+    correct = ("h1", "h3", "h4")
+    gaps = {m for a in correct for b in correct for m in dl[a] - dl[b]}
+    assert gaps and {m.split(":")[0] for m in gaps} == {"h2"}
+    assert dl["h1"] - dl["h3"] == gaps
+    removes = {h: [(e["member"], e["slot"]) for e in events[h] if e["ev"] == "remove"]
+               for h in correct}
+    assert len({tuple(r) for r in removes.values()}) == 1  # one slot, everywhere
+
+
 class BoundedLoss(LinkModel):
     """Loss with probability P, never more than X_MAX consecutive datagrams on one path (the
     brief §6 loss model `bounded(p, max_consecutive)`); no delay variation (FIFO)."""
