@@ -14,6 +14,7 @@ import random
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,13 @@ def simulate(cfgs: list[NodeConfig], links: type[LinkModel] | None = None) -> Si
         sim._refanout()
     sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
     return sim
+
+
+def host_fault(sim: Simulator, op: str, nid: int) -> Callable[[], None]:
+    """A crash or restart for `Simulator.at`, as the fault timeline applies it."""
+    def apply() -> None:
+        sim._host_fault(op, nid)
+    return apply
 
 
 def latencies(events: Events) -> list[tuple[float, str, str]]:
@@ -167,10 +175,7 @@ def test_slot_deadline_detector_removes_a_crashed_process_only(tmp_path: Path) -
                        params={"delta": "40ms", "gamma": "10ms", "theta": "20ms",
                                "max_burst": 4})
     sim = Simulator(cfgs, seed=7)
-    def crash() -> None:
-        sim._host_fault("crash", 1)
-
-    sim.at(START + 1_234_000_000, crash)
+    sim.at(START + 1_234_000_000, host_fault(sim, "crash", 1))
     sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
     events = ps.read_events(tmp_path)
     removes = {h: [(e["member"], e["slot"]) for e in evs if e["ev"] == "remove"]
@@ -236,7 +241,7 @@ def test_crash_mid_multicast_leaves_gaps_only_of_the_crashed_sender(tmp_path: Pa
         sim.cores[1].blocked_out.add(2)  # h2 -> h3 from here on: the end of its multicasts
 
     sim.at(crash_at - 10_000_000, cut)
-    sim.at(crash_at, partial(sim._host_fault, "crash", 1))
+    sim.at(crash_at, host_fault(sim, "crash", 1))
     sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
     events = ps.read_events(tmp_path)
     assert ps.total_order_pairs(events) == 0
@@ -389,8 +394,8 @@ def test_loss_with_a_crash_and_a_restart(tmp_path: Path) -> None:
     for key, link in list(sim.links.items()):
         sim.links[key] = BoundedLoss(link.path, random.Random(f"{key}"))
     sim._refanout()
-    sim.at(START + 1_234_000_000, partial(sim._host_fault, "crash", 1))
-    sim.at(START + 2_500_000_000, partial(sim._host_fault, "restart", 1))
+    sim.at(START + 1_234_000_000, host_fault(sim, "crash", 1))
+    sim.at(START + 2_500_000_000, host_fault(sim, "restart", 1))
     sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
     events = ps.read_events(tmp_path)
     assert ps.total_order_pairs(events) == 0 and ps.integrity(events) == 0
