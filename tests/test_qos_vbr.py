@@ -105,6 +105,24 @@ def test_vbr_tight_setup_reaches_delta_gamma_theta_and_never_passes_it(tmp_path:
     assert all(core.protocol.crosscheck == 0 for core in sim.cores.values())  # type: ignore[attr-defined]
 
 
+def test_clocks_beyond_gamma_break_the_bound_but_not_the_order(tmp_path: Path) -> None:
+    """Negative control: the same set-up with offsets of ±1.5Γ (Γ declared unchanged). The
+    latency oracle must be able to fail: the slot ends now spread by 3Γ, so the bound is
+    passed (or the deadline detector fires falsely), while the order is still one order."""
+    cfgs = vbr_configs(tmp_path, matrix=[[0, 40, 5], [5, 0, 5], [5, 5, 0]],
+                       offsets_ms=[-15, 0, 15], senders={2}, rate=49.9, duration_s=5,
+                       params={"delta": "40ms", "gamma": "10ms", "theta": "20ms",
+                               "max_burst": 3})
+    simulate(cfgs)
+    events = ps.read_events(tmp_path)
+    worst = max(latencies(events))[0]
+    removes = sum(counts(events, "remove").values())
+    assert worst > 70.0 + 1.0 or removes > 0, (worst, removes)
+    assert ps.total_order_pairs(events) == 0
+    order = key_order(events)
+    assert all(is_subsequence(m, order) for m in ps.deliveries(events).values())
+
+
 def test_rates_are_consistent_and_net_burst_equals_app_burst(tmp_path: Path) -> None:
     """Lemma 5.1 and Thm 3 with renegotiations every ~20 slots: the counting receivers never
     disagree with the header's slot, at most max_burst messages (the RATE one included) and at
