@@ -215,7 +215,7 @@ def resolve_params(cfg: NodeConfig) -> dict[str, Any]:
     params = dict(cfg.params)
     params["incarnation"] = cfg.incarnation
     # The QoS protocols (004) need the common epoch (the configured start, read on the local
-    # clock, brief §1.6), their own host name (per-host params) and the payload size (the
+    # clock, 004 §2.2), their own host name (per-host params) and the payload size (the
     # reservation's bytes per message).
     params["start_at_ns"] = cfg.start_at_ns
     params["member_names"] = {m.id: m.name for m in cfg.members}
