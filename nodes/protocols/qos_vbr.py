@@ -169,8 +169,9 @@ class QosVbr(LayerBase):
         self.my_max = int(_own(p.max_burst, self.host, QosVbrParams.max_burst))
         self.incarnation = int(params.get("incarnation", 0))
         self.payload_bytes = int(params.get("payload_bytes", 1024))
-        # E: the common epoch, Γ before the workload starts (004 §2.2; docs/protocols.md "qos-vbr"): with offsets within
-        # ±Γ/2 every node's slot 0 has begun on its own clock when the first message comes.
+        # E: the common epoch, Γ before the workload starts (004 §2.2; docs/protocols.md
+        # "qos-vbr"): with offsets within ±Γ/2 every node's slot 0 has begun on its own clock
+        # when the first message comes.
         self.epoch = int(params.get("start_at_ns", 0)) - self.gamma
         # -- sender (Fig. 6) --
         self.slot = -1  # my sending slot; -1 until E
