@@ -429,3 +429,20 @@ def test_loss_with_a_crash_and_a_restart(tmp_path: Path) -> None:
         got = {e["mid"] for e in evs if e["ev"] == "recv"}
         assert got <= {e["mid"] for e in evs if e["ev"] == "fnl"}, h
     assert max(latencies(events))[0] <= 50 + 2 * 10 + 20
+
+
+def test_per_host_params_name_known_hosts(tmp_path: Path) -> None:
+    spec = (ROOT / "experiments" / "qos-vbr.yaml").read_text()
+    good = tmp_path / "good.yaml"
+    good.write_text(spec.replace("max_burst: 3", "max_burst: {h1: 2, h3: 5}"))
+    exp, _ = load_experiment(good)
+    assert exp.protocol.params["max_burst"] == {"h1": 2, "h3": 5}
+    layer = QosVbr(2, [0, 1, 2], {**exp.protocol.params,
+                                  "member_names": {0: "h1", 1: "h2", 2: "h3"}})
+    assert layer.my_max == 5
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(spec.replace("max_burst: 3", "max_burst: {h1: 2, h9: 5}"))
+    with pytest.raises(SpecError) as exc:
+        load_experiment(bad)
+    assert len(exc.value.problems) == 1
+    assert "protocol.params.max_burst: unknown host 'h9'" in exc.value.problems[0]

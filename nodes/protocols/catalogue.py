@@ -70,6 +70,11 @@ class Entry:
         (`<name>_id`)."""
         return tuple(f.name for f in fields(self.params) if f.metadata.get("host"))
 
+    def per_host_params(self) -> tuple[str, ...]:
+        """Parameters that take one value or a mapping host -> value (specs check the
+        hosts)."""
+        return tuple(f.name for f in fields(self.params) if f.metadata.get("per_host"))
+
     def claims_check(self, check: str) -> bool:
         """Whether a check of the suite (or `local_order`) is among the claims."""
         if check == "local_order":
