@@ -209,10 +209,17 @@ class NodeCore:
 
 
 def resolve_params(cfg: NodeConfig) -> dict[str, Any]:
-    """The protocol's params with each host-naming one (per the catalogue) as `<name>_id`."""
+    """The protocol's params with each host-naming one (per the catalogue) as `<name>_id`,
+    plus the node's `incarnation`, `start_at_ns`, `member_names` and `payload_bytes`."""
     ids = {m.name: m.id for m in cfg.members}
     params = dict(cfg.params)
     params["incarnation"] = cfg.incarnation
+    # The QoS protocols (004) need the common epoch (the configured start, read on the local
+    # clock, 004 §2.2), their own host name (per-host params) and the payload size (the
+    # reservation's bytes per message).
+    params["start_at_ns"] = cfg.start_at_ns
+    params["member_names"] = {m.id: m.name for m in cfg.members}
+    params["payload_bytes"] = cfg.workload.size
     entry = catalogue.find(cfg.protocol)
     for key in entry.host_params() if entry is not None else ():
         if params.get(key) is not None:

@@ -59,6 +59,11 @@ def check_protocol_params(spec: ProtocolSpec, hosts: list[str]) -> list[tuple[Lo
         host = spec.params.get(key)
         if host is not None and host not in hosts:
             problems.append((("protocol", "params", key), f"unknown {key} host {host!r}"))
+    for key in entry.per_host_params():
+        value = spec.params.get(key)
+        unknown = sorted(set(value) - set(hosts)) if isinstance(value, dict) else []
+        if unknown:
+            problems.append((("protocol", "params", key), f"unknown host {unknown[0]!r}"))
     return problems
 
 
