@@ -77,6 +77,18 @@ class FinalDeliver:
 
 
 @dataclass(frozen=True, slots=True)
+class EnsuredDeliver:
+    """A delivered message reached a stronger guarantee (001 §4.3, jGCS `onServiceEnsured`):
+    `uniform` once every member of the (primary) view has delivered it. Logged as
+    `ev=ensured` with `service`."""
+
+    origin: int
+    mno: int
+    service: str = "uniform"
+    instance: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Received:
     """A data message reached this process (logged as `recv`; analysis splits latency here)."""
 
@@ -112,7 +124,8 @@ class Reserve:
     key: str = "default"  # one reservation per key and node
 
 
-Action = Send | SetTimer | RDeliver | OptDeliver | FinalDeliver | Received | Log | Reserve
+Action = (Send | SetTimer | RDeliver | OptDeliver | FinalDeliver | EnsuredDeliver | Received | Log
+          | Reserve)
 
 
 class Layer(Protocol):
