@@ -62,7 +62,6 @@ from nodes.protocols.base import (
     LayerBase,
     Log,
     OptDeliver,
-    Received,
     Send,
     SetTimer,
     ms,
@@ -82,8 +81,8 @@ STATUS_NAMES = {FRESH: "fresh", PRIMARY: "primary", BLOCKED: "blocked"}
 U16 = struct.Struct("!H")
 WM_ENTRY = struct.Struct("!HI")  # origin, highest sn delivered
 XFER_ENTRY = struct.Struct("!HII")  # origin, sn, size
-XFER_MAX = 6000
-EARLY_MAX = 256  # view messages kept for a view not installed yet  # transferred deliveries per DELIVER_VIEW (fits one UDP datagram)
+XFER_MAX = 6000  # transferred deliveries per DELIVER_VIEW (fits one UDP datagram)
+EARLY_MAX = 256  # view messages kept for a view not installed yet
 
 
 @dataclass(frozen=True)
@@ -533,18 +532,17 @@ class Primary(LayerBase):
         out: list[Action] = []
         epoch = self.epoch
         for a in actions:
-            kind = type(a)
-            if kind is Send:
+            if isinstance(a, Send):
                 h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=epoch, aux=INNER)
                 out.append(Send(a.dst, Message(h, encode(a.msg))))
-            elif kind is SetTimer:
+            elif isinstance(a, SetTimer):
                 out.append(SetTimer(f"pv{epoch}:{a.key}", a.delay_ns))
-            elif kind is FinalDeliver:
+            elif isinstance(a, FinalDeliver):
                 out += self._deliver(a.origin, a.mno, a.size)
-            elif kind is OptDeliver:
+            elif isinstance(a, OptDeliver):
                 if a.mno > self.wm.get(a.origin, 0):
                     out.append(a)
-            elif kind is Log and a.ev == "send":
+            elif isinstance(a, Log) and a.ev == "send":
                 continue  # logged by broadcast() once, whatever the instance
             else:
                 out.append(a)
