@@ -16,7 +16,9 @@ process's *reachable set* is itself plus every member it does not suspect. Rules
   the same messages: view synchrony), or after `flush_timeout` (logged `flush_timeout`);
   it multicasts INSTALL, answers any later FLUSH_OK for an installed view with the INSTALL
   again, and a member installs the highest view it accepted;
-- a proposal whose member becomes suspected is abandoned: the next tick proposes anew.
+- a proposal whose member becomes suspected is abandoned: the next tick proposes anew; so is
+  one a member REJECTs because it installed that view id already (on another side of a
+  partition): the coordinator proposes again above it.
 
 Views are partitionable: each side of a partition installs its own. The first view (id 1,
 every configured member) is installed by configuration, as all nodes of a run start together.
@@ -36,8 +38,7 @@ from nodes.wire import Header, Message, MsgType
 
 WIRE_ID = 19
 TICK = "mb:tick"
-PROPOSE, FLUSH_OK, INSTALL = 1, 2, 3
-KINDS = frozenset({PROPOSE, FLUSH_OK, INSTALL})
+PROPOSE, FLUSH_OK, INSTALL, REJECT = 1, 2, 3, 4
 U16 = struct.Struct("!H")
 
 
@@ -158,6 +159,11 @@ class Membership:
                 return self._on_flush_ok(src, h.seq, msg.payload)
             if kind == INSTALL:
                 return self._on_install(src, h.seq, unpack_members(msg.payload))
+            if kind == REJECT:
+                if self.proposal is not None and h.seq >= self.proposal.vid:
+                    self.max_vid = max(self.max_vid, h.seq)
+                    self.proposal = None  # propose again above the rejecter's view id
+                return []
         except ValueError as exc:
             self.rejected += 1
             return [Log("drop", {"reason": "membership", "detail": str(exc)})]
@@ -167,8 +173,10 @@ class Membership:
     def _on_propose(self, src: int, vid: int, members: tuple[int, ...]) -> list[Action]:
         """M2."""
         self.max_vid = max(self.max_vid, vid)
-        if self.me not in members or src != members[0] or vid <= self.view.vid:
+        if self.me not in members or src != members[0]:
             return []
+        if vid <= self.view.vid:  # the coordinator has not heard of my view (another side's)
+            return [self._msg(src, REJECT, self.view.vid, b"")]
         if self.accepted is not None and self.accepted[0] > vid:
             return []
         self.accepted = (vid, src, members)

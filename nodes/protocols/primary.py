@@ -169,6 +169,8 @@ class Primary(LayerBase):
         self.early: list[tuple[int, Header, bytes]] = []
         self.my_probe: Message | None = None
         self.leader: int | None = None  # sends the state transfer of the current view
+        self.receivers: set[int] = set()  # ... to these members (P6)
+        self.installed = False  # the held view is installed as primary
         self.phase1 = False  # attempt rule: recorded, waiting for the lineage's ATT_ACKs
         self.operator = False
         # the total-order instance of the current primary view
@@ -281,7 +283,8 @@ class Primary(LayerBase):
     def _new_view(self, view: View, now: int) -> list[Action]:
         """P3: the old instance is flushed (membership waited for that); probe V."""
         self.held, self.probes, self.decided, self.att_acks = view, {}, False, set()
-        self.phase1 = False
+        self.phase1 = self.installed = False
+        self.leader, self.receivers = None, set()
         self.inner = None
         out: list[Action] = []
         if self.status == PRIMARY:
@@ -334,9 +337,7 @@ class Primary(LayerBase):
         Send it my probe again, the state transfer if I lead and it is fresh, my ATT_ACK."""
         assert self.held is not None and self.my_probe is not None
         out: list[Action] = [Send(q, self.my_probe)]
-        v = self.held.members
-        if (self.status == PRIMARY and self.lp == v and self.leader == self.me
-                and self.probes[q].status == FRESH):
+        if self.installed and self.leader == self.me and q in self.receivers:
             out.append(self._deliver_view(q, self.counter - 1))
         if self.att_acks and self.me in self.att_acks:
             h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.held.vid, aux=ATT_ACK)
@@ -374,6 +375,7 @@ class Primary(LayerBase):
         lp = self.probes[lineage[0]].lp
         if not strict_majority(v, lp):
             return out + self._block("no majority of the last primary")
+        self._plan(lineage)
         if self.rule == "attempt":
             for p in self.probes.values():
                 if p.att_counter > cmax and not strict_majority(v, p.att):
@@ -385,7 +387,27 @@ class Primary(LayerBase):
             out += [Log("attempt", {"counter": cmax + 1, "members": list(v)})]
             out += [Send(q, Message(h)) for q in lineage if q != self.me]
             return out + self._on_att_ack(self.me, self.held.vid, now)
-        return out + self._install(cmax, now)
+        return out + self._ready(cmax, now)
+
+    def _plan(self, lineage: list[int]) -> None:
+        """Who leads the view and who gets a state transfer (P6): the lineage member that
+        delivered most leads; fresh members and lineage members behind it (they left the
+        last primary view at different points, e.g. one was cut off in its flush) receive
+        the deliveries they lack before they install."""
+        assert self.held is not None
+        probes = self.probes
+        leader = max(lineage, key=lambda q: (sum(probes[q].wm.values()), -q))
+        top = probes[leader].wm
+        self.leader = leader
+        self.receivers = {q for q in self.held.members if probes[q].status == FRESH} | {
+            q for q in lineage
+            if q != leader and any(probes[q].wm.get(o, 0) < n for o, n in top.items())}
+
+    def _ready(self, counter: int, now: int) -> list[Action]:
+        self.decided = True
+        if self.me in self.receivers:
+            return []  # wait for the leader's DELIVER_VIEW
+        return self._install(counter, now)
 
     def _on_att_ack(self, src: int, vid: int, now: int) -> list[Action]:
         if self.held is None or vid != self.held.vid:
@@ -396,7 +418,7 @@ class Primary(LayerBase):
         lineage = [q for q, p in self.probes.items() if p.status != FRESH]
         if all(q in self.att_acks for q in lineage):
             self.phase1 = False
-            return self._install(self.attempt[0] - 1, now)
+            return self._ready(self.attempt[0] - 1, now)
         return []
 
     def _exclude(self, cmax: int, now: int) -> list[Action]:
@@ -410,13 +432,9 @@ class Primary(LayerBase):
         assert self.held is not None
         v = self.held.members
         out: list[Action] = []
-        fresh = [q for q, p in self.probes.items() if p.status == FRESH and q in v]
-        lineage = sorted(q for q in v if q not in fresh)
-        self.leader = lineage[0] if lineage else None
         if self.leader == self.me:
-            for q in fresh:
-                out.append(self._deliver_view(q, counter))  # P6
-        self.decided, self.attempt = True, None
+            out += [self._deliver_view(q, counter) for q in sorted(self.receivers)]  # P6
+        self.decided, self.installed, self.attempt = True, True, None
         self.status, self.counter, self.lp = PRIMARY, counter + 1, v
         out.append(Log("view", {"primary": True, "counter": self.counter, "members": list(v),
                                 "vid": self.held.vid}))
@@ -441,7 +459,8 @@ class Primary(LayerBase):
         if (len(payload) - at) % XFER_ENTRY.size:
             raise ValueError("state transfer of a wrong length")
         if (self.held is None or h.seq != self.held.vid or members != self.held.members
-                or self.decided or self.status == PRIMARY or src not in members):
+                or self.installed or src not in members
+                or (self.status == PRIMARY and self.me not in self.receivers)):
             return []
         out: list[Action] = []
         n = 0
@@ -455,7 +474,7 @@ class Primary(LayerBase):
         self.transferred += n
         out.append(Log("join", {"counter": h.mno + 1, "transferred": n,
                                 "member": src}))
-        self.probes = {q: p for q, p in self.probes.items() if q != self.me}
+        self.leader = src
         return out + self._install(h.mno, now)
 
     def _tick(self, now: int) -> list[Action]:
@@ -487,12 +506,8 @@ class Primary(LayerBase):
             return out + self._decide(now)
         # blocked with a view: it becomes primary; the others get DELIVER_VIEW
         cmax = max(p.counter for p in self.probes.values())
-        for q in self.held.members:
-            if q != self.me and q in self.probes:
-                out.append(self._deliver_view(q, cmax))
-        self.probes = {self.me: self.probes[self.me]}
-        self.counter = cmax
-        self.status = BLOCKED
+        self.leader = self.me
+        self.receivers = {q for q in self.held.members if q != self.me and q in self.probes}
         return out + self._install(cmax, now)
 
     # -- the total-order instance ------------------------------------------------------------
