@@ -462,7 +462,10 @@ class Primary(LayerBase):
                 or self.installed or src not in members
                 or (self.status == PRIMARY and self.me not in self.receivers)):
             return []
-        out: list[Action] = []
+        # `join` comes first: the transferred deliveries below are the rejoin's, not
+        # deliveries of a blocked node (analysis/membership.py blocked_delivery)
+        join = Log("join", {"counter": h.mno + 1, "member": src})
+        out: list[Action] = [join]
         n = 0
         for i in range(at, len(payload), XFER_ENTRY.size):
             o, sn, size = XFER_ENTRY.unpack_from(payload, i)
@@ -472,8 +475,7 @@ class Primary(LayerBase):
                 n += 1
                 out += self._deliver(o, sn, size)
         self.transferred += n
-        out.append(Log("join", {"counter": h.mno + 1, "transferred": n,
-                                "member": src}))
+        join.fields["transferred"] = n
         self.leader = src
         return out + self._install(h.mno, now)
 

@@ -1,0 +1,166 @@
+"""Checkers for primary-partition membership and service notifications (001 §4.1, §4.3; the
+oracles of docs/protocols.md "Primary partitions").
+
+Plain Python over the delivery logs (`nodes/<host>/events.jsonl`): the `view` events of the
+`primary` layer are few, and the notification checks need only each node's opt/fnl/ensured
+lines in ordinal (`i`) order. Checks (keys of summary.json `checks`, claimed by `primary`):
+
+- `split_brain`: every primary counter maps to one member set, and consecutive primaries
+  (counters c, c+1 both logged) intersect in a strict majority of c's members. One finding
+  per extra member set of a counter and per pair of consecutive sets failing the majority.
+- `blocked_delivery`: a node delivers nothing (`opt`, `fnl`, `ensured`) between its
+  `blocked` event and the next `join` or primary `view` (P10).
+- `notification_order`: per node and message, opt <= fnl <= ensured by ordinal, none
+  repeated, no `ensured` without `fnl` (4.3).
+- `uniform`: an `ensured` (service uniform) at node n is logged only once every member of
+  n's current primary view has logged `fnl` of the message, in true time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+EXAMPLES = 5
+MEMBERSHIP_CHECKS = ("split_brain", "blocked_delivery", "notification_order", "uniform")
+_WANTED = (b'"ev":"view"', b'"ev":"blocked"', b'"ev":"excluded"', b'"ev":"join"',
+           b'"ev":"opt"', b'"ev":"fnl"', b'"ev":"ensured"', b'"ev":"refused"')
+
+Events = dict[str, list[dict[str, Any]]]
+
+
+def read_membership_events(run_dir: Path) -> Events:
+    """Per node, the events these checks read, sorted by ordinal `i`."""
+    out: Events = {}
+    for log in sorted((Path(run_dir) / "nodes").glob("*/events.jsonl")):
+        evs = []
+        with log.open("rb") as f:
+            for line in f:
+                if any(w in line for w in _WANTED):
+                    try:
+                        evs.append(json.loads(line))
+                    except ValueError:
+                        continue  # a line cut short by a kill
+        evs.sort(key=lambda e: e["i"])
+        out[log.parent.name] = evs
+    return out
+
+
+def _primary_views(events: Events) -> list[tuple[str, dict[str, Any]]]:
+    return [(n, e) for n, evs in events.items() for e in evs
+            if e["ev"] == "view" and e.get("primary") is True]
+
+
+def _result(found: list[dict[str, Any]], claimed: bool) -> dict[str, Any]:
+    return {"violations": len(found), "claimed": claimed, "examples": found[:EXAMPLES]}
+
+
+def split_brain(events: Events) -> list[dict[str, Any]]:
+    sets: dict[int, dict[frozenset[str], list[str]]] = defaultdict(dict)
+    for node, e in _primary_views(events):
+        sets[int(e["counter"])].setdefault(frozenset(e["members"]), []).append(node)
+    found: list[dict[str, Any]] = []
+    for c in sorted(sets):
+        if len(sets[c]) > 1:
+            for extra in sorted(sets[c], key=sorted)[1:]:
+                found.append({"counter": c, "members": sorted(extra),
+                              "others": [sorted(s) for s in sets[c] if s != extra],
+                              "why": "two member sets for one primary counter"})
+        for prev in sets.get(c - 1, {}):
+            for cur in sets[c]:
+                if len(prev & cur) < len(prev) // 2 + 1:
+                    found.append({"counter": c, "members": sorted(cur),
+                                  "previous": sorted(prev),
+                                  "why": "no strict majority of the previous primary"})
+    return found
+
+
+def blocked_delivery(events: Events) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for node, evs in events.items():
+        blocked_at: dict[str, Any] | None = None
+        for e in evs:
+            ev = e["ev"]
+            if ev == "blocked":
+                blocked_at = e
+            elif ev == "join" or (ev == "view" and e.get("primary") is True):
+                blocked_at = None
+            elif blocked_at is not None and ev in ("opt", "fnl", "ensured"):
+                found.append({"node": node, "mid": e.get("mid"), "ev": ev, "t": e["t"],
+                              "blocked_t": blocked_at["t"]})
+    return found
+
+
+def notification_order(events: Events) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for node, evs in events.items():
+        seen: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+        for e in evs:
+            if e["ev"] in ("opt", "fnl", "ensured") and e.get("mid"):
+                seen[e["mid"]][e["ev"]].append(e["i"])
+        for mid, by in seen.items():
+            why = None
+            if any(len(v) > 1 for v in by.values()):
+                why = "repeated notification"
+            elif "ensured" in by and "fnl" not in by:
+                why = "ensured without fnl"
+            elif "ensured" in by and by["ensured"][0] < by["fnl"][0]:
+                why = "ensured before fnl"
+            elif "opt" in by and "fnl" in by and by["opt"][0] > by["fnl"][0]:
+                why = "opt after fnl"
+            if why is not None:
+                found.append({"node": node, "mid": mid, "why": why})
+    return found
+
+
+def uniform(events: Events) -> list[dict[str, Any]]:
+    fnl_t: dict[tuple[str, str], int] = {}
+    for node, evs in events.items():
+        for e in evs:
+            if e["ev"] == "fnl" and e.get("mid"):
+                fnl_t.setdefault((node, e["mid"]), e["t"])
+    found: list[dict[str, Any]] = []
+    for node, evs in events.items():
+        members: list[str] = []
+        for e in evs:
+            if e["ev"] == "view" and e.get("primary") is True:
+                members = list(e["members"])
+            elif e["ev"] == "ensured":
+                lacking = [m for m in members
+                           if fnl_t.get((m, e["mid"]), e["t"] + 1) > e["t"]]
+                if lacking or not members:
+                    found.append({"node": node, "mid": e["mid"], "t": e["t"],
+                                  "lacking": lacking or ["(no primary view)"]})
+    return found
+
+
+def membership_section(run_dir: Path) -> dict[str, Any]:
+    """`checks` (the four above) and `membership` for summary.json; {} for a run without
+    primary views (another protocol)."""
+    events = read_membership_events(run_dir)
+    views = _primary_views(events)
+    if not views:
+        return {}
+    primaries: dict[int, list[list[str]]] = defaultdict(list)
+    for _, e in views:
+        if sorted(e["members"]) not in primaries[int(e["counter"])]:
+            primaries[int(e["counter"])].append(sorted(e["members"]))
+    per_node: dict[str, dict[str, int]] = {}
+    for node, evs in events.items():
+        count = defaultdict(int)
+        for e in evs:
+            if e["ev"] in ("blocked", "excluded", "join", "ensured"):
+                count[e["ev"]] += 1
+            elif e["ev"] == "refused":
+                count["refused"] += int(e.get("count", 0))
+        per_node[node] = {k: count[k] for k in ("blocked", "excluded", "join", "refused",
+                                                "ensured")}
+    checks = {"split_brain": _result(split_brain(events), True),
+              "blocked_delivery": _result(blocked_delivery(events), True),
+              "notification_order": _result(notification_order(events), True),
+              "uniform": _result(uniform(events), True)}
+    return {"checks": checks,
+            "membership": {"primaries": {str(c): primaries[c] for c in sorted(primaries)},
+                           "last_counter": max(primaries), "per_node": per_node}}
