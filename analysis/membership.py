@@ -149,7 +149,7 @@ def membership_section(run_dir: Path) -> dict[str, Any]:
             primaries[int(e["counter"])].append(sorted(e["members"]))
     per_node: dict[str, dict[str, int]] = {}
     for node, evs in events.items():
-        count = defaultdict(int)
+        count: dict[str, int] = defaultdict(int)
         for e in evs:
             if e["ev"] in ("blocked", "excluded", "join", "ensured"):
                 count[e["ev"]] += 1
