@@ -8,6 +8,9 @@ lines in ordinal (`i`) order. Checks (keys of summary.json `checks`, claimed by 
 - `split_brain`: every primary counter maps to one member set, and consecutive primaries
   (counters c, c+1 both logged) intersect in a strict majority of c's members. One finding
   per extra member set of a counter and per pair of consecutive sets failing the majority.
+  A primary installed by an operator (`setPrimary`, view `operator: true`) is exempt from
+  the majority part only: if the operator errs and a second primary appears with the same
+  counter, the first part fires.
 - `blocked_delivery`: a node delivers nothing (`opt`, `fnl`, `ensured`) between its
   `blocked` event and the next `join` or primary `view` (P10).
 - `notification_order`: per node and message, opt <= fnl <= ensured by ordinal, none
@@ -59,8 +62,11 @@ def _result(found: list[dict[str, Any]], claimed: bool) -> dict[str, Any]:
 
 def split_brain(events: Events) -> list[dict[str, Any]]:
     sets: dict[int, dict[frozenset[str], list[str]]] = defaultdict(dict)
+    operator: set[int] = set()  # counters an operator installed (setPrimary): no majority rule
     for node, e in _primary_views(events):
         sets[int(e["counter"])].setdefault(frozenset(e["members"]), []).append(node)
+        if e.get("operator"):
+            operator.add(int(e["counter"]))
     found: list[dict[str, Any]] = []
     for c in sorted(sets):
         if len(sets[c]) > 1:
@@ -68,7 +74,7 @@ def split_brain(events: Events) -> list[dict[str, Any]]:
                 found.append({"counter": c, "members": sorted(extra),
                               "others": [sorted(s) for s in sets[c] if s != extra],
                               "why": "two member sets for one primary counter"})
-        for prev in sets.get(c - 1, {}):
+        for prev in sets.get(c - 1, {}) if c not in operator else ():
             for cur in sets[c]:
                 if len(prev & cur) < len(prev) // 2 + 1:
                     found.append({"counter": c, "members": sorted(cur),

@@ -171,6 +171,7 @@ class Primary(LayerBase):
         self.leader: int | None = None  # sends the state transfer of the current view
         self.receivers: set[int] = set()  # ... to these members (P6)
         self.installed = False  # the held view is installed as primary
+        self.by_operator = False  # ... by setPrimary (P9)
         self.phase1 = False  # attempt rule: recorded, waiting for the lineage's ATT_ACKs
         self.operator = False
         # the total-order instance of the current primary view
@@ -283,7 +284,7 @@ class Primary(LayerBase):
     def _new_view(self, view: View, now: int) -> list[Action]:
         """P3: the old instance is flushed (membership waited for that); probe V."""
         self.held, self.probes, self.decided, self.att_acks = view, {}, False, set()
-        self.phase1 = self.installed = False
+        self.phase1 = self.installed = self.by_operator = False
         self.leader, self.receivers = None, set()
         self.inner = None
         out: list[Action] = []
@@ -436,8 +437,11 @@ class Primary(LayerBase):
             out += [self._deliver_view(q, counter) for q in sorted(self.receivers)]  # P6
         self.decided, self.installed, self.attempt = True, True, None
         self.status, self.counter, self.lp = PRIMARY, counter + 1, v
-        out.append(Log("view", {"primary": True, "counter": self.counter, "members": list(v),
-                                "vid": self.held.vid}))
+        fields: dict[str, Any] = {"primary": True, "counter": self.counter,
+                                  "members": list(v), "vid": self.held.vid}
+        if self.by_operator:
+            fields["operator"] = True  # P9: the majority rule was overridden on purpose
+        out.append(Log("view", fields))
         if self.refused > self.refused_logged:
             out.append(Log("refused", {"count": self.refused - self.refused_logged}))
             self.refused_logged = self.refused
@@ -450,7 +454,7 @@ class Primary(LayerBase):
         payload = _members_field(self.held.members) + b"".join(
             XFER_ENTRY.pack(*e) for e in missing[:XFER_MAX])
         h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.held.vid, mno=counter,
-                   aux=DELIVER_VIEW)
+                   hint=int(self.by_operator), aux=DELIVER_VIEW)
         return Send(q, Message(h, payload))
 
     def _on_deliver_view(self, src: int, h: Header, payload: bytes, now: int) -> list[Action]:
@@ -477,6 +481,7 @@ class Primary(LayerBase):
         self.transferred += n
         join.fields["transferred"] = n
         self.leader = src
+        self.by_operator = bool(h.hint)
         return out + self._install(h.mno, now)
 
     def _tick(self, now: int) -> list[Action]:
@@ -508,7 +513,7 @@ class Primary(LayerBase):
             return out + self._decide(now)
         # blocked with a view: it becomes primary; the others get DELIVER_VIEW
         cmax = max(p.counter for p in self.probes.values())
-        self.leader = self.me
+        self.leader, self.by_operator = self.me, True
         self.receivers = {q for q in self.held.members if q != self.me and q in self.probes}
         return out + self._install(cmax, now)
 

@@ -1,0 +1,257 @@
+"""Primary-partition membership (001 §4.1-4.3, docs/protocols.md "Primary partitions") on
+the deterministic simulator: the brief's scenarios (2|3 partition, three-way split, forced
+leave, ambiguous installation), `setPrimary` through the Jolokia handler, the checkers of
+analysis/membership.py with negative controls, and one short `local` backend run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis import membership as checks
+from nodes.management.jolokia import Jolokia
+from nodes.management.node_mbeans import build_node_registry
+from nodes.protocols import membership as mb
+from nodes.protocols.primary import Primary
+from nodes.sim import SIM_EPOCH_NS, Simulator
+from tests import protosim as ps
+
+S = 1_000_000_000
+FAST_FD = {"fd_interval_ms": 50, "fd_timeout_ms": 300}
+Groups = list[list[int]] | None  # None: heal everything
+
+
+def isolate(sim: Simulator, groups: Groups) -> None:
+    """Cut the data plane between groups of member ids (both ways); None heals."""
+    for core in sim.cores.values():
+        core.blocked_out.clear()
+    for group in groups or []:
+        for h in group:
+            sim.cores[h].blocked_out |= {x for x in sim.cores if x not in group}
+
+
+def scenario(out: Path, schedule: list[tuple[float, Groups]], *, rule: str = "majority",
+             duration_s: float = 10, drain_s: float = 3, loss: float = 0.01,
+             before: Callable[[Simulator], None] | None = None) -> ps.Events:
+    params = {**FAST_FD, "primary_rule": rule}
+    cfgs = ps.configs("primary", out, n=5, delay_ms=2, jitter_ms=0.5, loss=loss, rate=20,
+                      duration_s=duration_s, drain_s=drain_s, params=params)
+    sim = Simulator(cfgs, seed=7)
+    for t, groups in schedule:
+        sim.at(SIM_EPOCH_NS + round(t * S), lambda g=groups: isolate(sim, g))  # type: ignore[misc]
+    if before is not None:
+        before(sim)
+    sim.run(SIM_EPOCH_NS + round((duration_s + drain_s) * S))
+    return ps.read_events(out)
+
+
+def named(events: ps.Events, node: str, ev: str) -> list[dict[str, Any]]:
+    return [e for e in events[node] if e["ev"] == ev and e.get("layer") != "membership"]
+
+
+def secs(e: dict[str, Any]) -> float:
+    return (e["t"] - SIM_EPOCH_NS) / S
+
+
+def judged(out: Path) -> dict[str, int]:
+    section = checks.membership_section(out)
+    return {k: v["violations"] for k, v in section["checks"].items()}
+
+
+def assert_total_order_stack_clean(events: ps.Events) -> None:
+    assert ps.total_order_pairs(events) == 0
+    assert ps.integrity(events) == 0
+    assert ps.agreement(events) == 0
+    assert ps.validity(events) == 0
+    assert ps.fifo_moves(events) == {}
+
+
+def test_minority_blocks_and_rejoins_after_the_partition_heals(tmp_path: Path) -> None:
+    """2|3 of 5 for 5 s: the 3 continue in a new primary view, the 2 block (no deliveries),
+    are excluded at the heal and rejoin with a state transfer; every checker is clean."""
+    events = scenario(tmp_path, [(3, [[0, 1, 2], [3, 4]]), (8, None)])
+    assert_total_order_stack_clean(events)
+    assert judged(tmp_path) == dict.fromkeys(checks.MEMBERSHIP_CHECKS, 0)
+    for h in ("h1", "h2", "h3"):
+        views = [(v["counter"], v["members"]) for v in named(events, h, "view")]
+        assert (3, ["h1", "h2", "h3"]) in views and views[-1][1] == ["h1", "h2", "h3", "h4", "h5"]
+        assert not named(events, h, "blocked")
+        # the majority keeps delivering during the partition
+        assert any(4 < secs(e) < 7.5 for e in events[h] if e["ev"] == "fnl")
+    for h in ("h4", "h5"):
+        blocked = named(events, h, "blocked")
+        joins = [j for j in named(events, h, "join") if secs(j) > 1]  # not the bootstrap's
+        assert len(blocked) == 1 and 3 < secs(blocked[0]) < 4.5
+        assert len(named(events, h, "excluded")) == 1
+        assert len(joins) == 1 and secs(joins[0]) > 8 and joins[0]["transferred"] > 50
+        assert not any(secs(blocked[0]) < secs(e) < secs(joins[0]) for e in events[h]
+                       if e["ev"] == "fnl")
+    ensured = sum(1 for evs in events.values() for e in evs if e["ev"] == "ensured")
+    fnl = sum(1 for evs in events.values() for e in evs if e["ev"] == "fnl")
+    assert ensured > 0.95 * fnl
+
+
+def test_three_way_split_blocks_everyone_until_three_of_the_last_primary_meet(
+        tmp_path: Path) -> None:
+    """2/2/1 of 5: nobody has a majority, all block; healing {h1,h2}+{h3,h4} (4 of the last
+    primary's 5) makes a primary again while h5 stays blocked."""
+    events = scenario(tmp_path, [(2, [[0, 1], [2, 3], [4]]), (5, [[0, 1, 2, 3], [4]]),
+                                 (8, None)])
+    assert_total_order_stack_clean(events)
+    assert judged(tmp_path) == dict.fromkeys(checks.MEMBERSHIP_CHECKS, 0)
+    for h in events:
+        assert len(named(events, h, "blocked")) >= 1
+        assert not [v for v in named(events, h, "view") if 2.5 < secs(v) < 5]
+    for h in ("h1", "h2", "h3", "h4"):
+        assert [v["members"] for v in named(events, h, "view") if 5 < secs(v) < 7.5] == [
+            ["h1", "h2", "h3", "h4"]]
+    assert not [v for v in named(events, "h5", "view") if 5 < secs(v) < 7.5]
+
+
+def test_forced_leave_of_members_that_missed_a_primary(tmp_path: Path) -> None:
+    """{a,b,c}|{d,e}, then {a,b}|{c}, then heal all: c and d, e missed primaries and are
+    excluded (forced leave), then rejoin; a and b continue (docs/protocols.md table)."""
+    events = scenario(tmp_path, [(2, [[0, 1, 2], [3, 4]]), (4, [[0, 1], [2], [3, 4]]),
+                                 (7, None)])
+    assert_total_order_stack_clean(events)
+    assert judged(tmp_path) == dict.fromkeys(checks.MEMBERSHIP_CHECKS, 0)
+    counters = {h: [v["counter"] for v in named(events, h, "view")] for h in events}
+    assert counters["h1"] == counters["h2"] == [2, 3, 4, 5]  # all, {a,b,c}, {a,b}, all
+    assert [e["counter"] for e in named(events, "h3", "excluded")] == [3]
+    assert [e["counter"] for e in named(events, "h4", "excluded")] == [2]
+    assert [e["counter"] for e in named(events, "h5", "excluded")] == [2]
+    assert not named(events, "h1", "excluded") and not named(events, "h2", "excluded")
+    assert all(counters[h][-1] == 5 for h in events)
+
+
+def cut_c_at_install(sim: Simulator) -> None:
+    """The brief's ambiguous installation: when h1 coordinates {h1,h2,h3} and sends its
+    INSTALL, h3 is cut off from everyone before the INSTALL reaches it."""
+    m = sim.cores[0].protocol.membership  # type: ignore[attr-defined]
+    coordinate = m._coordinate
+
+    def patched(reach: tuple[int, ...], now: int) -> list[Any]:
+        acts = coordinate(reach, now)
+        if reach == (0, 1, 2) and any(getattr(a, "msg", None) is not None
+                                      and a.msg.header.proto == mb.WIRE_ID
+                                      and a.msg.header.aux == mb.INSTALL for a in acts):
+            isolate(sim, [[0, 1], [2], [3, 4]])
+            sim.cores[2].blocked_in |= {0, 1, 3, 4}
+        return acts
+
+    m._coordinate = patched
+
+    def release_c() -> None:
+        sim.cores[2].blocked_in.clear()
+        isolate(sim, [[0, 1], [2, 3, 4]])
+
+    sim.at(SIM_EPOCH_NS + 4 * S, release_c)
+
+
+@pytest.mark.parametrize("rule,split", [("majority", True), ("attempt", False)])
+def test_ambiguous_installation(tmp_path: Path, rule: str, split: bool) -> None:
+    """The paper's rule installs two primaries with one counter ({h1,h2,h3} without h3
+    knowing, then {h3,h4,h5}); `primary_rule: attempt` does not."""
+    events = scenario(tmp_path, [(2, [[0, 1, 2], [3, 4]]), (7, None)], rule=rule,
+                      loss=0.0, before=cut_c_at_install)
+    found = judged(tmp_path)
+    if split:
+        assert found["split_brain"] >= 1
+        example = checks.split_brain(checks.read_membership_events(tmp_path))[0]
+        assert example["counter"] == 3 and example["why"].startswith("two member sets")
+    else:
+        assert found == dict.fromkeys(checks.MEMBERSHIP_CHECKS, 0)
+        assert_total_order_stack_clean(events)
+        assert [v["members"] for v in named(events, "h3", "view") if 4 < secs(v) < 7] == [
+            ["h3", "h4", "h5"]]
+        assert [e for e in named(events, "h1", "blocked") if 2 < secs(e) < 4]
+
+
+def mgmt(sim: Simulator, node: int, op: str) -> dict[str, Any]:
+    jolokia = Jolokia(build_node_registry(sim.cores[node], true_now=lambda: sim.now))
+    return jolokia.handle({"type": "exec", "mbean": "testbed:type=Membership",
+                           "operation": op, "arguments": []})
+
+
+def test_set_primary_unblocks_a_minority_and_refuses_a_primary_node(tmp_path: Path) -> None:
+    """Three-way split: everyone blocks; the operator's setPrimary on h1 makes {h1,h2} the
+    primary (4.2). setPrimary on a node already primary: one-line error, nothing changed."""
+    replies: dict[str, Any] = {}
+
+    def before(sim: Simulator) -> None:
+        def operate() -> None:
+            replies["blocked"] = mgmt(sim, 0, "setPrimary")
+
+        def again() -> None:
+            p = sim.cores[0].protocol
+            assert isinstance(p, Primary)
+            replies["state"] = p.view_info()
+            replies["primary"] = mgmt(sim, 0, "setPrimary")
+            replies["after"] = p.view_info()
+        sim.at(SIM_EPOCH_NS + 4 * S, operate)
+        sim.at(SIM_EPOCH_NS + 5 * S, again)
+
+    events = scenario(tmp_path, [(2, [[0, 1], [2, 3], [4]]), (7, None)], before=before)
+    assert replies["blocked"]["status"] == 200, replies["blocked"]
+    assert [v["members"] for v in named(events, "h2", "view") if 4 < secs(v) < 7] == [
+        ["h1", "h2"]]
+    assert named(events, "h1", "set_primary")
+    bad = replies["primary"]
+    assert bad["status"] == 400 and "already in primary view" in bad["error"]
+    assert "\n" not in bad["error"]
+    assert replies["after"] == replies["state"]
+    assert judged(tmp_path)["split_brain"] == 0
+    assert_total_order_stack_clean(events)
+
+
+def test_checker_catches_deliveries_while_blocked(tmp_path: Path) -> None:
+    """Negative control: a layer that keeps delivering its state transfer while blocked
+    (`join` logged after the deliveries) is caught by blocked_delivery."""
+    def before(sim: Simulator) -> None:
+        for core in sim.cores.values():
+            p = core.protocol
+            assert isinstance(p, Primary)
+            original = p._on_deliver_view
+
+            def late_join(src: int, h: Any, payload: bytes, now: int,
+                          p: Primary = p, original: Any = original) -> list[Any]:
+                acts = original(src, h, payload, now)
+                joins = [a for a in acts if getattr(a, "ev", "") == "join"]
+                return [a for a in acts if a not in joins] + joins
+            p._on_deliver_view = late_join  # type: ignore[method-assign]
+
+    scenario(tmp_path, [(3, [[0, 1, 2], [3, 4]]), (6, None)], duration_s=7, drain_s=2,
+             before=before)
+    assert judged(tmp_path)["blocked_delivery"] > 50
+
+
+def test_checkers_on_hand_written_logs() -> None:
+    def view(i: int, counter: int, members: list[str], t: int = 0) -> dict[str, Any]:
+        return {"ev": "view", "i": i, "t": t, "primary": True, "counter": counter,
+                "members": members}
+
+    two_sets = {"a": [view(1, 2, ["a", "b", "c"])], "c": [view(1, 2, ["c", "d", "e"])]}
+    assert len(checks.split_brain(two_sets)) >= 1
+    no_majority = {"a": [view(1, 2, ["a", "b", "c", "d"]), view(2, 3, ["a", "e"])]}
+    assert [f["counter"] for f in checks.split_brain(no_majority)] == [3]
+    fine = {"a": [view(1, 2, ["a", "b", "c"]), view(2, 3, ["a", "b", "d"])]}
+    assert checks.split_brain(fine) == []
+
+    def ev(name: str, i: int, t: int, mid: str = "a:1") -> dict[str, Any]:
+        return {"ev": name, "i": i, "t": t, "mid": mid}
+
+    repeated = {"a": [ev("fnl", 1, 1), ev("ensured", 2, 2), ev("ensured", 3, 3)]}
+    early = {"a": [ev("ensured", 1, 1), ev("fnl", 2, 2)]}
+    opt_late = {"a": [ev("fnl", 1, 1), ev("opt", 2, 2)]}
+    ok = {"a": [ev("opt", 1, 1), ev("fnl", 2, 2), ev("ensured", 3, 3)]}
+    assert [len(checks.notification_order(x)) for x in (repeated, early, opt_late, ok)] == [
+        1, 1, 1, 0]
+    uniform_early = {"a": [view(0, 2, ["a", "b"]), ev("fnl", 1, 10), ev("ensured", 2, 20)],
+                     "b": [view(0, 2, ["a", "b"]), ev("fnl", 1, 30)]}
+    assert checks.uniform(uniform_early)[0]["lacking"] == ["b"]
+    uniform_ok = {"a": [view(0, 2, ["a", "b"]), ev("fnl", 1, 10), ev("ensured", 2, 40)],
+                  "b": [view(0, 2, ["a", "b"]), ev("fnl", 1, 30)]}
+    assert checks.uniform(uniform_ok) == []
