@@ -5,6 +5,8 @@ analysis/membership.py with negative controls, and one short `local` backend run
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from nodes.protocols import membership as mb
 from nodes.protocols.primary import Primary
 from nodes.sim import SIM_EPOCH_NS, Simulator
 from tests import protosim as ps
+from tests.eventlogs import run_dir_of
 
 S = 1_000_000_000
 FAST_FD = {"fd_interval_ms": 50, "fd_timeout_ms": 300}
@@ -255,3 +258,71 @@ def test_checkers_on_hand_written_logs() -> None:
     uniform_ok = {"a": [view(0, 2, ["a", "b"]), ev("fnl", 1, 10), ev("ensured", 2, 40)],
                   "b": [view(0, 2, ["a", "b"]), ev("fnl", 1, 30)]}
     assert checks.uniform(uniform_ok) == []
+
+
+# -- full runs through the runner ---------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def testbed_run(spec: Path, out: Path, *extra: str) -> ps.Events:
+    proc = subprocess.run([sys.executable, "-m", "testbed", "run", str(spec), "--out",
+                           str(out), "--no-analyze", *extra],
+                          capture_output=True, text=True, cwd=ROOT, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return ps.read_events(run_dir_of(out))
+
+
+def test_primary_partition_experiment_on_the_simulator(tmp_path: Path) -> None:
+    """experiments/primary-partition.yaml end to end on sim (the Spark verdict of the same
+    checks is in the README; here the plain-Python oracles)."""
+    events = testbed_run(ROOT / "experiments" / "primary-partition.yaml", tmp_path / "runs")
+    run = run_dir_of(tmp_path / "runs")
+    assert_total_order_stack_clean(events)
+    section = checks.membership_section(run)
+    assert {k: v["violations"] for k, v in section["checks"].items()} == dict.fromkeys(
+        checks.MEMBERSHIP_CHECKS, 0)
+    per_node = section["membership"]["per_node"]
+    assert all(per_node[h]["blocked"] == 1 and per_node[h]["excluded"] == 1
+               for h in ("h4", "h5"))
+    assert all(per_node[h]["blocked"] == 0 for h in ("h1", "h2", "h3"))
+    assert ["h1", "h2", "h3"] in section["membership"]["primaries"]["3"]
+
+
+LOCAL_TOPO = """\
+name: lan3
+sites:
+  a: {lan: {delay: 1ms}}
+hosts:
+  - {name: h1, site: a}
+  - {name: h2, site: a}
+  - {name: h3, site: a}
+"""
+
+LOCAL_EXP = """\
+name: primary-local
+topology: topo.yaml
+backend: local
+duration: 6s
+drain: 2s
+protocol:
+  name: primary
+  params: {fd_interval_ms: 50, fd_timeout_ms: 300}
+workload: {rate: 20/s, size: 100B}
+faults:
+  - {kind: partition, groups: [[h1, h2], [h3]], at: 3s, for: 2s}
+"""
+
+
+def test_primary_on_the_local_backend(tmp_path: Path) -> None:
+    """Real processes and UDP: a 2|1 partition; whatever the start-up skew of a loaded
+    machine, the checkers are clean and everyone ends in one primary view."""
+    (tmp_path / "topo.yaml").write_text(LOCAL_TOPO)
+    (tmp_path / "exp.yaml").write_text(LOCAL_EXP)
+    events = testbed_run(tmp_path / "exp.yaml", tmp_path / "runs")
+    assert_total_order_stack_clean(events)
+    section = checks.membership_section(run_dir_of(tmp_path / "runs"))
+    assert {k: v["violations"] for k, v in section["checks"].items()} == dict.fromkeys(
+        checks.MEMBERSHIP_CHECKS, 0)
+    last = str(section["membership"]["last_counter"])
+    assert section["membership"]["primaries"][last] == [["h1", "h2", "h3"]]
+    assert all(len(m) > 60 for m in ps.deliveries(events).values())
