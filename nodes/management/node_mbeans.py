@@ -176,7 +176,7 @@ def membership_mbean(core: NodeCore, proto: Primary) -> MBean:
         return [core.names[m] for m in ids]
 
     def set_primary() -> str:
-        return proto.set_primary()
+        return f"{proto.set_primary()}: view {names(proto.view_info()['members'])}"
 
     return (
         MBean("testbed:type=Membership", "Primary-partition membership (001 section 4.1)")

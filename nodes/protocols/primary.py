@@ -270,8 +270,7 @@ class Primary(LayerBase):
         if self.operator:
             raise ValueError("a setPrimary is already pending")
         self.operator = True
-        return f"setPrimary accepted: {STATUS_NAMES[self.status]}, view " \
-               f"{list(self.membership.view.members)}"
+        return f"setPrimary accepted ({STATUS_NAMES[self.status]})"
 
     # -- views and the primary decision --------------------------------------------------------
     def _views(self, now: int) -> list[Action]:
