@@ -19,6 +19,7 @@ from nodes.management.node_mbeans import build_node_registry
 from nodes.protocols import membership as mb
 from nodes.protocols.primary import Primary
 from nodes.sim import SIM_EPOCH_NS, Simulator
+from testbed.spec.loader import SpecError, load_experiment
 from tests import protosim as ps
 from tests.eventlogs import run_dir_of
 
@@ -326,3 +327,16 @@ def test_primary_on_the_local_backend(tmp_path: Path) -> None:
     last = str(section["membership"]["last_counter"])
     assert section["membership"]["primaries"][last] == [["h1", "h2", "h3"]]
     assert all(len(m) > 60 for m in ps.deliveries(events).values())
+
+
+def test_bad_primary_params_are_one_line_errors(tmp_path: Path) -> None:
+    spec = (ROOT / "experiments" / "primary-partition.yaml").read_text().replace(
+        "params: {protocol: sequencer, bootstrap: h1,",
+        "params: {protocol: seto, primary_rule: both, bootstrap: h9,")
+    (tmp_path / "exp.yaml").write_text(spec)
+    with pytest.raises(SpecError) as info:
+        load_experiment(tmp_path / "exp.yaml")
+    problems = info.value.problems
+    assert [p.split(": ", 2)[1] for p in problems] == [
+        "protocol.params.protocol", "protocol.params.primary_rule", "protocol.params.bootstrap"]
+    assert all(p.startswith(f"{tmp_path / 'exp.yaml'}:") and "\n" not in p for p in problems)
