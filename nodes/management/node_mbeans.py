@@ -176,7 +176,12 @@ def membership_mbean(core: NodeCore, proto: Primary) -> MBean:
         return [core.names[m] for m in ids]
 
     def set_primary() -> str:
-        return f"{proto.set_primary()}: view {names(proto.view_info()['members'])}"
+        try:
+            accepted = proto.set_primary()
+        except ValueError as exc:
+            raise ValueError(f"{core.cfg.name}: {exc} (members "
+                             f"{names(proto.view_info()['last_primary'])})") from None
+        return f"{accepted}: view {names(proto.view_info()['members'])}"
 
     return (
         MBean("testbed:type=Membership", "Primary-partition membership (001 section 4.1)")

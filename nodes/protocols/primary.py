@@ -265,8 +265,8 @@ class Primary(LayerBase):
         """P9, checked now, carried out at the next tick (the node core sends what it
         produces); ValueError (one line) when this node is in a primary view already."""
         if self.status == PRIMARY:
-            raise ValueError(f"already in primary view {self.counter} (members "
-                             f"{list(self.lp)}); setPrimary is for a blocked or fresh node")
+            raise ValueError(f"already in primary view {self.counter}; setPrimary is for a "
+                             f"blocked or fresh node")
         if self.operator:
             raise ValueError("a setPrimary is already pending")
         self.operator = True
@@ -531,7 +531,7 @@ class Primary(LayerBase):
         self.inner = catalogue.build(self.inner_name, self.me, members, params)
         self.gate = Gate(self.me, members, self.inner)
         self.vectors = {}
-        out = self._lift(self.inner.start(now), now)
+        out = self._lift(self.inner.start(now) + self.inner.on_view(members, now), now)
         for sn, payload in list(self.pending.items()):
             out += self._inner_broadcast(sn, payload, now)  # P8: ours not yet delivered
         return out
