@@ -15,8 +15,9 @@ lines in ordinal (`i`) order. Checks (keys of summary.json `checks`, claimed by 
   `blocked` event and the next `join` or primary `view` (P10).
 - `notification_order`: per node and message, opt <= fnl <= ensured by ordinal, none
   repeated, no `ensured` without `fnl` (4.3).
-- `uniform`: an `ensured` (service uniform) at node n is logged only once every member of
-  n's current primary view has logged `fnl` of the message, in true time.
+- `uniform`: an `ensured` (service uniform) at node n is logged only once every correct
+  member of n's current primary view has logged `fnl` of the message, in true time (a node
+  that crashed, or restarted and adopted the state it missed, is not held to it).
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from typing import Any
 
 EXAMPLES = 5
 MEMBERSHIP_CHECKS = ("split_brain", "blocked_delivery", "notification_order", "uniform")
-_WANTED = (b'"ev":"view"', b'"ev":"blocked"', b'"ev":"excluded"', b'"ev":"join"',
-           b'"ev":"opt"', b'"ev":"fnl"', b'"ev":"ensured"', b'"ev":"refused"')
+_WANTED = (b'"ev":"start"', b'"ev":"stop"', b'"ev":"view"', b'"ev":"blocked"',
+           b'"ev":"excluded"', b'"ev":"join"', b'"ev":"opt"', b'"ev":"fnl"', b'"ev":"ensured"',
+           b'"ev":"refused"')
 
 Events = dict[str, list[dict[str, Any]]]
 
@@ -121,7 +123,16 @@ def notification_order(events: Events) -> list[dict[str, Any]]:
     return found
 
 
+def crashed(events: Events) -> set[str]:
+    """Nodes that are not correct by their own log: restarted (a start with incarnation > 0)
+    or never stopped. A restarted node adopts the state it missed without logging it."""
+    return {n for n, evs in events.items()
+            if any(e["ev"] == "start" and e.get("incarnation", 0) > 0 for e in evs)
+            or not any(e["ev"] == "stop" for e in evs)}
+
+
 def uniform(events: Events) -> list[dict[str, Any]]:
+    down = crashed(events)
     fnl_t: dict[tuple[str, str], int] = {}
     for node, evs in events.items():
         for e in evs:
@@ -134,8 +145,8 @@ def uniform(events: Events) -> list[dict[str, Any]]:
             if e["ev"] == "view" and e.get("primary") is True:
                 members = list(e["members"])
             elif e["ev"] == "ensured":
-                lacking = [m for m in members
-                           if fnl_t.get((m, e["mid"]), e["t"] + 1) > e["t"]]
+                lacking = [m for m in members if m not in down
+                           and fnl_t.get((m, e["mid"]), e["t"] + 1) > e["t"]]
                 if lacking or not members:
                     found.append({"node": node, "mid": e["mid"], "t": e["t"],
                                   "lacking": lacking or ["(no primary view)"]})

@@ -253,8 +253,9 @@ def test_checkers_on_hand_written_logs() -> None:
     ok = {"a": [ev("opt", 1, 1), ev("fnl", 2, 2), ev("ensured", 3, 3)]}
     assert [len(checks.notification_order(x)) for x in (repeated, early, opt_late, ok)] == [
         1, 1, 1, 0]
+    stop = {"ev": "stop", "i": 99, "t": 99}
     uniform_early = {"a": [view(0, 2, ["a", "b"]), ev("fnl", 1, 10), ev("ensured", 2, 20)],
-                     "b": [view(0, 2, ["a", "b"]), ev("fnl", 1, 30)]}
+                     "b": [view(0, 2, ["a", "b"]), ev("fnl", 1, 30), stop]}
     assert checks.uniform(uniform_early)[0]["lacking"] == ["b"]
     uniform_ok = {"a": [view(0, 2, ["a", "b"]), ev("fnl", 1, 10), ev("ensured", 2, 40)],
                   "b": [view(0, 2, ["a", "b"]), ev("fnl", 1, 30)]}
@@ -340,3 +341,23 @@ def test_bad_primary_params_are_one_line_errors(tmp_path: Path) -> None:
     assert [p.split(": ", 2)[1] for p in problems] == [
         "protocol.params.protocol", "protocol.params.primary_rule", "protocol.params.bootstrap"]
     assert all(p.startswith(f"{tmp_path / 'exp.yaml'}:") and "\n" not in p for p in problems)
+
+
+def test_a_restart_faster_than_the_failure_detector_rejoins_by_join(tmp_path: Path) -> None:
+    """h3 crashes and restarts within 100 ms, before anyone suspects it: the new incarnation
+    asks to JOIN, the coordinator installs a new view, h3 adopts the state (no delivery
+    logged twice) and delivers on in the new primary view."""
+    def before(sim: Simulator) -> None:
+        sim.at(SIM_EPOCH_NS + 3 * S, lambda: sim._host_fault("crash", 2))
+        sim.at(SIM_EPOCH_NS + 3 * S + S // 10, lambda: sim._host_fault("restart", 2))
+
+    events = scenario(tmp_path, [], duration_s=6, drain_s=2, before=before)
+    correct = {"h1", "h2", "h4", "h5"}
+    assert ps.total_order_pairs(events) == 0 and ps.integrity(events) == 0
+    assert ps.agreement(events, correct) == 0
+    assert not [e for e in events["h1"] if e["ev"] == "suspect"]
+    assert judged(tmp_path) == dict.fromkeys(checks.MEMBERSHIP_CHECKS, 0)
+    joins = [j for j in named(events, "h3", "join") if secs(j) > 3]
+    assert len(joins) == 1 and joins[0]["adopted"] > 50
+    sent_after = {e["mid"] for e in events["h3"] if e["ev"] == "send" and secs(e) > 3.5}
+    assert sent_after and all(sent_after <= set(ps.deliveries(events)[h]) for h in correct)

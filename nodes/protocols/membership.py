@@ -22,6 +22,9 @@ process's *reachable set* is itself plus every member it does not suspect. Rules
 
 Views are partitionable: each side of a partition installs its own. The first view (id 1,
 every configured member) is installed by configuration, as all nodes of a run start together.
+A restarted process (a new incarnation) starts with no view and multicasts JOIN every
+`retry` until it is in one: the coordinator proposes a new view even if its failure detector
+never noticed the crash.
 
 Wire (id 19, `membership`): type DATA, the kind in `aux`, the view id in `seq`; PROPOSE and
 INSTALL carry the members as u16s, FLUSH_OK the owner's opaque flush state.
@@ -38,7 +41,7 @@ from nodes.wire import Header, Message, MsgType
 
 WIRE_ID = 19
 TICK = "mb:tick"
-PROPOSE, FLUSH_OK, INSTALL, REJECT = 1, 2, 3, 4
+PROPOSE, FLUSH_OK, INSTALL, REJECT, JOIN = 1, 2, 3, 4, 5
 U16 = struct.Struct("!H")
 
 
@@ -76,14 +79,18 @@ class Membership:
     Installed views are queued in `installed` for the owner to drain."""
 
     def __init__(self, me: int, members: list[int], flush_state: Callable[[], bytes],
-                 retry_ns: int = 50_000_000, flush_timeout_ns: int = 1_000_000_000):
+                 retry_ns: int = 50_000_000, flush_timeout_ns: int = 1_000_000_000,
+                 restarted: bool = False):
         self.me = me
         self.all = tuple(sorted(members))
         self.flush_state = flush_state
         self.retry_ns = retry_ns
         self.flush_timeout_ns = flush_timeout_ns
-        self.view = View(1, self.all)
-        self.max_vid = 1
+        # A restarted process (a new incarnation) knows no view: it asks to join (JOIN) until
+        # a coordinator installs one with it, even if nobody suspected it meanwhile.
+        self.view = View(0, (me,)) if restarted else View(1, self.all)
+        self.max_vid = self.view.vid
+        self.joiners: set[int] = set()  # JOINs a coordinator has to answer with a view
         self.suspected: set[int] = set()
         self.proposal: Proposal | None = None  # coordinated by me
         self.accepted: tuple[int, int, tuple[int, ...]] | None = None  # (vid, coord, members)
@@ -113,10 +120,12 @@ class Membership:
     def on_timer(self, now: int) -> list[Action]:
         out: list[Action] = [SetTimer(TICK, self.retry_ns)]
         reach = self.reachable()
-        if reach[0] == self.me and reach != self.view.members:
+        if reach[0] == self.me and (reach != self.view.members or self.joiners & set(reach)):
             out += self._coordinate(reach, now)
         elif self.proposal is not None:
             self.proposal = None  # no longer the coordinator, or nothing left to change
+        if self.view.vid == 0 and self.accepted is None:
+            out += [self._msg(m, JOIN, 0, b"") for m in reach if m != self.me]
         if self.accepted is not None and self.accepted[1] != self.me:
             state = self.flush_state()
             out.append(self._msg(self.accepted[1], FLUSH_OK, self.accepted[0], state))
@@ -159,6 +168,9 @@ class Membership:
                 return self._on_flush_ok(src, h.seq, msg.payload)
             if kind == INSTALL:
                 return self._on_install(src, h.seq, unpack_members(msg.payload))
+            if kind == JOIN:
+                self.joiners.add(src)
+                return []
             if kind == REJECT:
                 if self.proposal is not None and h.seq >= self.proposal.vid:
                     self.max_vid = max(self.max_vid, h.seq)
@@ -205,6 +217,7 @@ class Membership:
 
     def _install(self, view: View) -> list[Action]:
         self.view = view
+        self.joiners -= set(view.members)
         self.accepted = None
         self.installed.append(view)
         return [Log("view", {"layer": "membership", "vid": view.vid,

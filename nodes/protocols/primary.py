@@ -154,9 +154,14 @@ class Primary(LayerBase):
         self.retry_ns = round(p.retry_ms * 1e6)
         self.stable_ns = round(p.stable_ms * 1e6)
         self.pending_limit = p.pending_limit
+        self.incarnation = int(params.get("incarnation", 0))
         self.membership = Membership(me, members, self._flush_state, self.retry_ns,
-                                     round(p.flush_timeout_ms * 1e6))
-        bootstrap = int(params.get("bootstrap_id", min(members)))
+                                     round(p.flush_timeout_ms * 1e6),
+                                     restarted=self.incarnation > 0)
+        # P1; a restarted process (its log continues, its state is gone) is never the
+        # bootstrap again: it rejoins fresh
+        bootstrap = (int(params.get("bootstrap_id", min(members))) if self.incarnation == 0
+                     else -1)
         # P1: the configured primary; everyone else starts fresh (counter 0).
         self.status = PRIMARY if me == bootstrap else FRESH
         self.counter = 1 if me == bootstrap else 0
@@ -188,6 +193,9 @@ class Primary(LayerBase):
         self.vectors: dict[int, dict[int, int]] = {}
         self.unensured: deque[tuple[int, int]] = deque()
         # counters for management
+        # a new incarnation's first state transfer is adopted, not delivered: its previous
+        # incarnation may have delivered any of it, and one log must not show a message twice
+        self.recovering = self.incarnation > 0
         self.refused = 0
         self.refused_logged = 0
         self.duplicates = 0
@@ -337,7 +345,10 @@ class Primary(LayerBase):
         Send it my probe again, the state transfer if I lead and it is fresh, my ATT_ACK."""
         assert self.held is not None and self.my_probe is not None
         out: list[Action] = [Send(q, self.my_probe)]
-        if self.installed and self.leader == self.me and q in self.receivers:
+        if self.installed and (self.leader == self.me and q in self.receivers
+                               or self.probes[q].status == FRESH):
+            # a fresh prober after an installation without it (it restarted into a view the
+            # others installed by P2): every installed member answers, it takes the first
             out.append(self._deliver_view(q, self.counter - 1))
         if self.att_acks and self.me in self.att_acks:
             h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.held.vid, aux=ATT_ACK)
@@ -476,9 +487,14 @@ class Primary(LayerBase):
                 raise ValueError(f"state transfer names non-member {o}")
             if sn > self.wm.get(o, 0):
                 n += 1
-                out += self._deliver(o, sn, size)
+                if self.recovering:
+                    self.wm[o] = sn  # the state, not deliveries this log would repeat
+                    self.history.append((o, sn, size))
+                else:
+                    out += self._deliver(o, sn, size)
         self.transferred += n
-        join.fields["transferred"] = n
+        join.fields["adopted" if self.recovering else "transferred"] = n
+        self.recovering = False
         self.leader = src
         self.by_operator = bool(h.hint)
         return out + self._install(h.mno, now)
