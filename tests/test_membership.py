@@ -348,8 +348,10 @@ def test_a_restart_faster_than_the_failure_detector_rejoins_by_join(tmp_path: Pa
     asks to JOIN, the coordinator installs a new view, h3 adopts the state (no delivery
     logged twice) and delivers on in the new primary view."""
     def before(sim: Simulator) -> None:
-        sim.at(SIM_EPOCH_NS + 3 * S, lambda: sim._host_fault("crash", 2))
-        sim.at(SIM_EPOCH_NS + 3 * S + S // 10, lambda: sim._host_fault("restart", 2))
+        def fault(op: str) -> Callable[[], None]:
+            return lambda: None if sim._host_fault(op, 2) else None
+        sim.at(SIM_EPOCH_NS + 3 * S, fault("crash"))
+        sim.at(SIM_EPOCH_NS + 3 * S + S // 10, fault("restart"))
 
     events = scenario(tmp_path, [], duration_s=6, drain_s=2, before=before)
     correct = {"h1", "h2", "h4", "h5"}
