@@ -266,7 +266,7 @@ def test_checkers_on_hand_written_logs() -> None:
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def testbed_run(spec: Path, out: Path, *extra: str) -> ps.Events:
+def run_testbed(spec: Path, out: Path, *extra: str) -> ps.Events:
     proc = subprocess.run([sys.executable, "-m", "testbed", "run", str(spec), "--out",
                            str(out), "--no-analyze", *extra],
                           capture_output=True, text=True, cwd=ROOT, timeout=240)
@@ -277,7 +277,7 @@ def testbed_run(spec: Path, out: Path, *extra: str) -> ps.Events:
 def test_primary_partition_experiment_on_the_simulator(tmp_path: Path) -> None:
     """experiments/primary-partition.yaml end to end on sim (the Spark verdict of the same
     checks is in the README; here the plain-Python oracles)."""
-    events = testbed_run(ROOT / "experiments" / "primary-partition.yaml", tmp_path / "runs")
+    events = run_testbed(ROOT / "experiments" / "primary-partition.yaml", tmp_path / "runs")
     run = run_dir_of(tmp_path / "runs")
     assert_total_order_stack_clean(events)
     section = checks.membership_section(run)
@@ -320,7 +320,7 @@ def test_primary_on_the_local_backend(tmp_path: Path) -> None:
     machine, the checkers are clean and everyone ends in one primary view."""
     (tmp_path / "topo.yaml").write_text(LOCAL_TOPO)
     (tmp_path / "exp.yaml").write_text(LOCAL_EXP)
-    events = testbed_run(tmp_path / "exp.yaml", tmp_path / "runs")
+    events = run_testbed(tmp_path / "exp.yaml", tmp_path / "runs")
     assert_total_order_stack_clean(events)
     section = checks.membership_section(run_dir_of(tmp_path / "runs"))
     assert {k: v["violations"] for k, v in section["checks"].items()} == dict.fromkeys(
