@@ -198,6 +198,11 @@ def membership_mbean(core: NodeCore, proto: Primary) -> MBean:
         .attribute("Status", "str", lambda: proto.view_info()["status"],
                    description="primary, blocked, or fresh (excluded or not joined yet)")
         .attribute("RefusedBroadcasts", "int", lambda: proto.refused)
+        .attribute("TransferredDeliveries", "int", lambda: proto.transferred,
+                   description="deliveries received by state transfer when rejoining")
+        .attribute("RejectedMessages", "int",
+                   lambda: proto.rejected + proto.membership.rejected,
+                   description="view and membership messages refused as malformed")
         .operation("setPrimary", set_primary, [], "str",
                    "make this blocked node's view the primary (operator recovery, 4.2)")
     )

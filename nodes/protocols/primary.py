@@ -192,10 +192,10 @@ class Primary(LayerBase):
         self.pending: dict[int, bytes] = {}
         self.vectors: dict[int, dict[int, int]] = {}
         self.unensured: deque[tuple[int, int]] = deque()
-        # counters for management
         # a new incarnation's first state transfer is adopted, not delivered: its previous
         # incarnation may have delivered any of it, and one log must not show a message twice
         self.recovering = self.incarnation > 0
+        # counters for management (testbed:type=Membership)
         self.refused = 0
         self.refused_logged = 0
         self.duplicates = 0
@@ -560,6 +560,8 @@ class Primary(LayerBase):
         if self.inner is None or epoch != self.epoch or src not in self.inst_members:
             return []  # an instance that is gone (or not ours)
         msg = decode(payload)
+        if msg.header.sender != src:
+            raise ValueError(f"inner message from {src} names sender {msg.header.sender}")
         reason = self.gate.check(msg)
         if reason is not None:
             raise ValueError(f"inner message rejected: {reason}")
