@@ -363,3 +363,33 @@ def test_a_restart_faster_than_the_failure_detector_rejoins_by_join(tmp_path: Pa
     assert len(joins) == 1 and joins[0]["adopted"] > 50
     sent_after = {e["mid"] for e in events["h3"] if e["ev"] == "send" and secs(e) > 3.5}
     assert sent_after and all(sent_after <= set(ps.deliveries(events)[h]) for h in correct)
+
+
+def test_malformed_view_messages_are_counted_not_raised() -> None:
+    """Nothing from the network is trusted: bad probes, state transfers, membership lists
+    and forged inner senders are refused (`ev=drop`, RejectedMessages), never raised."""
+    from nodes.protocols import primary as pv
+    from nodes.wire import Header, Message, MsgType, encode
+
+    layer = Primary(1, [0, 1, 2], {**FAST_FD})
+    layer.start(0)
+
+    def msg(proto: int, aux: int, payload: bytes, seq: int = 1) -> Message:
+        return Message(Header(MsgType.DATA, proto, sender=0, seq=seq, aux=aux), payload)
+
+    inner = Message(Header(MsgType.DATA, 2, sender=2, origin=2, mno=1))
+    bad = [msg(pv.WIRE_ID, pv.PROBE, b"\x00\x05\x00"),            # member list past the end
+           msg(pv.WIRE_ID, pv.PROBE, b"\x00\x00\x00\x00\x00\x07"),  # vector of a wrong size
+           msg(pv.WIRE_ID, pv.DELIVER_VIEW, b"\x00\x01\x00\x00\x01"),
+           msg(pv.WIRE_ID, 99, b""),
+           msg(mb.WIRE_ID, mb.PROPOSE, b"\x00\x02\x00\x01"),        # not sorted
+           msg(mb.WIRE_ID, mb.FLUSH_OK, b"\x00"),
+           msg(pv.WIRE_ID, pv.INNER, b"garbage", seq=layer.epoch),
+           msg(pv.WIRE_ID, pv.INNER, encode(inner), seq=layer.epoch)]  # forged sender
+    layer.status, layer.inner_name = pv.PRIMARY, "sequencer"
+    assert layer.held is not None
+    layer._start_instance(0)
+    for m in bad:
+        out = layer.on_message(0, m, 1)
+        assert [a.ev for a in out] == ["drop"], (m, out)
+    assert layer.rejected + layer.membership.rejected == len(bad)
