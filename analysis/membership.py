@@ -13,6 +13,11 @@ lines in ordinal (`i`) order. Checks (keys of summary.json `checks`, claimed by 
   counter, the first part fires.
 - `blocked_delivery`: a node delivers nothing (`opt`, `fnl`, `ensured`) between its
   `blocked` event and the next `join` or primary `view` (P10).
+- `minority_blocked` (the brief's oracle, from the fault history rather than the nodes' own
+  `blocked`): during each partition of faults.jsonl, a connected group holding no strict
+  majority of the last primary before the partition logs no delivery and no primary view
+  from its first membership view after the partition started (detection and flush done)
+  until the heal; a group where an operator installed a primary (`setPrimary`) is exempt.
 - `notification_order`: per node and message, opt <= fnl <= ensured by ordinal, none
   repeated, no `ensured` without `fnl` (4.3).
 - `uniform`: an `ensured` (service uniform) at node n is logged only once every correct
@@ -28,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 EXAMPLES = 5
-MEMBERSHIP_CHECKS = ("split_brain", "blocked_delivery", "notification_order", "uniform")
+MEMBERSHIP_CHECKS = ("split_brain", "blocked_delivery", "minority_blocked", "notification_order",
+                     "uniform")
 _WANTED = (b'"ev":"start"', b'"ev":"stop"', b'"ev":"view"', b'"ev":"blocked"',
            b'"ev":"excluded"', b'"ev":"join"', b'"ev":"opt"', b'"ev":"fnl"', b'"ev":"ensured"',
            b'"ev":"refused"')
@@ -153,6 +159,93 @@ def uniform(events: Events) -> list[dict[str, Any]]:
     return found
 
 
+Partition = tuple[int, float, list[list[str]]]  # start, stop, connected groups
+
+
+def _groups(hosts: list[str], cuts: list[list[str]]) -> list[list[str]]:
+    """Groups of hosts still connected both ways (a one-way cut separates too)."""
+    blocked = {frozenset(c) for c in cuts}
+    groups: list[list[str]] = []
+    seen: set[str] = set()
+    for h in sorted(hosts):
+        if h in seen:
+            continue
+        group, todo = [], [h]
+        seen.add(h)
+        while todo:
+            a = todo.pop()
+            group.append(a)
+            for b in hosts:
+                if b not in seen and frozenset((a, b)) not in blocked:
+                    seen.add(b)
+                    todo.append(b)
+        groups.append(sorted(group))
+    return groups
+
+
+def read_partitions(run_dir: Path, hosts: list[str]) -> list[Partition]:
+    """Partition intervals of faults.jsonl (start to stop, or to the end) with their groups."""
+    path = Path(run_dir) / "faults.jsonl"
+    if not path.exists():
+        return []
+    entries = []
+    for line in path.read_text().splitlines():
+        try:
+            entries.append(json.loads(line))
+        except ValueError:
+            continue
+    out: list[Partition] = []
+    open_: dict[Any, dict[str, Any]] = {}
+    for e in sorted(entries, key=lambda e: int(e.get("t", 0))):
+        if e.get("kind") != "partition":
+            continue
+        key = e.get("fault")
+        if e.get("phase", "start") == "start":
+            if key in open_:
+                start = open_.pop(key)
+                out.append((int(start["t"]), int(e["t"]), _cut_groups(hosts, start)))
+            open_[key] = e
+        elif key in open_:
+            start = open_.pop(key)
+            out.append((int(start["t"]), int(e["t"]), _cut_groups(hosts, start)))
+    out += [(int(s["t"]), float("inf"), _cut_groups(hosts, s)) for s in open_.values()]
+    return sorted(out, key=lambda p: p[0])
+
+
+def _cut_groups(hosts: list[str], start: dict[str, Any]) -> list[list[str]]:
+    return _groups(hosts, (start.get("params") or {}).get("cuts") or [])
+
+
+def minority_blocked(events: Events, partitions: list[Partition]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    views = sorted(((e["t"], e) for _, e in _primary_views(events)), key=lambda x: x[0])
+    for start, stop, groups in partitions:
+        before = [e for t, e in views if t < start]
+        if not before:
+            continue
+        last = max(before, key=lambda e: int(e["counter"]))["members"]
+        for group in groups:
+            if len(set(group) & set(last)) >= len(last) // 2 + 1:
+                continue  # the majority side: it goes on
+            if any(e.get("operator") and start <= t < stop and e["node"] in group
+                   for t, e in views):
+                continue  # an operator chose this side (P9)
+            for node in group:
+                evs = events.get(node, [])
+                since = next((e["t"] for e in evs if e["ev"] == "view"
+                              and e.get("layer") == "membership" and e["t"] > start), None)
+                if since is None:
+                    continue
+                for e in evs:
+                    primary_view = e["ev"] == "view" and e.get("primary") is True
+                    if since < e["t"] < stop and (
+                            e["ev"] in ("opt", "fnl", "ensured") or primary_view):
+                        found.append({"node": node, "ev": e["ev"], "mid": e.get("mid"),
+                                      "t": e["t"], "partition_start": start,
+                                      "group": group, "last_primary": last})
+    return found
+
+
 def membership_section(run_dir: Path) -> dict[str, Any]:
     """`checks` (the four above) and `membership` for summary.json; {} for a run without
     primary views (another protocol)."""
@@ -176,6 +269,8 @@ def membership_section(run_dir: Path) -> dict[str, Any]:
                                                 "ensured")}
     checks = {"split_brain": _result(split_brain(events), True),
               "blocked_delivery": _result(blocked_delivery(events), True),
+              "minority_blocked": _result(
+                  minority_blocked(events, read_partitions(run_dir, sorted(events))), True),
               "notification_order": _result(notification_order(events), True),
               "uniform": _result(uniform(events), True)}
     return {"checks": checks,

@@ -393,3 +393,25 @@ def test_malformed_view_messages_are_counted_not_raised() -> None:
         out = layer.on_message(0, m, 1)
         assert [getattr(a, "ev", None) for a in out] == ["drop"], (m, out)
     assert layer.rejected + layer.membership.rejected == len(bad)
+
+
+def test_minority_oracle_catches_a_minority_that_does_not_block(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negative control for `minority_blocked` (fault-history based) and `split_brain`: with
+    the majority test broken (every view counts as a majority), {h4,h5} goes on as a primary
+    during the 2|3 partition."""
+    from nodes.protocols import primary as pv
+
+    monkeypatch.setattr(pv, "strict_majority", lambda view, of: True)
+    events = scenario(tmp_path, [(3, [[0, 1, 2], [3, 4]]), (6, None)], duration_s=7,
+                      drain_s=2)
+    start, stop = SIM_EPOCH_NS + 3 * S, SIM_EPOCH_NS + 6 * S
+    found = checks.minority_blocked(events, [(start, stop, [["h1", "h2", "h3"],
+                                                            ["h4", "h5"]])])
+    assert {f["node"] for f in found} == {"h4", "h5"} and len(found) > 50
+    assert checks.split_brain(events)
+    monkeypatch.undo()
+    clean = scenario(tmp_path / "clean", [(3, [[0, 1, 2], [3, 4]]), (6, None)], duration_s=7,
+                     drain_s=2)
+    assert checks.minority_blocked(clean, [(start, stop, [["h1", "h2", "h3"],
+                                                          ["h4", "h5"]])]) == []
