@@ -17,7 +17,15 @@ from nodes.config import NodeConfig
 from nodes.edge import Gate
 from nodes.eventlog import EventLog
 from nodes.protocols import catalogue, make_protocol
-from nodes.protocols.base import FinalDeliver, Log, OptDeliver, Received, Send, SetTimer
+from nodes.protocols.base import (
+    EnsuredDeliver,
+    FinalDeliver,
+    Log,
+    OptDeliver,
+    Received,
+    Send,
+    SetTimer,
+)
 from nodes.protocols.failure_detector import FailureDetector
 from nodes.wire import Message, MsgType, WireError, decode, encode
 
@@ -191,6 +199,9 @@ class NodeCore:
             self.counters.opt += 1
             self.log.delivery(t, lt, "opt", f"{self.names[a.origin]}:{a.mno}", 0, a.size,
                               a.instance)
+        elif kind is EnsuredDeliver:
+            self.log.write(t, lt, "ensured", mid=f"{self.names[a.origin]}:{a.mno}",
+                           service=a.service)
         elif kind is Received:
             self.log.delivery(t, lt, "recv", f"{self.names[a.origin]}:{a.mno}", 0, a.size,
                               a.instance)
@@ -202,6 +213,8 @@ class NodeCore:
             fields = dict(a.fields)
             if "member" in fields:
                 fields["member"] = self.names[fields["member"]]
+            if "members" in fields:
+                fields["members"] = [self.names[m] for m in fields["members"]]
             if "mno" in fields:
                 origin = fields.pop("origin", self.cfg.node_id)
                 fields["mid"] = f"{self.names[origin]}:{fields.pop('mno')}"

@@ -433,7 +433,8 @@ class Simulator:
         op, *args = p["exec"]
         reply = jolokia.handle({"type": "exec", "mbean": p["mbean"], "operation": op,
                                 "arguments": args})
-        return {"value": reply.get("value"), "status": reply.get("status")}
+        return {"value": reply.get("value"), "status": reply.get("status"),
+                **({"error": reply["error"]} if "error" in reply else {})}
 
 
 def run_sim_file(path: Path) -> SimStats:

@@ -24,7 +24,9 @@ from nodes.protocols import (
     cbcast,
     fifo,
     lamport,
+    membership,
     moving_sequencer,
+    primary,
     psync,
     psync_total,
     qos_vbr,
@@ -120,6 +122,9 @@ CATALOGUE: tuple[Entry, ...] = (
           summary="QoS-preserving total order for variable bit rate: slots of theta, latency "
                   "<= delta+gamma+theta, delta+2gamma+theta with a crash; total order with "
                   "gaps when loss_tolerance > 0 (004 secs. 5-7)"),
+    Entry("primary", primary.WIRE_ID, primary.Primary, primary.PrimaryParams, SEQUENCER_TOTAL,
+          summary="total order in primary views over partitionable membership: majority of "
+                  "the last primary, blocked minorities, forced leave and rejoin (001 4.1)"),
     Entry("fifo", fifo.WIRE_ID, fifo.Fifo, CommonParams, frozenset({"fifo_order", "integrity"}),
           summary="FIFO without reliability, late messages dropped (002 L54-66)"),
 )
@@ -133,6 +138,7 @@ for _e in CATALOGUE:
         raise RuntimeError(f"protocol {_e.name!r} claims unknown checks "
                            f"{sorted(_e.claims - set(CHECKS))}")
     wire.register_proto(_e.wire_id, _e.name)
+wire.register_proto(membership.WIRE_ID, "membership")  # the primary layer's membership
 
 
 def names() -> tuple[str, ...]:
