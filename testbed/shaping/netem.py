@@ -29,17 +29,46 @@ def quantum(bps: int) -> int:
     return max(1514, min(60000, bps // 8 // 10))
 
 
+def pct(fraction: float) -> str:
+    return f"{fraction * 100:.6g}%"
+
+
 def netem_args(c: ClassPlan) -> list[str]:
+    """The leaf's netem options, in tc-netem(8)'s terms (docs/link-model.md)."""
+    p = c.path
     args = ["netem", "limit", str(c.limit)]
     if c.delay_ns or c.jitter_ns:
         args += ["delay", tc_time(c.delay_ns)]
         if c.jitter_ns:
             args.append(tc_time(c.jitter_ns))
+            if p.jitter_corr:
+                args.append(pct(p.jitter_corr))
             dist = NETEM_DISTRIBUTIONS.get(c.distribution)
             if dist:
                 args += ["distribution", dist]
-    if c.loss:
-        args += ["loss", f"{c.loss * 100:.6g}%"]
+    if p.reorder:
+        args += ["reorder", pct(p.reorder), *([pct(p.reorder_corr)] if p.reorder_corr else []),
+                 "gap", str(p.reorder_gap or 1)]
+    if p.gemodel is not None:
+        ge_p, ge_r, ge_h, ge_k = p.gemodel
+        # tc takes the loss probabilities of the two states: 1-h (bad), 1-k (good)
+        args += ["loss", "gemodel", pct(ge_p), pct(ge_r), pct(1 - ge_h), pct(1 - ge_k)]
+    elif c.loss:
+        args += ["loss", pct(c.loss), *([pct(p.loss_corr)] if p.loss_corr else [])]
+    if p.duplicate:
+        args += ["duplicate", pct(p.duplicate),
+                 *([pct(p.duplicate_corr)] if p.duplicate_corr else [])]
+    if p.corrupt:
+        args += ["corrupt", pct(p.corrupt), *([pct(p.corrupt_corr)] if p.corrupt_corr else [])]
+    if p.rate_bps:
+        args += ["rate", rate(p.rate_bps)]
+    elif p.fifo and c.jitter_ns:
+        # FIFO (`reorder: false`): with a rate, netem_enqueue schedules each packet after the
+        # last one in its queue (time_to_send = max(now + delay, last) + length / rate), so
+        # jitter no longer reorders. The class's own rate adds one packet's serialisation,
+        # which the HTB class above charges anyway. Verified under UML
+        # (tests/test_uml_netem_fifo.py), where a child pfifo did not keep the order.
+        args += ["rate", rate(c.rate_bps)]
     return args
 
 
