@@ -41,6 +41,10 @@ class LinkModel:
     def __init__(self, path: PathConfig, rng: random.Random):
         self.rng = rng
         self.lost = self.corrupted = self.duplicated = self.reordered = self.overflow = 0
+        # The userspace shaper flips the bit for real: it wants corrupted datagrams delayed
+        # like the others, marked by `was_corrupted`, instead of dropped here.
+        self.deliver_corrupted = False
+        self.was_corrupted = False
         self.path = path
 
     @property
@@ -88,14 +92,18 @@ class LinkModel:
         if copies == 2:
             self.duplicated += 1
             self.dup_ns = self._enqueue(now_ns, size)
+        self.was_corrupted = False
         if p.corrupt and self._draw("corrupt", p.corrupt_corr) < p.corrupt:
             self.corrupted += 1
-            return None
+            if not self.deliver_corrupted:
+                return None
+            self.was_corrupted = True
         return self._enqueue(now_ns, size)
 
     def _simple(self, now_ns: int, size: int) -> int | None:
         p = self._path
         self.dup_ns = None
+        self.was_corrupted = False
         if p.loss and self.rng.random() < p.loss:
             self.lost += 1
             return None

@@ -272,6 +272,38 @@ def check_topology(topo: TopologySpec) -> list[tuple[Loc, str]]:
     return problems
 
 
+def links(topo: TopologySpec) -> list[tuple[Loc, LinkSpec]]:
+    """Every link of the topology with its spec location."""
+    out: list[tuple[Loc, LinkSpec]] = [(("sites", name, "lan"), site.lan)
+                                       for name, site in topo.sites.items()]
+    out += [(("wan", i), link) for i, link in enumerate(topo.wan)]
+    for src, row in (topo.matrix or {}).items():
+        out += [(("matrix", src, dst), e) for dst, e in row.items() if isinstance(e, LinkSpec)]
+    return out
+
+
+#: Link keys that lose whole datagrams, which the in-process shaper cannot do to a TCP stream.
+DATAGRAM_FAULTS = ("loss", "gemodel", "duplicate", "corrupt", "reorder")
+
+
+def check_link_model(topo: TopologySpec, backend: str, transport: str) -> list[tuple[Loc, str]]:
+    """Link keys this backend's applier cannot realise (docs/link-model.md): one problem per
+    key and link. Every applier realises every key over UDP; under `transport: tls` only
+    the kernel's (mininet, docker) turn a lost segment into a retransmission, while the
+    local backend's in-process shaper sits above TCP and would drop whole datagrams."""
+    problems: list[tuple[Loc, str]] = []
+    if backend != "local" or transport != "tls":
+        return problems
+    for loc, link in links(topo):
+        for key in DATAGRAM_FAULTS:
+            value = getattr(link, key)
+            if value and not (key == "reorder" and isinstance(value, bool)):
+                problems.append(((*loc, key), f"the local backend cannot realise `{key}` "
+                                 "under transport tls: its in-process shaper sits above TCP, "
+                                 "where loss becomes delay (use mininet or docker, or udp)"))
+    return problems
+
+
 @dataclass(frozen=True, slots=True)
 class Path:
     """One-way path parameters from one host to another."""
