@@ -113,7 +113,7 @@ class NodeConfig:
     tls_ca: str = ""
     mgmt_tls: bool = False
     mgmt_mutual: bool = False  # HTTPS management also wants a client certificate of the CA
-    # Log every datagram's arrival (`ev=arrive`: src, type, rseq), the sim's and the local
+    # Log every datagram's arrival (`ev=arrive`: src, type, rseq, flags), the sim's and the local
     # backend's stand-in for a pcap (`capture: {arrivals: true}`).
     log_arrivals: bool = False
 

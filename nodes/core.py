@@ -127,7 +127,7 @@ class NodeCore:
         if self.log_arrivals:  # `capture: {arrivals: true}` (docs/link-model.md)
             h = msg.header
             self.log.write(t, self.clock.local(t), "arrive", src=self.names.get(src, str(src)),
-                           type=h.type.name, rseq=h.rseq)
+                           type=h.type.name, rseq=h.rseq, flags=h.flags)
         if src in self.blocked_in:
             return Output()
         lt = self.clock.local(t)

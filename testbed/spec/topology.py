@@ -23,6 +23,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -115,6 +116,21 @@ class LinkSpec(Strict):
     bandwidth: Bandwidth | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("reorder", mode="before")
+    @classmethod
+    def _reorder(cls, v: object) -> object:
+        # Validated here so that a bad mapping is one problem, not one per union member.
+        if isinstance(v, bool | ReorderSpec):
+            return v
+        if not isinstance(v, dict):
+            raise ValueError("reorder is false (FIFO), true, or {probability, correlation, gap}")
+        try:
+            return ReorderSpec.model_validate(v)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err["loc"])
+            raise ValueError(f"{where}: {err['msg']}" if where else err["msg"]) from None
 
     @model_validator(mode="after")
     def _combinations(self) -> LinkSpec:
