@@ -1,0 +1,60 @@
+"""`reorder: false` on mininet, judged from the pcaps (issue 14's link-model acceptance): a
+sequencer run over 10 ms +- 5 ms uniform jitter on every path, shaped by the applier `auto`
+picks here (the userspace shaper, docs/platform.md), captured on every host's data interface.
+On each receiver's capture, the DATA datagrams of each sender (first transmissions) arrive in
+the order of their reliable sequence numbers: 0 reordered on every path."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+
+from analysis.pcap import read_pcap
+from nodes.wire import Flag, MsgType
+from tests.eventlogs import run_dir_of
+from tests.shaping_env import root_only
+from tests.test_link_model import reordered
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.root
+@root_only
+def test_reorder_false_gives_no_reordered_datagram_in_mininet_pcaps(tmp_path: Path) -> None:
+    (tmp_path / "t.yaml").write_text(
+        "name: jit\nsites:\n  a:\n    lan: {delay: 10ms, jitter: 5ms, jitter_dist: uniform, "
+        "reorder: false}\nhosts:\n" + "".join(f"  - {{name: h{i}, site: a}}\n" for i in (1, 2, 3)))
+    (tmp_path / "e.yaml").write_text(
+        "name: fifo\ntopology: t.yaml\nbackend: mininet\nduration: 4s\ndrain: 1s\n"
+        "capture: {pcap: true, snaplen: 128}\n"
+        "protocol: {name: sequencer, params: {sequencer: h1}}\n"
+        "workload: {rate: 200/s, size: 100B}\n")
+    proc = subprocess.run([sys.executable, "-m", "testbed", "run", str(tmp_path / "e.yaml"),
+                           "--out", str(tmp_path / "runs"), "--no-analyze"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = run_dir_of(tmp_path / "runs")
+    members = json.loads((run / "nodes" / "h1" / "node.json").read_text())["members"]
+    ip = {m["name"]: m["host"] for m in members}
+    counts, sizes = {}, {}
+    for entry in json.loads((run / "pcaps" / "manifest.json").read_text()):
+        table = read_pcap(run / "pcaps" / Path(entry["file"]).name)
+        me = entry["host"]
+        data = table.filter(pc.and_(
+            pc.and_(pc.equal(table["dst"], ip[me]), pc.equal(table["tb_type"], int(MsgType.DATA))),
+            pc.equal(pc.bit_wise_and(table["tb_flags"], int(Flag.RETRANSMIT)), 0)))
+        data = data.sort_by("ts_ns")
+        for src in ip:
+            if src == me:
+                continue
+            seq = data.filter(pc.equal(data["src"], ip[src]))["tb_rseq"].to_pylist()
+            counts[f"{src}->{me}"] = reordered(seq)
+            sizes[f"{src}->{me}"] = len(seq)
+    print(f"reordered per path: {counts}; datagrams: {sizes}")
+    assert len(counts) == 6 and all(n >= 200 for n in sizes.values()), sizes
+    assert counts == {p: 0 for p in counts}
