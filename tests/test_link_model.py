@@ -21,6 +21,7 @@ from nodes.config import PathConfig
 from nodes.linkmodel import LinkModel
 from nodes.wire import Flag
 from testbed.shaping import netem
+from testbed.shaping.hostns import ShapingError
 from testbed.shaping.plan import host_plans
 from testbed.shaping.userspace_daemon import Lane
 from testbed.spec.topology import TopologySpec
@@ -278,3 +279,21 @@ def test_reorder_false_gives_no_reordered_datagram_on_any_path(tmp_path: Path,
     if backend == "sim":  # the control: the same paths with netem's default do reorder
         free = run_arrivals(tmp_path / "free", backend, reorder=True)
         assert sum(reordered(seq) for per in free.values() for seq in per.values()) > 100
+
+
+def test_netem_applier_refuses_duplicate_beside_other_destinations_in_one_sentence() -> None:
+    """Linux refuses a duplicating netem next to other netems in one tree (found under UML:
+    tests/test_uml_netem_fifo.py); the plan has a leaf per destination, so the applier says so
+    before running any command."""
+    three = TopologySpec.model_validate({
+        "name": "d", "hosts": [{"name": h} for h in ("a", "b", "c")],
+        "matrix": {"a": {"b": {"delay": "1ms", "duplicate": "1%"}, "c": "1ms"},
+                   "b": {"a": "1ms", "c": "1ms"}, "c": {"a": "1ms", "b": "1ms"}}})
+    ips = {"a": "198.18.0.1", "b": "198.18.0.2", "c": "198.18.0.3"}
+    plans = host_plans(three, three.paths(), ips, "d0")
+    assert netem.unrealisable(plans["a"]) == (
+        "the netem applier cannot realise `duplicate` on a->b: the kernel refuses a duplicating "
+        "netem beside the host's other destinations' netems (use the userspace applier)")
+    assert netem.unrealisable(plans["b"]) is None
+    with pytest.raises(ShapingError, match="cannot realise `duplicate`"):
+        netem.NetemApplier().apply(None, plans["a"], None)  # type: ignore[arg-type]

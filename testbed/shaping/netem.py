@@ -12,7 +12,7 @@ Runtime changes touch only the leaf (`tc qdisc change`), so queued packets stay 
 from __future__ import annotations
 
 from testbed.rundir import Journal
-from testbed.shaping.hostns import HostNs
+from testbed.shaping.hostns import HostNs, ShapingError
 from testbed.shaping.plan import ClassPlan, HostPlan
 
 #: netem distribution names; netem's default (no `distribution`) is uniform.
@@ -136,10 +136,26 @@ def apply_tree(ns: HostNs, plan: HostPlan, journal: Journal, leaves: bool) -> No
     ns.run(["tc", "-batch", "-"], stdin=batch)
 
 
+def unrealisable(plan: HostPlan) -> str | None:
+    """Why real netem cannot build this plan, in one sentence, or None. Linux refuses a
+    duplicating netem next to other netems in one tree ("netem: cannot mix duplicating netems
+    with other netems in tree", seen under UML's 6.1 kernel: tests/test_uml_netem_fifo.py), and
+    the plan has one netem leaf per destination."""
+    dup = [c.dst for c in plan.classes if c.path.duplicate]
+    if dup and len(plan.classes) > 1:
+        return (f"the netem applier cannot realise `duplicate` on {plan.host}->{dup[0]}: the "
+                "kernel refuses a duplicating netem beside the host's other destinations' "
+                "netems (use the userspace applier)")
+    return None
+
+
 class NetemApplier:
     name = "netem"
 
     def apply(self, ns: HostNs, plan: HostPlan, journal: Journal) -> None:
+        reason = unrealisable(plan)
+        if reason is not None:
+            raise ShapingError(reason)
         apply_tree(ns, plan, journal, leaves=True)
 
     def change(self, ns: HostNs, plan: HostPlan, c: ClassPlan) -> None:
