@@ -1,8 +1,10 @@
-"""`reorder: false` on mininet, judged from the pcaps (issue 14's link-model acceptance): a
-sequencer run over 10 ms +- 5 ms uniform jitter on every path, shaped by the applier `auto`
-picks here (the userspace shaper, docs/platform.md), captured on every host's data interface.
-On each receiver's capture, the DATA datagrams of each sender (first transmissions) arrive in
-the order of their reliable sequence numbers: 0 reordered on every path."""
+"""The link model on mininet (issue 14's link-model acceptance), shaped by the applier `auto`
+picks here (the userspace shaper, docs/platform.md).
+
+`reorder: false`, judged from the pcaps: a sequencer run over 10 ms +- 5 ms uniform jitter on
+every path, captured on every host's data interface. On each receiver's capture, the DATA
+datagrams of each sender (first transmissions) arrive in the order of their reliable sequence
+numbers: 0 reordered on every path. Gilbert-Elliott loss: probe datagrams across the WAN."""
 
 from __future__ import annotations
 
@@ -59,3 +61,42 @@ def test_reorder_false_gives_no_reordered_datagram_in_mininet_pcaps(tmp_path: Pa
     # On a loaded machine a node can start late and send less; every path still carries some.
     assert len(counts) == 6 and min(sizes.values()) >= 30 and sum(sizes.values()) >= 1000, sizes
     assert counts == {p: 0 for p in counts}
+
+
+@pytest.mark.root
+@pytest.mark.timing
+@root_only
+def test_gilbert_elliott_loss_on_mininet_inside_the_models_99pct_interval(tmp_path: Path) -> None:
+    """A mininet WAN (its bridges, the applier `auto` picks) with Gilbert-Elliott loss (p 2%,
+    r 25%) on h1->h2: 4,000 probe datagrams lose a share and in bursts inside the simple
+    Gilbert model's 99% intervals (the lane is seeded; a kernel drop would push them out)."""
+    from testbed.backends.mininet import MininetBackend
+    from testbed.rundir import RunDir
+    from testbed.spec.topology import TopologySpec
+    from testbed.teardown import teardown
+    from tests.test_link_model import gilbert_interval, loss_runs
+    from tests.test_link_model_shaper import probe
+
+    topo = TopologySpec.model_validate({
+        "name": "ge", "hosts": [{"name": "h1"}, {"name": "h2"}],
+        "matrix": {"h1": {"h2": {"delay": "2ms", "gemodel": {"p": "2%", "r": "25%"}}},
+                   "h2": {"h1": "2ms"}}})
+    run = RunDir.create(tmp_path, "ge")
+    backend = MininetBackend(run, topo, topo.paths(), seed=3)
+    n = 4000
+    try:
+        addresses = backend.up()
+        got = probe(backend.ns["h1"], backend.ns["h2"], addresses["h2"].data, rate=2000,
+                    count=n, port=9200)
+    finally:
+        backend.down()
+        teardown(run)
+    assert not any(e for e in run.journal.live())
+    seen = {s for s, _ in got}
+    lost = [i not in seen for i in range(n)]
+    runs = loss_runs(lost)
+    rate, burst = sum(lost) / n, sum(runs) / len(runs)
+    (lo, hi), (blo, bhi) = gilbert_interval(0.02, 0.25, n)
+    print(f"mininet GE loss {rate:.4f} in [{lo:.4f}, {hi:.4f}], burst {burst:.2f} in "
+          f"[{blo:.2f}, {bhi:.2f}]")
+    assert lo <= rate <= hi and blo <= burst <= bhi, (rate, burst)
