@@ -276,9 +276,9 @@ def test_reorder_false_gives_no_reordered_datagram_on_any_path(tmp_path: Path,
     assert len(paths) == 6 and all(len(fifo[d][s]) >= 250 for d, s in paths), fifo
     assert {f"{s}->{d}": reordered(fifo[d][s]) for d, s in paths} == {
         f"{s}->{d}": 0 for d, s in paths}
-    if backend == "sim":  # the control: the same paths with netem's default do reorder
-        free = run_arrivals(tmp_path / "free", backend, reorder=True)
-        assert sum(reordered(seq) for per in free.values() for seq in per.values()) > 100
+    # The control: the same paths with netem's default do reorder, so the count can fail.
+    free = run_arrivals(tmp_path / "free", backend, reorder=True)
+    assert sum(reordered(seq) for per in free.values() for seq in per.values()) > 100
 
 
 def test_netem_applier_refuses_duplicate_beside_other_destinations_in_one_sentence() -> None:
