@@ -23,7 +23,7 @@ from nodes.wire import Flag
 from testbed.shaping import netem
 from testbed.shaping.hostns import ShapingError
 from testbed.shaping.plan import host_plans
-from testbed.shaping.userspace_daemon import Lane
+from testbed.shaping.userspace_daemon import Lane, flip_bit
 from testbed.spec.topology import TopologySpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -297,3 +297,14 @@ def test_netem_applier_refuses_duplicate_beside_other_destinations_in_one_senten
     assert netem.unrealisable(plans["b"]) is None
     with pytest.raises(ShapingError, match="cannot realise `duplicate`"):
         netem.NetemApplier().apply(None, plans["a"], None)  # type: ignore[arg-type]
+
+
+def test_userspace_corruption_flips_one_payload_bit_and_keeps_the_headers() -> None:
+    ip = bytes([0x45]) + bytes(19)  # IPv4, 20-byte header
+    packet = ip + bytes(8) + bytes(range(100))  # then UDP's 8 bytes and a payload
+    rng = random.Random(2)
+    for _ in range(200):
+        bad = flip_bit(packet, rng)
+        diff = [i for i in range(len(packet)) if bad[i] != packet[i]]
+        assert len(diff) == 1 and diff[0] >= 28  # one byte, past the IP and UDP headers
+        assert bin(bad[diff[0]] ^ packet[diff[0]]).count("1") == 1
