@@ -142,8 +142,9 @@ class Lane:
 
 def flip_bit(data: bytes, rng: random.Random) -> bytes:
     """netem's corruption: one random bit of the payload flipped, after the checksums were
-    computed (here: anywhere past the IP and UDP/TCP headers, so the packet is still routed and
-    the receiver's transport checksum discards it)."""
+    computed. Here anywhere past the IP header and the transport header's first 8 bytes (ports,
+    lengths: all of UDP's), so the packet still reaches its receiver, whose UDP or TCP checksum
+    then discards it."""
     start = min(len(data) - 1, (data[0] & 0x0F) * 4 + 8)
     i = rng.randrange(start, len(data))
     return data[:i] + bytes([data[i] ^ (1 << rng.randrange(8))]) + data[i + 1:]
