@@ -295,9 +295,13 @@ class NodeRuntime:
             set_path(peer, p.delay_ns / 1e6, p.jitter_ns / 1e6, p.loss * 100)
 
         def current() -> dict[str, dict[str, float]]:
+            # What the link model did so far, next to its parameters (docs/link-model.md).
             return {self.core.names[d]: {"delay_ms": m.path.delay_ns / 1e6,
                                          "jitter_ms": m.path.jitter_ns / 1e6,
-                                         "loss_pct": m.path.loss * 100}
+                                         "loss_pct": m.path.loss * 100,
+                                         "lost": m.lost, "corrupted": m.corrupted,
+                                         "duplicated": m.duplicated, "reordered": m.reordered,
+                                         "overflow": m.overflow}
                     for d, m in self.links.items()}
 
         return (MBean("testbed:type=Paths", "Per-destination path emulation (inprocess)")
