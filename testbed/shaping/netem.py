@@ -116,6 +116,9 @@ def change_commands(plan: HostPlan, c: ClassPlan) -> list[list[str]]:
 def script(plan: HostPlan, leaves: bool = True) -> str:
     lines = [f"# {plan.host}: {len(plan.classes)} destination class(es) on {plan.dev}"]
     lines += [f"# warning: {w}" for w in plan.warnings]
+    refused = unrealisable(plan) if leaves else None
+    if refused:
+        lines.append(f"# warning: {refused}")
     lines += [" ".join(cmd) for cmd in commands(plan, leaves)]
     return "\n".join(lines)
 

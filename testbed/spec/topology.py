@@ -371,8 +371,9 @@ def _compose(links: list[LinkSpec], delay_ns: int) -> Path:
     """A path through `links` (sender's LAN half, WAN, receiver's LAN half). Delays add, jitters
     add as variances, independent losses compose, the narrowest bandwidth, rate and limit win.
     What cannot be composed -- Gilbert-Elliott state, duplication, corruption, reordering and
-    the correlations -- comes from the first link that sets it. The path is FIFO when every
-    link that could reorder it (jitter or reordering) says `reorder: false`."""
+    the correlations -- comes from the first link that sets it; a Gilbert-Elliott path
+    ignores the random `loss` of its other links. The path is FIFO when every link that could
+    reorder it (jitter or reordering) says `reorder: false`."""
     jitter = round(math.sqrt(sum(link.jitter**2 for link in links)))
     keep = 1.0
     for link in links:
