@@ -79,6 +79,7 @@ class NodeCore:
         self.blocked_out: set[int] = set()
         self.blocked_in: set[int] = set()
         self.durable_sends = True
+        self.log_arrivals = cfg.log_arrivals
 
     def start(self, t: int) -> Output:
         self.log.write(t, self.clock.local(t), "start", incarnation=self.cfg.incarnation)
@@ -131,6 +132,10 @@ class NodeCore:
     def deliver(self, msg: Message, t: int) -> Output:
         """A datagram already decoded (the simulator shares one decode among receivers)."""
         src = msg.header.sender
+        if self.log_arrivals:  # `capture: {arrivals: true}` (docs/link-model.md)
+            h = msg.header
+            self.log.write(t, self.clock.local(t), "arrive", src=self.names.get(src, str(src)),
+                           type=h.type.name, rseq=h.rseq, flags=h.flags)
         if src in self.blocked_in:
             return Output()
         lt = self.clock.local(t)

@@ -61,6 +61,7 @@ class NodeRuntime:
         # The `inprocess` shaping applier: this node delays, drops and paces its own datagrams
         # per destination, with netem semantics (nodes/linkmodel.py).
         self.links = {dst: LinkModel(p, rng) for dst, p in cfg.paths.items()}
+        self.fifo_at: dict[int, float] = {}  # FIFO paths: the last release, in loop time
         self.timers: dict[str, asyncio.TimerHandle] = {}
         # The last delay each timer key was armed with: a callback that raised re-arms its
         # timer with it, so that one bug does not silence a periodic task for good.
@@ -254,9 +255,20 @@ class NodeRuntime:
             self._emit(data, dst)
             return
         delay = link.transit(time.time_ns(), len(data))
-        if delay is None:
-            return
-        if delay == 0:
+        if link.dup_ns is not None:
+            self._later(link, dst, data, link.dup_ns)
+        if delay is not None:
+            self._later(link, dst, data, delay)
+
+    def _later(self, link: LinkModel, dst: int, data: bytes, delay: int) -> None:
+        """Emit after the model's delay. On a FIFO path each release is scheduled strictly
+        after the previous one in the loop's own clock: the model's order (wall-clock ns) must
+        not be undone by asyncio's timer heap, which does not keep the order of equal times."""
+        if link.path.fifo:
+            when = max(self.loop.time() + delay / 1e9, self.fifo_at.get(dst, 0.0) + 1e-6)
+            self.fifo_at[dst] = when
+            self.loop.call_at(when, self._emit, data, dst)
+        elif delay == 0:
             self._emit(data, dst)
         else:
             self.loop.call_later(delay / 1e9, self._emit, data, dst)
@@ -283,9 +295,13 @@ class NodeRuntime:
             set_path(peer, p.delay_ns / 1e6, p.jitter_ns / 1e6, p.loss * 100)
 
         def current() -> dict[str, dict[str, float]]:
+            # What the link model did so far, next to its parameters (docs/link-model.md).
             return {self.core.names[d]: {"delay_ms": m.path.delay_ns / 1e6,
                                          "jitter_ms": m.path.jitter_ns / 1e6,
-                                         "loss_pct": m.path.loss * 100}
+                                         "loss_pct": m.path.loss * 100,
+                                         "lost": m.lost, "corrupted": m.corrupted,
+                                         "duplicated": m.duplicated, "reordered": m.reordered,
+                                         "overflow": m.overflow}
                     for d, m in self.links.items()}
 
         return (MBean("testbed:type=Paths", "Per-destination path emulation (inprocess)")

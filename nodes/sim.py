@@ -262,6 +262,10 @@ class Simulator:
                         plain = link.plain
                         if plain is None:
                             drawn = link.transit(t, size)
+                            dup = link.dup_ns
+                            if dup is not None:  # netem's duplicate: a second arrival
+                                counter += 1
+                                put((t + dup, counter, ARRIVE, d, epochs[d], msg, size))
                             if drawn is None:
                                 lost += 1
                                 continue
@@ -328,6 +332,8 @@ class Simulator:
                 self.stats.datagrams += 1
                 link = links.get((nid, d))
                 transit = 0 if link is None else link.transit(now, size)
+                if link is not None and link.dup_ns is not None:
+                    self._push(now + link.dup_ns, ARRIVE, d, msg, size)
                 if transit is None:
                     self.stats.lost += 1
                     continue

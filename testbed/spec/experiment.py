@@ -79,6 +79,9 @@ class CaptureSpec(Strict):
     snaplen: int = Field(default=256, ge=64, le=65535)
     rotate_mb: int | None = Field(default=None, ge=1)
     rotate_s: int | None = Field(default=None, ge=1)
+    arrivals: bool = Field(default=False, description="log each datagram's arrival "
+                           "(ev=arrive: src, type, rseq, flags) in the receiver's event log; "
+                           "what a pcap shows, on every backend (sim and local have no pcaps)")
 
 
 class ManagementSpec(Strict):
