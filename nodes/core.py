@@ -213,6 +213,12 @@ def resolve_params(cfg: NodeConfig) -> dict[str, Any]:
     ids = {m.name: m.id for m in cfg.members}
     params = dict(cfg.params)
     params["incarnation"] = cfg.incarnation
+    # What the QoS protocols (004) need of the run: the configured start (their common epoch,
+    # nodes/protocols/qos_common.py), host names (per-host rates) and the payload size (the
+    # wire bytes they reserve for).
+    params["start_at_ns"] = cfg.start_at_ns
+    params["member_names"] = {m.id: m.name for m in cfg.members}
+    params["payload_size"] = cfg.workload.size
     entry = catalogue.find(cfg.protocol)
     for key in entry.host_params() if entry is not None else ():
         if params.get(key) is not None:

@@ -27,6 +27,7 @@ from nodes.protocols import (
     moving_sequencer,
     psync,
     psync_total,
+    qos_cbr,
     reliable_ack,
     token_ring,
 )
@@ -63,6 +64,10 @@ class Entry:
     claims: frozenset[str]
     optimistic: bool = False  # opt-delivers (summary.json gets `local_order` and accuracy)
     summary: str = ""
+    # A claimed latency bound (004): the formula analysis/qos.py judges the run's maximum
+    # latency against -- "cbr" Δ+Γ, "vbr" Δ+Γ+Θ (Δ+2Γ+Θ with failures), "leader" 2Δ+pO,
+    # "timestamp-leader" Δ+max(Δ+pO, Θ); "" claims none.
+    bound: str = ""
 
     def host_params(self) -> tuple[str, ...]:
         """Parameters that name a host: specs check them, nodes get the member id
@@ -109,6 +114,10 @@ CATALOGUE: tuple[Entry, ...] = (
           psync_total.PsyncTotalParams, SEQUENCER_TOTAL,
           summary="total order from Psync's causal order by waves, with NULLs (002 "
                   "L386-390)"),
+    Entry("qos-cbr", qos_cbr.WIRE_ID, qos_cbr.QosCbr, qos_cbr.QosCbrParams,
+          RELIABLE_FIFO | {"total_order"}, bound="cbr",
+          summary="QoS-preserving total order for constant bit rates, latency <= Δ+Γ (004 "
+                  "§4, Figs. 3-5)"),
     Entry("fifo", fifo.WIRE_ID, fifo.Fifo, CommonParams, frozenset({"fifo_order", "integrity"}),
           summary="FIFO without reliability, late messages dropped (002 L54-66)"),
 )
