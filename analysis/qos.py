@@ -71,8 +71,23 @@ def read_events(run_dir: Path) -> tuple[Events, float]:
     return events, skew
 
 
+def _lock(run_dir: Path) -> dict[str, Any]:
+    """The resolved experiment of spec.lock.yaml (testbed/runner.py), {} without one."""
+    lock = run_dir / "spec.lock.yaml"
+    if not lock.exists():
+        return {}
+    import yaml
+
+    doc = yaml.safe_load(lock.read_text()) or {}
+    exp = doc.get("experiment") if isinstance(doc, dict) else None
+    return exp if isinstance(exp, dict) else {}
+
+
 def run_protocol(run_dir: Path) -> tuple[str, dict[str, Any]]:
-    """The protocol's name and params, from the first node's config.json."""
+    """The protocol's name and params: spec.lock.yaml, else the first node's config.json."""
+    proto = _lock(run_dir).get("protocol")
+    if isinstance(proto, dict) and proto.get("name"):
+        return str(proto["name"]), dict(proto.get("params") or {})
     for cfg in sorted((run_dir / "nodes").glob("*/config.json")):
         d = json.loads(cfg.read_text())
         return str(d.get("protocol", "")), dict(d.get("params") or {})
@@ -260,14 +275,7 @@ def failures_in(history: Any) -> bool:
 
 
 def backend_is_sim(run_dir: Path) -> bool:
-    lock = run_dir / "spec.lock.yaml"
-    if not lock.exists():
-        return False
-    import yaml
-
-    doc = yaml.safe_load(lock.read_text()) or {}
-    exp = doc.get("experiment", doc) if isinstance(doc, dict) else {}
-    return isinstance(exp, dict) and exp.get("backend") == "sim"
+    return _lock(run_dir).get("backend") == "sim"
 
 
 def qos_for_run(run_dir: Path, history: Any, correct: list[str]) -> dict[str, Any]:
