@@ -161,6 +161,8 @@ def test_bad_qos_params_are_one_line_errors(tmp_path: Path, change: str, message
     assert len(lines) == 1 and lines[0].startswith(f"{spec}:{line}: ") and message in lines[0]
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_full_sim_run_meets_its_expectations(tmp_path: Path) -> None:
     """`testbed run` of experiments/qos-cbr.yaml: analysis writes the qos section and every
     expectation (bound within 1 ms, never above, assumptions hold) passes."""
