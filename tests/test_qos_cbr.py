@@ -57,8 +57,8 @@ def test_porder_is_the_virtual_time_order_after_any_rate_changes() -> None:
             order, _ = update(order, rng.randrange(len(order)), rate, j, list(range(n)), True)
             tie.remove(j)
             tie.append(j)
-        expect = sorted(((Fraction(k, rate[i]), tie.index(i), i) for i in range(n)
-                         for k in range(rate[i])))
+        expect = sorted((Fraction(k, rate[i]), tie.index(i), i) for i in range(n)
+                         for k in range(rate[i]))
         assert order == [i for _, _, i in expect]
 
 
@@ -67,7 +67,8 @@ def _tight(out: Path, offsets_ms: list[float], params: dict | None = None,
     cfgs = protosim.configs("qos-cbr", out, matrix_ms=TIGHT, jitter_ms=0, loss=0, rate=rate,
                             duration_s=duration_s, drain_s=1,
                             params={"delta": 40, "gamma": 10, "rate": 50, **(params or {})})
-    return [replace(c, clock=ClockConfig(round(o * 1e6))) for c, o in zip(cfgs, offsets_ms)]
+    return [replace(c, clock=ClockConfig(round(o * 1e6)))
+            for c, o in zip(cfgs, offsets_ms, strict=True)]
 
 
 def _judge(out: Path) -> tuple[protosim.Events, dict]:
