@@ -100,7 +100,9 @@ def _ms(ns: float | None) -> float | None:
 
 def delta_measured(events: Events) -> int | None:
     """Δ_meas (brief §1.6): the largest send-to-receive time of any data, dummy or rate
-    message, from `net`/`netrecv` pairs and, for data, `net`/`recv` by mid."""
+    message, from `net`/`netrecv` pairs joined on (sender, rseq); for a log without `netrecv`
+    events, from data messages' `net` and `recv` by mid (not for relayed messages: their mid's
+    recv is two hops after the origin's net)."""
     sent: dict[tuple[str, int], int] = {}
     sent_mid: dict[str, tuple[str, int]] = {}
     for node, evs in events.items():
@@ -111,12 +113,13 @@ def delta_measured(events: Events) -> int | None:
                 if "mid" in e:
                     sent_mid[e["mid"]] = (node, e["t"])
     worst: int | None = None
+    by_rseq = any(e["ev"] == "netrecv" for evs in events.values() for e in evs)
     for node, evs in events.items():
         for e in evs:
             d = None
             if e["ev"] == "netrecv" and (e.get("member"), e.get("rseq")) in sent:
                 d = e["t"] - sent[(e["member"], e["rseq"])]
-            elif e["ev"] == "recv" and e.get("mid") in sent_mid:
+            elif not by_rseq and e["ev"] == "recv" and e.get("mid") in sent_mid:
                 origin, t = sent_mid[e["mid"]]
                 if origin != node:
                     d = e["t"] - t

@@ -24,6 +24,7 @@ from nodes.protocols import (
     cbcast,
     fifo,
     lamport,
+    leader,
     moving_sequencer,
     psync,
     psync_total,
@@ -118,6 +119,9 @@ CATALOGUE: tuple[Entry, ...] = (
           RELIABLE_FIFO | {"total_order"}, bound="cbr",
           summary="QoS-preserving total order for constant bit rates, latency <= Δ+Γ (004 "
                   "§4, Figs. 3-5)"),
+    Entry("leader", leader.WIRE_ID, leader.Leader, leader.LeaderParams,
+          RELIABLE_FIFO | {"total_order"}, bound="leader",
+          summary="leader broadcast over reserved rates, latency <= 2Δ+pO (004 §8.1)"),
     Entry("fifo", fifo.WIRE_ID, fifo.Fifo, CommonParams, frozenset({"fifo_order", "integrity"}),
           summary="FIFO without reliability, late messages dropped (002 L54-66)"),
 )
