@@ -8,7 +8,7 @@ protocol's name and params (each node's config.json), never from a protocol's co
 - the empirical Γ: `2 * max |lt - t|` over every event (004 §2.2 bounds each clock by Γ/2);
 - the bound that applies (catalogue entry's `bound`): Δ+Γ (CBR, Thm 1), Δ+Γ+Θ (VBR, Thm 2),
   Δ+2Γ+Θ (VBR with failures in the fault schedule, Thm 5), 2Δ+pO (leader broadcast, §8.1),
-  Δ+max(Δ+pO, Θ) (timestamp leader, §8.2), pO the largest relay time the leader logged;
+  Δ+max(Δ+pO, Θ) (timestamp leader, §8.2), pO the largest relay or grant wait the leader logged;
 - the maximum application latency: per message, the latest final delivery minus the
   message's network send (`net`, the tick that carried it; `send` when there is none);
 - `assumptions_hold`: Δ_meas <= Δ, Γ_meas <= Γ (not for the leader-based ones, which assume no
@@ -33,7 +33,7 @@ BOUND_BY_NAME = {"qos-cbr": "cbr", "qos-vbr": "vbr", "leader": "leader",
                  "timestamp-leader": "timestamp-leader"}
 # The events analysis reads; the others only count for Γ (lt - t).
 WANTED = frozenset({"send", "fnl", "net", "netrecv", "recv", "reserve", "refused", "relay",
-                    "late", "start"})
+                    "grant", "late", "start"})
 EPSILON_SIM_NS = 1_000  # brief §3.8: sim ε = 1 µs
 EPSILON_REAL_NS = 2_000_000  # real backends: timer lateness and processing
 RATE_TOLERANCE = 0.02  # relative, on averages over the whole run
@@ -218,7 +218,7 @@ def qos_section(events: Events, skew_ns: float, protocol: str, params: dict[str,
     gamma = duration_ns(params.get("gamma", 10))
     theta = duration_ns(params.get("theta", 20))
     po = max((int(e.get("po_ns", 0)) for evs in events.values() for e in evs
-              if e["ev"] == "relay"), default=0)
+              if e["ev"] in ("relay", "grant")), default=0)
     bound = bound_ns(kind, delta, gamma, theta, po, failures)
     d_meas = delta_measured(events)
     g_meas = 2 * skew_ns

@@ -30,6 +30,7 @@ from nodes.protocols import (
     psync_total,
     qos_cbr,
     reliable_ack,
+    timestamp_leader,
     token_ring,
 )
 from nodes.protocols.base import CommonParams, Layer
@@ -122,6 +123,11 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("leader", leader.WIRE_ID, leader.Leader, leader.LeaderParams,
           RELIABLE_FIFO | {"total_order"}, bound="leader",
           summary="leader broadcast over reserved rates, latency <= 2Δ+pO (004 §8.1)"),
+    Entry("timestamp-leader", timestamp_leader.WIRE_ID, timestamp_leader.TimestampLeader,
+          timestamp_leader.TimestampLeaderParams, RELIABLE_FIFO | {"total_order"},
+          bound="timestamp-leader",
+          summary="blocks of timestamps granted by a leader, latency <= Δ+max(Δ+pO, Θ) (004 "
+                  "§8.2)"),
     Entry("fifo", fifo.WIRE_ID, fifo.Fifo, CommonParams, frozenset({"fifo_order", "integrity"}),
           summary="FIFO without reliability, late messages dropped (002 L54-66)"),
 )
