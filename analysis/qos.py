@@ -288,3 +288,18 @@ def qos_for_run(run_dir: Path, history: Any, correct: list[str]) -> dict[str, An
     events, skew = read_events(run_dir)
     return qos_section(events, skew, protocol, params, failures_in(history),
                        backend_is_sim(run_dir), correct)
+
+
+def qos_line(summary: dict[str, Any]) -> str:
+    """One console line: the bound, the measured maximum and slack, and the assumptions."""
+    q = summary.get("qos")
+    if not q:
+        return ""
+    line = (f"QoS {q['protocol']}: bound {q['formula']} = {q['bound_ms']:g} ms, max latency "
+            f"{q['max_latency_ms'] if q['max_latency_ms'] is not None else '-'} ms, slack "
+            f"{q['slack_ms'] if q['slack_ms'] is not None else '-'} ms; measured Δ "
+            f"{q['delta_measured_ms']} ms, Γ {q['gamma_measured_ms']} ms")
+    if not q["assumptions_hold"]:
+        line += "; assumptions violated (" + "; ".join(q["assumptions_violated"]) + \
+            "): only safety judged"
+    return line
