@@ -33,7 +33,7 @@ BOUND_BY_NAME = {"qos-cbr": "cbr", "qos-vbr": "vbr", "leader": "leader",
                  "timestamp-leader": "timestamp-leader"}
 # The events analysis reads; the others only count for Γ (lt - t).
 WANTED = frozenset({"send", "fnl", "net", "netrecv", "recv", "reserve", "refused", "relay",
-                    "grant", "late", "start"})
+                    "grant", "late", "start", "porder"})
 EPSILON_SIM_NS = 1_000  # brief §3.8: sim ε = 1 µs
 EPSILON_REAL_NS = 2_000_000  # real backends: timer lateness and processing
 RATE_TOLERANCE = 0.02  # relative, on averages over the whole run
@@ -208,6 +208,19 @@ def gaps(events: Events, correct: list[str]) -> dict[str, Any]:
     return {"violations": missing, "examples": examples[:10]}
 
 
+def porder_mismatches(events: Events) -> int:
+    """Lemma 4.1: every process computes the same schedule and cursor at the same change.
+    Counts the positions where a node's k-th `porder` (hash, cycle, current) differs from
+    the first node's (the shorter log is compared as a prefix)."""
+    logs = [[(e.get("hash"), e.get("cycle"), e.get("current")) for e in evs
+             if e["ev"] == "porder"] for evs in events.values()]
+    logs = [log for log in logs if log]
+    if len(logs) < 2:
+        return 0
+    ref = max(logs, key=len)
+    return sum(1 for log in logs for a, b in zip(log, ref, strict=False) if a != b)
+
+
 def qos_section(events: Events, skew_ns: float, protocol: str, params: dict[str, Any],
                 failures: bool, sim: bool, correct: list[str] | None = None) -> dict[str, Any]:
     """The `qos` section; {} for a protocol that claims no latency bound."""
@@ -258,6 +271,8 @@ def qos_section(events: Events, skew_ns: float, protocol: str, params: dict[str,
         "examples": [{"mid": m, "latency_ms": _ms(d)} for d, m in over[:5]],
     }
     out.update(rates(events, kind, theta))
+    if kind == "cbr":
+        out["porder_mismatches"] = porder_mismatches(events)
     if protocol == "qos-vbr" and int(params.get("loss_tolerance", 0) or 0) > 0:
         out["gaps"] = gaps(events, correct if correct is not None else sorted(events))
     return out

@@ -106,3 +106,11 @@ def test_read_events_from_a_run_directory(tmp_path: Path) -> None:
     events, skew = qos.read_events(tmp_path)
     assert skew == 3 * MS and len(events["h1"]) == 5
     assert qos.delta_measured(events) == 10 * MS
+
+
+def test_porder_logs_must_agree_across_nodes() -> None:
+    same = [ev("porder", 1, hash=7, cycle=0, current=0), ev("porder", 900, hash=9, cycle=3,
+                                                             current=4)]
+    assert qos.porder_mismatches({"h1": same, "h2": same[:1]}) == 0
+    other = [same[0], ev("porder", 900, hash=9, cycle=3, current=5)]
+    assert qos.porder_mismatches({"h1": same, "h2": other}) == 1

@@ -122,6 +122,7 @@ def test_renegotiation_keeps_one_porder_and_the_bound_with_aligned_cursor(
             for h, evs in ev.items()}
     assert len(logs["h1"]) == 5 and logs["h1"] == logs["h2"] == logs["h3"]  # Lemma 4.1
     assert q["above_bound"] == 0 and q["max_latency_ms"] <= 50.0
+    assert q["porder_mismatches"] == 0
 
 
 def test_literal_cursor_exceeds_the_bound_after_an_off_grid_change(tmp_path: Path) -> None:
