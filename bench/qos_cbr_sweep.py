@@ -22,7 +22,7 @@ from analysis import qos
 from nodes.config import ClockConfig
 from tests import protosim
 
-TIGHT = [[0, 10, 40], [10, 0, 10], [10, 10, 0]]
+TIGHT: list[list[float]] = [[0, 10, 40], [10, 0, 10], [10, 10, 0]]
 
 
 def one(rate: int, app_rate: float, seconds: float) -> dict[str, float]:
