@@ -78,3 +78,14 @@ def test_timestamp_leader_bursts_above_max_burst_lose_the_bound_not_the_order(
     ev, q = _ts_run(tmp_path, 10.0, 60.0, "poisson")
     assert protosim.total_order_pairs(ev) == 0 and protosim.agreement(ev) == 0
     assert q["above_bound"] > 0
+
+
+def test_fifo_channel_drops_late_and_old_incarnations_and_restarts_with_a_new_one() -> None:
+    from nodes.protocols.qos_common import FifoChannel
+
+    ch = FifoChannel(0, [0, 1])
+    assert ch.accept(1, 1) and ch.accept(1, 3)
+    assert not ch.accept(1, 2) and not ch.accept(1, 3)  # late, duplicate (002 A0.2)
+    assert ch.accept(1, 1, incarnation=1)  # the restarted sender counts from 1 again
+    assert not ch.accept(1, 9, incarnation=0) and not ch.accept(2, 1)  # old; not a member
+    assert ch.late == 4

@@ -73,6 +73,9 @@ class Leader(LayerBase):
         self.mno = 0
         self.g = 0  # leader: the last sequence number given
         self.next_seq = 1  # everyone: the next g to deliver
+        # A restarted process (incarnation > 0) joins the relay stream where it finds it: §8
+        # assumes no failures, so nothing before its first SEQDATA is owed to it.
+        self.joining = self.incarnation > 0
         self.held: dict[int, tuple[int, int, int]] = {}  # g -> (origin, mno, size)
         self.relay_q: deque[tuple[int, int, int, int]] = deque()  # (origin, mno, size, recv t)
         self.serving = False
@@ -155,11 +158,13 @@ class Leader(LayerBase):
                 or h.origin not in self.members or (relayed and h.seq < 1) \
                 or (not relayed and self.me != self.leader):
             return [Log("reject", {"reason": "role", "detail": f"from {j} seq {h.seq}"})]
-        if not self.chan.accept(j, h.rseq):
+        if not self.chan.accept(j, h.rseq, h.aux):
             return [Log("late", {"member": j, "rseq": h.rseq})]
         acts: list[Action] = [Log("netrecv", {"member": j, "rseq": h.rseq, "kind": "data"})]
         if not relayed:  # LB2 at the leader
             return acts + self._enqueue(h.origin, h.mno, len(msg.payload), now)
+        if self.joining:
+            self.joining, self.next_seq = False, h.seq
         if h.seq < self.next_seq or len(self.held) >= HOLD_MAX:
             return acts + [Log("reject", {"reason": "window", "detail": f"seq {h.seq}"})]
         acts.append(Received(h.origin, h.mno, len(msg.payload)))

@@ -293,7 +293,7 @@ class QosCbr(LayerBase):
                 item = ("dummy",)
         else:
             return self._reject("type", h)
-        if not self.chan.accept(j, h.rseq):  # A0.2: late or duplicate
+        if not self.chan.accept(j, h.rseq, h.aux):  # A0.2: late or duplicate
             return [Log("late", {"member": j, "rseq": h.rseq})]
         self.rq[j].append(item)
         acts: list[Action] = [Log("netrecv", {"member": j, "rseq": h.rseq, "kind": item[0]})]

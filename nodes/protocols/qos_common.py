@@ -68,11 +68,16 @@ def own_value(value: Any, params: dict[str, Any], me: int) -> Any:
 
 
 class FifoChannel:
-    """The unreliable per-pair FIFO channel under a QoS layer (002 A0.1/A0.2, L54-66)."""
+    """The unreliable per-pair FIFO channel under a QoS layer (002 A0.1/A0.2, L54-66).
+
+    A restarted sender numbers its datagrams from 1 again under a higher incarnation (header
+    `aux`, brief §2 "Joins"): its first datagram of the new incarnation resets V[sender];
+    datagrams of an older incarnation are dropped."""
 
     def __init__(self, me: int, members: list[int]):
         self.next_rseq = 1  # C_i
         self.seen = {m: 0 for m in members if m != me}  # V[j]
+        self.incarnation = {m: 0 for m in members if m != me}
         self.late = 0
 
     def stamp(self) -> int:
@@ -81,9 +86,15 @@ class FifoChannel:
         self.next_rseq += 1
         return r
 
-    def accept(self, sender: int, rseq: int) -> bool:
+    def accept(self, sender: int, rseq: int, incarnation: int = 0) -> bool:
         """A0.2: deliver iff rseq > V[sender]; else it is late or a duplicate."""
-        if sender not in self.seen or rseq <= self.seen[sender]:
+        known = self.incarnation.get(sender)
+        if known is None or incarnation < known:
+            self.late += 1
+            return False
+        if incarnation > known:
+            self.incarnation[sender], self.seen[sender] = incarnation, 0
+        if rseq <= self.seen[sender]:
             self.late += 1
             return False
         self.seen[sender] = rseq

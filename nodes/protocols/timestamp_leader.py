@@ -221,7 +221,7 @@ class TimestampLeader(LayerBase):
         bad = self._invalid(h)
         if bad:
             return self._reject(bad, h)
-        if not self.chan.accept(j, h.rseq):
+        if not self.chan.accept(j, h.rseq, h.aux):
             return [Log("late", {"member": j, "rseq": h.rseq})]
         kind = {REQ: "req", GRANT: "grant", TSDATA: "data", DUMMY: "dummy"}[h.type]
         acts: list[Action] = [Log("netrecv", {"member": j, "rseq": h.rseq, "kind": kind})]
