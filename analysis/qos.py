@@ -100,16 +100,21 @@ def _ms(ns: float | None) -> float | None:
 
 def delta_measured(events: Events) -> int | None:
     """Δ_meas (brief §1.6): the largest send-to-receive time of any data, dummy or rate
-    message, from `net`/`netrecv` pairs joined on (sender, rseq); for a log without `netrecv`
-    events, from data messages' `net` and `recv` by mid (not for relayed messages: their mid's
-    recv is two hops after the origin's net)."""
-    sent: dict[tuple[str, int], int] = {}
+    message, from `net`/`netrecv` pairs joined on (sender, incarnation, rseq): a restarted
+    sender counts rseq from 1 again, its `start` event carries the incarnation and its
+    receivers log it as `inc`. For a log without `netrecv` events, from data messages' `net`
+    and `recv` by mid (not for relayed messages: their mid's recv is two hops after the
+    origin's net)."""
+    sent: dict[tuple[str, int, int], int] = {}
     sent_mid: dict[str, tuple[str, int]] = {}
     for node, evs in events.items():
-        for e in evs:
-            if e["ev"] == "net":
+        inc = 0
+        for e in sorted(evs, key=lambda e: (e["t"], e.get("i", 0))):
+            if e["ev"] == "start":
+                inc = int(e.get("incarnation", 0) or 0)
+            elif e["ev"] == "net":
                 if isinstance(e.get("rseq"), int):
-                    sent[(node, e["rseq"])] = e["t"]
+                    sent[(node, inc, e["rseq"])] = e["t"]
                 if "mid" in e:
                     sent_mid[e["mid"]] = (node, e["t"])
     worst: int | None = None
@@ -117,8 +122,9 @@ def delta_measured(events: Events) -> int | None:
     for node, evs in events.items():
         for e in evs:
             d = None
-            if e["ev"] == "netrecv" and (e.get("member"), e.get("rseq")) in sent:
-                d = e["t"] - sent[(e["member"], e["rseq"])]
+            key = (e.get("member"), int(e.get("inc", 0) or 0), e.get("rseq"))
+            if e["ev"] == "netrecv" and key in sent:
+                d = e["t"] - sent[key]  # type: ignore[index]
             elif not by_rseq and e["ev"] == "recv" and e.get("mid") in sent_mid:
                 origin, t = sent_mid[e["mid"]]
                 if origin != node:

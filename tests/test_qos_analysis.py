@@ -114,3 +114,14 @@ def test_porder_logs_must_agree_across_nodes() -> None:
     assert qos.porder_mismatches({"h1": same, "h2": same[:1]}) == 0
     other = [same[0], ev("porder", 900, hash=9, cycle=3, current=5)]
     assert qos.porder_mismatches({"h1": same, "h2": other}) == 1
+
+
+def test_empirical_delta_pairs_datagrams_within_one_incarnation() -> None:
+    """A restarted sender numbers from 1 again: its rseq 1 must not pair with the old one."""
+    events: qos.Events = {
+        "h1": [ev("start", -1, incarnation=0), ev("net", 0, kind="dummy", rseq=1),
+               ev("start", 100, incarnation=1), ev("net", 200, kind="dummy", rseq=1)],
+        "h2": [ev("netrecv", 10, member="h1", rseq=1, kind="dummy"),
+               ev("netrecv", 215, member="h1", rseq=1, kind="dummy", inc=1)],
+    }
+    assert qos.delta_measured(events) == 15 * MS

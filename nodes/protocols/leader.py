@@ -34,7 +34,7 @@ from nodes.protocols.base import (
     param,
     typed_params,
 )
-from nodes.protocols.qos_common import FifoChannel, own_value, wire_rate_bps
+from nodes.protocols.qos_common import FifoChannel, netrecv, own_value, wire_rate_bps
 from nodes.wire import HEADER_SIZE, Flag, Header, Message, MsgType
 
 WIRE_ID = 15
@@ -160,7 +160,7 @@ class Leader(LayerBase):
             return [Log("reject", {"reason": "role", "detail": f"from {j} seq {h.seq}"})]
         if not self.chan.accept(j, h.rseq, h.aux):
             return [Log("late", {"member": j, "rseq": h.rseq})]
-        acts: list[Action] = [Log("netrecv", {"member": j, "rseq": h.rseq, "kind": "data"})]
+        acts: list[Action] = [netrecv(h, "data")]
         if not relayed:  # LB2 at the leader
             return acts + self._enqueue(h.origin, h.mno, len(msg.payload), now)
         if self.joining:

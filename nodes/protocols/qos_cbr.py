@@ -9,7 +9,8 @@ fraction k/r_j, ties in insertion order (§4.1 L206). Message K of j fills j's K
 message's tick to its delivery at every process is at most Δ+Γ (Theorem 1, L345-349).
 
 Rules (brief §3.4, with the paper's lines):
-- C1 init-rate at local E: reserve, multicast RATE(init, r) out of the tick grid, tick at E.
+- C1 init-rate at start, ahead of E: reserve, multicast RATE(init, r) out of the tick grid;
+  ticks from E.
 - C3 a RATE(init) at the head of Rqueue[j] sets rate[j] (Fig. 4 update-rate, L240-243).
 - C4 start-deliver once every rate is known: Porder of process 0, then Update inserts the
   others one by one (Fig. 4 L248-257).
@@ -63,6 +64,7 @@ from nodes.protocols.qos_common import (
     NS_PER_S,
     FifoChannel,
     epoch_ns,
+    netrecv,
     own_value,
     tick_ns,
     wire_rate_bps,
@@ -73,7 +75,6 @@ WIRE_ID = 13
 RESERVE_KEY = "qos-cbr"
 MAX_RATE = 100_000  # msgs/s: a rate message above this is refused as malformed
 TIMER = "cbr:tick"
-INIT_TIMER = "cbr:init"
 
 
 @dataclass(frozen=True)
@@ -165,8 +166,6 @@ class QosCbr(LayerBase):
 
     # -- application side ---------------------------------------------------------------------
     def start(self, now: int) -> list[Action]:
-        if now < self.epoch:
-            return [SetTimer(INIT_TIMER, self.epoch - now)]
         return self._init_rate(now)
 
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
@@ -206,10 +205,15 @@ class QosCbr(LayerBase):
 
     # -- sending ------------------------------------------------------------------------------
     def _init_rate(self, now: int) -> list[Action]:
-        """C1: init-rate at local E (FirstReserve -> DetOrder at once, §2.1 L93)."""
+        """C1: init-rate at start, `epoch_ms` ahead of tick 0 at E (FirstReserve -> DetOrder
+        at once, §2.1 L93). Fig. 4 sends the first message 1/r after init-rate; leaving well
+        ahead keeps the init-rate first even on a link that reorders close datagrams."""
         r = self.declared_rate
         self.my_rate = r
-        self.seg_base, self.seg_rate, self.seg_k = self.epoch, r, 0
+        # A process started after E (a restart: §4 has no joins) ticks from the next grid
+        # point instead of catching up on every tick it missed.
+        k0 = max(0, -(-(now - self.epoch) * r // NS_PER_S))
+        self.seg_base, self.seg_rate, self.seg_k = self.epoch, r, k0
         self.mode = "det-order"
         rseq = self.chan.stamp()
         msg = Message(Header(MsgType.DUMMY, WIRE_ID, FLAG_RATE_INIT, sender=self.me, rseq=rseq,
@@ -217,12 +221,10 @@ class QosCbr(LayerBase):
         self.rq[self.me].append(("init", r))
         acts: list[Action] = self._reserve(r)
         acts += [Send(None, msg), Log("net", {"kind": "rate", "k": -1, "rseq": rseq, "rate": r}),
-                 SetTimer(TIMER, max(0, self.epoch - now))]
+                 SetTimer(TIMER, max(0, tick_ns(self.epoch, k0, r) - now))]
         return acts + self._process()
 
     def on_timer(self, key: str, now: int) -> list[Action]:
-        if key == INIT_TIMER:
-            return self._init_rate(now)
         if key != TIMER or self.my_rate is None:
             return []
         return self._tick(now)
@@ -296,7 +298,7 @@ class QosCbr(LayerBase):
         if not self.chan.accept(j, h.rseq, h.aux):  # A0.2: late or duplicate
             return [Log("late", {"member": j, "rseq": h.rseq})]
         self.rq[j].append(item)
-        acts: list[Action] = [Log("netrecv", {"member": j, "rseq": h.rseq, "kind": item[0]})]
+        acts: list[Action] = [netrecv(h, item[0])]
         if item[0] == "data":
             acts.append(Received(j, h.mno, len(msg.payload)))
         return acts + self._process()

@@ -18,6 +18,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from nodes.protocols.base import Log
+from nodes.wire import Header
+
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
 
@@ -105,3 +108,12 @@ def wire_rate_bps(n: int, msgs_per_s: float, wire_bytes: int) -> float:
     """Egress bits/s of a multicast at `msgs_per_s` without IP multicast: n-1 unicasts of
     `wire_bytes` each (brief §1.6 "Reservation")."""
     return float((n - 1) * msgs_per_s * wire_bytes * 8)
+
+
+def netrecv(h: Header, kind: str) -> Log:
+    """`netrecv`: a datagram accepted from `h.sender` (analysis pairs it with the sender's
+    `net` by rseq, and by incarnation `inc` once the sender restarted, for the empirical Δ)."""
+    fields: dict[str, Any] = {"member": h.sender, "rseq": h.rseq, "kind": kind}
+    if h.aux:
+        fields["inc"] = h.aux
+    return Log("netrecv", fields)

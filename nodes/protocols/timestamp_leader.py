@@ -47,6 +47,7 @@ from nodes.protocols.qos_common import (
     FifoChannel,
     duration_ns,
     epoch_ns,
+    netrecv,
     own_value,
     wire_rate_bps,
 )
@@ -224,7 +225,7 @@ class TimestampLeader(LayerBase):
         if not self.chan.accept(j, h.rseq, h.aux):
             return [Log("late", {"member": j, "rseq": h.rseq})]
         kind = {REQ: "req", GRANT: "grant", TSDATA: "data", DUMMY: "dummy"}[h.type]
-        acts: list[Action] = [Log("netrecv", {"member": j, "rseq": h.rseq, "kind": kind})]
+        acts: list[Action] = [netrecv(h, kind)]
         if h.type == REQ:
             return acts + self._enqueue(j, h.seq, h.hint, now)
         if h.type == GRANT:
