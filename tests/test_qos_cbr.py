@@ -178,3 +178,46 @@ def test_full_sim_run_meets_its_expectations(tmp_path: Path) -> None:
     assert 49 <= q["max_latency_ms"] <= 50 and q["assumptions_hold"] and q["refused"] == 0
     assert summary["checks"]["latency_bound"]["violations"] == 0
     assert collections.Counter(e["ok"] for e in summary["expectations"]) == {True: 6}
+
+
+def test_loss_leaves_gaps_but_never_breaks_the_total_order(tmp_path: Path) -> None:
+    """Beyond §4 (which assumes no loss, L163): message K fills entry K whatever was lost
+    before it, and a lost rate message halts its sender's stream, so 5% loss, reordering
+    jitter and renegotiations leave gaps, never two orders (the nightly's partitions)."""
+    cfgs = protosim.configs("qos-cbr", tmp_path, n=4, delay_ms=10, jitter_ms=2, loss=0.05,
+                            rate=10, duration_s=4, drain_s=1, params={"rate": 50})
+    sim = Simulator(cfgs, seed=3)
+    for at, nid, r in [(1.0, 1, 20), (2.0, 2, 70), (3.0, 1, 35)]:
+        def change(nid: int = nid, r: int = r) -> None:
+            core = sim.cores[nid]
+            acts = core.protocol.on_new_rate({"rate": r}, core.clock.local(sim.now))
+            sim._apply(nid, core._process(acts, sim.now))
+        sim.at(cfgs[0].start_at_ns + round(at * 1e9), change)
+    sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
+    ev = protosim.read_events(tmp_path)
+    assert protosim.total_order_pairs(ev) == 0 and protosim.integrity(ev) == 0
+    gaps = sum(1 for evs in ev.values() for e in evs if e["ev"] == "gap")
+    delivered = sum(1 for evs in ev.values() for e in evs if e["ev"] == "fnl")
+    halts = sum(1 for evs in ev.values() for e in evs if e["ev"] == "halt")
+    assert gaps > 0 and delivered > 50, (gaps, halts, delivered)
+
+
+def test_negative_control_positions_by_arrival_break_the_order_under_loss(
+        tmp_path: Path) -> None:
+    """The literal Fig. 4 (a message takes the next entry of its sender, whatever was lost)
+    gives two orders under the same loss: the K placement is what keeps it safe."""
+    def by_arrival(self: QosCbr, j: int, h: object, item: tuple) -> list:
+        if item[0] == "init":
+            if j in self.recv_rate:
+                return []
+            self.recv_rate[j] = item[1]
+        self.rq[j].append(item)
+        return []
+
+    for patched, out in ((False, tmp_path / "k"), (True, tmp_path / "arrival")):
+        cfgs = protosim.configs("qos-cbr", out, n=4, delay_ms=10, jitter_ms=2, loss=0.05,
+                                rate=10, duration_s=4, drain_s=1, params={"rate": 50})
+        protosim.run(cfgs, seed=3, patch=(lambda nid, layer: setattr(
+            layer, "_place", by_arrival.__get__(layer))) if patched else None)
+        pairs = protosim.total_order_pairs(protosim.read_events(out))
+        assert (pairs > 0) if patched else (pairs == 0)

@@ -74,6 +74,7 @@ from nodes.wire import HEADER_SIZE, Header, Message, MsgType
 WIRE_ID = 13
 RESERVE_KEY = "qos-cbr"
 MAX_RATE = 100_000  # msgs/s: a rate message above this is refused as malformed
+MAX_GAP = 100_000_000  # lost messages one gap may stand for (a longer one halts the sender)
 TIMER = "cbr:tick"
 
 
@@ -163,6 +164,16 @@ class QosCbr(LayerBase):
         self.refused = 0
         self.bound_claimed = True
         self.rejects = 0
+        self.announced = 0  # rate messages sent (header `seq` of every message)
+        # Receipt-side bookkeeping that keeps the order safe when datagrams are lost, which
+        # §4 assumes away (L163): message K of j fills j's K-th entry whatever arrived
+        # before it, a gap in K becomes `lost` entries, and a lost rate message (the `seq`
+        # count differs) halts j's stream for good instead of letting Porders diverge.
+        self.next_k: dict[int, int] = {}
+        self.changes: dict[int, int] = {}
+        self.recv_rate: dict[int, int] = {}
+        self.inc: dict[int, int] = dict.fromkeys(self.members, 0)
+        self.gaps = 0
 
     # -- application side ---------------------------------------------------------------------
     def start(self, now: int) -> list[Action]:
@@ -214,11 +225,14 @@ class QosCbr(LayerBase):
         # point instead of catching up on every tick it missed.
         k0 = max(0, -(-(now - self.epoch) * r // NS_PER_S))
         self.seg_base, self.seg_rate, self.seg_k = self.epoch, r, k0
+        self.k_sent = k0  # K is the grid index: receivers map message K to entry K
         self.mode = "det-order"
         rseq = self.chan.stamp()
         msg = Message(Header(MsgType.DUMMY, WIRE_ID, FLAG_RATE_INIT, sender=self.me, rseq=rseq,
                              hint=r, aux=self.incarnation))
         self.rq[self.me].append(("init", r))
+        if k0:
+            self.rq[self.me].append(("lost", k0))  # the entries of the ticks it missed
         acts: list[Action] = self._reserve(r)
         acts += [Send(None, msg), Log("net", {"kind": "rate", "k": -1, "rseq": rseq, "rate": r}),
                  SetTimer(TIMER, max(0, tick_ns(self.epoch, k0, r) - now))]
@@ -242,18 +256,20 @@ class QosCbr(LayerBase):
         slot = k & 0xFFFFFFFF
         if kind == "data":
             h = Header(MsgType.DATA, WIRE_ID, sender=self.me, rseq=rseq, origin=self.me, mno=mno,
-                       slot=slot, ts=ts, aux=self.incarnation)
+                       seq=self.announced, slot=slot, ts=ts, aux=self.incarnation)
             msg = Message(h, b"\x00" * value)
             self.rq[self.me].append(("data", mno, value))
             fields.update(kind="data", mno=mno)
         elif kind == "rate":
+            self.announced += 1
             msg = Message(Header(MsgType.DUMMY, WIRE_ID, FLAG_RATE_NEW, sender=self.me,
-                                 rseq=rseq, hint=value, slot=slot, aux=self.incarnation))
+                                 rseq=rseq, seq=self.announced, hint=value, slot=slot,
+                                 aux=self.incarnation))
             self.rq[self.me].append(("rate", value))
             fields.update(kind="rate", rate=value)
         else:
-            msg = Message(Header(MsgType.DUMMY, WIRE_ID, sender=self.me, rseq=rseq, slot=slot,
-                                 aux=self.incarnation))
+            msg = Message(Header(MsgType.DUMMY, WIRE_ID, sender=self.me, rseq=rseq,
+                                 seq=self.announced, slot=slot, aux=self.incarnation))
             self.rq[self.me].append(("dummy",))
             fields["kind"] = "dummy"
         this_tick = tick_ns(self.seg_base, self.seg_k, self.seg_rate)
@@ -297,11 +313,53 @@ class QosCbr(LayerBase):
             return self._reject("type", h)
         if not self.chan.accept(j, h.rseq, h.aux):  # A0.2: late or duplicate
             return [Log("late", {"member": j, "rseq": h.rseq})]
-        self.rq[j].append(item)
         acts: list[Action] = [netrecv(h, item[0])]
+        acts += self._place(j, h, item)
         if item[0] == "data":
             acts.append(Received(j, h.mno, len(msg.payload)))
         return acts + self._process()
+
+    def _place(self, j: int, h: Header, item: tuple[Any, ...]) -> list[Action]:
+        """Queue a received message at its position K in j's stream (see `next_k`)."""
+        q = self.rq[j]
+        if item[0] == "init":
+            if h.aux > self.inc[j] and j in self.recv_rate:  # j restarted (§4: no joins)
+                self.inc[j] = h.aux
+                if item[1] != self.recv_rate[j]:
+                    return self._halt(j, "restarted with another rate")
+                self.changes[j] = 0  # its rate messages count from 0 again
+                return []
+            if j in self.recv_rate:
+                return [Log("reject", {"reason": "init-rate", "member": j})]
+            self.recv_rate[j], self.changes[j], self.next_k[j] = item[1], 0, 0
+            q.append(item)
+            return []
+        if j not in self.recv_rate:  # its init-rate was lost: j can never be scheduled
+            return [Log("late", {"member": j, "rseq": h.rseq, "reason": "no init-rate"})]
+        k, expected = h.slot, self.next_k[j]
+        if k < expected:
+            return [Log("late", {"member": j, "rseq": h.rseq, "reason": "old K"})]
+        acts: list[Action] = []
+        if k > expected:
+            if k - expected > MAX_GAP:
+                return self._halt(j, f"gap of {k - expected} messages")
+            self.gaps += k - expected
+            q.append(("lost", k - expected))
+            acts.append(Log("gap", {"member": j, "from_k": expected, "to_k": k - 1}))
+        self.next_k[j] = k + 1
+        if h.seq != self.changes[j] + (item[0] == "rate"):  # a rate message was lost
+            return acts + self._halt(j, "a rate message was lost")
+        if item[0] == "rate":
+            self.changes[j] += 1
+            self.recv_rate[j] = item[1]
+        q.append(item)
+        return acts
+
+    def _halt(self, j: int, why: str) -> list[Action]:
+        """Stop delivering at j's next entry for good: safe, where guessing is not."""
+        self.rq[j].append(("halt",))
+        self.next_k[j] = 1 << 62
+        return [Log("halt", {"member": j, "reason": why})]
 
     def _reject(self, reason: str, h: Header) -> list[Action]:
         self.rejects += 1
@@ -327,8 +385,12 @@ class QosCbr(LayerBase):
             q = rq[j]
             if not q:
                 return acts
+            kind = q[0][0]
+            if kind == "halt":
+                return acts
             item = q.popleft()
-            kind = item[0]
+            if kind == "lost" and item[1] > 1:
+                q.appendleft(("lost", item[1] - 1))  # one entry per lost message
             if kind == "rate":  # change-rate (Fig. 4 L260-270, fixes #5, #6)
                 self.rate[j] = item[1]
                 self.order, cur = update(order, self.current, self.rate, j, self.members,
@@ -340,9 +402,6 @@ class QosCbr(LayerBase):
             if kind == "data":
                 self.delivered += 1
                 acts.append(FinalDeliver(j, item[1], self.delivered, item[2]))
-            elif kind == "init":  # a second init-rate: not the paper's protocol
-                acts.append(Log("reject", {"reason": "init-rate", "member": j}))
-                continue
             self.current += 1
             if self.current == len(order):
                 self.current = 0
