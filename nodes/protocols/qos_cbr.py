@@ -29,7 +29,9 @@ Rules (brief §3.4, with the paper's lines):
   rate message's tick (brief §3.6.2), or, with `literal`, every 1/r_new after it.
 
 It runs over the unreliable per-pair FIFO channel (no retransmission) and assumes no loss,
-no failures and FIFO links whose one-way delay is at most Δ (§4 L163). A reservation the
+no failures and FIFO links whose one-way delay is at most Δ (§4 L163). Under loss it stays
+safe (docs/qos.md): message K fills its sender's entry K, a gap becomes `lost` entries, and a
+lost rate message halts that sender's stream rather than letting Porders diverge. A reservation the
 network refuses is logged (`refused`) and the bound is no longer claimed for the run.
 
 Log events (brief §9): `net` at every send (kind data|dummy|rate, K, rseq, rate), `netrecv` at
