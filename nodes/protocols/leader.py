@@ -35,6 +35,7 @@ from nodes.protocols.base import (
     typed_params,
 )
 from nodes.protocols.qos_common import FifoChannel, netrecv, own_value, wire_rate_bps
+from nodes.protocols.sequencer import INCARNATION_SPAN
 from nodes.wire import HEADER_SIZE, Flag, Header, Message, MsgType
 
 WIRE_ID = 15
@@ -70,7 +71,9 @@ class Leader(LayerBase):
         self.incarnation = int(params.get("incarnation", 0))
         self.wire_bytes = HEADER_SIZE + int(params.get("payload_size", 0))
         self.chan = FifoChannel(me, members)
-        self.mno = 0
+        # a restart's messages get new mids (the sequencer's numbering, nodes/protocols/
+        # sequencer.py INCARNATION_SPAN)
+        self.mno = self.incarnation * INCARNATION_SPAN
         self.g = 0  # leader: the last sequence number given
         self.next_seq = 1  # everyone: the next g to deliver
         # A restarted process (incarnation > 0) joins the relay stream where it finds it: §8

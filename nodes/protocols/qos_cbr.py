@@ -71,6 +71,7 @@ from nodes.protocols.qos_common import (
     tick_ns,
     wire_rate_bps,
 )
+from nodes.protocols.sequencer import INCARNATION_SPAN
 from nodes.wire import HEADER_SIZE, Header, Message, MsgType
 
 WIRE_ID = 13
@@ -161,7 +162,9 @@ class QosCbr(LayerBase):
         self.seg_rate = self.declared_rate
         self.seg_k = 0
         self.k_sent = 0  # K: post-init messages sent
-        self.mno = 0
+        # a restart's messages get new mids (the sequencer's numbering, nodes/protocols/
+        # sequencer.py INCARNATION_SPAN)
+        self.mno = self.incarnation * INCARNATION_SPAN
         self.delivered = 0
         self.refused = 0
         self.bound_claimed = True

@@ -51,6 +51,7 @@ from nodes.protocols.qos_common import (
     own_value,
     wire_rate_bps,
 )
+from nodes.protocols.sequencer import INCARNATION_SPAN
 from nodes.wire import HEADER_SIZE, Header, Message, MsgType
 
 WIRE_ID = 16
@@ -98,7 +99,9 @@ class TimestampLeader(LayerBase):
         self.incarnation = int(params.get("incarnation", 0))
         self.wire_bytes = HEADER_SIZE + int(params.get("payload_size", 0))
         self.chan = FifoChannel(me, members)
-        self.mno = 0
+        # a restart's messages get new mids (the sequencer's numbering, nodes/protocols/
+        # sequencer.py INCARNATION_SPAN)
+        self.mno = self.incarnation * INCARNATION_SPAN
         self.req_no = 0
         self.open_idx: int | None = None  # next idx of the open block, None: no open block
         # leader
