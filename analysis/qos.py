@@ -174,7 +174,8 @@ def rates(events: Events, kind: str, theta: int) -> dict[str, Any]:
     for node, evs in events.items():
         net = [e["t"] for e in evs if e["ev"] == "net"]
         app = sum(1 for e in evs if e["ev"] == "send")
-        reserved = [e for e in evs if e["ev"] == "reserve"]
+        # the protocol's own `reserve` lines carry `avg` (msgs/s); a transport may log more
+        reserved = [e for e in evs if e["ev"] == "reserve" and "avg" in e]
         if len(net) < 2:
             continue
         span = (net[-1] - net[0]) / NS_PER_S
