@@ -325,3 +325,30 @@ def qos_line(summary: dict[str, Any]) -> str:
         line += "; assumptions violated (" + "; ".join(q["assumptions_violated"]) + \
             "): only safety judged"
     return line
+
+
+def qos_html(summary: dict[str, Any]) -> str:
+    """The report's QoS section: bound, measured maximum and slack, the empirical Δ and Γ
+    against the declared ones, and whether the bound was judged."""
+    from html import escape
+
+    q = summary.get("qos")
+    if not q:
+        return ""
+
+    def cell(v: Any) -> str:
+        return "<td>–</td>" if v is None else f"<td>{escape(str(v))}</td>"
+
+    rows = [("bound", f"{q['formula']} = {q['bound_ms']} ms"),
+            ("max latency (tick to last delivery)", f"{q['max_latency_ms']} ms"),
+            ("slack", f"{q['slack_ms']} ms"),
+            ("Δ declared / measured", f"{q['delta_ms']} / {q['delta_measured_ms']} ms"),
+            ("Γ declared / measured", f"{q['gamma_ms']} / {q['gamma_measured_ms']} ms"),
+            ("assumptions", "hold: the bound is judged" if q["assumptions_hold"] else
+             "violated (" + "; ".join(q["assumptions_violated"]) + "): only safety judged"),
+            ("messages above the bound", q["above_bound"]),
+            ("net / app rate per process (msgs/s)", f"{q['net_rate']} / {q['app_rate']}"),
+            ("reservations refused", q["refused"])]
+    body = "".join(f"<tr><td>{escape(k)}</td>{cell(v)}</tr>" for k, v in rows)
+    return (f"<h2>QoS ({escape(q['protocol'])}, 004)</h2>"
+            f"<table><tr><th>what</th><th>value</th></tr>{body}</table>")

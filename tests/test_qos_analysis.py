@@ -125,3 +125,14 @@ def test_empirical_delta_pairs_datagrams_within_one_incarnation() -> None:
                ev("netrecv", 215, member="h1", rseq=1, kind="dummy", inc=1)],
     }
     assert qos.delta_measured(events) == 15 * MS
+
+
+def test_the_report_has_a_qos_section_that_says_whether_the_bound_was_judged() -> None:
+    from analysis.report import render_report
+
+    events = two_nodes(recv_at_ms=45, skew_ms=0)
+    q = qos.qos_section(events, 0, "qos-cbr", {"delta": 40, "gamma": 0}, False, True)
+    html = render_report({"run": "r", "checks": {}, "qos": q})
+    assert "<h2>QoS (qos-cbr, 004)</h2>" in html
+    assert "only safety judged" in html and "40.0 / 45.0 ms" in html
+    assert "QoS" not in render_report({"run": "r", "checks": {}})
