@@ -172,7 +172,8 @@ def rates(events: Events, kind: str, theta: int) -> dict[str, Any]:
     per_node: dict[str, dict[str, Any]] = {}
     violations = 0
     for node, evs in events.items():
-        net = [e["t"] for e in evs if e["ev"] == "net"]
+        # the init-rate leaves before the grid starts (`init`): not part of the rate
+        net = [e["t"] for e in evs if e["ev"] == "net" and not e.get("init")]
         app = sum(1 for e in evs if e["ev"] == "send")
         # the protocol's own `reserve` lines carry `avg` (msgs/s); a transport may log more
         reserved = [e for e in evs if e["ev"] == "reserve" and "avg" in e]

@@ -239,7 +239,8 @@ class QosCbr(LayerBase):
         if k0:
             self.rq[self.me].append(("lost", k0))  # the entries of the ticks it missed
         acts: list[Action] = self._reserve(r)
-        acts += [Send(None, msg), Log("net", {"kind": "rate", "k": -1, "rseq": rseq, "rate": r}),
+        acts += [Send(None, msg), Log("net", {"kind": "rate", "k": -1, "rseq": rseq, "rate": r,
+                                            "init": True}),
                  SetTimer(TIMER, max(0, tick_ns(self.epoch, k0, r) - now))]
         return acts + self._process()
 
