@@ -10,6 +10,7 @@ from analysis.expect import parse_expectation
 from nodes.protocols import catalogue
 from testbed.faults.schedule import check_faults
 from testbed.faults.spec import FaultSpec
+from testbed.spec.qos import check_qos_params
 from testbed.spec.topology import Loc, Strict, TopologySpec
 from testbed.spec.units import Duration, Frequency, Size
 
@@ -151,6 +152,9 @@ def check_experiment(exp: ExperimentSpec, topo: TopologySpec) -> list[tuple[Loc,
             if s not in hosts:
                 problems.append((("workload", "senders", i), f"unknown sender host {s!r}"))
     problems += check_protocol_params(exp.protocol, hosts)
+    entry = catalogue.find(exp.protocol.name)
+    if entry is not None:
+        problems += check_qos_params(entry.name, exp.protocol.params, topo, entry.bound)
     problems += check_faults(exp.faults, hosts, exp.duration)
     if exp.transport != "udp" and exp.backend == "sim":
         problems.append((("transport",), f"transport {exp.transport} needs real sockets; the "
