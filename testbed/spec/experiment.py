@@ -151,10 +151,15 @@ def check_experiment(exp: ExperimentSpec, topo: TopologySpec) -> list[tuple[Loc,
         for i, s in enumerate(exp.workload.senders):
             if s not in hosts:
                 problems.append((("workload", "senders", i), f"unknown sender host {s!r}"))
-    problems += check_protocol_params(exp.protocol, hosts)
+    param_problems = check_protocol_params(exp.protocol, hosts)
+    problems += param_problems
     entry = catalogue.find(exp.protocol.name)
     if entry is not None:
-        problems += check_qos_params(entry.name, exp.protocol.params, topo, entry.bound)
+        # One line per problem: a param the catalogue already refused is not judged again.
+        refused = {loc[:3] for loc, _ in param_problems}
+        problems += [(loc, msg) for loc, msg in
+                     check_qos_params(entry.name, exp.protocol.params, topo, entry.bound)
+                     if loc[:3] not in refused]
     problems += check_faults(exp.faults, hosts, exp.duration)
     if exp.transport != "udp" and exp.backend == "sim":
         problems.append((("transport",), f"transport {exp.transport} needs real sockets; the "
