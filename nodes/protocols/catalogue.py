@@ -28,6 +28,7 @@ from nodes.protocols import (
     psync,
     psync_total,
     reliable_ack,
+    switching,
     token_ring,
 )
 from nodes.protocols.base import CommonParams, Layer
@@ -52,6 +53,10 @@ RELIABLE_FIFO = frozenset({"fifo_order", "agreement", "integrity", "validity"})
 SEQUENCER_TOTAL = RELIABLE_FIFO | {"total_order", "causal_order"}
 
 Factory = Callable[[int, list[int], dict[str, Any]], Layer]
+# A protocol whose params nest other protocols (switching's instances) checks and resolves
+# them itself: (params, topology hosts) -> [(location, message)], (params, {host: id}) -> params.
+ParamsCheck = Callable[[dict[str, Any], list[str]], list[tuple[tuple[Any, ...], str]]]
+HostResolver = Callable[[dict[str, Any], dict[str, int]], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,8 @@ class Entry:
     claims: frozenset[str]
     optimistic: bool = False  # opt-delivers (summary.json gets `local_order` and accuracy)
     summary: str = ""
+    check_params: ParamsCheck | None = None
+    resolve_hosts: HostResolver | None = None
 
     def host_params(self) -> tuple[str, ...]:
         """Parameters that name a host: specs check them, nodes get the member id
@@ -109,6 +116,11 @@ CATALOGUE: tuple[Entry, ...] = (
           psync_total.PsyncTotalParams, SEQUENCER_TOTAL,
           summary="total order from Psync's causal order by waves, with NULLs (002 "
                   "L386-390)"),
+    Entry("switching", switching.WIRE_ID, switching.Switching, switching.SwitchingParams,
+          SEQUENCER_TOTAL,
+          summary="switches between total-order instances without stopping the flow, or by "
+                  "the RABP and stop-the-flow baselines (001 ch. 2, Fig. 2.1)",
+          check_params=switching.check_params, resolve_hosts=switching.resolve_hosts),
     Entry("fifo", fifo.WIRE_ID, fifo.Fifo, CommonParams, frozenset({"fifo_order", "integrity"}),
           summary="FIFO without reliability, late messages dropped (002 L54-66)"),
 )

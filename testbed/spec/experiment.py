@@ -59,6 +59,8 @@ def check_protocol_params(spec: ProtocolSpec, hosts: list[str]) -> list[tuple[Lo
         host = spec.params.get(key)
         if host is not None and host not in hosts:
             problems.append((("protocol", "params", key), f"unknown {key} host {host!r}"))
+    if entry.check_params is not None and not problems:
+        problems += entry.check_params(spec.params, hosts)
     return problems
 
 
