@@ -14,6 +14,7 @@ from analysis.liveness import liveness_section, read_drain
 from analysis.metrics import clock_offsets, fnl_latency, message_counts, recovery, throughput
 from analysis.optimistic import optimistic_metrics
 from analysis.session import EVENT_LINE_BYTES, spark_session
+from analysis.switching import switching_section
 from analysis.transit import transit_section
 
 SUMMARY = "summary.json"
@@ -104,6 +105,9 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
                 "parquet": str(EVENTS_PARQUET / ""),
             },
         }
+        switching = switching_section(events, run_dir)
+        if switching:
+            summary["switching"] = switching
         network = transit_section(spark, run_dir, events, data.nodes)
         if network:
             summary["network"] = network

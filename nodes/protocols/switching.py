@@ -52,6 +52,7 @@ never excludes suspected members from `check`. Actions the layer does not consum
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -649,3 +650,28 @@ class Switching(LayerBase):
                               "duration_ms": round(self.last_switch_ms, 3),
                               "last_old": self.last_old_mid, "dup_msgs": self.dup_msgs,
                               "dup_bytes": self.dup_bytes})
+
+
+def switching_mbean(mbean: Any, layer: Switching, local_now: Callable[[], int]) -> Any:
+    """The switching attributes and `switchTo` of `testbed:type=TotalOrder,protocol=switching`
+    (001 §4.2 L432: the protocol "can be changed at runtime"; Appia's getCurrentChannel and
+    setCurrentChannel). A bad `switchTo` is a one-line error and changes nothing."""
+    return (
+        mbean
+        .attribute("CurrentAlgorithm", "str", lambda: layer.current,
+                   description="the instance whose order the application follows")
+        .attribute("Instances", "list", lambda: list(layer.names),
+                   description="the configured instances")
+        .attribute("Mode", "str", lambda: layer.mode, description="live, rabp or stop")
+        .attribute("Switching", "bool", lambda: layer.switching,
+                   description="a switch is under way at this node")
+        .attribute("Epoch", "int", lambda: layer.epoch, description="switches started")
+        .attribute("SwitchCount", "int", lambda: layer.switch_count,
+                   description="switches completed at this node")
+        .attribute("LastSwitchMs", "float", lambda: layer.last_switch_ms,
+                   description="duration of the last switch at this node (start to end), ms")
+        .attribute("Rejected", "dict", lambda: dict(layer.rejects),
+                   description="instance datagrams refused by the layer, per reason")
+        .operation("switchTo", lambda name: layer.request_switch(name, local_now()),
+                   [("name", "str")], "str", "switch the group to instance NAME")
+    )
