@@ -606,6 +606,8 @@ class Switching(LayerBase):
     def _replay_early(self, inst: Instance, now: int) -> list[Action]:
         early, self.early = self.early, []
         out: list[Action] = []
+        if early:
+            out.append(Log("switch_early", {"epoch": self.epoch, "datagrams": len(early)}))
         for src, inner in early:
             out += self._inner(inst, src, inner, now)
         return out
