@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import json
 import subprocess
 import sys
@@ -47,7 +48,7 @@ def switch_every_second(sim: Simulator, seconds: int) -> None:
             layer.request_switch(target, core.clock.local(sim.now))
 
     for k in range(1, seconds):
-        sim.at(SIM_EPOCH_NS + k * 1_000_000_000, lambda k=k: request(k))
+        sim.at(SIM_EPOCH_NS + k * 1_000_000_000, functools.partial(request, k))
 
 
 def run_switching(out: Path, params: dict[str, Any], *, seconds: int = 6, loss: float = 0.02,
@@ -81,7 +82,7 @@ def ends(events: protosim.Events, host: str) -> list[dict[str, Any]]:
     return [e for e in events[host] if e["ev"] == "switch" and e.get("phase") == "end"]
 
 
-CASES = {
+CASES: dict[str, dict[str, Any]] = {
     "live": {"mode": "live"},
     "rabp": {"mode": "rabp"},
     "stop": {"mode": "stop"},
