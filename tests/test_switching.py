@@ -27,6 +27,7 @@ from nodes.management.node_mbeans import build_node_registry
 from nodes.protocols.base import Layer
 from nodes.protocols.switching import Switching
 from nodes.sim import SIM_EPOCH_NS, Simulator
+from testbed.spec.loader import SpecError, load_experiment
 from tests import protosim
 from tests.eventlogs import read_events, run_dir_of
 
@@ -224,22 +225,34 @@ def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
 
 
 @pytest.mark.parametrize("instances,message", [
-    ("      - {name: a, protocol: sequencer}",
-     "protocol.params.instances: switching needs at least two instances, got 1"),
     ("      - {name: a, protocol: sequencer}\n      - {name: b, protocol: nope}",
      "protocol.params.instances.1.protocol: unknown total-order protocol 'nope'"),
     ("      - {name: a, protocol: sequencer}\n"
      "      - {name: b, protocol: sequencer, params: {sequencer: h9}}",
      "protocol.params.instances.1.params.sequencer: unknown sequencer host 'h9'"),
+    ("      - {name: a, protocol: sequencer}\n"
+     "      - {name: a, protocol: lamport, params: {bogus: 1}}",
+     "protocol.params.instances.1.name: duplicate instance name 'a'"),
 ])
-def test_a_bad_switching_spec_is_one_located_line_and_creates_nothing(
-        tmp_path: Path, instances: str, message: str) -> None:
+def test_bad_nested_instances_are_located_lines(tmp_path: Path, instances: str,
+                                                message: str) -> None:
     spec = write_spec(tmp_path / "bad.yaml", instances=instances)
+    with pytest.raises(SpecError) as err:
+        load_experiment(spec)
+    lines = str(err.value).splitlines()
+    assert any(x.startswith(f"{spec}:1") and x.split(": ", 1)[1] == message
+               for x in lines), lines
+    assert all("\n" not in x for x in lines)
+
+
+def test_a_switching_spec_with_one_instance_is_one_line_and_creates_nothing(
+        tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "bad.yaml", instances="      - {name: a, protocol: sequencer}")
     proc = run_cli("run", str(spec), "--out", str(tmp_path / "runs"), "--no-analyze")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [x for x in (proc.stdout + proc.stderr).splitlines() if "bad.yaml:" in x]
-    assert len(lines) == 1, proc.stdout + proc.stderr
-    assert lines[0].split(": ", 1)[1].startswith(message), lines[0]
+    assert lines == [f"{spec}:12: protocol.params.instances: switching needs at least two "
+                     "instances, got 1"], proc.stdout + proc.stderr
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 

@@ -103,7 +103,8 @@ class SwitchingParams(CommonParams):
                                       "only (001 §2.2.1 L218)")
     null_timeout_ms: float = ms("live: send a flagged NULL when nothing was sent this long "
                                 "after SWITCH (prose L193; 0 = Fig. 2.1 l.13)", 30, ge=0)
-    tick_ms: float = ms("period at which management requests and the policy are looked at", 5)
+    tick_ms: float = ms("period at which an idle node looks at management requests and the "
+                        "policy (a busy node looks at every event)", 20)
     adapt_to_all: str | None = param(None, "policy: switch to this instance when every member "
                                            "has sent within adapt_window_ms")
     adapt_to_one: str | None = param(None, "policy: switch to this instance when at most one "
@@ -218,7 +219,7 @@ class Switching(LayerBase):
         self.mode = str(params.get("mode", "live"))
         self.payload_once = bool(params.get("payload_once", False))
         self.null_ns = round(float(params.get("null_timeout_ms", 30)) * 1e6)
-        self.tick_ns = round(float(params.get("tick_ms", 5)) * 1e6)
+        self.tick_ns = round(float(params.get("tick_ms", 20)) * 1e6)
         self.adapt_all, self.adapt_one = params.get("adapt_to_all"), params.get("adapt_to_one")
         self.window_ns = round(float(params.get("adapt_window_ms", 500)) * 1e6)
         initial = params.get("initial") or self.names[0]
@@ -282,6 +283,8 @@ class Switching(LayerBase):
         self.sn += 1
         sn = self.sn
         out: list[Action] = [Log("send", {"mno": sn, "size": len(payload)})]
+        if self.requested is not None:
+            out += self._tick(now)
         if self.stopped:
             self.queue.append((sn, payload))  # T2: no further messages until the switch ends
             return out
@@ -313,6 +316,8 @@ class Switching(LayerBase):
                 return []
             self.rejects["sw:stale"] = self.rejects.get("sw:stale", 0) + 1
             return []
+        if self.requested is not None:
+            return self._tick(now) + self._inner(inst, src, inner, now)
         return self._inner(inst, src, inner, now)
 
     def on_timer(self, key: str, now: int) -> list[Action]:
