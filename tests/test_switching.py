@@ -17,6 +17,7 @@ import functools
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -203,9 +204,11 @@ protocol:
     instances:
 {instances}
 workload: {{senders: all, rate: 50/s, size: 200B}}
+{faults}"""
+FAULTS = """\
 faults:
   - {{kind: mgmt, at: 1s, host: h2, mbean: "{mbean}", exec: [switchTo, b]}}
-  - {{kind: mgmt, at: 2s, host: h3, mbean: "{mbean}", exec: [switchTo, a]}}
+  - {{kind: mgmt, at: 3s, host: h3, mbean: "{mbean}", exec: [switchTo, a]}}
 """
 INSTANCES = """\
       - {name: a, protocol: sequencer, params: {sequencer: h1}}
@@ -213,9 +216,10 @@ INSTANCES = """\
 
 
 def write_spec(path: Path, *, name: str = "x", backend: str = "sim", duration: str = "3s",
-               instances: str = INSTANCES) -> Path:
+               instances: str = INSTANCES, faults: bool = True) -> Path:
     path.write_text(SPEC.format(name=name, backend=backend, duration=duration,
-                                instances=instances, mbean=MBEAN))
+                                instances=instances, mbean=MBEAN,
+                                faults=FAULTS.format(mbean=MBEAN) if faults else ""))
     return path
 
 
@@ -258,7 +262,7 @@ def test_a_switching_spec_with_one_instance_is_one_line_and_creates_nothing(
 
 @pytest.mark.parametrize("backend", ["sim", "local"])
 def test_full_run_switches_twice_on_schedule(tmp_path: Path, backend: str) -> None:
-    spec = write_spec(tmp_path / "exp.yaml", name=backend, backend=backend)
+    spec = write_spec(tmp_path / "exp.yaml", name=backend, backend=backend, duration="4s")
     proc = run_cli("run", str(spec), "--out", str(tmp_path / "runs"), "--no-analyze",
                    timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -273,3 +277,46 @@ def test_full_run_switches_twice_on_schedule(tmp_path: Path, backend: str) -> No
     assert all(len(set(s)) == len(s) for s in seqs.values())
     faults = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
     assert any("switching to b" in json.dumps(f) for f in faults)
+
+
+def test_a_third_party_jolokia_client_switches_a_local_run_mid_run(tmp_path: Path) -> None:
+    """The `jolokia` package from PyPI calls `switchTo` on h3 of a running local run; every
+    node logs the switch, and a bad name is refused with nothing changed."""
+    from jolokia import JolokiaClient
+
+    from testbed.rundir import RunDir
+
+    spec = write_spec(tmp_path / "exp.yaml", name="jolokia", backend="local", duration="5s",
+                      faults=False)
+    out = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(spec), "--out",
+                             str(out), "--no-analyze"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            runs = list(out.iterdir()) if out.exists() else []
+            if runs and (runs[0] / "nodes" / "h3" / "control.json").exists():
+                break
+            time.sleep(0.2)
+        run = RunDir.open(runs[0])
+        client = JolokiaClient(f"{run.control_url('h3')}/jolokia")
+        client.session.headers["Authorization"] = f"Bearer {run.token}"
+        time.sleep(1.0)
+        bad = client.execute(mbean=MBEAN, operation="switchTo", arguments=["nope"])
+        assert bad["status"] == 400 and "unknown instance 'nope'" in bad["error"]
+        ok = client.execute(mbean=MBEAN, operation="switchTo", arguments=["b"])
+        assert ok["status"] == 200, ok
+        time.sleep(1.0)
+        read = client.get_attribute(mbean=MBEAN, attribute=["CurrentAlgorithm", "Epoch"])
+        assert [r["value"] for r in read] == ["b", 1]
+    finally:
+        stdout, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stdout
+    events = read_events(run_dir_of(out))
+    for host, evs in events.items():
+        got = [(e["epoch"], e["to"]) for e in evs if e["ev"] == "switch"
+               and e.get("phase") == "end"]
+        assert got == [(1, "b")], host
+    requests = [e for e in events["h3"] if e["ev"] == "switch" and e.get("phase") == "request"]
+    assert len(requests) == 1

@@ -248,6 +248,7 @@ class Switching(LayerBase):
         self.recv_seen: set[tuple[int, int]] = set()
         self.last_sent: dict[int, int] = {}  # policy: origin -> local time of last delivery
         self.requested: tuple[int, int] | None = None  # (instance index, local time)
+        self.pending: int | None = None  # epoch of our SWITCH not yet delivered back
         self.delivered = 0
         # Statistics (testbed:type=TotalOrder,protocol=switching) and per-switch accounting.
         self.switch_count = 0
@@ -267,7 +268,8 @@ class Switching(LayerBase):
         cannot emit actions). ValueError, with nothing changed, when it cannot be done."""
         if name not in self.names:
             raise ValueError(f"unknown instance {name!r}; instances: {', '.join(self.names)}")
-        if self.switching or self.old is not None or self.requested is not None:
+        if self.switching or self.old is not None or self.requested is not None or \
+                self.pending is not None:
             raise ValueError(f"a switch is in progress (epoch {self.epoch}); try again later")
         if name == self.current:
             raise ValueError(f"{name!r} is already the current instance")
@@ -522,6 +524,7 @@ class Switching(LayerBase):
                 out.append(Log("switch", {"phase": "request", "epoch": self.epoch + 1,
                                           "to": self.names[index], "mode": self.mode,
                                           "wait_ms": round((now - at) / 1e6, 3)}))
+                self.pending = self.epoch + 1
                 out += self._control(SWITCH, self.epoch + 1, index, now)
         return out
 
@@ -602,6 +605,8 @@ class Switching(LayerBase):
             return []
         # SWITCH (S1-S2): the first SWITCH(epoch+1) in this instance's order wins, and only
         # once every member finished the previous switch (001 L197).
+        if self.pending is not None and epoch >= self.pending:
+            self.pending = None  # ours, or a rival's for the same epoch that settles ours
         if epoch != self.epoch + 1 or self.switching or self.old is not None or \
                 index == (self.cur.index if self.cur else -1):
             return [Log("switch_rejected", {"epoch": epoch, "to": self.names[index],
