@@ -215,7 +215,7 @@ INSTANCES = """\
       - {name: b, protocol: sequencer, params: {sequencer: h2}}"""
 
 
-def write_spec(path: Path, *, name: str = "x", backend: str = "sim", duration: str = "3s",
+def write_spec(path: Path, *, name: str = "x", backend: str = "sim", duration: str = "4s",
                instances: str = INSTANCES, faults: bool = True) -> Path:
     path.write_text(SPEC.format(name=name, backend=backend, duration=duration,
                                 instances=instances, mbean=MBEAN,
@@ -247,6 +247,15 @@ def test_bad_nested_instances_are_located_lines(tmp_path: Path, instances: str,
     assert any(x.startswith(f"{spec}:1") and x.split(": ", 1)[1] == message
                for x in lines), lines
     assert all("\n" not in x for x in lines)
+
+
+def test_a_scheduled_switch_to_an_unknown_instance_is_a_located_line(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "bad.yaml")
+    spec.write_text(spec.read_text().replace("exec: [switchTo, b]", "exec: [switchTo, zz]"))
+    with pytest.raises(SpecError) as err:
+        load_experiment(spec)
+    assert str(err.value) == (f"{spec}:17: faults.0.exec: switchTo needs one instance name "
+                              "of a, b; got ['zz']")
 
 
 def test_a_switching_spec_with_one_instance_is_one_line_and_creates_nothing(
