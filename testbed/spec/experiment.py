@@ -145,6 +145,8 @@ def _check_switch_targets(exp: ExperimentSpec) -> list[tuple[Loc, str]]:
 
     names = [str(i.get("name")) for i in instance_specs(exp.protocol.params)
              if isinstance(i, dict)]
+    if len(names) < 2:
+        return []  # check_params already says so
     problems: list[tuple[Loc, str]] = []
     for k, f in enumerate(exp.faults):
         if not isinstance(f, MgmtFault) or "protocol=switching" not in f.mbean:
