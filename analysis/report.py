@@ -22,6 +22,7 @@ from analysis import report_data as rd
 from analysis.job import checks_ok
 from analysis.liveness import liveness_line
 from analysis.plots import Arrow, Band, Series
+from analysis.switching import switch_windows
 
 REPORT = "report.html"
 COMPARISON = "comparison.html"
@@ -163,8 +164,11 @@ def _facts(summary: dict[str, Any], spec: dict[str, Any]) -> str:
 
 
 def _bands(data: rd.RunData, lanes: bool = False) -> list[Band]:
-    """Fault periods to shade; with `lanes`, a crash or pause of one host only on its lane."""
-    out = []
+    """Fault periods to shade; with `lanes`, a crash or pause of one host only on its lane.
+    Switch windows of the `switching` protocol (first `start` to last `end` of an epoch) are
+    shaded too, as 001 Figs. 2.4-2.9 mark the switching phases."""
+    out = [Band((w0 - data.t0) / 1e9, (w1 - data.t0) / 1e9, f"switch {epoch}", "switch")
+           for epoch, (w0, w1) in sorted(switch_windows(data.path).items())]
     for f in data.faults:
         stop = f.start if f.stop is None else f.stop
         own = lanes and f.kind in ("crash", "pause") and len(f.hosts) == 1

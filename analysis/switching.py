@@ -35,7 +35,7 @@ def switch_events(run_dir: Path) -> list[dict[str, Any]]:
     for log in sorted((Path(run_dir) / "nodes").glob("*/events.jsonl")):
         with log.open("rb") as f:
             for line in f:
-                if b'"ev":"switch' not in line:
+                if b'"switch' not in line:
                     continue
                 try:
                     ev = json.loads(line)
@@ -169,3 +169,18 @@ def _steady_gap_p99(per_node: dict[str, list[tuple[int, str, int | None]]],
         return None
     gaps.sort()
     return round(gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))] / 1e6, 3)
+
+
+def switch_windows(run_dir: Path) -> dict[int, tuple[int, int]]:
+    """Per epoch: (first `start`, last `end`) in true ns, over all nodes (report shading)."""
+    starts: dict[int, int] = {}
+    ends: dict[int, int] = {}
+    for e in switch_events(run_dir):
+        epoch = e.get("epoch")
+        if e["ev"] != "switch" or not isinstance(epoch, int):
+            continue
+        if e.get("phase") == "start":
+            starts[epoch] = min(starts.get(epoch, e["t"]), e["t"])
+        elif e.get("phase") == "end":
+            ends[epoch] = max(ends.get(epoch, e["t"]), e["t"])
+    return {k: (v, ends.get(k, v)) for k, v in starts.items()}

@@ -329,3 +329,32 @@ def test_a_third_party_jolokia_client_switches_a_local_run_mid_run(tmp_path: Pat
         assert got == [(1, "b")], host
     requests = [e for e in events["h3"] if e["ev"] == "switch" and e.get("phase") == "request"]
     assert len(requests) == 1
+
+
+def test_per_switch_metrics_measure_the_gap_and_the_switch_time(tmp_path: Path) -> None:
+    """analysis/switching.py on a hand-made history: two nodes, one switch requested at
+    t=1000 ms, window 1010-1030 ms; h2 delivers nothing between 990 and 1100 ms."""
+    from analysis.switching import _per_switch, switch_windows
+
+    ms = 1_000_000
+    sw = [{"ev": "switch", "node": "h1", "t": 1000 * ms, "phase": "request", "epoch": 1},
+          *({"ev": "switch", "node": h, "t": t * ms, "phase": "start", "epoch": 1,
+             "from": "a", "to": "b"} for h, t in (("h1", 1010), ("h2", 1015))),
+          *({"ev": "switch", "node": h, "t": t * ms, "phase": "end", "epoch": 1,
+             "dup_msgs": 2, "dup_bytes": 200, "duration_ms": 15.0}
+            for h, t in (("h1", 1025), ("h2", 1030)))]
+    per_node = {
+        "h1": [(t * ms, "switching#a" if t < 1025 else "switching#b", (t - 5) * ms)
+               for t in range(900, 1200, 10)],
+        "h2": [(t * ms, "switching#a" if t < 1030 else "switching#b", (t - 5) * ms)
+               for t in [*range(900, 1000, 10), *range(1100, 1200, 10)]],
+    }
+    (got,) = _per_switch(sw, per_node)
+    assert got["completed"] and got["window_ms"] == 20.0
+    assert got["max_gap_ms"] == 110.0  # h2: 990 -> 1100
+    assert got["switch_ms"] == 100.0  # h2's first delivery from b (1100) - request (1000)
+    assert got["extra_bytes"] == 400 and got["max_latency_ms"] == 5.0
+    node = tmp_path / "nodes" / "h1"
+    node.mkdir(parents=True)
+    (node / "events.jsonl").write_text("\n".join(json.dumps(e) for e in sw) + "\n")
+    assert switch_windows(tmp_path) == {1: (1010 * ms, 1030 * ms)}
