@@ -358,3 +358,27 @@ def test_per_switch_metrics_measure_the_gap_and_the_switch_time(tmp_path: Path) 
     node.mkdir(parents=True)
     (node / "events.jsonl").write_text("\n".join(json.dumps(e) for e in sw) + "\n")
     assert switch_windows(tmp_path) == {1: (1010 * ms, 1030 * ms)}
+
+
+def test_a_restarted_node_rejoins_through_relayed_copies(tmp_path: Path) -> None:
+    """No switch: a crashed and restarted member rejoins the current instance as it would the
+    plain sequencer, fetching ordered messages it missed; the relayed copies keep their
+    origin's header, so their inner sender differs from the datagram's (not a forgery)."""
+    cfgs = protosim.configs("switching", tmp_path, params={"instances": TWO_SEQUENCERS},
+                            duration_s=4, rate=25, n=4, loss=0.0)
+    sim = Simulator(cfgs, seed=3)
+    sim.schedule_faults([
+        {"t_ns": SIM_EPOCH_NS + 1_000_000_000, "op": "crash", "params": {"host": "h2"},
+         "record": {}},
+        {"t_ns": SIM_EPOCH_NS + 2_000_000_000, "op": "restart", "params": {"host": "h2"},
+         "record": {}}], tmp_path / "faults.jsonl")
+    sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
+    events = protosim.read_events(tmp_path)
+    h2 = events["h2"]
+    restart = [i for i, e in enumerate(h2) if e["ev"] == "start"][1]
+    post = [e["mid"] for e in h2[restart:] if e["ev"] == "fnl"]
+    reference = protosim.deliveries(events)["h1"]
+    assert len(post) > 50
+    k = reference.index(post[0])
+    assert reference[k:k + len(post)] == post
+    assert not [e for e in h2 if e["ev"] == "drop"]

@@ -70,7 +70,7 @@ from nodes.protocols.base import (
     ms,
     param,
 )
-from nodes.wire import Header, Message, MsgType, WireError, decode, encode
+from nodes.wire import Flag, Header, Message, MsgType, WireError, decode, encode
 
 WIRE_ID = 17
 MODES = ("live", "rabp", "stop")
@@ -85,6 +85,7 @@ SWITCH, DONE = 1, 2
 TICK, NULL_KEY = "sw:tick", "sw:null"
 EARLY_LIMIT = 65536  # datagrams kept for an instance not yet created; past that, NACKs repair
 DROP_LOG_LIMIT = 10
+RELAYED = int(Flag.RELAYED)
 # The last inner datagram decoded in this process, by the identity of its bytes: the
 # simulator delivers one decoded outer message to every receiver (nodes/sim.py), so the
 # receivers after the first reuse the first one's decode (frozen, so sharing is safe).
@@ -306,7 +307,8 @@ class Switching(LayerBase):
             except WireError as exc:
                 return self._reject(f"sw:inner:{exc.reason}", str(exc))
             _LAST_INNER[0] = (payload, inner)
-        if inner.header.sender != h.sender:
+        if inner.header.sender != h.sender and not inner.header.flags & RELAYED:
+            # a relayed copy keeps its origin's header (nodes/protocols/sequencer.py relay)
             return self._reject("sw:sender", f"inner sender {inner.header.sender} in a "
                                              f"datagram from {h.sender}")
         cur = self.cur
