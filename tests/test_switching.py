@@ -365,7 +365,7 @@ def test_a_restarted_node_rejoins_through_relayed_copies(tmp_path: Path) -> None
     plain sequencer, fetching ordered messages it missed; the relayed copies keep their
     origin's header, so their inner sender differs from the datagram's (not a forgery)."""
     cfgs = protosim.configs("switching", tmp_path, params={"instances": TWO_SEQUENCERS},
-                            duration_s=4, rate=25, n=4, loss=0.0)
+                            duration_s=4, rate=50, n=4, loss=0.0, delay_ms=40)
     sim = Simulator(cfgs, seed=3)
     sim.schedule_faults([
         {"t_ns": SIM_EPOCH_NS + 1_000_000_000, "op": "crash", "params": {"host": "h2"},
