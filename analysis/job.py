@@ -16,6 +16,7 @@ from analysis.metrics import clock_offsets, fnl_latency, message_counts, recover
 from analysis.optimistic import optimistic_metrics
 from analysis.qos import latency_check, qos_for_run
 from analysis.session import EVENT_LINE_BYTES, spark_session
+from analysis.switching import switching_section
 from analysis.transit import transit_section
 
 SUMMARY = "summary.json"
@@ -106,6 +107,9 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
                 "parquet": str(EVENTS_PARQUET / ""),
             },
         }
+        switching = switching_section(events, run_dir)
+        if switching:
+            summary["switching"] = switching
         network = transit_section(spark, run_dir, events, data.nodes)
         if network:
             summary["network"] = network

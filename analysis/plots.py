@@ -17,7 +17,8 @@ from html import escape
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
            "#000000", "#999999", "#882255")
 FAULT_COLORS = {"partition": "#E69F00", "crash": "#D55E00", "pause": "#CC79A7",
-                "clock": "#0072B2", "link": "#F0E442", "mgmt": "#999999"}
+                "clock": "#0072B2", "link": "#F0E442", "mgmt": "#999999",
+                "switch": "#56B4E9"}
 WIDTH = 900
 _M_LEFT, _M_RIGHT, _M_TOP, _M_BOTTOM = 64, 16, 34, 40
 

@@ -23,6 +23,7 @@ from analysis.job import checks_ok
 from analysis.liveness import liveness_line
 from analysis.plots import Arrow, Band, Series
 from analysis.qos import qos_html
+from analysis.switching import switch_windows
 
 REPORT = "report.html"
 COMPARISON = "comparison.html"
@@ -164,8 +165,11 @@ def _facts(summary: dict[str, Any], spec: dict[str, Any]) -> str:
 
 
 def _bands(data: rd.RunData, lanes: bool = False) -> list[Band]:
-    """Fault periods to shade; with `lanes`, a crash or pause of one host only on its lane."""
-    out = []
+    """Fault periods to shade; with `lanes`, a crash or pause of one host only on its lane.
+    Switch windows of the `switching` protocol (first `start` to last `end` of an epoch) are
+    shaded too, as 001 Figs. 2.4-2.9 mark the switching phases."""
+    out = [Band((w0 - data.t0) / 1e9, (w1 - data.t0) / 1e9, f"switch {epoch}", "switch")
+           for epoch, (w0, w1) in sorted(switch_windows(data.path).items())]
     for f in data.faults:
         stop = f.start if f.stop is None else f.stop
         own = lanes and f.kind in ("crash", "pause") and len(f.hosts) == 1
@@ -312,7 +316,8 @@ def render_report(summary: dict[str, Any], data: rd.RunData | None = None) -> st
                   _timeline_plot(data), _throughput_plot(data, bands),
                   _bandwidth_plot(data, bands), _accuracy_plot(data, summary),
                   _spacetime_plot(data, lat)]
-    parts += ["<h2>Final-delivery latency (ms)</h2>", _latency_html(summary),
+    parts += [_switching_html([summary]),
+              "<h2>Final-delivery latency (ms)</h2>", _latency_html(summary),
               "<h2>Throughput</h2>", _throughput_html(summary), "</body></html>\n"]
     return "".join(parts)
 
@@ -362,9 +367,40 @@ def render_comparison(runs: list[tuple[dict[str, Any], rd.RunData]]) -> str:
     chart = plots.line_chart("cdf", "Final-delivery latency CDF", series, xlabel="latency ms",
                              ylabel="fraction of deliveries", x_range=(0.0, x1), height=320)
     return (_head("testbed comparison") + f"<h1>Comparison of {len(runs)} runs</h1>" + table
+            + _switching_html([summary for summary, _ in runs],
+                              [_run_label(summary, data.spec) for summary, data in runs])
             + _section("Final-delivery latency CDF", "Share of (message, receiver) final "
                        "deliveries within x ms of the send; the x axis stops at the "
                        "largest 99.5th percentile.", chart) + "</body></html>\n")
+
+
+def _switching_html(summaries: list[dict[str, Any]], labels: list[str] | None = None) -> str:
+    """The `switching` section (analysis/switching.py), one row per run: live, RABP and
+    stop-the-flow side by side (001 §2.2.2, Figs. 2.3-2.9)."""
+    rows = []
+    for k, summary in enumerate(summaries):
+        sw = summary.get("switching")
+        if not sw:
+            continue
+        label = labels[k] if labels else str(summary.get("run", "run"))
+        rows.append([f'<td class="l">{escape(label)}</td>', _td(sw.get("mode")),
+                     _td(sw.get("switches")), _td(sw.get("duplicates"),
+                                                  bad=bool(sw.get("duplicates"))),
+                     _td(sw.get("order_violations"), bad=bool(sw.get("order_violations"))),
+                     _td(sw.get("steady_gap_p99_ms")), _td(sw.get("max_gap_ms")),
+                     _td(sw.get("mean_max_gap_ms")), _td(sw.get("max_switch_ms")),
+                     _td(sw.get("extra_bytes")), _td(sw.get("retransmitted_bytes"))])
+    if not rows:
+        return ""
+    return _section("Switching", "Per run: completed switches, duplicate deliveries and "
+                    "positions where nodes disagree (both must be 0), the p99 inter-delivery "
+                    "gap away from switches, the largest gap around a switch (max and mean "
+                    "over switches), the longest request-to-first-new-instance-delivery time, "
+                    "and the payload bytes sent twice (live: on both instances; rabp: "
+                    "re-issued, i.e. retransmitted).",
+                    _table(["run", "mode", "switches", "duplicates", "order", "steady gap p99 "
+                            "ms", "max gap ms", "mean max gap ms", "max switch ms",
+                            "extra bytes", "retransmitted bytes"], rows))
 
 
 def _min_rate(data: rd.RunData) -> float:

@@ -244,4 +244,6 @@ def resolve_params(cfg: NodeConfig) -> dict[str, Any]:
             params[f"{key}_id"] = ids[params.pop(key)]
         else:
             params.pop(key, None)
+    if entry is not None and entry.resolve_hosts is not None:
+        params = entry.resolve_hosts(params, ids)
     return params

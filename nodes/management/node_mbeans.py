@@ -12,6 +12,7 @@ from nodes.core import NodeCore
 from nodes.management.mbeans import MBean, MBeanRegistry
 from nodes.protocols import catalogue
 from nodes.protocols.primary import Primary
+from nodes.protocols.switching import Switching, switching_mbean
 
 
 def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_ns,
@@ -73,7 +74,7 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
     def reset_stats() -> None:
         counters.opt = counters.fnl = counters.broadcast = 0
 
-    registry.register(
+    total_order = (
         MBean(f"testbed:type=TotalOrder,protocol={cfg.protocol}", "Total order statistics")
         .attribute("MsgsBroadcast", "int", lambda: counters.broadcast)
         .attribute("MsgsOptDelivered", "int", lambda: counters.opt)
@@ -84,6 +85,9 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
                    description="messages received and not yet final-delivered")
         .operation("resetStats", reset_stats, [], None, "zero the delivery counters")
     )
+    if isinstance(proto, Switching):
+        switching_mbean(total_order, proto, lambda: clock.local(true_now()))
+    registry.register(total_order)
 
     fd = core.fd
 

@@ -33,6 +33,7 @@ from nodes.protocols import (
     qos_cbr,
     qos_vbr,
     reliable_ack,
+    switching,
     timestamp_leader,
     token_ring,
 )
@@ -58,6 +59,10 @@ RELIABLE_FIFO = frozenset({"fifo_order", "agreement", "integrity", "validity"})
 SEQUENCER_TOTAL = RELIABLE_FIFO | {"total_order", "causal_order"}
 
 Factory = Callable[[int, list[int], dict[str, Any]], Layer]
+# A protocol whose params nest other protocols (switching's instances) checks and resolves
+# them itself: (params, topology hosts) -> [(location, message)], (params, {host: id}) -> params.
+ParamsCheck = Callable[[dict[str, Any], list[str]], list[tuple[tuple[Any, ...], str]]]
+HostResolver = Callable[[dict[str, Any], dict[str, int]], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,8 @@ class Entry:
     # latency against -- "cbr" Δ+Γ, "vbr" Δ+Γ+Θ (Δ+2Γ+Θ with failures), "leader" 2Δ+pO,
     # "timestamp-leader" Δ+max(Δ+pO, Θ); "" claims none.
     bound: str = ""
+    check_params: ParamsCheck | None = None
+    resolve_hosts: HostResolver | None = None
 
     def host_params(self) -> tuple[str, ...]:
         """Parameters that name a host: specs check them, nodes get the member id
@@ -144,6 +151,11 @@ CATALOGUE: tuple[Entry, ...] = (
           bound="timestamp-leader",
           summary="blocks of timestamps granted by a leader, latency <= Δ+max(Δ+pO, Θ) (004 "
                   "§8.2)"),
+    Entry("switching", switching.WIRE_ID, switching.Switching, switching.SwitchingParams,
+          SEQUENCER_TOTAL,
+          summary="switches between total-order instances without stopping the flow, or by "
+                  "the RABP and stop-the-flow baselines (001 ch. 2, Fig. 2.1)",
+          check_params=switching.check_params, resolve_hosts=switching.resolve_hosts),
     Entry("fifo", fifo.WIRE_ID, fifo.Fifo, CommonParams, frozenset({"fifo_order", "integrity"}),
           summary="FIFO without reliability, late messages dropped (002 L54-66)"),
 )

@@ -9,7 +9,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator
 from analysis.expect import parse_expectation
 from nodes.protocols import catalogue
 from testbed.faults.schedule import check_faults
-from testbed.faults.spec import FaultSpec
+from testbed.faults.spec import FaultSpec, MgmtFault
 from testbed.spec.qos import check_qos_params
 from testbed.spec.topology import Loc, Strict, TopologySpec
 from testbed.spec.units import Duration, Frequency, Size
@@ -65,6 +65,8 @@ def check_protocol_params(spec: ProtocolSpec, hosts: list[str]) -> list[tuple[Lo
         unknown = sorted(set(value) - set(hosts)) if isinstance(value, dict) else []
         if unknown:
             problems.append((("protocol", "params", key), f"unknown host {unknown[0]!r}"))
+    if entry.check_params is not None and not problems:
+        problems += entry.check_params(spec.params, hosts)
     return problems
 
 
@@ -143,6 +145,28 @@ class ExperimentSpec(Strict):
         return v
 
 
+def _check_switch_targets(exp: ExperimentSpec) -> list[tuple[Loc, str]]:
+    """A scheduled `switchTo NAME` (nodes/protocols/switching.py) names a configured instance,
+    so a typo fails before the run rather than as a refused management call mid-run."""
+    if exp.protocol.name != "switching":
+        return []
+    from nodes.protocols.switching import instance_specs
+
+    names = [str(i.get("name")) for i in instance_specs(exp.protocol.params)
+             if isinstance(i, dict)]
+    if len(names) < 2:
+        return []  # check_params already says so
+    problems: list[tuple[Loc, str]] = []
+    for k, f in enumerate(exp.faults):
+        if not isinstance(f, MgmtFault) or "protocol=switching" not in f.mbean:
+            continue
+        call = f.exec_ or []
+        if call and call[0] == "switchTo" and (len(call) != 2 or str(call[1]) not in names):
+            problems.append((("faults", k, "exec"), f"switchTo needs one instance name of "
+                             f"{', '.join(names)}; got {call[1:]}"))
+    return problems
+
+
 def check_experiment(exp: ExperimentSpec, topo: TopologySpec) -> list[tuple[Loc, str]]:
     """Cross-reference checks between an experiment and its (resolved) topology."""
     problems: list[tuple[Loc, str]] = []
@@ -161,6 +185,7 @@ def check_experiment(exp: ExperimentSpec, topo: TopologySpec) -> list[tuple[Loc,
                      check_qos_params(entry.name, exp.protocol.params, topo, entry.bound)
                      if loc[:3] not in refused]
     problems += check_faults(exp.faults, hosts, exp.duration)
+    problems += _check_switch_targets(exp)
     if exp.transport != "udp" and exp.backend == "sim":
         problems.append((("transport",), f"transport {exp.transport} needs real sockets; the "
                          "sim backend delivers in-process (use local, mininet or docker)"))

@@ -1,0 +1,186 @@
+"""Checkers and per-switch metrics for the `switching` protocol (001 ch. 2; brief oracles of
+§1.8 and §2.3), written to summary.json as `switching`.
+
+- **No duplicate delivery across a switch** (Table 2.1 TO4, Fig. 2.1 l.23): no message is
+  final-delivered twice at a node; `duplicates_across_instances` counts those whose copies
+  came from two instances (the classic failure: the same id ordered by both).
+- **Total order across a switch** (TO1): the layer numbers its deliveries 1, 2, ... (`seq`)
+  across switches, so every position must hold the same message at every node;
+  `order_violations` counts positions where nodes disagree.
+- **Per switch** (Figs. 2.4-2.9, §2.2.2): the request, the window from the first `start` to
+  the last `end`, the switch duration per node, the switch time (first delivery of the new
+  instance minus the request: the Performance section's figure), the largest inter-delivery
+  gap around the window, the largest latency of a message delivered in it, and the extra
+  bytes the mode put on the instances (`live`: payloads sent on both instances; `rabp`:
+  re-issued, i.e. retransmitted, payloads).
+
+The `switch` events carry fields the event table does not keep, so they are read from the
+nodes' logs directly (there are a few per switch); deliveries come from the event table.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+PAD_NS = 200_000_000  # deliveries this long around a window count for its gap
+
+
+def switch_events(run_dir: Path) -> list[dict[str, Any]]:
+    """The `switch`, `switch_rejected` and `switch_policy` events of every node."""
+    out: list[dict[str, Any]] = []
+    for log in sorted((Path(run_dir) / "nodes").glob("*/events.jsonl")):
+        with log.open("rb") as f:
+            for line in f:
+                if b'"switch' not in line:
+                    continue
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a kill
+                if isinstance(ev, dict):
+                    out.append(ev)
+    return out
+
+
+def switching_section(events: Any, run_dir: Path) -> dict[str, Any]:
+    """`summary.json` `switching`, or {} for a run without switching events."""
+    from pyspark.sql import functions as F
+
+    sw = switch_events(run_dir)
+    fnl = events.filter(events.ev == "fnl")
+    if not sw and fnl.filter(F.col("proto").startswith("switching#")).limit(1).count() == 0:
+        return {}
+    dups = (fnl.groupBy("node", "mid")
+            .agg(F.count("*").alias("n"), F.countDistinct("proto").alias("instances"))
+            .filter(F.col("n") > 1))
+    dup_rows = dups.collect()
+    order = (fnl.filter(F.col("seq").isNotNull()).groupBy("seq")
+             .agg(F.countDistinct("mid").alias("mids")).filter(F.col("mids") > 1))
+    order_violations = order.count()
+    order_examples = [int(r["seq"]) for r in order.orderBy("seq").limit(5).collect()]
+    sends = events.filter(events.ev == "send").select("mid", F.col("t").alias("sent"))
+    rows = (fnl.join(sends, "mid", "left").select("node", "t", "proto", "sent")
+            .orderBy("node", "t").collect())
+    per_node: dict[str, list[tuple[int, str, int | None]]] = defaultdict(list)
+    for r in rows:
+        per_node[r["node"]].append((int(r["t"]), r["proto"] or "", r["sent"]))
+    switches = _per_switch(sw, per_node)
+    mode = next((e.get("mode") for e in sw if e.get("mode")), None)
+    extra = sum(s["extra_bytes"] for s in switches)
+    gaps = [s["max_gap_ms"] for s in switches if s["max_gap_ms"] is not None]
+    return {
+        "mode": mode,
+        "switches": sum(1 for s in switches if s["completed"]),
+        "requested": sum(1 for e in sw if e.get("phase") == "request"),
+        "rejected": sum(1 for e in sw if e["ev"] == "switch_rejected"),
+        "policy_requests": sum(1 for e in sw if e["ev"] == "switch_policy"),
+        "duplicates": sum(int(r["n"]) - 1 for r in dup_rows),
+        "duplicates_across_instances": sum(int(r["n"]) - 1 for r in dup_rows
+                                           if int(r["instances"]) > 1),
+        "duplicate_examples": [f"{r['node']}:{r['mid']}" for r in dup_rows[:5]],
+        "order_violations": order_violations,
+        "order_examples": order_examples,
+        "steady_gap_p99_ms": _steady_gap_p99(per_node, switches),
+        "max_gap_ms": max(gaps) if gaps else None,
+        "mean_max_gap_ms": round(sum(gaps) / len(gaps), 3) if gaps else None,
+        "max_switch_ms": max((s["switch_ms"] for s in switches if s["switch_ms"] is not None),
+                             default=None),
+        "extra_bytes": extra,
+        "retransmitted_bytes": extra if mode == "rabp" else 0,
+        "per_switch": switches,
+    }
+
+
+def _per_switch(sw: list[dict[str, Any]],
+                per_node: dict[str, list[tuple[int, str, int | None]]]) -> list[dict[str, Any]]:
+    by_epoch: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for e in sw:
+        if e["ev"] == "switch" and isinstance(e.get("epoch"), int):
+            by_epoch[e["epoch"]].append(e)
+    nodes = sorted(per_node)
+    index = {node: [t for t, _, _ in dl] for node, dl in per_node.items()}
+    out = []
+    for epoch in sorted(by_epoch):
+        evs = by_epoch[epoch]
+        starts = [e for e in evs if e.get("phase") == "start"]
+        ends = [e for e in evs if e.get("phase") == "end"]
+        requests = [e["t"] for e in evs if e.get("phase") == "request"]
+        if not starts:
+            continue
+        to = starts[0].get("to", "")
+        w0 = min(e["t"] for e in starts)
+        w1 = max(e["t"] for e in ends) if ends else w0
+        asked = min(requests) if requests else w0
+        first_new = []
+        gaps = []
+        worst_latency = None
+        for node in nodes:
+            dl = per_node[node]
+            times = index[node]
+            lo, hi = bisect.bisect_left(times, w0), bisect.bisect_right(times, w1 + PAD_NS)
+            new = next((t for t, proto, _ in dl[lo:] if proto == f"switching#{to}"), None)
+            if new is not None:
+                first_new.append(new)
+            edge = times[max(0, bisect.bisect_left(times, w0 - PAD_NS) - 1):
+                         bisect.bisect_right(times, w1 + PAD_NS) + 1]
+            if len(edge) > 1:
+                gaps.append(max(b - a for a, b in zip(edge, edge[1:], strict=False)))
+            for t, _, sent in dl[lo:hi]:
+                if sent is not None:
+                    lat = t - int(sent)
+                    worst_latency = lat if worst_latency is None else max(worst_latency, lat)
+        durations = [float(e.get("duration_ms", 0.0)) for e in ends]
+        out.append({
+            "epoch": epoch,
+            "from": starts[0].get("from"),
+            "to": to,
+            "requested_t": asked,
+            "window_ms": round((w1 - w0) / 1e6, 3),
+            "completed": len({e["node"] for e in ends}) == len(nodes) and bool(nodes),
+            "duration_ms_max": max(durations) if durations else None,
+            "switch_ms": round((max(first_new) - asked) / 1e6, 3)
+            if len(first_new) == len(nodes) and nodes else None,
+            "max_gap_ms": round(max(gaps) / 1e6, 3) if gaps else None,
+            "max_latency_ms": round(worst_latency / 1e6, 3) if worst_latency is not None
+            else None,
+            "extra_msgs": sum(int(e.get("dup_msgs", 0)) for e in ends),
+            "extra_bytes": sum(int(e.get("dup_bytes", 0)) for e in ends),
+        })
+    return out
+
+
+def _steady_gap_p99(per_node: dict[str, list[tuple[int, str, int | None]]],
+                    switches: list[dict[str, Any]]) -> float | None:
+    """The p99 inter-delivery gap away from any switch window (the brief's baseline for "no
+    stop in the flow", §1.8)."""
+    windows = [(s["requested_t"] - PAD_NS, s["requested_t"] + round(s["window_ms"] * 1e6)
+                + 2 * PAD_NS) for s in switches]
+    gaps: list[int] = []
+    for dl in per_node.values():
+        times = [t for t, _, _ in dl]
+        for a, b in zip(times, times[1:], strict=False):
+            if not any(lo <= a <= hi or lo <= b <= hi for lo, hi in windows):
+                gaps.append(b - a)
+    if not gaps:
+        return None
+    gaps.sort()
+    return round(gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))] / 1e6, 3)
+
+
+def switch_windows(run_dir: Path) -> dict[int, tuple[int, int]]:
+    """Per epoch: (first `start`, last `end`) in true ns, over all nodes (report shading)."""
+    starts: dict[int, int] = {}
+    ends: dict[int, int] = {}
+    for e in switch_events(run_dir):
+        epoch = e.get("epoch")
+        if e["ev"] != "switch" or not isinstance(epoch, int):
+            continue
+        if e.get("phase") == "start":
+            starts[epoch] = min(starts.get(epoch, e["t"]), e["t"])
+        elif e.get("phase") == "end":
+            ends[epoch] = max(ends.get(epoch, e["t"]), e["t"])
+    return {k: (v, ends.get(k, v)) for k, v in starts.items()}

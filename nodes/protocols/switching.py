@@ -1,0 +1,710 @@
+"""Switching total-order protocols without stopping the flow (001 ch. 2, Fig. 2.1), with the
+RABP and stop-the-flow baselines of 001 §2.2.2.
+
+The layer runs two or more total-order instances from the catalogue (`instances`: name,
+protocol, params) and hands the application one total order across switches.
+
+Message identity (001 §2.1): every application message gets the layer's own id (origin, sn),
+prefixed to the payload handed to the instances (`PREFIX`: flags, sn). The two copies of one
+message, one per instance, carry the same sn: that is how the watermark `wm[origin]` (Fig. 2.1
+`deliv`; a watermark suffices because every instance is FIFO) drops the second copy, and how
+the checkers catch a double delivery. The instance's own (origin, mno) never reaches the log.
+
+Wire: the instances' datagrams travel inside this layer's own messages: a DATA header with
+proto `WIRE_ID` whose `slot` is the instance tag, and the instance's complete datagram as
+payload (decoded, and checked by the instance's edge gate, nodes/edge.py, before the instance
+sees it). Instances are created per switch epoch (tag = epoch mod 255 + 1), so traffic of a
+torn-down instance is recognised by its tag alone; datagrams for the next epoch's tag that
+arrive before this node has created that instance are kept and replayed (brief rule S5, fix
+#4: early deliveries are buffered, not dropped).
+
+Control: the switch request (`SWITCH`) and the end-of-switch notice (`DONE`) are
+TO-broadcast on the current instance (001 Fig. 2.1 l.8 uses a reliable broadcast; Appia and
+the brief's fix #5 allow the current TO instead). Every node so meets SWITCH at the same point
+of the current instance's order, concurrent requests are settled by that order (the first
+SWITCH(epoch+1) wins, the others are `switch_rejected` everywhere), and "every node has
+finished the previous switch" (001 L197: no concurrent adaptations) is the same decision
+everywhere: DONE(e) from every member delivered before the next SWITCH.
+
+Modes:
+- `live` (Fig. 2.1): on SWITCH, broadcast on both instances; the first message on the old
+  instance after the switch (or a NULL after `null_timeout_ms`, prose L193) is flagged; the
+  new instance's deliveries wait, in order, in `undeliv` (fix #3); once every member's flag
+  is delivered from the old instance, the layer delivers `undeliv` and continues on the new
+  instance (l.28-35). Later old-instance deliveries are discarded (fix #4, prose L193).
+- `rabp` (001 §2.2.2 L232-234, Rütti et al.): at CHANGE the node stops using the old
+  instance and re-issues its own undelivered messages, same ids, on the new one (brief R0-R5).
+- `stop` (001 §2.2.2 L222): at STOP a node queues new application messages and confirms by a
+  flagged NULL on the old instance; once every confirmation is delivered (FIFO: everything
+  the member sent before it is delivered too) it sends the queue on the new instance (T1-T5,
+  with the confirmations ordered by the old instance instead of collected by a coordinator).
+
+`payload_once` (§2.2.1 L218, brief S10): while switching, the old instance carries a STUB
+(the id only) and the new one the payload; a STUB delivery waits until the new instance has
+received the payload (logged as `stub_wait`).
+
+Failures: the layer does not handle them (brief §1.7). A member that crashes while a switch
+is under way blocks its end; safety holds regardless. With no membership service the layer
+never excludes suspected members from `check`. Actions the layer does not consume (a future
+`ensured` notification, reservations) pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from nodes.protocols.base import (
+    Action,
+    CommonParams,
+    FinalDeliver,
+    Layer,
+    LayerBase,
+    Log,
+    OptDeliver,
+    Received,
+    Send,
+    SetTimer,
+    ms,
+    param,
+)
+from nodes.wire import Flag, Header, Message, MsgType, WireError, decode, encode
+
+WIRE_ID = 17
+MODES = ("live", "rabp", "stop")
+# Prefix flags (brief §1.4): FLAG marks a member's first old-instance message after SWITCH;
+# NULL carries no application message; STUB is the id of a payload sent on the new instance;
+# CTRL carries a SWITCH or DONE body instead of an application payload.
+FLAG, NULL, STUB, CTRL = 1, 2, 4, 8
+KNOWN_FLAGS = FLAG | NULL | STUB | CTRL
+PREFIX = struct.Struct("!BI")  # flags, sn
+CONTROL = struct.Struct("!BIB")  # kind, epoch, instance index
+SWITCH, DONE = 1, 2
+TICK, NULL_KEY = "sw:tick", "sw:null"
+EARLY_LIMIT = 65536  # datagrams kept for an instance not yet created; past that, NACKs repair
+DROP_LOG_LIMIT = 10
+RELAYED = int(Flag.RELAYED)
+# The last inner datagram decoded in this process, by the identity of its bytes: the
+# simulator delivers one decoded outer message to every receiver (nodes/sim.py), so the
+# receivers after the first reuse the first one's decode (frozen, so sharing is safe).
+_LAST_INNER: list[tuple[bytes, Message] | None] = [None]
+
+
+@dataclass(frozen=True)
+class SwitchingParams(CommonParams):
+    instances: list[dict[str, Any]] | None = param(
+        None, "the total-order instances: a list of {name, protocol, params} (at least two; "
+              "default: two sequencers named seq-a and seq-b)")
+    initial: str | None = param(None, "the instance that starts (default: the first)")
+    mode: str = param("live", "live (001 Fig. 2.1), rabp or stop (001 §2.2.2 baselines)",
+                      pattern="^(live|rabp|stop)$")
+    payload_once: bool = param(False, "while switching, send the payload on the new instance "
+                                      "only (001 §2.2.1 L218)")
+    null_timeout_ms: float = ms("live: send a flagged NULL when nothing was sent this long "
+                                "after SWITCH (prose L193; 0 = Fig. 2.1 l.13)", 30, ge=0)
+    tick_ms: float = ms("period at which an idle node looks at management requests and the "
+                        "policy (a busy node looks at every event)", 20)
+    adapt_to_all: str | None = param(None, "policy: switch to this instance when every member "
+                                           "has sent within adapt_window_ms")
+    adapt_to_one: str | None = param(None, "policy: switch to this instance when at most one "
+                                           "member has sent within adapt_window_ms")
+    adapt_window_ms: float = ms("the policy's observation window", 500)
+
+
+DEFAULT_INSTANCES = [{"name": "seq-a", "protocol": "sequencer"},
+                     {"name": "seq-b", "protocol": "sequencer"}]
+
+
+def instance_specs(params: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(params.get("instances") or DEFAULT_INSTANCES)
+
+
+def check_params(params: dict[str, Any], hosts: list[str]) -> list[tuple[tuple[Any, ...], str]]:
+    """Spec-time checks of the nested instances (001 §2.2.1: switching needs two or more):
+    names unique, protocols from the catalogue (not `switching` itself), their params against
+    that protocol's model, host-naming params against the topology; `initial` and the policy
+    targets name instances."""
+    from pydantic import ValidationError
+
+    from nodes.protocols import catalogue
+
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    specs = instance_specs(params)
+    base = ("protocol", "params", "instances")
+    if len(specs) < 2:
+        return [(base, f"switching needs at least two instances, got {len(specs)}")]
+    names: list[str] = []
+    for i, spec in enumerate(specs):
+        if not isinstance(spec, dict) or set(spec) - {"name", "protocol", "params"} or \
+                "name" not in spec or "protocol" not in spec:
+            problems.append(((*base, i), "an instance is {name, protocol, params}"))
+            continue
+        name, proto = str(spec["name"]), str(spec["protocol"])
+        if name in names:
+            problems.append(((*base, i, "name"), f"duplicate instance name {name!r}"))
+        names.append(name)
+        entry = catalogue.find(proto)
+        if entry is None or proto == "switching":
+            problems.append(((*base, i, "protocol"), f"unknown total-order protocol {proto!r}"))
+            continue
+        sub = spec.get("params") or {}
+        try:
+            catalogue.params_model(proto).model_validate(sub)
+        except ValidationError as exc:
+            for err in exc.errors():
+                msg = "unknown parameter" if err["type"] == "extra_forbidden" else err["msg"]
+                problems.append(((*base, i, "params", *err["loc"]), str(msg)))
+        for key in entry.host_params():
+            if sub.get(key) is not None and sub[key] not in hosts:
+                problems.append(((*base, i, "params", key), f"unknown {key} host {sub[key]!r}"))
+    for key in ("initial", "adapt_to_all", "adapt_to_one"):
+        if params.get(key) is not None and params[key] not in names:
+            problems.append((("protocol", "params", key),
+                             f"no instance named {params[key]!r}; instances: "
+                             f"{', '.join(names)}"))
+    return problems
+
+
+def resolve_hosts(params: dict[str, Any], ids: dict[str, int]) -> dict[str, Any]:
+    """The instances' host-naming params as member ids (`<name>_id`), as the node core does for
+    a top-level protocol (nodes/core.py `resolve_params`)."""
+    from nodes.protocols import catalogue
+
+    specs = []
+    for spec in instance_specs(params):
+        sub = dict(spec.get("params") or {})
+        entry = catalogue.find(spec["protocol"])
+        for key in entry.host_params() if entry is not None else ():
+            if sub.get(key) is not None:
+                sub[f"{key}_id"] = ids[sub.pop(key)]
+        specs.append({**spec, "params": sub})
+    return {**params, "instances": specs}
+
+
+@dataclass
+class Instance:
+    """One total-order instance of one epoch."""
+
+    tag: int
+    index: int  # into the configured instances
+    name: str
+    epoch: int
+    layer: Layer
+    gate: Any  # nodes.edge.Gate over the instance's own stack
+    wire_id: int
+    # (origin, instance mno) -> (flags, sn, size, control body): what the instance will
+    # deliver, read from its data messages as they arrive (or are sent).
+    ids: dict[tuple[int, int], tuple[int, int, int, bytes]] = field(default_factory=dict)
+    label: str = ""  # deliveries' `proto`: switching#<name>, the instance that ordered them
+
+    def __post_init__(self) -> None:
+        self.label = f"switching#{self.name}"
+
+
+Entry = tuple[int, int, int, int, bytes]  # origin, flags, sn, size, control body
+
+
+class Switching(LayerBase):
+    proto = WIRE_ID
+
+    def __init__(self, me: int, members: list[int], params: dict[str, Any]):
+        self.me, self.members = me, list(members)
+        self.all = frozenset(members)
+        self.params = params
+        self.specs = instance_specs(params)
+        if len(self.specs) < 2:
+            raise ValueError("switching needs at least two instances")
+        self.names = [str(s["name"]) for s in self.specs]
+        self.mode = str(params.get("mode", "live"))
+        self.payload_once = bool(params.get("payload_once", False))
+        self.null_ns = round(float(params.get("null_timeout_ms", 30)) * 1e6)
+        self.tick_ns = round(float(params.get("tick_ms", 20)) * 1e6)
+        self.adapt_all, self.adapt_one = params.get("adapt_to_all"), params.get("adapt_to_one")
+        self.window_ns = round(float(params.get("adapt_window_ms", 500)) * 1e6)
+        initial = params.get("initial") or self.names[0]
+        self.initial = self.names.index(initial)
+        self.incarnation = int(params.get("incarnation", 0))
+        # Fig. 2.1 l.1-7 in the implementation forms of brief §1.3.
+        self.epoch = 0
+        self.cur: Instance | None = None
+        self.new: Instance | None = None
+        self.old: Instance | None = None  # draining until DONE from every member (S8)
+        self.switching = False
+        self.stopped = False  # stop mode: application messages wait in `queue`
+        self.flag_pending = False
+        self.check: set[int] = set()
+        self.done: set[int] = set()
+        self.wm: dict[int, int] = {m: 0 for m in members}
+        self.sn = self.incarnation * 1_000_000
+        self.undeliv: list[Entry] = []
+        self.early: list[tuple[int, Message]] = []  # datagrams for the next epoch's instance
+        self.mine: dict[int, bytes] = {}  # rabp: own messages not yet delivered (R0)
+        self.queue: list[tuple[int, bytes]] = []  # stop: messages sent while stopped
+        # payload_once: the current instance's deliveries behind a STUB without its payload
+        self.held: list[tuple[Instance, Entry]] = []
+        # payload_once: (origin, sn) -> payload size, as the new instance receives them
+        self.payloads: dict[tuple[int, int], int] = {}
+        self.recv_seen: set[tuple[int, int]] = set()
+        self.last_sent: dict[int, int] = {}  # policy: origin -> local time of last delivery
+        self.requested: tuple[int, int] | None = None  # (instance index, local time)
+        self.pending: int | None = None  # epoch of our SWITCH not yet delivered back
+        self.delivered = 0
+        # Statistics (testbed:type=TotalOrder,protocol=switching) and per-switch accounting.
+        self.switch_count = 0
+        self.last_switch_ms = 0.0
+        self.started_at = 0
+        self.dup_msgs = self.dup_bytes = 0
+        self.last_old_mid = ""
+        self.rejects: dict[str, int] = {}
+
+    # -- management (nodes/management/node_mbeans.py) ------------------------------------------
+    @property
+    def current(self) -> str:
+        return self.cur.name if self.cur is not None else ""
+
+    def request_switch(self, name: str, now: int) -> str:
+        """`switchTo NAME`: checked here, carried out at the next tick (a management call
+        cannot emit actions). ValueError, with nothing changed, when it cannot be done."""
+        if name not in self.names:
+            raise ValueError(f"unknown instance {name!r}; instances: {', '.join(self.names)}")
+        if self.switching or self.old is not None or self.requested is not None or \
+                self.pending is not None:
+            raise ValueError(f"a switch is in progress (epoch {self.epoch}); try again later")
+        if name == self.current:
+            raise ValueError(f"{name!r} is already the current instance")
+        self.requested = (self.names.index(name), now)
+        return f"switching to {name} (epoch {self.epoch + 1})"
+
+    # -- Layer interface ------------------------------------------------------------------------
+    def start(self, now: int) -> list[Action]:
+        self.cur, out = self._create(self.initial, 0, now)
+        return out + [SetTimer(TICK, self.tick_ns)]
+
+    def broadcast(self, payload: bytes, now: int) -> list[Action]:
+        self.sn += 1
+        sn = self.sn
+        out: list[Action] = [Log("send", {"mno": sn, "size": len(payload)})]
+        if self.requested is not None:
+            out += self._tick(now)
+        if self.stopped:
+            self.queue.append((sn, payload))  # T2: no further messages until the switch ends
+            return out
+        return out + self._send_app(sn, payload, now)
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
+        h = msg.header
+        if h.type != MsgType.DATA or h.proto != WIRE_ID:
+            return self._reject("sw:type", f"{h.type.name} under proto {h.proto}")
+        payload = msg.payload
+        last = _LAST_INNER[0]
+        if last is not None and last[0] is payload:
+            inner = last[1]  # the simulator hands one datagram object to every receiver
+        else:
+            try:
+                inner = decode(payload)
+            except WireError as exc:
+                return self._reject(f"sw:inner:{exc.reason}", str(exc))
+            _LAST_INNER[0] = (payload, inner)
+        if inner.header.sender != h.sender and not inner.header.flags & RELAYED:
+            # a relayed copy keeps its origin's header (nodes/protocols/sequencer.py relay)
+            return self._reject("sw:sender", f"inner sender {inner.header.sender} in a "
+                                             f"datagram from {h.sender}")
+        cur = self.cur
+        inst = cur if cur is not None and cur.tag == h.slot else self._by_tag(h.slot)
+        if inst is None:
+            if h.slot == self._tag(self.epoch + 1) and not self.switching:
+                if len(self.early) < EARLY_LIMIT:
+                    self.early.append((src, inner))  # S5: a faster node already uses it
+                return []
+            self.rejects["sw:stale"] = self.rejects.get("sw:stale", 0) + 1
+            return []
+        if self.requested is not None:
+            return self._tick(now) + self._inner(inst, src, inner, now)
+        return self._inner(inst, src, inner, now)
+
+    def on_timer(self, key: str, now: int) -> list[Action]:
+        if key == TICK:
+            return self._tick(now) + [SetTimer(TICK, self.tick_ns)]
+        if key == NULL_KEY:
+            return self._send_null(now)
+        tag, _, inner_key = key.partition("|")
+        inst = self._by_tag(int(tag)) if tag.isdigit() else None
+        return [] if inst is None else self._lift(inst, inst.layer.on_timer(inner_key, now), now)
+
+    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
+        out: list[Action] = []
+        for inst in self._live():
+            out += self._lift(inst, inst.layer.on_suspect(member, suspected, now), now)
+        return out
+
+    def on_view(self, members: list[int], now: int) -> list[Action]:
+        out: list[Action] = []
+        for inst in self._live():
+            out += self._lift(inst, inst.layer.on_view(members, now), now)
+        return out
+
+    def on_reserve_result(self, key: str, granted: bool, rate_bps: float, reason: str,
+                          now: int) -> list[Action]:
+        out: list[Action] = []
+        for inst in self._live():
+            out += self._lift(inst, inst.layer.on_reserve_result(key, granted, rate_bps,
+                                                                 reason, now), now)
+        return out
+
+    def on_new_rate(self, rates: dict[str, float], now: int) -> list[Action]:
+        out: list[Action] = []
+        for inst in self._live():
+            out += self._lift(inst, inst.layer.on_new_rate(rates, now), now)
+        return out
+
+    # -- instances ------------------------------------------------------------------------------
+    @staticmethod
+    def _tag(epoch: int) -> int:
+        return epoch % 255 + 1
+
+    def _live(self) -> list[Instance]:
+        return [i for i in (self.cur, self.new, self.old) if i is not None]
+
+    def _by_tag(self, tag: int) -> Instance | None:
+        for inst in (self.cur, self.new, self.old):
+            if inst is not None and inst.tag == tag:
+                return inst
+        return None
+
+    def _create(self, index: int, epoch: int, now: int) -> tuple[Instance, list[Action]]:
+        """A fresh instance of configured instance `index` for `epoch` (brief §1.2)."""
+        from nodes.edge import Gate
+        from nodes.protocols import catalogue
+
+        spec = self.specs[index]
+        entry = catalogue.get(spec["protocol"])
+        sub = {**(spec.get("params") or {}), "incarnation": self.incarnation}
+        layer = entry.factory(self.me, self.members, sub)
+        inst = Instance(self._tag(epoch), index, self.names[index], epoch, layer,
+                        Gate(self.me, self.members, layer), entry.wire_id)
+        return inst, self._lift(inst, layer.start(now), now)
+
+    def _inner(self, inst: Instance, src: int, inner: Message, now: int) -> list[Action]:
+        """An instance's datagram: checked by its gate, its data messages' prefixes read."""
+        ih = inner.header
+        if ih.proto != inst.wire_id and ih.type != MsgType.ALIVE:
+            return self._reject("sw:proto", f"proto {ih.proto} for instance {inst.name}")
+        reason = inst.gate.check(inner)
+        if reason is not None:
+            return self._reject(f"sw:rejected:{reason}", f"{ih.type.name} from {ih.sender}")
+        if ih.type == MsgType.DATA:
+            parsed = self._parse(inner.payload)
+            if isinstance(parsed, str):
+                return self._reject("sw:prefix", parsed)
+            inst.ids.setdefault((ih.origin, ih.mno), parsed)
+            flags, sn = parsed[0], parsed[1]
+            if inst is self.new and self.payload_once and not flags & (STUB | NULL | CTRL):
+                self.payloads[(ih.origin, sn)] = parsed[2]
+        out = self._lift(inst, inst.layer.on_message(src, inner, now), now)
+        if self.held and self.payloads:
+            out += self._release_held(now)
+        return out
+
+    def _parse(self, payload: bytes) -> tuple[int, int, int, bytes] | str:
+        if len(payload) < PREFIX.size:
+            return f"payload of {len(payload)} bytes has no switching prefix"
+        flags, sn = PREFIX.unpack_from(payload)
+        body = payload[PREFIX.size:]
+        if flags & ~KNOWN_FLAGS:
+            return f"unknown prefix flags {flags:#x}"
+        if flags & CTRL:
+            if len(body) != CONTROL.size:
+                return f"control body of {len(body)} bytes"
+            kind, _, index = CONTROL.unpack(body)
+            if kind not in (SWITCH, DONE) or index >= len(self.specs):
+                return f"control kind {kind} for instance {index}"
+            return flags, 0, 0, body
+        if not flags & NULL and sn < 1:
+            return "application message numbered 0"
+        return flags, sn, len(body), b""
+
+    def _reject(self, reason: str, detail: str) -> list[Action]:
+        n = self.rejects[reason] = self.rejects.get(reason, 0) + 1
+        return [Log("drop", {"reason": reason, "detail": detail})] if n <= DROP_LOG_LIMIT else []
+
+    def _lift(self, inst: Instance, actions: list[Action], now: int) -> list[Action]:
+        """An instance's actions as this layer's: datagrams wrapped with the instance tag,
+        timers namespaced, deliveries translated to the layer's ids (and routed by Fig. 2.1),
+        everything else passed through."""
+        out: list[Action] = []
+        ids = inst.ids
+        for a in actions:
+            kind = type(a)  # `type(a) is` and casts: this is the receive path's hot loop
+            if kind is Send:
+                send = cast(Send, a)
+                wrapped = encode(send.msg)
+                header = Header(MsgType.DATA, WIRE_ID, 0, self.me, 0, 0, 0, 0, 0, inst.tag, 0,
+                                0, len(wrapped))
+                out.append(Send(send.dst, Message(header, wrapped)))
+            elif kind is Received:
+                rcv = cast(Received, a)
+                known = ids.get((rcv.origin, rcv.mno))
+                if known is not None and not known[0] & (NULL | CTRL | STUB):
+                    key = (rcv.origin, known[1])
+                    if known[1] > self.wm[rcv.origin] and key not in self.recv_seen:
+                        self.recv_seen.add(key)
+                        out.append(Received(rcv.origin, known[1], known[2], inst.label))
+            elif kind is FinalDeliver:
+                fnl = cast(FinalDeliver, a)
+                known = ids.pop((fnl.origin, fnl.mno), None)
+                if known is None:
+                    out.append(Log("switch_unknown", {"instance": inst.name,
+                                                      "origin": fnl.origin,
+                                                      "inner_mno": fnl.mno}))
+                    continue
+                flags, sn, size, body = known
+                out += self._to_deliver(inst, (fnl.origin, flags, sn, size, body), now)
+            elif kind is SetTimer:
+                timer = cast(SetTimer, a)
+                out.append(SetTimer(f"{inst.tag}|{timer.key}", timer.delay_ns))
+            elif kind is OptDeliver:
+                opt = cast(OptDeliver, a)
+                known = ids.get((opt.origin, opt.mno))
+                if known is not None and inst is self.cur and not known[0] & (NULL | CTRL) \
+                        and known[1] > self.wm[opt.origin]:
+                    out.append(OptDeliver(opt.origin, known[1], known[2], inst.label))
+            elif kind is Log and cast(Log, a).ev == "send":
+                continue  # the layer logs its own `send` (its ids, not the instance's)
+            else:
+                out.append(a)
+        return out
+
+    # -- sending (Fig. 2.1 l.18-21) ---------------------------------------------------------------
+    def _to_send(self, inst: Instance, flags: int, sn: int, body: bytes, now: int) -> list[Action]:
+        actions = inst.layer.broadcast(PREFIX.pack(flags, sn) + body, now)
+        for a in actions:
+            if isinstance(a, Log) and a.ev == "send":
+                size = 0 if flags & CTRL else len(body)
+                inst.ids.setdefault((self.me, int(a.fields["mno"])),
+                                    (flags, sn, size, body if flags & CTRL else b""))
+        return self._lift(inst, actions, now)
+
+    def _send_app(self, sn: int, payload: bytes, now: int) -> list[Action]:
+        assert self.cur is not None
+        if self.mode == "rabp":
+            self.mine[sn] = payload  # R1
+        if not self.switching or self.mode != "live":
+            return self._to_send(self.cur, 0, sn, payload, now)
+        assert self.new is not None
+        flags = FLAG if self.flag_pending else 0  # S3: the first old-instance message is flagged
+        self.flag_pending = False
+        self.dup_msgs += 1
+        self.dup_bytes += len(payload)
+        if self.payload_once:
+            out = self._to_send(self.cur, flags | STUB, sn, b"", now)
+            self.payloads[(self.me, sn)] = len(payload)
+        else:
+            out = self._to_send(self.cur, flags, sn, payload, now)
+        return out + self._to_send(self.new, 0, sn, payload, now)
+
+    def _send_null(self, now: int) -> list[Action]:
+        """S4: nothing was sent since SWITCH; a flagged NULL lets the switch end."""
+        if not (self.switching and self.flag_pending and self.cur is not None):
+            return []
+        self.flag_pending = False
+        return self._to_send(self.cur, FLAG | NULL, 0, b"", now)
+
+    def _control(self, kind: int, epoch: int, index: int, now: int) -> list[Action]:
+        assert self.cur is not None
+        return self._to_send(self.cur, CTRL, 0, CONTROL.pack(kind, epoch, index), now)
+
+    def _tick(self, now: int) -> list[Action]:
+        out: list[Action] = []
+        if self.requested is None and self.me == min(self.members):
+            out += self._policy(now)
+        if self.requested is not None and not self.switching and self.old is None:
+            index, at = self.requested
+            self.requested = None
+            if index != (self.cur.index if self.cur is not None else -1):
+                out.append(Log("switch", {"phase": "request", "epoch": self.epoch + 1,
+                                          "to": self.names[index], "mode": self.mode,
+                                          "wait_ms": round((now - at) / 1e6, 3)}))
+                self.pending = self.epoch + 1
+                out += self._control(SWITCH, self.epoch + 1, index, now)
+        return out
+
+    def _policy(self, now: int) -> list[Action]:
+        """Ours (001 L130-132): a sequencer suits one sender, a symmetric protocol all
+        senders. The lowest member decides, so only one request goes out."""
+        if self.switching or self.old is not None or self.cur is None:
+            return []
+        active = sum(1 for t in self.last_sent.values() if now - t <= self.window_ns)
+        target = None
+        if self.adapt_all is not None and active == len(self.members):
+            target = self.adapt_all
+        elif self.adapt_one is not None and active <= 1 and self.last_sent:
+            target = self.adapt_one
+        if target is None or target == self.cur.name:
+            return []
+        self.requested = (self.names.index(target), now)
+        return [Log("switch_policy", {"to": target, "active_senders": active})]
+
+    # -- delivery (Fig. 2.1 l.14-35) -------------------------------------------------------------
+    def _to_deliver(self, inst: Instance, e: Entry, now: int) -> list[Action]:
+        if inst is self.cur:
+            if self.held:
+                self.held.append((inst, e))
+                return self._release_held(now)
+            return self._from_cur(inst, e, now)
+        if inst is self.new:
+            self.undeliv.append(e)  # l.26-27, kept in the new instance's order (fix #3)
+        return []  # an instance already left: its later deliveries are discarded (fix #4)
+
+    def _release_held(self, now: int) -> list[Action]:
+        out: list[Action] = []
+        while self.held:
+            inst, (origin, flags, sn, size, body) = self.held[0]
+            if inst is not self.cur:
+                self.held.pop(0)  # the switch ended meanwhile: a stale old-instance delivery
+                continue
+            if flags & STUB and (origin, sn) not in self.payloads and sn > self.wm[origin]:
+                break
+            self.held.pop(0)
+            out += self._from_cur(inst, (origin, flags & ~STUB, sn, size, body), now)
+        return out
+
+    def _from_cur(self, inst: Instance, e: Entry, now: int) -> list[Action]:
+        origin, flags, sn, size, body = e
+        if flags & CTRL:
+            kind, epoch, index = CONTROL.unpack(body)
+            return self._on_control(origin, kind, epoch, index, now)
+        if flags & STUB and (origin, sn) not in self.payloads and sn > self.wm[origin]:
+            self.held.append((inst, e))  # S10: wait for the payload from the new instance
+            return [Log("stub_wait", {"origin": origin, "mno": sn})]
+        out: list[Action] = []
+        if not flags & NULL and sn > self.wm[origin]:  # l.22-25
+            self.wm[origin] = sn
+            self.delivered += 1
+            self.recv_seen.discard((origin, sn))
+            size = self.payloads.pop((origin, sn), size)
+            self.last_sent[origin] = now
+            if origin == self.me:
+                self.mine.pop(sn, None)
+            self.last_old_mid = f"{origin}:{sn}"
+            out.append(FinalDeliver(origin, sn, self.delivered, size, inst.label))
+        if self.switching and flags & FLAG:
+            self.check.add(origin)  # l.14-15
+            if self.check >= self.all:
+                out += self._end_switch(now)  # l.16-17
+        return out
+
+    def _on_control(self, origin: int, kind: int, epoch: int, index: int,
+                    now: int) -> list[Action]:
+        if kind == DONE:
+            if epoch == self.epoch and self.old is not None:
+                self.done.add(origin)
+                if self.done >= self.all:  # S8: every member has left the old instance
+                    old, self.old = self.old, None
+                    self.done = set()
+                    return [Log("switch", {"phase": "done", "epoch": epoch, "from": old.name})]
+            return []
+        # SWITCH (S1-S2): the first SWITCH(epoch+1) in this instance's order wins, and only
+        # once every member finished the previous switch (001 L197).
+        if self.pending is not None and epoch >= self.pending:
+            self.pending = None  # ours, or a rival's for the same epoch that settles ours
+        if epoch != self.epoch + 1 or self.switching or self.old is not None or \
+                index == (self.cur.index if self.cur else -1):
+            return [Log("switch_rejected", {"epoch": epoch, "to": self.names[index],
+                                            "by": origin, "current_epoch": self.epoch})]
+        self.epoch = epoch
+        self.started_at = now
+        self.dup_msgs = self.dup_bytes = 0
+        new, out = self._create(index, epoch, now)
+        assert self.cur is not None
+        out.insert(0, Log("switch", {"phase": "start", "epoch": epoch, "from": self.cur.name,
+                                     "to": new.name, "mode": self.mode, "by": origin}))
+        if self.mode == "rabp":
+            out += self._rabp_switch(new, now)
+        else:
+            self.new, self.switching, self.check = new, True, set()
+            if self.mode == "stop":
+                self.stopped = True  # T2, the confirmation is the flagged NULL below
+                self.flag_pending = True
+                out += self._send_null(now)
+            else:
+                self.flag_pending = True
+                out += self._send_null(now) if self.null_ns == 0 else \
+                    [SetTimer(NULL_KEY, self.null_ns)]
+        return out + self._replay_early(new, now)
+
+    def _replay_early(self, inst: Instance, now: int) -> list[Action]:
+        early, self.early = self.early, []
+        out: list[Action] = []
+        if early:
+            out.append(Log("switch_early", {"epoch": self.epoch, "datagrams": len(early)}))
+        for src, inner in early:
+            out += self._inner(inst, src, inner, now)
+        return out
+
+    def _rabp_switch(self, new: Instance, now: int) -> list[Action]:
+        """R3: stop the flow in the old instance, re-issue own undelivered messages (same ids,
+        in order) on the new one, and continue there."""
+        assert self.cur is not None
+        old, self.cur, self.old = self.cur, new, self.cur
+        self.done = set()
+        out: list[Action] = []
+        for sn, payload in self.mine.items():
+            self.dup_msgs += 1
+            self.dup_bytes += len(payload)
+            out += self._to_send(new, 0, sn, payload, now)
+        out.append(self._end_log(old, new, now))
+        return out + self._control(DONE, self.epoch, new.index, now)
+
+    def _end_switch(self, now: int) -> list[Action]:
+        """l.28-35: deliver what the new instance ordered meanwhile, then continue on it."""
+        assert self.new is not None and self.cur is not None
+        old, new = self.cur, self.new
+        out: list[Action] = [self._end_log(old, new, now)]
+        self.cur, self.new, self.old = new, None, old
+        self.switching, self.flag_pending = False, False
+        self.check, self.done = set(), set()
+        undeliv, self.undeliv = self.undeliv, []
+        for e in undeliv:
+            out += self._to_deliver(new, e, now)
+        if self.stopped:
+            self.stopped = False
+            queue, self.queue = self.queue, []
+            for sn, payload in queue:
+                out += self._to_send(new, 0, sn, payload, now)
+        return out + self._control(DONE, self.epoch, new.index, now)
+
+    def _end_log(self, old: Instance, new: Instance, now: int) -> Log:
+        self.switch_count += 1
+        self.last_switch_ms = (now - self.started_at) / 1e6
+        return Log("switch", {"phase": "end", "epoch": self.epoch, "from": old.name,
+                              "to": new.name, "mode": self.mode,
+                              "duration_ms": round(self.last_switch_ms, 3),
+                              "last_old": self.last_old_mid, "dup_msgs": self.dup_msgs,
+                              "dup_bytes": self.dup_bytes})
+
+
+def switching_mbean(mbean: Any, layer: Switching, local_now: Callable[[], int]) -> Any:
+    """The switching attributes and `switchTo` of `testbed:type=TotalOrder,protocol=switching`
+    (001 §4.2 L432: the protocol "can be changed at runtime"; Appia's getCurrentChannel and
+    setCurrentChannel). A bad `switchTo` is a one-line error and changes nothing."""
+    return (
+        mbean
+        .attribute("CurrentAlgorithm", "str", lambda: layer.current,
+                   description="the instance whose order the application follows")
+        .attribute("Instances", "list", lambda: list(layer.names),
+                   description="the configured instances")
+        .attribute("Mode", "str", lambda: layer.mode, description="live, rabp or stop")
+        .attribute("Switching", "bool", lambda: layer.switching,
+                   description="a switch is under way at this node")
+        .attribute("Epoch", "int", lambda: layer.epoch, description="switches started")
+        .attribute("SwitchCount", "int", lambda: layer.switch_count,
+                   description="switches completed at this node")
+        .attribute("LastSwitchMs", "float", lambda: layer.last_switch_ms,
+                   description="duration of the last switch at this node (start to end), ms")
+        .attribute("Rejected", "dict", lambda: dict(layer.rejects),
+                   description="instance datagrams refused by the layer, per reason")
+        .operation("switchTo", lambda name: layer.request_switch(name, local_now()),
+                   [("name", "str")], "str", "switch the group to instance NAME")
+    )
