@@ -163,6 +163,19 @@ def test_bad_qos_params_are_one_line_errors(tmp_path: Path, change: str, message
     assert len(lines) == 1 and lines[0].startswith(f"{spec}:{line}: ") and message in lines[0]
 
 
+def test_a_bounded_protocol_over_tls_is_refused_in_one_line(tmp_path: Path) -> None:
+    """TCP turns loss into delay, so a latency bound cannot hold over `transport: tls`."""
+    text = (ROOT / "experiments/qos-cbr.yaml").read_text()
+    spec = tmp_path / "tls.yaml"
+    spec.write_text(text.replace("backend: sim", "backend: local") + "transport: tls\n")
+    from testbed.spec.loader import SpecError, load_experiment
+
+    with pytest.raises(SpecError) as err:
+        load_experiment(spec)
+    lines = str(err.value).splitlines()
+    assert len(lines) == 1 and "transport tls" in lines[0] and lines[0].startswith(f"{spec}:")
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_full_sim_run_meets_its_expectations(tmp_path: Path) -> None:

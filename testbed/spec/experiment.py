@@ -184,6 +184,12 @@ def check_experiment(exp: ExperimentSpec, topo: TopologySpec) -> list[tuple[Loc,
         problems += [(loc, msg) for loc, msg in
                      check_qos_params(entry.name, exp.protocol.params, topo, entry.bound)
                      if loc[:3] not in refused]
+        if entry.bound and exp.transport == "tls":
+            # docs/architecture.md, transports: over TCP a lost datagram becomes a late one,
+            # so no latency bound of 004 can hold.
+            problems.append((("transport",), f"{entry.name} promises a latency bound, which "
+                             "transport tls (TCP: loss becomes delay) cannot keep; use udp or "
+                             "udp-aead"))
     problems += check_faults(exp.faults, hosts, exp.duration)
     problems += _check_switch_targets(exp)
     if exp.transport != "udp" and exp.backend == "sim":
