@@ -44,7 +44,15 @@ class WorkloadConfig:
     send: bool = False
     rate: float = 0.0  # messages per second
     size: int = 1024  # payload bytes
-    arrival: str = "constant"  # or "poisson"
+    arrival: str = "constant"  # "poisson", "ticks" or "vbr" (nodes/workload.py)
+    # ticks: the probability of sending at each 1/rate tick; vbr: slot length, average
+    # messages per second and most messages per slot.
+    send_prob: float = 1.0
+    slot_ns: int = 0
+    avg: float = 0.0
+    max_burst: int = 0
+    # Rate changes: (ns after the workload start, rates for Layer.on_new_rate), in time order.
+    rate_changes: list[tuple[int, dict[str, float]]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +99,12 @@ class NodeConfig:
     tls_ca: str = ""
     mgmt_tls: bool = False
     mgmt_mutual: bool = False  # HTTPS management also wants a client certificate of the CA
+    # Reservations (docs/qos.md): the host's link capacity for admission control (the
+    # topology's `qos.rate`; None: nodes/reservation.py DEFAULT_CAPACITY_BPS), and the data
+    # device on which the node realises them as HTB classes itself (mininet, docker; "": a
+    # token bucket in the node's own send path, local and sim).
+    qos_capacity_bps: int | None = None
+    qos_dev: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -101,7 +115,9 @@ class NodeConfig:
     def from_dict(cls, d: dict[str, Any]) -> NodeConfig:
         d = dict(d)
         d["members"] = [Member(**m) for m in d["members"]]
-        d["workload"] = WorkloadConfig(**d.get("workload", {}))
+        w = dict(d.get("workload", {}))
+        w["rate_changes"] = [(int(at), dict(r)) for at, r in w.get("rate_changes", [])]
+        d["workload"] = WorkloadConfig(**w)
         d["clock"] = ClockConfig(**d.get("clock", {}))
         d["paths"] = {int(k): PathConfig(**v) for k, v in d.get("paths", {}).items()}
         return cls(**d)

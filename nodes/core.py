@@ -17,8 +17,17 @@ from nodes.config import NodeConfig
 from nodes.edge import Gate
 from nodes.eventlog import EventLog
 from nodes.protocols import catalogue, make_protocol
-from nodes.protocols.base import FinalDeliver, Log, OptDeliver, Received, Send, SetTimer
+from nodes.protocols.base import (
+    FinalDeliver,
+    Log,
+    OptDeliver,
+    Received,
+    Reserve,
+    Send,
+    SetTimer,
+)
 from nodes.protocols.failure_detector import FailureDetector
+from nodes.reservation import DEFAULT_CAPACITY_BPS, Reservations
 from nodes.wire import Message, MsgType, WireError, decode, encode
 
 DROP_LOG_LIMIT = 10  # `drop` events logged per reason; past that they are only counted
@@ -71,6 +80,9 @@ class NodeCore:
         self.blocked_out: set[int] = set()
         self.blocked_in: set[int] = set()
         self.durable_sends = True
+        # Admission control and policing of the protocol's `Reserve`s (nodes/reservation.py);
+        # the runtime or simulator polices with `reservations.charged()`.
+        self.reservations = Reservations(float(cfg.qos_capacity_bps or DEFAULT_CAPACITY_BPS))
 
     def start(self, t: int) -> Output:
         self.log.write(t, self.clock.local(t), "start", incarnation=self.cfg.incarnation)
@@ -153,6 +165,13 @@ class NodeCore:
             actions += self.protocol.on_suspect(member, suspected, lt)
         return actions
 
+    def new_rate(self, rates: dict[str, float], t: int, source: str) -> Output:
+        """The application renegotiates its rate (004 §3.2 `new-rate`): a workload schedule
+        entry or `testbed:type=QoS` `newRate`. Logged as `ev=new-rate`."""
+        lt = self.clock.local(t)
+        self.log.write(t, lt, "new-rate", source=source, **rates)
+        return self._process(self.protocol.on_new_rate(dict(rates), lt), t)
+
     def progress(self) -> dict[str, Any]:
         """What the quiescence check needs: messages sent, final deliveries per origin."""
         return {"sent": self.sent,
@@ -175,10 +194,24 @@ class NodeCore:
                 out.sends.append((a.dst, encode(a.msg), a.msg))
             elif kind is SetTimer:
                 out.timers.append((a.key, self.clock.duration_to_true(a.delay_ns)))
+            elif kind is Reserve:
+                more = self._reserve(a, t)
+                out.sends += more.sends
+                out.timers += more.timers
             else:
                 lt = self.clock.local(t) if lt is None else lt
                 self._record(a, t, lt)
         return out
+
+    def _reserve(self, a: Reserve, t: int) -> Output:
+        """Admission control answers at once (004 §2.1 L91-93: reservations take effect
+        immediately); a refusal is logged and counted, and the layer sees it either way."""
+        ans = self.reservations.reserve(a.key, a.rate_bps, a.burst_bytes, t)
+        lt = self.clock.local(t)
+        self.log.write(t, lt, "reserve", key=ans.key, rate_bps=ans.rate_bps,
+                       burst=ans.burst_bytes, granted=ans.granted, reason=ans.reason)
+        return self._process(self.protocol.on_reserve_result(ans.key, ans.granted,
+                                                             ans.rate_bps, ans.reason, lt), t)
 
     def _record(self, a: Any, t: int, lt: int) -> None:
         kind = type(a)

@@ -124,7 +124,7 @@ class NodeRuntime:
         if self.cfg.control_port is None:
             return None
         # `stop` answers first, then the node winds down (the orchestrator's drain calls it).
-        registry = build_node_registry(self.core, on_stop=self._stop_soon)
+        registry = build_node_registry(self.core, on_stop=self._stop_soon, apply=self._apply)
         registry.register(self._paths_mbean())
         tls = _server_tls(self.cfg) if self.cfg.mgmt_tls else None
         server = ManagementServer(registry, self.cfg.control_host, self.cfg.control_port,
@@ -246,16 +246,30 @@ class NodeRuntime:
             transport.sendto(data, self.addrs[dst])
 
     def _send(self, dst: int, data: bytes) -> None:
-        c = self.core.counters
+        core = self.core
+        c = core.counters
         c.datagrams_out += 1
         c.bytes_out += len(data)
+        now = time.time_ns()
+        # Policing (nodes/reservation.py): the reservation's token bucket holds the datagram
+        # back until it conforms, or drops it when the reservation's queue is full.
+        bucket = core.reservations.charged() if core.reservations.by_key else None
+        at = now
+        if bucket is not None:
+            departs = bucket.depart(now, len(data))
+            if departs is None:
+                core.dropped(now, "policed", f"{len(data)}-byte datagram to "
+                             f"{core.names[dst]}: the reservation's queue is full")
+                return
+            at = departs
         link = self.links.get(dst)
         if link is None:
-            self._emit(data, dst)
-            return
-        delay = link.transit(time.time_ns(), len(data))
+            delay: int | None = 0
+        else:
+            delay = link.transit(at, len(data))
         if delay is None:
             return
+        delay += at - now
         if delay == 0:
             self._emit(data, dst)
         else:

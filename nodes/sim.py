@@ -248,6 +248,8 @@ class Simulator:
             if not sends:
                 continue
             blocked = core.blocked_out
+            # Policing by the node's reservation (nodes/reservation.py), in virtual time.
+            bucket = core.reservations.charged() if core.reservations.by_key else None
             sent = sent_bytes = 0
             for dst, data, msg in sends:
                 size = len(data)
@@ -256,12 +258,20 @@ class Simulator:
                         continue
                     sent += 1
                     sent_bytes += size
+                    at = t
+                    if bucket is not None:
+                        departs = bucket.depart(t, size)
+                        if departs is None:
+                            core.dropped(t, "policed", f"{size}-byte datagram to "
+                                         f"{core.names[d]}: the reservation's queue is full")
+                            continue
+                        at = departs
                     if link is None:
                         transit = 0
                     else:
                         plain = link.plain
                         if plain is None:
-                            drawn = link.transit(t, size)
+                            drawn = link.transit(at, size)
                             if drawn is None:
                                 lost += 1
                                 continue
@@ -273,7 +283,7 @@ class Simulator:
                                 if transit < 0:
                                     transit = 0
                     counter += 1
-                    transit += t
+                    transit += at
                     if transit < horizon:
                         push(queue, (transit, counter, ARRIVE, d, epochs[d], msg, size))
                         continue
@@ -317,6 +327,7 @@ class Simulator:
         c = core.counters
         blocked = core.blocked_out
         links = self.links
+        bucket = core.reservations.charged() if core.reservations.by_key else None
         for dst, data, msg in out.sends:
             targets = self.others[nid] if dst is None else (dst,)
             size = len(data)
@@ -326,12 +337,20 @@ class Simulator:
                 c.datagrams_out += 1
                 c.bytes_out += size
                 self.stats.datagrams += 1
+                at = now
+                if bucket is not None:
+                    departs = bucket.depart(now, size)
+                    if departs is None:
+                        core.dropped(now, "policed", f"{size}-byte datagram to "
+                                     f"{core.names[d]}: the reservation's queue is full")
+                        continue
+                    at = departs
                 link = links.get((nid, d))
-                transit = 0 if link is None else link.transit(now, size)
+                transit = 0 if link is None else link.transit(at, size)
                 if transit is None:
                     self.stats.lost += 1
                     continue
-                self._push(now + transit, ARRIVE, d, msg, size)
+                self._push(at + transit, ARRIVE, d, msg, size)
 
     # -- faults (the timeline from testbed/faults/schedule.py) --------------------------------
     def schedule_faults(self, faults: list[dict[str, Any]], history: Path) -> None:
@@ -425,7 +444,9 @@ class Simulator:
         from nodes.management.jolokia import Jolokia
         from nodes.management.node_mbeans import build_node_registry
 
-        jolokia = Jolokia(build_node_registry(core, true_now=lambda: self.now))
+        nid = core.cfg.node_id
+        jolokia = Jolokia(build_node_registry(core, true_now=lambda: self.now,
+                                              apply=lambda out: self._apply(nid, out)))
         if p.get("write"):
             return {"old": {k: jolokia.handle({"type": "write", "mbean": p["mbean"],
                                                "attribute": k, "value": v}).get("value")

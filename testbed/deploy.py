@@ -74,5 +74,6 @@ def node_configs(
             tls_ca=ca_pem if certs else "",
             mgmt_tls=exp.management.tls,
             mgmt_mutual=exp.management.tls and exp.management.mutual,
+            qos_capacity_bps=host.qos.rate,
         ))
     return configs
