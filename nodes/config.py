@@ -51,8 +51,12 @@ class WorkloadConfig:
     slot_ns: int = 0
     avg: float = 0.0
     max_burst: int = 0
-    # Rate changes: (ns after the workload start, rates for Layer.on_new_rate), in time order.
-    rate_changes: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    # Rate changes: (ns after the workload start, the new rates, whether the protocol is told
+    # through Layer.on_new_rate -- False: a misbehaving application that just sends faster).
+    rate_changes: list[tuple[int, dict[str, float], bool]] = field(default_factory=list)
+    # A reservation the node makes for the application whatever the protocol (key
+    # "workload", nodes/reservation.py); 0: none.
+    reserve_bps: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +120,8 @@ class NodeConfig:
         d = dict(d)
         d["members"] = [Member(**m) for m in d["members"]]
         w = dict(d.get("workload", {}))
-        w["rate_changes"] = [(int(at), dict(r)) for at, r in w.get("rate_changes", [])]
+        w["rate_changes"] = [(int(at), dict(r), bool(tell))
+                             for at, r, tell in w.get("rate_changes", [])]
         d["workload"] = WorkloadConfig(**w)
         d["clock"] = ClockConfig(**d.get("clock", {}))
         d["paths"] = {int(k): PathConfig(**v) for k, v in d.get("paths", {}).items()}

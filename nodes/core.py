@@ -29,6 +29,7 @@ from nodes.protocols.base import (
 from nodes.protocols.failure_detector import FailureDetector
 from nodes.reservation import DEFAULT_CAPACITY_BPS, Reservations
 from nodes.wire import Message, MsgType, WireError, decode, encode
+from nodes.workload import Arrivals
 
 DROP_LOG_LIMIT = 10  # `drop` events logged per reason; past that they are only counted
 
@@ -83,11 +84,17 @@ class NodeCore:
         # Admission control and policing of the protocol's `Reserve`s (nodes/reservation.py);
         # the runtime or simulator polices with `reservations.charged()`.
         self.reservations = Reservations(float(cfg.qos_capacity_bps or DEFAULT_CAPACITY_BPS))
+        # The sender's arrival process (nodes/workload.py), set by the driver: a new rate
+        # moves the application too.
+        self.arrivals: Arrivals | None = None
 
     def start(self, t: int) -> Output:
         self.log.write(t, self.clock.local(t), "start", incarnation=self.cfg.incarnation)
         lt = self.clock.local(t)
-        return self._process(self.protocol.start(lt) + self.fd.start(lt), t)
+        actions: list[Any] = []
+        if self.cfg.workload.reserve_bps:  # the application's own reservation (docs/qos.md)
+            actions.append(Reserve(self.cfg.workload.reserve_bps, key="workload"))
+        return self._process(actions + self.protocol.start(lt) + self.fd.start(lt), t)
 
     def id_of(self, name: str) -> int:
         for i, n in self.names.items():
@@ -170,7 +177,19 @@ class NodeCore:
         entry or `testbed:type=QoS` `newRate`. Logged as `ev=new-rate`."""
         lt = self.clock.local(t)
         self.log.write(t, lt, "new-rate", source=source, **rates)
+        if self.arrivals is not None:
+            self.arrivals.renegotiate(rates)
         return self._process(self.protocol.on_new_rate(dict(rates), lt), t)
+
+    def rate_change(self, rates: dict[str, float], tell: bool, t: int) -> Output:
+        """A workload schedule entry: the application moves to `rates` and, unless it
+        misbehaves (`tell` False, logged as `ev=overrun`), renegotiates with the protocol."""
+        if tell:
+            return self.new_rate(rates, t, "workload")
+        self.log.write(t, self.clock.local(t), "overrun", **rates)
+        if self.arrivals is not None:
+            self.arrivals.renegotiate(rates)
+        return Output()
 
     def progress(self) -> dict[str, Any]:
         """What the quiescence check needs: messages sent, final deliveries per origin."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import random
@@ -19,7 +20,6 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,7 +30,7 @@ from nodes.linkmodel import LinkModel
 from nodes.management.mbeans import MBean
 from nodes.management.node_mbeans import build_node_registry
 from nodes.management.server import ManagementServer
-from nodes.workload import intervals, workload_rng
+from nodes.workload import Arrivals, intervals, workload_rng
 
 STOP_DELAY_S = 0.05  # a management `stop` lets its reply leave before the node winds down
 
@@ -77,7 +77,7 @@ class NodeRuntime:
         elif cfg.transport not in ("udp", "tls"):
             raise ValueError(f"transport {cfg.transport!r} is not implemented by this node")
         self.tls: TlsTransport | None = None
-        self._gaps: Iterator[int] | None = None
+        self._gaps: Arrivals | None = None
         self._next_planned = cfg.start_at_ns
 
     async def run(self) -> None:
@@ -101,6 +101,11 @@ class NodeRuntime:
         if self.cfg.workload.send and self.cfg.workload.rate > 0:
             self._gaps = intervals(self.cfg.workload, workload_rng(self.cfg.seed,
                                                                    self.cfg.node_id))
+            self.core.arrivals = self._gaps
+            # Rate changes on the workload's schedule (a restarted node catches up at once).
+            for at, rates, tell in self.cfg.workload.rate_changes:
+                self._at_true(self.cfg.start_at_ns + at,
+                              functools.partial(self._rate_change, rates, tell))
             # A restarted node resumes the workload from now, not with a burst of what it
             # missed while it was down.
             self._next_planned = max(self._next_planned, time.time_ns()) + next(self._gaps)
@@ -173,6 +178,13 @@ class NodeRuntime:
         # Schedule from the planned time, not from now, so the rate does not sag under load.
         self._next_planned += next(self._gaps)
         self._at_true(max(self._next_planned, t), self._broadcast)
+
+    def _rate_change(self, rates: dict[str, float], tell: bool) -> None:
+        t = time.time_ns()
+        try:
+            self._apply(self.core.rate_change(rates, tell, t))
+        except Exception as exc:
+            self._error(t, "rate change", exc)
 
     def _fire(self, key: str) -> None:
         self.timers.pop(key, None)

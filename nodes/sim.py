@@ -141,7 +141,10 @@ class Simulator:
             cfg = self.configs[nid]
             if cfg.workload.send and cfg.workload.rate > 0:
                 gaps = intervals(cfg.workload, workload_rng(cfg.seed, nid))
+                core.arrivals = gaps
                 self._schedule_broadcast(nid, cfg.start_at_ns, gaps)
+                for at, rates, tell in cfg.workload.rate_changes:
+                    self.at(cfg.start_at_ns + at, partial(self._rate_change, nid, rates, tell))
         # The loop allocates many short-lived objects that reference counting frees; the cyclic
         # collector's frequent young-generation passes are pure overhead here.
         thresholds = gc.get_threshold()
@@ -306,6 +309,11 @@ class Simulator:
         stats.datagrams += datagrams
         stats.lost += lost
 
+    def _rate_change(self, nid: int, rates: dict[str, float], tell: bool) -> None:
+        """A workload schedule entry (an incarnation that restarted since keeps its own)."""
+        if nid not in self.down:
+            self._apply(nid, self.cores[nid].rate_change(rates, tell, self.now))
+
     def _schedule_broadcast(self, nid: int, planned: int, gaps: Iterator[int]) -> None:
         cfg = self.configs[nid]
         nxt = planned + next(gaps)
@@ -427,6 +435,10 @@ class Simulator:
             if cfg.workload.send and cfg.workload.rate > 0:
                 gaps = intervals(cfg.workload, workload_rng(cfg.seed * 1000 + cfg.incarnation,
                                                             nid))
+                fresh.arrivals = gaps
+                for at, rates, _ in cfg.workload.rate_changes:  # the app's rate by now
+                    if cfg.start_at_ns + at <= self.now:
+                        gaps.renegotiate(rates)
                 self._schedule_broadcast(nid, self.now, gaps)
             return {"alive": True, "incarnation": cfg.incarnation}
         if op == "pause":
