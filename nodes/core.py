@@ -87,6 +87,7 @@ class NodeCore:
         # The sender's arrival process (nodes/workload.py), set by the driver: a new rate
         # moves the application too.
         self.arrivals: Arrivals | None = None
+        self.app_rate = cfg.workload.avg or cfg.workload.rate  # messages/s, for new_rate
 
     def start(self, t: int) -> Output:
         self.log.write(t, self.clock.local(t), "start", incarnation=self.cfg.incarnation)
@@ -179,7 +180,16 @@ class NodeCore:
         self.log.write(t, lt, "new-rate", source=source, **rates)
         if self.arrivals is not None:
             self.arrivals.renegotiate(rates)
-        return self._process(self.protocol.on_new_rate(dict(rates), lt), t)
+        actions: list[Any] = []
+        # The application's own reservation (`workload.reserve`) follows its rate.
+        new_rate = rates.get("avg", rates.get("rate"))
+        mine = self.reservations.by_key.get("workload")
+        if mine is not None and new_rate and self.app_rate:
+            actions.append(Reserve(mine.rate_bps * new_rate / self.app_rate, mine.burst_bytes,
+                                   "workload"))
+        if new_rate:
+            self.app_rate = new_rate
+        return self._process(actions + self.protocol.on_new_rate(dict(rates), lt), t)
 
     def rate_change(self, rates: dict[str, float], tell: bool, t: int) -> Output:
         """A workload schedule entry: the application moves to `rates` and, unless it

@@ -36,6 +36,7 @@ STOP_DELAY_S = 0.05  # a management `stop` lets its reply leave before the node 
 
 if TYPE_CHECKING:
     from nodes.aead import Sealer
+    from nodes.htb import HtbRealiser
     from nodes.tls_transport import TlsTransport
 
 
@@ -77,6 +78,15 @@ class NodeRuntime:
         elif cfg.transport not in ("udp", "tls"):
             raise ValueError(f"transport {cfg.transport!r} is not implemented by this node")
         self.tls: TlsTransport | None = None
+        self.htb: HtbRealiser | None = None
+        if cfg.qos_dev:
+            # Reservations become HTB classes in this node's namespace (mininet, docker), which
+            # police instead of the in-process token bucket (nodes/htb.py).
+            from nodes.htb import HtbRealiser
+
+            self.htb = HtbRealiser(cfg.qos_dev, self.addrs[cfg.node_id][1])
+            self.core.reservations.realiser = self.htb
+            self.core.reservations.police = False
         self._gaps: Arrivals | None = None
         self._next_planned = cfg.start_at_ns
 
@@ -124,6 +134,8 @@ class NodeRuntime:
         self.core.stop(time.time_ns())
         if transport is not None:
             transport.close()
+        if self.htb is not None:
+            self.htb.close()
 
     async def _start_management(self) -> ManagementServer | None:
         if self.cfg.control_port is None:
