@@ -16,15 +16,14 @@ import ipaddress
 import os
 import statistics
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from nodes.config import NodeConfig
-from nodes.htb import IFB
 from testbed.backends.base import BackendError, HostAddress
 from testbed.backends.local import PROCESS_FAULTS
 from testbed.backends.nodeprocs import NodeProcesses
+from testbed.backends.reservations import reservations_as_htb
 from testbed.backends.shaped import ShapedHosts
 from testbed.capture import Capture, CaptureOptions
 from testbed.faults.nodeside import NodeSideFaults
@@ -68,14 +67,6 @@ def allow_bridged(journal: Journal, prefix: str, bridges: list[str]) -> None:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise BackendError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()}")
-
-
-def reservations_as_htb(cfg: NodeConfig, ns: HostNs, journal: Journal) -> NodeConfig:
-    """The node realises its reservations as HTB classes on an IFB device in front of the
-    data device (nodes/htb.py); journaled here, before the node may create them."""
-    journal.append("create", kind="qos", id=f"qos:{cfg.name}", host=cfg.name, dev=DATA_DEV,
-                   ifb=IFB, ns_pid=ns.pid, ns_start=ns.starttime)
-    return replace(cfg, qos_dev=DATA_DEV)
 
 
 def check_ifname(name: str) -> str:
@@ -197,7 +188,9 @@ class MininetBackend(ShapedHosts):
                 self.capture.start(self.ns[host], DATA_DEV)
             self.capture.wait_listening()
         for cfg in configs:
-            self.nodes.start(reservations_as_htb(cfg, self.ns[cfg.name], self.run.journal))
+            ns = self.ns[cfg.name]
+            self.nodes.start(reservations_as_htb(cfg, DATA_DEV, ns.pid, ns.starttime,
+                                                 self.run.journal))
 
     def wait(self, timeout_s: float) -> bool:
         return self.nodes.wait(timeout_s)
