@@ -170,6 +170,13 @@ class Reservations:
         res = self.by_key.get(CHARGED_KEY) or next(iter(self.by_key.values()))
         return res.bucket
 
+    def count(self, size: int) -> None:
+        """A datagram the host's HTB class polices: only counted, for `Used`."""
+        if self.by_key:
+            res = self.by_key.get(CHARGED_KEY) or next(iter(self.by_key.values()))
+            res.bucket.bytes += size + WIRE_OVERHEAD
+            res.bucket.datagrams += 1
+
     def used_bps(self, now: int) -> dict[str, float]:
         """The average wire rate (bit/s) each reservation carried since it was granted or last
         renegotiated."""

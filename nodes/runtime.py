@@ -279,7 +279,9 @@ class NodeRuntime:
         # back until it conforms, or drops it when the reservation's queue is full.
         bucket = core.reservations.charged() if core.reservations.by_key else None
         at = now
-        if bucket is not None:
+        if self.htb is not None:
+            core.reservations.count(len(data))  # the HTB class polices; `Used` still counts
+        elif bucket is not None:
             departs = bucket.depart(now, len(data))
             if departs is None:
                 core.dropped(now, "policed", f"{len(data)}-byte datagram to "

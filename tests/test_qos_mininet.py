@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -59,12 +61,14 @@ def _wait(run_dir: Path | None, out: Path, host: str, ev: str, timeout: float = 
 @pytest.mark.parametrize("backend", ["mininet", "docker"])
 def test_reservations_are_htb_classes_renegotiated_live_and_policing(tmp_path: Path,
                                                                      backend: str) -> None:
-    out = tmp_path / "runs"
+    # Not under tmp_path: concurrent pytest sessions prune each other's old base temp
+    # directories, and a run's journal must outlive this test's teardown.
+    out = Path(tempfile.mkdtemp(prefix="testbed-qos-")) / "runs"
     # The spec's newRate is a timed mgmt fault; here `testbed mgmt` sends it as soon as the
     # class exists (a loaded machine may start nodes seconds late), and the overrun comes later.
     spec = (ROOT / "experiments" / "qos-htb-mininet.yaml").read_text()
-    spec = spec[:spec.index("faults:")].replace("duration: 7s", "duration: 9s").replace(
-        "{at: 5s, rate: 400/s", "{at: 7s, rate: 400/s")
+    spec = spec[:spec.index("faults:")].replace("duration: 7s", "duration: 11s").replace(
+        "{at: 5s, rate: 400/s", "{at: 9s, rate: 400/s")
     (tmp_path / "exp.yaml").write_text(spec)
     proc = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(tmp_path / "exp.yaml"),
                              "--backend", backend, "--out", str(out), "--no-analyze"], cwd=ROOT,
@@ -81,16 +85,23 @@ def test_reservations_are_htb_classes_renegotiated_live_and_policing(tmp_path: P
         assert mgmt.returncode == 0, mgmt.stderr
         assert json.loads(mgmt.stdout)["workload"]["rate_bps"] == 360_000
         _, renegotiated = _wait(run, out, "h1", "new-rate")
+        assert not [e for e in _events(run, "h1") if e["ev"] == "overrun"], "machine too slow"
         time.sleep(0.3)
         second = _classes(ns_pid)
+        used = subprocess.run([sys.executable, "-m", "testbed", "mgmt", "h1", "read",
+                               "testbed:type=QoS", "Used", "--runs", str(out)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        overran = any(e["ev"] == "overrun" for e in _events(run, "h1"))
         _, overrun = _wait(run, out, "h1", "overrun")
         time.sleep(1.0)
         third = _classes(ns_pid)
         log, _ = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
+        if proc.poll() is None:  # a failed assertion above: undo what the run made
             proc.kill()
             proc.wait()
+            subprocess.run([sys.executable, "-m", "testbed", "teardown", "--runs", str(out)],
+                           cwd=ROOT, capture_output=True, timeout=120)
     assert proc.returncode == 0, log
     # One class per reservation, at the reserved rate (ceil = rate: held to it).
     assert granted["granted"] and granted["rate_bps"] == 180_000
@@ -100,6 +111,11 @@ def test_reservations_are_htb_classes_renegotiated_live_and_policing(tmp_path: P
     assert renegotiated["source"] == "mgmt"
     assert [(c["id"], c["rate"]) for c in second] == [("1:10", "360Kbit")]
     assert second[0]["bytes"] > first[0]["bytes"] and second[0]["dropped"] == 0
+    # `Used` counts what the node sent since the change: 100/s x 2 x 186 B = 298 kbit/s (more
+    # if the overrun, timed from the workload start, began before the read: nodes may start
+    # seconds late on a loaded machine).
+    assert used.returncode == 0, used.stderr
+    assert 250_000 < json.loads(used.stdout)["workload"] < (10**7 if overran else 350_000)
     # The overrun (400/s against 360 kbit/s) is policed: the class drops.
     assert third[0]["dropped"] > 100
     # h3's capacity (100 kbit/s) cannot hold 180 kbit/s: refused, one line, said why.
@@ -116,3 +132,4 @@ def test_reservations_are_htb_classes_renegotiated_live_and_policing(tmp_path: P
     # Teardown removed the IFB device and clsact with the run.
     assert any(e.get("id") == "qos:h1" and e["op"] == "remove"
                for e in map(json.loads, (run / "journal.jsonl").read_text().splitlines()))
+    shutil.rmtree(out.parent, ignore_errors=True)
