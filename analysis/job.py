@@ -11,6 +11,7 @@ from analysis.checks import check_suite, log_claims
 from analysis.fault_history import fault_history
 from analysis.ingest import EVENTS_PARQUET, ingest
 from analysis.liveness import liveness_section, read_drain
+from analysis.membership import membership_section
 from analysis.metrics import clock_offsets, fnl_latency, message_counts, recovery, throughput
 from analysis.optimistic import optimistic_metrics
 from analysis.session import EVENT_LINE_BYTES, spark_session
@@ -109,6 +110,10 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
             summary["network"] = network
     finally:
         data.release()
+    membership = membership_section(run_dir)  # primary views (001 4.1) and notifications
+    if membership:
+        summary["checks"].update(membership["checks"])
+        summary["membership"] = membership["membership"]
     if "local_order" in summary:
         summary["checks"]["local_order"] = summary.pop("local_order")
         summary["checks"]["local_order"]["claimed"] = "local_order" in claims

@@ -30,13 +30,35 @@ class Member:
 
 @dataclass(frozen=True, slots=True)
 class PathConfig:
-    """One-way path parameters the node itself applies (the `inprocess` shaping applier)."""
+    """One-way path parameters the node itself applies (the `inprocess` shaping applier, and
+    the simulator): netem's model, field for field as testbed.spec.topology.Path
+    (docs/link-model.md)."""
 
     delay_ns: int = 0
     jitter_ns: int = 0
     distribution: str = "normal"
     loss: float = 0.0
     bandwidth_bps: int | None = None
+    jitter_corr: float = 0.0
+    fifo: bool = False  # `reorder: false`: arrive = max(send + delay, previous arrival)
+    loss_corr: float = 0.0
+    gemodel: tuple[float, float, float, float] | None = None  # Gilbert-Elliott p, r, h, k
+    duplicate: float = 0.0
+    duplicate_corr: float = 0.0
+    corrupt: float = 0.0
+    corrupt_corr: float = 0.0
+    reorder: float = 0.0
+    reorder_corr: float = 0.0
+    reorder_gap: int = 0
+    limit: int | None = None  # datagrams in the delay line at once
+    rate_bps: int | None = None  # netem's rate (serialisation in the delay line)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PathConfig:
+        d = dict(d)
+        if d.get("gemodel") is not None:
+            d["gemodel"] = tuple(d["gemodel"])
+        return cls(**d)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +125,9 @@ class NodeConfig:
     tls_ca: str = ""
     mgmt_tls: bool = False
     mgmt_mutual: bool = False  # HTTPS management also wants a client certificate of the CA
+    # Log every datagram's arrival (`ev=arrive`: src, type, rseq, flags), the sim's and the local
+    # backend's stand-in for a pcap (`capture: {arrivals: true}`).
+    log_arrivals: bool = False
     # Reservations (docs/qos.md): the host's link capacity for admission control (the
     # topology's `qos.rate`; None: nodes/reservation.py DEFAULT_CAPACITY_BPS), and the data
     # device on which the node realises them as HTB classes itself (mininet, docker; "": a
@@ -124,7 +149,7 @@ class NodeConfig:
                              for at, r, tell in w.get("rate_changes", [])]
         d["workload"] = WorkloadConfig(**w)
         d["clock"] = ClockConfig(**d.get("clock", {}))
-        d["paths"] = {int(k): PathConfig(**v) for k, v in d.get("paths", {}).items()}
+        d["paths"] = {int(k): PathConfig.from_dict(v) for k, v in d.get("paths", {}).items()}
         return cls(**d)
 
     def write(self, path: Path) -> None:

@@ -18,6 +18,7 @@ from nodes.edge import Gate
 from nodes.eventlog import EventLog
 from nodes.protocols import catalogue, make_protocol
 from nodes.protocols.base import (
+    EnsuredDeliver,
     FinalDeliver,
     Log,
     OptDeliver,
@@ -88,6 +89,7 @@ class NodeCore:
         # moves the application too.
         self.arrivals: Arrivals | None = None
         self.app_rate = cfg.workload.avg or cfg.workload.rate  # messages/s, for new_rate
+        self.log_arrivals = cfg.log_arrivals
 
     def start(self, t: int) -> Output:
         self.log.write(t, self.clock.local(t), "start", incarnation=self.cfg.incarnation)
@@ -143,6 +145,10 @@ class NodeCore:
     def deliver(self, msg: Message, t: int) -> Output:
         """A datagram already decoded (the simulator shares one decode among receivers)."""
         src = msg.header.sender
+        if self.log_arrivals:  # `capture: {arrivals: true}` (docs/link-model.md)
+            h = msg.header
+            self.log.write(t, self.clock.local(t), "arrive", src=self.names.get(src, str(src)),
+                           type=h.type.name, rseq=h.rseq, flags=h.flags)
         if src in self.blocked_in:
             return Output()
         lt = self.clock.local(t)
@@ -253,6 +259,9 @@ class NodeCore:
             self.counters.opt += 1
             self.log.delivery(t, lt, "opt", f"{self.names[a.origin]}:{a.mno}", 0, a.size,
                               a.instance)
+        elif kind is EnsuredDeliver:
+            self.log.write(t, lt, "ensured", mid=f"{self.names[a.origin]}:{a.mno}",
+                           service=a.service)
         elif kind is Received:
             self.log.delivery(t, lt, "recv", f"{self.names[a.origin]}:{a.mno}", 0, a.size,
                               a.instance)
@@ -264,6 +273,8 @@ class NodeCore:
             fields = dict(a.fields)
             if "member" in fields:
                 fields["member"] = self.names[fields["member"]]
+            if "members" in fields:
+                fields["members"] = [self.names[m] for m in fields["members"]]
             if "mno" in fields:
                 origin = fields.pop("origin", self.cfg.node_id)
                 fields["mid"] = f"{self.names[origin]}:{fields.pop('mno')}"
@@ -271,10 +282,17 @@ class NodeCore:
 
 
 def resolve_params(cfg: NodeConfig) -> dict[str, Any]:
-    """The protocol's params with each host-naming one (per the catalogue) as `<name>_id`."""
+    """The protocol's params with each host-naming one (per the catalogue) as `<name>_id`,
+    plus the node's `incarnation`, `start_at_ns`, `member_names` and `payload_bytes`."""
     ids = {m.name: m.id for m in cfg.members}
     params = dict(cfg.params)
     params["incarnation"] = cfg.incarnation
+    # The QoS protocols (004) need the common epoch (the configured start, read on the local
+    # clock, 004 §2.2), their own host name (per-host params) and the payload size (the
+    # reservation's bytes per message).
+    params["start_at_ns"] = cfg.start_at_ns
+    params["member_names"] = {m.id: m.name for m in cfg.members}
+    params["payload_bytes"] = cfg.workload.size
     entry = catalogue.find(cfg.protocol)
     for key in entry.host_params() if entry is not None else ():
         if params.get(key) is not None:

@@ -6,7 +6,7 @@ class and delay line per destination). A reservation must hold the node's *whole
 its rate before that per-destination tree, so it lives on an IFB device in front of it:
 
     data UDP from the node's port --clsact egress, mirred redirect--> qos0
-    qos0:  root 1: htb default <first>
+    qos0:  root 1: stab overhead -42 htb default <first>  (counts datagram bytes)
              1:<m>   htb rate R ceil R burst B   -> <m>: bfifo limit (R x MAX_HOLD_NS)
            filter: everything -> the charged reservation's class
     qos0 hands each datagram back to the data device, whose shaping tree classifies it as
@@ -25,7 +25,13 @@ from __future__ import annotations
 import contextlib
 import subprocess
 
-from nodes.reservation import CHARGED_KEY, DEFAULT_BURST, MAX_HOLD_NS, Reservation
+from nodes.reservation import (
+    CHARGED_KEY,
+    DEFAULT_BURST,
+    MAX_HOLD_NS,
+    WIRE_OVERHEAD,
+    Reservation,
+)
 
 IFB = "qos0"
 FIRST_MINOR = 0x10
@@ -76,8 +82,9 @@ class HtbRealiser:
         return self._tc(
             ["ip", "link", "add", self.ifb, "type", "ifb"],
             ["ip", "link", "set", self.ifb, "up"],
-            ["tc", "qdisc", "add", "dev", self.ifb, "root", "handle", "1:", "htb", "default",
-             f"{minor:x}"],
+            # The size table makes HTB count datagram bytes, as the reservation does.
+            ["tc", "qdisc", "add", "dev", self.ifb, "root", "handle", "1:", "stab", "overhead",
+             str(-WIRE_OVERHEAD), "linklayer", "ethernet", "htb", "default", f"{minor:x}"],
             ["tc", "qdisc", "add", "dev", self.dev, "clsact"],
             ["tc", "filter", "add", "dev", self.dev, "egress", "protocol", "ip", "prio", "1",
              "u32", "match", "ip", "protocol", "17", "0xff", "match", "ip", "sport",

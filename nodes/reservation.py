@@ -11,9 +11,12 @@ Policing is *delay, then drop*, like the HTB class a reservation becomes on mini
 a datagram leaves when the reservation's token bucket has tokens for it; a sender above its
 rate queues, and a datagram that would wait more than `MAX_HOLD_NS` is dropped (the HTB
 class's leaf is a `bfifo` of the rate's worth of `MAX_HOLD_NS`, nodes/htb.py). Both outcomes
-are counted (`delayed`, `dropped`). The bucket charges each datagram on the wire with
-`WIRE_OVERHEAD` bytes of Ethernet, IPv4 and UDP headers, as HTB counts it, and one multicast
-costs one datagram per destination (no IP multicast: the brief's `(n-1)·NetRate`).
+are counted (`delayed`, `dropped`). Rates count datagram bytes (the 44-byte header and the
+payload), as the protocols compute them: the bucket charges `len(datagram)`, and the HTB
+qdisc subtracts the `WIRE_OVERHEAD` bytes of Ethernet, IPv4 and UDP headers (`stab overhead
+-42`). One multicast costs one datagram per destination (no IP multicast: the brief's
+`(n-1)·NetRate`). The failure detector's heartbeats are not the protocol's and are not
+charged in process.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-#: Ethernet (14) + IPv4 (20) + UDP (8) header bytes: what HTB charges beyond the payload.
+#: Ethernet (14) + IPv4 (20) + UDP (8) header bytes: what HTB sees beyond the datagram.
 WIRE_OVERHEAD = 42
 #: The default burst (`Reserve.burst_bytes == 0`): one MTU-sized frame.
 DEFAULT_BURST = 1514
@@ -69,9 +72,9 @@ class TokenBucket:
         self.tat = base + debt
 
     def depart(self, now: int, size: int) -> int | None:
-        """When a datagram of `size` payload bytes handed over at `now` leaves, or None when
+        """When a datagram of `size` bytes handed over at `now` leaves, or None when
         it would wait longer than MAX_HOLD_NS and is dropped."""
-        inc = (size + WIRE_OVERHEAD) * 8e9 / self.rate_bps
+        inc = size * 8e9 / self.rate_bps
         tat = self.tat if self.tat > now else float(now)
         dep = max(now, self.last, math.ceil(tat + inc - self.tau))  # FIFO: never overtakes
         if dep - now > MAX_HOLD_NS:
@@ -81,7 +84,7 @@ class TokenBucket:
             self.delayed += 1
         self.tat = tat + inc
         self.last = dep
-        self.bytes += size + WIRE_OVERHEAD
+        self.bytes += size
         self.datagrams += 1
         return dep
 
@@ -174,7 +177,7 @@ class Reservations:
         """A datagram the host's HTB class polices: only counted, for `Used`."""
         if self.by_key:
             res = self.by_key.get(CHARGED_KEY) or next(iter(self.by_key.values()))
-            res.bucket.bytes += size + WIRE_OVERHEAD
+            res.bucket.bytes += size
             res.bucket.datagrams += 1
 
     def used_bps(self, now: int) -> dict[str, float]:

@@ -30,6 +30,7 @@ from nodes.linkmodel import LinkModel
 from nodes.management.mbeans import MBean
 from nodes.management.node_mbeans import build_node_registry
 from nodes.management.server import ManagementServer
+from nodes.wire import MsgType
 from nodes.workload import Arrivals, intervals, workload_rng
 
 STOP_DELAY_S = 0.05  # a management `stop` lets its reply leave before the node winds down
@@ -62,6 +63,7 @@ class NodeRuntime:
         # The `inprocess` shaping applier: this node delays, drops and paces its own datagrams
         # per destination, with netem semantics (nodes/linkmodel.py).
         self.links = {dst: LinkModel(p, rng) for dst, p in cfg.paths.items()}
+        self.fifo_at: dict[int, float] = {}  # FIFO paths: the last release, in loop time
         self.timers: dict[str, asyncio.TimerHandle] = {}
         # The last delay each timer key was armed with: a callback that raised re-arms its
         # timer with it, so that one bug does not silence a periodic task for good.
@@ -236,12 +238,13 @@ class NodeRuntime:
             self._arm(key, delay)
         blocked = self.core.blocked_out
         sealer = self.sealer
-        for dst, data, _ in out.sends:
+        for dst, data, msg in out.sends:
             if sealer is not None:
                 data = sealer.seal(data)  # once for every destination of a multicast
+            police = msg.header.type != MsgType.ALIVE  # heartbeats are not the protocol's
             for d in self.others if dst is None else (dst,):
                 if d not in blocked:
-                    self._send(d, data)
+                    self._send(d, data, police)
 
     def _arm(self, key: str, delay: int) -> None:
         old = self.timers.pop(key, None)
@@ -269,7 +272,7 @@ class NodeRuntime:
         if transport is not None and not transport.is_closing():
             transport.sendto(data, self.addrs[dst])
 
-    def _send(self, dst: int, data: bytes) -> None:
+    def _send(self, dst: int, data: bytes, police: bool = True) -> None:
         core = self.core
         c = core.counters
         c.datagrams_out += 1
@@ -281,7 +284,7 @@ class NodeRuntime:
         at = now
         if self.htb is not None:
             core.reservations.count(len(data))  # the HTB class polices; `Used` still counts
-        elif bucket is not None:
+        elif bucket is not None and police:
             departs = bucket.depart(now, len(data))
             if departs is None:
                 core.dropped(now, "policed", f"{len(data)}-byte datagram to "
@@ -290,13 +293,27 @@ class NodeRuntime:
             at = departs
         link = self.links.get(dst)
         if link is None:
-            delay: int | None = 0
-        else:
-            delay = link.transit(at, len(data))
-        if delay is None:
+            if at == now:
+                self._emit(data, dst)
+            else:
+                self.loop.call_later((at - now) / 1e9, self._emit, data, dst)
             return
-        delay += at - now
-        if delay == 0:
+        hold = at - now  # held back by the reservation, then through the link model
+        delay = link.transit(at, len(data))
+        if link.dup_ns is not None:
+            self._later(link, dst, data, hold + link.dup_ns)
+        if delay is not None:
+            self._later(link, dst, data, hold + delay)
+
+    def _later(self, link: LinkModel, dst: int, data: bytes, delay: int) -> None:
+        """Emit after the model's delay. On a FIFO path each release is scheduled strictly
+        after the previous one in the loop's own clock: the model's order (wall-clock ns) must
+        not be undone by asyncio's timer heap, which does not keep the order of equal times."""
+        if link.path.fifo:
+            when = max(self.loop.time() + delay / 1e9, self.fifo_at.get(dst, 0.0) + 1e-6)
+            self.fifo_at[dst] = when
+            self.loop.call_at(when, self._emit, data, dst)
+        elif delay == 0:
             self._emit(data, dst)
         else:
             self.loop.call_later(delay / 1e9, self._emit, data, dst)
@@ -323,9 +340,13 @@ class NodeRuntime:
             set_path(peer, p.delay_ns / 1e6, p.jitter_ns / 1e6, p.loss * 100)
 
         def current() -> dict[str, dict[str, float]]:
+            # What the link model did so far, next to its parameters (docs/link-model.md).
             return {self.core.names[d]: {"delay_ms": m.path.delay_ns / 1e6,
                                          "jitter_ms": m.path.jitter_ns / 1e6,
-                                         "loss_pct": m.path.loss * 100}
+                                         "loss_pct": m.path.loss * 100,
+                                         "lost": m.lost, "corrupted": m.corrupted,
+                                         "duplicated": m.duplicated, "reordered": m.reordered,
+                                         "overflow": m.overflow}
                     for d, m in self.links.items()}
 
         return (MBean("testbed:type=Paths", "Per-destination path emulation (inprocess)")

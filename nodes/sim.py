@@ -27,9 +27,11 @@ from nodes.config import SIM_EPOCH_NS, NodeConfig, PathConfig
 from nodes.core import NodeCore, Output
 from nodes.linkmodel import LinkModel
 from nodes.quiescence import drain_record, undelivered
+from nodes.wire import MsgType
 from nodes.workload import intervals, workload_rng
 
 ARRIVE, TIMER, BROADCAST, CALL = range(4)
+ALIVE = MsgType.ALIVE  # the failure detector's heartbeats: not the protocol's, not policed
 QUIESCE_STEP_NS = 50_000_000  # how often (virtual time) the drain checks for quiescence
 # The event queue is a heap of the events before `horizon` plus, for later events, one plain
 # list per slot of 2**SLOT_BITS ns (~1 ms); a slot is heapified when the heap runs dry. Most
@@ -262,7 +264,7 @@ class Simulator:
                     sent += 1
                     sent_bytes += size
                     at = t
-                    if bucket is not None:
+                    if bucket is not None and msg.header.type != ALIVE:
                         departs = bucket.depart(t, size)
                         if departs is None:
                             core.dropped(t, "policed", f"{size}-byte datagram to "
@@ -275,6 +277,10 @@ class Simulator:
                         plain = link.plain
                         if plain is None:
                             drawn = link.transit(at, size)
+                            dup = link.dup_ns
+                            if dup is not None:  # netem's duplicate: a second arrival
+                                counter += 1
+                                put((at + dup, counter, ARRIVE, d, epochs[d], msg, size))
                             if drawn is None:
                                 lost += 1
                                 continue
@@ -346,7 +352,7 @@ class Simulator:
                 c.bytes_out += size
                 self.stats.datagrams += 1
                 at = now
-                if bucket is not None:
+                if bucket is not None and msg.header.type != ALIVE:
                     departs = bucket.depart(now, size)
                     if departs is None:
                         core.dropped(now, "policed", f"{size}-byte datagram to "
@@ -355,6 +361,8 @@ class Simulator:
                     at = departs
                 link = links.get((nid, d))
                 transit = 0 if link is None else link.transit(at, size)
+                if link is not None and link.dup_ns is not None:
+                    self._push(at + link.dup_ns, ARRIVE, d, msg, size)
                 if transit is None:
                     self.stats.lost += 1
                     continue
@@ -466,7 +474,8 @@ class Simulator:
         op, *args = p["exec"]
         reply = jolokia.handle({"type": "exec", "mbean": p["mbean"], "operation": op,
                                 "arguments": args})
-        return {"value": reply.get("value"), "status": reply.get("status")}
+        return {"value": reply.get("value"), "status": reply.get("status"),
+                **({"error": reply["error"]} if "error" in reply else {})}
 
 
 def run_sim_file(path: Path) -> SimStats:

@@ -45,8 +45,7 @@ def node_configs(
             for j, other in enumerate(hosts):
                 if other != host.name:
                     p = paths.get(host.name, other)
-                    shaping[j] = PathConfig(p.delay_ns, p.jitter_ns, p.distribution, p.loss,
-                                            p.bandwidth_bps)
+                    shaping[j] = PathConfig(**p.model_fields())  # type: ignore[arg-type]
         configs.append(NodeConfig(
             node_id=i,
             name=host.name,
@@ -73,6 +72,7 @@ def node_configs(
             tls_ca=ca_pem if certs else "",
             mgmt_tls=exp.management.tls,
             mgmt_mutual=exp.management.tls and exp.management.mutual,
+            log_arrivals=exp.capture.arrivals,
             qos_capacity_bps=host.qos.rate,
         ))
     return configs

@@ -9,13 +9,12 @@ from typing import Any
 
 from nodes.protocols.base import Action, Reserve
 from nodes.protocols.fifo import Fifo
-from nodes.reservation import WIRE_OVERHEAD
 from nodes.wire import HEADER_SIZE
 
 
 def bits_per_message(members: int, payload: int) -> float:
-    """Wire bits one multicast costs: a datagram per other member (no IP multicast)."""
-    return (members - 1) * (HEADER_SIZE + payload + WIRE_OVERHEAD) * 8
+    """Datagram bits one multicast costs: one per other member (no IP multicast)."""
+    return (members - 1) * (HEADER_SIZE + payload) * 8
 
 
 class ReservingFifo(Fifo):

@@ -79,7 +79,9 @@ def test_misbehaving_schedule_entry_is_policed_and_a_renegotiated_one_is_logged(
     (over,) = [e for e in ev if e["ev"] == "overrun"]
     (new,) = [e for e in ev if e["ev"] == "new-rate"]
     assert over["rate"] == 150.0 and new["rate"] == 20.0 and new["source"] == "workload"
-    assert [e["key"] for e in ev if e["ev"] == "reserve"] == ["workload"]
+    # The application's reservation follows its renegotiated rate (40/s -> 20/s: halved).
+    assert [(e["key"], e["rate_bps"]) for e in ev if e["ev"] == "reserve"] == [
+        ("workload", 50 * per_msg), ("workload", 25 * per_msg)]
     sends = [e["t"] - SIM_EPOCH_NS for e in ev if e["ev"] == "send"]
     assert 38 <= sum(1 for t in sends if t < 1e9) <= 41
     assert 295 <= sum(1 for t in sends if 1e9 <= t < 3e9) <= 301

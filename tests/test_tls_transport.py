@@ -4,26 +4,41 @@ the run's certificates, length-prefixed frames carrying unchanged wire datagrams
 In-process: two members exchange datagrams; a node whose certificate comes from another CA is
 refused (and counted) on both sides; a peer cannot claim another member's sender id. End to
 end: a quickstart-like local run over `tls` with HTTPS management keeps one total order with
-every message delivered everywhere, and no datagram is refused.
+every message delivered everywhere, and no datagram is refused. On mininet (root): the
+quickstart over `tls` with HTTPS management passes every check and no captured TCP or UDP
+payload holds a plaintext wire header; a node given a certificate of another CA is refused by
+the others, which report `rejected:tls`, and none of its messages is delivered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import socket
+import struct
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nodes.config import Member, NodeConfig
+from nodes.protocols import catalogue
 from nodes.tls_transport import TlsTransport
-from nodes.wire import Header, Message, MsgType, encode
+from nodes.wire import MAGIC, WIRE_VERSION, Flag, Header, Message, MsgType, encode
 from testbed.certs import make_run_certs
-from tests.eventlogs import fnl_sequences, read_events
+from tests.eventlogs import fnl_sequences, read_events, run_dir_of
+from tests.shaping_env import root_only
 
 ROOT = Path(__file__).resolve().parents[1]
+HEADER_START = MAGIC + bytes([WIRE_VERSION])
+MSG_TYPES = {int(t) for t in MsgType}
+# Protocol ids of the catalogue and its layers are small; any below 64 counts as a match.
+PROTO_IDS = set(range(64)) | {e.wire_id for e in catalogue.CATALOGUE}
+FLAGS = int(sum(Flag))
 
 
 def _free_port() -> int:
@@ -115,3 +130,111 @@ def test_local_run_over_tls_keeps_one_total_order(tmp_path: Path) -> None:
     sent = {e["mid"] for evs in events.values() for e in evs if e["ev"] == "send"}
     assert len(sent) > 4 * 50 * 5 * 0.5  # Poisson, on a possibly loaded machine
     assert all(s == seqs["h1"] for s in seqs.values()) and set(seqs["h1"]) == sent
+
+
+def tcp_udp_payloads(pcap: Path) -> Iterator[tuple[int, bytes]]:
+    """(IP protocol, transport payload) of every IPv4 TCP or UDP packet of a classic pcap
+    (Ethernet or Linux cooked capture), as far as the snap length kept it."""
+    data = pcap.read_bytes()
+    endian = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    link = struct.unpack(endian + "I", data[20:24])[0]
+    l2 = {1: 14, 113: 16}[link]
+    at = 24
+    while at + 16 <= len(data):
+        caplen = struct.unpack(endian + "I", data[at + 8:at + 12])[0]
+        frame = data[at + 16:at + 16 + caplen]
+        at += 16 + caplen
+        if len(frame) < l2 + 20 or frame[l2 - 2:l2] != b"\x08\x00":
+            continue
+        ip = frame[l2:]
+        proto = ip[9]
+        ihl = (ip[0] & 0x0F) * 4
+        if proto == 17:
+            yield proto, ip[ihl + 8:]
+        elif proto == 6 and len(ip) >= ihl + 20:
+            yield proto, ip[ihl + (ip[ihl + 12] >> 4) * 4:]
+
+
+def plaintext_headers(payload: bytes) -> int:
+    """Places in `payload` where a plaintext wire header starts: the magic, the version, a
+    message type, a protocol id and flags that nodes/wire.py would accept. Ciphertext matches
+    these 6 bytes by chance about once in 10^12 positions."""
+    n, at = 0, payload.find(HEADER_START)
+    while at >= 0:
+        h = payload[at:at + 6]
+        if len(h) == 6 and h[3] in MSG_TYPES and h[4] in PROTO_IDS and not h[5] & ~FLAGS:
+            n += 1
+        at = payload.find(HEADER_START, at + 1)
+    return n
+
+
+def quickstart_on_mininet(tmp_path: Path, duration: str, extra: str) -> Path:
+    spec = (ROOT / "experiments" / "quickstart.yaml").read_text()
+    spec = spec.replace("backend: local", "backend: mininet").replace(
+        "../topologies/two-sites.yaml", str(ROOT / "topologies" / "two-sites.yaml")).replace(
+        "duration: 20s", f"duration: {duration}")
+    (tmp_path / "exp.yaml").write_text(spec + extra)
+    return tmp_path / "exp.yaml"
+
+
+@pytest.mark.root
+@pytest.mark.timing
+@root_only
+def test_quickstart_over_tls_on_mininet_passes_and_its_pcaps_hold_no_plaintext_header(
+        tmp_path: Path) -> None:
+    exp = quickstart_on_mininet(tmp_path, "8s", "transport: tls\nmanagement: {tls: true}\n"
+                                "capture: {pcap: true, snaplen: 512}\n")
+    proc = subprocess.run([sys.executable, "-m", "testbed", "run", str(exp), "--out",
+                           str(tmp_path / "runs")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # every check and expectation
+    run = run_dir_of(tmp_path / "runs")
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["ok"] and all(c["violations"] == 0 for c in summary["checks"].values())
+    assert all(t["rejected"] == 0 for t in summary["transport"].values()), summary["transport"]
+    # The control: the scanner finds the header of a plaintext frame, at any offset.
+    frame = struct.pack("!I", 60) + _datagram(1, 7)
+    assert plaintext_headers(b"\x17\x03\x03" + frame + frame) == 2
+    manifest = json.loads((run / "pcaps" / "manifest.json").read_text())
+    seen = {6: 0, 17: 0}
+    for entry in manifest:
+        for proto, payload in tcp_udp_payloads(run / "pcaps" / Path(entry["file"]).name):
+            seen[proto] += 1
+            assert plaintext_headers(payload) == 0, (entry["file"], payload[:64].hex())
+    print(f"scanned {seen[6]} TCP and {seen[17]} UDP payloads: no plaintext wire header")
+    assert seen[6] > 4000, seen  # the data plane's TCP segments were captured and read
+
+
+@pytest.mark.root
+@root_only
+def test_a_node_with_another_cas_certificate_is_refused_on_mininet_and_reported(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+
+    from analysis.job import transport_section
+    from testbed import runner
+    from testbed.spec.loader import load_experiment
+
+    exp_path = quickstart_on_mininet(tmp_path, "4s", "transport: tls\ndrain_max: 4s\n"
+                                     "capture: {pcap: false}\n")
+    rogue = make_run_certs(tmp_path / "other", "r2", {"h4": []})["h4"]
+    real_security = runner.security
+
+    def with_rogue_h4(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        out = real_security(*args, **kwargs)
+        out["certs"]["h4"] = (rogue.cert_pem, rogue.key_pem)  # same name, another CA
+        return out
+
+    monkeypatch.setattr(runner, "security", with_rogue_h4)
+    exp, topo = load_experiment(exp_path)
+    console = Console(file=io.StringIO(), width=120)
+    result = runner.run_experiment(exp, topo, tmp_path / "runs", console, analyze=False)
+    refused = transport_section(result.run.path)
+    assert all(refused[h]["drops"].get("rejected:tls", 0) >= 1 for h in ("h1", "h2", "h3")), \
+        refused
+    events = read_events(result.run.path)
+    from_h4 = [e for h in ("h1", "h2", "h3") for e in events[h]
+               if e["ev"] == "fnl" and e["mid"].startswith("h4:")]
+    assert from_h4 == []  # nothing of h4's reached the group
+    log = (result.run.path / "nodes" / "h1" / "events.jsonl").read_text()
+    assert '"reason":"rejected:tls"' in log  # the refusal itself is in the event log

@@ -1,6 +1,6 @@
 """The MBeans a running node exposes (docs/architecture.md "Management API", D3.5 section 4.2):
 `testbed:type=Node`, `type=Clock`, `type=TotalOrder,protocol=P`, `type=Transport`,
-`type=QoS` (reservations, docs/qos.md)."""
+`type=Membership` for the `primary` protocol, and `type=QoS` (reservations, docs/qos.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 from nodes.core import NodeCore, Output
 from nodes.management.mbeans import MBean, MBeanRegistry
 from nodes.protocols import catalogue
+from nodes.protocols.primary import Primary
 
 
 def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_ns,
@@ -134,6 +135,9 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
         .operation("heal", heal, [], None, "remove every filter")
     )
 
+    if isinstance(proto, Primary):
+        registry.register(membership_mbean(core, proto))
+
     rm = getattr(proto, "rm", None)
     registry.register(
         MBean("testbed:type=Transport", "UDP transport and reliable multicast")
@@ -205,7 +209,7 @@ def qos_mbean(core: NodeCore, true_now: Callable[[], int],
         .attribute("Reserved", "dict", reserved,
                    description="granted reservations by key: rate, burst, policing counters")
         .attribute("Used", "dict", lambda: res.used_bps(true_now()),
-                   description="wire bit/s each reservation carried since granted or changed")
+                   description="datagram bit/s each reservation carried since granted or changed")
         .attribute("Refused", "int", lambda: res.refused,
                    description="reservations admission control refused")
         .attribute("CapacityBps", "float", lambda: res.capacity_bps,
@@ -224,3 +228,44 @@ def _log_net(core: NodeCore, t: int) -> None:
 def _log_clock(core: NodeCore, t: int, action: str) -> None:
     core.log.write(t, core.clock.local(t), "clock", action=action,
                    offset_ms=core.clock.offset_ns / 1e6, drift_ppm=core.clock.drift_ppm)
+
+
+def membership_mbean(core: NodeCore, proto: Primary) -> MBean:
+    """`testbed:type=Membership` (001 4.2 L432-436, Appia's `view`, `blocked`,
+    `set_primary`): the view, whether it is primary, blocked, the primary counter; the
+    operation `setPrimary` makes a blocked (or fresh) node's view the primary one (P9). On a
+    node already in a primary view it is refused with a one-line error and changes nothing."""
+    def names(ids: list[int]) -> list[str]:
+        return [core.names[m] for m in ids]
+
+    def set_primary() -> str:
+        try:
+            accepted = proto.set_primary()
+        except ValueError as exc:
+            raise ValueError(f"{core.cfg.name}: {exc} (members "
+                             f"{names(proto.view_info()['last_primary'])})") from None
+        return f"{accepted}: view {names(proto.view_info()['members'])}"
+
+    return (
+        MBean("testbed:type=Membership", "Primary-partition membership (001 section 4.1)")
+        .attribute("View", "list", lambda: names(proto.view_info()["members"]),
+                   description="members of the membership view")
+        .attribute("ViewId", "int", lambda: proto.view_info()["vid"])
+        .attribute("IsPrimary", "bool", lambda: proto.view_info()["primary"],
+                   description="the view is a primary view")
+        .attribute("Blocked", "bool", lambda: proto.view_info()["blocked"],
+                   description="no primary here: nothing is delivered, broadcasts refused")
+        .attribute("PrimaryCounter", "int", lambda: proto.view_info()["counter"],
+                   description="primary views this node installed (its primary epoch)")
+        .attribute("LastPrimary", "list", lambda: names(proto.view_info()["last_primary"]))
+        .attribute("Status", "str", lambda: proto.view_info()["status"],
+                   description="primary, blocked, or fresh (excluded or not joined yet)")
+        .attribute("RefusedBroadcasts", "int", lambda: proto.refused)
+        .attribute("TransferredDeliveries", "int", lambda: proto.transferred,
+                   description="deliveries received by state transfer when rejoining")
+        .attribute("RejectedMessages", "int",
+                   lambda: proto.rejected + proto.membership.rejected,
+                   description="view and membership messages refused as malformed")
+        .operation("setPrimary", set_primary, [], "str",
+                   "make this blocked node's view the primary (operator recovery, 4.2)")
+    )

@@ -9,8 +9,9 @@ Layers stack by ownership: an upper layer holds its lower layer and consumes the
 namespaced by layer ("rm:tick", "seq:flush").
 
 Every hook the node core calls is declared in `Layer` (no `getattr` probes): the four events,
-plus `on_suspect` (the failure detector changed its mind) and `on_view` (room for a membership
-service; no protocol here reacts to views yet). `LayerBase` gives the hooks a layer does not
+plus `on_suspect` (the failure detector changed its mind) and `on_view` (the `primary` layer,
+nodes/protocols/primary.py, gives the total-order instance it runs in a primary view that
+view's members). `LayerBase` gives the hooks a layer does not
 need a default that does nothing.
 
 Each protocol's parameters are a dataclass (`CommonParams` and its subclasses): field types,
@@ -77,6 +78,18 @@ class FinalDeliver:
 
 
 @dataclass(frozen=True, slots=True)
+class EnsuredDeliver:
+    """A delivered message reached a stronger guarantee (001 §4.3, jGCS `onServiceEnsured`):
+    `uniform` once every member of the (primary) view has delivered it. Logged as
+    `ev=ensured` with `service`."""
+
+    origin: int
+    mno: int
+    service: str = "uniform"
+    instance: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Received:
     """A data message reached this process (logged as `recv`; analysis splits latency here)."""
 
@@ -112,7 +125,8 @@ class Reserve:
     key: str = "default"  # one reservation per key and node
 
 
-Action = Send | SetTimer | RDeliver | OptDeliver | FinalDeliver | Received | Log | Reserve
+Action = (Send | SetTimer | RDeliver | OptDeliver | FinalDeliver | EnsuredDeliver | Received | Log
+          | Reserve)
 
 
 class Layer(Protocol):
@@ -131,7 +145,8 @@ class Layer(Protocol):
         ...
 
     def on_view(self, members: list[int], now: int) -> list[Action]:
-        """A membership service installed a new view (not produced by any service yet)."""
+        """A membership service installed a new view (the `primary` layer calls it on the
+        instance it starts for each primary view)."""
         ...
 
     def on_reserve_result(self, key: str, granted: bool, rate_bps: float, reason: str,

@@ -17,16 +17,19 @@ from __future__ import annotations
 import typing
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from nodes import wire
 from nodes.protocols import (
     cbcast,
     fifo,
     lamport,
+    membership,
     moving_sequencer,
+    primary,
     psync,
     psync_total,
+    qos_vbr,
     reliable_ack,
     token_ring,
 )
@@ -69,6 +72,11 @@ class Entry:
         (`<name>_id`)."""
         return tuple(f.name for f in fields(self.params) if f.metadata.get("host"))
 
+    def per_host_params(self) -> tuple[str, ...]:
+        """Parameters that take one value or a mapping host -> value (specs check the
+        hosts)."""
+        return tuple(f.name for f in fields(self.params) if f.metadata.get("per_host"))
+
     def claims_check(self, check: str) -> bool:
         """Whether a check of the suite (or `local_order`) is among the claims."""
         if check == "local_order":
@@ -109,6 +117,14 @@ CATALOGUE: tuple[Entry, ...] = (
           psync_total.PsyncTotalParams, SEQUENCER_TOTAL,
           summary="total order from Psync's causal order by waves, with NULLs (002 "
                   "L386-390)"),
+    Entry("qos-vbr", qos_vbr.WIRE_ID, qos_vbr.QosVbr, qos_vbr.QosVbrParams,
+          frozenset({"total_order", "integrity"}),
+          summary="QoS-preserving total order for variable bit rate: slots of theta, latency "
+                  "<= delta+gamma+theta, delta+2gamma+theta with a crash; total order with "
+                  "gaps when loss_tolerance > 0 (004 secs. 5-7)"),
+    Entry("primary", primary.WIRE_ID, primary.Primary, primary.PrimaryParams, SEQUENCER_TOTAL,
+          summary="total order in primary views over partitionable membership: majority of "
+                  "the last primary, blocked minorities, forced leave and rejoin (001 4.1)"),
     Entry("fifo", fifo.WIRE_ID, fifo.Fifo, CommonParams, frozenset({"fifo_order", "integrity"}),
           summary="FIFO without reliability, late messages dropped (002 L54-66)"),
 )
@@ -122,6 +138,7 @@ for _e in CATALOGUE:
         raise RuntimeError(f"protocol {_e.name!r} claims unknown checks "
                            f"{sorted(_e.claims - set(CHECKS))}")
     wire.register_proto(_e.wire_id, _e.name)
+wire.register_proto(membership.WIRE_ID, "membership")  # the primary layer's membership
 
 
 def names() -> tuple[str, ...]:
@@ -153,11 +170,17 @@ def params_model(name: str) -> type[BaseModel]:
 _MODELS: dict[type, Any] = {}
 
 
+def _duration_ms(value: Any) -> float:
+    return qos_vbr.duration_ns(value) / 1e6
+
+
 def _model(cls: type[CommonParams]) -> type[BaseModel]:
     from pydantic import ConfigDict, Field, create_model
 
     if cls in _MODELS:
         return _MODELS[cls]  # type: ignore[no-any-return]
+    from pydantic import BeforeValidator
+
     hints = typing.get_type_hints(cls)
     spec: dict[str, Any] = {}
     for f in fields(cls):
@@ -165,7 +188,15 @@ def _model(cls: type[CommonParams]) -> type[BaseModel]:
         doc = meta.pop("doc", None)
         meta.pop("host", None)
         default = f.default if f.default is not MISSING else ...
-        spec[f.name] = (hints[f.name], Field(default=default, description=doc, **meta))
+        hint: Any = hints[f.name]
+        if meta.pop("duration", False):
+            # `20ms` or a number of ms (nodes/protocols/qos_vbr.py `duration_ns`), as ms
+            hint = Annotated[float, BeforeValidator(_duration_ms)]
+        if meta.pop("per_host", False):
+            # one value for every host, or a mapping host name -> value, each within limits
+            one: Any = Annotated[typing.get_args(hint)[0], Field(**meta)]
+            hint, meta = typing.Union[one, dict[str, one]], {}  # noqa: UP007 (runtime types)
+        spec[f.name] = (hint, Field(default=default, description=doc, **meta))
     model = create_model(f"{cls.__name__}Model", __config__=ConfigDict(extra="forbid"),
                          __doc__=cls.__doc__, **spec)
     _MODELS[cls] = model

@@ -6,6 +6,7 @@ that plan while the run goes on, and partitions are iptables rules in the hosts'
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from testbed.backends.base import Backend, HostAddress
@@ -62,9 +63,8 @@ class ShapedHosts(Backend):
         out = {}
         for src, dst in ((a, b), (b, a)):
             base = self.paths.get(src, dst)
-            path = base if p.get("reset") else PathSpec(
-                p.get("delay_ns", base.delay_ns), p.get("jitter_ns", base.jitter_ns),
-                base.distribution, p.get("loss", base.loss), base.bandwidth_bps)
+            path = base if p.get("reset") else replace(
+                base, **{k: p[k] for k in ("delay_ns", "jitter_ns", "loss") if k in p})
             self.set_path(src, dst, path)
             c = self.plans[src].class_for(dst)
             out[src] = {"delay_ms": c.delay_ns / 1e6, "jitter_ms": c.jitter_ns / 1e6,

@@ -110,7 +110,12 @@ def nightly(
 
 def _print_plan(entries: list[Entry], skip: dict[str, str], estimates: dict[str, float]
                 ) -> None:
-    table = Table("experiment", "protocol", "backend", "about", "skipped because")
+    table = Table()
+    # The id is what a user copies into --only: never wrapped or cut, whatever the width.
+    table.add_column("experiment", no_wrap=True,
+                     min_width=max((len(e.id) for e in entries), default=10))
+    for name in ("protocol", "backend", "about", "skipped because"):
+        table.add_column(name)
     total = 0.0
     for e in entries:
         guess = estimates.get(e.id, e.estimate_s)

@@ -12,7 +12,7 @@ Runtime changes touch only the leaf (`tc qdisc change`), so queued packets stay 
 from __future__ import annotations
 
 from testbed.rundir import Journal
-from testbed.shaping.hostns import HostNs
+from testbed.shaping.hostns import HostNs, ShapingError
 from testbed.shaping.plan import ClassPlan, HostPlan
 
 #: netem distribution names; netem's default (no `distribution`) is uniform.
@@ -29,17 +29,46 @@ def quantum(bps: int) -> int:
     return max(1514, min(60000, bps // 8 // 10))
 
 
+def pct(fraction: float) -> str:
+    return f"{fraction * 100:.6g}%"
+
+
 def netem_args(c: ClassPlan) -> list[str]:
+    """The leaf's netem options, in tc-netem(8)'s terms (docs/link-model.md)."""
+    p = c.path
     args = ["netem", "limit", str(c.limit)]
     if c.delay_ns or c.jitter_ns:
         args += ["delay", tc_time(c.delay_ns)]
         if c.jitter_ns:
             args.append(tc_time(c.jitter_ns))
+            if p.jitter_corr:
+                args.append(pct(p.jitter_corr))
             dist = NETEM_DISTRIBUTIONS.get(c.distribution)
             if dist:
                 args += ["distribution", dist]
-    if c.loss:
-        args += ["loss", f"{c.loss * 100:.6g}%"]
+    if p.reorder:
+        args += ["reorder", pct(p.reorder), *([pct(p.reorder_corr)] if p.reorder_corr else []),
+                 "gap", str(p.reorder_gap or 1)]
+    if p.gemodel is not None:
+        ge_p, ge_r, ge_h, ge_k = p.gemodel
+        # tc takes the loss probabilities of the two states: 1-h (bad), 1-k (good)
+        args += ["loss", "gemodel", pct(ge_p), pct(ge_r), pct(1 - ge_h), pct(1 - ge_k)]
+    elif c.loss:
+        args += ["loss", pct(c.loss), *([pct(p.loss_corr)] if p.loss_corr else [])]
+    if p.duplicate:
+        args += ["duplicate", pct(p.duplicate),
+                 *([pct(p.duplicate_corr)] if p.duplicate_corr else [])]
+    if p.corrupt:
+        args += ["corrupt", pct(p.corrupt), *([pct(p.corrupt_corr)] if p.corrupt_corr else [])]
+    if p.rate_bps:
+        args += ["rate", rate(p.rate_bps)]
+    elif p.fifo and c.jitter_ns:
+        # FIFO (`reorder: false`): with a rate, netem_enqueue schedules each packet after the
+        # last one in its queue (time_to_send = max(now + delay, last) + length / rate), so
+        # jitter no longer reorders. The class's own rate adds one packet's serialisation,
+        # which the HTB class above charges anyway. Verified under UML
+        # (tests/test_uml_netem_fifo.py), where a child pfifo did not keep the order.
+        args += ["rate", rate(c.rate_bps)]
     return args
 
 
@@ -87,6 +116,9 @@ def change_commands(plan: HostPlan, c: ClassPlan) -> list[list[str]]:
 def script(plan: HostPlan, leaves: bool = True) -> str:
     lines = [f"# {plan.host}: {len(plan.classes)} destination class(es) on {plan.dev}"]
     lines += [f"# warning: {w}" for w in plan.warnings]
+    refused = unrealisable(plan) if leaves else None
+    if refused:
+        lines.append(f"# warning: {refused}")
     lines += [" ".join(cmd) for cmd in commands(plan, leaves)]
     return "\n".join(lines)
 
@@ -107,10 +139,26 @@ def apply_tree(ns: HostNs, plan: HostPlan, journal: Journal, leaves: bool) -> No
     ns.run(["tc", "-batch", "-"], stdin=batch)
 
 
+def unrealisable(plan: HostPlan) -> str | None:
+    """Why real netem cannot build this plan, in one sentence, or None. Linux refuses a
+    duplicating netem next to other netems in one tree ("netem: cannot mix duplicating netems
+    with other netems in tree", seen under UML's 6.1 kernel: tests/test_uml_netem_fifo.py), and
+    the plan has one netem leaf per destination."""
+    dup = [c.dst for c in plan.classes if c.path.duplicate]
+    if dup and len(plan.classes) > 1:
+        return (f"the netem applier cannot realise `duplicate` on {plan.host}->{dup[0]}: the "
+                "kernel refuses a duplicating netem beside the host's other destinations' "
+                "netems (use the userspace applier)")
+    return None
+
+
 class NetemApplier:
     name = "netem"
 
     def apply(self, ns: HostNs, plan: HostPlan, journal: Journal) -> None:
+        reason = unrealisable(plan)
+        if reason is not None:
+            raise ShapingError(reason)
         apply_tree(ns, plan, journal, leaves=True)
 
     def change(self, ns: HostNs, plan: HostPlan, c: ClassPlan) -> None:

@@ -39,6 +39,10 @@ class ClassPlan:
     loss: float
     rate_bps: int
     limit: int
+    # The whole path, for what the fields above do not say: netem's correlations, the
+    # Gilbert-Elliott model, duplication, corruption, reordering, `rate`, FIFO
+    # (docs/link-model.md).
+    path: Path = Path(0)
 
     @property
     def classid(self) -> str:
@@ -77,8 +81,9 @@ def queue_limit(rate_bps: int, delay_ns: int, jitter_ns: int) -> int:
 
 def class_plan(dst: str, dst_ip: str, minor: int, path: Path, root_rate: int) -> ClassPlan:
     rate = min(path.bandwidth_bps or root_rate, root_rate)
+    limit = path.limit or queue_limit(rate, path.delay_ns, path.jitter_ns)
     return ClassPlan(dst, dst_ip, minor, path.delay_ns, path.jitter_ns, path.distribution,
-                     path.loss, rate, queue_limit(rate, path.delay_ns, path.jitter_ns))
+                     path.loss, rate, limit, path)
 
 
 def host_plans(topology: TopologySpec, paths: PathMatrix, addresses: dict[str, str],
@@ -93,7 +98,7 @@ def host_plans(topology: TopologySpec, paths: PathMatrix, addresses: dict[str, s
             c = class_plan(dst, addresses[dst], FIRST_MINOR + i, paths.get(src, dst), root)
             configured = paths.get(src, dst).bandwidth_bps or qos.get(src)
             # Only a rate the topology names is worth a warning; the default just sizes queues.
-            if configured and c.limit > NETEM_DEFAULT_LIMIT:
+            if configured and c.limit > NETEM_DEFAULT_LIMIT and not c.path.limit:
                 warnings.append(
                     f"{src}->{dst}: {c.rate_bps / 1e6:g} Mbit/s x "
                     f"{(c.delay_ns + 3 * c.jitter_ns) / 1e6:g} ms holds up to {c.limit} packets; "

@@ -29,8 +29,11 @@ def daemon_config(plan: HostPlan, control: str, seed: int) -> dict[str, Any]:
 
 
 def lane(c: ClassPlan) -> dict[str, Any]:
-    return {"delay_ns": c.delay_ns, "jitter_ns": c.jitter_ns, "distribution": c.distribution,
-            "loss": c.loss, "rate_bps": c.rate_bps, "limit": c.limit}
+    """The daemon's lane: the class's path (nodes/linkmodel.py fields), its HTB rate as
+    `rate_bps`, netem's own rate as `netem_rate_bps`, and the delay line's limit."""
+    return {**c.path.model_fields(), "delay_ns": c.delay_ns, "jitter_ns": c.jitter_ns,
+            "distribution": c.distribution, "loss": c.loss, "rate_bps": c.rate_bps,
+            "netem_rate_bps": c.path.rate_bps, "limit": c.limit}
 
 
 def nfqueue_rule(dev: str) -> list[str]:

@@ -50,6 +50,10 @@ import time
 from itertools import count
 from typing import Any
 
+from nodes.config import PathConfig
+from nodes.linkmodel import LinkModel
+
+PATH_FIELDS = set(PathConfig.__dataclass_fields__)
 
 def read_line(sock: socket.socket) -> bytes:
     """One newline-framed message of the control protocol (client and daemon both use it)."""
@@ -81,55 +85,69 @@ NFQ_STATS = "/proc/net/netfilter/nfnetlink_queue"
 
 
 class Lane:
-    """One destination: netem's delay/jitter/loss/rate/limit, with its own seeded RNG."""
+    """One destination: netem's model (nodes/linkmodel.py, the same code as the simulator's and
+    the local backend's links) with its own seeded RNG, plus the delay line's `limit`.
 
-    __slots__ = ("delay", "jitter", "dist", "loss", "rate", "limit", "free_at", "queued",
-                 "rng", "passed", "lost", "overflow")
+    The spec is testbed/shaping/userspace.py `lane()`: `rate_bps` is the HTB class's rate
+    (serialisation before the delay, as the model's `bandwidth_bps`), `netem_rate_bps` netem's
+    own `rate`."""
+
+    __slots__ = ("model", "limit", "queued", "passed", "overflow", "dup_at", "corrupt")
 
     def __init__(self, spec: dict[str, Any], rng: random.Random):
-        self.rng = rng
-        self.free_at = 0
-        self.queued = self.passed = self.lost = self.overflow = 0
+        self.queued = self.passed = self.overflow = 0
+        self.dup_at = -1
+        self.corrupt = False
+        self.model = LinkModel(PathConfig(), rng)
+        # A corrupted datagram really goes out with a bit flipped (the receiver's checksum
+        # drops it), rather than being dropped here.
+        self.model.deliver_corrupted = True
         self.set(spec)
 
     def set(self, spec: dict[str, Any]) -> None:
-        self.delay = int(spec.get("delay_ns", 0))
-        self.jitter = int(spec.get("jitter_ns", 0))
-        self.dist = spec.get("distribution", "normal")
-        self.loss = float(spec.get("loss", 0.0))
-        self.rate = int(spec.get("rate_bps") or 0)
+        fields = {k: v for k, v in spec.items() if k in PATH_FIELDS}
+        fields["bandwidth_bps"] = int(spec.get("rate_bps") or 0) or None
+        fields["rate_bps"] = int(spec.get("netem_rate_bps") or 0) or None
+        fields.pop("limit", None)
+        self.model.path = PathConfig.from_dict(fields)
         self.limit = int(spec.get("limit", 1000))
 
-    def offset(self) -> float:
-        """A zero-mean, unit-spread draw in the configured distribution."""
-        r = self.rng
-        if self.dist == "uniform":
-            return r.uniform(-1.0, 1.0)
-        if self.dist == "normal":
-            return r.gauss(0.0, 1.0)
-        # pareto(alpha 3) standardised; paretonormal mixes it with a normal as iproute2's
-        # paretonormal table does (a quarter normal, three quarters pareto).
-        p = (r.paretovariate(3.0) - 1.5) / 0.8660254
-        return p if self.dist == "pareto" else 0.25 * r.gauss(0.0, 1.0) + 0.75 * p
+    @property
+    def delay(self) -> int:
+        return self.model.path.delay_ns
+
+    @property
+    def lost(self) -> int:
+        return self.model.lost
 
     def schedule(self, now: int, size: int) -> int:
-        """Release time in ns, or -1 when the packet is dropped."""
-        if self.loss and self.rng.random() < self.loss:
-            self.lost += 1
-            return -1
+        """Release time in ns, or -1 when the packet is dropped. A duplicate's release time is
+        left in `dup_at` (-1: none), whether the packet is corrupted in `corrupt`."""
+        self.dup_at = -1
         if self.queued >= self.limit:
             self.overflow += 1
             return -1
-        at = now + self.delay
-        if self.jitter:
-            at = max(now, at + round(self.jitter * self.offset()))
-        if self.rate:
-            start = max(now, self.free_at)
-            self.free_at = start + size * 8_000_000_000 // self.rate
-            at += self.free_at - now
+        model = self.model
+        delay = model.transit(now, size)
+        if model.dup_ns is not None and self.queued + 1 < self.limit:
+            self.dup_at = now + model.dup_ns
+            self.queued += 1
+        if delay is None:
+            return -1
+        self.corrupt = model.was_corrupted
         self.queued += 1
         self.passed += 1
-        return at
+        return now + delay
+
+
+def flip_bit(data: bytes, rng: random.Random) -> bytes:
+    """netem's corruption: one random bit of the payload flipped, after the checksums were
+    computed. Here anywhere past the IP header and the transport header's first 8 bytes (ports,
+    lengths: all of UDP's), so the packet still reaches its receiver, whose UDP or TCP checksum
+    then discards it."""
+    start = min(len(data) - 1, (data[0] & 0x0F) * 4 + 8)
+    i = rng.randrange(start, len(data))
+    return data[:i] + bytes([data[i] ^ (1 << rng.randrange(8))]) + data[i + 1:]
 
 
 class Neighbours:
@@ -212,6 +230,14 @@ def kernel_queue_stats(queue: int, path: str = NFQ_STATS) -> dict[str, int]:
     return {}
 
 
+def lane_stats(lane: Lane) -> dict[str, Any]:
+    m, p = lane.model, lane.model.path
+    return {"passed": lane.passed, "lost": m.lost, "overflow": lane.overflow,
+            "corrupted": m.corrupted, "duplicated": m.duplicated, "reordered": m.reordered,
+            "delay_ns": p.delay_ns, "jitter_ns": p.jitter_ns, "loss": p.loss,
+            "gemodel": p.gemodel, "fifo": p.fifo}
+
+
 class Daemon:
     def __init__(self, cfg: dict[str, Any]):
         self.cfg = cfg
@@ -221,7 +247,7 @@ class Daemon:
         # (deadline, tie-break, lane, held packet or None, (copy, AF_PACKET address) or None)
         self.heap: list[tuple[int, int, Lane, Any, tuple[bytes, tuple[Any, ...]] | None]] = []
         self.seq = count()
-        self.unshaped = self.copied = self.held = self.tx_errors = 0
+        self.unshaped = self.copied = self.held = self.tx_errors = self.dup_missed = 0
         # How late releases were, seen from the loop: tells the daemon's own tail apart from
         # the kernel's or the receiver's when a measured delay is off.
         self.late_max = self.late_1ms = 0
@@ -245,11 +271,22 @@ class Daemon:
         if self.heap and self.heap[0][0] <= now + EARLY_NS:
             self.release(now)
         at = lane.schedule(now, size)
+        addr = self.address(pkt.outdev, data[16:20], now) if len(data) == size else None
+        if lane.dup_at >= 0:
+            if addr is None:  # a held verdict cannot be given twice
+                lane.queued -= 1
+                self.dup_missed += 1
+            else:
+                heapq.heappush(self.heap, (lane.dup_at, next(self.seq), lane, None,
+                                           (data, addr)))
         if at < 0:
             pkt.drop()
             return
-        addr = self.address(pkt.outdev, data[16:20], now) if len(data) == size else None
+        if lane.corrupt:
+            data = flip_bit(data, lane.model.rng)
         if addr is None:
+            if lane.corrupt:
+                pkt.set_payload(data)
             self.held += 1
             heapq.heappush(self.heap, (at, next(self.seq), lane, pkt, None))
             return
@@ -304,10 +341,8 @@ class Daemon:
                     "copied": self.copied, "held": self.held, "tx_errors": self.tx_errors,
                     "late_over_1ms": self.late_1ms, "late_max_ns": self.late_max,
                     "kernel": kernel_queue_stats(int(self.cfg["queue"])),
-                    "lanes": {socket.inet_ntoa(k): {"passed": v.passed, "lost": v.lost,
-                                                    "overflow": v.overflow, "delay_ns": v.delay,
-                                                    "jitter_ns": v.jitter, "loss": v.loss}
-                              for k, v in self.lanes.items()}}
+                    "dup_missed": self.dup_missed,
+                    "lanes": {socket.inet_ntoa(k): lane_stats(v) for k, v in self.lanes.items()}}
         if op == "set":
             key = socket.inet_aton(req["dst"])
             if key not in self.lanes:

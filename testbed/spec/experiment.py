@@ -59,6 +59,11 @@ def check_protocol_params(spec: ProtocolSpec, hosts: list[str]) -> list[tuple[Lo
         host = spec.params.get(key)
         if host is not None and host not in hosts:
             problems.append((("protocol", "params", key), f"unknown {key} host {host!r}"))
+    for key in entry.per_host_params():
+        value = spec.params.get(key)
+        unknown = sorted(set(value) - set(hosts)) if isinstance(value, dict) else []
+        if unknown:
+            problems.append((("protocol", "params", key), f"unknown host {unknown[0]!r}"))
     return problems
 
 
@@ -157,6 +162,9 @@ class CaptureSpec(Strict):
     snaplen: int = Field(default=256, ge=64, le=65535)
     rotate_mb: int | None = Field(default=None, ge=1)
     rotate_s: int | None = Field(default=None, ge=1)
+    arrivals: bool = Field(default=False, description="log each datagram's arrival "
+                           "(ev=arrive: src, type, rseq, flags) in the receiver's event log; "
+                           "what a pcap shows, on every backend (sim and local have no pcaps)")
 
 
 class ManagementSpec(Strict):

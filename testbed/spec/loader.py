@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from testbed.spec.experiment import ExperimentSpec, check_experiment
-from testbed.spec.topology import Loc, TopologySpec, check_topology
+from testbed.spec.topology import Loc, TopologySpec, check_link_model, check_topology
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -171,8 +171,15 @@ def load_experiment(
         if not found:
             raise SpecError([doc.error(("topology",), f"topology file {exp.topology} not "
                                        f"found (looked at {topo_path})")])
+        topo_doc = read_document(topo_path)
         topo = load_topology(topo_path)
-    cross = check_experiment(exp, topo)
+    cross = [doc.error(loc, msg) for loc, msg in check_experiment(exp, topo)]
+    # Link keys the backend cannot realise, located in whichever file holds the topology.
+    unrealisable = check_link_model(topo, exp.backend, exp.transport)
+    if isinstance(exp.topology, TopologySpec):
+        cross += [doc.error(loc, msg, ("topology",)) for loc, msg in unrealisable]
+    else:
+        cross += [topo_doc.error(loc, msg) for loc, msg in unrealisable]
     if cross:
-        raise SpecError([doc.error(loc, msg) for loc, msg in cross])
+        raise SpecError(cross)
     return exp, topo

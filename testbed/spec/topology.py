@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -46,12 +48,102 @@ def _check_name(value: str, what: str) -> str:
     return value
 
 
+Distribution = Literal["normal", "uniform", "pareto", "paretonormal"]
+
+
+class ReorderSpec(Strict):
+    """netem's `reorder PROB [CORR] gap G`: after `gap - 1` delayed datagrams, the next one is
+    sent at once with `probability` (so it overtakes those still in the delay line)."""
+
+    probability: Fraction
+    correlation: Fraction = 0.0
+    gap: int = Field(default=1, ge=1, description="every gap-th datagram may jump ahead")
+
+
+class GilbertElliottSpec(Strict):
+    """Gilbert-Elliott loss in netem's terms (`loss gemodel p r 1-h 1-k`): a good and a bad
+    state; `p` good->bad and `r` bad->good per datagram; a datagram gets through with
+    probability `k` in the good state and `h` in the bad one. The defaults (h 0%, k 100%) are
+    the simple Gilbert model: every datagram in the bad state is lost, none in the good one, so
+    the loss rate is p/(p+r) and bursts last 1/r datagrams on average."""
+
+    p: Fraction
+    r: Fraction = 1.0
+    h: Fraction = 0.0
+    k: Fraction = 1.0
+
+    @model_validator(mode="after")
+    def _moves(self) -> GilbertElliottSpec:
+        if self.p > 0 and self.r == 0:
+            raise ValueError("gemodel r must be above 0%: with p > 0 and r = 0 the link stays "
+                             "in the bad state for good")
+        return self
+
+
 class LinkSpec(Strict):
+    """One link (a site's LAN, a WAN link, a matrix entry). The keys follow netem (tc-netem(8));
+    docs/link-model.md says which backend realises which key and how."""
+
     delay: Duration = 0
     jitter: Duration = 0
-    distribution: Literal["normal", "uniform", "pareto", "paretonormal"] = "normal"
+    jitter_dist: Distribution = Field(
+        default="normal", validation_alias=AliasChoices("jitter_dist", "distribution"),
+        description="jitter distribution; `uniform` is the bounded one (delay +- jitter); "
+        "`distribution` is accepted as an older name")
+    jitter_correlation: Fraction = Field(
+        default=0.0, description="netem's delay correlation: each jitter draw leans this much "
+        "on the previous one")
+    reorder: bool | ReorderSpec = Field(
+        default=True, description="false: FIFO, a datagram never overtakes an earlier one on "
+        "the same path (arrive = max(send + delay, previous arrival)); true: jitter may reorder "
+        "(netem's default); {probability, correlation, gap}: netem's reorder")
     loss: Fraction = 0.0
+    loss_correlation: Fraction = Field(default=0.0, description="netem's `loss random P CORR`")
+    gemodel: GilbertElliottSpec | None = Field(
+        default=None, description="Gilbert-Elliott loss instead of `loss` (netem's gemodel)")
+    duplicate: Fraction = 0.0
+    duplicate_correlation: Fraction = 0.0
+    corrupt: Fraction = Field(
+        default=0.0, description="one bit flipped per corrupted datagram; the receiver's UDP "
+        "checksum then discards it")
+    corrupt_correlation: Fraction = 0.0
+    limit: int | None = Field(
+        default=None, ge=1, description="queue limit in datagrams (netem's `limit`); by "
+        "default sized from rate x delay")
+    rate: Bandwidth | None = Field(
+        default=None, description="netem's `rate`: serialisation delay at this rate, in the "
+        "delay line (bandwidth is the HTB class)")
     bandwidth: Bandwidth | None = None
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("reorder", mode="before")
+    @classmethod
+    def _reorder(cls, v: object) -> object:
+        # Validated here so that a bad mapping is one problem, not one per union member.
+        if isinstance(v, bool | ReorderSpec):
+            return v
+        if not isinstance(v, dict):
+            raise ValueError("reorder is false (FIFO), true, or {probability, correlation, gap}")
+        try:
+            return ReorderSpec.model_validate(v)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err["loc"])
+            raise ValueError(f"{where}: {err['msg']}" if where else err["msg"]) from None
+
+    @model_validator(mode="after")
+    def _combinations(self) -> LinkSpec:
+        if self.gemodel is not None and self.loss:
+            raise ValueError("give either `loss` or `gemodel`, not both")
+        if isinstance(self.reorder, ReorderSpec) and self.reorder.probability and not self.delay:
+            raise ValueError("reordering needs a delay (netem sends reordered datagrams at once, "
+                             "ahead of the delayed ones)")
+        return self
+
+    @property
+    def distribution(self) -> str:
+        return self.jitter_dist
 
 
 class SiteSpec(Strict):
@@ -196,6 +288,38 @@ def check_topology(topo: TopologySpec) -> list[tuple[Loc, str]]:
     return problems
 
 
+def links(topo: TopologySpec) -> list[tuple[Loc, LinkSpec]]:
+    """Every link of the topology with its spec location."""
+    out: list[tuple[Loc, LinkSpec]] = [(("sites", name, "lan"), site.lan)
+                                       for name, site in topo.sites.items()]
+    out += [(("wan", i), link) for i, link in enumerate(topo.wan)]
+    for src, row in (topo.matrix or {}).items():
+        out += [(("matrix", src, dst), e) for dst, e in row.items() if isinstance(e, LinkSpec)]
+    return out
+
+
+#: Link keys that lose whole datagrams, which the in-process shaper cannot do to a TCP stream.
+DATAGRAM_FAULTS = ("loss", "gemodel", "duplicate", "corrupt", "reorder")
+
+
+def check_link_model(topo: TopologySpec, backend: str, transport: str) -> list[tuple[Loc, str]]:
+    """Link keys this backend's applier cannot realise (docs/link-model.md): one problem per
+    key and link. Every applier realises every key over UDP; under `transport: tls` only
+    the kernel's (mininet, docker) turn a lost segment into a retransmission, while the
+    local backend's in-process shaper sits above TCP and would drop whole datagrams."""
+    problems: list[tuple[Loc, str]] = []
+    if backend != "local" or transport != "tls":
+        return problems
+    for loc, link in links(topo):
+        for key in DATAGRAM_FAULTS:
+            value = getattr(link, key)
+            if value and not (key == "reorder" and isinstance(value, bool)):
+                problems.append(((*loc, key), f"the local backend cannot realise `{key}` "
+                                 "under transport tls: its in-process shaper sits above TCP, "
+                                 "where loss becomes delay (use mininet or docker, or udp)"))
+    return problems
+
+
 @dataclass(frozen=True, slots=True)
 class Path:
     """One-way path parameters from one host to another."""
@@ -205,6 +329,25 @@ class Path:
     distribution: str = "normal"
     loss: float = 0.0
     bandwidth_bps: int | None = None
+    # The rest of netem's model (docs/link-model.md); the same fields, with the same names, as
+    # nodes.config.PathConfig, which carries them to the in-process appliers.
+    jitter_corr: float = 0.0
+    fifo: bool = False  # `reorder: false`
+    loss_corr: float = 0.0
+    gemodel: tuple[float, float, float, float] | None = None  # p, r, h, k
+    duplicate: float = 0.0
+    duplicate_corr: float = 0.0
+    corrupt: float = 0.0
+    corrupt_corr: float = 0.0
+    reorder: float = 0.0
+    reorder_corr: float = 0.0
+    reorder_gap: int = 0
+    limit: int | None = None
+    rate_bps: int | None = None
+
+    def model_fields(self) -> dict[str, object]:
+        """The link-model fields by name (for nodes.config.PathConfig and the appliers)."""
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
 
 @dataclass(frozen=True)
@@ -220,15 +363,51 @@ class PathMatrix:
                 for a in self.hosts]
 
 
+def _first(values: list[object], default: object) -> object:
+    return next((v for v in values if v), default)
+
+
 def _compose(links: list[LinkSpec], delay_ns: int) -> Path:
+    """A path through `links` (sender's LAN half, WAN, receiver's LAN half). Delays add, jitters
+    add as variances, independent losses compose, the narrowest bandwidth, rate and limit win.
+    What cannot be composed -- Gilbert-Elliott state, duplication, corruption, reordering and
+    the correlations -- comes from the first link that sets it; a Gilbert-Elliott path
+    ignores the random `loss` of its other links. The path is FIFO when every link that could
+    reorder it (jitter or reordering) says `reorder: false`."""
     jitter = round(math.sqrt(sum(link.jitter**2 for link in links)))
     keep = 1.0
     for link in links:
         keep *= 1.0 - link.loss
     bws = [link.bandwidth for link in links if link.bandwidth]
-    dists = [link.distribution for link in links if link.jitter]
-    return Path(delay_ns=delay_ns, jitter_ns=jitter, distribution=dists[0] if dists else "normal",
-                loss=round(1.0 - keep, 12), bandwidth_bps=min(bws) if bws else None)
+    rates = [link.rate for link in links if link.rate]
+    limits = [link.limit for link in links if link.limit]
+    jittered = [link for link in links if link.jitter]
+    reordering = [link for link in links if isinstance(link.reorder, ReorderSpec)]
+    could_reorder = jittered + reordering
+    fifo = bool(could_reorder) and all(link.reorder is False for link in could_reorder)
+    ge = next((link.gemodel for link in links if link.gemodel is not None), None)
+    lossy = next((link for link in links if link.loss), None)
+    dup = next((link for link in links if link.duplicate), None)
+    bad = next((link for link in links if link.corrupt), None)
+    ro = reordering[0].reorder if reordering else None
+    assert ro is None or isinstance(ro, ReorderSpec)
+    return Path(
+        delay_ns=delay_ns, jitter_ns=jitter,
+        distribution=jittered[0].jitter_dist if jittered else "normal",
+        loss=round(1.0 - keep, 12), bandwidth_bps=min(bws) if bws else None,
+        jitter_corr=jittered[0].jitter_correlation if jittered else 0.0,
+        fifo=fifo,
+        loss_corr=lossy.loss_correlation if lossy else 0.0,
+        gemodel=(ge.p, ge.r, ge.h, ge.k) if ge is not None else None,
+        duplicate=dup.duplicate if dup else 0.0,
+        duplicate_corr=dup.duplicate_correlation if dup else 0.0,
+        corrupt=bad.corrupt if bad else 0.0,
+        corrupt_corr=bad.corrupt_correlation if bad else 0.0,
+        reorder=ro.probability if ro else 0.0,
+        reorder_corr=ro.correlation if ro else 0.0,
+        reorder_gap=ro.gap if ro else 0,
+        limit=min(limits) if limits else None,
+        rate_bps=min(rates) if rates else None)
 
 
 def reduce_topology(topo: TopologySpec) -> PathMatrix:

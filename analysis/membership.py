@@ -1,0 +1,278 @@
+"""Checkers for primary-partition membership and service notifications (001 §4.1, §4.3; the
+oracles of docs/protocols.md "Primary partitions").
+
+Plain Python over the delivery logs (`nodes/<host>/events.jsonl`): the `view` events of the
+`primary` layer are few, and the notification checks need only each node's opt/fnl/ensured
+lines in ordinal (`i`) order. Checks (keys of summary.json `checks`, claimed by `primary`):
+
+- `split_brain`: every primary counter maps to one member set, and consecutive primaries
+  (counters c, c+1 both logged) intersect in a strict majority of c's members. One finding
+  per extra member set of a counter and per pair of consecutive sets failing the majority.
+  A primary installed by an operator (`setPrimary`, view `operator: true`) is exempt from
+  the majority part only: if the operator errs and a second primary appears with the same
+  counter, the first part fires.
+- `blocked_delivery`: a node delivers nothing (`opt`, `fnl`, `ensured`) between its
+  `blocked` event and the next `join` or primary `view` (P10).
+- `minority_blocked` (the brief's oracle, from the fault history rather than the nodes' own
+  `blocked`): during each partition of faults.jsonl, a connected group holding no strict
+  majority of the last primary before the partition logs no delivery and no primary view
+  from its first membership view after the partition started (detection and flush done)
+  until the heal; a group where an operator installed a primary (`setPrimary`) is exempt.
+- `notification_order`: per node and message, opt <= fnl <= ensured by ordinal, none
+  repeated, no `ensured` without `fnl` (4.3).
+- `uniform`: an `ensured` (service uniform) at node n is logged only once every correct
+  member of n's current primary view has logged `fnl` of the message, in true time (a node
+  that crashed, or restarted and adopted the state it missed, is not held to it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+EXAMPLES = 5
+MEMBERSHIP_CHECKS = ("split_brain", "blocked_delivery", "minority_blocked", "notification_order",
+                     "uniform")
+_WANTED = (b'"ev":"start"', b'"ev":"stop"', b'"ev":"view"', b'"ev":"blocked"',
+           b'"ev":"excluded"', b'"ev":"join"', b'"ev":"opt"', b'"ev":"fnl"', b'"ev":"ensured"',
+           b'"ev":"refused"')
+
+Events = dict[str, list[dict[str, Any]]]
+
+
+def read_membership_events(run_dir: Path) -> Events:
+    """Per node, the events these checks read, sorted by ordinal `i`."""
+    out: Events = {}
+    for log in sorted((Path(run_dir) / "nodes").glob("*/events.jsonl")):
+        evs = []
+        with log.open("rb") as f:
+            for line in f:
+                if any(w in line for w in _WANTED):
+                    try:
+                        evs.append(json.loads(line))
+                    except ValueError:
+                        continue  # a line cut short by a kill
+        evs.sort(key=lambda e: e["i"])
+        out[log.parent.name] = evs
+    return out
+
+
+def _primary_views(events: Events) -> list[tuple[str, dict[str, Any]]]:
+    return [(n, e) for n, evs in events.items() for e in evs
+            if e["ev"] == "view" and e.get("primary") is True]
+
+
+def _result(found: list[dict[str, Any]], claimed: bool) -> dict[str, Any]:
+    return {"violations": len(found), "claimed": claimed, "examples": found[:EXAMPLES]}
+
+
+def split_brain(events: Events) -> list[dict[str, Any]]:
+    sets: dict[int, dict[frozenset[str], list[str]]] = defaultdict(dict)
+    operator: set[int] = set()  # counters an operator installed (setPrimary): no majority rule
+    for node, e in _primary_views(events):
+        sets[int(e["counter"])].setdefault(frozenset(e["members"]), []).append(node)
+        if e.get("operator"):
+            operator.add(int(e["counter"]))
+    found: list[dict[str, Any]] = []
+    for c in sorted(sets):
+        if len(sets[c]) > 1:
+            for extra in sorted(sets[c], key=sorted)[1:]:
+                found.append({"counter": c, "members": sorted(extra),
+                              "others": [sorted(s) for s in sets[c] if s != extra],
+                              "why": "two member sets for one primary counter"})
+        for prev in sets.get(c - 1, {}) if c not in operator else ():
+            for cur in sets[c]:
+                if len(prev & cur) < len(prev) // 2 + 1:
+                    found.append({"counter": c, "members": sorted(cur),
+                                  "previous": sorted(prev),
+                                  "why": "no strict majority of the previous primary"})
+    return found
+
+
+def blocked_delivery(events: Events) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for node, evs in events.items():
+        blocked_at: dict[str, Any] | None = None
+        for e in evs:
+            ev = e["ev"]
+            if ev == "blocked":
+                blocked_at = e
+            elif ev == "join" or (ev == "view" and e.get("primary") is True):
+                blocked_at = None
+            elif blocked_at is not None and ev in ("opt", "fnl", "ensured"):
+                found.append({"node": node, "mid": e.get("mid"), "ev": ev, "t": e["t"],
+                              "blocked_t": blocked_at["t"]})
+    return found
+
+
+def notification_order(events: Events) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for node, evs in events.items():
+        seen: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+        for e in evs:
+            if e["ev"] in ("opt", "fnl", "ensured") and e.get("mid"):
+                seen[e["mid"]][e["ev"]].append(e["i"])
+        for mid, by in seen.items():
+            why = None
+            if any(len(v) > 1 for v in by.values()):
+                why = "repeated notification"
+            elif "ensured" in by and "fnl" not in by:
+                why = "ensured without fnl"
+            elif "ensured" in by and by["ensured"][0] < by["fnl"][0]:
+                why = "ensured before fnl"
+            elif "opt" in by and "fnl" in by and by["opt"][0] > by["fnl"][0]:
+                why = "opt after fnl"
+            if why is not None:
+                found.append({"node": node, "mid": mid, "why": why})
+    return found
+
+
+def crashed(events: Events) -> set[str]:
+    """Nodes that are not correct by their own log: restarted (a start with incarnation > 0)
+    or never stopped. A restarted node adopts the state it missed without logging it."""
+    return {n for n, evs in events.items()
+            if any(e["ev"] == "start" and e.get("incarnation", 0) > 0 for e in evs)
+            or not any(e["ev"] == "stop" for e in evs)}
+
+
+def uniform(events: Events) -> list[dict[str, Any]]:
+    down = crashed(events)
+    fnl_t: dict[tuple[str, str], int] = {}
+    for node, evs in events.items():
+        for e in evs:
+            if e["ev"] == "fnl" and e.get("mid"):
+                fnl_t.setdefault((node, e["mid"]), e["t"])
+    found: list[dict[str, Any]] = []
+    for node, evs in events.items():
+        members: list[str] = []
+        for e in evs:
+            if e["ev"] == "view" and e.get("primary") is True:
+                members = list(e["members"])
+            elif e["ev"] == "ensured":
+                lacking = [m for m in members if m not in down
+                           and fnl_t.get((m, e["mid"]), e["t"] + 1) > e["t"]]
+                if lacking or not members:
+                    found.append({"node": node, "mid": e["mid"], "t": e["t"],
+                                  "lacking": lacking or ["(no primary view)"]})
+    return found
+
+
+Partition = tuple[int, float, list[list[str]]]  # start, stop, connected groups
+
+
+def _groups(hosts: list[str], cuts: list[list[str]]) -> list[list[str]]:
+    """Groups of hosts still connected both ways (a one-way cut separates too)."""
+    blocked = {frozenset(c) for c in cuts}
+    groups: list[list[str]] = []
+    seen: set[str] = set()
+    for h in sorted(hosts):
+        if h in seen:
+            continue
+        group, todo = [], [h]
+        seen.add(h)
+        while todo:
+            a = todo.pop()
+            group.append(a)
+            for b in hosts:
+                if b not in seen and frozenset((a, b)) not in blocked:
+                    seen.add(b)
+                    todo.append(b)
+        groups.append(sorted(group))
+    return groups
+
+
+def read_partitions(run_dir: Path, hosts: list[str]) -> list[Partition]:
+    """Partition intervals of faults.jsonl (start to stop, or to the end) with their groups."""
+    path = Path(run_dir) / "faults.jsonl"
+    if not path.exists():
+        return []
+    entries = []
+    for line in path.read_text().splitlines():
+        try:
+            entries.append(json.loads(line))
+        except ValueError:
+            continue
+    out: list[Partition] = []
+    open_: dict[Any, dict[str, Any]] = {}
+    for e in sorted(entries, key=lambda e: int(e.get("t", 0))):
+        if e.get("kind") != "partition":
+            continue
+        key = e.get("fault")
+        if e.get("phase", "start") == "start":
+            if key in open_:
+                start = open_.pop(key)
+                out.append((int(start["t"]), int(e["t"]), _cut_groups(hosts, start)))
+            open_[key] = e
+        elif key in open_:
+            start = open_.pop(key)
+            out.append((int(start["t"]), int(e["t"]), _cut_groups(hosts, start)))
+    out += [(int(s["t"]), float("inf"), _cut_groups(hosts, s)) for s in open_.values()]
+    return sorted(out, key=lambda p: p[0])
+
+
+def _cut_groups(hosts: list[str], start: dict[str, Any]) -> list[list[str]]:
+    return _groups(hosts, (start.get("params") or {}).get("cuts") or [])
+
+
+def minority_blocked(events: Events, partitions: list[Partition]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    views = sorted(((e["t"], e) for _, e in _primary_views(events)), key=lambda x: x[0])
+    for start, stop, groups in partitions:
+        before = [e for t, e in views if t < start]
+        if not before:
+            continue
+        last = max(before, key=lambda e: int(e["counter"]))["members"]
+        for group in groups:
+            if len(set(group) & set(last)) >= len(last) // 2 + 1:
+                continue  # the majority side: it goes on
+            if any(e.get("operator") and start <= t < stop and e["node"] in group
+                   for t, e in views):
+                continue  # an operator chose this side (P9)
+            for node in group:
+                evs = events.get(node, [])
+                since = next((e["t"] for e in evs if e["ev"] == "view"
+                              and e.get("layer") == "membership" and e["t"] > start), None)
+                if since is None:
+                    continue
+                for e in evs:
+                    primary_view = e["ev"] == "view" and e.get("primary") is True
+                    if since < e["t"] < stop and (
+                            e["ev"] in ("opt", "fnl", "ensured") or primary_view):
+                        found.append({"node": node, "ev": e["ev"], "mid": e.get("mid"),
+                                      "t": e["t"], "partition_start": start,
+                                      "group": group, "last_primary": last})
+    return found
+
+
+def membership_section(run_dir: Path) -> dict[str, Any]:
+    """`checks` (the four above) and `membership` for summary.json; {} for a run without
+    primary views (another protocol)."""
+    events = read_membership_events(run_dir)
+    views = _primary_views(events)
+    if not views:
+        return {}
+    primaries: dict[int, list[list[str]]] = defaultdict(list)
+    for _, e in views:
+        if sorted(e["members"]) not in primaries[int(e["counter"])]:
+            primaries[int(e["counter"])].append(sorted(e["members"]))
+    per_node: dict[str, dict[str, int]] = {}
+    for node, evs in events.items():
+        count: dict[str, int] = defaultdict(int)
+        for e in evs:
+            if e["ev"] in ("blocked", "excluded", "join", "ensured"):
+                count[e["ev"]] += 1
+            elif e["ev"] == "refused":
+                count["refused"] += int(e.get("count", 0))
+        per_node[node] = {k: count[k] for k in ("blocked", "excluded", "join", "refused",
+                                                "ensured")}
+    checks = {"split_brain": _result(split_brain(events), True),
+              "blocked_delivery": _result(blocked_delivery(events), True),
+              "minority_blocked": _result(
+                  minority_blocked(events, read_partitions(run_dir, sorted(events))), True),
+              "notification_order": _result(notification_order(events), True),
+              "uniform": _result(uniform(events), True)}
+    return {"checks": checks,
+            "membership": {"primaries": {str(c): primaries[c] for c in sorted(primaries)},
+                           "last_counter": max(primaries), "per_node": per_node}}

@@ -1,0 +1,228 @@
+"""Partitionable, view-synchronous group membership (001 §4.1 L414-416, the service the
+primary-partition layer needs; coordinator-based, as docs/protocols.md "primary" describes).
+
+It is fed by the node's heartbeat failure detector (nodes/protocols/failure_detector.py): a
+process's *reachable set* is itself plus every member it does not suspect. Rules:
+
+- M1 propose: the lowest process of its reachable set R, when R differs from its installed
+  view, proposes V = (vid, R) with vid one above every view id it has seen, and retransmits
+  PROPOSE every `retry` to the members that have not answered;
+- M2 flush: a member accepts a PROPOSE with a higher vid than anything it accepted, from the
+  lowest member of the proposed set, and answers FLUSH_OK carrying its owner's flush state
+  (what it has delivered in the old view); it stops sending new messages (the owner queues
+  them) and re-sends FLUSH_OK every `retry` while its state changes or the INSTALL is lost;
+- M3 install: the coordinator installs V once every proposed member has answered and the
+  flush states of members of one old view agree (the members that move together delivered
+  the same messages: view synchrony), or after `flush_timeout` (logged `flush_timeout`);
+  it multicasts INSTALL, answers any later FLUSH_OK for an installed view with the INSTALL
+  again, and a member installs the highest view it accepted;
+- a proposal whose member becomes suspected is abandoned: the next tick proposes anew; so is
+  one a member REJECTs because it installed that view id already (on another side of a
+  partition): the coordinator proposes again above it.
+
+Views are partitionable: each side of a partition installs its own. The first view (id 1,
+every configured member) is installed by configuration, as all nodes of a run start together.
+A restarted process (a new incarnation) starts with no view and multicasts JOIN every
+`retry` until it is in one: the coordinator proposes a new view even if its failure detector
+never noticed the crash.
+
+Wire (id 19, `membership`): type DATA, the kind in `aux`, the view id in `seq`; PROPOSE and
+INSTALL carry the members as u16s, FLUSH_OK the owner's opaque flush state.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from nodes.protocols.base import Action, Log, Send, SetTimer
+from nodes.wire import Header, Message, MsgType
+
+WIRE_ID = 19
+TICK = "mb:tick"
+PROPOSE, FLUSH_OK, INSTALL, REJECT, JOIN = 1, 2, 3, 4, 5
+U16 = struct.Struct("!H")
+
+
+def pack_members(members: tuple[int, ...]) -> bytes:
+    return b"".join(U16.pack(m) for m in members)
+
+
+def unpack_members(payload: bytes) -> tuple[int, ...]:
+    """Members from a payload; ValueError when it is not a sorted set of u16s."""
+    if len(payload) % 2 or not payload:
+        raise ValueError("member list of odd or zero length")
+    out = tuple(U16.unpack_from(payload, i)[0] for i in range(0, len(payload), 2))
+    if list(out) != sorted(set(out)):
+        raise ValueError("member list not sorted and unique")
+    return out
+
+
+@dataclass
+class View:
+    vid: int
+    members: tuple[int, ...]
+
+
+@dataclass
+class Proposal:
+    vid: int
+    members: tuple[int, ...]
+    started: int
+    states: dict[int, bytes]
+
+
+class Membership:
+    """One process's membership state machine. `flush_state()` is the owner's flush state
+    (bytes; the first 4 name the old view's instance, members of one instance must agree).
+    Installed views are queued in `installed` for the owner to drain."""
+
+    def __init__(self, me: int, members: list[int], flush_state: Callable[[], bytes],
+                 retry_ns: int = 50_000_000, flush_timeout_ns: int = 1_000_000_000,
+                 restarted: bool = False):
+        self.me = me
+        self.all = tuple(sorted(members))
+        self.flush_state = flush_state
+        self.retry_ns = retry_ns
+        self.flush_timeout_ns = flush_timeout_ns
+        # A restarted process (a new incarnation) knows no view: it asks to join (JOIN) until
+        # a coordinator installs one with it, even if nobody suspected it meanwhile.
+        self.view = View(0, (me,)) if restarted else View(1, self.all)
+        self.max_vid = self.view.vid
+        self.joiners: set[int] = set()  # JOINs a coordinator has to answer with a view
+        self.suspected: set[int] = set()
+        self.proposal: Proposal | None = None  # coordinated by me
+        self.accepted: tuple[int, int, tuple[int, ...]] | None = None  # (vid, coord, members)
+        self.last_state = b""
+        self.installed: list[View] = []
+        self.rejected = 0
+
+    @property
+    def flushing(self) -> bool:
+        return self.accepted is not None
+
+    def reachable(self) -> tuple[int, ...]:
+        return tuple(m for m in self.all if m not in self.suspected)
+
+    def start(self, now: int) -> list[Action]:
+        return [SetTimer(TICK, self.retry_ns)]
+
+    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
+        if suspected:
+            self.suspected.add(member)
+        else:
+            self.suspected.discard(member)
+        if self.accepted is not None and suspected and member == self.accepted[1]:
+            self.accepted = None  # the coordinator is gone: the next lowest proposes (M1)
+        return []
+
+    def on_timer(self, now: int) -> list[Action]:
+        out: list[Action] = [SetTimer(TICK, self.retry_ns)]
+        reach = self.reachable()
+        if reach[0] == self.me and (reach != self.view.members or self.joiners & set(reach)):
+            out += self._coordinate(reach, now)
+        elif self.proposal is not None:
+            self.proposal = None  # no longer the coordinator, or nothing left to change
+        if self.view.vid == 0 and self.accepted is None:
+            out += [self._msg(m, JOIN, 0, b"") for m in reach if m != self.me]
+        if self.accepted is not None and self.accepted[1] != self.me:
+            state = self.flush_state()
+            out.append(self._msg(self.accepted[1], FLUSH_OK, self.accepted[0], state))
+            self.last_state = state
+        return out
+
+    def _coordinate(self, reach: tuple[int, ...], now: int) -> list[Action]:
+        """M1 and M3 at the coordinator."""
+        p = self.proposal
+        if p is None or p.members != reach:
+            self.max_vid += 1
+            p = self.proposal = Proposal(self.max_vid, reach, now, {})
+            self.accepted = (p.vid, self.me, reach)
+            return [Log("propose", {"vid": p.vid, "members": list(reach)})]
+        p.states[self.me] = self.flush_state()
+        missing = [m for m in p.members if m not in p.states]
+        if missing:
+            return [self._msg(m, PROPOSE, p.vid, pack_members(p.members)) for m in missing]
+        by_instance: dict[bytes, set[bytes]] = {}
+        for state in p.states.values():
+            by_instance.setdefault(state[:4], set()).add(state)
+        agreed = all(len(s) == 1 for s in by_instance.values())
+        timed_out = now - p.started > self.flush_timeout_ns
+        if not agreed and not timed_out:
+            return []
+        out: list[Action] = []
+        if not agreed:
+            out.append(Log("flush_timeout", {"vid": p.vid}))
+        out.append(self._msg(None, INSTALL, p.vid, pack_members(p.members)))
+        self.proposal = None
+        return out + self._install(View(p.vid, p.members))
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
+        h = msg.header
+        kind = h.aux
+        try:
+            if kind == PROPOSE:
+                return self._on_propose(src, h.seq, unpack_members(msg.payload))
+            if kind == FLUSH_OK:
+                return self._on_flush_ok(src, h.seq, msg.payload)
+            if kind == INSTALL:
+                return self._on_install(src, h.seq, unpack_members(msg.payload))
+            if kind == JOIN:
+                self.joiners.add(src)
+                return []
+            if kind == REJECT:
+                if self.proposal is not None and h.seq >= self.proposal.vid:
+                    self.max_vid = max(self.max_vid, h.seq)
+                    self.proposal = None  # propose again above the rejecter's view id
+                return []
+        except ValueError as exc:
+            self.rejected += 1
+            return [Log("drop", {"reason": "membership", "detail": str(exc)})]
+        self.rejected += 1
+        return [Log("drop", {"reason": "membership", "detail": f"unknown kind {kind}"})]
+
+    def _on_propose(self, src: int, vid: int, members: tuple[int, ...]) -> list[Action]:
+        """M2."""
+        self.max_vid = max(self.max_vid, vid)
+        if self.me not in members or src != members[0]:
+            return []
+        if vid <= self.view.vid:  # the coordinator has not heard of my view (another side's)
+            return [self._msg(src, REJECT, self.view.vid, b"")]
+        if self.accepted is not None and self.accepted[0] > vid:
+            return []
+        self.accepted = (vid, src, members)
+        if self.proposal is not None and self.proposal.vid < vid:
+            self.proposal = None
+        state = self.flush_state()
+        self.last_state = state
+        return [self._msg(src, FLUSH_OK, vid, state)]
+
+    def _on_flush_ok(self, src: int, vid: int, state: bytes) -> list[Action]:
+        if len(state) < 4:
+            raise ValueError("flush state shorter than its instance id")
+        p = self.proposal
+        if p is not None and p.vid == vid and src in p.members:
+            p.states[src] = state
+            return []
+        if vid == self.view.vid and src in self.view.members and self.view.members[0] == self.me:
+            return [self._msg(src, INSTALL, vid, pack_members(self.view.members))]  # M3 resend
+        return []
+
+    def _on_install(self, src: int, vid: int, members: tuple[int, ...]) -> list[Action]:
+        self.max_vid = max(self.max_vid, vid)
+        if self.me not in members or src != members[0] or vid <= self.view.vid:
+            return []
+        return self._install(View(vid, members))
+
+    def _install(self, view: View) -> list[Action]:
+        self.view = view
+        self.joiners -= set(view.members)
+        self.accepted = None
+        self.installed.append(view)
+        return [Log("view", {"layer": "membership", "vid": view.vid,
+                             "members": list(view.members)})]
+
+    def _msg(self, dst: int | None, kind: int, vid: int, payload: bytes) -> Send:
+        return Send(dst, Message(Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=vid,
+                                        aux=kind), payload))

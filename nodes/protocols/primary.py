@@ -1,0 +1,621 @@
+"""`primary`: total order in primary views only, over partitionable membership (001 §4.1-4.3;
+rules P1-P10 of docs/protocols.md "Primary partitions", after Appia's PrimaryViewSession).
+
+Stack (one process):
+```
+ application: broadcast / fnl / ensured (4.3)
+ └── primary layer (this module): views, probes, blocking, exclusion, state transfer
+     ├── membership (nodes/protocols/membership.py, wire id 19), fed by the failure detector
+     └── one total-order instance per primary view (`protocol`: sequencer or lamport), over
+         the view's members only; its datagrams travel wrapped in ours, tagged with the
+         primary counter, so a stale instance's traffic is recognised by that tag alone
+```
+
+Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
+- P1 bootstrap: the `bootstrap` host starts as primary with counter 1 and last primary
+  {itself}; everyone else is fresh and joins it through P4/P6 in the first view.
+- P2 (paper rule, `primary_rule: majority`) a primary member seeing a view V that holds a
+  strict majority of its last primary and no one outside it installs V at once; a primary
+  member without that majority blocks (`blocked`).
+- P3 every member multicasts PROBE(counter, status, last primary, attempt, delivered vector)
+  in each new view; the decision below is taken once all of V has probed (every member sees
+  the same probes, so every member decides the same).
+- P4/P5/P7 a non-fresh member whose counter is below the highest probed counter missed an
+  intermediate primary (4.1.2): it is **excluded** (`excluded`), becomes fresh and probes
+  again; the others wait for its fresh probe (the paper's KICK is this self-detection).
+- P5 the members with the highest counter (the lineage) form a primary iff V holds a strict
+  majority of their last primary; otherwise they stay blocked.
+- P6 the lowest lineage member sends DELIVER_VIEW(counter, state) to every fresh member:
+  the state transfer is the deliveries it lacks (by its probed vector), which it logs as
+  `fnl` before installing (`join`).
+- P8 install: counter + 1, last primary := V, a fresh total-order instance; own messages
+  not yet delivered are broadcast again on it (`view`, primary=true).
+- P9 `setPrimary` (management): a blocked member with a view becomes primary with it and
+  sends DELIVER_VIEW to the rest; a fresh member becomes a bootstrap primary (P1).
+- P10 while blocked, application broadcasts are refused (counted, `RefusedBroadcasts`) and
+  nothing is delivered.
+- `primary_rule: attempt` (two-phase, after Keidar-Dolev dynamic voting; ours): no P2
+  shortcut; a decision first records an *attempt* (counter + 1, V) and sends ATT_ACK to the
+  lineage, installing once all of it acked; a later view must also hold a strict majority of
+  every attempt newer than the lineage's counter that a probe reports. This closes the
+  ambiguous installation of the brief (docs/protocols.md), which P2 leaves open.
+- Notifications (4.3): `fnl` is regular total order; every `stable` period the members of a
+  primary view exchange their delivered vectors, and a message delivered by all of them is
+  `ensured` with service `uniform`.
+
+Message identity: the layer numbers its own messages (sn) and sets the instance's counter so
+the instance's mno is that sn: a message broadcast again in a later view keeps its mid, and
+the per-origin delivered watermark filters any second copy.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from nodes.protocols.base import (
+    Action,
+    EnsuredDeliver,
+    FinalDeliver,
+    LayerBase,
+    Log,
+    OptDeliver,
+    Send,
+    SetTimer,
+    ms,
+    param,
+    typed_params,
+)
+from nodes.protocols.membership import WIRE_ID as MEMBERSHIP_WIRE_ID
+from nodes.protocols.membership import Membership, View, pack_members, unpack_members
+from nodes.protocols.reliable import ReliableParams
+from nodes.wire import Header, Message, MsgType, WireError, decode, encode
+
+WIRE_ID = 18
+TICK = "pv:tick"
+INNER, PROBE, DELIVER_VIEW, STABLE, ATT_ACK = 0, 1, 2, 3, 4
+FRESH, PRIMARY, BLOCKED = 0, 1, 2
+STATUS_NAMES = {FRESH: "fresh", PRIMARY: "primary", BLOCKED: "blocked"}
+U16 = struct.Struct("!H")
+WM_ENTRY = struct.Struct("!HI")  # origin, highest sn delivered
+XFER_ENTRY = struct.Struct("!HII")  # origin, sn, size
+XFER_MAX = 6000  # transferred deliveries per DELIVER_VIEW (fits one UDP datagram)
+EARLY_MAX = 256  # view messages kept for a view not installed yet
+
+
+@dataclass(frozen=True)
+class PrimaryParams(ReliableParams):
+    protocol: Literal["sequencer", "lamport"] = param(
+        "sequencer", "the total-order protocol run inside each primary view")
+    bootstrap: str | None = param(None, "the host configured as the first primary (P1; "
+                                        "default: the first)", host=True)
+    primary_rule: Literal["majority", "attempt"] = param(
+        "majority", "majority: the paper's rule (001 4.1); attempt: two-phase, safe against "
+                    "an ambiguous installation")
+    retry_ms: float = ms("membership and probe retransmission period", 50)
+    flush_timeout_ms: float = ms("longest wait for members' flush states to agree", 1000)
+    stable_ms: float = ms("period of the delivered-vector exchange behind `ensured`", 50)
+    pending_limit: int = param(10000, "own undelivered messages kept; more are refused", ge=1)
+
+
+@dataclass
+class Probe:
+    counter: int
+    status: int
+    lp: tuple[int, ...]
+    att_counter: int
+    att: tuple[int, ...]
+    wm: dict[int, int]
+
+
+def strict_majority(view: tuple[int, ...], of: tuple[int, ...]) -> bool:
+    return len(of) > 0 and len(set(view) & set(of)) >= len(of) // 2 + 1
+
+
+def pack_wm(wm: dict[int, int]) -> bytes:
+    return b"".join(WM_ENTRY.pack(o, n) for o, n in sorted(wm.items()))
+
+
+def unpack_wm(payload: bytes, members: frozenset[int]) -> dict[int, int]:
+    if len(payload) % WM_ENTRY.size:
+        raise ValueError("delivered vector of a wrong length")
+    out = {}
+    for i in range(0, len(payload), WM_ENTRY.size):
+        o, n = WM_ENTRY.unpack_from(payload, i)
+        if o not in members:
+            raise ValueError(f"delivered vector names non-member {o}")
+        out[o] = n
+    return out
+
+
+def _take_members(payload: bytes, at: int) -> tuple[tuple[int, ...], int]:
+    (n,) = U16.unpack_from(payload, at)
+    end = at + 2 + 2 * n
+    if end > len(payload):
+        raise ValueError("member list runs past the payload")
+    return (unpack_members(payload[at + 2:end]) if n else ()), end
+
+
+def _members_field(members: tuple[int, ...]) -> bytes:
+    return U16.pack(len(members)) + pack_members(members)
+
+
+class Primary(LayerBase):
+    def __init__(self, me: int, members: list[int], params: dict[str, Any]):
+        p = typed_params(PrimaryParams, params)
+        self.me = me
+        self.all = tuple(sorted(members))
+        self.member_set = frozenset(members)
+        self.params = params
+        self.inner_name = p.protocol
+        self.rule = p.primary_rule
+        self.retry_ns = round(p.retry_ms * 1e6)
+        self.stable_ns = round(p.stable_ms * 1e6)
+        self.pending_limit = p.pending_limit
+        self.incarnation = int(params.get("incarnation", 0))
+        self.membership = Membership(me, members, self._flush_state, self.retry_ns,
+                                     round(p.flush_timeout_ms * 1e6),
+                                     restarted=self.incarnation > 0)
+        # P1; a restarted process (its log continues, its state is gone) is never the
+        # bootstrap again: it rejoins fresh
+        bootstrap = (int(params.get("bootstrap_id", min(members))) if self.incarnation == 0
+                     else -1)
+        # P1: the configured primary; everyone else starts fresh (counter 0).
+        self.status = PRIMARY if me == bootstrap else FRESH
+        self.counter = 1 if me == bootstrap else 0
+        self.lp: tuple[int, ...] = (me,) if me == bootstrap else ()
+        self.attempt: tuple[int, tuple[int, ...]] | None = None
+        self.held: View | None = None
+        self.probes: dict[int, Probe] = {}
+        self.decided = False
+        self.att_acks: set[int] = set()
+        self.early: list[tuple[int, Header, bytes]] = []
+        self.my_probe: Message | None = None
+        self.leader: int | None = None  # sends the state transfer of the current view
+        self.receivers: set[int] = set()  # ... to these members (P6)
+        self.installed = False  # the held view is installed as primary
+        self.by_operator = False  # ... by setPrimary (P9)
+        self.phase1 = False  # attempt rule: recorded, waiting for the lineage's ATT_ACKs
+        self.operator = False
+        # the total-order instance of the current primary view
+        self.inner: Any = None
+        self.gate: Any = None
+        self.epoch = 0
+        self.inst_members: tuple[int, ...] = ()
+        # deliveries: per-origin watermark, history (for state transfer), own pending
+        self.wm: dict[int, int] = {}
+        self.history: list[tuple[int, int, int]] = []
+        self.seq = 0
+        self.sn = int(params.get("incarnation", 0)) * 1_000_000
+        self.pending: dict[int, bytes] = {}
+        self.vectors: dict[int, dict[int, int]] = {}
+        self.unensured: deque[tuple[int, int]] = deque()
+        # a new incarnation's first state transfer is adopted, not delivered: its previous
+        # incarnation may have delivered any of it, and one log must not show a message twice
+        self.recovering = self.incarnation > 0
+        # counters for management (testbed:type=Membership)
+        self.refused = 0
+        self.refused_logged = 0
+        self.duplicates = 0
+        self.rejected = 0
+        self.transferred = 0
+
+    # -- Layer interface ----------------------------------------------------------------------
+    def start(self, now: int) -> list[Action]:
+        out = self.membership.start(now) + [SetTimer(TICK, self.stable_ns)]
+        return out + self._new_view(self.membership.view, now)  # the configured first view
+
+    def broadcast(self, payload: bytes, now: int) -> list[Action]:
+        if self.status == BLOCKED or len(self.pending) >= self.pending_limit:
+            self.refused += 1  # P10
+            return []
+        self.sn += 1
+        self.pending[self.sn] = payload
+        out: list[Action] = [Log("send", {"mno": self.sn, "size": len(payload)})]
+        if self.status == PRIMARY and self.inner is not None and not self.membership.flushing:
+            out += self._inner_broadcast(self.sn, payload, now)
+        return out
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
+        h = msg.header
+        try:
+            if h.proto == MEMBERSHIP_WIRE_ID:
+                out = self.membership.on_message(src, msg, now)
+                return out + self._views(now)
+            if h.proto != WIRE_ID:
+                raise ValueError(f"protocol {h.proto} is neither primary nor membership")
+            kind = h.aux
+            if kind in (PROBE, DELIVER_VIEW, ATT_ACK) and self._early(src, h, msg.payload):
+                return []
+            if kind == INNER:
+                return self._on_inner(src, h.seq, msg.payload, now)
+            if kind == PROBE:
+                return self._on_probe(src, h, msg.payload, now)
+            if kind == DELIVER_VIEW:
+                return self._on_deliver_view(src, h, msg.payload, now)
+            if kind == STABLE:
+                if self.status == PRIMARY and h.seq == self.epoch and src in self.lp:
+                    self.vectors[src] = unpack_wm(msg.payload, self.member_set)
+                return self._ensure()
+            if kind == ATT_ACK:
+                return self._on_att_ack(src, h.seq, now)
+            raise ValueError(f"unknown kind {kind}")
+        except (ValueError, struct.error, WireError) as exc:
+            self.rejected += 1
+            return [Log("drop", {"reason": "primary", "detail": str(exc)})]
+
+    def on_timer(self, key: str, now: int) -> list[Action]:
+        if key == "mb:tick":
+            return self.membership.on_timer(now) + self._views(now)
+        if key == TICK:
+            return [SetTimer(TICK, self.stable_ns)] + self._tick(now)
+        scope, _, inner_key = key.partition(":")
+        if self.inner is not None and scope == f"pv{self.epoch}":
+            return self._lift(self.inner.on_timer(inner_key, now), now)
+        return []  # a timer of an instance that is gone
+
+    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
+        out = self.membership.on_suspect(member, suspected, now)
+        if self.inner is not None and member in self.inst_members:
+            out += self._lift(self.inner.on_suspect(member, suspected, now), now)
+        return out + self._views(now)
+
+    # -- management (testbed:type=Membership) -----------------------------------------------
+    def view_info(self) -> dict[str, Any]:
+        v = self.membership.view
+        return {"vid": v.vid, "members": list(v.members), "primary": self.status == PRIMARY,
+                "blocked": self.status == BLOCKED, "counter": self.counter,
+                "status": STATUS_NAMES[self.status], "last_primary": list(self.lp)}
+
+    def set_primary(self) -> str:
+        """P9, checked now, carried out at the next tick (the node core sends what it
+        produces); ValueError (one line) when this node is in a primary view already."""
+        if self.status == PRIMARY:
+            raise ValueError(f"already in primary view {self.counter}; setPrimary is for a "
+                             f"blocked or fresh node")
+        if self.operator:
+            raise ValueError("a setPrimary is already pending")
+        self.operator = True
+        return f"setPrimary accepted ({STATUS_NAMES[self.status]})"
+
+    # -- views and the primary decision --------------------------------------------------------
+    def _views(self, now: int) -> list[Action]:
+        out: list[Action] = []
+        while self.membership.installed:
+            view = self.membership.installed.pop(0)
+            out += self._new_view(view, now)
+        return out
+
+    def _new_view(self, view: View, now: int) -> list[Action]:
+        """P3: the old instance is flushed (membership waited for that); probe V."""
+        self.held, self.probes, self.decided, self.att_acks = view, {}, False, set()
+        self.phase1 = self.installed = self.by_operator = False
+        self.leader, self.receivers = None, set()
+        self.inner = None
+        out: list[Action] = []
+        if self.status == PRIMARY:
+            out.append(Log("unview", {"counter": self.counter}))
+        out += self._probe(now)
+        out += self._decide(now)
+        early, self.early = self.early, []
+        for src, h, payload in early:
+            if h.seq > view.vid:
+                self.early.append((src, h, payload))
+            elif h.seq == view.vid:
+                out += self.on_message(src, Message(h, payload), now)
+        return out
+
+    def _probe(self, now: int) -> list[Action]:
+        assert self.held is not None
+        att_c, att = self.attempt if self.attempt is not None else (0, ())
+        self.probes[self.me] = Probe(self.counter, self.status, self.lp, att_c, att,
+                                     dict(self.wm))
+        payload = (_members_field(self.lp) + _members_field(att) + pack_wm(self.wm))
+        h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.held.vid, mno=self.counter,
+                   hint=self.status, slot=att_c, aux=PROBE)
+        self.my_probe = Message(h, payload)
+        return [Send(m, self.my_probe) for m in self.held.members if m != self.me]
+
+    def _early(self, src: int, h: Header, payload: bytes) -> bool:
+        """A view message that overtook membership's INSTALL of its view: kept (bounded) and
+        replayed when that view is installed."""
+        if h.seq <= self.membership.view.vid:
+            return False
+        if len(self.early) < EARLY_MAX:
+            self.early.append((src, h, payload))
+        return True
+
+    def _on_probe(self, src: int, h: Header, payload: bytes, now: int) -> list[Action]:
+        lp, at = _take_members(payload, 0)
+        att, at = _take_members(payload, at)
+        wm = unpack_wm(payload[at:], self.member_set)
+        if h.hint not in STATUS_NAMES:
+            raise ValueError(f"probe status {h.hint}")
+        if self.held is None or h.seq != self.held.vid or src not in self.held.members:
+            return []  # a probe of another view
+        self.probes[src] = Probe(h.mno, h.hint, lp, h.slot, att, wm)
+        if self.decided:
+            return self._answer(src)
+        return self._decide(now)
+
+    def _answer(self, q: int) -> list[Action]:
+        """q probes again: it missed something of this view (the network loses datagrams).
+        Send it my probe again, the state transfer if I lead and it is fresh, my ATT_ACK."""
+        assert self.held is not None and self.my_probe is not None
+        out: list[Action] = [Send(q, self.my_probe)]
+        if self.installed and (self.leader == self.me and q in self.receivers
+                               or self.probes[q].status == FRESH):
+            # a fresh prober after an installation without it (it restarted into a view the
+            # others installed by P2): every installed member answers, it takes the first
+            out.append(self._deliver_view(q, self.counter - 1))
+        if self.att_acks and self.me in self.att_acks:
+            h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.held.vid, aux=ATT_ACK)
+            out.append(Send(q, Message(h)))
+        return out
+
+    def _block(self, why: str) -> list[Action]:
+        if self.status == BLOCKED:
+            return []
+        self.status = BLOCKED
+        assert self.held is not None
+        return [Log("blocked", {"counter": self.counter, "members": list(self.held.members),
+                                "why": why})]
+
+    def _decide(self, now: int) -> list[Action]:
+        if self.held is None or self.decided:
+            return []
+        v = self.held.members
+        out: list[Action] = []
+        if self.status == PRIMARY:
+            if not strict_majority(v, self.lp):
+                out += self._block("no majority of the last primary")  # P2
+            elif self.rule == "majority" and set(v) <= set(self.lp):
+                return out + self._install(self.counter, now)  # P2, the paper's shortcut
+        if any(m not in self.probes for m in v):
+            return out
+        cmax = max(p.counter for p in self.probes.values())
+        if self.status != FRESH and self.counter < cmax:
+            return out + self._exclude(cmax, now)  # P5/P7: I missed a primary
+        if any(p.status != FRESH and p.counter < cmax for p in self.probes.values()):
+            return out  # stale members exclude themselves and probe again
+        lineage = sorted(q for q, p in self.probes.items() if p.status != FRESH)
+        if not lineage or self.status == FRESH:
+            return out  # fresh: wait for DELIVER_VIEW (P6) or setPrimary (P9)
+        lp = self.probes[lineage[0]].lp
+        if not strict_majority(v, lp):
+            return out + self._block("no majority of the last primary")
+        self._plan(lineage)
+        if self.rule == "attempt":
+            for p in self.probes.values():
+                if p.att_counter > cmax and not strict_majority(v, p.att):
+                    return out + self._block(f"no majority of attempt {p.att_counter}")
+            self.decided = self.phase1 = True
+            self.attempt = (cmax + 1, v)
+            self.att_acks.add(self.me)
+            h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.held.vid, aux=ATT_ACK)
+            out += [Log("attempt", {"counter": cmax + 1, "members": list(v)})]
+            out += [Send(q, Message(h)) for q in lineage if q != self.me]
+            return out + self._on_att_ack(self.me, self.held.vid, now)
+        return out + self._ready(cmax, now)
+
+    def _plan(self, lineage: list[int]) -> None:
+        """Who leads the view and who gets a state transfer (P6): the lineage member that
+        delivered most leads; fresh members and lineage members behind it (they left the
+        last primary view at different points, e.g. one was cut off in its flush) receive
+        the deliveries they lack before they install."""
+        assert self.held is not None
+        probes = self.probes
+        leader = max(lineage, key=lambda q: (sum(probes[q].wm.values()), -q))
+        top = probes[leader].wm
+        self.leader = leader
+        self.receivers = {q for q in self.held.members if probes[q].status == FRESH} | {
+            q for q in lineage
+            if q != leader and any(probes[q].wm.get(o, 0) < n for o, n in top.items())}
+
+    def _ready(self, counter: int, now: int) -> list[Action]:
+        self.decided = True
+        if self.me in self.receivers:
+            return []  # wait for the leader's DELIVER_VIEW
+        return self._install(counter, now)
+
+    def _on_att_ack(self, src: int, vid: int, now: int) -> list[Action]:
+        if self.held is None or vid != self.held.vid:
+            return []
+        self.att_acks.add(src)
+        if not self.phase1 or self.attempt is None:
+            return []
+        lineage = [q for q, p in self.probes.items() if p.status != FRESH]
+        if all(q in self.att_acks for q in lineage):
+            self.phase1 = False
+            return self._ready(self.attempt[0] - 1, now)
+        return []
+
+    def _exclude(self, cmax: int, now: int) -> list[Action]:
+        """P7 (4.1.2 forced leave): rejoin as a fresh member; the state comes by P6."""
+        out: list[Action] = [Log("excluded", {"counter": self.counter, "newer": cmax})]
+        self.status, self.counter, self.lp, self.attempt = FRESH, 0, (), None
+        return out + self._probe(now) + self._decide(now)
+
+    def _install(self, counter: int, now: int) -> list[Action]:
+        """P8: the held view becomes primary view counter + 1."""
+        assert self.held is not None
+        v = self.held.members
+        out: list[Action] = []
+        if self.leader == self.me:
+            out += [self._deliver_view(q, counter) for q in sorted(self.receivers)]  # P6
+        self.decided, self.installed, self.attempt = True, True, None
+        self.status, self.counter, self.lp = PRIMARY, counter + 1, v
+        fields: dict[str, Any] = {"primary": True, "counter": self.counter,
+                                  "members": list(v), "vid": self.held.vid}
+        if self.by_operator:
+            fields["operator"] = True  # P9: the majority rule was overridden on purpose
+        out.append(Log("view", fields))
+        if self.refused > self.refused_logged:
+            out.append(Log("refused", {"count": self.refused - self.refused_logged}))
+            self.refused_logged = self.refused
+        return out + self._start_instance(now)
+
+    def _deliver_view(self, q: int, counter: int) -> Send:
+        assert self.held is not None
+        theirs = self.probes[q].wm
+        missing = [(o, n, s) for o, n, s in self.history if n > theirs.get(o, 0)]
+        payload = _members_field(self.held.members) + b"".join(
+            XFER_ENTRY.pack(*e) for e in missing[:XFER_MAX])
+        h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.held.vid, mno=counter,
+                   hint=int(self.by_operator), aux=DELIVER_VIEW)
+        return Send(q, Message(h, payload))
+
+    def _on_deliver_view(self, src: int, h: Header, payload: bytes, now: int) -> list[Action]:
+        """P6: state transfer, then install."""
+        members, at = _take_members(payload, 0)
+        if (len(payload) - at) % XFER_ENTRY.size:
+            raise ValueError("state transfer of a wrong length")
+        if (self.held is None or h.seq != self.held.vid or members != self.held.members
+                or self.installed or src not in members
+                or (self.status == PRIMARY and self.me not in self.receivers)):
+            return []
+        # `join` comes first: the transferred deliveries below are the rejoin's, not
+        # deliveries of a blocked node (analysis/membership.py blocked_delivery)
+        join = Log("join", {"counter": h.mno + 1, "member": src})
+        out: list[Action] = [join]
+        n = 0
+        for i in range(at, len(payload), XFER_ENTRY.size):
+            o, sn, size = XFER_ENTRY.unpack_from(payload, i)
+            if o not in self.member_set:
+                raise ValueError(f"state transfer names non-member {o}")
+            if sn > self.wm.get(o, 0):
+                n += 1
+                if self.recovering:
+                    self.wm[o] = sn  # the state, not deliveries this log would repeat
+                    self.history.append((o, sn, size))
+                else:
+                    out += self._deliver(o, sn, size)
+        self.transferred += n
+        join.fields["adopted" if self.recovering else "transferred"] = n
+        self.recovering = False
+        self.leader = src
+        self.by_operator = bool(h.hint)
+        return out + self._install(h.mno, now)
+
+    def _tick(self, now: int) -> list[Action]:
+        out: list[Action] = []
+        if self.operator:
+            self.operator = False
+            out += self._operator_primary(now)
+        if self.held is not None and not self.decided and self.my_probe is not None:
+            out += [Send(m, self.my_probe) for m in self.held.members if m != self.me]
+        elif self.phase1 and self.held is not None:
+            h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.held.vid, aux=ATT_ACK)
+            out += [Send(q, Message(h)) for q in self.held.members if q not in self.att_acks]
+        if self.status == PRIMARY and self.inner is not None:
+            self.vectors[self.me] = dict(self.wm)
+            h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.epoch, aux=STABLE)
+            msg = Message(h, pack_wm(self.wm))
+            out += [Send(q, msg) for q in self.lp if q != self.me]
+            out += self._ensure()
+        return out
+
+    def _operator_primary(self, now: int) -> list[Action]:
+        """P9."""
+        if self.status == PRIMARY:
+            return []
+        out: list[Action] = [Log("set_primary", {"status": STATUS_NAMES[self.status]})]
+        if self.held is None or self.status == FRESH:
+            self.status, self.counter, self.lp = PRIMARY, max(self.counter, 1), (self.me,)
+            self.probes[self.me] = Probe(self.counter, PRIMARY, self.lp, 0, (), dict(self.wm))
+            return out + self._decide(now)
+        # blocked with a view: it becomes primary; the others get DELIVER_VIEW
+        cmax = max(p.counter for p in self.probes.values())
+        self.leader, self.by_operator = self.me, True
+        self.receivers = {q for q in self.held.members if q != self.me and q in self.probes}
+        return out + self._install(cmax, now)
+
+    # -- the total-order instance ------------------------------------------------------------
+    def _start_instance(self, now: int) -> list[Action]:
+        from nodes.edge import Gate
+        from nodes.protocols import catalogue
+
+        assert self.held is not None
+        members = list(self.held.members)
+        params = dict(self.params)
+        params.pop("bootstrap_id", None)
+        params["sequencer_id"] = members[0]
+        self.epoch = self.counter
+        self.inst_members = self.held.members
+        self.inner = catalogue.build(self.inner_name, self.me, members, params)
+        self.gate = Gate(self.me, members, self.inner)
+        self.vectors = {}
+        out = self._lift(self.inner.start(now) + self.inner.on_view(members, now), now)
+        for sn, payload in list(self.pending.items()):
+            out += self._inner_broadcast(sn, payload, now)  # P8: ours not yet delivered
+        return out
+
+    def _inner_broadcast(self, sn: int, payload: bytes, now: int) -> list[Action]:
+        self.inner.mno = sn - 1
+        return self._lift(self.inner.broadcast(payload, now), now)
+
+    def _on_inner(self, src: int, epoch: int, payload: bytes, now: int) -> list[Action]:
+        if self.inner is None or epoch != self.epoch or src not in self.inst_members:
+            return []  # an instance that is gone (or not ours)
+        msg = decode(payload)
+        if msg.header.sender != src:
+            raise ValueError(f"inner message from {src} names sender {msg.header.sender}")
+        reason = self.gate.check(msg)
+        if reason is not None:
+            raise ValueError(f"inner message rejected: {reason}")
+        return self._lift(self.inner.on_message(src, msg, now), now)
+
+    def _lift(self, actions: list[Action], now: int) -> list[Action]:
+        out: list[Action] = []
+        epoch = self.epoch
+        for a in actions:
+            if isinstance(a, Send):
+                h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=epoch, aux=INNER)
+                out.append(Send(a.dst, Message(h, encode(a.msg))))
+            elif isinstance(a, SetTimer):
+                out.append(SetTimer(f"pv{epoch}:{a.key}", a.delay_ns))
+            elif isinstance(a, FinalDeliver):
+                out += self._deliver(a.origin, a.mno, a.size)
+            elif isinstance(a, OptDeliver):
+                if a.mno > self.wm.get(a.origin, 0):
+                    out.append(a)
+            elif isinstance(a, Log) and a.ev == "send":
+                continue  # logged by broadcast() once, whatever the instance
+            else:
+                out.append(a)
+        return out
+
+    def _deliver(self, origin: int, sn: int, size: int) -> list[Action]:
+        if sn <= self.wm.get(origin, 0):
+            self.duplicates += 1  # a copy broadcast again in a later view
+            return []
+        self.wm[origin] = sn
+        self.seq += 1
+        self.history.append((origin, sn, size))
+        self.unensured.append((origin, sn))
+        if origin == self.me:
+            for k in [k for k in self.pending if k <= sn]:
+                del self.pending[k]
+        return [FinalDeliver(origin, sn, self.seq, size)]
+
+    def _ensure(self) -> list[Action]:
+        """4.3: `uniform` once every member of the primary view has delivered it."""
+        if self.status != PRIMARY or any(q not in self.vectors for q in self.lp):
+            return []
+        out: list[Action] = []
+        vectors = [self.vectors[q] for q in self.lp]
+        while self.unensured:
+            o, sn = self.unensured[0]
+            if any(v.get(o, 0) < sn for v in vectors):
+                break
+            self.unensured.popleft()
+            out.append(EnsuredDeliver(o, sn))
+        return out
+
+    def _flush_state(self) -> bytes:
+        """What membership compares in the flush: this instance and its delivered vector."""
+        if self.status != PRIMARY or self.inner is None:
+            return bytes(4)  # no instance: nothing to agree on
+        return struct.pack("!I", self.epoch) + pack_wm(self.wm)

@@ -1,0 +1,417 @@
+"""Primary-partition membership (001 §4.1-4.3, docs/protocols.md "Primary partitions") on
+the deterministic simulator: the brief's scenarios (2|3 partition, three-way split, forced
+leave, ambiguous installation), `setPrimary` through the Jolokia handler, the checkers of
+analysis/membership.py with negative controls, and one short `local` backend run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis import membership as checks
+from nodes.management.jolokia import Jolokia
+from nodes.management.node_mbeans import build_node_registry
+from nodes.protocols import membership as mb
+from nodes.protocols.primary import Primary
+from nodes.sim import SIM_EPOCH_NS, Simulator
+from testbed.spec.loader import SpecError, load_experiment
+from tests import protosim as ps
+from tests.eventlogs import run_dir_of
+
+S = 1_000_000_000
+FAST_FD = {"fd_interval_ms": 50, "fd_timeout_ms": 300}
+Groups = list[list[int]] | None  # None: heal everything
+
+
+def isolate(sim: Simulator, groups: Groups) -> None:
+    """Cut the data plane between groups of member ids (both ways); None heals."""
+    for core in sim.cores.values():
+        core.blocked_out.clear()
+    for group in groups or []:
+        for h in group:
+            sim.cores[h].blocked_out |= {x for x in sim.cores if x not in group}
+
+
+def scenario(out: Path, schedule: list[tuple[float, Groups]], *, rule: str = "majority",
+             duration_s: float = 10, drain_s: float = 3, loss: float = 0.01,
+             before: Callable[[Simulator], None] | None = None) -> ps.Events:
+    params = {**FAST_FD, "primary_rule": rule}
+    cfgs = ps.configs("primary", out, n=5, delay_ms=2, jitter_ms=0.5, loss=loss, rate=20,
+                      duration_s=duration_s, drain_s=drain_s, params=params)
+    sim = Simulator(cfgs, seed=7)
+    for t, groups in schedule:
+        sim.at(SIM_EPOCH_NS + round(t * S), lambda g=groups: isolate(sim, g))  # type: ignore[misc]
+    if before is not None:
+        before(sim)
+    sim.run(SIM_EPOCH_NS + round((duration_s + drain_s) * S))
+    return ps.read_events(out)
+
+
+def named(events: ps.Events, node: str, ev: str) -> list[dict[str, Any]]:
+    return [e for e in events[node] if e["ev"] == ev and e.get("layer") != "membership"]
+
+
+def secs(e: dict[str, Any]) -> float:
+    return (e["t"] - SIM_EPOCH_NS) / S
+
+
+def judged(out: Path) -> dict[str, int]:
+    section = checks.membership_section(out)
+    return {k: v["violations"] for k, v in section["checks"].items()}
+
+
+def assert_total_order_stack_clean(events: ps.Events) -> None:
+    assert ps.total_order_pairs(events) == 0
+    assert ps.integrity(events) == 0
+    assert ps.agreement(events) == 0
+    assert ps.validity(events) == 0
+    assert ps.fifo_moves(events) == {}
+
+
+def test_minority_blocks_and_rejoins_after_the_partition_heals(tmp_path: Path) -> None:
+    """2|3 of 5 for 5 s: the 3 continue in a new primary view, the 2 block (no deliveries),
+    are excluded at the heal and rejoin with a state transfer; every checker is clean."""
+    events = scenario(tmp_path, [(3, [[0, 1, 2], [3, 4]]), (8, None)])
+    assert_total_order_stack_clean(events)
+    assert judged(tmp_path) == dict.fromkeys(checks.MEMBERSHIP_CHECKS, 0)
+    for h in ("h1", "h2", "h3"):
+        views = [(v["counter"], v["members"]) for v in named(events, h, "view")]
+        assert (3, ["h1", "h2", "h3"]) in views and views[-1][1] == ["h1", "h2", "h3", "h4", "h5"]
+        assert not named(events, h, "blocked")
+        # the majority keeps delivering during the partition
+        assert any(4 < secs(e) < 7.5 for e in events[h] if e["ev"] == "fnl")
+    for h in ("h4", "h5"):
+        blocked = named(events, h, "blocked")
+        joins = [j for j in named(events, h, "join") if secs(j) > 1]  # not the bootstrap's
+        assert len(blocked) == 1 and 3 < secs(blocked[0]) < 4.5
+        assert len(named(events, h, "excluded")) == 1
+        assert len(joins) == 1 and secs(joins[0]) > 8 and joins[0]["transferred"] > 50
+        assert not any(secs(blocked[0]) < secs(e) < secs(joins[0]) for e in events[h]
+                       if e["ev"] == "fnl")
+    ensured = sum(1 for evs in events.values() for e in evs if e["ev"] == "ensured")
+    fnl = sum(1 for evs in events.values() for e in evs if e["ev"] == "fnl")
+    assert ensured > 0.95 * fnl
+
+
+def test_three_way_split_blocks_everyone_until_three_of_the_last_primary_meet(
+        tmp_path: Path) -> None:
+    """2/2/1 of 5: nobody has a majority, all block; healing {h1,h2}+{h3,h4} (4 of the last
+    primary's 5) makes a primary again while h5 stays blocked."""
+    events = scenario(tmp_path, [(2, [[0, 1], [2, 3], [4]]), (5, [[0, 1, 2, 3], [4]]),
+                                 (8, None)])
+    assert_total_order_stack_clean(events)
+    assert judged(tmp_path) == dict.fromkeys(checks.MEMBERSHIP_CHECKS, 0)
+    for h in events:
+        assert len(named(events, h, "blocked")) >= 1
+        assert not [v for v in named(events, h, "view") if 2.5 < secs(v) < 5]
+    for h in ("h1", "h2", "h3", "h4"):
+        assert [v["members"] for v in named(events, h, "view") if 5 < secs(v) < 7.5] == [
+            ["h1", "h2", "h3", "h4"]]
+    assert not [v for v in named(events, "h5", "view") if 5 < secs(v) < 7.5]
+
+
+def test_forced_leave_of_members_that_missed_a_primary(tmp_path: Path) -> None:
+    """{a,b,c}|{d,e}, then {a,b}|{c}, then heal all: c and d, e missed primaries and are
+    excluded (forced leave), then rejoin; a and b continue (docs/protocols.md table)."""
+    events = scenario(tmp_path, [(2, [[0, 1, 2], [3, 4]]), (4, [[0, 1], [2], [3, 4]]),
+                                 (7, None)])
+    assert_total_order_stack_clean(events)
+    assert judged(tmp_path) == dict.fromkeys(checks.MEMBERSHIP_CHECKS, 0)
+    counters = {h: [v["counter"] for v in named(events, h, "view")] for h in events}
+    assert counters["h1"] == counters["h2"] == [2, 3, 4, 5]  # all, {a,b,c}, {a,b}, all
+    assert [e["counter"] for e in named(events, "h3", "excluded")] == [3]
+    assert [e["counter"] for e in named(events, "h4", "excluded")] == [2]
+    assert [e["counter"] for e in named(events, "h5", "excluded")] == [2]
+    assert not named(events, "h1", "excluded") and not named(events, "h2", "excluded")
+    assert all(counters[h][-1] == 5 for h in events)
+
+
+def cut_c_at_install(sim: Simulator) -> None:
+    """The brief's ambiguous installation: when h1 coordinates {h1,h2,h3} and sends its
+    INSTALL, h3 is cut off from everyone before the INSTALL reaches it."""
+    m = sim.cores[0].protocol.membership  # type: ignore[attr-defined]
+    coordinate = m._coordinate
+
+    def patched(reach: tuple[int, ...], now: int) -> list[Any]:
+        acts = coordinate(reach, now)
+        if reach == (0, 1, 2) and any(getattr(a, "msg", None) is not None
+                                      and a.msg.header.proto == mb.WIRE_ID
+                                      and a.msg.header.aux == mb.INSTALL for a in acts):
+            isolate(sim, [[0, 1], [2], [3, 4]])
+            sim.cores[2].blocked_in |= {0, 1, 3, 4}
+        return acts
+
+    m._coordinate = patched
+
+    def release_c() -> None:
+        sim.cores[2].blocked_in.clear()
+        isolate(sim, [[0, 1], [2, 3, 4]])
+
+    sim.at(SIM_EPOCH_NS + 4 * S, release_c)
+
+
+@pytest.mark.parametrize("rule,split", [("majority", True), ("attempt", False)])
+def test_ambiguous_installation(tmp_path: Path, rule: str, split: bool) -> None:
+    """The paper's rule installs two primaries with one counter ({h1,h2,h3} without h3
+    knowing, then {h3,h4,h5}); `primary_rule: attempt` does not."""
+    events = scenario(tmp_path, [(2, [[0, 1, 2], [3, 4]]), (7, None)], rule=rule,
+                      loss=0.0, before=cut_c_at_install)
+    found = judged(tmp_path)
+    if split:
+        assert found["split_brain"] >= 1
+        example = checks.split_brain(checks.read_membership_events(tmp_path))[0]
+        assert example["counter"] == 3 and example["why"].startswith("two member sets")
+    else:
+        assert found == dict.fromkeys(checks.MEMBERSHIP_CHECKS, 0)
+        assert_total_order_stack_clean(events)
+        assert [v["members"] for v in named(events, "h3", "view") if 4 < secs(v) < 7] == [
+            ["h3", "h4", "h5"]]
+        assert [e for e in named(events, "h1", "blocked") if 2 < secs(e) < 4]
+
+
+def mgmt(sim: Simulator, node: int, op: str) -> dict[str, Any]:
+    jolokia = Jolokia(build_node_registry(sim.cores[node], true_now=lambda: sim.now))
+    return jolokia.handle({"type": "exec", "mbean": "testbed:type=Membership",
+                           "operation": op, "arguments": []})
+
+
+def test_set_primary_unblocks_a_minority_and_refuses_a_primary_node(tmp_path: Path) -> None:
+    """Three-way split: everyone blocks; the operator's setPrimary on h1 makes {h1,h2} the
+    primary (4.2). setPrimary on a node already primary: one-line error, nothing changed."""
+    replies: dict[str, Any] = {}
+
+    def before(sim: Simulator) -> None:
+        def operate() -> None:
+            replies["blocked"] = mgmt(sim, 0, "setPrimary")
+
+        def again() -> None:
+            p = sim.cores[0].protocol
+            assert isinstance(p, Primary)
+            replies["state"] = p.view_info()
+            replies["primary"] = mgmt(sim, 0, "setPrimary")
+            replies["after"] = p.view_info()
+        sim.at(SIM_EPOCH_NS + 4 * S, operate)
+        sim.at(SIM_EPOCH_NS + 5 * S, again)
+
+    events = scenario(tmp_path, [(2, [[0, 1], [2, 3], [4]]), (7, None)], before=before)
+    assert replies["blocked"]["status"] == 200, replies["blocked"]
+    assert [v["members"] for v in named(events, "h2", "view") if 4 < secs(v) < 7] == [
+        ["h1", "h2"]]
+    assert named(events, "h1", "set_primary")
+    bad = replies["primary"]
+    assert bad["status"] == 400 and "already in primary view" in bad["error"]
+    assert "\n" not in bad["error"]
+    assert replies["after"] == replies["state"]
+    assert judged(tmp_path)["split_brain"] == 0
+    assert_total_order_stack_clean(events)
+
+
+def test_checker_catches_deliveries_while_blocked(tmp_path: Path) -> None:
+    """Negative control: a layer that keeps delivering its state transfer while blocked
+    (`join` logged after the deliveries) is caught by blocked_delivery."""
+    def before(sim: Simulator) -> None:
+        for core in sim.cores.values():
+            p = core.protocol
+            assert isinstance(p, Primary)
+            original = p._on_deliver_view
+
+            def late_join(src: int, h: Any, payload: bytes, now: int,
+                          p: Primary = p, original: Any = original) -> list[Any]:
+                acts = original(src, h, payload, now)
+                joins = [a for a in acts if getattr(a, "ev", "") == "join"]
+                return [a for a in acts if a not in joins] + joins
+            p._on_deliver_view = late_join  # type: ignore[method-assign]
+
+    scenario(tmp_path, [(3, [[0, 1, 2], [3, 4]]), (6, None)], duration_s=7, drain_s=2,
+             before=before)
+    assert judged(tmp_path)["blocked_delivery"] > 50
+
+
+def test_checkers_on_hand_written_logs() -> None:
+    def view(i: int, counter: int, members: list[str], t: int = 0) -> dict[str, Any]:
+        return {"ev": "view", "i": i, "t": t, "primary": True, "counter": counter,
+                "members": members}
+
+    two_sets = {"a": [view(1, 2, ["a", "b", "c"])], "c": [view(1, 2, ["c", "d", "e"])]}
+    assert len(checks.split_brain(two_sets)) >= 1
+    no_majority = {"a": [view(1, 2, ["a", "b", "c", "d"]), view(2, 3, ["a", "e"])]}
+    assert [f["counter"] for f in checks.split_brain(no_majority)] == [3]
+    fine = {"a": [view(1, 2, ["a", "b", "c"]), view(2, 3, ["a", "b", "d"])]}
+    assert checks.split_brain(fine) == []
+
+    def ev(name: str, i: int, t: int, mid: str = "a:1") -> dict[str, Any]:
+        return {"ev": name, "i": i, "t": t, "mid": mid}
+
+    repeated = {"a": [ev("fnl", 1, 1), ev("ensured", 2, 2), ev("ensured", 3, 3)]}
+    early = {"a": [ev("ensured", 1, 1), ev("fnl", 2, 2)]}
+    opt_late = {"a": [ev("fnl", 1, 1), ev("opt", 2, 2)]}
+    ok = {"a": [ev("opt", 1, 1), ev("fnl", 2, 2), ev("ensured", 3, 3)]}
+    assert [len(checks.notification_order(x)) for x in (repeated, early, opt_late, ok)] == [
+        1, 1, 1, 0]
+    stop = {"ev": "stop", "i": 99, "t": 99}
+    uniform_early = {"a": [view(0, 2, ["a", "b"]), ev("fnl", 1, 10), ev("ensured", 2, 20)],
+                     "b": [view(0, 2, ["a", "b"]), ev("fnl", 1, 30), stop]}
+    assert checks.uniform(uniform_early)[0]["lacking"] == ["b"]
+    uniform_ok = {"a": [view(0, 2, ["a", "b"]), ev("fnl", 1, 10), ev("ensured", 2, 40)],
+                  "b": [view(0, 2, ["a", "b"]), ev("fnl", 1, 30)]}
+    assert checks.uniform(uniform_ok) == []
+
+
+# -- full runs through the runner ---------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_testbed(spec: Path, out: Path, *extra: str) -> ps.Events:
+    proc = subprocess.run([sys.executable, "-m", "testbed", "run", str(spec), "--out",
+                           str(out), "--no-analyze", *extra],
+                          capture_output=True, text=True, cwd=ROOT, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return ps.read_events(run_dir_of(out))
+
+
+def test_primary_partition_experiment_on_the_simulator(tmp_path: Path) -> None:
+    """experiments/primary-partition.yaml end to end on sim (the Spark verdict of the same
+    checks is in the README; here the plain-Python oracles)."""
+    events = run_testbed(ROOT / "experiments" / "primary-partition.yaml", tmp_path / "runs")
+    run = run_dir_of(tmp_path / "runs")
+    assert_total_order_stack_clean(events)
+    section = checks.membership_section(run)
+    assert {k: v["violations"] for k, v in section["checks"].items()} == dict.fromkeys(
+        checks.MEMBERSHIP_CHECKS, 0)
+    per_node = section["membership"]["per_node"]
+    assert all(per_node[h]["blocked"] == 1 and per_node[h]["excluded"] == 1
+               for h in ("h4", "h5"))
+    assert all(per_node[h]["blocked"] == 0 for h in ("h1", "h2", "h3"))
+    assert ["h1", "h2", "h3"] in section["membership"]["primaries"]["3"]
+
+
+LOCAL_TOPO = """\
+name: lan3
+sites:
+  a: {lan: {delay: 1ms}}
+hosts:
+  - {name: h1, site: a}
+  - {name: h2, site: a}
+  - {name: h3, site: a}
+"""
+
+LOCAL_EXP = """\
+name: primary-local
+topology: topo.yaml
+backend: local
+duration: 6s
+drain: 2s
+protocol:
+  name: primary
+  params: {fd_interval_ms: 50, fd_timeout_ms: 300}
+workload: {rate: 20/s, size: 100B}
+faults:
+  - {kind: partition, groups: [[h1, h2], [h3]], at: 3s, for: 2s}
+"""
+
+
+def test_primary_on_the_local_backend(tmp_path: Path) -> None:
+    """Real processes and UDP: a 2|1 partition; whatever the start-up skew of a loaded
+    machine, the checkers are clean and everyone ends in one primary view."""
+    (tmp_path / "topo.yaml").write_text(LOCAL_TOPO)
+    (tmp_path / "exp.yaml").write_text(LOCAL_EXP)
+    events = run_testbed(tmp_path / "exp.yaml", tmp_path / "runs")
+    assert_total_order_stack_clean(events)
+    section = checks.membership_section(run_dir_of(tmp_path / "runs"))
+    assert {k: v["violations"] for k, v in section["checks"].items()} == dict.fromkeys(
+        checks.MEMBERSHIP_CHECKS, 0)
+    last = str(section["membership"]["last_counter"])
+    assert section["membership"]["primaries"][last] == [["h1", "h2", "h3"]]
+    assert all(len(m) > 60 for m in ps.deliveries(events).values())
+
+
+def test_bad_primary_params_are_one_line_errors(tmp_path: Path) -> None:
+    spec = (ROOT / "experiments" / "primary-partition.yaml").read_text().replace(
+        "params: {protocol: sequencer, bootstrap: h1,",
+        "params: {protocol: seto, primary_rule: both, bootstrap: h9,")
+    (tmp_path / "exp.yaml").write_text(spec)
+    with pytest.raises(SpecError) as info:
+        load_experiment(tmp_path / "exp.yaml")
+    problems = info.value.problems
+    assert [p.split(": ", 2)[1] for p in problems] == [
+        "protocol.params.protocol", "protocol.params.primary_rule", "protocol.params.bootstrap"]
+    assert all(p.startswith(f"{tmp_path / 'exp.yaml'}:") and "\n" not in p for p in problems)
+
+
+def test_a_restart_faster_than_the_failure_detector_rejoins_by_join(tmp_path: Path) -> None:
+    """h3 crashes and restarts within 100 ms, before anyone suspects it: the new incarnation
+    asks to JOIN, the coordinator installs a new view, h3 adopts the state (no delivery
+    logged twice) and delivers on in the new primary view."""
+    def before(sim: Simulator) -> None:
+        def fault(op: str) -> Callable[[], None]:
+            return lambda: None if sim._host_fault(op, 2) else None
+        sim.at(SIM_EPOCH_NS + 3 * S, fault("crash"))
+        sim.at(SIM_EPOCH_NS + 3 * S + S // 10, fault("restart"))
+
+    events = scenario(tmp_path, [], duration_s=6, drain_s=2, before=before)
+    correct = {"h1", "h2", "h4", "h5"}
+    assert ps.total_order_pairs(events) == 0 and ps.integrity(events) == 0
+    assert ps.agreement(events, correct) == 0
+    assert not [e for e in events["h1"] if e["ev"] == "suspect"]
+    assert judged(tmp_path) == dict.fromkeys(checks.MEMBERSHIP_CHECKS, 0)
+    joins = [j for j in named(events, "h3", "join") if secs(j) > 3]
+    assert len(joins) == 1 and joins[0]["adopted"] > 50
+    sent_after = {e["mid"] for e in events["h3"] if e["ev"] == "send" and secs(e) > 3.5}
+    assert sent_after and all(sent_after <= set(ps.deliveries(events)[h]) for h in correct)
+
+
+def test_malformed_view_messages_are_counted_not_raised() -> None:
+    """Nothing from the network is trusted: bad probes, state transfers, membership lists
+    and forged inner senders are refused (`ev=drop`, RejectedMessages), never raised."""
+    from nodes.protocols import primary as pv
+    from nodes.wire import Header, Message, MsgType, encode
+
+    layer = Primary(1, [0, 1, 2], {**FAST_FD})
+    layer.start(0)
+
+    def msg(proto: int, aux: int, payload: bytes, seq: int = 1) -> Message:
+        return Message(Header(MsgType.DATA, proto, sender=0, seq=seq, aux=aux), payload)
+
+    inner = Message(Header(MsgType.DATA, 2, sender=2, origin=2, mno=1))
+    bad = [msg(pv.WIRE_ID, pv.PROBE, b"\x00\x05\x00"),            # member list past the end
+           msg(pv.WIRE_ID, pv.PROBE, b"\x00\x00\x00\x00\x00\x07"),  # vector of a wrong size
+           msg(pv.WIRE_ID, pv.DELIVER_VIEW, b"\x00\x01\x00\x00\x01"),
+           msg(pv.WIRE_ID, 99, b""),
+           msg(mb.WIRE_ID, mb.PROPOSE, b"\x00\x02\x00\x01"),        # not sorted
+           msg(mb.WIRE_ID, mb.FLUSH_OK, b"\x00"),
+           msg(pv.WIRE_ID, pv.INNER, b"garbage", seq=layer.epoch),
+           msg(pv.WIRE_ID, pv.INNER, encode(inner), seq=layer.epoch)]  # forged sender
+    layer.status, layer.inner_name = pv.PRIMARY, "sequencer"
+    assert layer.held is not None
+    layer._start_instance(0)
+    for m in bad:
+        out = layer.on_message(0, m, 1)
+        assert [getattr(a, "ev", None) for a in out] == ["drop"], (m, out)
+    assert layer.rejected + layer.membership.rejected == len(bad)
+
+
+def test_minority_oracle_catches_a_minority_that_does_not_block(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negative control for `minority_blocked` (fault-history based) and `split_brain`: with
+    the majority test broken (every view counts as a majority), {h4,h5} goes on as a primary
+    during the 2|3 partition."""
+    from nodes.protocols import primary as pv
+
+    monkeypatch.setattr(pv, "strict_majority", lambda view, of: True)
+    events = scenario(tmp_path, [(3, [[0, 1, 2], [3, 4]]), (6, None)], duration_s=7,
+                      drain_s=2)
+    start, stop = SIM_EPOCH_NS + 3 * S, SIM_EPOCH_NS + 6 * S
+    found = checks.minority_blocked(events, [(start, stop, [["h1", "h2", "h3"],
+                                                            ["h4", "h5"]])])
+    assert {f["node"] for f in found} == {"h4", "h5"} and len(found) > 50
+    assert checks.split_brain(events)
+    monkeypatch.undo()
+    clean = scenario(tmp_path / "clean", [(3, [[0, 1, 2], [3, 4]]), (6, None)], duration_s=7,
+                     drain_s=2)
+    assert checks.minority_blocked(clean, [(start, stop, [["h1", "h2", "h3"],
+                                                          ["h4", "h5"]])]) == []
