@@ -22,6 +22,7 @@ from analysis import report_data as rd
 from analysis.job import checks_ok
 from analysis.liveness import liveness_line
 from analysis.plots import Arrow, Band, Series
+from analysis.qos import qos_html
 
 REPORT = "report.html"
 COMPARISON = "comparison.html"
@@ -302,7 +303,8 @@ def render_report(summary: dict[str, Any], data: rd.RunData | None = None) -> st
         banner = f'<div class="banner fail">FAIL<small>{len(reasons)} problem(s)</small></div>'
     parts = [_head(run), f"<h1>{escape(run)}</h1>", banner,
              f"<ul>{why}</ul>" if why else "", _facts(summary, data.spec if data else {}),
-             _cards(summary), _expectations_html(summary), _checks_html(summary)]
+             _cards(summary), _expectations_html(summary), _checks_html(summary),
+             qos_html(summary)]
     if data is not None and len(data.events):
         bands = _bands(data)
         lat = rd.latencies(data.events, data.t0)

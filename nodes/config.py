@@ -128,7 +128,7 @@ class NodeConfig:
     # Log every datagram's arrival (`ev=arrive`: src, type, rseq, flags), the sim's and the local
     # backend's stand-in for a pcap (`capture: {arrivals: true}`).
     log_arrivals: bool = False
-    # Reservations (docs/qos.md): the host's link capacity for admission control (the
+    # Reservations (docs/reservations.md): the host's link capacity for admission control (the
     # topology's `qos.rate`; None: nodes/reservation.py DEFAULT_CAPACITY_BPS), and the data
     # device on which the node realises them as HTB classes itself (mininet, docker; "": a
     # token bucket in the node's own send path, local and sim).

@@ -95,7 +95,7 @@ class NodeCore:
         self.log.write(t, self.clock.local(t), "start", incarnation=self.cfg.incarnation)
         lt = self.clock.local(t)
         actions: list[Any] = []
-        if self.cfg.workload.reserve_bps:  # the application's own reservation (docs/qos.md)
+        if self.cfg.workload.reserve_bps:  # the application's own reservation (docs/reservations.md)
             actions.append(Reserve(self.cfg.workload.reserve_bps, key="workload"))
         return self._process(actions + self.protocol.start(lt) + self.fd.start(lt), t)
 
@@ -283,16 +283,16 @@ class NodeCore:
 
 def resolve_params(cfg: NodeConfig) -> dict[str, Any]:
     """The protocol's params with each host-naming one (per the catalogue) as `<name>_id`,
-    plus the node's `incarnation`, `start_at_ns`, `member_names` and `payload_bytes`."""
+    plus the node's `incarnation`, `start_at_ns`, `member_names` and `payload_size`."""
     ids = {m.name: m.id for m in cfg.members}
     params = dict(cfg.params)
     params["incarnation"] = cfg.incarnation
-    # The QoS protocols (004) need the common epoch (the configured start, read on the local
-    # clock, 004 §2.2), their own host name (per-host params) and the payload size (the
-    # reservation's bytes per message).
+    # What the QoS protocols (004) need of the run: the configured start (their common epoch,
+    # nodes/protocols/qos_common.py), host names (per-host rates) and the payload size (the
+    # wire bytes they reserve for).
     params["start_at_ns"] = cfg.start_at_ns
     params["member_names"] = {m.id: m.name for m in cfg.members}
-    params["payload_bytes"] = cfg.workload.size
+    params["payload_size"] = cfg.workload.size
     entry = catalogue.find(cfg.protocol)
     for key in entry.host_params() if entry is not None else ():
         if params.get(key) is not None:

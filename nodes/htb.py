@@ -1,5 +1,5 @@
 """Reservations as HTB classes, realised by the node itself in its own network namespace
-(mininet, docker: the node runs as root there, or with NET_ADMIN; docs/qos.md).
+(mininet, docker: the node runs as root there, or with NET_ADMIN; docs/reservations.md).
 
 The host's data device already carries the shaping tree (testbed/shaping/: an HTB root with a
 class and delay line per destination). A reservation must hold the node's *whole* egress to

@@ -1,5 +1,5 @@
 """Network reservations of one node: admission control, a token bucket per reservation, and
-the counters `testbed:type=QoS` shows (docs/qos.md).
+the counters `testbed:type=QoS` shows (docs/reservations.md).
 
 The QoS protocols of paper 004 assume reserved bandwidth (§2.1 L91-106): a process reserves
 its rate, and a sender that exceeds it has no guarantee (L106). A layer asks with a `Reserve`
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 #: Ethernet (14) + IPv4 (20) + UDP (8) header bytes: what HTB sees beyond the datagram.
 WIRE_OVERHEAD = 42
-#: The default burst (`Reserve.burst_bytes == 0`): one MTU-sized frame.
+#: The default and smallest burst: one MTU-sized frame.
 DEFAULT_BURST = 1514
 #: The longest a reservation holds a datagram back before it drops instead: the queue of a
 #: sender above its rate is this much of its rate (the HTB leaf's `bfifo` limit too).
@@ -134,7 +134,9 @@ class Reservations:
     def reserve(self, key: str, rate_bps: float, burst_bytes: int, now: int) -> Answer:
         """Admit (or refuse) a reservation; the same key again is a renegotiation, and a
         refused renegotiation leaves the old reservation in force."""
-        burst = burst_bytes or DEFAULT_BURST
+        # Never below one MTU-sized frame, as an HTB class's burst (tc warns below it): a
+        # smaller bucket would delay every full-size datagram even at the reserved rate.
+        burst = max(burst_bytes, DEFAULT_BURST) if burst_bytes >= 0 else burst_bytes
         reason = ""
         if not isinstance(rate_bps, int | float) or not math.isfinite(rate_bps) or rate_bps <= 0:
             reason = f"rate {rate_bps!r} bit/s is not a positive number"

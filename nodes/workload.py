@@ -1,6 +1,6 @@
 """The workload generator: when a sending node TO-multicasts, and how big the messages are.
 
-Arrivals (docs/qos.md "Workloads"):
+Arrivals (docs/reservations.md "Workloads"):
 - `constant`: one message every 1/rate, from a random phase;
 - `poisson`: exponential gaps of mean 1/rate;
 - `ticks`: the CBR application of 004 §2.1 L97 -- at each 1/rate tick it "can either send or

@@ -688,6 +688,10 @@ def print_summary(summary: dict[str, Any]) -> None:
     line = liveness_line(summary)
     if line:
         console.print(f"[yellow]{line}[/]")
+    from analysis.qos import qos_line
+
+    if qos_line(summary):
+        console.print(qos_line(summary), highlight=False)
     errors = summary.get("node_errors", {}).get("total", 0)
     if errors:
         console.print(f"[red]node errors: {errors}[/] (ev=error; tracebacks in node.log)")

@@ -80,7 +80,7 @@ def node_configs(
 
 def workload_config(exp: ExperimentSpec, send: bool) -> WorkloadConfig:
     """The node's workload: arrivals, vbr slots, rate changes, the application's reservation
-    (docs/qos.md "Workloads")."""
+    (docs/reservations.md "Workloads")."""
     w = exp.workload
     return WorkloadConfig(
         send, w.msgs_per_s, w.size, w.arrival, send_prob=w.send_prob, slot_ns=w.slot or 0,

@@ -174,7 +174,7 @@ def test_start_reserves_net_avg_rate_and_refusal_is_logged() -> None:
     bytes for n-1 unicast copies; a refused reservation is logged and the protocol runs on."""
     layer = QosVbr(0, [0, 1, 2], {"theta": "20ms", "avg": {"h1": 30}, "max_burst": 5,
                                   "start_at_ns": 10**9, "member_names": {0: "h1"},
-                                  "payload_bytes": 100})
+                                  "payload_size": 100})
     acts = layer.start(10**9 - 10_000_000)  # exactly E = start - Γ
     reserve = next(a for a in acts if isinstance(a, Reserve))
     wire = 44 + 100

@@ -1,4 +1,4 @@
-"""QoS workloads (docs/qos.md "Workloads"): `arrival: ticks`, `arrival: vbr`, rate changes on
+"""QoS workloads (docs/reservations.md "Workloads"): `arrival: ticks`, `arrival: vbr`, rate changes on
 a schedule (renegotiated, or a misbehaving application that the reservation polices), and
 their spec checks."""
 

@@ -1,4 +1,4 @@
-"""Reservations as a network operation (docs/qos.md): admission control, the token bucket that
+"""Reservations as a network operation (docs/reservations.md): admission control, the token bucket that
 polices a sender in the simulator and in the in-process transport, and `testbed:type=QoS`
 `newRate` renegotiating a running reservation."""
 

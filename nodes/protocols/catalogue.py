@@ -24,13 +24,16 @@ from nodes.protocols import (
     cbcast,
     fifo,
     lamport,
+    leader,
     membership,
     moving_sequencer,
     primary,
     psync,
     psync_total,
+    qos_cbr,
     qos_vbr,
     reliable_ack,
+    timestamp_leader,
     token_ring,
 )
 from nodes.protocols.base import CommonParams, Layer
@@ -66,6 +69,10 @@ class Entry:
     claims: frozenset[str]
     optimistic: bool = False  # opt-delivers (summary.json gets `local_order` and accuracy)
     summary: str = ""
+    # A claimed latency bound (004): the formula analysis/qos.py judges the run's maximum
+    # latency against -- "cbr" Δ+Γ, "vbr" Δ+Γ+Θ (Δ+2Γ+Θ with failures), "leader" 2Δ+pO,
+    # "timestamp-leader" Δ+max(Δ+pO, Θ); "" claims none.
+    bound: str = ""
 
     def host_params(self) -> tuple[str, ...]:
         """Parameters that name a host: specs check them, nodes get the member id
@@ -118,13 +125,25 @@ CATALOGUE: tuple[Entry, ...] = (
           summary="total order from Psync's causal order by waves, with NULLs (002 "
                   "L386-390)"),
     Entry("qos-vbr", qos_vbr.WIRE_ID, qos_vbr.QosVbr, qos_vbr.QosVbrParams,
-          frozenset({"total_order", "integrity"}),
+          frozenset({"total_order", "integrity"}), bound="vbr",
           summary="QoS-preserving total order for variable bit rate: slots of theta, latency "
                   "<= delta+gamma+theta, delta+2gamma+theta with a crash; total order with "
                   "gaps when loss_tolerance > 0 (004 secs. 5-7)"),
     Entry("primary", primary.WIRE_ID, primary.Primary, primary.PrimaryParams, SEQUENCER_TOTAL,
           summary="total order in primary views over partitionable membership: majority of "
                   "the last primary, blocked minorities, forced leave and rejoin (001 4.1)"),
+    Entry("qos-cbr", qos_cbr.WIRE_ID, qos_cbr.QosCbr, qos_cbr.QosCbrParams,
+          RELIABLE_FIFO | {"total_order"}, bound="cbr",
+          summary="QoS-preserving total order for constant bit rates, latency <= Δ+Γ (004 "
+                  "§4, Figs. 3-5)"),
+    Entry("leader", leader.WIRE_ID, leader.Leader, leader.LeaderParams,
+          RELIABLE_FIFO | {"total_order"}, bound="leader",
+          summary="leader broadcast over reserved rates, latency <= 2Δ+pO (004 §8.1)"),
+    Entry("timestamp-leader", timestamp_leader.WIRE_ID, timestamp_leader.TimestampLeader,
+          timestamp_leader.TimestampLeaderParams, RELIABLE_FIFO | {"total_order"},
+          bound="timestamp-leader",
+          summary="blocks of timestamps granted by a leader, latency <= Δ+max(Δ+pO, Θ) (004 "
+                  "§8.2)"),
     Entry("fifo", fifo.WIRE_ID, fifo.Fifo, CommonParams, frozenset({"fifo_order", "integrity"}),
           summary="FIFO without reliability, late messages dropped (002 L54-66)"),
 )

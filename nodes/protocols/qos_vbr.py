@@ -168,7 +168,7 @@ class QosVbr(LayerBase):
         self.my_avg = float(_own(p.avg, self.host, QosVbrParams.avg))
         self.my_max = int(_own(p.max_burst, self.host, QosVbrParams.max_burst))
         self.incarnation = int(params.get("incarnation", 0))
-        self.payload_bytes = int(params.get("payload_bytes", 1024))
+        self.payload_bytes = int(params.get("payload_size", 1024))
         # E: the common epoch, Γ before the workload starts (004 §2.2; docs/protocols.md
         # "qos-vbr"): with offsets within ±Γ/2 every node's slot 0 has begun on its own clock
         # when the first message comes.

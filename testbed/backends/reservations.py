@@ -1,5 +1,5 @@
 """Reservations on the namespaced backends (mininet, docker): the node realises them itself as
-HTB classes on an IFB device in front of its data device (nodes/htb.py, docs/qos.md). The
+HTB classes on an IFB device in front of its data device (nodes/htb.py, docs/reservations.md). The
 backend journals that device, before the node may create it, so teardown removes it."""
 
 from __future__ import annotations

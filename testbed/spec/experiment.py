@@ -10,6 +10,7 @@ from analysis.expect import parse_expectation
 from nodes.protocols import catalogue
 from testbed.faults.schedule import check_faults
 from testbed.faults.spec import FaultSpec
+from testbed.spec.qos import check_qos_params
 from testbed.spec.topology import Loc, Strict, TopologySpec
 from testbed.spec.units import Bandwidth, Duration, Fraction, Frequency, Size
 
@@ -71,7 +72,7 @@ class RateChangeSpec(Strict):
     """One entry of the workload's `schedule`: at `at` the application moves to new rates
     and renegotiates them with the protocol (`Layer.on_new_rate`, 004 §3.2 `new-rate`), or,
     with `renegotiate: false`, just sends faster: a misbehaving application that the
-    reservation polices (docs/qos.md)."""
+    reservation polices (docs/reservations.md)."""
 
     at: Duration = Field(description="time after the workload start, e.g. 5s")
     rate: Frequency | None = Field(default=None, description="new rate (constant, poisson, "
@@ -92,7 +93,7 @@ class WorkloadSpec(Strict):
         "average, `avg`)")
     size: Size = 1024
     # ticks: send or skip at each 1/rate tick; vbr: bursts of at most `max_burst` per `slot`,
-    # on average `avg` (docs/qos.md "Workloads", nodes/workload.py).
+    # on average `avg` (docs/reservations.md "Workloads", nodes/workload.py).
     arrival: Literal["constant", "poisson", "ticks", "vbr"] = "constant"
     send_prob: Fraction = Field(default=1.0, description="ticks: probability of sending at a "
                                 "tick, e.g. 80%")
@@ -239,6 +240,9 @@ def check_experiment(exp: ExperimentSpec, topo: TopologySpec) -> list[tuple[Loc,
                              f"{change.at / 1e9:g} s is not within the workload's "
                              f"{exp.duration / 1e9:g} s"))
     problems += check_protocol_params(exp.protocol, hosts)
+    entry = catalogue.find(exp.protocol.name)
+    if entry is not None:
+        problems += check_qos_params(entry.name, exp.protocol.params, topo, entry.bound)
     problems += check_faults(exp.faults, hosts, exp.duration)
     if exp.transport != "udp" and exp.backend == "sim":
         problems.append((("transport",), f"transport {exp.transport} needs real sockets; the "

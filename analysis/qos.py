@@ -1,0 +1,355 @@
+"""Judging the QoS-preserving total orders (004): summary.json's `qos` section.
+
+Per run, from the nodes' delivery logs (the events of docs/qos.md "Log events") and the
+protocol's name and params (each node's config.json), never from a protocol's code:
+
+- the empirical Δ: the largest one-way network latency of data, dummy and rate messages,
+  `netrecv.t - net.t` joined on (sender, rseq), and for data also `recv.t - net.t` by mid;
+- the empirical Γ: `2 * max |lt - t|` over every event (004 §2.2 bounds each clock by Γ/2);
+- the bound that applies (catalogue entry's `bound`): Δ+Γ (CBR, Thm 1), Δ+Γ+Θ (VBR, Thm 2),
+  Δ+2Γ+Θ (VBR with failures in the fault schedule, Thm 5), 2Δ+pO (leader broadcast, §8.1),
+  Δ+max(Δ+pO, Θ) (timestamp leader, §8.2), pO the largest relay or grant wait the leader logged;
+- the maximum application latency: per message, the latest final delivery minus the
+  message's network send (`net`, the tick that carried it; `send` when there is none);
+- `assumptions_hold`: Δ_meas <= Δ, Γ_meas <= Γ (not for the leader-based ones, which assume no
+  clock synchrony, §8 L663) and no reservation refused. Only then is a latency above the bound a
+  violation; otherwise the run is flagged and only safety is judged;
+- rates: per process the network's and the application's average message rate; the check
+  (Thm 3, brief §1 fix #13) is net = declared rate for CBR and net <= avg + 1/Θ for VBR;
+- total order with gaps (§7, Def. 2) for `qos-vbr` with `loss_tolerance` > 0: every data
+  message a correct process received (`recv`) and did not drop as `late` is delivered there.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from nodes.protocols import catalogue
+from nodes.protocols.qos_common import NS_PER_S, duration_ns
+
+BOUND_BY_NAME = {"qos-cbr": "cbr", "qos-vbr": "vbr", "leader": "leader",
+                 "timestamp-leader": "timestamp-leader"}
+# The events analysis reads; the others only count for Γ (lt - t).
+WANTED = frozenset({"send", "fnl", "net", "netrecv", "recv", "reserve", "refused", "relay",
+                    "grant", "late", "start", "porder"})
+EPSILON_SIM_NS = 1_000  # brief §3.8: sim ε = 1 µs
+EPSILON_REAL_NS = 2_000_000  # real backends: timer lateness and processing
+RATE_TOLERANCE = 0.02  # relative, on averages over the whole run
+
+Events = dict[str, list[dict[str, Any]]]
+
+
+def bound_kind(protocol: str) -> str:
+    entry = catalogue.find(protocol)
+    if entry is not None and entry.bound:
+        return entry.bound
+    return BOUND_BY_NAME.get(protocol, "")
+
+
+def read_events(run_dir: Path) -> tuple[Events, float]:
+    """The QoS-relevant events per node, and max |lt - t| over all events (ns)."""
+    events: Events = {}
+    skew = 0.0
+    for log in sorted((run_dir / "nodes").glob("*/events.jsonl")):
+        mine: list[dict[str, Any]] = []
+        with log.open(encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a kill: ingest counts it
+                if not isinstance(e, dict):
+                    continue
+                t, lt = e.get("t"), e.get("lt")
+                if isinstance(t, int) and isinstance(lt, int):
+                    skew = max(skew, abs(lt - t))
+                if e.get("ev") in WANTED:
+                    mine.append(e)
+        events[log.parent.name] = mine
+    return events, skew
+
+
+def _lock(run_dir: Path) -> dict[str, Any]:
+    """The resolved experiment of spec.lock.yaml (testbed/runner.py), {} without one."""
+    lock = run_dir / "spec.lock.yaml"
+    if not lock.exists():
+        return {}
+    import yaml
+
+    doc = yaml.safe_load(lock.read_text()) or {}
+    exp = doc.get("experiment") if isinstance(doc, dict) else None
+    return exp if isinstance(exp, dict) else {}
+
+
+def run_protocol(run_dir: Path) -> tuple[str, dict[str, Any]]:
+    """The protocol's name and params: spec.lock.yaml, else the first node's config.json."""
+    proto = _lock(run_dir).get("protocol")
+    if isinstance(proto, dict) and proto.get("name"):
+        return str(proto["name"]), dict(proto.get("params") or {})
+    for cfg in sorted((run_dir / "nodes").glob("*/config.json")):
+        d = json.loads(cfg.read_text())
+        return str(d.get("protocol", "")), dict(d.get("params") or {})
+    return "", {}
+
+
+def _ms(ns: float | None) -> float | None:
+    return None if ns is None else round(ns / 1e6, 6)
+
+
+def delta_measured(events: Events) -> int | None:
+    """Δ_meas (brief §1.6): the largest send-to-receive time of any data, dummy or rate
+    message, from `net`/`netrecv` pairs joined on (sender, incarnation, rseq): a restarted
+    sender counts rseq from 1 again, its `start` event carries the incarnation and its
+    receivers log it as `inc`. For a log without `netrecv` events, from data messages' `net`
+    and `recv` by mid (not for relayed messages: their mid's recv is two hops after the
+    origin's net)."""
+    sent: dict[tuple[str, int, int], int] = {}
+    sent_mid: dict[str, tuple[str, int]] = {}
+    for node, evs in events.items():
+        inc = 0
+        for e in sorted(evs, key=lambda e: (e["t"], e.get("i", 0))):
+            if e["ev"] == "start":
+                inc = int(e.get("incarnation", 0) or 0)
+            elif e["ev"] == "net":
+                if isinstance(e.get("rseq"), int):
+                    sent[(node, inc, e["rseq"])] = e["t"]
+                if "mid" in e:
+                    sent_mid[e["mid"]] = (node, e["t"])
+    worst: int | None = None
+    by_rseq = any(e["ev"] == "netrecv" for evs in events.values() for e in evs)
+    for node, evs in events.items():
+        for e in evs:
+            d = None
+            key = (e.get("member"), int(e.get("inc", 0) or 0), e.get("rseq"))
+            if e["ev"] == "netrecv" and key in sent:
+                d = e["t"] - sent[key]  # type: ignore[index]
+            elif not by_rseq and e["ev"] == "recv" and e.get("mid") in sent_mid:
+                origin, t = sent_mid[e["mid"]]
+                if origin != node:
+                    d = e["t"] - t
+            if d is not None and (worst is None or d > worst):
+                worst = d
+    return worst
+
+
+def latencies(events: Events) -> dict[str, int]:
+    """Per mid: latest final delivery minus its network send (`net`, else `send`)."""
+    start: dict[str, int] = {}
+    for evs in events.values():
+        for e in evs:
+            if e["ev"] == "send" and "mid" in e:
+                start.setdefault(e["mid"], e["t"])
+    for evs in events.values():
+        for e in evs:
+            if e["ev"] == "net" and "mid" in e:
+                start[e["mid"]] = e["t"]
+    out: dict[str, int] = {}
+    for evs in events.values():
+        for e in evs:
+            if e["ev"] == "fnl" and e.get("mid") in start:
+                d = e["t"] - start[e["mid"]]
+                if d > out.get(e["mid"], -1):
+                    out[e["mid"]] = d
+    return out
+
+
+def bound_ns(kind: str, delta: int, gamma: int, theta: int, po: int, failures: bool) -> int:
+    if kind == "cbr":
+        return delta + gamma  # Thm 1
+    if kind == "vbr":
+        return delta + (2 * gamma if failures else gamma) + theta  # Thm 2, Thm 5
+    if kind == "leader":
+        return 2 * delta + po  # §8.1 L675
+    if kind == "timestamp-leader":
+        return delta + max(delta + po, theta)  # §8.2 L699
+    raise ValueError(f"unknown bound {kind!r}")
+
+
+def rates(events: Events, kind: str, theta: int) -> dict[str, Any]:
+    """Average rates per process over its sending span, and the Thm 3 / §4.4 check."""
+    per_node: dict[str, dict[str, Any]] = {}
+    violations = 0
+    for node, evs in events.items():
+        # the init-rate leaves before the grid starts (`init`): not part of the rate
+        net = [e["t"] for e in evs if e["ev"] == "net" and not e.get("init")]
+        app = sum(1 for e in evs if e["ev"] == "send")
+        # the protocol's own `reserve` lines carry `avg` (msgs/s); a transport may log more
+        reserved = [e for e in evs if e["ev"] == "reserve" and "avg" in e]
+        if len(net) < 2:
+            continue
+        span = (net[-1] - net[0]) / NS_PER_S
+        row: dict[str, Any] = {"net": round((len(net) - 1) / span, 3) if span else 0.0,
+                               "app": round(app / span, 3) if span else 0.0}
+        if reserved:
+            avg = float(reserved[-1].get("avg", 0))
+            expected = avg + (NS_PER_S / theta if kind == "vbr" and theta else 0.0)
+            row["declared"] = expected
+            changed = len({r.get("avg") for r in reserved}) > 1
+            if kind == "cbr" and not changed:
+                row["ok"] = abs(row["net"] - expected) <= max(1.0, RATE_TOLERANCE * expected)
+            elif kind == "vbr":
+                row["ok"] = row["net"] <= expected * (1 + RATE_TOLERANCE) + 1.0
+            if row.get("ok") is False:
+                violations += 1
+        per_node[node] = row
+    nets = [r["net"] for r in per_node.values()]
+    apps = [r["app"] for r in per_node.values()]
+    return {"net_rate": round(sum(nets) / len(nets), 3) if nets else None,
+            "app_rate": round(sum(apps) / len(apps), 3) if apps else None,
+            "rate_check": {"violations": violations, "per_node": per_node}}
+
+
+def gaps(events: Events, correct: list[str]) -> dict[str, Any]:
+    """Def. 2 liveness (§7.1): received and not `late` implies delivered, per correct node."""
+    missing = 0
+    examples: list[dict[str, Any]] = []
+    for node in correct:
+        evs = events.get(node, [])
+        got = {e["mid"] for e in evs if e["ev"] == "recv" and "mid" in e}
+        late = {e["mid"] for e in evs if e["ev"] == "late" and "mid" in e}
+        done = {e["mid"] for e in evs if e["ev"] == "fnl" and "mid" in e}
+        lost = sorted(got - late - done)
+        missing += len(lost)
+        examples += [{"node": node, "mid": m} for m in lost[:3]]
+    return {"violations": missing, "examples": examples[:10]}
+
+
+def porder_mismatches(events: Events) -> int:
+    """Lemma 4.1: every process computes the same schedule and cursor at the same change.
+    Counts the positions where a node's k-th `porder` (hash, cycle, current) differs from
+    the first node's (the shorter log is compared as a prefix)."""
+    logs = [[(e.get("hash"), e.get("cycle"), e.get("current")) for e in evs
+             if e["ev"] == "porder"] for evs in events.values()]
+    logs = [log for log in logs if log]
+    if len(logs) < 2:
+        return 0
+    ref = max(logs, key=len)
+    return sum(1 for log in logs for a, b in zip(log, ref, strict=False) if a != b)
+
+
+def qos_section(events: Events, skew_ns: float, protocol: str, params: dict[str, Any],
+                failures: bool, sim: bool, correct: list[str] | None = None) -> dict[str, Any]:
+    """The `qos` section; {} for a protocol that claims no latency bound."""
+    kind = bound_kind(protocol)
+    if not kind:
+        return {}
+    delta = duration_ns(params.get("delta", 50))
+    gamma = duration_ns(params.get("gamma", 10))
+    theta = duration_ns(params.get("theta", 20))
+    po = max((int(e.get("po_ns", 0)) for evs in events.values() for e in evs
+              if e["ev"] in ("relay", "grant")), default=0)
+    bound = bound_ns(kind, delta, gamma, theta, po, failures)
+    d_meas = delta_measured(events)
+    g_meas = 2 * skew_ns
+    refused = sum(1 for evs in events.values() for e in evs
+                  if e["ev"] == "refused" or (e["ev"] == "reserve" and e.get("granted") is False))
+    lat = latencies(events)
+    worst = max(lat.values(), default=None)
+    clocks_matter = kind in ("cbr", "vbr")
+    why: list[str] = []
+    if d_meas is not None and d_meas > delta:
+        why.append(f"measured Δ {d_meas / 1e6:g} ms > declared {delta / 1e6:g} ms")
+    if clocks_matter and g_meas > gamma:
+        why.append(f"measured Γ {g_meas / 1e6:g} ms > declared {gamma / 1e6:g} ms")
+    if refused:
+        why.append(f"{refused} reservation(s) refused")
+    hold = not why
+    eps = EPSILON_SIM_NS if sim else EPSILON_REAL_NS
+    over = sorted(((d, m) for m, d in lat.items() if d > bound + eps), reverse=True)
+    out: dict[str, Any] = {
+        "protocol": protocol,
+        "formula": {"cbr": "Δ+Γ", "vbr": "Δ+2Γ+Θ" if failures else "Δ+Γ+Θ",
+                    "leader": "2Δ+pO", "timestamp-leader": "Δ+max(Δ+pO,Θ)"}[kind],
+        "bound_ms": _ms(bound),
+        "max_latency_ms": _ms(worst),
+        "slack_ms": None if worst is None else _ms(bound - worst),
+        "delta_ms": _ms(delta), "gamma_ms": _ms(gamma),
+        "theta_ms": _ms(theta) if kind in ("vbr", "timestamp-leader") else None,
+        "po_ms": _ms(po) if kind in ("leader", "timestamp-leader") else None,
+        "delta_measured_ms": _ms(d_meas),
+        "gamma_measured_ms": _ms(g_meas),
+        "assumptions_hold": hold,
+        "assumptions_violated": why,
+        "refused": refused,
+        "epsilon_ms": _ms(eps),
+        "messages": len(lat),
+        "above_bound": len(over),
+        "examples": [{"mid": m, "latency_ms": _ms(d)} for d, m in over[:5]],
+    }
+    out.update(rates(events, kind, theta))
+    if kind == "cbr":
+        out["porder_mismatches"] = porder_mismatches(events)
+    if protocol == "qos-vbr" and int(params.get("loss_tolerance", 0) or 0) > 0:
+        out["gaps"] = gaps(events, correct if correct is not None else sorted(events))
+    return out
+
+
+def latency_check(qos: dict[str, Any]) -> dict[str, Any]:
+    """summary.json `checks.latency_bound`: messages above the bound, judged only when the
+    assumptions held (else 0 with `judged: false`)."""
+    judged = bool(qos["assumptions_hold"])
+    return {"violations": qos["above_bound"] if judged else 0, "judged": judged,
+            "bound_ms": qos["bound_ms"], "examples": qos["examples"] if judged else []}
+
+
+def failures_in(history: Any) -> bool:
+    """Whether the fault schedule crashed, paused or cut off a host (Thm 5's set-up)."""
+    return bool(history.crashed) or any(
+        f.kind in ("crash", "restart", "pause", "partition") for f in history.intervals)
+
+
+def backend_is_sim(run_dir: Path) -> bool:
+    return _lock(run_dir).get("backend") == "sim"
+
+
+def qos_for_run(run_dir: Path, history: Any, correct: list[str]) -> dict[str, Any]:
+    protocol, params = run_protocol(run_dir)
+    if not bound_kind(protocol):
+        return {}
+    events, skew = read_events(run_dir)
+    return qos_section(events, skew, protocol, params, failures_in(history),
+                       backend_is_sim(run_dir), correct)
+
+
+def qos_line(summary: dict[str, Any]) -> str:
+    """One console line: the bound, the measured maximum and slack, and the assumptions."""
+    q = summary.get("qos")
+    if not q:
+        return ""
+    line = (f"QoS {q['protocol']}: bound {q['formula']} = {q['bound_ms']:g} ms, max latency "
+            f"{q['max_latency_ms'] if q['max_latency_ms'] is not None else '-'} ms, slack "
+            f"{q['slack_ms'] if q['slack_ms'] is not None else '-'} ms; measured Δ "
+            f"{q['delta_measured_ms']} ms, Γ {q['gamma_measured_ms']} ms")
+    if not q["assumptions_hold"]:
+        line += "; assumptions violated (" + "; ".join(q["assumptions_violated"]) + \
+            "): only safety judged"
+    return line
+
+
+def qos_html(summary: dict[str, Any]) -> str:
+    """The report's QoS section: bound, measured maximum and slack, the empirical Δ and Γ
+    against the declared ones, and whether the bound was judged."""
+    from html import escape
+
+    q = summary.get("qos")
+    if not q:
+        return ""
+
+    def cell(v: Any) -> str:
+        return "<td>–</td>" if v is None else f"<td>{escape(str(v))}</td>"
+
+    rows = [("bound", f"{q['formula']} = {q['bound_ms']} ms"),
+            ("max latency (tick to last delivery)", f"{q['max_latency_ms']} ms"),
+            ("slack", f"{q['slack_ms']} ms"),
+            ("Δ declared / measured", f"{q['delta_ms']} / {q['delta_measured_ms']} ms"),
+            ("Γ declared / measured", f"{q['gamma_ms']} / {q['gamma_measured_ms']} ms"),
+            ("assumptions", "hold: the bound is judged" if q["assumptions_hold"] else
+             "violated (" + "; ".join(q["assumptions_violated"]) + "): only safety judged"),
+            ("messages above the bound", q["above_bound"]),
+            ("net / app rate per process (msgs/s)", f"{q['net_rate']} / {q['app_rate']}"),
+            ("reservations refused", q["refused"])]
+    body = "".join(f"<tr><td>{escape(k)}</td>{cell(v)}</tr>" for k, v in rows)
+    return (f"<h2>QoS ({escape(q['protocol'])}, 004)</h2>"
+            f"<table><tr><th>what</th><th>value</th></tr>{body}</table>")

@@ -1,0 +1,138 @@
+"""analysis/qos.py on synthetic delivery logs: the empirical Δ and Γ, the bound per formula,
+when a latency above the bound is a violation, refusals, rates and total order with gaps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from analysis import qos
+
+MS = 1_000_000
+T0 = 1_000 * MS
+
+
+def ev(ev: str, t_ms: float, skew_ms: float = 0.0, **fields: Any) -> dict[str, Any]:
+    t = T0 + round(t_ms * MS)
+    return {"t": t, "lt": t + round(skew_ms * MS), "ev": ev, **fields}
+
+
+def two_nodes(recv_at_ms: float, skew_ms: float, dummy_at_ms: float = 5.0) -> qos.Events:
+    """h1 sends a data message (tick at 0) and a dummy (tick at 20); h2 receives both and
+    h1, h2 deliver the data message at 30 and `recv_at_ms + 2`."""
+    return {
+        "h1": [ev("send", -1, skew_ms, mid="h1:1"),
+               ev("net", 0, skew_ms, kind="data", rseq=1, mid="h1:1"),
+               ev("net", 20, skew_ms, kind="dummy", rseq=2),
+               ev("reserve", 0, skew_ms, avg=50, burst=1, bytes=144),
+               ev("fnl", 30, skew_ms, mid="h1:1", seq=1)],
+        "h2": [ev("netrecv", recv_at_ms, member="h1", rseq=1, kind="data"),
+               ev("recv", recv_at_ms, mid="h1:1"),
+               ev("netrecv", 20 + dummy_at_ms, member="h1", rseq=2, kind="dummy"),
+               ev("fnl", recv_at_ms + 2, mid="h1:1", seq=1)],
+    }
+
+
+def test_empirical_delta_covers_dummies_and_gamma_is_twice_the_largest_offset() -> None:
+    events = two_nodes(recv_at_ms=10, skew_ms=4, dummy_at_ms=35)
+    q = qos.qos_section(events, 4 * MS, "qos-cbr", {"delta": 40, "gamma": 10}, False, True)
+    assert q["delta_measured_ms"] == 35.0  # the dummy's transit, not the data message's 10
+    assert q["gamma_measured_ms"] == 8.0
+    assert q["bound_ms"] == 50.0 and q["max_latency_ms"] == 30.0 and q["slack_ms"] == 20.0
+    assert q["assumptions_hold"]
+
+
+def test_latency_above_the_bound_is_a_violation_only_when_assumptions_hold() -> None:
+    late = two_nodes(recv_at_ms=39, skew_ms=0)  # fnl at 41 ms > Δ+Γ = 40 + 0
+    q = qos.qos_section(late, 0, "qos-cbr", {"delta": "40ms", "gamma": 0}, False, True)
+    assert q["assumptions_hold"] and q["above_bound"] == 1
+    assert qos.latency_check(q)["violations"] == 1 and qos.latency_check(q)["judged"]
+    slow = two_nodes(recv_at_ms=45, skew_ms=0)  # the network broke Δ: flagged, not judged
+    q = qos.qos_section(slow, 0, "qos-cbr", {"delta": 40, "gamma": 0}, False, True)
+    assert not q["assumptions_hold"] and "measured Δ 45 ms > declared 40 ms" in \
+        q["assumptions_violated"][0]
+    assert qos.latency_check(q) == {"violations": 0, "judged": False, "bound_ms": 40.0,
+                                    "examples": []}
+
+
+def test_bound_formulas_per_protocol_and_failures() -> None:
+    d, g, th, po = 50 * MS, 10 * MS, 20 * MS, 3 * MS
+    assert qos.bound_ns("cbr", d, g, th, po, False) == 60 * MS
+    assert qos.bound_ns("vbr", d, g, th, po, False) == 80 * MS
+    assert qos.bound_ns("vbr", d, g, th, po, True) == 90 * MS
+    assert qos.bound_ns("leader", d, g, th, po, False) == 103 * MS
+    assert qos.bound_ns("timestamp-leader", d, g, th, po, False) == 103 * MS
+    assert qos.bound_ns("timestamp-leader", 5 * MS, g, th, 0, False) == 25 * MS
+    assert qos.bound_kind("qos-cbr") == "cbr" and qos.bound_kind("qos-vbr") == "vbr"
+    assert qos.bound_kind("sequencer") == ""
+
+
+def test_a_refused_reservation_voids_the_assumptions() -> None:
+    events = two_nodes(recv_at_ms=10, skew_ms=0)
+    events["h2"].append(ev("refused", 1, key="qos-cbr", rate_bps=1e9, reason="over capacity"))
+    q = qos.qos_section(events, 0, "qos-cbr", {}, False, True)
+    assert q["refused"] == 1 and not q["assumptions_hold"]
+
+
+def test_vbr_rates_and_total_order_with_gaps() -> None:
+    # 1 s of slots of 20 ms: 50 dummies + 10 data at avg 10/s is 60/s = avg + 1/Θ (Thm 3)
+    net = [ev("net", k * 20, kind="dummy", rseq=k + 1) for k in range(51)]
+    net += [ev("net", k * 100 + 1, kind="data", rseq=100 + k, mid=f"h1:{k + 1}")
+            for k in range(10)]
+    net.sort(key=lambda e: e["t"])
+    h1 = net + [ev("reserve", 0, avg=10, burst=3, bytes=144)]
+    h1 += [ev("send", k * 100, mid=f"h1:{k + 1}") for k in range(10)]
+    h2 = [ev("recv", 5, mid="h1:1"), ev("recv", 105, mid="h1:2"), ev("recv", 205, mid="h1:3"),
+          ev("late", 206, mid="h1:3"), ev("fnl", 40, mid="h1:1", seq=1)]
+    q = qos.qos_section({"h1": h1, "h2": h2}, 0, "qos-vbr",
+                        {"delta": 20, "gamma": 5, "theta": 20, "loss_tolerance": 1}, False, True)
+    assert q["bound_ms"] == 45.0 and q["formula"] == "Δ+Γ+Θ"
+    row = q["rate_check"]["per_node"]["h1"]
+    assert row["declared"] == 60.0 and row["net"] == 60.0 and row["ok"]
+    assert q["gaps"]["violations"] == 1 and q["gaps"]["examples"] == [{"node": "h2",
+                                                                      "mid": "h1:2"}]
+    h1.extend(ev("net", 1000 + k, kind="data", rseq=200 + k) for k in range(30))  # a burst
+    q = qos.qos_section({"h1": h1, "h2": h2}, 0, "qos-vbr", {"theta": 20}, False, True)
+    assert q["rate_check"]["violations"] == 1
+
+
+def test_read_events_from_a_run_directory(tmp_path: Path) -> None:
+    for node, evs in two_nodes(recv_at_ms=10, skew_ms=-3).items():
+        d = tmp_path / "nodes" / node
+        d.mkdir(parents=True)
+        (d / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evs)
+                                        + '{"t": 1, "lt"\n')  # a line cut short
+    events, skew = qos.read_events(tmp_path)
+    assert skew == 3 * MS and len(events["h1"]) == 5
+    assert qos.delta_measured(events) == 10 * MS
+
+
+def test_porder_logs_must_agree_across_nodes() -> None:
+    same = [ev("porder", 1, hash=7, cycle=0, current=0), ev("porder", 900, hash=9, cycle=3,
+                                                             current=4)]
+    assert qos.porder_mismatches({"h1": same, "h2": same[:1]}) == 0
+    other = [same[0], ev("porder", 900, hash=9, cycle=3, current=5)]
+    assert qos.porder_mismatches({"h1": same, "h2": other}) == 1
+
+
+def test_empirical_delta_pairs_datagrams_within_one_incarnation() -> None:
+    """A restarted sender numbers from 1 again: its rseq 1 must not pair with the old one."""
+    events: qos.Events = {
+        "h1": [ev("start", -1, incarnation=0), ev("net", 0, kind="dummy", rseq=1),
+               ev("start", 100, incarnation=1), ev("net", 200, kind="dummy", rseq=1)],
+        "h2": [ev("netrecv", 10, member="h1", rseq=1, kind="dummy"),
+               ev("netrecv", 215, member="h1", rseq=1, kind="dummy", inc=1)],
+    }
+    assert qos.delta_measured(events) == 15 * MS
+
+
+def test_the_report_has_a_qos_section_that_says_whether_the_bound_was_judged() -> None:
+    from analysis.report import render_report
+
+    events = two_nodes(recv_at_ms=45, skew_ms=0)
+    q = qos.qos_section(events, 0, "qos-cbr", {"delta": 40, "gamma": 0}, False, True)
+    html = render_report({"run": "r", "checks": {}, "qos": q})
+    assert "<h2>QoS (qos-cbr, 004)</h2>" in html
+    assert "only safety judged" in html and "40.0 / 45.0 ms" in html
+    assert "QoS" not in render_report({"run": "r", "checks": {}})
