@@ -95,7 +95,7 @@ class NodeCore:
         self.log.write(t, self.clock.local(t), "start", incarnation=self.cfg.incarnation)
         lt = self.clock.local(t)
         actions: list[Any] = []
-        if self.cfg.workload.reserve_bps:  # the application's own reservation (docs/reservations.md)
+        if self.cfg.workload.reserve_bps:  # the application's own (docs/reservations.md)
             actions.append(Reserve(self.cfg.workload.reserve_bps, key="workload"))
         return self._process(actions + self.protocol.start(lt) + self.fd.start(lt), t)
 

@@ -1,6 +1,6 @@
-"""QoS workloads (docs/reservations.md "Workloads"): `arrival: ticks`, `arrival: vbr`, rate changes on
-a schedule (renegotiated, or a misbehaving application that the reservation polices), and
-their spec checks."""
+"""QoS workloads (docs/reservations.md "Workloads"): `arrival: ticks`, `arrival: vbr`, rate
+changes on a schedule (renegotiated, or a misbehaving application that the reservation
+polices), and their spec checks."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Reservations as a network operation (docs/reservations.md): admission control, the token bucket that
-polices a sender in the simulator and in the in-process transport, and `testbed:type=QoS`
-`newRate` renegotiating a running reservation."""
+"""Reservations as a network operation (docs/reservations.md): admission control, the token
+bucket that polices a sender in the simulator and in the in-process transport, and
+`testbed:type=QoS` `newRate` renegotiating a running reservation."""
 
 from __future__ import annotations
 

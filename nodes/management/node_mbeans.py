@@ -1,6 +1,7 @@
 """The MBeans a running node exposes (docs/architecture.md "Management API", D3.5 section 4.2):
 `testbed:type=Node`, `type=Clock`, `type=TotalOrder,protocol=P`, `type=Transport`,
-`type=Membership` for the `primary` protocol, and `type=QoS` (reservations, docs/reservations.md)."""
+`type=Membership` for the `primary` protocol, and `type=QoS` (reservations,
+docs/reservations.md)."""
 
 from __future__ import annotations
 
