@@ -66,7 +66,19 @@ class WorkloadConfig:
     send: bool = False
     rate: float = 0.0  # messages per second
     size: int = 1024  # payload bytes
-    arrival: str = "constant"  # or "poisson"
+    arrival: str = "constant"  # "poisson", "ticks" or "vbr" (nodes/workload.py)
+    # ticks: the probability of sending at each 1/rate tick; vbr: slot length, average
+    # messages per second and most messages per slot.
+    send_prob: float = 1.0
+    slot_ns: int = 0
+    avg: float = 0.0
+    max_burst: int = 0
+    # Rate changes: (ns after the workload start, the new rates, whether the protocol is told
+    # through Layer.on_new_rate -- False: a misbehaving application that just sends faster).
+    rate_changes: list[tuple[int, dict[str, float], bool]] = field(default_factory=list)
+    # A reservation the node makes for the application whatever the protocol (key
+    # "workload", nodes/reservation.py); 0: none.
+    reserve_bps: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +128,12 @@ class NodeConfig:
     # Log every datagram's arrival (`ev=arrive`: src, type, rseq, flags), the sim's and the local
     # backend's stand-in for a pcap (`capture: {arrivals: true}`).
     log_arrivals: bool = False
+    # Reservations (docs/reservations.md): the host's link capacity for admission control (the
+    # topology's `qos.rate`; None: nodes/reservation.py DEFAULT_CAPACITY_BPS), and the data
+    # device on which the node realises them as HTB classes itself (mininet, docker; "": a
+    # token bucket in the node's own send path, local and sim).
+    qos_capacity_bps: int | None = None
+    qos_dev: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -126,7 +144,10 @@ class NodeConfig:
     def from_dict(cls, d: dict[str, Any]) -> NodeConfig:
         d = dict(d)
         d["members"] = [Member(**m) for m in d["members"]]
-        d["workload"] = WorkloadConfig(**d.get("workload", {}))
+        w = dict(d.get("workload", {}))
+        w["rate_changes"] = [(int(at), dict(r), bool(tell))
+                             for at, r, tell in w.get("rate_changes", [])]
+        d["workload"] = WorkloadConfig(**w)
         d["clock"] = ClockConfig(**d.get("clock", {}))
         d["paths"] = {int(k): PathConfig.from_dict(v) for k, v in d.get("paths", {}).items()}
         return cls(**d)

@@ -23,11 +23,14 @@ from nodes.protocols.base import (
     Log,
     OptDeliver,
     Received,
+    Reserve,
     Send,
     SetTimer,
 )
 from nodes.protocols.failure_detector import FailureDetector
+from nodes.reservation import DEFAULT_CAPACITY_BPS, Reservations
 from nodes.wire import Message, MsgType, WireError, decode, encode
+from nodes.workload import Arrivals
 
 DROP_LOG_LIMIT = 10  # `drop` events logged per reason; past that they are only counted
 
@@ -79,12 +82,22 @@ class NodeCore:
         self.blocked_out: set[int] = set()
         self.blocked_in: set[int] = set()
         self.durable_sends = True
+        # Admission control and policing of the protocol's `Reserve`s (nodes/reservation.py);
+        # the runtime or simulator polices with `reservations.charged()`.
+        self.reservations = Reservations(float(cfg.qos_capacity_bps or DEFAULT_CAPACITY_BPS))
+        # The sender's arrival process (nodes/workload.py), set by the driver: a new rate
+        # moves the application too.
+        self.arrivals: Arrivals | None = None
+        self.app_rate = cfg.workload.avg or cfg.workload.rate  # messages/s, for new_rate
         self.log_arrivals = cfg.log_arrivals
 
     def start(self, t: int) -> Output:
         self.log.write(t, self.clock.local(t), "start", incarnation=self.cfg.incarnation)
         lt = self.clock.local(t)
-        return self._process(self.protocol.start(lt) + self.fd.start(lt), t)
+        actions: list[Any] = []
+        if self.cfg.workload.reserve_bps:  # the application's own (docs/reservations.md)
+            actions.append(Reserve(self.cfg.workload.reserve_bps, key="workload"))
+        return self._process(actions + self.protocol.start(lt) + self.fd.start(lt), t)
 
     def id_of(self, name: str) -> int:
         for i, n in self.names.items():
@@ -166,6 +179,34 @@ class NodeCore:
             actions += self.protocol.on_suspect(member, suspected, lt)
         return actions
 
+    def new_rate(self, rates: dict[str, float], t: int, source: str) -> Output:
+        """The application renegotiates its rate (004 §3.2 `new-rate`): a workload schedule
+        entry or `testbed:type=QoS` `newRate`. Logged as `ev=new-rate`."""
+        lt = self.clock.local(t)
+        self.log.write(t, lt, "new-rate", source=source, **rates)
+        if self.arrivals is not None:
+            self.arrivals.renegotiate(rates)
+        actions: list[Any] = []
+        # The application's own reservation (`workload.reserve`) follows its rate.
+        new_rate = rates.get("avg", rates.get("rate"))
+        mine = self.reservations.by_key.get("workload")
+        if mine is not None and new_rate and self.app_rate:
+            actions.append(Reserve(mine.rate_bps * new_rate / self.app_rate, mine.burst_bytes,
+                                   "workload"))
+        if new_rate:
+            self.app_rate = new_rate
+        return self._process(actions + self.protocol.on_new_rate(dict(rates), lt), t)
+
+    def rate_change(self, rates: dict[str, float], tell: bool, t: int) -> Output:
+        """A workload schedule entry: the application moves to `rates` and, unless it
+        misbehaves (`tell` False, logged as `ev=overrun`), renegotiates with the protocol."""
+        if tell:
+            return self.new_rate(rates, t, "workload")
+        self.log.write(t, self.clock.local(t), "overrun", **rates)
+        if self.arrivals is not None:
+            self.arrivals.renegotiate(rates)
+        return Output()
+
     def progress(self) -> dict[str, Any]:
         """What the quiescence check needs: messages sent, final deliveries per origin."""
         return {"sent": self.sent,
@@ -188,10 +229,24 @@ class NodeCore:
                 out.sends.append((a.dst, encode(a.msg), a.msg))
             elif kind is SetTimer:
                 out.timers.append((a.key, self.clock.duration_to_true(a.delay_ns)))
+            elif kind is Reserve:
+                more = self._reserve(a, t)
+                out.sends += more.sends
+                out.timers += more.timers
             else:
                 lt = self.clock.local(t) if lt is None else lt
                 self._record(a, t, lt)
         return out
+
+    def _reserve(self, a: Reserve, t: int) -> Output:
+        """Admission control answers at once (004 §2.1 L91-93: reservations take effect
+        immediately); a refusal is logged and counted, and the layer sees it either way."""
+        ans = self.reservations.reserve(a.key, a.rate_bps, a.burst_bytes, t)
+        lt = self.clock.local(t)
+        self.log.write(t, lt, "reserve", key=ans.key, rate_bps=ans.rate_bps,
+                       burst=ans.burst_bytes, granted=ans.granted, reason=ans.reason)
+        return self._process(self.protocol.on_reserve_result(ans.key, ans.granted,
+                                                             ans.rate_bps, ans.reason, lt), t)
 
     def _record(self, a: Any, t: int, lt: int) -> None:
         kind = type(a)

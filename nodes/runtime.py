@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import random
@@ -19,7 +20,6 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,12 +30,14 @@ from nodes.linkmodel import LinkModel
 from nodes.management.mbeans import MBean
 from nodes.management.node_mbeans import build_node_registry
 from nodes.management.server import ManagementServer
-from nodes.workload import intervals, workload_rng
+from nodes.wire import MsgType
+from nodes.workload import Arrivals, intervals, workload_rng
 
 STOP_DELAY_S = 0.05  # a management `stop` lets its reply leave before the node winds down
 
 if TYPE_CHECKING:
     from nodes.aead import Sealer
+    from nodes.htb import HtbRealiser
     from nodes.tls_transport import TlsTransport
 
 
@@ -78,7 +80,16 @@ class NodeRuntime:
         elif cfg.transport not in ("udp", "tls"):
             raise ValueError(f"transport {cfg.transport!r} is not implemented by this node")
         self.tls: TlsTransport | None = None
-        self._gaps: Iterator[int] | None = None
+        self.htb: HtbRealiser | None = None
+        if cfg.qos_dev:
+            # Reservations become HTB classes in this node's namespace (mininet, docker), which
+            # police instead of the in-process token bucket (nodes/htb.py).
+            from nodes.htb import HtbRealiser
+
+            self.htb = HtbRealiser(cfg.qos_dev, self.addrs[cfg.node_id][1])
+            self.core.reservations.realiser = self.htb
+            self.core.reservations.police = False
+        self._gaps: Arrivals | None = None
         self._next_planned = cfg.start_at_ns
 
     async def run(self) -> None:
@@ -102,6 +113,11 @@ class NodeRuntime:
         if self.cfg.workload.send and self.cfg.workload.rate > 0:
             self._gaps = intervals(self.cfg.workload, workload_rng(self.cfg.seed,
                                                                    self.cfg.node_id))
+            self.core.arrivals = self._gaps
+            # Rate changes on the workload's schedule (a restarted node catches up at once).
+            for at, rates, tell in self.cfg.workload.rate_changes:
+                self._at_true(self.cfg.start_at_ns + at,
+                              functools.partial(self._rate_change, rates, tell))
             # A restarted node resumes the workload from now, not with a burst of what it
             # missed while it was down.
             self._next_planned = max(self._next_planned, time.time_ns()) + next(self._gaps)
@@ -120,12 +136,14 @@ class NodeRuntime:
         self.core.stop(time.time_ns())
         if transport is not None:
             transport.close()
+        if self.htb is not None:
+            self.htb.close()
 
     async def _start_management(self) -> ManagementServer | None:
         if self.cfg.control_port is None:
             return None
         # `stop` answers first, then the node winds down (the orchestrator's drain calls it).
-        registry = build_node_registry(self.core, on_stop=self._stop_soon)
+        registry = build_node_registry(self.core, on_stop=self._stop_soon, apply=self._apply)
         registry.register(self._paths_mbean())
         tls = _server_tls(self.cfg) if self.cfg.mgmt_tls else None
         server = ManagementServer(registry, self.cfg.control_host, self.cfg.control_port,
@@ -175,6 +193,13 @@ class NodeRuntime:
         self._next_planned += next(self._gaps)
         self._at_true(max(self._next_planned, t), self._broadcast)
 
+    def _rate_change(self, rates: dict[str, float], tell: bool) -> None:
+        t = time.time_ns()
+        try:
+            self._apply(self.core.rate_change(rates, tell, t))
+        except Exception as exc:
+            self._error(t, "rate change", exc)
+
     def _fire(self, key: str) -> None:
         self.timers.pop(key, None)
         t = time.time_ns()
@@ -213,12 +238,13 @@ class NodeRuntime:
             self._arm(key, delay)
         blocked = self.core.blocked_out
         sealer = self.sealer
-        for dst, data, _ in out.sends:
+        for dst, data, msg in out.sends:
             if sealer is not None:
                 data = sealer.seal(data)  # once for every destination of a multicast
+            police = msg.header.type != MsgType.ALIVE  # heartbeats are not the protocol's
             for d in self.others if dst is None else (dst,):
                 if d not in blocked:
-                    self._send(d, data)
+                    self._send(d, data, police)
 
     def _arm(self, key: str, delay: int) -> None:
         old = self.timers.pop(key, None)
@@ -246,19 +272,38 @@ class NodeRuntime:
         if transport is not None and not transport.is_closing():
             transport.sendto(data, self.addrs[dst])
 
-    def _send(self, dst: int, data: bytes) -> None:
-        c = self.core.counters
+    def _send(self, dst: int, data: bytes, police: bool = True) -> None:
+        core = self.core
+        c = core.counters
         c.datagrams_out += 1
         c.bytes_out += len(data)
+        now = time.time_ns()
+        # Policing (nodes/reservation.py): the reservation's token bucket holds the datagram
+        # back until it conforms, or drops it when the reservation's queue is full.
+        bucket = core.reservations.charged() if core.reservations.by_key else None
+        at = now
+        if self.htb is not None:
+            core.reservations.count(len(data))  # the HTB class polices; `Used` still counts
+        elif bucket is not None and police:
+            departs = bucket.depart(now, len(data))
+            if departs is None:
+                core.dropped(now, "policed", f"{len(data)}-byte datagram to "
+                             f"{core.names[dst]}: the reservation's queue is full")
+                return
+            at = departs
         link = self.links.get(dst)
         if link is None:
-            self._emit(data, dst)
+            if at == now:
+                self._emit(data, dst)
+            else:
+                self.loop.call_later((at - now) / 1e9, self._emit, data, dst)
             return
-        delay = link.transit(time.time_ns(), len(data))
+        hold = at - now  # held back by the reservation, then through the link model
+        delay = link.transit(at, len(data))
         if link.dup_ns is not None:
-            self._later(link, dst, data, link.dup_ns)
+            self._later(link, dst, data, hold + link.dup_ns)
         if delay is not None:
-            self._later(link, dst, data, delay)
+            self._later(link, dst, data, hold + delay)
 
     def _later(self, link: LinkModel, dst: int, data: bytes, delay: int) -> None:
         """Emit after the model's delay. On a FIFO path each release is scheduled strictly

@@ -27,9 +27,11 @@ from nodes.config import SIM_EPOCH_NS, NodeConfig, PathConfig
 from nodes.core import NodeCore, Output
 from nodes.linkmodel import LinkModel
 from nodes.quiescence import drain_record, undelivered
+from nodes.wire import MsgType
 from nodes.workload import intervals, workload_rng
 
 ARRIVE, TIMER, BROADCAST, CALL = range(4)
+ALIVE = MsgType.ALIVE  # the failure detector's heartbeats: not the protocol's, not policed
 QUIESCE_STEP_NS = 50_000_000  # how often (virtual time) the drain checks for quiescence
 # The event queue is a heap of the events before `horizon` plus, for later events, one plain
 # list per slot of 2**SLOT_BITS ns (~1 ms); a slot is heapified when the heap runs dry. Most
@@ -141,7 +143,10 @@ class Simulator:
             cfg = self.configs[nid]
             if cfg.workload.send and cfg.workload.rate > 0:
                 gaps = intervals(cfg.workload, workload_rng(cfg.seed, nid))
+                core.arrivals = gaps
                 self._schedule_broadcast(nid, cfg.start_at_ns, gaps)
+                for at, rates, tell in cfg.workload.rate_changes:
+                    self.at(cfg.start_at_ns + at, partial(self._rate_change, nid, rates, tell))
         # The loop allocates many short-lived objects that reference counting frees; the cyclic
         # collector's frequent young-generation passes are pure overhead here.
         thresholds = gc.get_threshold()
@@ -248,6 +253,8 @@ class Simulator:
             if not sends:
                 continue
             blocked = core.blocked_out
+            # Policing by the node's reservation (nodes/reservation.py), in virtual time.
+            bucket = core.reservations.charged() if core.reservations.by_key else None
             sent = sent_bytes = 0
             for dst, data, msg in sends:
                 size = len(data)
@@ -256,16 +263,24 @@ class Simulator:
                         continue
                     sent += 1
                     sent_bytes += size
+                    at = t
+                    if bucket is not None and msg.header.type != ALIVE:
+                        departs = bucket.depart(t, size)
+                        if departs is None:
+                            core.dropped(t, "policed", f"{size}-byte datagram to "
+                                         f"{core.names[d]}: the reservation's queue is full")
+                            continue
+                        at = departs
                     if link is None:
                         transit = 0
                     else:
                         plain = link.plain
                         if plain is None:
-                            drawn = link.transit(t, size)
+                            drawn = link.transit(at, size)
                             dup = link.dup_ns
                             if dup is not None:  # netem's duplicate: a second arrival
                                 counter += 1
-                                put((t + dup, counter, ARRIVE, d, epochs[d], msg, size))
+                                put((at + dup, counter, ARRIVE, d, epochs[d], msg, size))
                             if drawn is None:
                                 lost += 1
                                 continue
@@ -277,7 +292,7 @@ class Simulator:
                                 if transit < 0:
                                     transit = 0
                     counter += 1
-                    transit += t
+                    transit += at
                     if transit < horizon:
                         push(queue, (transit, counter, ARRIVE, d, epochs[d], msg, size))
                         continue
@@ -300,6 +315,11 @@ class Simulator:
         stats.datagrams += datagrams
         stats.lost += lost
 
+    def _rate_change(self, nid: int, rates: dict[str, float], tell: bool) -> None:
+        """A workload schedule entry (an incarnation that restarted since keeps its own)."""
+        if nid not in self.down:
+            self._apply(nid, self.cores[nid].rate_change(rates, tell, self.now))
+
     def _schedule_broadcast(self, nid: int, planned: int, gaps: Iterator[int]) -> None:
         cfg = self.configs[nid]
         nxt = planned + next(gaps)
@@ -321,6 +341,7 @@ class Simulator:
         c = core.counters
         blocked = core.blocked_out
         links = self.links
+        bucket = core.reservations.charged() if core.reservations.by_key else None
         for dst, data, msg in out.sends:
             targets = self.others[nid] if dst is None else (dst,)
             size = len(data)
@@ -330,14 +351,22 @@ class Simulator:
                 c.datagrams_out += 1
                 c.bytes_out += size
                 self.stats.datagrams += 1
+                at = now
+                if bucket is not None and msg.header.type != ALIVE:
+                    departs = bucket.depart(now, size)
+                    if departs is None:
+                        core.dropped(now, "policed", f"{size}-byte datagram to "
+                                     f"{core.names[d]}: the reservation's queue is full")
+                        continue
+                    at = departs
                 link = links.get((nid, d))
-                transit = 0 if link is None else link.transit(now, size)
+                transit = 0 if link is None else link.transit(at, size)
                 if link is not None and link.dup_ns is not None:
-                    self._push(now + link.dup_ns, ARRIVE, d, msg, size)
+                    self._push(at + link.dup_ns, ARRIVE, d, msg, size)
                 if transit is None:
                     self.stats.lost += 1
                     continue
-                self._push(now + transit, ARRIVE, d, msg, size)
+                self._push(at + transit, ARRIVE, d, msg, size)
 
     # -- faults (the timeline from testbed/faults/schedule.py) --------------------------------
     def schedule_faults(self, faults: list[dict[str, Any]], history: Path) -> None:
@@ -414,6 +443,10 @@ class Simulator:
             if cfg.workload.send and cfg.workload.rate > 0:
                 gaps = intervals(cfg.workload, workload_rng(cfg.seed * 1000 + cfg.incarnation,
                                                             nid))
+                fresh.arrivals = gaps
+                for at, rates, _ in cfg.workload.rate_changes:  # the app's rate by now
+                    if cfg.start_at_ns + at <= self.now:
+                        gaps.renegotiate(rates)
                 self._schedule_broadcast(nid, self.now, gaps)
             return {"alive": True, "incarnation": cfg.incarnation}
         if op == "pause":
@@ -431,7 +464,9 @@ class Simulator:
         from nodes.management.jolokia import Jolokia
         from nodes.management.node_mbeans import build_node_registry
 
-        jolokia = Jolokia(build_node_registry(core, true_now=lambda: self.now))
+        nid = core.cfg.node_id
+        jolokia = Jolokia(build_node_registry(core, true_now=lambda: self.now,
+                                              apply=lambda out: self._apply(nid, out)))
         if p.get("write"):
             return {"old": {k: jolokia.handle({"type": "write", "mbean": p["mbean"],
                                                "attribute": k, "value": v}).get("value")

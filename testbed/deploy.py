@@ -58,8 +58,7 @@ def node_configs(
             duration_ns=exp.duration if duration_ns is None else duration_ns,
             drain_ns=exp.drain,
             drain_max_ns=exp.drain_max,
-            workload=WorkloadConfig(host.name in senders, exp.workload.rate, exp.workload.size,
-                                    exp.workload.arrival),
+            workload=workload_config(exp, host.name in senders),
             clock=ClockConfig(host.clock.offset, host.clock.drift),
             paths=shaping,
             control_host=addresses[host.name].control,
@@ -74,5 +73,17 @@ def node_configs(
             mgmt_tls=exp.management.tls,
             mgmt_mutual=exp.management.tls and exp.management.mutual,
             log_arrivals=exp.capture.arrivals,
+            qos_capacity_bps=host.qos.rate,
         ))
     return configs
+
+
+def workload_config(exp: ExperimentSpec, send: bool) -> WorkloadConfig:
+    """The node's workload: arrivals, vbr slots, rate changes, the application's reservation
+    (docs/reservations.md "Workloads")."""
+    w = exp.workload
+    return WorkloadConfig(
+        send, w.msgs_per_s, w.size, w.arrival, send_prob=w.send_prob, slot_ns=w.slot or 0,
+        avg=w.avg or 0.0, max_burst=w.max_burst or 0,
+        rate_changes=[(c.at, c.rates(), c.renegotiate) for c in w.schedule],
+        reserve_bps=float(w.reserve or 0))

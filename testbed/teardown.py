@@ -4,6 +4,7 @@ orchestrator was killed (docs/architecture.md decision 5).
 Resource kinds: `process` and `netns` (a process holding a Mininet host's namespace: stopping it
 lets the kernel free the namespace and the veth ends inside), `qdisc` and `iptables` (inside a
 host namespace, entered through its journaled holder; gone already if the holder is gone),
+`qos` (a node's reservation classes: the clsact qdisc and IFB device in its host namespace),
 `iptables-chain` (root namespace), `link` (a bridge or veth end in the root namespace) and
 `sysctl` (restored to the journaled value), and the docker backend's `container` and
 `docker-network` (by name; containers first, as the journal's reverse order has it).
@@ -54,6 +55,10 @@ def remove(entry: dict[str, Any]) -> str | None:
     elif kind == "qdisc":
         if _in_ns(entry, ["tc", "qdisc", "del", "dev", entry["dev"], "root"]):
             return f"qdisc {rid}"
+    elif kind == "qos":  # a node's reservations: clsact on the data device, the IFB device
+        gone = _in_ns(entry, ["tc", "qdisc", "del", "dev", entry["dev"], "clsact"])
+        if _in_ns(entry, ["ip", "link", "del", entry["ifb"]]) or gone:
+            return f"reservations {rid}"
     elif kind == "iptables":
         if _in_ns(entry, ["iptables", "-w", "-D", *entry["rule"]]):
             return f"iptables rule {rid}"

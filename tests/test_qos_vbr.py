@@ -251,7 +251,7 @@ def test_crash_mid_multicast_leaves_gaps_only_of_the_crashed_sender(tmp_path: Pa
     cfgs = vbr_configs(tmp_path, matrix=[[0, 5, 5, 5]] * 4, offsets_ms=[0, 3, -5, 5],
                        senders={0, 1, 2, 3}, rate=200, duration_s=2, arrival="constant",
                        params={"delta": "40ms", "gamma": "10ms", "theta": "20ms",
-                               "max_burst": 8})
+                               "max_burst": 8, "avg": 200})  # reserved for the 200/s sent
     sim = Simulator(cfgs, seed=7)
     crash_at = START + 1_004_000_000
 

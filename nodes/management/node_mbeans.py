@@ -1,14 +1,16 @@
 """The MBeans a running node exposes (docs/architecture.md "Management API", D3.5 section 4.2):
-`testbed:type=Node`, `type=Clock`, `type=TotalOrder,protocol=P`, `type=Transport`, and
-`type=Membership` for the `primary` protocol."""
+`testbed:type=Node`, `type=Clock`, `type=TotalOrder,protocol=P`, `type=Transport`,
+`type=Membership` for the `primary` protocol, and `type=QoS` (reservations,
+docs/reservations.md)."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
 
-from nodes.core import NodeCore
+from nodes.core import NodeCore, Output
 from nodes.management.mbeans import MBean, MBeanRegistry
 from nodes.protocols import catalogue
 from nodes.protocols.primary import Primary
@@ -16,9 +18,12 @@ from nodes.protocols.switching import Switching, switching_mbean
 
 
 def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_ns,
-                        on_stop: Callable[[], None] | None = None) -> MBeanRegistry:
+                        on_stop: Callable[[], None] | None = None,
+                        apply: Callable[[Output], None] | None = None) -> MBeanRegistry:
     """The node's MBeans; `on_stop` (the runtime's) makes `testbed:type=Node` `stop` end the
-    node cleanly, log flushed, as the orchestrator does once the run is quiescent."""
+    node cleanly, log flushed, as the orchestrator does once the run is quiescent; `apply`
+    (the runtime's or simulator's) sends and arms what an operation made the protocol do
+    (`testbed:type=QoS` `newRate`)."""
     registry = MBeanRegistry()
     started = true_now()
     cfg = core.cfg
@@ -157,7 +162,66 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
                    description="exceptions caught in node callbacks (ev=error)")
         .attribute("Retransmissions", "int", lambda: getattr(rm, "retransmissions", 0))
     )
+    if apply is not None:
+        registry.register(qos_mbean(core, true_now, apply))
     return registry
+
+
+def parse_rates(text: str) -> dict[str, float]:
+    """`newRate`'s argument: a rate ("20": CBR, messages/s), "avg,max_burst" ("40,3": VBR) or
+    "name=value" pairs ("avg=40,max_burst=3"); every value a finite number > 0."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if any("=" in p for p in parts):
+        pairs = [p.partition("=") for p in parts]
+        items = [(k.strip(), v.strip()) for k, _, v in pairs]
+    elif len(parts) == 1:
+        items = [("rate", parts[0])]
+    elif len(parts) == 2:
+        items = [("avg", parts[0]), ("max_burst", parts[1])]
+    else:
+        raise ValueError(f"newRate takes a rate or avg,max_burst, got {text!r}")
+    rates: dict[str, float] = {}
+    for k, v in items:
+        try:
+            x = float(v)
+        except ValueError:
+            raise ValueError(f"newRate: {k} {v!r} is not a number") from None
+        if not k or not math.isfinite(x) or x <= 0:
+            raise ValueError(f"newRate: {k or '?'} must be a positive number, got {v!r}")
+        rates[k] = x
+    return rates
+
+
+def qos_mbean(core: NodeCore, true_now: Callable[[], int],
+              apply: Callable[[Output], None]) -> MBean:
+    """`testbed:type=QoS`: the node's reservations (nodes/reservation.py) and the
+    application's `new-rate` (004 §3.2)."""
+    res = core.reservations
+
+    def reserved() -> dict[str, dict[str, float]]:
+        return {k: {"rate_bps": r.rate_bps, "burst_bytes": r.burst_bytes, "changes": r.changes,
+                    "delayed": r.bucket.delayed, "dropped": r.bucket.dropped}
+                for k, r in res.by_key.items()}
+
+    def new_rate(rates: str) -> dict[str, dict[str, float]]:
+        parsed = parse_rates(rates)
+        apply(core.new_rate(parsed, true_now(), "mgmt"))
+        return reserved()
+
+    return (
+        MBean("testbed:type=QoS", "Network reservations: admission control, policing, "
+              "renegotiation (004 §2.1, §3.2)")
+        .attribute("Reserved", "dict", reserved,
+                   description="granted reservations by key: rate, burst, policing counters")
+        .attribute("Used", "dict", lambda: res.used_bps(true_now()),
+                   description="datagram bit/s each reservation carried since granted or changed")
+        .attribute("Refused", "int", lambda: res.refused,
+                   description="reservations admission control refused")
+        .attribute("CapacityBps", "float", lambda: res.capacity_bps,
+                   description="the host's link capacity (topology qos.rate)")
+        .operation("newRate", new_rate, [("rates", "str")], "dict",
+                   "renegotiate: a rate (20), or avg,max_burst (40,3); returns Reserved")
+    )
 
 
 def _log_net(core: NodeCore, t: int) -> None:

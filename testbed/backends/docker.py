@@ -45,6 +45,7 @@ from testbed.backends.docker_net import (
     pick_subnets,
 )
 from testbed.backends.mininet import allow_bridged
+from testbed.backends.reservations import reservations_as_htb
 from testbed.backends.shaped import ShapedHosts
 from testbed.capture import Capture, CaptureOptions
 from testbed.engine import LOG as ENGINE_LOG
@@ -238,7 +239,9 @@ class DockerBackend(ShapedHosts):
     # -- nodes --------------------------------------------------------------------------------
     def deploy(self, configs: list[NodeConfig]) -> None:
         for cfg in configs:
-            self._write(cfg)
+            ns = self.ns[cfg.name]  # the node reserves with HTB classes itself (NET_ADMIN)
+            self._write(reservations_as_htb(cfg, self.plans[cfg.name].dev, ns.pid,
+                                            ns.starttime, self.run.journal))
         if self.capture:
             for host in self.paths.hosts:
                 self.capture.start(self.ns[host], self.plans[host].dev)

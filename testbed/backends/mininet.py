@@ -23,6 +23,7 @@ from nodes.config import NodeConfig
 from testbed.backends.base import BackendError, HostAddress
 from testbed.backends.local import PROCESS_FAULTS
 from testbed.backends.nodeprocs import NodeProcesses
+from testbed.backends.reservations import reservations_as_htb
 from testbed.backends.shaped import ShapedHosts
 from testbed.capture import Capture, CaptureOptions
 from testbed.faults.nodeside import NodeSideFaults
@@ -187,7 +188,9 @@ class MininetBackend(ShapedHosts):
                 self.capture.start(self.ns[host], DATA_DEV)
             self.capture.wait_listening()
         for cfg in configs:
-            self.nodes.start(cfg)
+            ns = self.ns[cfg.name]
+            self.nodes.start(reservations_as_htb(cfg, DATA_DEV, ns.pid, ns.starttime,
+                                                 self.run.journal))
 
     def wait(self, timeout_s: float) -> bool:
         return self.nodes.wait(timeout_s)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from analysis.expect import parse_expectation
 from nodes.protocols import catalogue
@@ -12,7 +12,7 @@ from testbed.faults.schedule import check_faults
 from testbed.faults.spec import FaultSpec, MgmtFault
 from testbed.spec.qos import check_qos_params
 from testbed.spec.topology import Loc, Strict, TopologySpec
-from testbed.spec.units import Duration, Frequency, Size
+from testbed.spec.units import Bandwidth, Duration, Fraction, Frequency, Size
 
 BACKENDS = ("sim", "local", "mininet", "docker", "remote")
 Backend = Literal["sim", "local", "mininet", "docker", "remote"]
@@ -70,11 +70,94 @@ def check_protocol_params(spec: ProtocolSpec, hosts: list[str]) -> list[tuple[Lo
     return problems
 
 
+class RateChangeSpec(Strict):
+    """One entry of the workload's `schedule`: at `at` the application moves to new rates
+    and renegotiates them with the protocol (`Layer.on_new_rate`, 004 §3.2 `new-rate`), or,
+    with `renegotiate: false`, just sends faster: a misbehaving application that the
+    reservation polices (docs/reservations.md)."""
+
+    at: Duration = Field(description="time after the workload start, e.g. 5s")
+    rate: Frequency | None = Field(default=None, description="new rate (constant, poisson, "
+                                   "ticks), e.g. 30/s")
+    avg: Frequency | None = Field(default=None, description="new average rate (vbr)")
+    max_burst: int | None = Field(default=None, ge=1, description="new burst limit (vbr)")
+    renegotiate: bool = True
+
+    def rates(self) -> dict[str, float]:
+        return {k: float(v) for k, v in (("rate", self.rate), ("avg", self.avg),
+                                         ("max_burst", self.max_burst)) if v is not None}
+
+
 class WorkloadSpec(Strict):
     senders: Literal["all"] | list[str] = "all"
-    rate: Frequency = Field(description="messages per second, per sender, e.g. 50/s")
+    rate: Frequency | None = Field(
+        default=None, description="messages per second, per sender, e.g. 50/s (for vbr the "
+        "average, `avg`)")
     size: Size = 1024
-    arrival: Literal["constant", "poisson"] = "constant"
+    # ticks: send or skip at each 1/rate tick; vbr: bursts of at most `max_burst` per `slot`,
+    # on average `avg` (docs/reservations.md "Workloads", nodes/workload.py).
+    arrival: Literal["constant", "poisson", "ticks", "vbr"] = "constant"
+    send_prob: Fraction = Field(default=1.0, description="ticks: probability of sending at a "
+                                "tick, e.g. 80%")
+    avg: Frequency | None = Field(default=None, description="vbr: average messages per second")
+    max_burst: int | None = Field(default=None, ge=1, description="vbr: most messages a slot")
+    slot: Duration | None = Field(default=None, description="vbr: slot length, e.g. 100ms")
+    reserve: Bandwidth | None = Field(
+        default=None, description="a reservation every node makes for the application "
+        "whatever the protocol, e.g. 200kbit (admitted against the host's qos.rate, policed)")
+    schedule: list[RateChangeSpec] = []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vbr_rate(cls, data: Any) -> Any:
+        """A vbr workload's rate is its average: `rate` is filled in from `avg`."""
+        if isinstance(data, dict) and data.get("arrival") == "vbr" and "rate" not in data \
+                and data.get("avg") is not None:
+            data = {**data, "rate": data["avg"]}
+        return data
+
+    @model_validator(mode="after")
+    def _arrival(self) -> WorkloadSpec:
+        if self.arrival == "vbr":
+            missing = [k for k in ("avg", "max_burst", "slot") if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"arrival vbr needs {', '.join(missing)} (e.g. avg: 40/s, "
+                                 "max_burst: 3, slot: 100ms)")
+            assert self.avg is not None and self.max_burst is not None and self.slot is not None
+            if self.slot <= 0 or self.avg <= 0:
+                raise ValueError("arrival vbr needs a positive slot and avg")
+            if self.avg * self.slot / 1e9 > self.max_burst:
+                raise ValueError(f"avg {self.avg:g}/s over a {self.slot / 1e6:g} ms slot is "
+                                 f"{self.avg * self.slot / 1e9:g} messages, more than "
+                                 f"max_burst {self.max_burst}")
+            if self.rate != self.avg:
+                raise ValueError("arrival vbr takes its rate from avg; leave rate out")
+        else:
+            extra = [k for k in ("avg", "max_burst", "slot") if getattr(self, k) is not None]
+            if extra:
+                raise ValueError(f"{', '.join(extra)} only apply to arrival vbr")
+            if self.rate is None:
+                raise ValueError(f"arrival {self.arrival} needs a rate, e.g. rate: 50/s")
+        if not 0 < self.send_prob <= 1:
+            raise ValueError(f"send_prob must be in (0, 100%], got {self.send_prob:g}")
+        if self.send_prob != 1 and self.arrival != "ticks":
+            raise ValueError("send_prob only applies to arrival ticks")
+        if self.reserve is not None and self.reserve <= 0:
+            raise ValueError("reserve must be a positive bandwidth, e.g. 200kbit")
+        for i, change in enumerate(self.schedule):
+            keys = set(change.rates())
+            want = {"avg", "max_burst"} if self.arrival == "vbr" else {"rate"}
+            if not keys or not keys <= want:
+                raise ValueError(f"schedule[{i}]: arrival {self.arrival} changes "
+                                 f"{' and '.join(sorted(want))}, got {sorted(keys) or 'none'}")
+        if [c.at for c in self.schedule] != sorted(c.at for c in self.schedule):
+            raise ValueError("schedule entries must be in time order")
+        return self
+
+    @property
+    def msgs_per_s(self) -> float:
+        """The (average) rate per sender: `rate`, or `avg` for vbr."""
+        return float(self.rate or 0.0)
 
 
 class CaptureSpec(Strict):
@@ -175,6 +258,11 @@ def check_experiment(exp: ExperimentSpec, topo: TopologySpec) -> list[tuple[Loc,
         for i, s in enumerate(exp.workload.senders):
             if s not in hosts:
                 problems.append((("workload", "senders", i), f"unknown sender host {s!r}"))
+    for i, change in enumerate(exp.workload.schedule):
+        if change.at >= exp.duration:
+            problems.append((("workload", "schedule", i, "at"),
+                             f"{change.at / 1e9:g} s is not within the workload's "
+                             f"{exp.duration / 1e9:g} s"))
     param_problems = check_protocol_params(exp.protocol, hosts)
     problems += param_problems
     entry = catalogue.find(exp.protocol.name)
