@@ -32,7 +32,7 @@ from nodes.protocols.qos_common import NS_PER_S, duration_ns
 BOUND_BY_NAME = {"qos-cbr": "cbr", "qos-vbr": "vbr", "leader": "leader",
                  "timestamp-leader": "timestamp-leader"}
 # The events analysis reads; the others only count for Γ (lt - t).
-WANTED = frozenset({"send", "fnl", "net", "netrecv", "recv", "reserve", "refused", "relay",
+WANTED = frozenset({"send", "fnl", "net", "netrecv", "recv", "reserve", "relay",
                     "grant", "late", "start", "porder"})
 EPSILON_SIM_NS = 1_000  # brief §3.8: sim ε = 1 µs
 EPSILON_REAL_NS = 2_000_000  # real backends: timer lateness and processing
@@ -243,8 +243,10 @@ def qos_section(events: Events, skew_ns: float, protocol: str, params: dict[str,
     bound = bound_ns(kind, delta, gamma, theta, po, failures)
     d_meas = delta_measured(events)
     g_meas = 2 * skew_ns
+    # The node core logs every answer of admission control (`reserve` with `granted`,
+    # nodes/core.py); a protocol's own `refused` line is the same refusal seen from above.
     refused = sum(1 for evs in events.values() for e in evs
-                  if e["ev"] == "refused" or (e["ev"] == "reserve" and e.get("granted") is False))
+                  if e["ev"] == "reserve" and e.get("granted") is False)
     lat = latencies(events)
     worst = max(lat.values(), default=None)
     clocks_matter = kind in ("cbr", "vbr")

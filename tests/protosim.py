@@ -27,7 +27,8 @@ def configs(protocol: str, out: Path, *, n: int = 5, delay_ms: float = 5.0,
             matrix_ms: list[list[float]] | None = None, jitter_ms: float = 1.0,
             loss: float = 0.02, rate: float = 20.0, duration_s: float = 10.0,
             drain_s: float = 3.0, params: dict[str, Any] | None = None,
-            senders: set[int] | None = None, seed: int = 7) -> list[NodeConfig]:
+            senders: set[int] | None = None, seed: int = 7,
+            arrival: str = "poisson") -> list[NodeConfig]:
     if matrix_ms is not None:
         n = len(matrix_ms)
     names = [f"h{i + 1}" for i in range(n)]
@@ -42,7 +43,7 @@ def configs(protocol: str, out: Path, *, n: int = 5, delay_ms: float = 5.0,
             params=dict(params or {}), log_path=str(out / "nodes" / names[i] / "events.jsonl"),
             seed=seed, start_at_ns=SIM_EPOCH_NS, duration_ns=round(duration_s * 1e9),
             drain_ns=round(drain_s * 1e9),
-            workload=WorkloadConfig(senders is None or i in senders, rate, 100, "poisson"),
+            workload=WorkloadConfig(senders is None or i in senders, rate, 100, arrival),
             paths={j: PathConfig(round(d(i, j) * 1e6), round(jitter_ms * 1e6), loss=loss)
                    for j in range(n) if j != i})
         for i in range(n)

@@ -70,6 +70,9 @@ def test_bound_formulas_per_protocol_and_failures() -> None:
 
 def test_a_refused_reservation_voids_the_assumptions() -> None:
     events = two_nodes(recv_at_ms=10, skew_ms=0)
+    # the core's answer and the protocol's own line about it: one refusal
+    events["h2"].append(ev("reserve", 1, key="qos-cbr", rate_bps=1e9, granted=False,
+                           reason="over capacity"))
     events["h2"].append(ev("refused", 1, key="qos-cbr", rate_bps=1e9, reason="over capacity"))
     q = qos.qos_section(events, 0, "qos-cbr", {}, False, True)
     assert q["refused"] == 1 and not q["assumptions_hold"]

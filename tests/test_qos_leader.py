@@ -18,7 +18,10 @@ from tests import protosim
 def test_leader_total_order_within_two_delta_plus_po(tmp_path: Path, service_us: float) -> None:
     cfgs = protosim.configs("leader", tmp_path, n=4, delay_ms=10, jitter_ms=0, loss=0,
                             rate=30, duration_s=4, drain_s=1,
-                            params={"delta": 10, "rate": 50, "leader_service_us": service_us})
+                            params={"delta": 10, "rate": 50, "leader_service_us": service_us},
+                            # 004 §3.2: the application keeps to its rate (a Poisson stream
+                            # would overrun it and be policed, docs/reservations.md)
+                            arrival="constant")
     protosim.run(cfgs)
     ev = protosim.read_events(tmp_path)
     assert protosim.total_order_pairs(ev) == 0
