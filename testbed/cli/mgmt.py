@@ -68,9 +68,14 @@ def mgmt(
     [bold]testbed mgmt h2 exec testbed:type=Clock jump 50[/]
     """
     from testbed.mgmt import MgmtClient, MgmtError
+    from testbed.runplan import read_plan
 
     try:
         target = active_run(run_name, runs)
+        hosts = read_plan(target)["hosts"]
+        if host not in hosts:
+            raise LookupError(f"run {target.run_id} has no host {host!r}; its hosts are "
+                              f"{', '.join(hosts)}")
         client: MgmtClient = target.mgmt_client(host)
     except LookupError as exc:
         raise fail(str(exc)) from None

@@ -12,6 +12,7 @@ from rich.table import Table
 from testbed.backends import BackendError
 from testbed.cli.common import console, err, fail, print_paths, print_summary, spec_errors
 from testbed.rundir import DEFAULT_RUNS
+from testbed.shaping.plan import HostPlan
 from testbed.spec.loader import SpecError, load_experiment
 
 
@@ -51,39 +52,34 @@ def run(
     raise typer.Exit(0 if result.ok else 1)
 
 
-
 def print_run_plan(exp: Any, topo: Any) -> None:
-    from testbed.faults.schedule import correct_hosts, expand
+    from testbed.runplan import RunPlan
 
-    paths = topo.paths()
+    plan = RunPlan.build(exp, topo)
+    paths = plan.paths
     console.print(f"{exp.name}: {exp.protocol.name} on {len(paths.hosts)} {exp.backend} hosts, "
                   f"{exp.duration / 1e9:g} s of {exp.workload.rate:g} msgs/s per sender "
                   f"({exp.workload.arrival}), seed {exp.seed}")
-    actions = expand(exp.faults, paths.hosts, exp.duration, exp.seed)
     console.print(f"then drain {exp.drain / 1e9:g} s, up to {max(exp.drain, exp.drain_max) / 1e9:g}"
-                  f" s until quiescent among {', '.join(correct_hosts(paths.hosts, actions))}")
+                  f" s until quiescent among {', '.join(plan.correct)}")
     mgmt = exp.management
     console.print(f"transport {exp.transport}; management "
                   f"{'HTTPS' + (' (mutual TLS)' if mgmt.mutual else '') if mgmt.tls else 'HTTP'}"
                   + (f", certificates {mgmt.key}" if mgmt.tls or exp.transport == "tls" else ""))
     print_paths(paths)
-    if exp.backend in ("mininet", "docker"):
-        print_shaping_plan(topo, paths, "netem")
-    if actions:
+    if plan.shaping:
+        print_shaping_plan(plan.shaping)
+    if plan.actions:
         t = Table("at s", "action", "parameters", title="fault timeline")
-        for a in actions:
+        for a in plan.actions:
             t.add_row(f"{a.at_ns / 1e9:g}", a.op, json.dumps(a.params))
         console.print(t)
     console.print("dry run: nothing created")
 
 
-def print_shaping_plan(topo: Any, paths: Any, applier: str) -> None:
-    from testbed.backends.mininet import data_addresses
+def print_shaping_plan(plans: dict[str, HostPlan]) -> None:
     from testbed.shaping import netem
-    from testbed.shaping.plan import host_plans
 
-    for host, plan in host_plans(topo, paths, data_addresses(topo), "d0").items():
+    for host, plan in plans.items():
         print(f"# host {host}")
         print(netem.script(plan))
-
-

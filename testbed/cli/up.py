@@ -13,6 +13,7 @@ from testbed.backends import BackendError, make_backend
 from testbed.cli.common import console, fail, print_paths, spec_errors
 from testbed.cli.run import print_shaping_plan
 from testbed.rundir import DEFAULT_RUNS, RunDir
+from testbed.runplan import shaping_plans
 from testbed.spec.loader import SpecError, load_topology
 from testbed.teardown import teardown
 
@@ -51,7 +52,7 @@ def up(
         raise fail(f"`testbed up` keeps hosts running on local or mininet, not {backend}")
     if dry_run:
         if backend == "mininet":
-            print_shaping_plan(topo, paths, applier)
+            print_shaping_plan(shaping_plans(topo, paths))
         console.print(f"dry run: would start {len(paths.hosts)} {backend} hosts; nothing changed")
         return
     run_dir = RunDir.create(out, topo.name)
@@ -70,8 +71,8 @@ def up(
 
 def _up_local(run_dir: RunDir, topo: Any, topology: Path, paths: Any, protocol: str,
               transport: str = "udp", mgmt_tls: bool = False) -> None:
-    from testbed.deploy import node_configs
-    from testbed.runner import security, write_lock
+    from testbed.runner import write_lock
+    from testbed.runplan import RunPlan
     from testbed.spec.experiment import ExperimentSpec
 
     exp = ExperimentSpec.model_validate({
@@ -79,11 +80,12 @@ def _up_local(run_dir: RunDir, topo: Any, topology: Path, paths: Any, protocol: 
         "protocol": {"name": protocol}, "workload": {"senders": [], "rate": "1/s"},
         "transport": transport, "management": {"tls": mgmt_tls}})
     write_lock(run_dir, exp, topo, paths)
-    be = make_backend("local", run_dir, topo, paths)
+    plan = RunPlan.build(exp, topo)
+    be = make_backend("local", run_dir, topo, plan.paths)
     addresses = be.up()
-    be.deploy(node_configs(exp, topo, paths, addresses, run_dir.path, time.time_ns(),
-                           be.inprocess_shaping, duration_ns=0, control_port=0,
-                           **security(run_dir, exp, addresses)))
+    configs = plan.node_configs(run_dir, addresses, time.time_ns(), duration_ns=0)
+    plan.write(run_dir)
+    be.deploy(configs)
     table = Table("host", "data address", "control", title=f"{topo.name} is up")
     for host, addr in addresses.items():
         table.add_row(host, f"{addr.data}:{addr.port}", addr.control)
