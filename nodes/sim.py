@@ -5,7 +5,9 @@ dropped and paced by the same `LinkModel`, every random draw from RNGs seeded by
 and ties broken by insertion order -- so one seed gives byte-identical delivery logs.
 
 `python -m nodes.sim --config sim.json` where sim.json is
-`{"t0_ns": ..., "seed": ..., "nodes": [NodeConfig, ...]}`; prints a JSON line of statistics.
+`{"t0_ns": ..., "seed": ..., "nodes": [NodeConfig, ...]}`, optionally with the fault timeline
+`"faults": [{"t_ns", "op", "params", "fault"}, ...]` and `"faults_log"` (nodes/faults.py);
+prints a JSON line of statistics.
 """
 
 from __future__ import annotations
