@@ -12,7 +12,7 @@ from testbed.hosts.base import HostError
 from testbed.hosts.netns import NetnsHost
 
 
-@dataclass(frozen=True)
+@dataclass
 class ContainerHost(NetnsHost):
     def prefix(self) -> list[str]:
         return self.command_prefix()

@@ -12,7 +12,7 @@ from pathlib import Path
 from testbed.hosts.base import HostError
 
 
-@dataclass(frozen=True)
+@dataclass
 class LocalHost:
     name: str
 

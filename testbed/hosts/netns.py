@@ -12,7 +12,7 @@ from testbed.hosts.local import LocalHost
 from testbed.processes import is_alive
 
 
-@dataclass(frozen=True)
+@dataclass
 class NetnsHost(LocalHost):
     pid: int  # a process inside the namespace
     starttime: int | None
