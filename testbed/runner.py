@@ -91,6 +91,7 @@ def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: 
 def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> None:
     exp, virtual = plan.experiment, backend.capabilities.virtual_clock
     addresses = backend.up()
+    plan.shaping = backend.shaping() or plan.shaping  # as realised (docker renumbers)
     start = plan.start_time(time.time_ns())
     configs = plan.node_configs(run, addresses, start)
     plan.write(run)

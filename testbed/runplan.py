@@ -15,6 +15,7 @@ from testbed.backends import BackendError, Capabilities, HostAddress, backend_cl
 from testbed.deploy import node_configs, security
 from testbed.faults.schedule import Action, correct_hosts, expand
 from testbed.rundir import RunDir
+from testbed.shaping import netem
 from testbed.shaping.plan import HostPlan, host_plans
 from testbed.spec.experiment import ExperimentSpec
 from testbed.spec.topology import PathMatrix, TopologySpec
@@ -81,6 +82,8 @@ class RunPlan:
                           for h, a in self.addresses.items()},
             "faults": [{"at_ns": a.at_ns, "op": a.op, "params": a.params, "fault": a.fault}
                        for a in self.actions],
+            # The tc commands of each host's plan (what `--dry-run` prints), as applied.
+            "shaping": {h: netem.script(p).splitlines() for h, p in self.shaping.items()},
         }
 
     def write(self, run: RunDir) -> None:

@@ -50,6 +50,10 @@ def test_one_plan_serves_dry_run_and_run(backend: str, tmp_path: Path) -> None:
     written = read_plan(run)
     assert written["backend"] == backend and written["hosts"] == plan.hosts
     assert written["addresses"]["h2"]["data"] == "198.18.0.2"
+    assert bool(written["shaping"]) == (backend == "mininet")
+    if backend == "mininet":  # the tc commands --dry-run prints
+        assert any(line.startswith("tc qdisc add dev d0 root handle 1: htb")
+                   for line in written["shaping"]["h1"])
 
 
 def test_a_run_without_a_plan_is_a_lookup_error(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from nodes.faults import Controls, apply
 from testbed.faults.nemesis import Nemesis
 from testbed.faults.schedule import Action
 from testbed.rundir import RunDir
+from testbed.shaping.plan import HostPlan
 from testbed.spec.topology import PathMatrix, TopologySpec
 
 
@@ -63,6 +64,11 @@ class Backend(ABC):
     def inprocess_shaping(self) -> bool:
         """True when path delays are applied by the node transport itself."""
         return self.capabilities.inprocess_shaping
+
+    def shaping(self) -> dict[str, HostPlan]:
+        """After up(): the shaping plan each host's applier realised (none when the nodes
+        shape their own datagrams)."""
+        return {}
 
     def stats(self) -> dict[str, Any]:
         """Backend-specific figures for the console (the simulator's event rate)."""
