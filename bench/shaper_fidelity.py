@@ -35,8 +35,8 @@ from scipy.stats import binom
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from testbed.hosts.netns import NetnsHost  # noqa: E402
 from testbed.rundir import RunDir  # noqa: E402
-from testbed.shaping.hostns import HostNs  # noqa: E402
 from testbed.shaping.plan import HostPlan, with_path  # noqa: E402
 from testbed.shaping.userspace import UserspaceApplier  # noqa: E402
 from testbed.spec.topology import Path as PathSpec  # noqa: E402
@@ -52,7 +52,7 @@ RT_SENDER_MAX_PPS = 2000
 TARGET_MAX_PPS = 2000
 
 
-def one_way(src: HostNs, dst: HostNs, rate: int, count: int) -> dict[int, float]:
+def one_way(src: NetnsHost, dst: NetnsHost, rate: int, count: int) -> dict[int, float]:
     """seq -> one-way delay in ms for every datagram that arrived."""
     out = Path(f"/tmp/tb-owd-{time.time_ns()}.txt")
     rx = subprocess.Popen([*dst.prefix(), sys.executable, PROBE, "recv", "--addr", DST,
@@ -78,7 +78,7 @@ def quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * q))]
 
 
-def case(applier: UserspaceApplier, a: HostNs, b: HostNs, plan: HostPlan, delay: float,
+def case(applier: UserspaceApplier, a: NetnsHost, b: NetnsHost, plan: HostPlan, delay: float,
          jitter: float, loss: float, rate: int, scale: float) -> dict[str, Any]:
     new = with_path(plan, "b", PathSpec(int(delay * 1e6), int(jitter * 1e6), "normal", loss))
     applier.change(a, new, new.class_for("b"))

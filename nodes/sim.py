@@ -5,7 +5,9 @@ dropped and paced by the same `LinkModel`, every random draw from RNGs seeded by
 and ties broken by insertion order -- so one seed gives byte-identical delivery logs.
 
 `python -m nodes.sim --config sim.json` where sim.json is
-`{"t0_ns": ..., "seed": ..., "nodes": [NodeConfig, ...]}`; prints a JSON line of statistics.
+`{"t0_ns": ..., "seed": ..., "nodes": [NodeConfig, ...]}`, optionally with the fault timeline
+`"faults": [{"t_ns", "op", "params", "fault"}, ...]` and `"faults_log"` (nodes/faults.py);
+prints a JSON line of statistics.
 """
 
 from __future__ import annotations
@@ -25,6 +27,16 @@ from typing import Any
 
 from nodes.config import SIM_EPOCH_NS, NodeConfig, PathConfig
 from nodes.core import NodeCore, Output
+from nodes.faults import (
+    Controls,
+    FaultHistory,
+    Management,
+    Primitive,
+    SetClock,
+    SetPath,
+    apply,
+    primitive,
+)
 from nodes.linkmodel import LinkModel
 from nodes.quiescence import drain_record, undelivered
 from nodes.wire import MsgType
@@ -92,7 +104,7 @@ class Simulator:
         self.down: set[int] = set()
         self.paused: set[int] = set()
         self.held: dict[int, list[tuple[Any, ...]]] = {nid: [] for nid in self.cores}
-        self.history: Path | None = None
+        self.history: FaultHistory | None = None
         self.by_name = {c.name: c.node_id for c in configs}
         self.others = {n: tuple(d for d in self.cores if d != n) for n in self.cores}
         self._fanout: dict[int, tuple[tuple[int, LinkModel | None], ...]] = {}
@@ -368,90 +380,99 @@ class Simulator:
                     continue
                 self._push(at + transit, ARRIVE, d, msg, size)
 
-    # -- faults (the timeline from testbed/faults/schedule.py) --------------------------------
+    # -- faults (the timeline from testbed/faults/schedule.py, typed by nodes/faults.py) ------
     def schedule_faults(self, faults: list[dict[str, Any]], history: Path) -> None:
-        self.history = history
+        """`faults`: sim.json entries `{"t_ns", "op", "params", "fault"}`."""
+        self.history = FaultHistory(history)
         for f in faults:
-            self.at(f["t_ns"], partial(self._fault, f))
+            self.at(f["t_ns"], partial(self.apply_fault, primitive(f["op"], f["params"]),
+                                       f.get("fault", 0)))
 
-    def _fault(self, f: dict[str, Any]) -> None:
-        op, p = f["op"], f["params"]
-        cores = self.cores
-        measured: dict[str, Any] = {}
-        if op == "block":
-            for src, dst in p["cuts"]:
-                cores[self.by_name[src]].blocked_out.add(self.by_name[dst])
-            measured["blocked_to"] = {c.cfg.name: sorted(c.names[d] for d in c.blocked_out)
-                                      for c in cores.values()}
-        elif op == "heal":
-            measured["suspected_before_heal"] = {
-                c.cfg.name: "down" if n in self.down else sorted(c.names[m]
-                                                                 for m in c.fd.suspected)
-                for n, c in cores.items()}
-            for c in cores.values():
-                c.blocked_out.clear()
-        elif op in ("crash", "restart", "pause", "resume"):
-            measured = self._host_fault(op, self.by_name[p["host"]])
-        elif op == "clock":
-            clock = cores[self.by_name[p["host"]]].clock
-            if "jump_ns" in p:
-                clock.jump(p["jump_ns"])
-            elif "offset_ns" in p:
-                clock.offset_ns = p["offset_ns"]
-            else:
-                clock.set_drift(self.now, p["drift_ppm"])
-            measured["clock"] = {"OffsetMs": clock.offset_ns / 1e6, "DriftPpm": clock.drift_ppm}
-        elif op == "path":
-            a, b = (self.by_name[h] for h in p["between"])
-            for src, dst in ((a, b), (b, a)):
-                base = self.configs[src].paths.get(dst, PathConfig())
-                link = self.links.setdefault(
-                    (src, dst), LinkModel(base, random.Random(f"{self.seed}:{src}:{dst}:f")))
-                self._refanout()
-                link.path = base if p.get("reset") else replace(
-                    link.path, **{k: p[k] for k in ("delay_ns", "jitter_ns", "loss") if k in p})
-            measured["paths"] = {
-                self.configs[x].name: {"delay_ms": self.links[(x, y)].path.delay_ns / 1e6,
-                                       "jitter_ms": self.links[(x, y)].path.jitter_ns / 1e6,
-                                       "loss": self.links[(x, y)].path.loss}
-                for x, y in ((a, b), (b, a))}
-        elif op == "mgmt":
-            measured = self._mgmt(cores[self.by_name[p["host"]]], p)
+    def apply_fault(self, fault: Primitive, index: int = 0) -> None:
+        """The simulator is all three controls: process, network and node."""
+        measured = apply(Controls(process=self, network=self, node=self), fault)
         if self.history is not None:
-            with self.history.open("a", encoding="utf-8") as out:
-                out.write(json.dumps({"t": self.now, **f["record"], "measured": measured})
-                          + "\n")
+            self.history.append(fault, self.now, measured, index)
 
-    def _host_fault(self, op: str, nid: int) -> dict[str, Any]:
-        core = self.cores[nid]
-        if op == "crash":
-            self.down.add(nid)
-            self.paused.discard(nid)
-            self.held[nid].clear()
-            core.log.close()
-            return {"alive": False}
-        if op == "restart":
-            if nid not in self.down:
-                return {"alive": True, "note": "was not down"}
-            self.down.discard(nid)
-            self.epoch[nid] += 1
-            cfg = replace(self.configs[nid], incarnation=self.configs[nid].incarnation + 1)
-            self.configs[nid] = cfg
-            fresh = self._core(cfg)
-            self.cores[nid] = fresh
-            self._apply(nid, fresh.start(self.now))
-            if cfg.workload.send and cfg.workload.rate > 0:
-                gaps = intervals(cfg.workload, workload_rng(cfg.seed * 1000 + cfg.incarnation,
-                                                            nid))
-                fresh.arrivals = gaps
-                for at, rates, _ in cfg.workload.rate_changes:  # the app's rate by now
-                    if cfg.start_at_ns + at <= self.now:
-                        gaps.renegotiate(rates)
-                self._schedule_broadcast(nid, self.now, gaps)
-            return {"alive": True, "incarnation": cfg.incarnation}
-        if op == "pause":
-            self.paused.add(nid)
-            return {"state": "T"}
+    # network control
+    def block(self, cuts: list[tuple[str, str]]) -> dict[str, Any]:
+        for src, dst in cuts:
+            self.cores[self.by_name[src]].blocked_out.add(self.by_name[dst])
+        return {"blocked_to": {c.cfg.name: sorted(c.names[d] for d in c.blocked_out)
+                               for c in self.cores.values()}}
+
+    def heal(self) -> dict[str, Any]:
+        suspected = {c.cfg.name: "down" if n in self.down else sorted(c.names[m]
+                                                                     for m in c.fd.suspected)
+                     for n, c in self.cores.items()}
+        for c in self.cores.values():
+            c.blocked_out.clear()
+        return {"suspected_before_heal": suspected}
+
+    def set_path(self, fault: SetPath) -> dict[str, Any]:
+        a, b = (self.by_name[h] for h in fault.between)
+        for src, dst in ((a, b), (b, a)):
+            base = self.configs[src].paths.get(dst, PathConfig())
+            link = self.links.setdefault(
+                (src, dst), LinkModel(base, random.Random(f"{self.seed}:{src}:{dst}:f")))
+            self._refanout()
+            link.path = base if fault.reset else replace(link.path, **fault.changes())
+        return {"paths": {
+            self.configs[x].name: {"delay_ms": self.links[(x, y)].path.delay_ns / 1e6,
+                                   "jitter_ms": self.links[(x, y)].path.jitter_ns / 1e6,
+                                   "loss": self.links[(x, y)].path.loss}
+            for x, y in ((a, b), (b, a))}}
+
+    # node control
+    def set_clock(self, fault: SetClock) -> dict[str, Any]:
+        clock = self.cores[self.by_name[fault.host]].clock
+        if fault.jump_ns is not None:
+            clock.jump(fault.jump_ns)
+        elif fault.offset_ns is not None:
+            clock.offset_ns = fault.offset_ns
+        else:
+            assert fault.drift_ppm is not None
+            clock.set_drift(self.now, fault.drift_ppm)
+        return {"clock": {"OffsetMs": clock.offset_ns / 1e6, "DriftPpm": clock.drift_ppm}}
+
+    def management(self, fault: Management) -> dict[str, Any]:
+        return self._mgmt(self.cores[self.by_name[fault.host]], fault)
+
+    # process control
+    def crash(self, host: str) -> dict[str, Any]:
+        nid = self.by_name[host]
+        self.down.add(nid)
+        self.paused.discard(nid)
+        self.held[nid].clear()
+        self.cores[nid].log.close()
+        return {"alive": False}
+
+    def restart(self, host: str) -> dict[str, Any]:
+        nid = self.by_name[host]
+        if nid not in self.down:
+            return {"alive": True, "note": "was not down"}
+        self.down.discard(nid)
+        self.epoch[nid] += 1
+        cfg = replace(self.configs[nid], incarnation=self.configs[nid].incarnation + 1)
+        self.configs[nid] = cfg
+        fresh = self._core(cfg)
+        self.cores[nid] = fresh
+        self._apply(nid, fresh.start(self.now))
+        if cfg.workload.send and cfg.workload.rate > 0:
+            gaps = intervals(cfg.workload, workload_rng(cfg.seed * 1000 + cfg.incarnation, nid))
+            fresh.arrivals = gaps
+            for at, rates, _ in cfg.workload.rate_changes:  # the app's rate by now
+                if cfg.start_at_ns + at <= self.now:
+                    gaps.renegotiate(rates)
+            self._schedule_broadcast(nid, self.now, gaps)
+        return {"alive": True, "incarnation": cfg.incarnation}
+
+    def pause(self, host: str) -> dict[str, Any]:
+        self.paused.add(self.by_name[host])
+        return {"state": "T"}
+
+    def resume(self, host: str) -> dict[str, Any]:
+        nid = self.by_name[host]
         self.paused.discard(nid)
         held, self.held[nid] = self.held[nid], []
         for entry in held:
@@ -459,7 +480,7 @@ class Simulator:
             self._put((self.now, self._counter, *entry[2:]))
         return {"state": "S", "released": len(held)}
 
-    def _mgmt(self, core: NodeCore, p: dict[str, Any]) -> dict[str, Any]:
+    def _mgmt(self, core: NodeCore, fault: Management) -> dict[str, Any]:
         """Management requests answered in-process by the node's own MBeans."""
         from nodes.management.jolokia import Jolokia
         from nodes.management.node_mbeans import build_node_registry
@@ -467,12 +488,12 @@ class Simulator:
         nid = core.cfg.node_id
         jolokia = Jolokia(build_node_registry(core, true_now=lambda: self.now,
                                               apply=lambda out: self._apply(nid, out)))
-        if p.get("write"):
-            return {"old": {k: jolokia.handle({"type": "write", "mbean": p["mbean"],
+        if fault.write:
+            return {"old": {k: jolokia.handle({"type": "write", "mbean": fault.mbean,
                                                "attribute": k, "value": v}).get("value")
-                            for k, v in p["write"].items()}}
-        op, *args = p["exec"]
-        reply = jolokia.handle({"type": "exec", "mbean": p["mbean"], "operation": op,
+                            for k, v in fault.write.items()}}
+        op, *args = fault.exec or ()
+        reply = jolokia.handle({"type": "exec", "mbean": fault.mbean, "operation": op,
                                 "arguments": args})
         return {"value": reply.get("value"), "status": reply.get("status"),
                 **({"error": reply["error"]} if "error" in reply else {})}

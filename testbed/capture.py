@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from testbed.hosts.netns import NetnsHost
 from testbed.processes import spawn, stop_pid
 from testbed.rundir import RunDir
-from testbed.shaping.hostns import HostNs
 
 PCAP_MAGICS = {0xA1B2C3D4: 1_000, 0xA1B23C4D: 1}  # microsecond / nanosecond pcaps -> ns factor
 
@@ -71,7 +71,7 @@ class Capture:
         self.dir = run.path / "pcaps"
         self.procs: dict[str, tuple[int, int | None, str]] = {}
 
-    def start(self, ns: HostNs, iface: str) -> None:
+    def start(self, ns: NetnsHost, iface: str) -> None:
         self.dir.mkdir(exist_ok=True)
         out = self.dir / f"{ns.name}-{iface}.pcap"
         proc = spawn(self.run.journal, self.run.run_id, f"tcpdump:{ns.name}",

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from nodes.config import ClockConfig, Member, NodeConfig, PathConfig, WorkloadConfig
 from testbed.backends.base import HostAddress
+from testbed.rundir import RunDir
 from testbed.spec.experiment import ExperimentSpec
 from testbed.spec.topology import PathMatrix, TopologySpec
 
@@ -87,3 +89,25 @@ def workload_config(exp: ExperimentSpec, send: bool) -> WorkloadConfig:
         avg=w.avg or 0.0, max_burst=w.max_burst or 0,
         rate_changes=[(c.at, c.rates(), c.renegotiate) for c in w.schedule],
         reserve_bps=float(w.reserve or 0))
+
+
+def security(run: RunDir, exp: ExperimentSpec, addresses: dict[str, HostAddress],
+             is_sim: bool = False) -> dict[str, Any]:
+    """The run's credentials for node_configs: management token and Basic login, the
+    udp-aead key, and for TLS (management or transport) the run's CA and node certificates
+    (with the orchestrator's client certificate for mutual TLS)."""
+    out: dict[str, Any] = {"mgmt_token": run.token, "mgmt_basic": run.basic_auth}
+    if exp.transport == "udp-aead":
+        out["transport_key"] = run.transport_key
+    if (exp.management.tls or exp.transport == "tls") and not is_sim:
+        from testbed.certs import make_run_certs
+
+        made = make_run_certs(run.path, run.run_id,
+                              {h: sorted({a.control, a.data}) for h, a in addresses.items()},
+                              exp.management.key)
+        if exp.management.mutual:  # the client certificate of testbed mgmt and faults
+            make_run_certs(run.path, run.run_id, {"orchestrator": []}, exp.management.key)
+        out["certs"] = {h: (c.cert_pem, c.key_pem) for h, c in made.items()}
+        out["ca_pem"] = (run.path / "certs" / "ca.pem").read_text()
+        run.journal.append("certs", hosts=sorted(made), key=exp.management.key)
+    return out

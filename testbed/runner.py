@@ -16,22 +16,13 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from nodes.config import SIM_EPOCH_NS
 from testbed.backends import Backend, BackendError, make_backend
-from testbed.backends.base import HostAddress
-from testbed.backends.sim import SimBackend
-from testbed.deploy import node_configs
 from testbed.drain import DrainWatch
-from testbed.faults.schedule import correct_hosts, expand
 from testbed.rundir import RunDir
+from testbed.runplan import LOCAL_STARTUP_NS, RunPlan
 from testbed.spec.experiment import ExperimentSpec
 from testbed.spec.topology import PathMatrix, TopologySpec
 from testbed.teardown import teardown
-
-CAPTURING_BACKENDS = ("mininet", "docker")
-# Time for node processes to start, bind and arm timers before the workload begins.
-LOCAL_STARTUP_NS = 1_500_000_000
-SIM_STARTUP_NS = 500_000_000
 
 
 @dataclass
@@ -72,22 +63,22 @@ def write_lock(run: RunDir, exp: ExperimentSpec, topo: TopologySpec, paths: Path
 
 def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: Console,
                    master: str | None = None, analyze: bool = True) -> RunResult:
-    paths = topo.paths()
+    plan = RunPlan.build(exp, topo)
     run = RunDir.create(out, exp.name)
-    write_lock(run, exp, topo, paths)
+    write_lock(run, exp, topo, plan.paths)
     run.journal.append("begin", experiment=exp.name, backend=exp.backend)
     console.print(f"run directory [bold]{run.path}[/]")
     options: dict[str, Any] = {"seed": exp.seed}
-    if exp.backend in CAPTURING_BACKENDS:
+    if plan.capabilities.capture:
         from testbed.capture import CaptureOptions
 
         # Backends with real interfaces capture unless the spec says `pcap: false`.
         wanted = exp.capture.pcap if "pcap" in exp.capture.model_fields_set else True
         options["capture"] = CaptureOptions(exp.capture.snaplen, exp.capture.rotate_mb,
                                             exp.capture.rotate_s) if wanted else None
-    backend = make_backend(exp.backend, run, topo, paths, **options)
+    backend = make_backend(exp.backend, run, topo, plan.paths, **options)
     try:
-        _execute(exp, topo, paths, run, backend, console)
+        _execute(plan, run, backend, console)
         backend.collect()
     finally:
         backend.down()
@@ -97,46 +88,22 @@ def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: 
     return analyze_run(run, exp.expect, console, master)
 
 
-def security(run: RunDir, exp: ExperimentSpec, addresses: dict[str, HostAddress],
-             is_sim: bool = False) -> dict[str, Any]:
-    """The run's credentials for node_configs: management token and Basic login, the
-    udp-aead key, and for TLS (management or transport) the run's CA and node certificates
-    (with the orchestrator's client certificate for mutual TLS)."""
-    out: dict[str, Any] = {"mgmt_token": run.token, "mgmt_basic": run.basic_auth}
-    if exp.transport == "udp-aead":
-        out["transport_key"] = run.transport_key
-    if (exp.management.tls or exp.transport == "tls") and not is_sim:
-        from testbed.certs import make_run_certs
-
-        made = make_run_certs(run.path, run.run_id,
-                              {h: sorted({a.control, a.data}) for h, a in addresses.items()},
-                              exp.management.key)
-        if exp.management.mutual:  # the client certificate of testbed mgmt and faults
-            make_run_certs(run.path, run.run_id, {"orchestrator": []}, exp.management.key)
-        out["certs"] = {h: (c.cert_pem, c.key_pem) for h, c in made.items()}
-        out["ca_pem"] = (run.path / "certs" / "ca.pem").read_text()
-        run.journal.append("certs", hosts=sorted(made), key=exp.management.key)
-    return out
-
-
-def _execute(exp: ExperimentSpec, topo: TopologySpec, paths: PathMatrix, run: RunDir,
-             backend: Backend, console: Console) -> None:
+def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> None:
+    exp, virtual = plan.experiment, backend.capabilities.virtual_clock
     addresses = backend.up()
-    is_sim = isinstance(backend, SimBackend)
-    start = SIM_EPOCH_NS + SIM_STARTUP_NS if is_sim else time.time_ns() + LOCAL_STARTUP_NS
-    configs = node_configs(exp, topo, paths, addresses, run.path, start,
-                           backend.inprocess_shaping, control_port=None if is_sim else 0,
-                           **security(run, exp, addresses, is_sim))
-    actions = expand(exp.faults, paths.hosts, exp.duration, exp.seed)
-    backend.schedule_faults(actions, start)
+    plan.shaping = backend.shaping() or plan.shaping  # as realised (docker renumbers)
+    start = plan.start_time(time.time_ns())
+    configs = plan.node_configs(run, addresses, start)
+    plan.write(run)
+    backend.schedule_faults(plan.actions, start)
     backend.deploy(configs)
     backend.start_faults()
     # Real nodes are watched during the drain and stopped once quiescent; the simulator does
     # the same in virtual time and writes drain.json itself.
-    watch = None if is_sim else DrainWatch(run, paths.hosts, correct_hosts(paths.hosts, actions),
-                                           start + exp.duration, exp.drain, exp.drain_max)
+    watch = None if virtual else DrainWatch(run, plan.hosts, plan.correct,
+                                            start + exp.duration, exp.drain, exp.drain_max)
     cap_s = (exp.duration + max(exp.drain, exp.drain_max)) / 1e9
-    total_s = (exp.duration + exp.drain) / 1e9 + (0 if is_sim else LOCAL_STARTUP_NS / 1e9)
+    total_s = (exp.duration + exp.drain) / 1e9 + (0 if virtual else LOCAL_STARTUP_NS / 1e9)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn(),
                   console=console, transient=True) as progress:
         label = f"{exp.backend}: {exp.name}"
@@ -154,8 +121,8 @@ def _execute(exp: ExperimentSpec, topo: TopologySpec, paths: PathMatrix, run: Ru
         watch.write()
     for problem in backend.stop_faults():
         console.print(f"[yellow]fault not applied:[/] {problem}")
-    if is_sim:
-        stats = backend.stats()  # type: ignore[attr-defined]
+    if virtual:
+        stats = backend.stats()
         console.print(f"simulated {stats.get('virtual_s', 0):.1f} s: "
                       f"{stats.get('events', 0)} events at {stats.get('events_per_s', 0)}/s")
 

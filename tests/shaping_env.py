@@ -1,5 +1,5 @@
 """Scratch network namespaces for root tests: named `tbt<hex><n>`, joined by veths on one
-bridge-less pair or star, each held by a `sleep` so HostNs can enter it; removed on exit."""
+bridge-less pair or star, each held by a `sleep` so NetnsHost can enter it; removed on exit."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from contextlib import contextmanager
 
 import pytest
 
+from testbed.hosts.netns import NetnsHost
 from testbed.processes import start_time
-from testbed.shaping.hostns import HostNs
 
 IN_CI = os.environ.get("CI") == "true"
 root_only = pytest.mark.skipif(os.geteuid() != 0 and not IN_CI, reason="needs root")
@@ -24,7 +24,7 @@ def sh(*argv: str) -> None:
 
 @contextmanager
 def two_hosts(addr_a: str = "198.18.200.1", addr_b: str = "198.18.200.2"
-              ) -> Iterator[tuple[HostNs, HostNs]]:
+              ) -> Iterator[tuple[NetnsHost, NetnsHost]]:
     tag = f"tbt{secrets.token_hex(3)}"
     names = [f"{tag}a", f"{tag}b"]
     holders: list[subprocess.Popen[bytes]] = []
@@ -40,7 +40,8 @@ def two_hosts(addr_a: str = "198.18.200.1", addr_b: str = "198.18.200.2"
             sh("ip", "-n", n, "link", "set", "lo", "up")
             holders.append(subprocess.Popen(["ip", "netns", "exec", n, "sleep", "3600"]))
         pids = [h.pid for h in holders]
-        yield (HostNs("a", pids[0], start_time(pids[0])), HostNs("b", pids[1], start_time(pids[1])))
+        yield (NetnsHost("a", pids[0], start_time(pids[0])),
+               NetnsHost("b", pids[1], start_time(pids[1])))
     finally:
         for h in holders:
             h.kill()

@@ -20,8 +20,7 @@ import pytest
 from nodes.config import PathConfig
 from nodes.linkmodel import LinkModel
 from nodes.wire import Flag
-from testbed.shaping import netem
-from testbed.shaping.hostns import ShapingError
+from testbed.shaping import ShapingError, netem
 from testbed.shaping.plan import host_plans
 from testbed.shaping.userspace_daemon import Lane, flip_bit
 from testbed.spec.topology import TopologySpec

@@ -349,7 +349,7 @@ def test_a_restart_faster_than_the_failure_detector_rejoins_by_join(tmp_path: Pa
     logged twice) and delivers on in the new primary view."""
     def before(sim: Simulator) -> None:
         def fault(op: str) -> Callable[[], None]:
-            return lambda: None if sim._host_fault(op, 2) else None
+            return lambda: None if getattr(sim, op)(sim.configs[2].name) else None
         sim.at(SIM_EPOCH_NS + 3 * S, fault("crash"))
         sim.at(SIM_EPOCH_NS + 3 * S + S // 10, fault("restart"))
 

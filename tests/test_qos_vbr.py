@@ -59,7 +59,7 @@ def simulate(cfgs: list[NodeConfig], links: type[LinkModel] | None = None) -> Si
 def host_fault(sim: Simulator, op: str, nid: int) -> Callable[[], None]:
     """A crash or restart for `Simulator.at`, as the fault timeline applies it."""
     def apply() -> None:
-        sim._host_fault(op, nid)
+        getattr(sim, op)(sim.configs[nid].name)  # the process control of nodes/faults.py
     return apply
 
 

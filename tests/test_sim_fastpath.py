@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from nodes.config import SIM_EPOCH_NS, Member, NodeConfig, PathConfig, WorkloadConfig
+from nodes.faults import SetPath
 from nodes.linkmodel import LinkModel
 from nodes.sim import Simulator
 
@@ -36,9 +37,8 @@ def run(out: Path, inlined: bool) -> dict[str, bytes]:
     if not inlined:
         for link in sim.links.values():
             link.plain = None  # every datagram through LinkModel.transit
-    sim.at(SIM_EPOCH_NS + 6 * 10**8, lambda: sim._fault(
-        {"op": "path", "params": {"between": ["a", "c"], "delay_ns": 9_000_000,
-                                  "jitter_ns": 4_000_000}, "record": {}}))
+    sim.at(SIM_EPOCH_NS + 6 * 10**8, lambda: sim.apply_fault(
+        SetPath(("a", "c"), delay_ns=9_000_000, jitter_ns=4_000_000)))
     stats = sim.run(SIM_EPOCH_NS + 25 * 10**8)
     assert stats.lost > 0 and stats.datagrams > 1000
     return {p.parent.name: p.read_bytes() for p in sorted(out.glob("*/events.jsonl"))}

@@ -212,20 +212,20 @@ def test_a_node_with_another_cas_certificate_is_refused_on_mininet_and_reported(
     from rich.console import Console
 
     from analysis.job import transport_section
-    from testbed import runner
+    from testbed import runner, runplan
     from testbed.spec.loader import load_experiment
 
     exp_path = quickstart_on_mininet(tmp_path, "4s", "transport: tls\ndrain_max: 4s\n"
                                      "capture: {pcap: false}\n")
     rogue = make_run_certs(tmp_path / "other", "r2", {"h4": []})["h4"]
-    real_security = runner.security
+    real_security = runplan.security
 
     def with_rogue_h4(*args: Any, **kwargs: Any) -> dict[str, Any]:
         out = real_security(*args, **kwargs)
         out["certs"]["h4"] = (rogue.cert_pem, rogue.key_pem)  # same name, another CA
         return out
 
-    monkeypatch.setattr(runner, "security", with_rogue_h4)
+    monkeypatch.setattr(runplan, "security", with_rogue_h4)
     exp, topo = load_experiment(exp_path)
     console = Console(file=io.StringIO(), width=120)
     result = runner.run_experiment(exp, topo, tmp_path / "runs", console, analyze=False)

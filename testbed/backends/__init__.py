@@ -4,11 +4,34 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed.backends.base import Backend, BackendError, HostAddress
+from testbed.backends.base import Backend, BackendError, Capabilities, HostAddress
 from testbed.rundir import RunDir
 from testbed.spec.topology import PathMatrix, TopologySpec
 
-__all__ = ["Backend", "BackendError", "HostAddress", "make_backend"]
+__all__ = ["Backend", "BackendError", "Capabilities", "HostAddress", "backend_class",
+           "make_backend"]
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The class of a backend by its spec name (imported only when asked for)."""
+    if name == "sim":
+        from testbed.backends.sim import SimBackend
+
+        return SimBackend
+    if name == "local":
+        from testbed.backends.local import LocalBackend
+
+        return LocalBackend
+    if name == "mininet":
+        from testbed.backends.mininet import MininetBackend
+
+        return MininetBackend
+    if name == "docker":
+        from testbed.backends.docker import DockerBackend
+
+        return DockerBackend
+    raise BackendError(f"the {name} backend is not available yet; use --backend local, sim, "
+                       "mininet or docker")
 
 
 def make_backend(name: str, run: RunDir, topology: TopologySpec, paths: PathMatrix,
@@ -16,21 +39,5 @@ def make_backend(name: str, run: RunDir, topology: TopologySpec, paths: PathMatr
     """`options` reach backends that take them (mininet and docker: applier="auto"|"netem"|
     "userspace", capture=CaptureOptions(...) or None, seed=int; docker also image=str,
     cpus=float, memory="512m"); others ignore them."""
-    if name == "sim":
-        from testbed.backends.sim import SimBackend
-
-        return SimBackend(run, topology, paths)
-    if name == "local":
-        from testbed.backends.local import LocalBackend
-
-        return LocalBackend(run, topology, paths)
-    if name == "mininet":
-        from testbed.backends.mininet import MininetBackend
-
-        return MininetBackend(run, topology, paths, **options)
-    if name == "docker":
-        from testbed.backends.docker import DockerBackend
-
-        return DockerBackend(run, topology, paths, **options)
-    raise BackendError(f"the {name} backend is not available yet; use --backend local, sim, "
-                       "mininet or docker")
+    cls = backend_class(name)
+    return cls(run, topology, paths, **options) if cls.takes_options else cls(run, topology, paths)

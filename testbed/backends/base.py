@@ -9,14 +9,34 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodes.config import NodeConfig
+from nodes.faults import Controls, apply
 from testbed.faults.nemesis import Nemesis
 from testbed.faults.schedule import Action
 from testbed.rundir import RunDir
+from testbed.shaping.plan import HostPlan
 from testbed.spec.topology import PathMatrix, TopologySpec
 
 
 class BackendError(Exception):
     """A backend cannot do what was asked; the message is one sentence for the user."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend does itself, so that the runner asks instead of testing its type.
+
+    virtual_clock: nodes run in virtual time from SIM_EPOCH_NS inside the backend, which also
+      applies the fault timeline and the drain there (sim); else the wall clock, with the
+      runner's nemesis thread and drain watch.
+    inprocess_shaping: the node transport applies path delays itself (the inprocess applier).
+    capture: tcpdump on the hosts' data interfaces (`capture:` in the experiment).
+    management: nodes serve the management endpoint on their control address.
+    """
+
+    virtual_clock: bool = False
+    inprocess_shaping: bool = True
+    capture: bool = False
+    management: bool = True
 
 
 @dataclass(frozen=True)
@@ -28,13 +48,31 @@ class HostAddress:
 
 class Backend(ABC):
     name: str
-    #: True when path delays are applied by the node transport itself (inprocess applier)
-    inprocess_shaping: bool = True
+    capabilities: Capabilities = Capabilities()
+    #: the constructor takes make_backend's options (applier, capture, seed, ...)
+    takes_options: bool = False
+    #: process, network and node control: how this backend applies typed faults
+    #: (nodes/faults.py); None for a backend that applies its timeline itself (sim)
+    controls: Controls | None = None
 
     def __init__(self, run: RunDir, topology: TopologySpec, paths: PathMatrix):
         self.run = run
         self.topology = topology
         self.paths = paths
+
+    @property
+    def inprocess_shaping(self) -> bool:
+        """True when path delays are applied by the node transport itself."""
+        return self.capabilities.inprocess_shaping
+
+    def shaping(self) -> dict[str, HostPlan]:
+        """After up(): the shaping plan each host's applier realised (none when the nodes
+        shape their own datagrams)."""
+        return {}
+
+    def stats(self) -> dict[str, Any]:
+        """Backend-specific figures for the console (the simulator's event rate)."""
+        return {}
 
     @abstractmethod
     def up(self) -> dict[str, HostAddress]:
@@ -53,7 +91,10 @@ class Backend(ABC):
 
     def fault(self, action: Action) -> dict[str, Any]:
         """Apply one primitive of the fault timeline; return what was measured afterwards."""
-        raise BackendError(f"the {self.name} backend does not inject {action.op} faults yet")
+        if self.controls is None:
+            raise BackendError(f"the {self.name} backend does not inject {action.op} faults "
+                               "in real time")
+        return apply(self.controls, action.primitive())
 
     def schedule_faults(self, actions: list[Action], start_at_ns: int) -> None:
         """Take the fault timeline (before deploy)."""

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -35,23 +34,24 @@ from typing import Any
 from rich.console import Console
 
 from nodes.config import NodeConfig
-from testbed.backends.base import BackendError, HostAddress
+from nodes.faults import Controls
+from testbed.backends.base import BackendError, Capabilities, HostAddress
+from testbed.backends.bridges import allow_bridged
 from testbed.backends.docker_net import (
     CONTROL,
     DATA,
     LABEL,
-    ContainerNs,
     data_addresses,
     pick_subnets,
 )
-from testbed.backends.mininet import allow_bridged
 from testbed.backends.reservations import reservations_as_htb
 from testbed.backends.shaped import ShapedHosts
 from testbed.capture import Capture, CaptureOptions
 from testbed.engine import LOG as ENGINE_LOG
 from testbed.engine import EngineError, client, ensure_engine, short
 from testbed.faults.nodeside import NodeSideFaults
-from testbed.faults.schedule import Action
+from testbed.hosts.base import HostError
+from testbed.hosts.container import ContainerHost
 from testbed.images import ImageError, build, expected_tag, image_id, record_in_lock
 from testbed.processes import start_time
 from testbed.rundir import RunDir
@@ -68,7 +68,8 @@ START_WORKERS = 8
 
 class DockerBackend(ShapedHosts):
     name = "docker"
-    inprocess_shaping = False
+    capabilities = Capabilities(inprocess_shaping=False, capture=True)
+    takes_options = True
 
     def __init__(self, run: RunDir, topology: TopologySpec, paths: PathMatrix,
                  applier: str = "auto", capture: CaptureOptions | None = CaptureOptions(),
@@ -80,13 +81,16 @@ class DockerBackend(ShapedHosts):
         self.image = image
         self.cpus, self.memory = cpus, memory
         self.prefix = f"tb-{run.run_id}"
-        self.ns: dict[str, ContainerNs] = {}
+        self.ns: dict[str, ContainerHost] = {}
         self.nodes: dict[str, str] = {}  # host -> node container id
         self.plans: dict[str, HostPlan] = {}
         self.addresses: dict[str, HostAddress] = {}
         self.configs: dict[str, NodeConfig] = {}
         self.crashed: set[str] = set()
         self.node_side = NodeSideFaults(run, paths.hosts, lambda h: h not in self.crashed)
+        # Crash, restart and pause act on the node container; partitions and link changes on
+        # the sandbox's namespace (ShapedHosts); clocks and management through the node.
+        self.controls = Controls(process=self, network=self, node=self.node_side)
         self.docker: Any = None
 
     # -- up -----------------------------------------------------------------------------------
@@ -147,7 +151,10 @@ class DockerBackend(ShapedHosts):
         with ThreadPoolExecutor(START_WORKERS) as pool:
             list(pool.map(lambda ih: self._host(ih[1], data_ip[ih[1]], str(ctl_ips[ih[0]])),
                           enumerate(self.paths.hosts)))
-        data_dev = {h: self.ns[h].dev_of(self.addresses[h].data) for h in self.paths.hosts}
+        try:
+            data_dev = {h: self.ns[h].dev_of(self.addresses[h].data) for h in self.paths.hosts}
+        except HostError as exc:
+            raise BackendError(str(exc)) from None
         plans = host_plans(self.topology, self.paths, data_ip, "eth0")
         applier = make_applier(self.applier_name, self.run, self.seed)
         self.applier = applier
@@ -177,7 +184,7 @@ class DockerBackend(ShapedHosts):
         api.connect_container_to_network(cid, self._net(CONTROL), ipv4_address=ctl_ip)
         api.start(cid)
         pid = int(api.inspect_container(cid)["State"]["Pid"])
-        self.ns[host] = ContainerNs(host, pid, start_time(pid))
+        self.ns[host] = ContainerHost(host, pid, start_time(pid))
         self.addresses[host] = HostAddress(data_ip, DATA_PORT, ctl_ip)
         self.nodes[host] = self._create_node(host, cid)
 
@@ -281,38 +288,35 @@ class DockerBackend(ShapedHosts):
                 out[host] = int(st["ExitCode"])
         return out
 
-    def exec(self, host: str, argv: list[str]) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run(["nsenter", "-t", str(self.ns[host].pid), "-n", *argv],
-                              capture_output=True, timeout=60)
+    # -- process control (nodes/faults.py) ----------------------------------------------------
+    def crash(self, host: str) -> dict[str, Any]:
+        api, cid = self.docker.api, self.nodes[host]
+        if not self._state(host)["Running"]:
+            return {"alive": False, "note": "already down"}
+        api.kill(cid)
+        api.wait(cid, timeout=30)
+        self.crashed.add(host)
+        return {"alive": self._state(host)["Running"], "exit": self._state(host)["ExitCode"]}
 
-    # -- faults -------------------------------------------------------------------------------
-    def fault(self, action: Action) -> dict[str, Any]:
-        if action.op == "path":
-            return self.path_fault(action.params)
-        if action.op in ("block", "heal"):
-            return self.partition_fault(action, self.node_side)
-        if action.op not in ("crash", "restart", "pause", "resume"):
-            return self.node_side.apply(action)
-        host = action.params["host"]
-        api, cid, st = self.docker.api, self.nodes[host], self._state(host)
-        if action.op == "crash":
-            if not st["Running"]:
-                return {"alive": False, "note": "already down"}
-            api.kill(cid)
-            api.wait(cid, timeout=30)
-            self.crashed.add(host)
-            return {"alive": self._state(host)["Running"], "exit": self._state(host)["ExitCode"]}
-        if action.op == "restart":
-            if st["Running"]:
-                return {"alive": True, "note": "was not down"}
-            cfg = self.configs[host]
-            self._write(replace(cfg, incarnation=cfg.incarnation + 1))
-            api.start(cid)
-            self.crashed.discard(host)
-            return {"alive": self._state(host)["Running"], "incarnation": cfg.incarnation + 1}
-        if not st["Running"]:
+    def restart(self, host: str) -> dict[str, Any]:
+        if self._state(host)["Running"]:
+            return {"alive": True, "note": "was not down"}
+        cfg = self.configs[host]
+        self._write(replace(cfg, incarnation=cfg.incarnation + 1))
+        self.docker.api.start(self.nodes[host])
+        self.crashed.discard(host)
+        return {"alive": self._state(host)["Running"], "incarnation": cfg.incarnation + 1}
+
+    def pause(self, host: str) -> dict[str, Any]:
+        if not self._state(host)["Running"]:
             return {"note": "host is down"}
-        (api.pause if action.op == "pause" else api.unpause)(cid)
+        self.docker.api.pause(self.nodes[host])
+        return {"state": self._state(host)["Status"]}
+
+    def resume(self, host: str) -> dict[str, Any]:
+        if not self._state(host)["Running"]:
+            return {"note": "host is down"}
+        self.docker.api.unpause(self.nodes[host])
         return {"state": self._state(host)["Status"]}
 
     # -- collect and down ---------------------------------------------------------------------

@@ -4,13 +4,11 @@ hosts' fixed addresses in them, and a host's network namespace as seen from the 
 from __future__ import annotations
 
 import ipaddress
-import json
 import subprocess
 from dataclasses import dataclass
 from typing import Any
 
 from testbed.backends.base import BackendError
-from testbed.shaping.hostns import HostNs
 from testbed.spec.topology import TopologySpec
 
 LABEL = "org.testbed.run"  # on every container and network a run creates; clean keys on it
@@ -23,24 +21,6 @@ MAX_HOSTS = 253  # .254 is the bridge's (gateway) address
 class Subnets:
     data: ipaddress.IPv4Network
     control: ipaddress.IPv4Network
-
-
-class ContainerNs(HostNs):
-    """A container's network namespace, entered from the root namespace with the root mount
-    namespace kept (`nsenter -n`, not `mnexec -a`, which would also enter the container's file
-    system): the shaping daemon and tcpdump run from the host's tools and write to the run
-    directory directly."""
-
-    def prefix(self) -> list[str]:
-        return ["nsenter", "-t", str(self.pid), "-n"]
-
-    def dev_of(self, ip: str) -> str:
-        """The interface holding `ip` (Docker names them eth0, eth1... in attach order)."""
-        out = self.run(["ip", "-j", "-4", "addr"]).stdout
-        for link in json.loads(out):
-            if any(a.get("local") == ip for a in link.get("addr_info", [])):
-                return str(link["ifname"])
-        raise BackendError(f"{self.name}: no interface holds the data address {ip}")
 
 
 def used_subnets(docker: Any) -> list[ipaddress.IPv4Network]:

@@ -8,18 +8,15 @@ stays on 127.0.0.1.
 
 from __future__ import annotations
 
-from typing import Any
-
 from nodes.config import NodeConfig
+from nodes.faults import Controls
 from testbed.backends.base import Backend, HostAddress
 from testbed.backends.nodeprocs import NodeProcesses
 from testbed.faults.nodeside import NodeSideFaults
-from testbed.faults.schedule import Action
 from testbed.rundir import RunDir
 from testbed.spec.topology import PathMatrix, TopologySpec
 
 DATA_PORT = 7000
-PROCESS_FAULTS = ("crash", "restart", "pause", "resume")
 
 
 class LocalBackend(Backend):
@@ -28,7 +25,9 @@ class LocalBackend(Backend):
     def __init__(self, run: RunDir, topology: TopologySpec, paths: PathMatrix):
         super().__init__(run, topology, paths)
         self.nodes = NodeProcesses(run)
-        self.node_side = NodeSideFaults(run, paths.hosts, self.nodes.alive)
+        node_side = NodeSideFaults(run, paths.hosts, self.nodes.alive)
+        # The nodes shape their own datagrams, so the network control is theirs too.
+        self.controls = Controls(process=self.nodes, network=node_side, node=node_side)
 
     def up(self) -> dict[str, HostAddress]:
         n = int(self.run.run_id, 16)
@@ -42,11 +41,6 @@ class LocalBackend(Backend):
 
     def wait(self, timeout_s: float) -> bool:
         return self.nodes.wait(timeout_s)
-
-    def fault(self, action: Action) -> dict[str, Any]:
-        if action.op in PROCESS_FAULTS:
-            return self.nodes.fault(action.op, action.params["host"])
-        return self.node_side.apply(action)
 
     def down(self) -> None:
         self.nodes.stop_all()

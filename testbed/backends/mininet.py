@@ -16,22 +16,22 @@ import ipaddress
 import os
 import statistics
 import subprocess
-from pathlib import Path
 from typing import Any
 
 from nodes.config import NodeConfig
-from testbed.backends.base import BackendError, HostAddress
-from testbed.backends.local import PROCESS_FAULTS
+from nodes.faults import Controls
+from testbed.backends.base import BackendError, Capabilities, HostAddress
+from testbed.backends.bridges import allow_bridged
 from testbed.backends.nodeprocs import NodeProcesses
 from testbed.backends.reservations import reservations_as_htb
 from testbed.backends.shaped import ShapedHosts
 from testbed.capture import Capture, CaptureOptions
 from testbed.faults.nodeside import NodeSideFaults
-from testbed.faults.schedule import Action
+from testbed.hosts.base import HostError
+from testbed.hosts.netns import NetnsHost
 from testbed.processes import start_time
-from testbed.rundir import RUN_ENV, Journal, RunDir
+from testbed.rundir import RUN_ENV, RunDir
 from testbed.shaping.auto import make_applier
-from testbed.shaping.hostns import HostNs, ShapingError
 from testbed.shaping.plan import HostPlan, host_plans
 from testbed.spec.topology import PathMatrix, TopologySpec
 from testbed.teardown import undo
@@ -41,32 +41,6 @@ DATA_DEV = "d0"
 CONTROL_DEV = "c0"
 IFNAMSIZ = 15
 DATA_NET = ipaddress.ip_network("198.18.0.0/16")
-
-
-BRIDGE_NF = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
-
-
-def allow_bridged(journal: Journal, prefix: str, bridges: list[str]) -> None:
-    """With br_netfilter loaded (any machine where Docker ran), bridged frames traverse the
-    root namespace's FORWARD chain, whose policy Docker sets to DROP (docs/platform.md). Rather than
-    flip the global sysctl, accept this run's bridges in a chain of the run's own."""
-    try:
-        if BRIDGE_NF.read_text().strip() != "1":
-            return
-    except OSError:
-        return
-    chain = f"{prefix}-fwd"
-    journal.append("create", kind="iptables-chain", id=f"chain:{chain}", chain=chain,
-                   hook="FORWARD")
-    cmds = [["iptables", "-w", "-N", chain]]
-    for br in bridges:
-        cmds += [["iptables", "-w", "-A", chain, "-i", br, "-j", "ACCEPT"],
-                 ["iptables", "-w", "-A", chain, "-o", br, "-j", "ACCEPT"]]
-    cmds.append(["iptables", "-w", "-I", "FORWARD", "-j", chain])
-    for cmd in cmds:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise BackendError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()}")
 
 
 def check_ifname(name: str) -> str:
@@ -94,18 +68,23 @@ def control_subnet(run_id: str) -> ipaddress.IPv4Network:
 
 class MininetBackend(ShapedHosts):
     name = "mininet"
-    inprocess_shaping = False
+    capabilities = Capabilities(inprocess_shaping=False, capture=True)
+    takes_options = True
 
     def __init__(self, run: RunDir, topology: TopologySpec, paths: PathMatrix,
                  applier: str = "auto", capture: CaptureOptions | None = None, seed: int = 1):
         super().__init__(run, topology, paths)
         self.applier = make_applier(applier, run, seed)
         self.capture = Capture(run, capture) if capture else None
-        self.ns: dict[str, HostNs] = {}
+        self.ns: dict[str, NetnsHost] = {}
         self.plans: dict[str, HostPlan] = {}
         self.addresses: dict[str, HostAddress] = {}
-        self.nodes = NodeProcesses(run, prefix=lambda h: self.ns[h].prefix())
+        self.nodes = NodeProcesses(run, host_of=lambda h: self.ns[h])
         self.node_side = NodeSideFaults(run, paths.hosts, self.nodes.alive)
+        # Process faults by signal; partitions with iptables in the host namespaces and link
+        # changes through the shaper (ShapedHosts); clocks and management through the nodes'
+        # own endpoints on the control network.
+        self.controls = Controls(process=self.nodes, network=self, node=self.node_side)
         self.net: Any = None
 
     # -- up -----------------------------------------------------------------------------------
@@ -151,7 +130,7 @@ class MininetBackend(ShapedHosts):
                          starttime=start_time(sw.pid), argv=["mininet switch shell"])
             for i, host in enumerate(self.paths.hosts):
                 h = net.addHost(host, ip=f"{data_ip[host]}/{DATA_NET.prefixlen}")
-                ns = HostNs(host, h.pid, start_time(h.pid))
+                ns = NetnsHost(host, h.pid, start_time(h.pid))
                 j.append("create", kind="netns", id=f"netns:{host}", pid=ns.pid,
                          starttime=ns.starttime, host=host)
                 self.ns[host] = ns
@@ -195,22 +174,6 @@ class MininetBackend(ShapedHosts):
     def wait(self, timeout_s: float) -> bool:
         return self.nodes.wait(timeout_s)
 
-    def fault(self, action: Action) -> dict[str, Any]:
-        """Process faults by signal; link changes through the shaper; partitions with iptables
-        in the host namespaces; clocks and management through the nodes' own endpoints on the
-        control network."""
-        if action.op in PROCESS_FAULTS:
-            return self.nodes.fault(action.op, action.params["host"])
-        if action.op == "path":
-            return self.path_fault(action.params)
-        if action.op in ("block", "heal"):
-            return self.partition_fault(action, self.node_side)
-        return self.node_side.apply(action)
-
-    def exec(self, host: str, argv: list[str]) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run(["nsenter", "-t", str(self.ns[host].pid), "-n", *argv],
-                              capture_output=True, timeout=60)
-
     def collect(self) -> None:
         self.nodes.stop_all()
         if self.capture:
@@ -230,7 +193,7 @@ class MininetBackend(ShapedHosts):
             for b in self.paths.hosts:
                 if a != b:
                     procs[(a, b)] = subprocess.Popen(
-                        ["nsenter", "-t", str(self.ns[a].pid), "-n", "ping", "-n",
+                        [*self.ns[a].command_prefix(), "ping", "-n",
                          "-c", str(count), "-i", str(interval_s), "-W", "3",
                          self.addresses[b].data], stdout=subprocess.PIPE, text=True)
         out: dict[tuple[str, str], float | None] = {}
@@ -266,7 +229,7 @@ def bring_up(run: RunDir, topology: TopologySpec, applier: str = "auto"
     addresses = backend.up()
     try:
         report = rtt_report(backend.paths, backend.measure_rtt())
-    except (OSError, subprocess.SubprocessError, ShapingError) as exc:
+    except (OSError, subprocess.SubprocessError, HostError) as exc:
         backend.down()
         raise BackendError(f"measuring the RTT matrix failed: {exc}") from exc
     return backend, addresses, report

@@ -1,6 +1,7 @@
-"""Node programs as journaled OS processes, for backends whose hosts are processes (local) or
-processes inside namespaces (mininet): start, wait, and the process faults -- crash (SIGKILL),
-restart (a new incarnation joins), pause/resume (SIGSTOP/SIGCONT)."""
+"""Node programs as journaled OS processes, for backends whose hosts are this machine (local,
+`LocalHost`) or namespaces on it (mininet, `NetnsHost`): start, wait, and the process control
+of nodes/faults.py -- crash (SIGKILL), restart (a new incarnation joins), pause/resume
+(SIGSTOP/SIGCONT)."""
 
 from __future__ import annotations
 
@@ -15,26 +16,27 @@ from pathlib import Path
 from typing import Any
 
 from nodes.config import NodeConfig
+from testbed.hosts.local import LocalHost
 from testbed.processes import is_alive, spawn, stop_pid
 from testbed.rundir import RunDir
 
-Prefix = Callable[[str], list[str]]  # host -> argv prefix that runs a command "on" it
+HostOf = Callable[[str], LocalHost]  # host name -> where its node runs (testbed/hosts/)
 
 
 class NodeProcesses:
-    def __init__(self, run: RunDir, prefix: Prefix | None = None):
+    def __init__(self, run: RunDir, host_of: HostOf | None = None):
         self.run = run
-        self.prefix = prefix or (lambda host: [])
+        self.host_of: HostOf = host_of or LocalHost
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.configs: dict[str, NodeConfig] = {}
         self.crashed: set[str] = set()
         self.adopted: dict[str, tuple[int, int | None]] = {}  # host -> (pid, start time)
 
     @classmethod
-    def attach(cls, run: RunDir, prefix: Prefix | None = None) -> NodeProcesses:
+    def attach(cls, run: RunDir, host_of: HostOf | None = None) -> NodeProcesses:
         """The nodes of a run started by another orchestrator process (`testbed up`), found
         through the journal; faults then act on them by pid."""
-        nodes = cls(run, prefix)
+        nodes = cls(run, host_of)
         for cfg_path in sorted((run.path / "nodes").glob("*/node.json")):
             nodes.configs[cfg_path.parent.name] = NodeConfig.read(cfg_path)
         for entry in run.journal.live():
@@ -50,7 +52,7 @@ class NodeProcesses:
         self.configs[cfg.name] = cfg
         self.procs[cfg.name] = spawn(
             self.run.journal, self.run.run_id, f"node:{cfg.name}",
-            [*self.prefix(cfg.name), sys.executable, "-m", "nodes", "--config",
+            [*self.host_of(cfg.name).prefix(), sys.executable, "-m", "nodes", "--config",
              str(d / "node.json")], d / "node.log", cwd=Path.cwd())
         if cfg.control_port is not None:
             _wait_for(d / "control.json", timeout_s=10)
@@ -76,54 +78,64 @@ class NodeProcesses:
             return is_alive(*self.adopted[host])
         return host not in self.crashed
 
-    def fault(self, op: str, host: str) -> dict[str, Any]:
-        if host in self.adopted and host not in self.procs:
-            return self._fault_by_pid(op, host)
-        proc = self.procs.get(host)
-        if op == "crash":
-            if proc is None or proc.poll() is not None:
-                return {"alive": False, "note": "already down"}
-            proc.kill()
-            proc.wait()
-            self.crashed.add(host)
-            self.run.journal.append("remove", id=f"node:{host}")
-            return {"alive": proc.poll() is None, "exit": proc.returncode}
-        if op == "restart":
-            if proc is not None and proc.poll() is None:
-                return {"alive": True, "note": "was not down"}
-            cfg = self.configs[host]
-            self.start(replace(cfg, incarnation=cfg.incarnation + 1))
-            self.crashed.discard(host)
-            new = self.procs[host]
-            return {"alive": new.poll() is None, "pid": new.pid,
-                    "incarnation": cfg.incarnation + 1}
-        if proc is None or proc.poll() is not None:
-            return {"note": "host is down"}
-        proc.send_signal(signal.SIGSTOP if op == "pause" else signal.SIGCONT)
-        return {"state": _state(proc.pid)}
+    # -- process control (nodes/faults.py) ----------------------------------------------------
+    def _adopted(self, host: str) -> tuple[int, int | None] | None:
+        """(pid, start time) of a node another orchestrator process started, else None."""
+        return self.adopted[host] if host in self.adopted and host not in self.procs else None
 
-    def _fault_by_pid(self, op: str, host: str) -> dict[str, Any]:
-        pid, started = self.adopted[host]
-        if op == "restart":
-            if is_alive(pid, started):
-                return {"alive": True, "note": "was not down"}
-            cfg = self.configs[host]
-            self.start(replace(cfg, incarnation=cfg.incarnation + 1))
-            new = self.procs[host]
-            return {"alive": new.poll() is None, "pid": new.pid,
-                    "incarnation": cfg.incarnation + 1}
-        if not is_alive(pid, started):
-            return {"alive": False, "note": "host is down"}
-        sig = {"crash": signal.SIGKILL, "pause": signal.SIGSTOP, "resume": signal.SIGCONT}[op]
-        os.kill(pid, sig)
-        if op == "crash":
+    def crash(self, host: str) -> dict[str, Any]:
+        adopted = self._adopted(host)
+        if adopted is not None:
+            pid, started = adopted
+            if not is_alive(pid, started):
+                return {"alive": False, "note": "host is down"}
+            os.kill(pid, signal.SIGKILL)
             for _ in range(100):
                 if not is_alive(pid, started):
                     break
                 time.sleep(0.01)
             self.run.journal.append("remove", id=f"node:{host}")
             return {"alive": is_alive(pid, started)}
-        return {"state": _state(pid)}
+        proc = self.procs.get(host)
+        if proc is None or proc.poll() is not None:
+            return {"alive": False, "note": "already down"}
+        proc.kill()
+        proc.wait()
+        self.crashed.add(host)
+        self.run.journal.append("remove", id=f"node:{host}")
+        return {"alive": proc.poll() is None, "exit": proc.returncode}
+
+    def restart(self, host: str) -> dict[str, Any]:
+        adopted = self._adopted(host)
+        proc = self.procs.get(host)
+        if (adopted is not None and is_alive(*adopted)) or (
+                adopted is None and proc is not None and proc.poll() is None):
+            return {"alive": True, "note": "was not down"}
+        cfg = self.configs[host]
+        self.start(replace(cfg, incarnation=cfg.incarnation + 1))
+        self.crashed.discard(host)
+        new = self.procs[host]
+        return {"alive": new.poll() is None, "pid": new.pid,
+                "incarnation": cfg.incarnation + 1}
+
+    def pause(self, host: str) -> dict[str, Any]:
+        return self._signal(host, signal.SIGSTOP)
+
+    def resume(self, host: str) -> dict[str, Any]:
+        return self._signal(host, signal.SIGCONT)
+
+    def _signal(self, host: str, sig: signal.Signals) -> dict[str, Any]:
+        adopted = self._adopted(host)
+        if adopted is not None:
+            if not is_alive(*adopted):
+                return {"alive": False, "note": "host is down"}
+            os.kill(adopted[0], sig)
+            return {"state": _state(adopted[0])}
+        proc = self.procs.get(host)
+        if proc is None or proc.poll() is not None:
+            return {"note": "host is down"}
+        proc.send_signal(sig)
+        return {"state": _state(proc.pid)}
 
     def stop_all(self) -> None:
         for name, proc in list(self.procs.items()):

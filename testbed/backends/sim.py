@@ -6,17 +6,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 from nodes.config import NodeConfig
 from nodes.quiescence import DRAIN_FILE
-from testbed.backends.base import Backend, BackendError, HostAddress
-from testbed.faults.nemesis import history_record
+from testbed.backends.base import Backend, BackendError, Capabilities, HostAddress
 from testbed.faults.schedule import correct_hosts
 from testbed.processes import spawn
 
 
 class SimBackend(Backend):
     name = "sim"
+    capabilities = Capabilities(virtual_clock=True, management=False)
 
     def up(self) -> dict[str, HostAddress]:
         # Virtual hosts need addresses only to fill the node config; nothing is bound.
@@ -32,9 +33,7 @@ class SimBackend(Backend):
                 "drain_log": str(self.run.path / DRAIN_FILE),
                 # The simulator applies the timeline in virtual time and writes the history.
                 "faults": [{"t_ns": start + a.at_ns, "op": a.op, "params": a.params,
-                            "record": {k: v for k, v in history_record(a, 0, {}).items()
-                                       if k not in ("t", "measured")}}
-                           for a in actions]}
+                            "fault": a.fault} for a in actions]}
         path = self.run.path / "sim.json"
         path.write_text(json.dumps(spec, sort_keys=True))
         self._proc = spawn(self.run.journal, self.run.run_id, "sim",
@@ -55,7 +54,7 @@ class SimBackend(Backend):
             raise BackendError(f"the simulator failed with exit code {rc}: {log.strip()}")
         return True
 
-    def stats(self) -> dict[str, object]:
+    def stats(self) -> dict[str, Any]:
         lines = (self.run.path / "sim.log").read_text().strip().splitlines()
         return json.loads(lines[-1]) if lines else {}
 

@@ -9,6 +9,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodes.faults import Primitive, primitive
 from nodes.quiescence import cut_off
 from testbed.faults.spec import (
     ClockFault,
@@ -30,6 +31,10 @@ class Action:
 
     def record(self) -> dict[str, Any]:
         return {"op": self.op, "fault": self.fault, **self.params}
+
+    def primitive(self) -> Primitive:
+        """The typed fault this entry applies (nodes/faults.py)."""
+        return primitive(self.op, self.params)
 
 
 def partition_groups(f: PartitionFault, hosts: list[str], rng: random.Random) -> list[list[str]]:

@@ -11,8 +11,9 @@ Runtime changes touch only the leaf (`tc qdisc change`), so queued packets stay 
 
 from __future__ import annotations
 
+from testbed.hosts.netns import NetnsHost
 from testbed.rundir import Journal
-from testbed.shaping.hostns import HostNs, ShapingError
+from testbed.shaping import ShapingError
 from testbed.shaping.plan import ClassPlan, HostPlan
 
 #: netem distribution names; netem's default (no `distribution`) is uniform.
@@ -129,14 +130,14 @@ def tc_time(ns: int) -> str:
     return f"{ns / 1000:.3f}".rstrip("0").rstrip(".") + "us"
 
 
-def apply_tree(ns: HostNs, plan: HostPlan, journal: Journal, leaves: bool) -> None:
+def apply_tree(ns: NetnsHost, plan: HostPlan, journal: Journal, leaves: bool) -> None:
     """Journal the root qdisc (deleting it removes the whole tree), then build it."""
     journal.append("create", kind="qdisc", id=f"qdisc:{plan.host}:{plan.dev}", host=plan.host,
                    dev=plan.dev, ns_pid=ns.pid, ns_start=ns.starttime)
     # One `tc -batch` per host: a 30-host full mesh is ~90 commands a host, and a process per
     # command dominated bring-up. `-force` is off, so the first failing line stops the batch.
     batch = "\n".join(" ".join(cmd[1:]) for cmd in commands(plan, leaves)) + "\n"
-    ns.run(["tc", "-batch", "-"], stdin=batch)
+    ns.run(["tc", "-batch", "-"], input=batch)
 
 
 def unrealisable(plan: HostPlan) -> str | None:
@@ -155,16 +156,16 @@ def unrealisable(plan: HostPlan) -> str | None:
 class NetemApplier:
     name = "netem"
 
-    def apply(self, ns: HostNs, plan: HostPlan, journal: Journal) -> None:
+    def apply(self, ns: NetnsHost, plan: HostPlan, journal: Journal) -> None:
         reason = unrealisable(plan)
         if reason is not None:
             raise ShapingError(reason)
         apply_tree(ns, plan, journal, leaves=True)
 
-    def change(self, ns: HostNs, plan: HostPlan, c: ClassPlan) -> None:
+    def change(self, ns: NetnsHost, plan: HostPlan, c: ClassPlan) -> None:
         for cmd in change_commands(plan, c):
             ns.run(cmd)
 
-    def remove(self, ns: HostNs, plan: HostPlan, journal: Journal) -> None:
+    def remove(self, ns: NetnsHost, plan: HostPlan, journal: Journal) -> None:
         ns.run(["tc", "qdisc", "del", "dev", plan.dev, "root"], check=False)
         journal.append("remove", id=f"qdisc:{plan.host}:{plan.dev}")

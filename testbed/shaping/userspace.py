@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testbed.hosts.netns import NetnsHost
 from testbed.processes import spawn
 from testbed.rundir import RunDir
-from testbed.shaping import netem
-from testbed.shaping.hostns import HostNs, ShapingError
+from testbed.shaping import ShapingError, netem
 from testbed.shaping.plan import ClassPlan, HostPlan
 from testbed.shaping.userspace_daemon import read_line
 
@@ -71,7 +71,7 @@ class UserspaceApplier:
                           f"python -m testbed.shaping.userspace_daemon --config "
                           f"shaping/{plan.host}.json"])
 
-    def apply(self, ns: HostNs, plan: HostPlan, journal: Any) -> None:
+    def apply(self, ns: NetnsHost, plan: HostPlan, journal: Any) -> None:
         d = self.run.path / "shaping"
         d.mkdir(exist_ok=True)
         sock = control_path(self.run, plan.host)
@@ -102,7 +102,7 @@ class UserspaceApplier:
         tail = log.read_text()[-500:] if log.exists() else ""
         raise ShapingError(f"{host}: the shaping daemon did not start: {tail.strip()}")
 
-    def change(self, ns: HostNs, plan: HostPlan, c: ClassPlan) -> None:
+    def change(self, ns: NetnsHost, plan: HostPlan, c: ClassPlan) -> None:
         ns.run(netem.htb_class(plan.dev, "1:1", c.classid, c.rate_bps, verb="change"))
         reply = control(self.sockets[plan.host], {"op": "set", "dst": c.dst_ip, "path": lane(c)})
         if not reply.get("ok"):

@@ -1,0 +1,52 @@
+"""The `testbed` command line (README.md "The CLI"): one module per command group, assembled
+here in the order `testbed --help` lists them.
+
+Every command is one function with typed parameters and an example in its help; user errors are
+one sentence (`file:line: field: message` for specs) and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from testbed.cli import analysis, doctor, mgmt, run, runs, specs, up
+from testbed.cli.common import err
+from testbed.cli.fault import fault_app
+from testbed.cli.image import image_app
+from testbed.nightly.command import nightly as nightly_command
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    help="Emulate a WAN, run a total-order multicast protocol on it, inject faults, and judge "
+    "the result.\n\nExample: [bold]testbed run experiments/quickstart.yaml[/]",
+)
+app.command()(run.run)
+app.command()(up.up)
+app.command()(runs.status)
+app.command(name="teardown")(runs.teardown_cmd)
+app.add_typer(image_app, name="image")
+app.add_typer(fault_app, name="fault")
+app.command()(analysis.pcap)
+app.command()(runs.clean)
+app.command(name="analyze")(analysis.analyze_cmd)
+app.command()(analysis.report)
+app.command()(specs.schema)
+app.command()(specs.plan)
+app.command()(doctor.doctor)
+app.command()(mgmt.certs)
+app.command()(mgmt.mgmt)
+app.command(name="nightly")(nightly_command)
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)

@@ -1,0 +1,78 @@
+"""After the run: `testbed pcap`, `testbed analyze`, `testbed report`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from testbed.cli.common import console, fail, print_summary
+from testbed.rundir import RunDir
+
+
+def pcap(
+    files: Annotated[list[Path], typer.Argument(help="pcap or pcapng files")],
+    out: Annotated[Path, typer.Option("--out", help="directory for the Parquet files")] = (
+        Path("pcap-parquet")),
+) -> None:
+    """Turn captures (ours or anyone's) into Parquet: timestamps, addresses, ports, lengths,
+    and the testbed wire header where present.
+
+    Example: [bold]testbed pcap runs/*/pcaps/*.pcap --out /tmp/packets[/]
+    """
+    from analysis.pcap import pcap_to_parquet
+
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise fail(f"no such capture file: {', '.join(missing)}")
+    stats = pcap_to_parquet(files, out)
+    print(json.dumps(stats, indent=2, default=str))
+
+
+def analyze_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="run directory")],
+    master: Annotated[str | None, typer.Option(help="Spark master URL")] = None,
+) -> None:
+    """(Re)analyse a run with Spark: parquet/, summary.json, report.html.
+
+    Example: [bold]testbed analyze runs/20261121T053000Z-quickstart-3fa2c1[/]
+    """
+    from testbed.runner import analyze_run
+
+    if not (run_dir / "nodes").is_dir():
+        raise fail(f"{run_dir} is not a run directory (no nodes/ inside)")
+    exp: list[str] = []
+    result = analyze_run(RunDir.open(run_dir), exp, console, master)
+    print_summary(result.summary)
+
+
+def report(
+    runs_: Annotated[list[Path], typer.Argument(
+        metavar="RUN...", help="run directories, or nightly history files (NIGHT.parquet)")],
+    out: Annotated[Path | None, typer.Option(help="file or directory for a comparison")] = None,
+) -> None:
+    """Write a run's self-contained HTML report, or compare several runs side by side.
+
+    Examples: [bold]testbed report runs/20261121T060012Z-quickstart-c1712e[/],
+    [bold]testbed report runs/*seto* --out /tmp/seto.html[/],
+    [bold]testbed report history/smoke/2026-11-16.parquet history/smoke/2026-11-23.parquet[/]
+    """
+    from analysis.report import write_comparison, write_report
+    from testbed.nightly.command import is_night_file, write_nights_comparison
+
+    if runs_ and all(is_night_file(r) for r in runs_):
+        console.print(f"wrote {write_nights_comparison(runs_, out or Path('comparison.html'))}")
+        return
+    for r in runs_:
+        if not (r / "nodes").is_dir():
+            raise fail(f"{r} is not a run directory (no nodes/ inside)")
+    if len(runs_) == 1 and out is None:
+        summary_path = runs_[0] / "summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+        console.print(f"wrote {write_report(runs_[0], summary)}")
+        return
+    console.print(f"wrote {write_comparison(runs_, out or Path('comparison.html'))}")
+
+

@@ -1,0 +1,123 @@
+"""What every command group shares: the consoles, one-sentence user errors, the run a command
+acts on, and the tables `run` and `analyze` print."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from testbed.rundir import RunDir, find_runs, resolve_run
+from testbed.spec.loader import SpecError
+from testbed.teardown import is_active
+
+console = Console()
+err = Console(stderr=True, soft_wrap=True)
+
+RunsOpt = Annotated[Path, typer.Option("--runs", help="where run directories live")]
+RunOpt = Annotated[str | None, typer.Option("--run", help="run id; default: newest active")]
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def spec_errors(exc: SpecError) -> typer.Exit:
+    for line in exc.problems:
+        err.print(line, highlight=False, markup=False)
+    return typer.Exit(2)
+
+
+def active_run(run_name: str | None, runs: Path) -> RunDir:
+    """The run a command acts on: the one named, or the newest still active."""
+    if run_name:
+        return resolve_run(runs, run_name)
+    active = [r for r in find_runs(runs) if is_active(r)]
+    if not active:
+        raise LookupError(f"no active run under {runs}/; start one with testbed up")
+    return active[-1]
+
+
+def cli_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def print_paths(paths: Any) -> None:
+    table = Table(title="one-way delay matrix (ms): row sends to column")
+    table.add_column("from \\ to")
+    for h in paths.hosts:
+        table.add_column(h, justify="right")
+    for a in paths.hosts:
+        cells = []
+        for b in paths.hosts:
+            if a == b:
+                cells.append("-")
+                continue
+            p = paths.get(a, b)
+            cell = f"{p.delay_ns / 1e6:g}"
+            if p.jitter_ns:
+                cell += f"±{p.jitter_ns / 1e6:g}"
+            if p.loss:
+                cell += f" {p.loss * 100:g}%"
+            cells.append(cell)
+        table.add_row(a, *cells)
+    console.print(table)
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    checks = summary.get("checks", {})
+    table = Table("check", "violations", title=f"run {summary.get('run', '')}")
+    for name, res in checks.items():
+        v = res.get("violations", 0)
+        if not res.get("claimed", True):  # not promised by the protocol: greyed out
+            table.add_row(f"[grey50]{name} (not claimed)[/]", f"[grey50]{v}[/]")
+            continue
+        table.add_row(name, f"[green]{v}[/]" if v == 0 else f"[red]{v}[/]")
+    console.print(table)
+    from analysis.liveness import liveness_line
+
+    line = liveness_line(summary)
+    if line:
+        console.print(f"[yellow]{line}[/]")
+    from analysis.qos import qos_line
+
+    if qos_line(summary):
+        console.print(qos_line(summary), highlight=False)
+    errors = summary.get("node_errors", {}).get("total", 0)
+    if errors:
+        console.print(f"[red]node errors: {errors}[/] (ev=error; tracebacks in node.log)")
+    refused = {h: t for h, t in summary.get("transport", {}).items()
+               if t.get("malformed") or t.get("rejected")}
+    for host, t in sorted(refused.items()):
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(t.get("drops", {}).items()))
+        console.print(f"{host} refused {t['malformed'] + t['rejected']} datagram(s): {reasons}",
+                      highlight=False)
+    lat = summary.get("latency", {}).get("fnl", {})
+    per = lat.get("per_receiver", {})
+    if per:
+        t = Table("receiver", "p50 ms", "p95 ms", "p99 ms", "max ms", "msgs/s",
+                  title="final-delivery latency")
+        thr = summary.get("throughput", {}).get("per_node", {})
+        for node, q in sorted(per.items()):
+            t.add_row(node, *(f"{q.get(k, float('nan')):.2f}" for k in
+                              ("p50_ms", "p95_ms", "p99_ms", "max_ms")),
+                      f"{thr.get(node, 0):.0f}")
+        console.print(t)
+    acc = summary.get("optimistic", {}).get("accuracy", {}).get("per_node", {})
+    if acc:
+        window = summary["optimistic"].get("window", {}).get("per_node", {})
+        o = Table("node", "opt accuracy", "window p50 ms", title="optimistic delivery")
+        for node, a in sorted(acc.items()):
+            w = window.get(node, {}).get("p50_ms")
+            o.add_row(node, f"{a['accuracy']:.3f}", "-" if w is None else f"{w:.2f}")
+        console.print(o)
+
+

@@ -1,0 +1,85 @@
+"""`testbed run`: an experiment end to end, or its plan with `--dry-run`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from testbed.backends import BackendError
+from testbed.cli.common import console, err, fail, print_paths, print_summary, spec_errors
+from testbed.rundir import DEFAULT_RUNS
+from testbed.shaping.plan import HostPlan
+from testbed.spec.loader import SpecError, load_experiment
+
+
+def run(
+    experiment: Annotated[Path, typer.Argument(help="experiment YAML")],
+    backend: Annotated[str | None, typer.Option(help="override the spec: sim, local, ...")] = None,
+    out: Annotated[Path, typer.Option("--out", help="runs directory")] = DEFAULT_RUNS,
+    master: Annotated[str | None, typer.Option(help="Spark master URL (default local[*])")] = None,
+    analyze: Annotated[bool, typer.Option(help="run the Spark analysis afterwards")] = True,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan, change nothing")] = (
+        False),
+) -> None:
+    """Run an experiment end to end and judge it.
+
+    Example: [bold]testbed run experiments/quickstart.yaml --backend sim[/]
+    """
+    from testbed.runner import run_experiment
+
+    try:
+        exp, topo = load_experiment(experiment, backend)
+    except SpecError as exc:
+        raise spec_errors(exc) from None
+    if dry_run:
+        print_run_plan(exp, topo)
+        return
+    try:
+        result = run_experiment(exp, topo, out, console, master=master, analyze=analyze)
+    except BackendError as exc:
+        raise fail(str(exc)) from None
+    if analyze:
+        print_summary(result.summary)
+        for line in result.failures:
+            err.print(f"[red]expectation failed:[/] {line}", highlight=False)
+        if result.ok:
+            console.print(f"[green]all {len(exp.expect)} expectations hold[/]")
+    console.print(f"results in {result.run.path}")
+    raise typer.Exit(0 if result.ok else 1)
+
+
+def print_run_plan(exp: Any, topo: Any) -> None:
+    from testbed.runplan import RunPlan
+
+    plan = RunPlan.build(exp, topo)
+    paths = plan.paths
+    console.print(f"{exp.name}: {exp.protocol.name} on {len(paths.hosts)} {exp.backend} hosts, "
+                  f"{exp.duration / 1e9:g} s of {exp.workload.rate:g} msgs/s per sender "
+                  f"({exp.workload.arrival}), seed {exp.seed}")
+    console.print(f"then drain {exp.drain / 1e9:g} s, up to {max(exp.drain, exp.drain_max) / 1e9:g}"
+                  f" s until quiescent among {', '.join(plan.correct)}")
+    mgmt = exp.management
+    console.print(f"transport {exp.transport}; management "
+                  f"{'HTTPS' + (' (mutual TLS)' if mgmt.mutual else '') if mgmt.tls else 'HTTP'}"
+                  + (f", certificates {mgmt.key}" if mgmt.tls or exp.transport == "tls" else ""))
+    print_paths(paths)
+    if plan.shaping:
+        print_shaping_plan(plan.shaping)
+    if plan.actions:
+        t = Table("at s", "action", "parameters", title="fault timeline")
+        for a in plan.actions:
+            t.add_row(f"{a.at_ns / 1e9:g}", a.op, json.dumps(a.params))
+        console.print(t)
+    console.print("dry run: nothing created")
+
+
+def print_shaping_plan(plans: dict[str, HostPlan]) -> None:
+    from testbed.shaping import netem
+
+    for host, plan in plans.items():
+        print(f"# host {host}")
+        print(netem.script(plan))

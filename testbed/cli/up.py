@@ -1,0 +1,112 @@
+"""`testbed up`: a topology brought up and left running."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from testbed.backends import BackendError, make_backend
+from testbed.cli.common import console, fail, print_paths, spec_errors
+from testbed.cli.run import print_shaping_plan
+from testbed.rundir import DEFAULT_RUNS, RunDir
+from testbed.runplan import shaping_plans
+from testbed.spec.loader import SpecError, load_topology
+from testbed.teardown import teardown
+
+
+def up(
+    topology: Annotated[Path, typer.Argument(help="topology YAML")],
+    backend: Annotated[str, typer.Option(help="local (no root) or mininet (root)")] = "local",
+    protocol: Annotated[str, typer.Option(help="protocol the idle nodes run (local)")] = (
+        "sequencer"),
+    applier: Annotated[str, typer.Option(help="mininet shaping: auto, netem or userspace")] = (
+        "auto"),
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan, change nothing")] = (
+        False),
+    out: Annotated[Path, typer.Option("--out", help="runs directory")] = DEFAULT_RUNS,
+    transport: Annotated[str, typer.Option(help="local: udp, udp-aead or tls")] = "udp",
+    mgmt_tls: Annotated[bool, typer.Option("--mgmt-tls", help="local: HTTPS management with "
+                                           "the run's certificates")] = False,
+) -> None:
+    """Bring a topology up and leave it running (inspect it, then [bold]testbed teardown[/]).
+
+    Examples: [bold]testbed up topologies/two-sites.yaml --dry-run[/],
+    [bold]testbed up topologies/two-sites.yaml --transport tls --mgmt-tls[/],
+    [bold]sudo testbed up topologies/two-sites.yaml --backend mininet[/]
+    """
+    if transport not in ("udp", "udp-aead", "tls"):
+        raise fail(f"--transport must be udp, udp-aead or tls, not {transport!r}")
+    if backend != "local" and (transport != "udp" or mgmt_tls):
+        raise fail("--transport and --mgmt-tls apply to the local backend only")
+    try:
+        topo = load_topology(topology)
+    except SpecError as exc:
+        raise spec_errors(exc) from None
+    paths = topo.paths()
+    print_paths(paths)
+    if backend not in ("local", "mininet"):
+        raise fail(f"`testbed up` keeps hosts running on local or mininet, not {backend}")
+    if dry_run:
+        if backend == "mininet":
+            print_shaping_plan(shaping_plans(topo, paths))
+        console.print(f"dry run: would start {len(paths.hosts)} {backend} hosts; nothing changed")
+        return
+    run_dir = RunDir.create(out, topo.name)
+    run_dir.journal.append("begin", topology=topo.name, backend=backend, mode="up")
+    try:
+        if backend == "mininet":
+            _up_mininet(run_dir, topo, applier)
+        else:
+            _up_local(run_dir, topo, topology, paths, protocol, transport, mgmt_tls)
+    except BackendError as exc:
+        teardown(run_dir)
+        raise fail(str(exc)) from None
+    console.print(f"run {run_dir.run_id} in {run_dir.path}; stop it with "
+                  f"[bold]testbed teardown {run_dir.run_id}[/]")
+
+
+def _up_local(run_dir: RunDir, topo: Any, topology: Path, paths: Any, protocol: str,
+              transport: str = "udp", mgmt_tls: bool = False) -> None:
+    from testbed.runner import write_lock
+    from testbed.runplan import RunPlan
+    from testbed.spec.experiment import ExperimentSpec
+
+    exp = ExperimentSpec.model_validate({
+        "name": topo.name, "topology": topology.name, "backend": "local", "duration": "1s",
+        "protocol": {"name": protocol}, "workload": {"senders": [], "rate": "1/s"},
+        "transport": transport, "management": {"tls": mgmt_tls}})
+    write_lock(run_dir, exp, topo, paths)
+    plan = RunPlan.build(exp, topo)
+    be = make_backend("local", run_dir, topo, plan.paths)
+    addresses = be.up()
+    configs = plan.node_configs(run_dir, addresses, time.time_ns(), duration_ns=0)
+    plan.write(run_dir)
+    be.deploy(configs)
+    table = Table("host", "data address", "control", title=f"{topo.name} is up")
+    for host, addr in addresses.items():
+        table.add_row(host, f"{addr.data}:{addr.port}", addr.control)
+    console.print(table)
+
+
+def _up_mininet(run_dir: RunDir, topo: Any, applier: str) -> None:
+    from testbed.backends.mininet import bring_up
+
+    _, addresses, report = bring_up(run_dir, topo, applier=applier)
+    table = Table("host", "data address", "control", title=f"{topo.name} is up (mininet)")
+    for host, addr in addresses.items():
+        table.add_row(host, addr.data, addr.control)
+    console.print(table)
+    rtt = Table("pair", "configured RTT ms", "measured RTT ms", "",
+                title="ping all pairs (flagged: off by more than 10% + 1 ms)")
+    for row in report:
+        measured = row["measured_ms"]
+        rtt.add_row(f"{row['src']}->{row['dst']}", f"{row['configured_ms']:.2f}",
+                    "no reply" if measured is None else f"{measured:.2f}",
+                    "[red]OFF[/]" if row["off"] else "ok")
+    console.print(rtt)
+
+

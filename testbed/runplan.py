@@ -1,0 +1,109 @@
+"""The plan of one run, built once from the spec and serving both `testbed run --dry-run` and
+the real run (docs/architecture.md "Data flow"): the path matrix, the shaping plans, the fault
+timeline with the hosts it leaves correct, and -- once the backend has given addresses -- the
+node configurations. The real run writes it to `plan.json` in the run directory, which
+`testbed fault` and `testbed mgmt` read instead of re-deriving anything from the spec."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodes.config import SIM_EPOCH_NS, NodeConfig
+from testbed.backends import BackendError, Capabilities, HostAddress, backend_class
+from testbed.deploy import node_configs, security
+from testbed.faults.schedule import Action, correct_hosts, expand
+from testbed.rundir import RunDir
+from testbed.shaping import netem
+from testbed.shaping.plan import HostPlan, host_plans
+from testbed.spec.experiment import ExperimentSpec
+from testbed.spec.topology import PathMatrix, TopologySpec
+
+PLAN_FILE = "plan.json"
+# Time for node processes to start, bind and arm timers before the workload begins.
+LOCAL_STARTUP_NS = 1_500_000_000
+SIM_STARTUP_NS = 500_000_000
+
+
+@dataclass
+class RunPlan:
+    experiment: ExperimentSpec
+    topology: TopologySpec
+    paths: PathMatrix
+    capabilities: Capabilities
+    actions: list[Action]  # the fault timeline, offsets from the workload start
+    correct: list[str]  # hosts the timeline leaves correct (the drain waits for them)
+    shaping: dict[str, HostPlan]  # per host, on backends that shape real interfaces
+    start_at_ns: int = 0
+    addresses: dict[str, HostAddress] = field(default_factory=dict)
+    configs: list[NodeConfig] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, exp: ExperimentSpec, topo: TopologySpec) -> RunPlan:
+        paths = topo.paths()
+        try:
+            caps = backend_class(exp.backend).capabilities
+        except BackendError:  # a backend not built yet: its plan without shaping
+            caps = Capabilities()
+        actions = expand(exp.faults, paths.hosts, exp.duration, exp.seed)
+        shaping = {} if caps.inprocess_shaping else shaping_plans(topo, paths)
+        return cls(exp, topo, paths, caps, actions, correct_hosts(paths.hosts, actions), shaping)
+
+    @property
+    def hosts(self) -> list[str]:
+        return self.paths.hosts
+
+    def start_time(self, now_ns: int) -> int:
+        """When the workload starts: a fixed virtual instant, or a margin after now."""
+        if self.capabilities.virtual_clock:
+            return SIM_EPOCH_NS + SIM_STARTUP_NS
+        return now_ns + LOCAL_STARTUP_NS
+
+    def node_configs(self, run: RunDir, addresses: dict[str, HostAddress], start_at_ns: int,
+                     duration_ns: int | None = None) -> list[NodeConfig]:
+        """The nodes' configurations once the backend has given the hosts' addresses."""
+        caps = self.capabilities
+        self.start_at_ns, self.addresses = start_at_ns, dict(addresses)
+        self.configs = node_configs(
+            self.experiment, self.topology, self.paths, addresses, run.path, start_at_ns,
+            caps.inprocess_shaping, duration_ns=duration_ns,
+            control_port=0 if caps.management else None,
+            **security(run, self.experiment, addresses, is_sim=not caps.management))
+        return self.configs
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "backend": self.experiment.backend,
+            "hosts": self.hosts,
+            "correct": self.correct,
+            "start_at_ns": self.start_at_ns,
+            "addresses": {h: {"data": a.data, "port": a.port, "control": a.control}
+                          for h, a in self.addresses.items()},
+            "faults": [{"at_ns": a.at_ns, "op": a.op, "params": a.params, "fault": a.fault}
+                       for a in self.actions],
+            # The tc commands of each host's plan (what `--dry-run` prints), as applied.
+            "shaping": {h: netem.script(p).splitlines() for h, p in self.shaping.items()},
+        }
+
+    def write(self, run: RunDir) -> None:
+        (run.path / PLAN_FILE).write_text(json.dumps(self.record(), indent=1) + "\n")
+
+
+def shaping_plans(topo: TopologySpec, paths: PathMatrix) -> dict[str, HostPlan]:
+    """Per host, the HTB + per-destination plan of backends that shape real interfaces, in the
+    mininet addressing (docker renumbers the same classes into its subnet)."""
+    from testbed.backends.mininet import DATA_DEV, data_addresses
+
+    return host_plans(topo, paths, data_addresses(topo), DATA_DEV)
+
+
+def read_plan(run: RunDir) -> dict[str, Any]:
+    """The plan a run wrote (`plan.json`); LookupError when it has none."""
+    path = run.path / PLAN_FILE
+    try:
+        plan: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise LookupError(f"run {run.run_id} has no {PLAN_FILE} (no nodes were planned); "
+                          "start one with `testbed up TOPOLOGY`") from None
+    return plan
