@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from testbed.backends import BackendError, make_backend
+from testbed.lab import lab_app
 from testbed.nightly.command import nightly as nightly_command
 from testbed.rundir import DEFAULT_RUNS, RunDir, find_runs, resolve_run
 from testbed.spec.loader import SpecError, load_experiment, load_topology
@@ -719,6 +720,7 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 
 app.command(name="nightly")(nightly_command)
+app.add_typer(lab_app, name="lab")  # testbed/lab.py: SSH hosts for the remote backend
 
 
 def main() -> None:

@@ -1,0 +1,1 @@
+"""Hosts: where a backend runs commands and processes (docs/architecture.md)."""
