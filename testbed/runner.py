@@ -28,7 +28,7 @@ from testbed.spec.experiment import ExperimentSpec
 from testbed.spec.topology import PathMatrix, TopologySpec
 from testbed.teardown import teardown
 
-CAPTURING_BACKENDS = ("mininet", "docker")
+CAPTURING_BACKENDS = ("mininet", "docker", "remote")
 # Time for node processes to start, bind and arm timers before the workload begins.
 LOCAL_STARTUP_NS = 1_500_000_000
 SIM_STARTUP_NS = 500_000_000
@@ -71,7 +71,8 @@ def write_lock(run: RunDir, exp: ExperimentSpec, topo: TopologySpec, paths: Path
 
 
 def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: Console,
-                   master: str | None = None, analyze: bool = True) -> RunResult:
+                   master: str | None = None, analyze: bool = True,
+                   inventory: Path | None = None) -> RunResult:
     paths = topo.paths()
     run = RunDir.create(out, exp.name)
     write_lock(run, exp, topo, paths)
@@ -85,6 +86,8 @@ def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: 
         wanted = exp.capture.pcap if "pcap" in exp.capture.model_fields_set else True
         options["capture"] = CaptureOptions(exp.capture.snaplen, exp.capture.rotate_mb,
                                             exp.capture.rotate_s) if wanted else None
+    if exp.backend == "remote":  # --inventory, else the spec's (docs/remote.md)
+        options["inventory"] = inventory or exp.inventory
     backend = make_backend(exp.backend, run, topo, paths, **options)
     try:
         _execute(exp, topo, paths, run, backend, console)
@@ -123,7 +126,9 @@ def _execute(exp: ExperimentSpec, topo: TopologySpec, paths: PathMatrix, run: Ru
              backend: Backend, console: Console) -> None:
     addresses = backend.up()
     is_sim = isinstance(backend, SimBackend)
-    start = SIM_EPOCH_NS + SIM_STARTUP_NS if is_sim else time.time_ns() + LOCAL_STARTUP_NS
+    # A backend whose start takes longer (remote: a playbook) says how long (`startup_ns`).
+    startup_ns = getattr(backend, "startup_ns", LOCAL_STARTUP_NS)
+    start = SIM_EPOCH_NS + SIM_STARTUP_NS if is_sim else time.time_ns() + startup_ns
     configs = node_configs(exp, topo, paths, addresses, run.path, start,
                            backend.inprocess_shaping, control_port=None if is_sim else 0,
                            **security(run, exp, addresses, is_sim))
@@ -136,7 +141,7 @@ def _execute(exp: ExperimentSpec, topo: TopologySpec, paths: PathMatrix, run: Ru
     watch = None if is_sim else DrainWatch(run, paths.hosts, correct_hosts(paths.hosts, actions),
                                            start + exp.duration, exp.drain, exp.drain_max)
     cap_s = (exp.duration + max(exp.drain, exp.drain_max)) / 1e9
-    total_s = (exp.duration + exp.drain) / 1e9 + (0 if is_sim else LOCAL_STARTUP_NS / 1e9)
+    total_s = (exp.duration + exp.drain) / 1e9 + (0 if is_sim else startup_ns / 1e9)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn(),
                   console=console, transient=True) as progress:
         label = f"{exp.backend}: {exp.name}"
@@ -148,7 +153,7 @@ def _execute(exp: ExperimentSpec, topo: TopologySpec, paths: PathMatrix, run: Ru
             if watch is not None and watch.due(time.time_ns()) and not watch.poll():
                 progress.update(task, description=f"{label}: draining, {watch.in_flight} "
                                                   "messages in flight")
-            if elapsed > cap_s + LOCAL_STARTUP_NS / 1e9 + 30:
+            if elapsed > cap_s + startup_ns / 1e9 + 30:
                 raise BackendError(f"nodes did not finish within {cap_s + 30:.0f} s")
     if watch is not None:
         watch.write()

@@ -15,7 +15,8 @@ def make_backend(name: str, run: RunDir, topology: TopologySpec, paths: PathMatr
                  **options: Any) -> Backend:
     """`options` reach backends that take them (mininet and docker: applier="auto"|"netem"|
     "userspace", capture=CaptureOptions(...) or None, seed=int; docker also image=str,
-    cpus=float, memory="512m"); others ignore them."""
+    cpus=float, memory="512m"; remote also inventory=Path, docs/remote.md); others ignore
+    them."""
     if name == "sim":
         from testbed.backends.sim import SimBackend
 
@@ -32,5 +33,9 @@ def make_backend(name: str, run: RunDir, topology: TopologySpec, paths: PathMatr
         from testbed.backends.docker import DockerBackend
 
         return DockerBackend(run, topology, paths, **options)
-    raise BackendError(f"the {name} backend is not available yet; use --backend local, sim, "
-                       "mininet or docker")
+    if name == "remote":
+        from testbed.backends.remote import RemoteBackend
+
+        return RemoteBackend(run, topology, paths, **options)
+    raise BackendError(f"the {name} backend is not available; use --backend local, sim, "
+                       "mininet, docker or remote")
