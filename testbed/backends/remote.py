@@ -53,7 +53,7 @@ from testbed.capture import CaptureOptions, pcap_span, tcpdump_argv
 from testbed.faults.nodeside import NodeSideFaults
 from testbed.faults.schedule import Action
 from testbed.hosts.ssh import ClockSample, HostError, SSHHost, control_path
-from testbed.rundir import RunDir
+from testbed.rundir import Journal, RunDir
 from testbed.shaping import netem
 from testbed.shaping.plan import HostPlan, host_plans, with_path
 from testbed.shaping.userspace import daemon_config, lane, nfqueue_rule
@@ -468,6 +468,16 @@ def teardown_entry(entry: dict[str, Any]) -> str | None:
     if res.problems:
         line += "; NOT cleaned: " + "; ".join(f"{h} ({m})" for h, m in
                                               sorted(res.problems.items()))
+        left = {h: s for h, s in entry["hosts"].items() if h in res.problems}
+        if not left:  # the run itself failed ("*"): keep every host
+            left = entry["hosts"]
+        # What could not be cleaned stays in the journal under a new id, so the next
+        # `testbed teardown RUN` tries those hosts again.
+        journal = Journal(Path(entry["run_path"]) / "journal.jsonl")
+        if journal.path.parent.is_dir():
+            kept = {k: v for k, v in entry.items() if k not in ("op", "t", "id", "hosts")}
+            journal.append("create", **kept, hosts=left,
+                           id=f"remote:{entry['run_id']}:{'+'.join(sorted(left))}")
     return line
 
 
