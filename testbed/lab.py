@@ -53,6 +53,12 @@ RUN command -v sshd >/dev/null || (apt-get update \\
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
        openssh-server && rm -rf /var/lib/apt/lists/*)
 RUN mkdir -p /run/sshd /root/.ssh && chmod 700 /root/.ssh
+# What `prepare` would otherwise install on a fresh host (it still checks): the node program's
+# venv with the NFQUEUE binding from the node image's wheel. Saves minutes on a loaded machine.
+RUN python3 -m venv --system-site-packages /opt/testbed-remote/venv \
+    && if ls /opt/testbed/wheels/*.whl >/dev/null 2>&1; then \
+         /opt/testbed-remote/venv/bin/pip install -q --no-index --no-cache-dir \
+           /opt/testbed/wheels/*.whl; fi
 LABEL org.testbed.image=lab
 """
 # The container's command: the lab key is the only way in (no passwords), host keys are made
@@ -76,8 +82,11 @@ def lab_image() -> str:
     """The lab image's tag (built on first use on top of the node image)."""
     import docker as sdk
 
+    import hashlib
+
     node = build("debootstrap")
-    tag = f"{LAB_REPO}:{node['tag'].split(':', 1)[1]}"
+    recipe = hashlib.sha256(LAB_DOCKERFILE.encode()).hexdigest()[:8]
+    tag = f"{LAB_REPO}:{node['tag'].split(':', 1)[1]}-{recipe}"
     docker = client(timeout=900)
     try:
         try:

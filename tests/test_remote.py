@@ -250,3 +250,69 @@ def _host_leftovers_some(inventory: Path, run_id: str, hosts: list[str]) -> dict
         return _host_leftovers(part, run_id)
     finally:
         part.unlink()
+
+
+FAULTS_EXP = """\
+name: remote-faults
+topology:
+  name: four
+  sites:
+    a: {lan: {delay: 1ms}}
+    b: {lan: {delay: 1ms}}
+  wan: [{between: [a, b], delay: 15ms}]
+  hosts:
+    - {name: h1, site: a}
+    - {name: h2, site: a}
+    - {name: h3, site: a}
+    - {name: h4, site: b}
+duration: 11s
+drain: 3s
+protocol: {name: sequencer, params: {sequencer: h1}}
+workload: {rate: 30/s, size: 200B, arrival: poisson}
+faults:
+  - {kind: partition, isolate: h4, at: 2s, for: 4s}
+  - {kind: crash, host: h3, at: 3s, restart_after: 3s}
+  - {kind: clock, host: h2, at: 5s, jump: 50ms}
+  - {kind: link, between: [h1, h2], at: 7s, for: 2s, delay: 30ms}
+"""
+
+
+@pytest.mark.timing
+def test_the_fault_schedule_runs_on_the_remote_backend_with_measured_effects(
+        lab: Path, tmp_path: Path) -> None:
+    import json
+
+    from tests.eventlogs import fnl_sequences
+
+    (tmp_path / "exp.yaml").write_text(FAULTS_EXP)
+    out = tmp_path / "runs"
+    proc = _testbed("run", str(tmp_path / "exp.yaml"), "--backend", "remote", "--inventory",
+                    str(lab), "--out", str(out), "--no-analyze", timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = run_dir_of(out)
+    events = read_events(run)
+    seqs = fnl_sequences(events)
+    sent = {e["mid"] for evs in events.values() for e in evs if e["ev"] == "send"}
+    ref = seqs["h1"]
+    pos = {m: i for i, m in enumerate(ref)}
+    for node, seq in seqs.items():
+        assert len(seq) == len(set(seq)) and set(seq) <= sent, node  # integrity
+        idx = [pos[m] for m in seq]
+        assert idx == sorted(idx), node  # one total order (h3 per incarnation)
+    for node in ("h2", "h4"):  # agreement among the correct, the isolated h4 caught up
+        assert seqs[node] == ref, node
+    history = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
+    by = {(h["kind"], h["phase"]): h["measured"] for h in history}
+    assert by[("partition", "start")]["blocked_to"]["h4"] == ["h1", "h2", "h3"]
+    suspected = by[("partition", "stop")]["suspected_before_heal"]
+    assert "h4" in suspected["h1"] and "h2" not in suspected["h1"]
+    assert by[("crash", "start")]["alive"] is False
+    assert by[("crash", "stop")]["alive"] is True
+    assert by[("clock", "start")]["clock"]["OffsetMs"] == 50.0
+    assert by[("link", "start")]["paths"]["h1"]["delay_ms"] == 30.0
+    assert by[("link", "stop")]["paths"]["h2"]["delay_ms"] == 1.0
+    starts = [e for e in events["h3"] if e["ev"] == "start"]
+    assert [s.get("incarnation") for s in starts] == [0, 1]
+    # the +50 ms jump shows in lt - t on h2, from the fault time on
+    h2_skew = [e["lt"] - e["t"] for e in events["h2"] if e["ev"] == "fnl"]
+    assert h2_skew[0] == 0 and h2_skew[-1] == 50_000_000
