@@ -80,9 +80,9 @@ class LabError(Exception):
 
 def lab_image() -> str:
     """The lab image's tag (built on first use on top of the node image)."""
-    import docker as sdk
-
     import hashlib
+
+    import docker as sdk
 
     node = build("debootstrap")
     recipe = hashlib.sha256(LAB_DOCKERFILE.encode()).hexdigest()[:8]
