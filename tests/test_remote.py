@@ -208,14 +208,14 @@ def test_sigkill_mid_run_then_teardown_leaves_nothing_and_names_a_stopped_host(
     proc = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(_spec(tmp_path, "30s")),
                              "--backend", "remote", "--inventory", str(lab), "--out", str(out),
                              "--no-analyze"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=(tmp_path / "stderr").open("w"))
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:  # mid-run: every node reported its endpoint
             if out.exists() and any(out.iterdir()) and len(
                     list(run_dir_of(out).glob("nodes/*/control.json"))) == 4:
                 break
-            assert proc.poll() is None, "the run ended before it was killed"
+            assert proc.poll() is None, (tmp_path / "stderr").read_text()
             time.sleep(0.2)
         time.sleep(1.0)
     finally:

@@ -11,7 +11,6 @@ would outlive a killed orchestrator by its ControlPersist).
 
 from __future__ import annotations
 
-import itertools
 import os
 import shlex
 import sys
@@ -108,8 +107,6 @@ class StepResult:
 class Playbooks:
     """One object per run: calls playbooks with fresh private data dirs under `base`."""
 
-    _seq = itertools.count(1)
-
     def __init__(self, base: Path, hosts: dict[str, InventoryHost], control: str | None = None):
         self.base = base
         self.hosts = hosts
@@ -125,8 +122,17 @@ class Playbooks:
 
         import ansible_runner
 
-        pdd = self.base / f"{next(self._seq):02d}-{step}"
-        pdd.mkdir(parents=True)
+        self.base.mkdir(parents=True, exist_ok=True)
+        # Fresh per call, numbered after what is there (teardown may run in a later process).
+        n = len(list(self.base.glob("[0-9][0-9]-*")))
+        while True:
+            n += 1
+            pdd = self.base / f"{n:02d}-{step}"
+            try:
+                pdd.mkdir()
+                break
+            except FileExistsError:
+                continue
         inventory = {"all": {"hosts": {h: {**self.hosts[h].ansible_vars(), **v}
                                        for h, v in hostvars.items()}}}
         # the `-o` options; key and port are per-host variables
