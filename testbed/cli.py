@@ -75,6 +75,9 @@ def run(
     try:
         if inventory is None and exp.inventory:  # relative to the experiment file
             inventory = experiment.parent / exp.inventory
+        if exp.backend == "remote" and (inventory is None or not inventory.is_file()):
+            raise fail(f"the remote backend needs an inventory file ({inventory or 'none given'}"
+                       "): --inventory hosts.yaml or `inventory:` in the experiment")
         result = run_experiment(exp, topo, out, console, master=master, analyze=analyze,
                                 inventory=inventory)
     except BackendError as exc:
