@@ -80,3 +80,18 @@ def test_analysis_subtracts_each_hosts_measured_clock_offset(tmp_path: Path) -> 
     assert clock_uncertainty_ms(tmp_path) == pytest.approx(0.07)
     (tmp_path / "spec.lock.yaml").write_text("seed: 1\n")
     assert clock_uncertainty_ms(tmp_path) is None
+
+
+def test_a_remote_run_without_an_inventory_file_fails_and_creates_nothing(
+        tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from testbed.cli import app
+
+    out = tmp_path / "runs"
+    res = CliRunner().invoke(app, ["run", str(ROOT / "experiments" / "quickstart.yaml"),
+                                   "--backend", "remote", "--out", str(out), "--inventory",
+                                   str(tmp_path / "missing.yaml")])
+    assert res.exit_code == 2
+    assert "needs an inventory file" in res.output
+    assert not out.exists()
