@@ -184,8 +184,11 @@ def up(n: int, root: Path = DEFAULT_DIR) -> Path:
             cid = api.create_container(
                 image, ["sh", "-c", SSHD_CMD], name=cname, hostname=hosts[i],
                 environment={"TB_LAB_KEY": pub}, labels={LAB_LABEL: lab_id},
+                # Other test suites on a shared machine stop and restart the engine; the lab
+                # comes back with it (same addresses; new host keys, which nobody pins).
                 host_config=api.create_host_config(cap_add=["NET_ADMIN"],
-                                                   network_mode=nets["data"][0]),
+                                                   network_mode=nets["data"][0],
+                                                   restart_policy={"Name": "unless-stopped"}),
                 networking_config=api.create_networking_config({nets["data"][0]: (
                     api.create_endpoint_config(ipv4_address=data_ips[i]))}))["Id"]
             api.connect_container_to_network(cid, nets["control"][0], ipv4_address=ctl_ips[i])
