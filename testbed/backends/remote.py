@@ -173,11 +173,9 @@ class RemoteBackend(Backend):
         assert self.playbooks is not None
         res = self.playbooks.run(step, hostvars)
         self.run.journal.append("step", **res.as_dict())
-        if res.problems:
-            host, why = sorted(res.problems.items())[0]
-            more = len(res.problems) - 1
-            raise BackendError(f"{step} failed on {host}: {why}"
-                               + (f" (and on {more} other host(s))" if more else ""))
+        if res.problems:  # one line, every failed host named with its task and reason
+            raise BackendError(f"{step} failed " + "; ".join(
+                f"on {h}: {why}" for h, why in sorted(res.problems.items())))
         return res
 
     def prepare(self) -> StepResult:
