@@ -12,6 +12,7 @@ would outlive a killed orchestrator by its ControlPersist).
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 import threading
@@ -175,7 +176,8 @@ class Playbooks:
                     "ignore_errors"):
                 res.failed.setdefault(host, f"task '{data.get('task', '?')}': "
                                             f"{_message(data.get('res') or {})}")
-        if r.status not in ("successful", "failed") and not res.problems:
+        if (r.status != "successful" or r.rc != 0) and not res.problems:
+            # no host failed, yet the run did (a playbook that does not load, a cancel)
             res.failed["*"] = f"ansible-runner ended {r.status}: " + _tail(pdd)
         return res
 
@@ -195,6 +197,8 @@ def _message(res: dict[str, Any]) -> str:
 def _tail(pdd: Path) -> str:
     out = pdd / "artifacts"
     for f in sorted(out.rglob("stdout")):
-        lines = f.read_text(errors="replace").strip().splitlines()
-        return lines[-1][:200] if lines else ""
+        text = re.sub(r"\x1b\[[0-9;]*m", "", f.read_text(errors="replace"))
+        lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+        errors = [ln for ln in lines if "ERROR" in ln]
+        return (errors or lines or [""])[0][:200]
     return ""
