@@ -51,11 +51,11 @@ system-deps:
 run: java $(STAMP)
 	$(BIN)/testbed run experiments/quickstart.yaml
 
-# Root tests need the emulation extras (Mininet, NFQUEUE binding, Docker SDK); they build
-# against Debian packages that system-deps installs first.
+# Root tests need the emulation extras (Mininet, NFQUEUE binding, Docker SDK) and the remote
+# backend's (ansible-runner); they build against Debian packages that system-deps installs first.
 venv-test: $(STAMP)
-	@if [ "$(IS_ROOT)" = yes ] && ! $(BIN)/python -c "import netfilterqueue, mininet, docker" 2>/dev/null; then \
-	  $(BIN)/pip install -q -e '.[dev,emulation]'; fi
+	@if [ "$(IS_ROOT)" = yes ] && ! $(BIN)/python -c "import netfilterqueue, mininet, docker, ansible_runner" 2>/dev/null; then \
+	  $(BIN)/pip install -q -e '.[dev,emulation,remote]'; fi
 
 # The nightly catalogue (experiments/nightly/): SUITE=smoke runs on sim and local without root;
 # SUITE=full also wants the root backends (their system packages and extras come first).

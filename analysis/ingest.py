@@ -93,7 +93,9 @@ def read_events(spark: SparkSession, run_dir: Path,
     out.mkdir(parents=True)
     if not logs:
         return spark.createDataFrame([], EVENT_SCHEMA), {}
-    tasks = [(str(p), p.parent.name, str(out / f"{p.parent.name}.parquet")) for p in logs]
+    offsets = host_clock_offsets_ns(run_dir)
+    tasks = [(str(p), p.parent.name, str(out / f"{p.parent.name}.parquet"),
+              offsets.get(p.parent.name, 0)) for p in logs]
     done = spark.sparkContext.parallelize(tasks, len(tasks)).map(_convert).collect()
     malformed = {node: n for node, n in done if n}
     for node, n in sorted(malformed.items()):
@@ -101,10 +103,30 @@ def read_events(spark: SparkSession, run_dir: Path,
     return spark.read.schema(EVENT_SCHEMA).parquet(str(out)), malformed
 
 
-def _convert(task: tuple[str, str, str]) -> tuple[str, int]:
-    """One Spark task: a node's log to Parquet; returns (node, malformed lines)."""
-    src, node, dst = task
+def host_clock_offsets_ns(run_dir: Path) -> dict[str, int]:
+    """Hosts whose clock is not the orchestrator's (the remote backend measures each offset
+    before the run: spec.lock.yaml `clocks`, docs/remote.md): host clock minus orchestrator
+    clock, ns. Empty for backends on one machine."""
+    import yaml
+
+    lock = run_dir / "spec.lock.yaml"
+    try:
+        clocks = (yaml.safe_load(lock.read_text()) or {}).get("clocks") or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    return {h: int(round(float(c.get("offset_ms", 0)) * 1e6)) for h, c in clocks.items()
+            if isinstance(c, dict)}
+
+
+def _convert(task: tuple[str, str, str, int]) -> tuple[str, int]:
+    """One Spark task: a node's log to Parquet, its `t` moved onto the orchestrator's clock
+    (minus the host's measured offset); returns (node, malformed lines)."""
+    src, node, dst, offset_ns = task
     table, malformed = log_table(Path(src).read_bytes(), node)
+    if offset_ns:
+        at = table.schema.get_field_index("t")
+        table = table.set_column(at, "t", pc.subtract(table["t"], pa.scalar(offset_ns,
+                                                                             pa.int64())))
     pq.write_table(table, dst)
     return node, malformed
 

@@ -74,6 +74,23 @@ def transport_section(run_dir: Path) -> dict[str, Any]:
     return out
 
 
+def clock_uncertainty_ms(run_dir: Path) -> float | None:
+    """With clocks measured per host (remote backend, spec.lock.yaml `clocks`): the largest
+    error a latency between two hosts can carry, the sum of the two worst half round trips.
+    None when all hosts share the orchestrator's clock."""
+    import yaml
+
+    try:
+        lock = yaml.safe_load((run_dir / "spec.lock.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    worst = sorted((float(c.get("uncertainty_ms", 0)) for c in (lock.get("clocks") or {})
+                    .values() if isinstance(c, dict)), reverse=True)
+    if not worst:
+        return None
+    return round(sum(worst[:2]), 4)
+
+
 def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
     """Analyse the run in `run_dir`, write `parquet/events/` and `summary.json`; return it."""
     run_dir = Path(run_dir)
@@ -133,6 +150,9 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
             summary["checks"]["gap_liveness"] = {**qos["gaps"], "claimed": True}
             for name in ("agreement", "validity"):
                 summary["checks"][name]["claimed"] = False
+    uncertainty = clock_uncertainty_ms(run_dir)
+    if uncertainty is not None:  # next to the latencies that depend on it (docs/remote.md)
+        summary["latency"]["fnl"]["clock_uncertainty_ms"] = uncertainty
     summary["liveness"] = liveness_section(read_drain(run_dir), summary["checks"])
     summary["ok"] = checks_ok(summary)
     summary["analysis_s"] = round(time.monotonic() - started, 3)

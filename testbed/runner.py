@@ -62,7 +62,8 @@ def write_lock(run: RunDir, exp: ExperimentSpec, topo: TopologySpec, paths: Path
 
 
 def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: Console,
-                   master: str | None = None, analyze: bool = True) -> RunResult:
+                   master: str | None = None, analyze: bool = True,
+                   inventory: Path | None = None) -> RunResult:
     plan = RunPlan.build(exp, topo)
     run = RunDir.create(out, exp.name)
     write_lock(run, exp, topo, plan.paths)
@@ -76,6 +77,8 @@ def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: 
         wanted = exp.capture.pcap if "pcap" in exp.capture.model_fields_set else True
         options["capture"] = CaptureOptions(exp.capture.snaplen, exp.capture.rotate_mb,
                                             exp.capture.rotate_s) if wanted else None
+    if exp.backend == "remote":  # --inventory, else the spec's (docs/remote.md)
+        options["inventory"] = inventory or exp.inventory
     backend = make_backend(exp.backend, run, topo, plan.paths, **options)
     try:
         _execute(plan, run, backend, console)
@@ -92,7 +95,9 @@ def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> 
     exp, virtual = plan.experiment, backend.capabilities.virtual_clock
     addresses = backend.up()
     plan.shaping = backend.shaping() or plan.shaping  # as realised (docker renumbers)
-    start = plan.start_time(time.time_ns())
+    # A backend whose start takes longer (remote: a playbook) says how long (`startup_ns`).
+    startup_ns = getattr(backend, "startup_ns", LOCAL_STARTUP_NS)
+    start = plan.start_time(time.time_ns(), startup_ns)
     configs = plan.node_configs(run, addresses, start)
     plan.write(run)
     backend.schedule_faults(plan.actions, start)
@@ -103,7 +108,7 @@ def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> 
     watch = None if virtual else DrainWatch(run, plan.hosts, plan.correct,
                                             start + exp.duration, exp.drain, exp.drain_max)
     cap_s = (exp.duration + max(exp.drain, exp.drain_max)) / 1e9
-    total_s = (exp.duration + exp.drain) / 1e9 + (0 if virtual else LOCAL_STARTUP_NS / 1e9)
+    total_s = (exp.duration + exp.drain) / 1e9 + (0 if virtual else startup_ns / 1e9)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn(),
                   console=console, transient=True) as progress:
         label = f"{exp.backend}: {exp.name}"
@@ -115,7 +120,7 @@ def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> 
             if watch is not None and watch.due(time.time_ns()) and not watch.poll():
                 progress.update(task, description=f"{label}: draining, {watch.in_flight} "
                                                   "messages in flight")
-            if elapsed > cap_s + LOCAL_STARTUP_NS / 1e9 + 30:
+            if elapsed > cap_s + startup_ns / 1e9 + 30:
                 raise BackendError(f"nodes did not finish within {cap_s + 30:.0f} s")
     if watch is not None:
         watch.write()

@@ -54,11 +54,12 @@ class RunPlan:
     def hosts(self) -> list[str]:
         return self.paths.hosts
 
-    def start_time(self, now_ns: int) -> int:
-        """When the workload starts: a fixed virtual instant, or a margin after now."""
+    def start_time(self, now_ns: int, startup_ns: int = LOCAL_STARTUP_NS) -> int:
+        """When the workload starts: a fixed virtual instant, or a margin after now (longer
+        for a backend that starts its nodes slowly: remote, docs/remote.md)."""
         if self.capabilities.virtual_clock:
             return SIM_EPOCH_NS + SIM_STARTUP_NS
-        return now_ns + LOCAL_STARTUP_NS
+        return now_ns + startup_ns
 
     def node_configs(self, run: RunDir, addresses: dict[str, HostAddress], start_at_ns: int,
                      duration_ns: int | None = None) -> list[NodeConfig]:

@@ -7,7 +7,8 @@ host namespace, entered through its journaled holder; gone already if the holder
 `qos` (a node's reservation classes: the clsact qdisc and IFB device in its host namespace),
 `iptables-chain` (root namespace), `link` (a bridge or veth end in the root namespace) and
 `sysctl` (restored to the journaled value), and the docker backend's `container` and
-`docker-network` (by name; containers first, as the journal's reverse order has it).
+`docker-network` (by name; containers first, as the journal's reverse order has it), and the
+remote backend's `remote` (every file, process, qdisc and rule of the run on its SSH hosts).
 """
 
 from __future__ import annotations
@@ -77,6 +78,10 @@ def remove(entry: dict[str, Any]) -> str | None:
         gone = (remove_container if kind == "container" else remove_network)(entry["name"])
         if gone:
             return f"{kind} {entry['name']}"
+    elif kind == "remote":  # a run's hosts over SSH: playbooks/teardown.yml (docs/remote.md)
+        from testbed.backends.remote import teardown_entry
+
+        return teardown_entry(entry)
     elif kind == "sysctl":
         path = Path("/proc/sys") / entry["key"].replace(".", "/")
         try:

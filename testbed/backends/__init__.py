@@ -30,14 +30,19 @@ def backend_class(name: str) -> type[Backend]:
         from testbed.backends.docker import DockerBackend
 
         return DockerBackend
-    raise BackendError(f"the {name} backend is not available yet; use --backend local, sim, "
-                       "mininet or docker")
+    if name == "remote":
+        from testbed.backends.remote import RemoteBackend
+
+        return RemoteBackend
+    raise BackendError(f"the {name} backend is not available; use --backend local, sim, "
+                       "mininet, docker or remote")
 
 
 def make_backend(name: str, run: RunDir, topology: TopologySpec, paths: PathMatrix,
                  **options: Any) -> Backend:
     """`options` reach backends that take them (mininet and docker: applier="auto"|"netem"|
     "userspace", capture=CaptureOptions(...) or None, seed=int; docker also image=str,
-    cpus=float, memory="512m"); others ignore them."""
+    cpus=float, memory="512m"; remote also inventory=Path, docs/remote.md); others ignore
+    them."""
     cls = backend_class(name)
     return cls(run, topology, paths, **options) if cls.takes_options else cls(run, topology, paths)

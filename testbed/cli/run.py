@@ -24,6 +24,8 @@ def run(
     analyze: Annotated[bool, typer.Option(help="run the Spark analysis afterwards")] = True,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan, change nothing")] = (
         False),
+    inventory: Annotated[Path | None, typer.Option(help="remote backend: hosts (docs/remote.md)"
+                                                   )] = None,
 ) -> None:
     """Run an experiment end to end and judge it.
 
@@ -39,7 +41,13 @@ def run(
         print_run_plan(exp, topo)
         return
     try:
-        result = run_experiment(exp, topo, out, console, master=master, analyze=analyze)
+        if inventory is None and exp.inventory:  # relative to the experiment file
+            inventory = experiment.parent / exp.inventory
+        if exp.backend == "remote" and (inventory is None or not inventory.is_file()):
+            raise fail(f"the remote backend needs an inventory file ({inventory or 'none given'}"
+                       "): --inventory hosts.yaml or `inventory:` in the experiment")
+        result = run_experiment(exp, topo, out, console, master=master, analyze=analyze,
+                                inventory=inventory)
     except BackendError as exc:
         raise fail(str(exc)) from None
     if analyze:

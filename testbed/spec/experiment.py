@@ -211,6 +211,9 @@ class ExperimentSpec(Strict):
     # channels, so emulated loss below the node becomes delay.
     transport: Literal["udp", "udp-aead", "tls"] = "udp"
     management: ManagementSpec = ManagementSpec()
+    # The remote backend's hosts (docs/remote.md): an inventory file, relative to the
+    # experiment file; `testbed run --inventory` overrides it.
+    inventory: str | None = None
     expect: list[str] = []
 
     @field_validator("expect")

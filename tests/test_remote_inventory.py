@@ -1,0 +1,97 @@
+"""The remote backend's inputs without hosts (no root): inventory problems are one line
+`file: host: message`; a backend without an inventory or with a topology host missing from it
+refuses before touching anything; analysis moves a host's `t` by its measured clock offset
+(docs/remote.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed.backends.ansible import InventoryError, load_inventory
+
+ROOT = Path(__file__).resolve().parent.parent
+GOOD = {"address": "198.19.128.1", "user": "root", "key": "k", "data_interface": "eth1",
+        "data_address": "198.18.128.1", "control_address": "198.19.128.1"}
+
+
+def _inv(tmp_path: Path, doc: object) -> Path:
+    p = tmp_path / "hosts.yaml"
+    p.write_text(yaml.safe_dump(doc) if not isinstance(doc, str) else doc)
+    return p
+
+
+def test_a_good_inventory_resolves_the_key_next_to_the_file(tmp_path: Path) -> None:
+    hosts = load_inventory(_inv(tmp_path, {"hosts": {"h1": GOOD}}))
+    assert hosts["h1"].key == str(tmp_path / "k")
+    assert hosts["h1"].port == 22 and hosts["h1"].data_interface == "eth1"
+
+
+@pytest.mark.parametrize(("doc", "needle"), [
+    ({"hosts": {"h1": {**GOOD, "data_interface": ""}}}, "h1: missing data_interface"),
+    ({"hosts": {"h2": "198.19.0.1"}}, "h2: expected a mapping"),
+    ({"hosts": {"h1": {**GOOD, "port": "ssh"}}}, "h1: port must be a number"),
+    ({"nodes": {}}, "hosts: a mapping"),
+    ("hosts: [", "not YAML"),
+])
+def test_inventory_problems_are_one_line_naming_file_and_host(tmp_path: Path, doc: object,
+                                                             needle: str) -> None:
+    with pytest.raises(InventoryError) as exc:
+        load_inventory(_inv(tmp_path, doc))
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
+    assert str(exc.value).startswith(str(tmp_path / "hosts.yaml"))
+
+
+def test_the_backend_refuses_a_missing_inventory_or_host_before_touching_anything(
+        tmp_path: Path) -> None:
+    from testbed.backends import BackendError, make_backend
+    from testbed.rundir import RunDir
+    from testbed.spec.loader import load_topology
+
+    topo = load_topology(ROOT / "topologies" / "two-sites.yaml")
+    run = RunDir.create(tmp_path, "r")
+    with pytest.raises(BackendError, match="needs an inventory"):
+        make_backend("remote", run, topo, topo.paths())
+    b = make_backend("remote", run, topo, topo.paths(),
+                     inventory=_inv(tmp_path, {"hosts": {"h1": GOOD}}))
+    with pytest.raises(BackendError, match="host h2 is not in the inventory"):
+        b.up()
+    assert list(run.journal.live()) == []
+
+
+def test_analysis_subtracts_each_hosts_measured_clock_offset(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from analysis.ingest import _convert, host_clock_offsets_ns
+    from analysis.job import clock_uncertainty_ms
+
+    (tmp_path / "spec.lock.yaml").write_text(yaml.safe_dump({"clocks": {
+        "h1": {"offset_ms": 2.5, "uncertainty_ms": 0.05},
+        "h2": {"offset_ms": 0.0, "uncertainty_ms": 0.02}}}))
+    log = tmp_path / "events.jsonl"
+    log.write_text(json.dumps({"t": 10_000_000, "lt": 1, "i": 0, "node": "h1", "ev": "send",
+                               "mid": "h1:1"}) + "\n")
+    assert host_clock_offsets_ns(tmp_path) == {"h1": 2_500_000, "h2": 0}
+    _convert((str(log), "h1", str(tmp_path / "h1.parquet"), 2_500_000))
+    assert pq.read_table(tmp_path / "h1.parquet")["t"].to_pylist() == [7_500_000]
+    assert clock_uncertainty_ms(tmp_path) == pytest.approx(0.07)
+    (tmp_path / "spec.lock.yaml").write_text("seed: 1\n")
+    assert clock_uncertainty_ms(tmp_path) is None
+
+
+def test_a_remote_run_without_an_inventory_file_fails_and_creates_nothing(
+        tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from testbed.cli import app
+
+    out = tmp_path / "runs"
+    res = CliRunner().invoke(app, ["run", str(ROOT / "experiments" / "quickstart.yaml"),
+                                   "--backend", "remote", "--out", str(out), "--inventory",
+                                   str(tmp_path / "missing.yaml")])
+    assert res.exit_code == 2
+    assert "needs an inventory file" in res.output
+    assert not out.exists()
