@@ -220,8 +220,8 @@ def test_partition_detaches_and_heal_merges_at_one_smax_per_pair(tmp_path: Path)
     sim = Simulator(cfgs, seed=7)
     cuts = [[a, b] for a in ("h1", "h2") for b in ("h3", "h4", "h5")]
     cuts += [[b, a] for a, b in cuts]
-    sim.at(START + 1_000_000_000, partial(sim._fault, {"op": "block", "params": {"cuts": cuts}}))
-    sim.at(START + 3_000_000_000, partial(sim._fault, {"op": "heal", "params": {}}))
+    sim.at(START + 1_000_000_000, partial(sim.block, [(a, b) for a, b in cuts]))
+    sim.at(START + 3_000_000_000, sim.heal)
     sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
     events = ps.read_events(tmp_path)
     assert ps.total_order_pairs(events) == 0

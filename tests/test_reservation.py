@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from nodes.config import Member, NodeConfig, WorkloadConfig
+from nodes.faults import Management
 from nodes.reservation import MAX_HOLD_NS, Reservations, TokenBucket
 from nodes.runtime import NodeRuntime
 from nodes.sim import SIM_EPOCH_NS, Simulator
@@ -130,8 +131,8 @@ def test_sim_new_rate_via_management_renegotiates_without_losing_a_message(tmp_p
     sim, layer = _sim(tmp_path, 80, 50, duration_s=4)
     core = sim.cores[0]
     reply: dict[str, Any] = {}
-    sim.at(SIM_EPOCH_NS + 150_000_000, lambda: reply.update(sim._mgmt(
-        core, {"mbean": "testbed:type=QoS", "exec": ["newRate", "100"]})))
+    sim.at(SIM_EPOCH_NS + 150_000_000, lambda: reply.update(sim.management(
+        Management("h1", mbean="testbed:type=QoS", exec=("newRate", "100")))))
     sim.run(SIM_EPOCH_NS + 6 * 10**9)
     assert reply["status"] == 200, reply
     assert reply["value"]["default"]["rate_bps"] == 100 * layer.per_msg
@@ -152,7 +153,7 @@ def test_new_rate_rejects_bad_arguments_without_touching_the_reservation(tmp_pat
     sim, _ = _sim(tmp_path, 10, 50, duration_s=1)
     sim.run(SIM_EPOCH_NS + 2 * 10**9)
     for bad in ("-3", "x", "1,2,3", "rate=0"):
-        out = sim._mgmt(sim.cores[0], {"mbean": "testbed:type=QoS", "exec": ["newRate", bad]})
+        out = sim.management(Management("h1", mbean="testbed:type=QoS", exec=("newRate", bad)))
         assert out["status"] == 400, (bad, out)
     assert sim.cores[0].reservations.by_key["default"].changes == 0
 
