@@ -154,7 +154,11 @@ def check_experiment(exp: ExperimentSpec, topo: TopologySpec) -> list[tuple[Loc,
     problems += check_protocol_params(exp.protocol, hosts)
     entry = catalogue.find(exp.protocol.name)
     if entry is not None:
-        problems += check_qos_params(entry.name, exp.protocol.params, topo, entry.bound)
+        # one line per param: a duration the params model refused (`theta: 0ms`) is not
+        # reported again by the cross-field checks
+        said = {loc for loc, _ in problems}
+        problems += [p for p in check_qos_params(entry.name, exp.protocol.params, topo,
+                                                 entry.bound) if p[0] not in said]
     problems += check_faults(exp.faults, hosts, exp.duration)
     if exp.transport != "udp" and exp.backend == "sim":
         problems.append((("transport",), f"transport {exp.transport} needs real sockets; the "
