@@ -368,7 +368,9 @@ def qos_html(summary: dict[str, Any]) -> str:
             ("assumptions", "hold: the bound is judged" if q["assumptions_hold"] else
              "violated (" + "; ".join(q["assumptions_violated"]) + "): only safety judged"),
             ("messages above the bound", q["above_bound"]),
-            ("net / app rate per process (msgs/s)", f"{q['net_rate']} / {q['app_rate']}"),
+            ("net / app rate per process (msgs/s)", f"{q['net_rate']} / {q['app_rate']}"
+             + (f" (overhead {q['overhead_rate']})" if q.get("overhead_rate") is not None
+                else "")),
             ("reservations refused", q["refused"])]
     body = "".join(f"<tr><td>{escape(k)}</td>{cell(v)}</tr>" for k, v in rows)
     return (f"<h2>QoS ({escape(q['protocol'])}, 004)</h2>"
