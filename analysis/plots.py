@@ -331,3 +331,26 @@ def spacetime(name: str, title: str, lanes: Sequence[str], arrows: Sequence[Arro
         f.parts.append(f'<circle cx="{_num(f.sx(t0))}" cy="{ys.get(src, 0)}" r="3" '
                        f'fill="#fff" stroke="{c}" stroke-width="2"/>')
     return _open(name, f.width, f.height, title) + "".join(f.parts) + "</svg>"
+
+
+# The report's text styles (analysis/report.py CSS), for a chart saved as its own file.
+_STANDALONE_CSS = ("text{font-family:system-ui,sans-serif}.tick{font-size:11px;fill:#555}"
+                   ".axis{font-size:12px;fill:#333}.legend{font-size:11px;fill:#333}")
+
+
+def standalone(charts: Sequence[str], title: str) -> str:
+    """Charts of this module stacked into one SVG file (a bench's plot linked from the
+    README): each chart keeps its size, the report's text styles come along."""
+    import re
+
+    sizes = [(int(m.group(1)), int(m.group(2))) for m in
+             (re.search(r'viewBox="0 0 (\d+) (\d+)"', c) for c in charts) if m]
+    width = max((w for w, _ in sizes), default=WIDTH)
+    parts, y = [], 0
+    for chart, (_, h) in zip(charts, sizes, strict=True):
+        parts.append(chart.replace("<svg ", f'<svg y="{y}" ', 1))
+        y += h
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<svg xmlns="http://www.w3.org/2000/svg" '
+            f'viewBox="0 0 {width} {y}" width="{width}" height="{y}">'
+            f"<title>{escape(title)}</title><style>{_STANDALONE_CSS}</style>"
+            + "".join(parts) + "</svg>\n")

@@ -7,14 +7,16 @@ protocol's name and params (each node's config.json), never from a protocol's co
   `netrecv.t - net.t` joined on (sender, rseq), and for data also `recv.t - net.t` by mid;
 - the empirical Γ: `2 * max |lt - t|` over every event (004 §2.2 bounds each clock by Γ/2);
 - the bound that applies (catalogue entry's `bound`): Δ+Γ (CBR, Thm 1), Δ+Γ+Θ (VBR, Thm 2),
-  Δ+2Γ+Θ (VBR with failures in the fault schedule, Thm 5), 2Δ+pO (leader broadcast, §8.1),
-  Δ+max(Δ+pO, Θ) (timestamp leader, §8.2), pO the largest relay or grant wait the leader logged;
+  Δ+2Γ+Θ (VBR with failures in the fault schedule, Thm 5, or with `loss_tolerance` > 0, §7.2),
+  2Δ+pO (leader broadcast, §8.1), Δ+max(Δ+pO, Θ) (timestamp leader, §8.2), pO the largest
+  relay or grant wait the leader logged;
 - the maximum application latency: per message, the latest final delivery minus the
   message's network send (`net`, the tick that carried it; `send` when there is none);
 - `assumptions_hold`: Δ_meas <= Δ, Γ_meas <= Γ (not for the leader-based ones, which assume no
   clock synchrony, §8 L663) and no reservation refused. Only then is a latency above the bound a
   violation; otherwise the run is flagged and only safety is judged;
-- rates: per process the network's and the application's average message rate; the check
+- rates: per process the network's and the application's average message rate over the
+  spans it was sending (per incarnation); the check
   (Thm 3, brief §1 fix #13) is net = declared rate for CBR and net <= avg + 1/Θ for VBR;
 - total order with gaps (§7, Def. 2) for `qos-vbr` with `loss_tolerance` > 0: every data
   message a correct process received (`recv`) and did not drop as `late` is delivered there.
@@ -173,14 +175,23 @@ def rates(events: Events, kind: str, theta: int) -> dict[str, Any]:
     violations = 0
     for node, evs in events.items():
         # the init-rate leaves before the grid starts (`init`): not part of the rate
-        net = [e["t"] for e in evs if e["ev"] == "net" and not e.get("init")]
+        # the span a process was sending: per incarnation (a `start` opens one), so the
+        # downtime of a crashed and restarted process does not dilute its rates
+        runs: list[list[int]] = [[]]
+        for e in sorted(evs, key=lambda e: (e["t"], e.get("i", 0))):
+            if e["ev"] == "start" and runs[-1]:
+                runs.append([])
+            elif e["ev"] == "net" and not e.get("init"):
+                runs[-1].append(e["t"])
         app = sum(1 for e in evs if e["ev"] == "send")
         # the protocol's own `reserve` lines carry `avg` (msgs/s); a transport may log more
         reserved = [e for e in evs if e["ev"] == "reserve" and "avg" in e]
-        if len(net) < 2:
+        runs = [r for r in runs if len(r) >= 2]
+        if not runs:
             continue
-        span = (net[-1] - net[0]) / NS_PER_S
-        row: dict[str, Any] = {"net": round((len(net) - 1) / span, 3) if span else 0.0,
+        span = sum(r[-1] - r[0] for r in runs) / NS_PER_S
+        gaps_n = sum(len(r) - 1 for r in runs)
+        row: dict[str, Any] = {"net": round(gaps_n / span, 3) if span else 0.0,
                                "app": round(app / span, 3) if span else 0.0}
         if reserved:
             avg = float(reserved[-1].get("avg", 0))
@@ -196,8 +207,13 @@ def rates(events: Events, kind: str, theta: int) -> dict[str, Any]:
         per_node[node] = row
     nets = [r["net"] for r in per_node.values()]
     apps = [r["app"] for r in per_node.values()]
-    return {"net_rate": round(sum(nets) / len(nets), 3) if nets else None,
-            "app_rate": round(sum(apps) / len(apps), 3) if apps else None,
+    net_rate = round(sum(nets) / len(nets), 3) if nets else None
+    app_rate = round(sum(apps) / len(apps), 3) if apps else None
+    return {"net_rate": net_rate, "app_rate": app_rate,
+            # what the protocol adds per process: 1/Θ (a DUMMY or RATE per slot not filled by
+            # the application) for VBR, Thm 3
+            "overhead_rate": None if net_rate is None or app_rate is None
+            else round(net_rate - app_rate, 3),
             "rate_check": {"violations": violations, "per_node": per_node}}
 
 
@@ -235,6 +251,10 @@ def qos_section(events: Events, skew_ns: float, protocol: str, params: dict[str,
     kind = bound_kind(protocol)
     if not kind:
         return {}
+    lossy = protocol == "qos-vbr" and int(params.get("loss_tolerance", 0) or 0) > 0
+    # §7.2 L653: with message loss (x > 0) a lost slot is passed at its deadline, as a crashed
+    # process is: the bound is Thm 5's Δ+2Γ+Θ
+    failures = failures or lossy
     delta = duration_ns(params.get("delta", 50))
     gamma = duration_ns(params.get("gamma", 10))
     theta = duration_ns(params.get("theta", 20))
@@ -283,7 +303,7 @@ def qos_section(events: Events, skew_ns: float, protocol: str, params: dict[str,
     out.update(rates(events, kind, theta))
     if kind == "cbr":
         out["porder_mismatches"] = porder_mismatches(events)
-    if protocol == "qos-vbr" and int(params.get("loss_tolerance", 0) or 0) > 0:
+    if lossy:
         out["gaps"] = gaps(events, correct if correct is not None else sorted(events))
     return out
 
@@ -350,7 +370,9 @@ def qos_html(summary: dict[str, Any]) -> str:
             ("assumptions", "hold: the bound is judged" if q["assumptions_hold"] else
              "violated (" + "; ".join(q["assumptions_violated"]) + "): only safety judged"),
             ("messages above the bound", q["above_bound"]),
-            ("net / app rate per process (msgs/s)", f"{q['net_rate']} / {q['app_rate']}"),
+            ("net / app rate per process (msgs/s)", f"{q['net_rate']} / {q['app_rate']}"
+             + (f" (overhead {q['overhead_rate']})" if q.get("overhead_rate") is not None
+                else "")),
             ("reservations refused", q["refused"])]
     body = "".join(f"<tr><td>{escape(k)}</td>{cell(v)}</tr>" for k, v in rows)
     return (f"<h2>QoS ({escape(q['protocol'])}, 004)</h2>"

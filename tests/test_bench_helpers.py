@@ -37,3 +37,23 @@ def test_thirty_hosts_spread_six_per_region_with_the_wan_between_sites(
     assert virginia1["paths"][str(by_name["virginia2"])]["delay_ns"] == 0
     assert all(n["params"] == {"sequencer": "virginia1"} for n in spec["nodes"])
     assert topology(5).hosts[3].name == "tokyo"  # the file as it is
+
+
+def test_qos_theta_sweep_point_and_plot() -> None:
+    """bench/qos_theta_sweep.py: one Θ on the Thm 2 tight set-up stays under Δ+Γ+Θ with an
+    overhead of 1/Θ per process (Thm 3), and the plot is one well-formed SVG with both
+    charts."""
+    import xml.dom.minidom
+
+    from bench import qos_theta_sweep as sweep
+
+    rows = {t: sweep.one(t, app_rate=10, seconds=2) for t in (10, 40)}
+    for t, r in rows.items():
+        assert r["bound_ms"] == 50 + t and r["assumptions"]
+        assert r["bound_ms"] - 1.5 <= r["max_ms"] <= r["bound_ms"]
+        assert abs(r["overhead"] - 1000 / t) < 0.02 * 1000 / t
+    assert rows[10]["dummy_share"] > rows[40]["dummy_share"]
+    svg = sweep.chart(rows)
+    doc = xml.dom.minidom.parseString(svg.encode())
+    plots = [e.getAttribute("data-plot") for e in doc.getElementsByTagName("svg")]
+    assert plots[1:] == ["qos-theta-latency", "qos-theta-pareto"]

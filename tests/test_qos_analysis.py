@@ -90,7 +90,8 @@ def test_vbr_rates_and_total_order_with_gaps() -> None:
           ev("late", 206, mid="h1:3"), ev("fnl", 40, mid="h1:1", seq=1)]
     q = qos.qos_section({"h1": h1, "h2": h2}, 0, "qos-vbr",
                         {"delta": 20, "gamma": 5, "theta": 20, "loss_tolerance": 1}, False, True)
-    assert q["bound_ms"] == 45.0 and q["formula"] == "Δ+Γ+Θ"
+    # x > 0: the §7 protocol passes a lost slot at its deadline, so Thm 5's bound (§7.2 L653)
+    assert q["bound_ms"] == 50.0 and q["formula"] == "Δ+2Γ+Θ"
     row = q["rate_check"]["per_node"]["h1"]
     assert row["declared"] == 60.0 and row["net"] == 60.0 and row["ok"]
     assert q["gaps"]["violations"] == 1 and q["gaps"]["examples"] == [{"node": "h2",

@@ -446,3 +446,27 @@ def test_per_host_params_name_known_hosts(tmp_path: Path) -> None:
         load_experiment(bad)
     assert len(exc.value.problems) == 1
     assert "protocol.params.max_burst: unknown host 'h9'" in exc.value.problems[0]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_full_sim_run_is_judged_by_the_qos_analysis(tmp_path: Path) -> None:
+    """`testbed run` of experiments/qos-vbr.yaml with the analysis: the `qos` section reads
+    qos-vbr's logs (netrecv pairs for Δ_meas, reserve lines for the rate check), the bound is
+    Δ+Γ+Θ reached within 1 ms and never passed, and the overhead is 1/Θ (Thm 3)."""
+    import json
+
+    proc = subprocess.run([sys.executable, "-m", "testbed", "run", "--out", str(tmp_path),
+                           str(ROOT / "experiments/qos-vbr.yaml")],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
+    q = summary["qos"]
+    assert (q["formula"], q["bound_ms"], q["delta_measured_ms"], q["gamma_measured_ms"]) == (
+        "Δ+Γ+Θ", 70, 40, 10)
+    assert 69 <= q["max_latency_ms"] <= 70 and q["assumptions_hold"] and q["refused"] == 0
+    assert q["rate_check"]["violations"] == 0
+    assert all("declared" in row for row in q["rate_check"]["per_node"].values())
+    assert abs(q["net_rate"] - q["app_rate"] - 50) < 0.1
+    assert summary["ok"] and summary["checks"]["latency_bound"]["violations"] == 0
+    assert all(e["ok"] for e in summary["expectations"])

@@ -31,6 +31,7 @@ from nodes.protocols import (
     psync,
     psync_total,
     qos_cbr,
+    qos_common,
     qos_vbr,
     reliable_ack,
     switching,
@@ -202,7 +203,7 @@ _MODELS: dict[type, Any] = {}
 
 
 def _duration_ms(value: Any) -> float:
-    return qos_vbr.duration_ns(value) / 1e6
+    return qos_common.duration_ns(value) / 1e6
 
 
 def _model(cls: type[CommonParams]) -> type[BaseModel]:
@@ -221,7 +222,7 @@ def _model(cls: type[CommonParams]) -> type[BaseModel]:
         default = f.default if f.default is not MISSING else ...
         hint: Any = hints[f.name]
         if meta.pop("duration", False):
-            # `20ms` or a number of ms (nodes/protocols/qos_vbr.py `duration_ns`), as ms
+            # `20ms` or a number of ms (nodes/protocols/qos_common.py `duration_ns`), as ms
             hint = Annotated[float, BeforeValidator(_duration_ms)]
         if meta.pop("per_host", False):
             # one value for every host, or a mapping host name -> value, each within limits

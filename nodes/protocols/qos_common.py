@@ -58,14 +58,20 @@ def tick_ns(base: int, k: int, rate: int) -> int:
     return base + (k * NS_PER_S) // rate
 
 
-def own_value(value: Any, params: dict[str, Any], me: int) -> Any:
+_REQUIRED = object()
+
+
+def own_value(value: Any, params: dict[str, Any], me: int, default: Any = _REQUIRED) -> Any:
     """A per-host parameter: one value for every host, or a mapping host name -> value (the
-    node core gives the member names as `member_names`)."""
+    node core gives the member names as `member_names`). A host the mapping leaves out gets
+    `default`; without one it is a ValueError."""
     if not isinstance(value, dict):
         return value
     names = params.get("member_names") or {}
     name = names.get(me, names.get(str(me)))
     if name not in value:
+        if default is not _REQUIRED:
+            return default
         raise ValueError(f"no value for host {name!r} in {value!r}")
     return value[name]
 

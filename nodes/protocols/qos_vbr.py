@@ -57,16 +57,16 @@ Every datagram carries the sender's per-pair FIFO number `rseq` (002 A0.1/A0.2: 
 FIFO channel; never the NACK layer, whose retransmissions break every bound) and its
 incarnation in `aux`.
 
-Log events (docs/protocols.md "qos-vbr"): `net` (kind data|dummy|rate, slot, K = rseq) at every
-slot-message send, `net_recv` (member, kind dummy|rate, slot, K) at the receipt of a non-data
-slot message (data receipts are `recv`), `slot` (s, maxSend) at each slot start, `rate` (avg,
-max_burst, slot, rate_bps, burst_bytes) at each reservation, `refused`, `join`, `add`,
-`remove`, `skip`, `merge`, `late`, `reject`.
+Log events (docs/protocols.md "qos-vbr"; the conventions analysis/qos.py reads, docs/qos.md
+"Log events"): `net` (kind data|dummy|rate, slot, rseq, mid for data) at every slot-message
+send, `netrecv` (member, kind, rseq, inc once the sender restarted: qos_common.netrecv) at
+every slot message the FIFO channel accepts, `slot` (s, maxSend) at each slot start, `reserve`
+(key, avg, max_burst, slot, bytes, rate_bps, burst) at each reservation, `refused`, `join`,
+`add`, `remove`, `skip`, `merge`, `late`, `reject`.
 """
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +84,14 @@ from nodes.protocols.base import (
     param,
     typed_params,
 )
+from nodes.protocols.qos_common import (
+    FifoChannel,
+    duration_ns,
+    epoch_ns,
+    netrecv,
+    own_value,
+    wire_rate_bps,
+)
 from nodes.protocols.sequencer import INCARNATION_SPAN
 from nodes.wire import HEADER_SIZE, Header, Message, MsgType
 
@@ -99,28 +107,11 @@ F_MERGE = 0x80
 MAX_BURST = 65535  # a burst above this in a header is refused (`reject`, reason "hint")
 SLOT_AHEAD = 100_000  # slots a header may be ahead of the receiver's clock (reject "slot")
 NEVER = 1 << 62
-NS_PER_MS = 1_000_000
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|ms|s)?\s*$")
-_UNIT_NS = {"ns": 1, "us": 1_000, "ms": NS_PER_MS, "s": 1_000_000_000, None: NS_PER_MS}
-
-
-def duration_ns(value: Any) -> int:
-    """A duration parameter in ns: a number of milliseconds (`20`) or a text with a unit
-    (`20ms`, `0.5s`). ValueError for anything else."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a duration: {value!r}")
-    if isinstance(value, int | float):
-        return round(float(value) * NS_PER_MS)
-    m = _DURATION.match(str(value))
-    if m is None:
-        raise ValueError(f"not a duration: {value!r} (a number of ms, or e.g. '20ms')")
-    return round(float(m.group(1)) * _UNIT_NS[m.group(2)])
 
 
 def duration(doc: str, default: float) -> Any:
     """A positive duration parameter (`20ms`, or a number of ms); the catalogue's model
-    validates it with `duration_ns`."""
+    validates it with `qos_common.duration_ns`."""
     return param(default, doc, duration=True, gt=0)
 
 
@@ -164,15 +155,16 @@ class QosVbr(LayerBase):
         self.x = int(p.loss_tolerance)
         names = params.get("member_names") or {}
         self.names = {m: str(names.get(m, names.get(str(m), m))) for m in members}
-        self.host = self.names[me]
-        self.my_avg = float(_own(p.avg, self.host, QosVbrParams.avg))
-        self.my_max = int(_own(p.max_burst, self.host, QosVbrParams.max_burst))
+        # per-host values; a host the mapping leaves out gets the default
+        self.my_avg = float(own_value(p.avg, params, me, default=QosVbrParams.avg))
+        self.my_max = int(own_value(p.max_burst, params, me, default=QosVbrParams.max_burst))
         self.incarnation = int(params.get("incarnation", 0))
         self.payload_bytes = int(params.get("payload_size", 1024))
         # E: the common epoch, Γ before the workload starts (004 §2.2; docs/protocols.md
         # "qos-vbr"): with offsets within ±Γ/2 every node's slot 0 has begun on its own clock
-        # when the first message comes.
-        self.epoch = int(params.get("start_at_ns", 0)) - self.gamma
+        # when the first message comes. qos_common's epoch with `epoch_ms` = -Γ.
+        self.epoch = epoch_ns({"start_at_ns": params.get("start_at_ns", 0),
+                               "epoch_ms": f"{-self.gamma}ns"})
         # -- sender (Fig. 6) --
         self.slot = -1  # my sending slot; -1 until E
         self.last = self.epoch  # end of my current slot (local), the next deadline
@@ -181,7 +173,8 @@ class QosVbr(LayerBase):
         self.change_rate = True  # V1: a reservation (and RATE message) is due
         self.squeue: deque[tuple[int, bytes]] = deque()
         self.mno = self.incarnation * INCARNATION_SPAN  # mids stay unique across restarts
-        self.rseq = 0
+        # the unreliable per-pair FIFO channel (002 A0.1/A0.2), per incarnation of the sender
+        self.chan = FifoChannel(me, self.members)
         self.tag_from: int | None = None  # TAG my messages from this slot on (F4/F5, L3)
         self.tag_left = 0
         self.piggy: tuple[int, int] | None = None  # §7 L2: (first slot, max) to piggyback
@@ -190,8 +183,6 @@ class QosVbr(LayerBase):
         self.refused = False
         # -- receiver --
         self.rq: dict[int, deque[_Slot]] = {m: deque() for m in self.members}
-        self.seen_rseq = {m: 0 for m in self.members}
-        self.seen_inc = {m: 0 for m in self.members}
         self.hist: dict[int, list[tuple[int, int]]] = {m: [] for m in self.members}
         self.heard: dict[int, int] = {m: -1 for m in self.members}  # last slot heard from j
         # Act(s) = { j : from <= s < to for one of j's intervals } (§6 active_from/failed_from)
@@ -312,8 +303,7 @@ class QosVbr(LayerBase):
     # -- sending (Fig. 7 reserve, net-mcast, dummy, next-slot) --------------------------------
     def _msg(self, mtype: MsgType, slot: int, flags: int = 0, *, mno: int = 0, hint: int = 0,
              seq: int = 0, payload: bytes = b"", now: int = 0) -> Message:
-        self.rseq += 1
-        return Message(Header(mtype, WIRE_ID, flags, sender=self.me, rseq=self.rseq,
+        return Message(Header(mtype, WIRE_ID, flags, sender=self.me, rseq=self.chan.stamp(),
                               origin=self.me, mno=mno, seq=seq, hint=hint, slot=slot, ts=now,
                               aux=self.incarnation), payload)
 
@@ -333,7 +323,7 @@ class QosVbr(LayerBase):
         mtype = MsgType.DUMMY if kind == "dummy" else MsgType.DATA
         msg = self._msg(mtype, s, flags, mno=mno, hint=hint, seq=seq, payload=payload, now=now)
         self.rq[self.me].append(_Slot(s, kind, msg))
-        fields: dict[str, Any] = {"kind": kind, "slot": s, "K": msg.header.rseq}
+        fields: dict[str, Any] = {"kind": kind, "slot": s, "rseq": msg.header.rseq}
         if mno:
             fields["mno"] = mno  # the log writes it as the message's `mid`
         return [Send(None, msg), Log("net", fields)]
@@ -362,12 +352,13 @@ class QosVbr(LayerBase):
     def _reserve(self) -> list[Action]:
         net_avg = self.my_avg + 1e9 / self.theta  # NetAvgRate = AppAvgRate + 1/Θ (Thm 3)
         copies = max(1, self.n - 1)  # no IP multicast: n-1 unicasts per message
-        rate_bps = copies * net_avg * self._wire_bytes() * 8
+        rate_bps = wire_rate_bps(max(2, self.n), net_avg, self._wire_bytes())
         burst = copies * self.my_max * self._wire_bytes()
+        # `reserve` with `avg` (AppAvgRate): analysis/qos.py's rate check (Thm 3) reads it
         return [Reserve(rate_bps, burst, key="qos-vbr"),
-                Log("rate", {"avg": self.my_avg, "max_burst": self.my_max, "slot": self.slot,
-                             "bytes": self._wire_bytes(), "rate_bps": round(rate_bps),
-                             "burst_bytes": burst})]
+                Log("reserve", {"key": "qos-vbr", "avg": self.my_avg, "max_burst": self.my_max,
+                                "slot": self.slot, "bytes": self._wire_bytes(),
+                                "rate_bps": round(rate_bps), "burst": burst})]
 
     def _pump(self, now: int) -> list[Action]:
         """V6: send queued messages while my slot has room."""
@@ -400,7 +391,7 @@ class QosVbr(LayerBase):
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
         h = msg.header
         j = h.sender
-        if j not in self.seen_rseq or j == self.me or h.proto != WIRE_ID:
+        if j not in self.chan.seen or h.proto != WIRE_ID:
             return self._reject("sender", h)
         if h.type not in (MsgType.DATA, MsgType.DUMMY) or (h.type == MsgType.DATA
                                                            and h.origin != j):
@@ -410,17 +401,17 @@ class QosVbr(LayerBase):
         if (h.flags & (F_RATE | F_TAG | F_JOIN | F_MERGE)) and not 1 <= h.hint <= MAX_BURST:
             return self._reject("hint", h)
         # The FIFO channel (002 A0.2), per incarnation of the sender.
-        if h.aux < self.seen_inc[j]:
-            return []  # from before j restarted
-        acts: list[Action] = []
-        if h.aux > self.seen_inc[j]:
-            self.seen_inc[j], self.seen_rseq[j], self.heard[j] = h.aux, 0, -1
-            if self._active(j, self.dslot) or any(b > self.dslot for _, b in self.intervals[j]):
-                self._end(j, self.dslot + 1)  # F4: the old incarnation's stream ends
-        if h.rseq <= self.seen_rseq[j]:
+        known = self.chan.incarnation[j]
+        if not self.chan.accept(j, h.rseq, h.aux):
+            if h.aux < known:
+                return []  # from before j restarted
             self.late += 1
             return [Log("late", {"member": j, "slot": h.slot, "reason": "fifo"})]
-        self.seen_rseq[j] = h.rseq
+        acts: list[Action] = []
+        if h.aux > known:
+            self.heard[j] = -1
+            if self._active(j, self.dslot) or any(b > self.dslot for _, b in self.intervals[j]):
+                self._end(j, self.dslot + 1)  # F4: the old incarnation's stream ends
         if h.flags & F_JOIN:
             acts += self._on_join(j, h, now)
         elif h.flags & F_MERGE:
@@ -482,9 +473,7 @@ class QosVbr(LayerBase):
             return self._reject("mno", h)
         if kind == "rate" and not h.flags & F_RATE:
             return self._reject("type", h)
-        acts: list[Action] = []
-        if kind != "data":
-            acts.append(Log("net_recv", {"member": j, "kind": kind, "slot": s, "K": h.rseq}))
+        acts: list[Action] = [netrecv(h, kind)]  # paired with j's `net` for Δ_meas
         self.heard[j] = max(self.heard[j], s)
         if self.x > 0 and h.flags & F_RATE:  # §7 L2: from this copy on
             first = h.seq
@@ -500,7 +489,7 @@ class QosVbr(LayerBase):
             # F6/F9: a process outside Act (cut off and removed, or not yet joined) is heard
             # again; its messages cannot be placed until both sides agree on an Smax.
             if (self.smax is None or j not in self.deciding) and j not in self.merging \
-                    and self.seen_inc[j] == h.aux and not any(
+                    and self.chan.incarnation[j] == h.aux and not any(
                         b == NEVER for _, b in self.intervals[j]):
                 m = self._join_slot(now)
                 m = max(m, self.dslot + 1, self.slot + 1)
@@ -604,10 +593,3 @@ class QosVbr(LayerBase):
             self.removed.append((j, s))
             return [Log("remove", {"member": j, "slot": s})]
         return [Log("skip", {"member": j, "slot": s})]
-
-
-def _own(value: Any, host: str, default: Any) -> Any:
-    """A per-host parameter: one value, or a mapping host name -> value (default if absent)."""
-    if isinstance(value, dict):
-        return value.get(host, default)
-    return value
