@@ -32,6 +32,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from nodes.quiescence import connected_groups
+
 EXAMPLES = 5
 MEMBERSHIP_CHECKS = ("split_brain", "blocked_delivery", "minority_blocked", "notification_order",
                      "uniform")
@@ -162,27 +164,6 @@ def uniform(events: Events) -> list[dict[str, Any]]:
 Partition = tuple[int, float, list[list[str]]]  # start, stop, connected groups
 
 
-def _groups(hosts: list[str], cuts: list[list[str]]) -> list[list[str]]:
-    """Groups of hosts still connected both ways (a one-way cut separates too)."""
-    blocked = {frozenset(c) for c in cuts}
-    groups: list[list[str]] = []
-    seen: set[str] = set()
-    for h in sorted(hosts):
-        if h in seen:
-            continue
-        group, todo = [], [h]
-        seen.add(h)
-        while todo:
-            a = todo.pop()
-            group.append(a)
-            for b in hosts:
-                if b not in seen and frozenset((a, b)) not in blocked:
-                    seen.add(b)
-                    todo.append(b)
-        groups.append(sorted(group))
-    return groups
-
-
 def read_partitions(run_dir: Path, hosts: list[str]) -> list[Partition]:
     """Partition intervals of faults.jsonl (start to stop, or to the end) with their groups."""
     path = Path(run_dir) / "faults.jsonl"
@@ -203,17 +184,17 @@ def read_partitions(run_dir: Path, hosts: list[str]) -> list[Partition]:
         if e.get("phase", "start") == "start":
             if key in open_:
                 start = open_.pop(key)
-                out.append((int(start["t"]), int(e["t"]), _cut_groups(hosts, start)))
+                out.append((int(start["t"]), int(e["t"]), _cutconnected_groups(hosts, start)))
             open_[key] = e
         elif key in open_:
             start = open_.pop(key)
-            out.append((int(start["t"]), int(e["t"]), _cut_groups(hosts, start)))
-    out += [(int(s["t"]), float("inf"), _cut_groups(hosts, s)) for s in open_.values()]
+            out.append((int(start["t"]), int(e["t"]), _cutconnected_groups(hosts, start)))
+    out += [(int(s["t"]), float("inf"), _cutconnected_groups(hosts, s)) for s in open_.values()]
     return sorted(out, key=lambda p: p[0])
 
 
-def _cut_groups(hosts: list[str], start: dict[str, Any]) -> list[list[str]]:
-    return _groups(hosts, (start.get("params") or {}).get("cuts") or [])
+def _cutconnected_groups(hosts: list[str], start: dict[str, Any]) -> list[list[str]]:
+    return connected_groups(hosts, (start.get("params") or {}).get("cuts") or [])
 
 
 def minority_blocked(events: Events, partitions: list[Partition]) -> list[dict[str, Any]]:

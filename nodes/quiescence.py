@@ -13,11 +13,9 @@ from typing import Any
 DRAIN_FILE = "drain.json"
 
 
-def cut_off(hosts: list[str], cuts: Any) -> set[str]:
-    """Hosts outside the largest group still connected both ways (ties: the group with the
-    alphabetically first host stays). A one-way cut separates too: no reply gets back.
-    Such hosts are not correct while the partition lasts (nor held to agreement after it, if
-    it never heals)."""
+def connected_groups(hosts: list[str], cuts: Any) -> list[list[str]]:
+    """Groups of hosts still connected both ways (a one-way cut separates too: no reply gets
+    back), each sorted, in the order of their first host."""
     blocked = {frozenset(c) for c in cuts}
     groups: list[list[str]] = []
     seen: set[str] = set()
@@ -34,6 +32,14 @@ def cut_off(hosts: list[str], cuts: Any) -> set[str]:
                     seen.add(b)
                     todo.append(b)
         groups.append(sorted(group))
+    return groups
+
+
+def cut_off(hosts: list[str], cuts: Any) -> set[str]:
+    """Hosts outside the largest connected group (ties: the group with the alphabetically
+    first host stays). Such hosts are not correct while the partition lasts (nor held to
+    agreement after it, if it never heals)."""
+    groups = connected_groups(hosts, cuts)
     if not groups:
         return set()
     keep = min(groups, key=lambda g: (-len(g), g[0]))
