@@ -184,16 +184,16 @@ def read_partitions(run_dir: Path, hosts: list[str]) -> list[Partition]:
         if e.get("phase", "start") == "start":
             if key in open_:
                 start = open_.pop(key)
-                out.append((int(start["t"]), int(e["t"]), _cutconnected_groups(hosts, start)))
+                out.append((int(start["t"]), int(e["t"]), _cut_groups(hosts, start)))
             open_[key] = e
         elif key in open_:
             start = open_.pop(key)
-            out.append((int(start["t"]), int(e["t"]), _cutconnected_groups(hosts, start)))
-    out += [(int(s["t"]), float("inf"), _cutconnected_groups(hosts, s)) for s in open_.values()]
+            out.append((int(start["t"]), int(e["t"]), _cut_groups(hosts, start)))
+    out += [(int(s["t"]), float("inf"), _cut_groups(hosts, s)) for s in open_.values()]
     return sorted(out, key=lambda p: p[0])
 
 
-def _cutconnected_groups(hosts: list[str], start: dict[str, Any]) -> list[list[str]]:
+def _cut_groups(hosts: list[str], start: dict[str, Any]) -> list[list[str]]:
     return connected_groups(hosts, (start.get("params") or {}).get("cuts") or [])
 
 
