@@ -54,6 +54,7 @@ from testbed.capture import CaptureOptions, pcap_span, tcpdump_argv
 from testbed.faults.nodeside import NodeSideFaults
 from testbed.hosts.base import HostError
 from testbed.hosts.ssh import ClockSample, SSHHost, control_path
+from testbed.images import node_program
 from testbed.rundir import Journal, RunDir
 from testbed.shaping import netem
 from testbed.shaping.plan import ClassPlan, HostPlan, change_link, host_plans
@@ -78,10 +79,8 @@ def remote_dir(run_id: str) -> str:
 
 def bundle(out_dir: Path) -> tuple[Path, str]:
     """The node program as a reproducible tarball (sorted, zero mtimes), named by content:
-    `nodes/` plus the userspace shaper (what the node image holds, testbed/images.py)."""
-    files = sorted((ROOT / "nodes").rglob("*.py"))
-    files += [ROOT / "testbed" / "__init__.py", ROOT / "testbed" / "shaping" / "__init__.py",
-              ROOT / "testbed" / "shaping" / "userspace_daemon.py"]
+    what the node image holds (testbed/images.py `node_program`)."""
+    files = node_program()
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:
         for f in files:
