@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,32 +18,10 @@ import pytest
 import yaml
 
 from tests.eventlogs import median_fnl_latency_ms, read_events, run_dir_of
+from tests.remotelab import testbed as _testbed
 
 pytestmark = pytest.mark.root
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _testbed(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=timeout, env=env)
-
-
-def _lab_leftovers(lab_id: str) -> list[str]:
-    import docker
-
-    c = docker.from_env()
-    try:
-        flt = {"label": f"org.testbed.lab={lab_id}"}
-        found = [f"container {x['Names'][0]}" for x in c.api.containers(all=True, filters=flt)]
-        found += [f"network {n['Name']}" for n in c.api.networks(filters=flt)]
-    finally:
-        c.close()
-    rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True).stdout
-    found += [f"rule {ln}" for ln in rules.splitlines() if f"tblab-{lab_id}" in ln]
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    found += [f"link {ln.split(':')[1]}" for ln in links.splitlines() if f"tbl{lab_id}" in ln]
-    return found
 
 
 def _ssh_processes(run_id: str) -> list[str]:
@@ -67,22 +44,6 @@ def _host_leftovers(inventory: Path, run_id: str) -> dict[str, str]:
         if lines:
             out[name] = "; ".join(lines)
     return out
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """`testbed lab up --hosts 4`; at the end `testbed lab down` must leave nothing."""
-    d = tmp_path_factory.mktemp("lab")
-    up = _testbed("lab", "up", "--hosts", "4", "--dir", str(d), timeout=900)
-    assert up.returncode == 0, up.stdout + up.stderr
-    inventory = (d / "latest" / "inventory.yaml").resolve()
-    lab_id = inventory.parent.name.split("-", 1)[1]
-    try:
-        yield inventory
-    finally:
-        down = _testbed("lab", "down", "--dir", str(d))
-        assert down.returncode == 0, down.stdout + down.stderr
-        assert _lab_leftovers(lab_id) == []
 
 
 def _spec(tmp_path: Path, duration: str = "6s") -> Path:
