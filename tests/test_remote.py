@@ -5,6 +5,7 @@ with one lab host unreachable, and `testbed lab down` leaving nothing (docs/remo
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -90,6 +91,13 @@ def test_quickstart_on_the_remote_backend_total_order_pcaps_and_latency_per_pair
     # one kernel clock in the lab: the measured offsets are within their uncertainty + 1 ms
     assert all(abs(c["offset_ms"]) <= c["uncertainty_ms"] + 1.0
                for c in lock["clocks"].values())
+    # plan.json holds the shaping as realised on the hosts: their data interface and address
+    from testbed.backends.ansible import load_inventory
+
+    inv = load_inventory(lab)
+    tc = json.loads((run / "plan.json").read_text())["shaping"]["h1"]
+    assert f"tc qdisc add dev {inv['h1'].data_interface} root handle 1: htb default 2" in tc
+    assert any(f"match ip dst {inv['h2'].data_address}/32" in line for line in tc)
     run_id = run.name.rsplit("-", 1)[1]
     assert _host_leftovers(lab, run_id) == {}
     time.sleep(6)  # the SSH masters' ControlPersist

@@ -175,6 +175,10 @@ class RemoteBackend(Backend):
                           for h, i in self.inv.items()}
         return dict(self.addresses)
 
+    def shaping(self) -> dict[str, HostPlan]:
+        """The plans as shaped on the hosts (their data interfaces and addresses)."""
+        return dict(self.plans)
+
     def _step(self, step: str, hostvars: dict[str, dict[str, Any]]) -> StepResult:
         assert self.playbooks is not None
         res = self.playbooks.run(step, hostvars)
