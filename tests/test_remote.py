@@ -273,7 +273,8 @@ def test_the_fault_schedule_runs_on_the_remote_backend_with_measured_effects(
         assert seqs[node] == ref, node
     history = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
     by = {(h["kind"], h["phase"]): h["measured"] for h in history}
-    assert by[("partition", "start")]["blocked_to"]["h4"] == ["h1", "h2", "h3"]
+    # iptables on the hosts: one DROP rule on h4 per peer, and one on each peer towards h4
+    assert by[("partition", "start")]["drop_rules"] == {"h4": 3, "h1": 1, "h2": 1, "h3": 1}
     suspected = by[("partition", "stop")]["suspected_before_heal"]
     assert "h4" in suspected["h1"] and "h2" not in suspected["h1"]
     assert by[("crash", "start")]["alive"] is False

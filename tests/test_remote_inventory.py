@@ -117,8 +117,8 @@ def test_remote_faults_go_through_the_one_dispatcher_to_its_controls(tmp_path: P
     assert b.fault(Action(0, "crash", {"host": "h1"})) == {"alive": False,
                                                           "note": "already down"}
     assert b.fault(Action(0, "pause", {"host": "h2"})) == {"note": "host is down"}
-    blocked = b.fault(Action(0, "block", {"cuts": [["h1", "h2"]]}))["blocked_to"]
-    assert blocked == {h: "down" for h in topo.paths().hosts}
+    healed = b.fault(Action(0, "heal", {}))["suspected_before_heal"]
+    assert healed == {h: "down" for h in topo.paths().hosts}
 
 
 def test_an_ssh_host_is_a_host_and_fails_with_the_seams_error(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ testbed/shaping/; the userspace delay line where the host's kernel lacks sch_net
 collect, teardown. Ansible cannot time anything (one task's start spreads over seconds on 8
 hosts), so what happens *during* the run goes over SSH and the nodes' management endpoints:
 the liveness poll, crash/restart/pause/resume (signals by pidfile), link changes (the delay
-line's control socket), partitions, clock and management faults (testbed/faults/nodeside.py).
+line's control socket), partitions (iptables rules commented with the run id), clock and
+management faults (testbed/faults/nodeside.py), applied through `controls` (nodes/faults.py).
 
 Clocks: before the run each host's offset to this machine is measured NTP-style over SSH
 (testbed/hosts/ssh.py, best of several rounds) and recorded in spec.lock.yaml `clocks`; a
@@ -129,12 +130,13 @@ class RemoteBackend(Backend):
         self.addresses: dict[str, HostAddress] = {}
         self.configs: dict[str, NodeConfig] = {}
         self.crashed: set[str] = set()
+        self.cuts: list[tuple[str, list[str]]] = []  # (host, iptables rule) of a partition
         self.running: dict[str, bool] = {}
         self.last_poll = 0.0
         self.collected = False
         self.node_side = NodeSideFaults(run, paths.hosts, lambda h: h not in self.crashed)
-        # Crash/restart/pause/resume by signal over SSH, link changes on each host's shaper
-        # over SSH (this class); partitions, clocks and management through the nodes.
+        # Crash/restart/pause/resume by signal, partitions by iptables and link changes on each
+        # host's shaper, all over SSH (this class); clocks and management through the nodes.
         self.controls = Controls(process=self, network=self, node=self.node_side)
         self.playbooks: Playbooks | None = None
         self.startup_ns = STARTUP_BASE_NS + STARTUP_PER_HOST_NS * len(paths.hosts)
@@ -359,13 +361,30 @@ class RemoteBackend(Backend):
             return {"note": "host is down"}
         return {"state": "running", "rc": self._signal(host, "CONT")}
 
-    # Network control: partitions are the nodes' own data-plane filters (over management);
-    # link changes are each host's shaper, over SSH.
+    # Network control over SSH: partitions are iptables rules on the hosts, link changes each
+    # host's shaper.
     def block(self, cuts: list[tuple[str, str]]) -> Measured:
-        return self.node_side.block(cuts)
+        """One DROP rule per cut (src, dst) first in src's OUTPUT chain (ahead of the delay
+        line's NFQUEUE rule), commented with the run id: the kernel drops the datagrams and the
+        nodes know nothing of it, as on mininet and docker; teardown.yml removes the run's
+        rules, also after a crash of the orchestrator."""
+        rules: dict[str, int] = {}
+        for src, dst in cuts:
+            rule = ["OUTPUT", "-d", self.inv[dst].data_address, "-j", "DROP", "-m", "comment",
+                    "--comment", f"tb-{self.run.run_id}"]
+            self.hosts[src].run(["iptables", "-w", "-I", rule[0], "1", *rule[1:]], timeout=20)
+            self.cuts.append((src, rule))
+            rules[src] = rules.get(src, 0) + 1
+        return {"drop_rules": rules}
 
     def heal(self) -> Measured:
-        return self.node_side.heal()
+        """The probe (what each node's failure detector suspects, through the data plane),
+        then the run's cut rules go."""
+        measured = self.node_side.heal()
+        for src, rule in self.cuts:
+            self.hosts[src].run(["iptables", "-w", "-D", *rule], check=False, timeout=20)
+        self.cuts.clear()
+        return measured
 
     def set_path(self, fault: SetPath) -> Measured:
         """A link change: each end's HTB class and delay-line lane for the other end, over
