@@ -133,13 +133,21 @@ def shaper_wheels() -> list[Path]:
     return sorted(out.glob("[Nn]etfilter[Qq]ueue-*.whl"))
 
 
+def node_program() -> list[Path]:
+    """The node program's files, as the node image and the remote backend's bundle ship them:
+    `nodes/` and the userspace shaper with the package modules it imports (testbed/shaping's
+    `__init__` needs the host seam's HostError)."""
+    files = sorted((ROOT / "nodes").rglob("*.py"))
+    files += [ROOT / "testbed" / "__init__.py", ROOT / "testbed" / "hosts" / "__init__.py",
+              ROOT / "testbed" / "hosts" / "base.py", ROOT / "testbed" / "shaping" / "__init__.py",
+              SHAPER]
+    return files
+
+
 def _context_files(wheels: list[Path]) -> dict[str, Path]:
     files = {"Dockerfile": ROOT / "Dockerfile"}
-    for f in sorted((ROOT / "nodes").rglob("*.py")):
+    for f in node_program():
         files[f"app/{f.relative_to(ROOT)}"] = f
-    files["app/testbed/__init__.py"] = ROOT / "testbed" / "__init__.py"
-    files["app/testbed/shaping/__init__.py"] = ROOT / "testbed" / "shaping" / "__init__.py"
-    files["app/testbed/shaping/userspace_daemon.py"] = SHAPER
     for w in wheels:
         files[f"wheels/{w.name}"] = w
     return files

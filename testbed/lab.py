@@ -107,7 +107,7 @@ def lab_image() -> str:
 
 
 def _free_subnets(docker: Any, second: int, count: int) -> list[ipaddress.IPv4Network]:
-    from testbed.backends.docker_net import used_subnets
+    from testbed.backends.bridges import used_subnets
 
     taken = used_subnets(docker)
     out = []
@@ -133,7 +133,7 @@ def up(n: int, root: Path = DEFAULT_DIR) -> Path:
 
     import docker as sdk
 
-    from testbed.backends.mininet import allow_bridged
+    from testbed.backends.bridges import allow_bridged
 
     if os.geteuid() != 0:
         raise LabError("the lab needs root (containers, bridges); run with sudo")

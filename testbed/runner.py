@@ -19,7 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from testbed.backends import Backend, BackendError, make_backend
 from testbed.drain import DrainWatch
 from testbed.rundir import RunDir
-from testbed.runplan import LOCAL_STARTUP_NS, RunPlan
+from testbed.runplan import RunPlan
 from testbed.spec.experiment import ExperimentSpec
 from testbed.spec.topology import PathMatrix, TopologySpec
 from testbed.teardown import teardown
@@ -95,8 +95,8 @@ def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> 
     exp, virtual = plan.experiment, backend.capabilities.virtual_clock
     addresses = backend.up()
     plan.shaping = backend.shaping() or plan.shaping  # as realised (docker renumbers)
-    # A backend whose start takes longer (remote: a playbook) says how long (`startup_ns`).
-    startup_ns = getattr(backend, "startup_ns", LOCAL_STARTUP_NS)
+    # A backend whose start takes longer (remote: a playbook) says how long.
+    startup_ns = backend.startup_ns
     start = plan.start_time(time.time_ns(), startup_ns)
     configs = plan.node_configs(run, addresses, start)
     plan.write(run)

@@ -12,6 +12,7 @@ from typing import Any
 
 from nodes.config import SIM_EPOCH_NS, NodeConfig
 from testbed.backends import BackendError, Capabilities, HostAddress, backend_class
+from testbed.backends.base import STARTUP_NS
 from testbed.deploy import node_configs, security
 from testbed.faults.schedule import Action, correct_hosts, expand
 from testbed.rundir import RunDir
@@ -21,8 +22,7 @@ from testbed.spec.experiment import ExperimentSpec
 from testbed.spec.topology import PathMatrix, TopologySpec
 
 PLAN_FILE = "plan.json"
-# Time for node processes to start, bind and arm timers before the workload begins.
-LOCAL_STARTUP_NS = 1_500_000_000
+LOCAL_STARTUP_NS = STARTUP_NS  # a backend's own margin is Backend.startup_ns
 SIM_STARTUP_NS = 500_000_000
 
 

@@ -89,3 +89,14 @@ def docker_image() -> Iterator[dict[str, str]]:
     finally:
         if started:
             stop_engine()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A lab of 4 SSH hosts (containers) for the remote backend; its inventory file."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root")  # _root_policy decides skip vs fail in CI
+    from tests.remotelab import lab_of
+
+    with lab_of(4, tmp_path_factory.mktemp("lab")) as inventory:
+        yield inventory

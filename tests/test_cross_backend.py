@@ -1,4 +1,5 @@
-"""One two-site sequencer experiment on sim, local, mininet and docker: the median final
+"""One two-site sequencer experiment on sim, local, mininet, docker and remote (a lab of 4 SSH
+hosts, tests/remotelab.py): the median final
 latency of every (sender, receiver) pair agrees across backends within 25% + 5 ms.
 
 The margin holds on a loaded machine and still fails when a backend does not shape (a 21 ms
@@ -18,7 +19,7 @@ from tests.eventlogs import median_fnl_latency_ms, read_events, run_dir_of
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def medians(tmp_path: Path, backend: str) -> dict[tuple[str, str], float]:
+def medians(tmp_path: Path, backend: str, *extra: str) -> dict[tuple[str, str], float]:
     spec = (ROOT / "experiments" / "quickstart.yaml").read_text()
     spec = re.sub(r"(?m)^duration: .*$", "duration: 8s", spec)
     spec = spec.replace("../topologies/", str(ROOT / "topologies") + "/")
@@ -26,7 +27,7 @@ def medians(tmp_path: Path, backend: str) -> dict[tuple[str, str], float]:
     d.mkdir()
     (d / "exp.yaml").write_text(spec)
     proc = subprocess.run([sys.executable, "-m", "testbed", "run", str(d / "exp.yaml"),
-                           "--backend", backend, "--out", str(d / "runs"), "--no-analyze"],
+                           "--backend", backend, "--out", str(d / "runs"), "--no-analyze", *extra],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return median_fnl_latency_ms(read_events(run_dir_of(d / "runs")))
@@ -35,8 +36,10 @@ def medians(tmp_path: Path, backend: str) -> dict[tuple[str, str], float]:
 @pytest.mark.root
 @pytest.mark.timing
 def test_median_latency_per_pair_agrees_across_all_backends(tmp_path: Path,
-                                                           docker_image: object) -> None:
+                                                           docker_image: object,
+                                                           lab: Path) -> None:
     results = {b: medians(tmp_path, b) for b in ("sim", "local", "mininet", "docker")}
+    results["remote"] = medians(tmp_path, "remote", "--inventory", str(lab))
     ref = results["sim"]
     assert len(ref) == 16
     for backend, got in results.items():

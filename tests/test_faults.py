@@ -47,6 +47,10 @@ faults:
 
 def run_faults(tmp_path: Path, backend: str) -> Path:
     (tmp_path / "exp.yaml").write_text(EXP)
+    return run_faults_spec(tmp_path, backend)
+
+
+def run_faults_spec(tmp_path: Path, backend: str) -> Path:
     proc = subprocess.run([sys.executable, "-m", "testbed", "run", str(tmp_path / "exp.yaml"),
                            "--backend", backend, "--out", str(tmp_path / "runs"),
                            "--no-analyze"], cwd=ROOT, capture_output=True, text=True,
@@ -158,3 +162,48 @@ def test_bad_fault_entries_are_located_errors(tmp_path: Path, entry: str, text: 
     assert len(info.value.problems) == 1
     line = info.value.problems[0]
     assert ":19: faults.0" in line and text in line, line
+
+
+LINK_EXP = """\
+name: link-fault
+topology:
+  name: two
+  sites:
+    a: {lan: {delay: 2ms}}
+  hosts:
+    - {name: h1, site: a}
+    - {name: h2, site: a}
+duration: 4s
+drain: 1s
+capture: {pcap: false}
+protocol: {name: sequencer, params: {sequencer: h1}}
+workload: {rate: 20/s, size: 100B}
+faults:
+  - {kind: link, between: [h1, h2], at: 1s, for: 1500ms, delay: 30ms}
+"""
+
+
+@pytest.mark.root
+@pytest.mark.timing
+def test_a_link_fault_changes_both_ends_shapers_on_mininet(tmp_path: Path) -> None:
+    """ShapedHosts' set_path (testbed/shaping/plan.py change_link): both ends' classes for
+    the other end change, then go back to the planned path; h2's messages, sequenced by h1,
+    take the longer path while the fault holds."""
+    (tmp_path / "exp.yaml").write_text(LINK_EXP)
+    run = run_faults_spec(tmp_path, "mininet")
+    history = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
+    by = {h["phase"]: h for h in history if h["kind"] == "link"}
+    assert {e: p["delay_ms"] for e, p in by["start"]["measured"]["paths"].items()} == {
+        "h1": 30.0, "h2": 30.0}
+    assert {e: p["delay_ms"] for e, p in by["stop"]["measured"]["paths"].items()} == {
+        "h1": 2.0, "h2": 2.0}
+    # h2 -> h1 -> h2: about 60 ms during the fault, about 4 ms outside it
+    events = read_events(run)
+    sent = {e["mid"]: e["t"] for e in events["h2"] if e["ev"] == "send"}
+    lat = {e["mid"]: (e["t"] - sent[e["mid"]]) / 1e6 for e in events["h2"]
+           if e["ev"] == "fnl" and e["mid"] in sent}
+    t0, t1 = by["start"]["t"], by["stop"]["t"]
+    during = sorted(v for m, v in lat.items() if t0 + 2e8 < sent[m] < t1 - 2e8)
+    outside = sorted(v for m, v in lat.items() if sent[m] > t1 + 5e8)
+    assert during and outside
+    assert during[len(during) // 2] > 45 and outside[len(outside) // 2] < 20

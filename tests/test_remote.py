@@ -5,13 +5,13 @@ with one lab host unreachable, and `testbed lab down` leaving nothing (docs/remo
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,32 +19,10 @@ import pytest
 import yaml
 
 from tests.eventlogs import median_fnl_latency_ms, read_events, run_dir_of
+from tests.remotelab import testbed as _testbed
 
 pytestmark = pytest.mark.root
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _testbed(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=timeout, env=env)
-
-
-def _lab_leftovers(lab_id: str) -> list[str]:
-    import docker
-
-    c = docker.from_env()
-    try:
-        flt = {"label": f"org.testbed.lab={lab_id}"}
-        found = [f"container {x['Names'][0]}" for x in c.api.containers(all=True, filters=flt)]
-        found += [f"network {n['Name']}" for n in c.api.networks(filters=flt)]
-    finally:
-        c.close()
-    rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True).stdout
-    found += [f"rule {ln}" for ln in rules.splitlines() if f"tblab-{lab_id}" in ln]
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    found += [f"link {ln.split(':')[1]}" for ln in links.splitlines() if f"tbl{lab_id}" in ln]
-    return found
 
 
 def _ssh_processes(run_id: str) -> list[str]:
@@ -67,22 +45,6 @@ def _host_leftovers(inventory: Path, run_id: str) -> dict[str, str]:
         if lines:
             out[name] = "; ".join(lines)
     return out
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """`testbed lab up --hosts 4`; at the end `testbed lab down` must leave nothing."""
-    d = tmp_path_factory.mktemp("lab")
-    up = _testbed("lab", "up", "--hosts", "4", "--dir", str(d), timeout=900)
-    assert up.returncode == 0, up.stdout + up.stderr
-    inventory = (d / "latest" / "inventory.yaml").resolve()
-    lab_id = inventory.parent.name.split("-", 1)[1]
-    try:
-        yield inventory
-    finally:
-        down = _testbed("lab", "down", "--dir", str(d))
-        assert down.returncode == 0, down.stdout + down.stderr
-        assert _lab_leftovers(lab_id) == []
 
 
 def _spec(tmp_path: Path, duration: str = "6s") -> Path:
@@ -129,6 +91,13 @@ def test_quickstart_on_the_remote_backend_total_order_pcaps_and_latency_per_pair
     # one kernel clock in the lab: the measured offsets are within their uncertainty + 1 ms
     assert all(abs(c["offset_ms"]) <= c["uncertainty_ms"] + 1.0
                for c in lock["clocks"].values())
+    # plan.json holds the shaping as realised on the hosts: their data interface and address
+    from testbed.backends.ansible import load_inventory
+
+    inv = load_inventory(lab)
+    tc = json.loads((run / "plan.json").read_text())["shaping"]["h1"]
+    assert f"tc qdisc add dev {inv['h1'].data_interface} root handle 1: htb default 2" in tc
+    assert any(f"match ip dst {inv['h2'].data_address}/32" in line for line in tc)
     run_id = run.name.rsplit("-", 1)[1]
     assert _host_leftovers(lab, run_id) == {}
     time.sleep(6)  # the SSH masters' ControlPersist
@@ -304,7 +273,8 @@ def test_the_fault_schedule_runs_on_the_remote_backend_with_measured_effects(
         assert seqs[node] == ref, node
     history = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
     by = {(h["kind"], h["phase"]): h["measured"] for h in history}
-    assert by[("partition", "start")]["blocked_to"]["h4"] == ["h1", "h2", "h3"]
+    # iptables on the hosts: one DROP rule on h4 per peer, and one on each peer towards h4
+    assert by[("partition", "start")]["drop_rules"] == {"h4": 3, "h1": 1, "h2": 1, "h3": 1}
     suspected = by[("partition", "stop")]["suspected_before_heal"]
     assert "h4" in suspected["h1"] and "h2" not in suspected["h1"]
     assert by[("crash", "start")]["alive"] is False

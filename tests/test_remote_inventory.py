@@ -95,3 +95,38 @@ def test_a_remote_run_without_an_inventory_file_fails_and_creates_nothing(
     assert res.exit_code == 2
     assert "needs an inventory file" in res.output
     assert not out.exists()
+
+
+def test_remote_faults_go_through_the_one_dispatcher_to_its_controls(tmp_path: Path) -> None:
+    """No if-chain on `op`: Backend.fault() hands the typed primitive to the remote backend's
+    Controls (process and network: itself over SSH; node: the management endpoint). With every
+    node down nothing is sent, so this runs without hosts."""
+    from nodes.faults import Controls
+    from testbed.backends import make_backend
+    from testbed.faults.schedule import Action
+    from testbed.rundir import RunDir
+    from testbed.spec.loader import load_topology
+
+    topo = load_topology(ROOT / "topologies" / "two-sites.yaml")
+    run = RunDir.create(tmp_path, "r")
+    b = make_backend("remote", run, topo, topo.paths(),
+                     inventory=_inv(tmp_path, {"hosts": {"h1": GOOD}}))
+    assert isinstance(b.controls, Controls)
+    assert b.controls.process is b and b.controls.network is b
+    b.crashed = set(topo.paths().hosts)  # type: ignore[attr-defined]
+    assert b.fault(Action(0, "crash", {"host": "h1"})) == {"alive": False,
+                                                          "note": "already down"}
+    assert b.fault(Action(0, "pause", {"host": "h2"})) == {"note": "host is down"}
+    healed = b.fault(Action(0, "heal", {}))["suspected_before_heal"]
+    assert healed == {h: "down" for h in topo.paths().hosts}
+
+
+def test_an_ssh_host_is_a_host_and_fails_with_the_seams_error(tmp_path: Path) -> None:
+    from testbed.hosts.base import Host, HostError
+    from testbed.hosts.ssh import SSHHost
+
+    key = tmp_path / "k"
+    key.write_text("")
+    host: Host = SSHHost("h1", "127.0.0.1", "root", str(key), port=1)  # nothing listens on 1
+    with pytest.raises(HostError, match="^h1: `true` failed"):
+        host.run(["true"], timeout=20)

@@ -22,18 +22,21 @@ def test_capabilities_decide_clock_shaping_and_capture() -> None:
     assert backend_class("sim").capabilities.virtual_clock
     assert not backend_class("local").capabilities.virtual_clock
     assert backend_class("local").capabilities.inprocess_shaping
-    for name in ("mininet", "docker"):
+    for name in ("mininet", "docker", "remote"):
         caps = backend_class(name).capabilities
         assert caps.capture and not caps.inprocess_shaping and caps.management
+        assert not caps.virtual_clock
+    # Every wall-clock backend applies typed faults through its controls (one dispatcher).
+    assert backend_class("sim").controls is None
 
 
-@pytest.mark.parametrize("backend", ["sim", "local", "mininet"])
+@pytest.mark.parametrize("backend", ["sim", "local", "mininet", "remote"])
 def test_one_plan_serves_dry_run_and_run(backend: str, tmp_path: Path) -> None:
     exp, topo = load_experiment(ROOT / "experiments" / "quickstart.yaml", backend)
     plan = RunPlan.build(exp, topo)
     assert plan.hosts == ["h1", "h2", "h3", "h4"] and plan.correct == plan.hosts
     # Only backends that shape real interfaces get a tc plan per host.
-    assert bool(plan.shaping) == (backend == "mininet")
+    assert bool(plan.shaping) == (backend in ("mininet", "remote"))
     start = plan.start_time(10**18)
     assert start == (SIM_EPOCH_NS + 500_000_000 if backend == "sim"
                      else 10**18 + LOCAL_STARTUP_NS)
@@ -44,14 +47,14 @@ def test_one_plan_serves_dry_run_and_run(backend: str, tmp_path: Path) -> None:
     assert [c.name for c in configs] == plan.hosts
     assert all(c.start_at_ns == start for c in configs)
     # In-process shaping puts the paths into the node configs; the simulator has no endpoint.
-    assert bool(configs[0].paths) == (backend != "mininet")
+    assert bool(configs[0].paths) == (backend not in ("mininet", "remote"))
     assert (configs[0].control_port is None) == (backend == "sim")
     plan.write(run)
     written = read_plan(run)
     assert written["backend"] == backend and written["hosts"] == plan.hosts
     assert written["addresses"]["h2"]["data"] == "198.18.0.2"
-    assert bool(written["shaping"]) == (backend == "mininet")
-    if backend == "mininet":  # the tc commands --dry-run prints
+    assert bool(written["shaping"]) == (backend in ("mininet", "remote"))
+    if backend == "mininet":  # the tc commands --dry-run prints (remote: the host's device)
         assert any(line.startswith("tc qdisc add dev d0 root handle 1: htb")
                    for line in written["shaping"]["h1"])
 

@@ -16,6 +16,9 @@ from testbed.rundir import RunDir
 from testbed.shaping.plan import HostPlan
 from testbed.spec.topology import PathMatrix, TopologySpec
 
+# Time for node processes to start, bind and arm timers before the workload begins.
+STARTUP_NS = 1_500_000_000
+
 
 class BackendError(Exception):
     """A backend cannot do what was asked; the message is one sentence for the user."""
@@ -54,6 +57,9 @@ class Backend(ABC):
     #: process, network and node control: how this backend applies typed faults
     #: (nodes/faults.py); None for a backend that applies its timeline itself (sim)
     controls: Controls | None = None
+    #: from computing the start time to the nodes running: the workload starts this much after
+    #: "now" (remote raises it: a playbook starts its nodes, docs/remote.md)
+    startup_ns: int = STARTUP_NS
 
     def __init__(self, run: RunDir, topology: TopologySpec, paths: PathMatrix):
         self.run = run

@@ -1,10 +1,13 @@
-"""Linux bridges of a run seen by the root namespace's netfilter: shared by the backends that
-put hosts on bridges (mininet, docker) so that neither imports the other."""
+"""Linux bridges of a run seen by the root namespace: their netfilter and the subnets already
+taken, shared by what puts hosts on bridges (mininet, docker, `testbed lab`) so that none
+imports another backend."""
 
 from __future__ import annotations
 
+import ipaddress
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from testbed.backends.base import BackendError
 from testbed.rundir import Journal
@@ -33,3 +36,21 @@ def allow_bridged(journal: Journal, prefix: str, bridges: list[str]) -> None:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise BackendError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()}")
+
+
+def used_subnets(docker: Any) -> list[ipaddress.IPv4Network]:
+    """/24s taken by Docker networks and by addresses in the root namespace (Mininet's control
+    bridges, other runs' bridges)."""
+    taken = []
+    for net in docker.api.networks():
+        for pool in (net.get("IPAM") or {}).get("Config") or []:
+            try:
+                taken.append(ipaddress.IPv4Network(pool["Subnet"], strict=False))
+            except (KeyError, ValueError):
+                continue
+    out = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        parts = line.split()
+        if "inet" in parts:
+            taken.append(ipaddress.IPv4Network(parts[parts.index("inet") + 1], strict=False))
+    return taken

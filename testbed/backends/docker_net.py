@@ -4,11 +4,11 @@ hosts' fixed addresses in them, and a host's network namespace as seen from the 
 from __future__ import annotations
 
 import ipaddress
-import subprocess
 from dataclasses import dataclass
 from typing import Any
 
 from testbed.backends.base import BackendError
+from testbed.backends.bridges import used_subnets
 from testbed.spec.topology import TopologySpec
 
 LABEL = "org.testbed.run"  # on every container and network a run creates; clean keys on it
@@ -21,24 +21,6 @@ MAX_HOSTS = 253  # .254 is the bridge's (gateway) address
 class Subnets:
     data: ipaddress.IPv4Network
     control: ipaddress.IPv4Network
-
-
-def used_subnets(docker: Any) -> list[ipaddress.IPv4Network]:
-    """/24s taken by Docker networks and by addresses in the root namespace (Mininet's control
-    bridges, other runs' bridges)."""
-    taken = []
-    for net in docker.api.networks():
-        for pool in (net.get("IPAM") or {}).get("Config") or []:
-            try:
-                taken.append(ipaddress.IPv4Network(pool["Subnet"], strict=False))
-            except (KeyError, ValueError):
-                continue
-    out = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        parts = line.split()
-        if "inet" in parts:
-            taken.append(ipaddress.IPv4Network(parts[parts.index("inet") + 1], strict=False))
-    return taken
 
 
 def _free(candidate: ipaddress.IPv4Network, taken: list[ipaddress.IPv4Network]) -> bool:

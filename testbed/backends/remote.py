@@ -10,7 +10,8 @@ testbed/shaping/; the userspace delay line where the host's kernel lacks sch_net
 collect, teardown. Ansible cannot time anything (one task's start spreads over seconds on 8
 hosts), so what happens *during* the run goes over SSH and the nodes' management endpoints:
 the liveness poll, crash/restart/pause/resume (signals by pidfile), link changes (the delay
-line's control socket), partitions, clock and management faults (testbed/faults/nodeside.py).
+line's control socket), partitions (iptables rules commented with the run id), clock and
+management faults (testbed/faults/nodeside.py), applied through `controls` (nodes/faults.py).
 
 Clocks: before the run each host's offset to this machine is measured NTP-style over SSH
 (testbed/hosts/ssh.py, best of several rounds) and recorded in spec.lock.yaml `clocks`; a
@@ -41,6 +42,7 @@ from typing import Any
 import yaml
 
 from nodes.config import NodeConfig
+from nodes.faults import Controls, Measured, SetPath
 from testbed.backends.ansible import (
     InventoryError,
     InventoryHost,
@@ -48,16 +50,16 @@ from testbed.backends.ansible import (
     StepResult,
     load_inventory,
 )
-from testbed.backends.base import Backend, BackendError, HostAddress
+from testbed.backends.base import Backend, BackendError, Capabilities, HostAddress
 from testbed.capture import CaptureOptions, pcap_span, tcpdump_argv
 from testbed.faults.nodeside import NodeSideFaults
-from testbed.faults.schedule import Action
-from testbed.hosts.ssh import ClockSample, HostError, SSHHost, control_path
+from testbed.hosts.base import HostError
+from testbed.hosts.ssh import ClockSample, SSHHost, control_path
+from testbed.images import node_program
 from testbed.rundir import Journal, RunDir
 from testbed.shaping import netem
-from testbed.shaping.plan import HostPlan, host_plans, with_path
+from testbed.shaping.plan import ClassPlan, HostPlan, change_link, host_plans
 from testbed.shaping.userspace import daemon_config, lane, nfqueue_rule
-from testbed.spec.topology import Path as PathSpec
 from testbed.spec.topology import PathMatrix, TopologySpec
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -78,10 +80,8 @@ def remote_dir(run_id: str) -> str:
 
 def bundle(out_dir: Path) -> tuple[Path, str]:
     """The node program as a reproducible tarball (sorted, zero mtimes), named by content:
-    `nodes/` plus the userspace shaper (what the node image holds, testbed/images.py)."""
-    files = sorted((ROOT / "nodes").rglob("*.py"))
-    files += [ROOT / "testbed" / "__init__.py", ROOT / "testbed" / "shaping" / "__init__.py",
-              ROOT / "testbed" / "shaping" / "userspace_daemon.py"]
+    what the node image holds (testbed/images.py `node_program`)."""
+    files = node_program()
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:
         for f in files:
@@ -105,7 +105,11 @@ def _parallel(fn: Any, items: list[str]) -> list[Any]:
 
 class RemoteBackend(Backend):
     name = "remote"
-    inprocess_shaping = False
+    # Real interfaces shaped by tc (or the userspace delay line) on each host, captured with
+    # tcpdump there; nodes serve management on their control address; the wall clock.
+    capabilities = Capabilities(virtual_clock=False, inprocess_shaping=False, capture=True,
+                                management=True)
+    takes_options = True
 
     def __init__(self, run: RunDir, topology: TopologySpec, paths: PathMatrix,
                  inventory: Path | str | None = None,
@@ -126,10 +130,14 @@ class RemoteBackend(Backend):
         self.addresses: dict[str, HostAddress] = {}
         self.configs: dict[str, NodeConfig] = {}
         self.crashed: set[str] = set()
+        self.cuts: list[tuple[str, list[str]]] = []  # (host, iptables rule) of a partition
         self.running: dict[str, bool] = {}
         self.last_poll = 0.0
         self.collected = False
         self.node_side = NodeSideFaults(run, paths.hosts, lambda h: h not in self.crashed)
+        # Crash/restart/pause/resume by signal, partitions by iptables and link changes on each
+        # host's shaper, all over SSH (this class); clocks and management through the nodes.
+        self.controls = Controls(process=self, network=self, node=self.node_side)
         self.playbooks: Playbooks | None = None
         self.startup_ns = STARTUP_BASE_NS + STARTUP_PER_HOST_NS * len(paths.hosts)
 
@@ -168,6 +176,10 @@ class RemoteBackend(Backend):
         self.addresses = {h: HostAddress(i.data_address, DATA_PORT, i.control_address)
                           for h, i in self.inv.items()}
         return dict(self.addresses)
+
+    def shaping(self) -> dict[str, HostPlan]:
+        """The plans as shaped on the hosts (their data interfaces and addresses)."""
+        return dict(self.plans)
 
     def _step(self, step: str, hostvars: dict[str, dict[str, Any]]) -> StepResult:
         assert self.playbooks is not None
@@ -305,78 +317,96 @@ class RemoteBackend(Backend):
             time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
     # -- faults (SSH and management, never Ansible) -------------------------------------------
+    # Process control (nodes/faults.py): signals by the node's pidfile over SSH.
     def _signal(self, host: str, sig: str) -> int:
         p = f"{self.dir}/pids/node.pid"
         return self.hosts[host].run(["sh", "-c", f'kill -{sig} "$(cat {p})"'], check=False,
                                     timeout=20).returncode
 
-    def fault(self, action: Action) -> dict[str, Any]:
-        op, p = action.op, action.params
-        if op == "path":
-            return self.path_fault(p)
-        if op not in ("crash", "restart", "pause", "resume"):
-            return self.node_side.apply(action)
-        host = p["host"]
-        if op == "crash":
-            if host in self.crashed:
-                return {"alive": False, "note": "already down"}
-            rc = self._signal(host, "KILL")
-            self.crashed.add(host)
-            time.sleep(0.1)
-            return {"alive": self._alive(host), "kill_rc": rc}
-        if op == "restart":
-            if host not in self.crashed:
-                return {"alive": True, "note": "was not down"}
-            cfg = replace(self.configs[host], incarnation=self.configs[host].incarnation + 1)
-            self.configs[host] = cfg
-            tmp = self.run.node_dir(host) / "node.json"
-            cfg.write(tmp)
-            h = self.hosts[host]
-            h.put(tmp, f"{self.dir}/node.json")
-            h.run(["rm", "-f", f"{self.dir}/nodes/{host}/control.json"])
-            h.spawn([f"{REMOTE_ROOT}/venv/bin/python", "-m", "nodes", "--config",
-                     f"{self.dir}/node.json"], pidfile=f"{self.dir}/pids/node.pid",
-                    log=f"{self.dir}/nodes/{host}/node.log",
-                    env={"PYTHONPATH": f"{REMOTE_ROOT}/app", "TESTBED_RUN_ID": self.run.run_id})
-            self.crashed.discard(host)
-            self.running[host] = True
-            self._fetch_control(host)
-            return {"alive": self._alive(host), "incarnation": cfg.incarnation}
+    def crash(self, host: str) -> Measured:
+        if host in self.crashed:
+            return {"alive": False, "note": "already down"}
+        rc = self._signal(host, "KILL")
+        self.crashed.add(host)
+        time.sleep(0.1)
+        return {"alive": self._alive(host), "kill_rc": rc}
+
+    def restart(self, host: str) -> Measured:
+        """The node again, detached with the same pidfile, its incarnation one higher."""
+        if host not in self.crashed:
+            return {"alive": True, "note": "was not down"}
+        cfg = replace(self.configs[host], incarnation=self.configs[host].incarnation + 1)
+        self.configs[host] = cfg
+        tmp = self.run.node_dir(host) / "node.json"
+        cfg.write(tmp)
+        h = self.hosts[host]
+        h.put(tmp, f"{self.dir}/node.json")
+        h.run(["rm", "-f", f"{self.dir}/nodes/{host}/control.json"])
+        h.spawn([f"{REMOTE_ROOT}/venv/bin/python", "-m", "nodes", "--config",
+                 f"{self.dir}/node.json"], pidfile=f"{self.dir}/pids/node.pid",
+                log=f"{self.dir}/nodes/{host}/node.log",
+                env={"PYTHONPATH": f"{REMOTE_ROOT}/app", "TESTBED_RUN_ID": self.run.run_id})
+        self.crashed.discard(host)
+        self.running[host] = True
+        self._fetch_control(host)
+        return {"alive": self._alive(host), "incarnation": cfg.incarnation}
+
+    def pause(self, host: str) -> Measured:
         if host in self.crashed:
             return {"note": "host is down"}
-        rc = self._signal(host, "STOP" if op == "pause" else "CONT")
-        return {"state": "paused" if op == "pause" else "running", "rc": rc}
+        return {"state": "paused", "rc": self._signal(host, "STOP")}
 
-    def path_fault(self, p: dict[str, Any]) -> dict[str, Any]:
+    def resume(self, host: str) -> Measured:
+        if host in self.crashed:
+            return {"note": "host is down"}
+        return {"state": "running", "rc": self._signal(host, "CONT")}
+
+    # Network control over SSH: partitions are iptables rules on the hosts, link changes each
+    # host's shaper.
+    def block(self, cuts: list[tuple[str, str]]) -> Measured:
+        """One DROP rule per cut (src, dst) first in src's OUTPUT chain (ahead of the delay
+        line's NFQUEUE rule), commented with the run id: the kernel drops the datagrams and the
+        nodes know nothing of it, as on mininet and docker; teardown.yml removes the run's
+        rules, also after a crash of the orchestrator."""
+        rules: dict[str, int] = {}
+        for src, dst in cuts:
+            rule = ["OUTPUT", "-d", self.inv[dst].data_address, "-j", "DROP", "-m", "comment",
+                    "--comment", f"tb-{self.run.run_id}"]
+            self.hosts[src].run(["iptables", "-w", "-I", rule[0], "1", *rule[1:]], timeout=20)
+            self.cuts.append((src, rule))
+            rules[src] = rules.get(src, 0) + 1
+        return {"drop_rules": rules}
+
+    def heal(self) -> Measured:
+        """The probe (what each node's failure detector suspects, through the data plane),
+        then the run's cut rules go."""
+        measured = self.node_side.heal()
+        for src, rule in self.cuts:
+            self.hosts[src].run(["iptables", "-w", "-D", *rule], check=False, timeout=20)
+        self.cuts.clear()
+        return measured
+
+    def set_path(self, fault: SetPath) -> Measured:
         """A link change: each end's HTB class and delay-line lane for the other end, over
         SSH (tc change; the daemon's control socket), as ShapedHosts does locally."""
-        a, b = p["between"]
-        out = {}
-        for src, dst in ((a, b), (b, a)):
-            base = self.paths.get(src, dst)
-            path = base if p.get("reset") else PathSpec(
-                p.get("delay_ns", base.delay_ns), p.get("jitter_ns", base.jitter_ns),
-                base.distribution, p.get("loss", base.loss), base.bandwidth_bps)
-            plan = with_path(self.plans[src], dst, path)
-            self.plans[src] = plan
-            c = plan.class_for(dst)
-            h = self.hosts[src]
-            if self.mode == "netem":
-                for cmd in netem.change_commands(plan, c):
-                    h.run(cmd)
-            else:
-                h.run(netem.htb_class(plan.dev, "1:1", c.classid, c.rate_bps, verb="change"))
-                req = json.dumps({"op": "set", "dst": c.dst_ip, "path": lane(c)})
-                send = ("import socket,sys\ns=socket.socket(socket.AF_UNIX)\n"
-                        f"s.connect({self.dir + '/shaper.sock'!r})\n"
-                        "s.sendall(sys.stdin.buffer.read())\nprint(s.recv(4096).decode())")
-                reply = h.run(["python3", "-c", send], input=req + "\n").stdout
-                if '"ok": true' not in reply.replace("'", '"').lower():
-                    raise BackendError(f"{src}: the delay line refused the change: "
-                                       f"{reply.strip()[:120]}")
-            out[src] = {"delay_ms": c.delay_ns / 1e6, "jitter_ms": c.jitter_ns / 1e6,
-                        "loss": c.loss}
-        return {"paths": out}
+        return change_link(self.plans, self.paths, fault.between, fault.changes(), fault.reset,
+                           self._change)
+
+    def _change(self, src: str, plan: HostPlan, c: ClassPlan) -> None:
+        h = self.hosts[src]
+        if self.mode == "netem":
+            for cmd in netem.change_commands(plan, c):
+                h.run(cmd)
+            return
+        h.run(netem.htb_class(plan.dev, "1:1", c.classid, c.rate_bps, verb="change"))
+        req = json.dumps({"op": "set", "dst": c.dst_ip, "path": lane(c)})
+        send = ("import socket,sys\ns=socket.socket(socket.AF_UNIX)\n"
+                f"s.connect({self.dir + '/shaper.sock'!r})\n"
+                "s.sendall(sys.stdin.buffer.read())\nprint(s.recv(4096).decode())")
+        reply = h.run(["python3", "-c", send], input=req + "\n").stdout
+        if '"ok": true' not in reply.replace("'", '"').lower():
+            raise BackendError(f"{src}: the delay line refused the change: "
+                               f"{reply.strip()[:120]}")
 
     # -- collect and down ---------------------------------------------------------------------
     def collect(self) -> None:

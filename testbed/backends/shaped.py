@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from nodes.faults import Measured, SetPath
 from testbed.backends.base import Backend, HostAddress
 from testbed.faults.nodeside import NodeSideFaults
 from testbed.hosts.netns import NetnsHost
-from testbed.shaping.plan import HostPlan, with_path
-from testbed.spec.topology import Path as PathSpec
+from testbed.shaping.plan import HostPlan, change_link
 
 
 class ShapedHosts(Backend):
@@ -64,23 +62,8 @@ class ShapedHosts(Backend):
                 journal.append("remove", id=entry["id"])
         return measured
 
-    def change_path(self, src: str, dst: str, path: PathSpec) -> None:
-        """Change one one-way path while the run goes on (tc change / daemon control)."""
-        plan = with_path(self.plans[src], dst, path)
-        self.plans[src] = plan
-        self.applier.change(self.ns[src], plan, plan.class_for(dst))
-
     def set_path(self, fault: SetPath) -> Measured:
         """A link fault: each end's shaper changes its class for the other end (or, with
         `reset`, goes back to the planned path)."""
-        a, b = fault.between
-        out = {}
-        for src, dst in ((a, b), (b, a)):
-            base = self.paths.get(src, dst)
-            # replace() keeps the link model's other keys (docs/link-model.md)
-            path = base if fault.reset else replace(base, **fault.changes())
-            self.change_path(src, dst, path)
-            c = self.plans[src].class_for(dst)
-            out[src] = {"delay_ms": c.delay_ns / 1e6, "jitter_ms": c.jitter_ns / 1e6,
-                        "loss": c.loss}
-        return {"paths": out}
+        return change_link(self.plans, self.paths, fault.between, fault.changes(), fault.reset,
+                           lambda src, plan, c: self.applier.change(self.ns[src], plan, c))

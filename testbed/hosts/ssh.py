@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed.hosts.base import HostError
+
 CONNECT_TIMEOUT_S = 5
 CONTROL_PERSIST_S = 5
 CLOCK_ROUNDS = 8
@@ -24,10 +26,6 @@ CLOCK_ROUNDS = 8
 CLOCK_ECHO = ("import sys,time\n"
               "for _ in sys.stdin:\n"
               "    sys.stdout.write(str(time.time_ns())+'\\n'); sys.stdout.flush()\n")
-
-
-class HostError(Exception):
-    """A command on a host failed; the message names the host (one line)."""
 
 
 def control_path(run_id: str) -> str:

@@ -11,7 +11,9 @@ here per destination so one access interface realises a full one-way delay matri
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from testbed.spec.topology import Path, PathMatrix, TopologySpec
 
@@ -114,3 +116,25 @@ def with_path(plan: HostPlan, dst: str, path: Path) -> HostPlan:
     old = plan.class_for(dst)
     new = class_plan(old.dst, old.dst_ip, old.minor, path, plan.root_rate_bps)
     return replace(plan, classes=[new if c.minor == old.minor else c for c in plan.classes])
+
+
+def change_link(plans: dict[str, HostPlan], paths: PathMatrix, between: tuple[str, str],
+                changes: dict[str, Any], reset: bool,
+                change: Callable[[str, HostPlan, ClassPlan], None]) -> dict[str, Any]:
+    """A link fault on hosts that shape real interfaces (mininet, docker, remote): each end's
+    class for the other end set to the planned path with `changes` (or, with `reset`, back to
+    the planned path), realised by `change(src, new plan, class)`, and `plans` updated.
+    Returns what each end's class now holds."""
+    a, b = between
+    out = {}
+    for src, dst in ((a, b), (b, a)):
+        base = paths.get(src, dst)
+        # replace() keeps the link model's other keys (docs/link-model.md)
+        path = base if reset else replace(base, **changes)
+        plan = with_path(plans[src], dst, path)
+        plans[src] = plan
+        c = plan.class_for(dst)
+        change(src, plan, c)
+        out[src] = {"delay_ms": c.delay_ns / 1e6, "jitter_ms": c.jitter_ns / 1e6,
+                    "loss": c.loss}
+    return {"paths": out}
