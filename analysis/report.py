@@ -316,7 +316,7 @@ def render_report(summary: dict[str, Any], data: rd.RunData | None = None) -> st
                   _timeline_plot(data), _throughput_plot(data, bands),
                   _bandwidth_plot(data, bands), _accuracy_plot(data, summary),
                   _spacetime_plot(data, lat)]
-    parts += [_switching_html([summary]),
+    parts += [_switching_html([summary]), _theta_html([summary]),
               "<h2>Final-delivery latency (ms)</h2>", _latency_html(summary),
               "<h2>Throughput</h2>", _throughput_html(summary), "</body></html>\n"]
     return "".join(parts)
@@ -369,6 +369,8 @@ def render_comparison(runs: list[tuple[dict[str, Any], rd.RunData]]) -> str:
     return (_head("testbed comparison") + f"<h1>Comparison of {len(runs)} runs</h1>" + table
             + _switching_html([summary for summary, _ in runs],
                               [_run_label(summary, data.spec) for summary, data in runs])
+            + _theta_html([summary for summary, _ in runs],
+                          [_run_label(summary, data.spec) for summary, data in runs])
             + _section("Final-delivery latency CDF", "Share of (message, receiver) final "
                        "deliveries within x ms of the send; the x axis stops at the "
                        "largest 99.5th percentile.", chart) + "</body></html>\n")
@@ -401,6 +403,58 @@ def _switching_html(summaries: list[dict[str, Any]], labels: list[str] | None = 
                     _table(["run", "mode", "switches", "duplicates", "order", "steady gap p99 "
                             "ms", "max gap ms", "mean max gap ms", "max switch ms",
                             "extra bytes", "retransmitted bytes"], rows))
+
+
+THETA_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)  # the analytic curve: Θ/4 to 4Θ around a run's Θ
+
+
+def _theta_html(summaries: list[dict[str, Any]], labels: list[str] | None = None) -> str:
+    """`qos-vbr`'s Θ trade-off (004 L556, Thms 2-3): latency bound Δ+Γ+Θ against the dummy
+    overhead 1/Θ per process. One run has one Θ, so its report draws the bound as a curve of Θ
+    (the run's Δ, Γ and failure term; overhead 1/Θ) with the run measured as one point; a
+    comparison of runs with different Θ (`testbed report RUN RUN...`) draws the measured
+    sweep, as bench/qos_theta_sweep.py does on the simulator without run directories."""
+    runs = [(labels[k] if labels else str(s.get("run", "run")), s["qos"])
+            for k, s in enumerate(summaries)
+            if (s.get("qos") or {}).get("protocol") == "qos-vbr"
+            and s["qos"].get("theta_ms") and s["qos"].get("bound_ms") is not None]
+    if not runs:
+        return ""
+    runs.sort(key=lambda r: r[1]["theta_ms"])
+    # The bound is Δ+Γ+Θ or Δ+2Γ+Θ (failures): its part without Θ, per run.
+    fixed = [q["bound_ms"] - q["theta_ms"] for _, q in runs]
+    base = runs[len(runs) // 2][1]["theta_ms"]
+    curve = sorted({round(base * f, 3) for f in THETA_FACTORS}
+                   | {q["theta_ms"] for _, q in runs})
+    c = [plots.color(i) for i in range(3)]
+    f0 = fixed[len(fixed) // 2]
+    formula = runs[0][1].get("formula") or "Δ+Γ+Θ"
+    bound_t = Series(f"bound {formula}", curve, [f0 + t for t in curve], c[0], dash=True)
+    measured = [q.get("max_latency_ms") for _, q in runs]
+    one = len(runs) == 1
+    name = "this run's max latency" if one else "max latency, per run"
+    by_theta = plots.line_chart(
+        "qos-theta", "latency against Θ", [
+            bound_t, Series(name, [q["theta_ms"] for _, q in runs], measured, c[1], dots=one)],
+        xlabel="Θ (ms)", ylabel="latency (ms)", ymin=0, width=460)
+    over = [1000.0 / t for t in curve]
+    pts = sorted((q["overhead_rate"], m) for (_, q), m in zip(runs, measured, strict=True)
+                 if q.get("overhead_rate") is not None and m is not None)
+    by_over = plots.line_chart(
+        "qos-theta-overhead", "latency against dummy overhead", [
+            Series("bound against 1/Θ", over[::-1], [f0 + t for t in curve][::-1], c[0],
+                   dash=True),
+            Series(name, [x for x, _ in pts], [y for _, y in pts], c[1], dots=one)],
+        xlabel="overhead: net minus app msgs/s per process (≈ 1/Θ)", ylabel="latency (ms)",
+        ymin=0, width=460)
+    what = ("One run has one Θ: the dashed curve is the bound for other Θ with this run's Δ "
+            "and Γ (overhead 1/Θ per process, Thm 3), the dot is this run. A measured sweep "
+            "is several runs: compare qos-vbr runs with different Θ (<code>testbed report "
+            "RUN RUN...</code>), or <code>python -m bench.qos_theta_sweep</code>."
+            if one else "One point per run (sorted by Θ), the dashed curve the bound.")
+    return _section("Θ trade-off (qos-vbr)", "004 L556: a longer slot Θ costs latency (bound "
+                    "Δ+Γ+Θ, Thm 2), a shorter one dummies (1/Θ per process). " + what,
+                    '<div class="grid">' + by_theta + by_over + "</div>")
 
 
 def _min_rate(data: rd.RunData) -> float:

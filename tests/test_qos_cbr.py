@@ -17,7 +17,7 @@ import pytest
 
 from analysis import qos
 from nodes.config import ClockConfig
-from nodes.protocols.base import Reserve
+from nodes.protocols.base import Reserve, Send, SetTimer
 from nodes.protocols.qos_cbr import QosCbr, update
 from nodes.sim import Simulator
 from tests import protosim
@@ -143,6 +143,20 @@ def test_reservation_asked_at_start_and_on_new_rate_and_refusal_voids_the_claim(
     logs = p.on_reserve_result("qos-cbr", False, res[0].rate_bps, "over capacity", 11)
     assert [a.ev for a in logs] == ["refused"] and not p.bound_claimed
     assert p.on_new_rate({"rate": 0}, 12)[0].ev == "reject"
+
+
+def test_init_rate_waits_for_the_configured_start() -> None:
+    """A node booted before the run's start (real backends boot one by one) holds its
+    init-rate until then, when every peer listens; one started later sends it at once."""
+    early = QosCbr(0, [0, 1, 2], {"rate": 50, "payload_size": 100, "start_at_ns": 10**9})
+    acts = early.start(10**9 - 700_000_000)
+    assert acts == [SetTimer("cbr:init", 700_000_000)]
+    assert early.on_timer("cbr:tick", 10**9 - 1) == []  # nothing ticks before the init-rate
+    acts = early.on_timer("cbr:init", 10**9)
+    assert [type(a) for a in acts if isinstance(a, Reserve | Send)] == [Reserve, Send]
+    assert early.on_timer("cbr:init", 10**9 + 1) == []  # once only
+    late = QosCbr(0, [0, 1, 2], {"rate": 50, "payload_size": 100, "start_at_ns": 10**9})
+    assert any(isinstance(a, Send) for a in late.start(10**9 + 5))
 
 
 @pytest.mark.parametrize(("change", "message"), [

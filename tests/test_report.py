@@ -13,6 +13,7 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 from scapy.layers.inet import IP, UDP
@@ -229,3 +230,42 @@ def test_unhealed_fault_lasts_to_the_end_and_clock_jump_is_instant(tmp_path: Pat
     spans = rd.read_faults(tmp_path, 1_000_000_000, 9.0, ["h1", "h2"])
     assert [(s.kind, s.start, s.stop) for s in spans] == [("pause", 1.0, 9.0),
                                                           ("clock", 2.0, None)]
+
+
+def _vbr(run: str, theta: float, max_ms: float, overhead: float) -> dict[str, Any]:
+    """A qos-vbr summary as analysis/qos.py writes it (numbers from experiments/qos-vbr.yaml
+    with theta 10, 20 and 40 ms on the simulator)."""
+    return {"run": run, "qos": {
+        "protocol": "qos-vbr", "formula": "Δ+Γ+Θ", "bound_ms": 50.0 + theta,
+        "max_latency_ms": max_ms, "slack_ms": 50.0 + theta - max_ms, "delta_ms": 40.0,
+        "gamma_ms": 10.0, "theta_ms": theta, "po_ms": None, "delta_measured_ms": 40.0,
+        "gamma_measured_ms": 10.0, "assumptions_hold": True, "assumptions_violated": [],
+        "refused": 0, "epsilon_ms": 0.001, "messages": 499, "above_bound": 0,
+        "net_rate": 15.0 + overhead, "app_rate": 15.0, "overhead_rate": overhead}}
+
+
+def _polyline_ys(svg: str) -> list[list[float]]:
+    return [[float(p.split(",")[1]) for p in m.split()]
+            for m in re.findall(r'<polyline[^>]*points="([^"]*)"', svg)]
+
+
+def test_theta_trade_off_is_a_curve_per_run_and_a_measured_sweep_across_runs() -> None:
+    from analysis.report import _theta_html
+
+    one = render_report(_vbr("r20", 20.0, 69.98, 50.0))
+    assert "Θ trade-off (qos-vbr)" in one and "One run has one Θ" in one
+    assert "this run&#x27;s max latency" in one or "this run's max latency" in one
+    # The bound drawn for Θ/4 .. 4Θ around the run's 20 ms: 5 points, rising with Θ.
+    (svg_theta, svg_over) = re.findall(r"<svg.*?</svg>", one.split("Θ trade-off")[1], re.S)[:2]
+    (bound,) = _polyline_ys(svg_theta)
+    assert len(bound) == 5 and bound == sorted(bound, reverse=True)  # SVG y grows downwards
+    sweep = _theta_html([_vbr("r40", 40.0, 78.03, 25.0), _vbr("r10", 10.0, 58.07, 100.0),
+                         _vbr("r20", 20.0, 69.98, 50.0)])
+    assert "One point per run" in sweep
+    measured = _polyline_ys(re.findall(r"<svg.*?</svg>", sweep, re.S)[0])
+    # The bound at 5, 10, 20, 40, 80 ms (around the middle run's Θ, the runs' own included),
+    # the three runs sorted by Θ: their max latency rises with it.
+    assert [len(ys) for ys in measured] == [5, 3]
+    assert measured[1] == sorted(measured[1], reverse=True)
+    # Other protocols (no Θ) get no such section.
+    assert _theta_html([{"qos": {"protocol": "qos-cbr", "bound_ms": 50.0}}]) == ""

@@ -79,6 +79,7 @@ RESERVE_KEY = "qos-cbr"
 MAX_RATE = 100_000  # msgs/s: a rate message above this is refused as malformed
 MAX_GAP = 100_000_000  # lost messages one gap may stand for (a longer one halts the sender)
 TIMER = "cbr:tick"
+INIT_TIMER = "cbr:init"  # the init-rate, held until the run's configured start
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,7 @@ class QosCbr(LayerBase):
             raise ValueError("qos-cbr: rate must be >= 1 message/s (004 §4: a process must "
                              "appear in Porder)")
         self.epoch = epoch_ns(params)
+        self.start_at = int(params.get("start_at_ns", 0))  # the run's configured start
         self.incarnation = int(params.get("incarnation", 0))
         self.wire_bytes = HEADER_SIZE + int(params.get("payload_size", 0))
         self.chan = FifoChannel(me, members)
@@ -182,6 +184,13 @@ class QosCbr(LayerBase):
 
     # -- application side ---------------------------------------------------------------------
     def start(self, now: int) -> list[Action]:
+        # A real backend boots its nodes one after another, up to seconds before the run's
+        # configured start (mininet: 1.2 s between the first and the last of four): an
+        # init-rate sent at boot reaches peers that are not listening yet, they never learn
+        # this rate and never start delivering. Held until the configured start (E minus
+        # `epoch_ms`), when every node is up; a late node (a restart) sends it at once.
+        if now < self.start_at:
+            return [SetTimer(INIT_TIMER, self.start_at - now)]
         return self._init_rate(now)
 
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
@@ -245,6 +254,8 @@ class QosCbr(LayerBase):
         return acts + self._process()
 
     def on_timer(self, key: str, now: int) -> list[Action]:
+        if key == INIT_TIMER:
+            return self._init_rate(now) if self.my_rate is None else []
         if key != TIMER or self.my_rate is None:
             return []
         return self._tick(now)

@@ -31,6 +31,7 @@ from testbed.hosts.base import HostError
 from testbed.hosts.netns import NetnsHost
 from testbed.processes import start_time
 from testbed.rundir import RUN_ENV, RunDir
+from testbed.runplan import LOCAL_STARTUP_NS
 from testbed.shaping.auto import make_applier
 from testbed.shaping.plan import HostPlan, host_plans
 from testbed.spec.topology import PathMatrix, TopologySpec
@@ -39,6 +40,7 @@ from testbed.teardown import undo
 DATA_PORT = 7000
 DATA_DEV = "d0"
 CONTROL_DEV = "c0"
+NODE_BOOT_NS = 500_000_000  # per node, on top of LOCAL_STARTUP_NS (deploy is sequential)
 IFNAMSIZ = 15
 DATA_NET = ipaddress.ip_network("198.18.0.0/16")
 
@@ -80,6 +82,11 @@ class MininetBackend(ShapedHosts):
         self.plans: dict[str, HostPlan] = {}
         self.addresses: dict[str, HostAddress] = {}
         self.nodes = NodeProcesses(run, host_of=lambda h: self.ns[h])
+        # deploy() starts the nodes one after another, each until its management endpoint is
+        # up: 0.4-0.5 s a node on a loaded 2-core machine. The workload start leaves time for
+        # all of them, so that a protocol with a common epoch (docs/qos.md) finds every peer
+        # listening at the configured start.
+        self.startup_ns = LOCAL_STARTUP_NS + NODE_BOOT_NS * len(paths.hosts)
         self.node_side = NodeSideFaults(run, paths.hosts, self.nodes.alive)
         # Process faults by signal; partitions with iptables in the host namespaces and link
         # changes through the shaper (ShapedHosts); clocks and management through the nodes'
