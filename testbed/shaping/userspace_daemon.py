@@ -92,10 +92,11 @@ class Lane:
     (serialisation before the delay, as the model's `bandwidth_bps`), `netem_rate_bps` netem's
     own `rate`."""
 
-    __slots__ = ("model", "limit", "queued", "passed", "overflow", "dup_at", "corrupt")
+    __slots__ = ("model", "limit", "queued", "passed", "overflow", "dup_at", "corrupt", "held")
 
     def __init__(self, spec: dict[str, Any], rng: random.Random):
         self.queued = self.passed = self.overflow = 0
+        self.held = 0  # packets of this lane waiting for a verdict (not copied)
         self.dup_at = -1
         self.corrupt = False
         self.model = LinkModel(PathConfig(), rng)
@@ -272,6 +273,11 @@ class Daemon:
             self.release(now)
         at = lane.schedule(now, size)
         addr = self.address(pkt.outdev, data[16:20], now) if len(data) == size else None
+        if addr is not None and lane.held and lane.model.path.fifo:
+            # `reorder: false`: a copy leaves by AF_PACKET, a held packet by its verdict; two
+            # ways out of the daemon can swap neighbours released at one instant, so while
+            # any packet of a FIFO lane waits for its verdict the next ones wait the same way.
+            addr = None
         if lane.dup_at >= 0:
             if addr is None:  # a held verdict cannot be given twice
                 lane.queued -= 1
@@ -288,6 +294,7 @@ class Daemon:
             if lane.corrupt:
                 pkt.set_payload(data)
             self.held += 1
+            lane.held += 1
             heapq.heappush(self.heap, (at, next(self.seq), lane, pkt, None))
             return
         pkt.drop()  # the copy goes out instead; the sender's buffer is free again
@@ -314,6 +321,7 @@ class Daemon:
                 self.late_1ms += 1
                 self.late_max = max(self.late_max, now - at)
             if frame is None:
+                lane.held -= 1
                 pkt.accept()
                 continue
             try:
