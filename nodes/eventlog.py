@@ -17,6 +17,7 @@ class EventLog:
         self.proto = proto
         self._node_json = json.dumps(node)
         self._proto_json = json.dumps(proto)
+        self._labels: dict[str, str] = {}  # instance label -> its JSON (the hot path's dumps)
         self.count = 0
         self._buf: list[str] = []
         self._limit = buffer_lines
@@ -44,13 +45,20 @@ class EventLog:
         """The hot path (opt/fnl/recv): the same JSON as write(), formatted directly. `proto`
         names the protocol instance that produced the event (default: the node's)."""
         seq_part = f',"seq":{seq}' if seq else ""
-        proto_json = json.dumps(proto) if proto else self._proto_json
+        proto_json = (self._labels.get(proto) or self._label(proto)) if proto \
+            else self._proto_json
         self._buf.append(
             f'{{"t":{t},"lt":{lt},"i":{self.count},"node":{self._node_json},"ev":"{ev}",'
             f'"proto":{proto_json},"mid":"{mid}"{seq_part},"size":{size}}}')
         self.count += 1
         if len(self._buf) >= self._limit:
             self.flush()
+
+    def _label(self, proto: str) -> str:
+        if len(self._labels) > 64:
+            self._labels.clear()
+        text = self._labels[proto] = json.dumps(proto)
+        return text
 
     def flush(self) -> None:
         if self._file is not None and self._buf:
