@@ -10,13 +10,18 @@ message, one per instance, carry the same sn: that is how the watermark `wm[orig
 `deliv`; a watermark suffices because every instance is FIFO) drops the second copy, and how
 the checkers catch a double delivery. The instance's own (origin, mno) never reaches the log.
 
-Wire: the instances' datagrams travel inside this layer's own messages: a DATA header with
-proto `WIRE_ID` whose `slot` is the instance tag, and the instance's complete datagram as
-payload (decoded, and checked by the instance's edge gate, nodes/edge.py, before the instance
-sees it). Instances are created per switch epoch (tag = epoch mod 255 + 1), so traffic of a
-torn-down instance is recognised by its tag alone; datagrams for the next epoch's tag that
-arrive before this node has created that instance are kept and replayed (brief rule S5, fix
-#4: early deliveries are buffered, not dropped).
+Wire: an instance's datagrams travel as they are, one header, except the header's `proto`
+byte, which carries the instance tag instead of the instance's wire id (`TAG_BASE + tag`,
+registered with nodes/wire.py so that the node decodes them; catalogue wire ids stay below
+`TAG_BASE`). The receiving layer puts the instance's wire id back and hands the datagram to
+that instance's edge gate (nodes/edge.py), then to the instance: one decode and one full gate
+check per datagram, as for a protocol on its own (an encapsulating header decoded and checked
+twice halved the throughput: issue 15 Performance, bench/switching_overhead.py). Instances
+are created per switch epoch (tag = epoch mod TAGS + 1), so traffic of a torn-down instance is
+recognised by its tag alone (a datagram delayed across TAGS switches would be taken for the
+current instance's: its reliable layer and gate then judge it); datagrams for the next
+epoch's tag that arrive before this node has created that instance are kept and replayed
+(brief rule S5, fix #4: early deliveries are buffered, not dropped).
 
 Control: the switch request (`SWITCH`) and the end-of-switch notice (`DONE`) are
 TO-broadcast on the current instance (001 Fig. 2.1 l.8 uses a reliable broadcast; Appia and
@@ -70,7 +75,14 @@ from nodes.protocols.base import (
     ms,
     param,
 )
-from nodes.wire import Flag, Header, Message, MsgType, WireError, decode, encode
+from nodes.wire import (
+    PAYLOAD_RULES,
+    RULED_PROTOS,
+    Header,
+    Message,
+    MsgType,
+    register_proto,
+)
 
 WIRE_ID = 17
 MODES = ("live", "rabp", "stop")
@@ -85,11 +97,19 @@ SWITCH, DONE = 1, 2
 TICK, NULL_KEY = "sw:tick", "sw:null"
 EARLY_LIMIT = 65536  # datagrams kept for an instance not yet created; past that, NACKs repair
 DROP_LOG_LIMIT = 10
-RELAYED = int(Flag.RELAYED)
-# The last inner datagram decoded in this process, by the identity of its bytes: the
-# simulator delivers one decoded outer message to every receiver (nodes/sim.py), so the
-# receivers after the first reuse the first one's decode (frozen, so sharing is safe).
-_LAST_INNER: list[tuple[bytes, Message] | None] = [None]
+# Instance tags on the wire: header `proto` TAG_BASE + tag, tag in 1..TAGS.
+TAG_BASE, TAGS = 128, 127
+for _tag in range(1, TAGS + 1):
+    register_proto(TAG_BASE + _tag, f"switching-tag-{_tag}")
+# Protocols whose receive path never reads a header's `proto` (checked: grep `h.proto` in
+# nodes/protocols/): their instances get tagged datagrams as they are. Others (the QoS
+# protocols, leader, timestamp-leader, primary) get the header rebuilt with their wire id.
+TAGGED_OK = frozenset({"sequencer", "seto", "fast-seto", "lamport", "token-ring",
+                       "moving-sequencer"})
+# The last datagram restored in this process, by the identity of the received message: the
+# simulator delivers one decoded message to every receiver (nodes/sim.py), so the receivers
+# after the first reuse the first one's (frozen, so sharing is safe).
+_LAST: list[tuple[Message, Message] | None] = [None]
 
 
 @dataclass(frozen=True)
@@ -198,6 +218,11 @@ class Instance:
     # deliver, read from its data messages as they arrive (or are sent).
     ids: dict[tuple[int, int], tuple[int, int, int, bytes]] = field(default_factory=dict)
     label: str = ""  # deliveries' `proto`: switching#<name>, the instance that ordered them
+    # The instance's protocol never compares a received header's `proto` (TAGGED_OK): it
+    # gets the datagram as received, tag and all, and its gate checks for the tag (saves
+    # building a second header per datagram).
+    tagged_ok: bool = False
+    timers: dict[SetTimer, SetTimer] = field(default_factory=dict)  # the instance's, namespaced
 
     def __post_init__(self) -> None:
         self.label = f"switching#{self.name}"
@@ -256,8 +281,10 @@ class Switching(LayerBase):
         self.last_switch_ms = 0.0
         self.started_at = 0
         self.dup_msgs = self.dup_bytes = 0
-        self.last_old_mid = ""
+        self.last_old = (0, 0)  # the last delivery (origin, sn): `last_old` at a switch's end
+        # (0, 0): none yet
         self.rejects: dict[str, int] = {}
+        self.timer_keys: dict[str, tuple[int, str]] = {}  # "tag|key" -> (tag, key)
 
     # -- management (nodes/management/node_mbeans.py) ------------------------------------------
     @property
@@ -295,43 +322,38 @@ class Switching(LayerBase):
 
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
         h = msg.header
-        if h.type != MsgType.DATA or h.proto != WIRE_ID:
+        tag = h.proto - TAG_BASE
+        if not 1 <= tag <= TAGS:
             return self._reject("sw:type", f"{h.type.name} under proto {h.proto}")
-        payload = msg.payload
-        last = _LAST_INNER[0]
-        if last is not None and last[0] is payload:
-            inner = last[1]  # the simulator hands one datagram object to every receiver
-        else:
-            try:
-                inner = decode(payload)
-            except WireError as exc:
-                return self._reject(f"sw:inner:{exc.reason}", str(exc))
-            _LAST_INNER[0] = (payload, inner)
-        if inner.header.sender != h.sender and not inner.header.flags & RELAYED:
-            # a relayed copy keeps its origin's header (nodes/protocols/sequencer.py relay)
-            return self._reject("sw:sender", f"inner sender {inner.header.sender} in a "
-                                             f"datagram from {h.sender}")
         cur = self.cur
-        inst = cur if cur is not None and cur.tag == h.slot else self._by_tag(h.slot)
+        inst = cur if cur is not None and cur.tag == tag else self._by_tag(tag)
         if inst is None:
-            if h.slot == self._tag(self.epoch + 1) and not self.switching:
+            if tag == self._tag(self.epoch + 1) and not self.switching:
                 if len(self.early) < EARLY_LIMIT:
-                    self.early.append((src, inner))  # S5: a faster node already uses it
+                    self.early.append((src, msg))  # S5: a faster node already uses it
                 return []
             self.rejects["sw:stale"] = self.rejects.get("sw:stale", 0) + 1
             return []
         if self.requested is not None:
-            return self._tick(now) + self._inner(inst, src, inner, now)
-        return self._inner(inst, src, inner, now)
+            return self._tick(now) + self._inner(inst, src, msg, now)
+        return self._inner(inst, src, msg, now)
 
     def on_timer(self, key: str, now: int) -> list[Action]:
         if key == TICK:
             return self._tick(now) + [SetTimer(TICK, self.tick_ns)]
         if key == NULL_KEY:
             return self._send_null(now)
-        tag, _, inner_key = key.partition("|")
-        inst = self._by_tag(int(tag)) if tag.isdigit() else None
-        return [] if inst is None else self._lift(inst, inst.layer.on_timer(inner_key, now), now)
+        parsed = self.timer_keys.get(key)
+        if parsed is None:
+            tag, _, inner_key = key.partition("|")
+            if not tag.isdigit():
+                return []
+            if len(self.timer_keys) > 4096:
+                self.timer_keys.clear()
+            parsed = self.timer_keys[key] = (int(tag), inner_key)
+        inst = self._by_tag(parsed[0])
+        return [] if inst is None else \
+            self._lift(inst, inst.layer.on_timer(parsed[1], now), now)
 
     def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
         out: list[Action] = []
@@ -362,7 +384,7 @@ class Switching(LayerBase):
     # -- instances ------------------------------------------------------------------------------
     @staticmethod
     def _tag(epoch: int) -> int:
-        return epoch % 255 + 1
+        return epoch % TAGS + 1
 
     def _live(self) -> list[Instance]:
         return [i for i in (self.cur, self.new, self.old) if i is not None]
@@ -382,15 +404,40 @@ class Switching(LayerBase):
         entry = catalogue.get(spec["protocol"])
         sub = {**(spec.get("params") or {}), "incarnation": self.incarnation}
         layer = entry.factory(self.me, self.members, sub)
-        inst = Instance(self._tag(epoch), index, self.names[index], epoch, layer,
-                        Gate(self.me, self.members, layer), entry.wire_id)
+        if entry.wire_id >= TAG_BASE:
+            raise ValueError(f"{entry.name}: wire id {entry.wire_id} collides with the "
+                             f"switching tags ({TAG_BASE + 1}..{TAG_BASE + TAGS})")
+        tag = self._tag(epoch)
+        gate = Gate(self.me, self.members, layer)
+        inst = Instance(tag, index, self.names[index], epoch, layer, gate, entry.wire_id,
+                        tagged_ok=entry.name in TAGGED_OK)
+        if inst.tagged_ok:
+            gate.proto = TAG_BASE + tag  # type: ignore[assignment]  # the full checks stay
         return inst, self._lift(inst, layer.start(now), now)
 
-    def _inner(self, inst: Instance, src: int, inner: Message, now: int) -> list[Action]:
-        """An instance's datagram: checked by its gate, its data messages' prefixes read."""
+    def _inner(self, inst: Instance, src: int, msg: Message, now: int) -> list[Action]:
+        """An instance's datagram (its tag in `proto`): the instance's wire id put back, the
+        payload shape nodes/wire.py checks for that wire id, its gate, its data messages'
+        prefixes read."""
+        last = _LAST[0]
+        if last is not None and last[0] is msg:
+            inner = last[1]
+        else:
+            h = msg.header
+            if h.proto - TAG_BASE != inst.tag:
+                return self._reject("sw:proto", f"proto {h.proto} for instance {inst.name}")
+            rule = PAYLOAD_RULES.get(h.type) if inst.wire_id in RULED_PROTOS else None
+            if rule is not None and not _shape_ok(rule, len(msg.payload)):
+                return self._reject("sw:payload",
+                                    f"{h.type.name} payload of {len(msg.payload)} bytes")
+            if inst.tagged_ok:
+                inner = msg  # the instance never reads `proto`; its gate expects the tag
+            else:
+                inner = Message(Header(h.type, inst.wire_id, h.flags, h.sender, h.rseq,
+                                       h.origin, h.mno, h.seq, h.hint, h.slot, h.ts, h.aux,
+                                       h.length), msg.payload)
+            _LAST[0] = (msg, inner)
         ih = inner.header
-        if ih.proto != inst.wire_id and ih.type != MsgType.ALIVE:
-            return self._reject("sw:proto", f"proto {ih.proto} for instance {inst.name}")
         reason = inst.gate.check(inner)
         if reason is not None:
             return self._reject(f"sw:rejected:{reason}", f"{ih.type.name} from {ih.sender}")
@@ -411,10 +458,10 @@ class Switching(LayerBase):
         if len(payload) < PREFIX.size:
             return f"payload of {len(payload)} bytes has no switching prefix"
         flags, sn = PREFIX.unpack_from(payload)
-        body = payload[PREFIX.size:]
         if flags & ~KNOWN_FLAGS:
             return f"unknown prefix flags {flags:#x}"
         if flags & CTRL:
+            body = payload[PREFIX.size:]
             if len(body) != CONTROL.size:
                 return f"control body of {len(body)} bytes"
             kind, _, index = CONTROL.unpack(body)
@@ -423,7 +470,7 @@ class Switching(LayerBase):
             return flags, 0, 0, body
         if not flags & NULL and sn < 1:
             return "application message numbered 0"
-        return flags, sn, len(body), b""
+        return flags, sn, len(payload) - PREFIX.size, b""
 
     def _reject(self, reason: str, detail: str) -> list[Action]:
         n = self.rejects[reason] = self.rejects.get(reason, 0) + 1
@@ -434,25 +481,34 @@ class Switching(LayerBase):
         timers namespaced, deliveries translated to the layer's ids (and routed by Fig. 2.1),
         everything else passed through."""
         out: list[Action] = []
+        if not actions:
+            return out
         ids = inst.ids
-        for a in actions:
-            kind = type(a)  # `type(a) is` and casts: this is the receive path's hot loop
+        wm = self.wm
+        # Not switching, nothing held, this instance current: a plain delivery needs none of
+        # Fig. 2.1's routing (the common case, inlined: issue 15 Performance).
+        plain = inst is self.cur and self.new is None and not self.held
+        for a in cast(list[Any], actions):  # the receive path's hot loop: `type(a) is`
+            kind = type(a)
             if kind is Send:
-                send = cast(Send, a)
-                wrapped = encode(send.msg)
-                header = Header(MsgType.DATA, WIRE_ID, 0, self.me, 0, 0, 0, 0, 0, inst.tag, 0,
-                                0, len(wrapped))
-                out.append(Send(send.dst, Message(header, wrapped)))
+                h = a.msg.header
+                header = Header(h.type, TAG_BASE + inst.tag, h.flags, h.sender, h.rseq,
+                                h.origin, h.mno, h.seq, h.hint, h.slot, h.ts, h.aux, h.length)
+                out.append(Send(a.dst, Message(header, a.msg.payload)))
             elif kind is Received:
-                rcv = cast(Received, a)
+                rcv = a
                 known = ids.get((rcv.origin, rcv.mno))
-                if known is not None and not known[0] & (NULL | CTRL | STUB):
+                if known is not None and not known[0] & (NULL | CTRL | STUB) and \
+                        known[1] > wm[rcv.origin]:
+                    if plain and self.old is None:
+                        out.append(Received(rcv.origin, known[1], known[2], inst.label))
+                        continue  # one instance alive: no second copy to log
                     key = (rcv.origin, known[1])
-                    if known[1] > self.wm[rcv.origin] and key not in self.recv_seen:
+                    if key not in self.recv_seen:
                         self.recv_seen.add(key)
                         out.append(Received(rcv.origin, known[1], known[2], inst.label))
             elif kind is FinalDeliver:
-                fnl = cast(FinalDeliver, a)
+                fnl = a
                 known = ids.pop((fnl.origin, fnl.mno), None)
                 if known is None:
                     out.append(Log("switch_unknown", {"instance": inst.name,
@@ -460,17 +516,36 @@ class Switching(LayerBase):
                                                       "inner_mno": fnl.mno}))
                     continue
                 flags, sn, size, body = known
-                out += self._to_deliver(inst, (fnl.origin, flags, sn, size, body), now)
+                origin = fnl.origin
+                if plain and not flags:
+                    if sn > wm[origin]:  # _from_cur, l.22-25
+                        wm[origin] = sn
+                        self.delivered += 1
+                        if self.recv_seen:
+                            self.recv_seen.discard((origin, sn))
+                        self.last_sent[origin] = now
+                        if self.mine:
+                            self.mine.pop(sn if origin == self.me else -1, None)
+                        if self.payloads:
+                            size = self.payloads.pop((origin, sn), size)
+                        self.last_old = (origin, sn)
+                        out.append(FinalDeliver(origin, sn, self.delivered, size, inst.label))
+                    continue
+                out += self._to_deliver(inst, (origin, flags, sn, size, body), now)
             elif kind is SetTimer:
-                timer = cast(SetTimer, a)
-                out.append(SetTimer(f"{inst.tag}|{timer.key}", timer.delay_ns))
+                timer = inst.timers.get(a)  # frozen, so the namespaced one is reused
+                if timer is None:
+                    if len(inst.timers) > 1024:
+                        inst.timers.clear()
+                    timer = inst.timers[a] = SetTimer(f"{inst.tag}|{a.key}", a.delay_ns)
+                out.append(timer)
             elif kind is OptDeliver:
-                opt = cast(OptDeliver, a)
+                opt = a
                 known = ids.get((opt.origin, opt.mno))
                 if known is not None and inst is self.cur and not known[0] & (NULL | CTRL) \
                         and known[1] > self.wm[opt.origin]:
                     out.append(OptDeliver(opt.origin, known[1], known[2], inst.label))
-            elif kind is Log and cast(Log, a).ev == "send":
+            elif kind is Log and a.ev == "send":
                 continue  # the layer logs its own `send` (its ids, not the instance's)
             else:
                 out.append(a)
@@ -587,7 +662,7 @@ class Switching(LayerBase):
             self.last_sent[origin] = now
             if origin == self.me:
                 self.mine.pop(sn, None)
-            self.last_old_mid = f"{origin}:{sn}"
+            self.last_old = (origin, sn)
             out.append(FinalDeliver(origin, sn, self.delivered, size, inst.label))
         if self.switching and flags & FLAG:
             self.check.add(origin)  # l.14-15
@@ -681,8 +756,20 @@ class Switching(LayerBase):
         return Log("switch", {"phase": "end", "epoch": self.epoch, "from": old.name,
                               "to": new.name, "mode": self.mode,
                               "duration_ms": round(self.last_switch_ms, 3),
-                              "last_old": self.last_old_mid, "dup_msgs": self.dup_msgs,
+                              "last_old": _mid(self.last_old), "dup_msgs": self.dup_msgs,
                               "dup_bytes": self.dup_bytes})
+
+
+def _mid(key: tuple[int, int]) -> str:
+    return f"{key[0]}:{key[1]}" if key[1] else ""
+
+
+def _shape_ok(rule: tuple[int, int, int], length: int) -> bool:
+    """nodes/wire.py `decode`'s payload shape rule for a first protocol's message type."""
+    size, fewest, most = rule
+    if size == 0:
+        return length == 0
+    return not length % size and fewest <= length // size <= most
 
 
 def switching_mbean(mbean: Any, layer: Switching, local_now: Callable[[], int]) -> Any:
