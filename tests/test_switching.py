@@ -382,3 +382,59 @@ def test_a_restarted_node_rejoins_through_relayed_copies(tmp_path: Path) -> None
     k = reference.index(post[0])
     assert reference[k:k + len(post)] == post
     assert not [e for e in h2 if e["ev"] == "drop"]
+
+
+def crash_in_switch_window(out: Path, patch: Any = None) -> protosim.Events:
+    """h4 crashes 3 ms after h1 asks for a switch (a to b), before it meets SWITCH, so its
+    flag never comes; a second switch (b to a) is asked at 2.5 s."""
+    cfgs = protosim.configs("switching", out, n=4, duration_s=4, drain_s=2, rate=25,
+                            loss=0.01, params={"instances": TWO_SEQUENCERS,
+                                               "fd_interval_ms": 50, "fd_timeout_ms": 300})
+    sim = Simulator(cfgs, seed=11)
+    if patch is not None:
+        for nid, core in sim.cores.items():
+            patch(nid, core.protocol)
+
+    def request(to: str) -> None:
+        core = sim.cores[0]
+        assert isinstance(core.protocol, Switching)
+        with contextlib.suppress(ValueError):  # the negative control is still switching
+            core.protocol.request_switch(to, core.clock.local(sim.now))
+
+    sim.at(SIM_EPOCH_NS + 1_000_000_000, lambda: request("b"))
+    sim.schedule_faults([{"t_ns": SIM_EPOCH_NS + 1_003_000_000, "op": "crash",
+                          "params": {"host": "h4"}, "record": {}}], out / "faults.jsonl")
+    sim.at(SIM_EPOCH_NS + 2_500_000_000, lambda: request("a"))
+    sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
+    return protosim.read_events(out)
+
+
+def test_a_crash_during_a_switch_does_not_block_its_end(tmp_path: Path) -> None:
+    """A member that crashes mid-switch never sends its flag (brief §1.7: the switch would
+    never end, and no later switch could start). The survivors' failure detectors propose
+    its exclusion through the old instance's order, so every survivor stops waiting for it
+    at the same point of that order: the switch ends, the next one too, with one total
+    order and no loss among the survivors. Negative control: without the exclusion the
+    switch never ends."""
+    events = crash_in_switch_window(tmp_path / "fixed")
+    survivors = {h: evs for h, evs in events.items() if h != "h4"}
+    for host, evs in survivors.items():
+        assert [(e["epoch"], e["to"]) for e in ends(events, host)] == [(1, "b"), (2, "a")], host
+        assert any(e["ev"] == "switch_exclude" and e["member"] == "h4" for e in evs), host
+    got = findings(survivors)
+    assert got["duplicates"] == 0 and got["total_order"] == 0 and got["fifo"] == 0
+    assert got["same_sequence"]
+    sent_by_survivors = {e["mid"] for evs in survivors.values() for e in evs
+                         if e["ev"] == "send"}
+    for host, mids in protosim.deliveries(survivors).items():
+        assert sent_by_survivors <= set(mids), host  # nothing a survivor sent is lost
+    # h4 delivered a prefix of the survivors' sequence before it crashed
+    h4 = protosim.deliveries(events)["h4"]
+    assert h4 == protosim.deliveries(survivors)["h1"][:len(h4)]
+
+    def no_exclusion(nid: int, layer: Layer) -> None:
+        assert isinstance(layer, Switching)
+        layer._suspicion = lambda member, suspected, now: []  # type: ignore[method-assign]
+
+    blocked = crash_in_switch_window(tmp_path / "control", patch=no_exclusion)
+    assert all(not ends(blocked, h) for h in blocked), "the switch ended without exclusion"

@@ -48,10 +48,15 @@ Modes:
 (the id only) and the new one the payload; a STUB delivery waits until the new instance has
 received the payload (logged as `stub_wait`).
 
-Failures: the layer does not handle them (brief §1.7). A member that crashes while a switch
-is under way blocks its end; safety holds regardless. With no membership service the layer
-never excludes suspected members from `check`. Actions the layer does not consume (a future
-`ensured` notification, reservations) pass through unchanged.
+Failures (ours; brief §1.7): a member that crashes while a switch is under way never sends
+its flag, so Fig. 2.1 alone never ends the switch. When the node's failure detector suspects a
+member, the node TO-broadcasts EXCLUDE(member) on the current instance; every node applies it
+at the same point of that order and stops waiting for the member's flag (l.16) and DONE (S8)
+from there on, so all nodes end the switch at one switch point (a local, unagreed exclusion
+would not: brief §1.7). INCLUDE undoes it when the member is heard again. The old instance
+must itself survive the crash (a sequencer instance whose sequencer crashed orders nothing
+more). Actions the layer does not consume (a future `ensured` notification, reservations)
+pass through unchanged.
 """
 
 from __future__ import annotations
@@ -93,7 +98,7 @@ FLAG, NULL, STUB, CTRL = 1, 2, 4, 8
 KNOWN_FLAGS = FLAG | NULL | STUB | CTRL
 PREFIX = struct.Struct("!BI")  # flags, sn
 CONTROL = struct.Struct("!BIB")  # kind, epoch, instance index
-SWITCH, DONE = 1, 2
+SWITCH, DONE, EXCLUDE, INCLUDE = 1, 2, 3, 4  # EXCLUDE/INCLUDE: CONTROL's epoch is the member
 TICK, NULL_KEY = "sw:tick", "sw:null"
 EARLY_LIMIT = 65536  # datagrams kept for an instance not yet created; past that, NACKs repair
 DROP_LOG_LIMIT = 10
@@ -285,6 +290,11 @@ class Switching(LayerBase):
         # (0, 0): none yet
         self.rejects: dict[str, int] = {}
         self.timer_keys: dict[str, tuple[int, str]] = {}  # "tag|key" -> (tag, key)
+        # Members taken out of "every member" by an EXCLUDE delivered in the current order
+        # (a crash during a switch must not block its end: `_on_membership`), and the
+        # members this node's failure detector suspects now.
+        self.excluded: set[int] = set()
+        self.suspects: set[int] = set()
 
     # -- management (nodes/management/node_mbeans.py) ------------------------------------------
     @property
@@ -356,7 +366,7 @@ class Switching(LayerBase):
             self._lift(inst, inst.layer.on_timer(parsed[1], now), now)
 
     def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
-        out: list[Action] = []
+        out = self._suspicion(member, suspected, now)
         for inst in self._live():
             out += self._lift(inst, inst.layer.on_suspect(member, suspected, now), now)
         return out
@@ -464,8 +474,11 @@ class Switching(LayerBase):
             body = payload[PREFIX.size:]
             if len(body) != CONTROL.size:
                 return f"control body of {len(body)} bytes"
-            kind, _, index = CONTROL.unpack(body)
-            if kind not in (SWITCH, DONE) or index >= len(self.specs):
+            kind, value, index = CONTROL.unpack(body)
+            if kind in (EXCLUDE, INCLUDE):
+                if value not in self.all:
+                    return f"control kind {kind} for member {value}"
+            elif kind not in (SWITCH, DONE) or index >= len(self.specs):
                 return f"control kind {kind} for instance {index}"
             return flags, 0, 0, body
         if not flags & NULL and sn < 1:
@@ -666,19 +679,18 @@ class Switching(LayerBase):
             out.append(FinalDeliver(origin, sn, self.delivered, size, inst.label))
         if self.switching and flags & FLAG:
             self.check.add(origin)  # l.14-15
-            if self.check >= self.all:
+            if self.check >= self.all - self.excluded:
                 out += self._end_switch(now)  # l.16-17
         return out
 
     def _on_control(self, origin: int, kind: int, epoch: int, index: int,
                     now: int) -> list[Action]:
+        if kind in (EXCLUDE, INCLUDE):
+            return self._on_membership(kind, epoch, now)
         if kind == DONE:
             if epoch == self.epoch and self.old is not None:
                 self.done.add(origin)
-                if self.done >= self.all:  # S8: every member has left the old instance
-                    old, self.old = self.old, None
-                    self.done = set()
-                    return [Log("switch", {"phase": "done", "epoch": epoch, "from": old.name})]
+                return self._maybe_done()
             return []
         # SWITCH (S1-S2): the first SWITCH(epoch+1) in this instance's order wins, and only
         # once every member finished the previous switch (001 L197).
@@ -708,6 +720,52 @@ class Switching(LayerBase):
                 out += self._send_null(now) if self.null_ns == 0 else \
                     [SetTimer(NULL_KEY, self.null_ns)]
         return out + self._replay_early(new, now)
+
+    def _maybe_done(self) -> list[Action]:
+        """S8: every member not excluded has left the old instance: tear it down."""
+        if self.old is None or not self.done >= self.all - self.excluded:
+            return []
+        old, self.old = self.old, None
+        self.done = set()
+        return [Log("switch", {"phase": "done", "epoch": self.epoch, "from": old.name})]
+
+    def _on_membership(self, kind: int, member: int, now: int) -> list[Action]:
+        """EXCLUDE/INCLUDE delivered by the current instance (ours; brief §1.7): every node
+        meets it at the same point of that instance's order, so every node takes the crashed
+        member out of "every member's flag" (Fig. 2.1 l.16) and "every member is done" (S8)
+        at the same point, and a switch stuck on a crashed member ends at one switch point
+        everywhere. (Dropping suspects locally, without this agreement, ends the switch at
+        different points and breaks total order: brief §1.7.)"""
+        if kind == EXCLUDE:
+            # Applied by every node alike, the excluded one too if it is alive (a false
+            # suspicion): its flag is no longer awaited, and a message it sent on the old
+            # instance only, after the switch point, is discarded everywhere (order and
+            # integrity hold; the view-synchronous remedy is brief §1.7's).
+            if member in self.excluded:
+                return []
+            self.excluded.add(member)
+            out: list[Action] = [Log("switch_exclude", {"member": member, "epoch": self.epoch,
+                                                        "switching": self.switching})]
+            if self.switching and self.check >= self.all - self.excluded:
+                out += self._end_switch(now)
+            return out + self._maybe_done()
+        if member not in self.excluded:
+            return []
+        self.excluded.discard(member)
+        return [Log("switch_include", {"member": member, "epoch": self.epoch})]
+
+    def _suspicion(self, member: int, suspected: bool, now: int) -> list[Action]:
+        """The failure detector changed its mind: propose the member's exclusion (or its
+        return) through the current instance's order (`_on_membership`)."""
+        if member == self.me or member not in self.all or self.cur is None:
+            return []
+        if suspected:
+            self.suspects.add(member)
+            if member in self.excluded:
+                return []
+            return self._control(EXCLUDE, member, 0, now)
+        self.suspects.discard(member)
+        return self._control(INCLUDE, member, 0, now) if member in self.excluded else []
 
     def _replay_early(self, inst: Instance, now: int) -> list[Action]:
         early, self.early = self.early, []
@@ -743,6 +801,9 @@ class Switching(LayerBase):
         undeliv, self.undeliv = self.undeliv, []
         for e in undeliv:
             out += self._to_deliver(new, e, now)
+        for member in sorted(self.suspects - self.excluded):
+            # an EXCLUDE still on its way in the old instance is discarded with it: again
+            out += self._control(EXCLUDE, member, 0, now)
         if self.stopped:
             self.stopped = False
             queue, self.queue = self.queue, []
