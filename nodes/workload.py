@@ -9,6 +9,10 @@ Arrivals (docs/reservations.md "Workloads"):
   binomially with at most `max_burst` and mean `avg`·slot, sent back to back at the slot's
   start.
 
+A send window (`WorkloadConfig.start_ns`/`stop_ns`, the spec's `workload.windows`) delays the
+first message by `start_ns` and stops the host sending once the next one would fall at or
+after `stop_ns` (001 §2.2 beyond the paper: one sender, then all, then one again).
+
 A rate change (`WorkloadConfig.rate_changes`, or a management `newRate` through the core)
 moves the generator to the new rates from its next gap on.
 """
@@ -19,6 +23,8 @@ import random
 from collections.abc import Iterator
 
 from nodes.config import WorkloadConfig
+
+SILENT = 10**15  # a gap past any run's end: the host's send window has closed
 
 
 class Arrivals(Iterator[int]):
@@ -36,6 +42,8 @@ class Arrivals(Iterator[int]):
         self._pos = 0  # ns since the workload start of the last broadcast (ticks, vbr)
         self._slot = -1  # the vbr slot whose burst is being sent
         self._left = 0  # messages of that burst still to send
+        self.start_ns, self.stop_ns = workload.start_ns, workload.stop_ns
+        self._t = 0  # ns since the workload start of the next broadcast (send windows)
 
     def renegotiate(self, rates: dict[str, float]) -> None:
         """The application's new rates (the keys of `Layer.on_new_rate`)."""
@@ -47,6 +55,17 @@ class Arrivals(Iterator[int]):
             self.max_burst = int(rates["max_burst"])
 
     def __next__(self) -> int:
+        if not (self.start_ns or self.stop_ns):
+            return self._gap()
+        gap = self._gap()
+        if self._t == 0:
+            gap += self.start_ns  # the first message, at the window's start
+        if self.stop_ns and self._t + gap >= self.stop_ns:
+            return SILENT
+        self._t += gap
+        return gap
+
+    def _gap(self) -> int:
         if self.arrival == "ticks":
             return self._tick()
         if self.arrival == "vbr":

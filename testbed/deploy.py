@@ -60,7 +60,7 @@ def node_configs(
             duration_ns=exp.duration if duration_ns is None else duration_ns,
             drain_ns=exp.drain,
             drain_max_ns=exp.drain_max,
-            workload=workload_config(exp, host.name in senders),
+            workload=workload_config(exp, host.name in senders, host.name),
             clock=ClockConfig(host.clock.offset, host.clock.drift),
             paths=shaping,
             control_host=addresses[host.name].control,
@@ -80,15 +80,18 @@ def node_configs(
     return configs
 
 
-def workload_config(exp: ExperimentSpec, send: bool) -> WorkloadConfig:
+def workload_config(exp: ExperimentSpec, send: bool, host: str = "") -> WorkloadConfig:
     """The node's workload: arrivals, vbr slots, rate changes, the application's reservation
-    (docs/reservations.md "Workloads")."""
+    (docs/reservations.md "Workloads"), the host's send window."""
     w = exp.workload
+    window = w.windows.get(host)
     return WorkloadConfig(
         send, w.msgs_per_s, w.size, w.arrival, send_prob=w.send_prob, slot_ns=w.slot or 0,
         avg=w.avg or 0.0, max_burst=w.max_burst or 0,
         rate_changes=[(c.at, c.rates(), c.renegotiate) for c in w.schedule],
-        reserve_bps=float(w.reserve or 0))
+        reserve_bps=float(w.reserve or 0),
+        start_ns=window.start if window else 0,
+        stop_ns=(window.stop or 0) if window else 0)
 
 
 def security(run: RunDir, exp: ExperimentSpec, addresses: dict[str, HostAddress],

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
 import json
 import subprocess
@@ -438,3 +439,44 @@ def test_a_crash_during_a_switch_does_not_block_its_end(tmp_path: Path) -> None:
 
     blocked = crash_in_switch_window(tmp_path / "control", patch=no_exclusion)
     assert all(not ends(blocked, h) for h in blocked), "the switch ended without exclusion"
+
+
+def test_policy_follows_the_workload_from_one_sender_to_all_and_back(tmp_path: Path) -> None:
+    """Beyond the paper (001 L130-132): h1 sends alone, all four send from 2 s to 4 s
+    (`workload.windows`), then h1 alone again. The lowest member's policy switches
+    sequencer -> lamport when every member sends and back when one does; each switch is
+    logged with reason `policy`, and the deliveries keep one total order."""
+    instances = [{"name": "seq", "protocol": "sequencer"}, {"name": "lam", "protocol": "lamport"}]
+    cfgs = protosim.configs("switching", tmp_path, n=4, duration_s=6, drain_s=2, rate=30,
+                            loss=0.01, params={"instances": instances, "adapt_to_all": "lam",
+                                               "adapt_to_one": "seq", "adapt_window_ms": 300})
+    cfgs = [dataclasses.replace(c, workload=dataclasses.replace(
+        c.workload, start_ns=2_000_000_000 if c.node_id else 0,
+        stop_ns=4_000_000_000 if c.node_id else 0)) for c in cfgs]
+    sim = Simulator(cfgs, seed=5)
+    sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
+    events = protosim.read_events(tmp_path)
+    sends = [(e["t"] - SIM_EPOCH_NS) / 1e9 for h in ("h2", "h3", "h4") for e in events[h]
+             if e["ev"] == "send"]
+    assert sends and 2.0 <= min(sends) and max(sends) < 4.0  # the send windows held
+    requests = [e for e in events["h1"] if e["ev"] == "switch" and e["phase"] == "request"]
+    assert [(e["to"], e["reason"]) for e in requests] == [("lam", "policy"), ("seq", "policy")]
+    at = [(e["t"] - SIM_EPOCH_NS) / 1e9 for e in requests]
+    assert 2.0 < at[0] < 3.0 and 4.0 < at[1] < 5.5, at
+    assert [e["active_senders"] for e in events["h1"] if e["ev"] == "switch_policy"] == [4, 1]
+    for host in events:
+        assert [e["to"] for e in ends(events, host)] == ["lam", "seq"], host
+    assert findings(events) == {"duplicates": 0, "missing": 0, "total_order": 0, "fifo": 0,
+                                "same_sequence": True}
+
+
+@pytest.mark.parametrize("windows,message", [
+    ("{h9: {start: 1s}}", "workload.windows.h9: unknown host 'h9'"),
+    ("{h2: {start: 2s, stop: 1s}}", "workload.windows.h2.stop: 1 s is not after start 2 s"),
+])
+def test_bad_send_windows_are_located_lines(tmp_path: Path, windows: str, message: str) -> None:
+    spec = write_spec(tmp_path / "bad.yaml", faults=False)
+    spec.write_text(spec.read_text().replace("size: 200B}", f"size: 200B, windows: {windows}}}"))
+    with pytest.raises(SpecError) as err:
+        load_experiment(spec)
+    assert str(err.value) == f"{spec}:15: {message}"  # the workload line

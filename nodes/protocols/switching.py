@@ -278,7 +278,8 @@ class Switching(LayerBase):
         self.payloads: dict[tuple[int, int], int] = {}
         self.recv_seen: set[tuple[int, int]] = set()
         self.last_sent: dict[int, int] = {}  # policy: origin -> local time of last delivery
-        self.requested: tuple[int, int] | None = None  # (instance index, local time)
+        # (instance index, local time, why: "mgmt" for switchTo, "policy")
+        self.requested: tuple[int, int, str] | None = None
         self.pending: int | None = None  # epoch of our SWITCH not yet delivered back
         self.delivered = 0
         # Statistics (testbed:type=TotalOrder,protocol=switching) and per-switch accounting.
@@ -311,7 +312,7 @@ class Switching(LayerBase):
             raise ValueError(f"a switch is in progress (epoch {self.epoch}); try again later")
         if name == self.current:
             raise ValueError(f"{name!r} is already the current instance")
-        self.requested = (self.names.index(name), now)
+        self.requested = (self.names.index(name), now, "mgmt")
         return f"switching to {name} (epoch {self.epoch + 1})"
 
     # -- Layer interface ------------------------------------------------------------------------
@@ -608,11 +609,12 @@ class Switching(LayerBase):
         if self.requested is None and self.me == min(self.members):
             out += self._policy(now)
         if self.requested is not None and not self.switching and self.old is None:
-            index, at = self.requested
+            index, at, reason = self.requested
             self.requested = None
             if index != (self.cur.index if self.cur is not None else -1):
                 out.append(Log("switch", {"phase": "request", "epoch": self.epoch + 1,
                                           "to": self.names[index], "mode": self.mode,
+                                          "reason": reason,
                                           "wait_ms": round((now - at) / 1e6, 3)}))
                 self.pending = self.epoch + 1
                 out += self._control(SWITCH, self.epoch + 1, index, now)
@@ -621,8 +623,9 @@ class Switching(LayerBase):
     def _policy(self, now: int) -> list[Action]:
         """Ours (001 L130-132): a sequencer suits one sender, a symmetric protocol all
         senders. The lowest member decides, so only one request goes out."""
-        if self.switching or self.old is not None or self.cur is None:
-            return []
+        if self.switching or self.old is not None or self.cur is None or \
+                self.pending is not None:
+            return []  # one request at a time: ours may still be on its way to the order
         active = sum(1 for t in self.last_sent.values() if now - t <= self.window_ns)
         target = None
         if self.adapt_all is not None and active == len(self.members):
@@ -631,7 +634,7 @@ class Switching(LayerBase):
             target = self.adapt_one
         if target is None or target == self.cur.name:
             return []
-        self.requested = (self.names.index(target), now)
+        self.requested = (self.names.index(target), now, "policy")
         return [Log("switch_policy", {"to": target, "active_senders": active})]
 
     # -- delivery (Fig. 2.1 l.14-35) -------------------------------------------------------------

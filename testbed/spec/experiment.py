@@ -88,6 +88,15 @@ class RateChangeSpec(Strict):
                                          ("max_burst", self.max_burst)) if v is not None}
 
 
+class SendWindowSpec(Strict):
+    """When one sender host sends: from `start` after the workload start until `stop` (a
+    workload that changes from one sender to all senders and back: 001 §2.2, beyond the
+    paper; nodes/workload.py)."""
+
+    start: Duration = 0
+    stop: Duration | None = None
+
+
 class WorkloadSpec(Strict):
     senders: Literal["all"] | list[str] = "all"
     rate: Frequency | None = Field(
@@ -106,6 +115,9 @@ class WorkloadSpec(Strict):
         default=None, description="a reservation every node makes for the application "
         "whatever the protocol, e.g. 200kbit (admitted against the host's qos.rate, policed)")
     schedule: list[RateChangeSpec] = []
+    windows: dict[str, SendWindowSpec] = Field(
+        default={}, description="per sender host, the part of the run in which it sends "
+        "(default: all of it), e.g. {oregon: {start: 10s, stop: 20s}}")
 
     @model_validator(mode="before")
     @classmethod
@@ -261,6 +273,13 @@ def check_experiment(exp: ExperimentSpec, topo: TopologySpec) -> list[tuple[Loc,
         for i, s in enumerate(exp.workload.senders):
             if s not in hosts:
                 problems.append((("workload", "senders", i), f"unknown sender host {s!r}"))
+    for host, window in exp.workload.windows.items():
+        if host not in hosts:
+            problems.append((("workload", "windows", host), f"unknown host {host!r}"))
+        elif window.stop is not None and not window.start < window.stop:
+            problems.append((("workload", "windows", host, "stop"),
+                             f"{window.stop / 1e9:g} s is not after start "
+                             f"{window.start / 1e9:g} s"))
     for i, change in enumerate(exp.workload.schedule):
         if change.at >= exp.duration:
             problems.append((("workload", "schedule", i, "at"),
