@@ -39,7 +39,7 @@ MEMBERSHIP_CHECKS = ("split_brain", "blocked_delivery", "minority_blocked", "not
                      "uniform")
 _WANTED = (b'"ev":"start"', b'"ev":"stop"', b'"ev":"view"', b'"ev":"blocked"',
            b'"ev":"excluded"', b'"ev":"join"', b'"ev":"opt"', b'"ev":"fnl"', b'"ev":"ensured"',
-           b'"ev":"refused"')
+           b'"ev":"refused"', b'"ev":"set_primary"')
 
 Events = dict[str, list[dict[str, Any]]]
 
@@ -254,6 +254,19 @@ def membership_section(run_dir: Path) -> dict[str, Any]:
                   minority_blocked(events, read_partitions(run_dir, sorted(events))), True),
               "notification_order": _result(notification_order(events), True),
               "uniform": _result(uniform(events), True)}
+    # The primary views as installed (first install of each counter; `operator`: by
+    # setPrimary, 001 §4.2) and the operator's setPrimary calls, for the report.
+    installs: dict[int, dict[str, Any]] = {}
+    for node, e in sorted(views, key=lambda v: v[1]["t"]):
+        c = int(e["counter"])
+        if c not in installs:
+            installs[c] = {"counter": c, "members": sorted(e["members"]), "t": e["t"],
+                           "first": node, "operator": bool(e.get("operator")), "nodes": 0}
+        installs[c]["nodes"] += 1
+    calls = [{"node": node, "t": e["t"], "status": e.get("status")}
+             for node, evs in events.items() for e in evs if e["ev"] == "set_primary"]
     return {"checks": checks,
             "membership": {"primaries": {str(c): primaries[c] for c in sorted(primaries)},
-                           "last_counter": max(primaries), "per_node": per_node}}
+                           "last_counter": max(primaries), "per_node": per_node,
+                           "views": [installs[c] for c in sorted(installs)],
+                           "set_primary": sorted(calls, key=lambda x: x["t"])}}

@@ -316,7 +316,9 @@ def render_report(summary: dict[str, Any], data: rd.RunData | None = None) -> st
                   _timeline_plot(data), _throughput_plot(data, bands),
                   _bandwidth_plot(data, bands), _accuracy_plot(data, summary),
                   _spacetime_plot(data, lat)]
-    parts += [_switching_html([summary]), _theta_html([summary]),
+    t0 = data.t0 if data is not None else None
+    parts += [_switching_html([summary]), _switches_html(summary, t0),
+              _membership_html(summary, t0), _theta_html([summary]),
               "<h2>Final-delivery latency (ms)</h2>", _latency_html(summary),
               "<h2>Throughput</h2>", _throughput_html(summary), "</body></html>\n"]
     return "".join(parts)
@@ -403,6 +405,67 @@ def _switching_html(summaries: list[dict[str, Any]], labels: list[str] | None = 
                     _table(["run", "mode", "switches", "duplicates", "order", "steady gap p99 "
                             "ms", "max gap ms", "mean max gap ms", "max switch ms",
                             "extra bytes", "retransmitted bytes"], rows))
+
+
+def _at(t: Any, t0: int | None) -> str:
+    """A true-time ns stamp as seconds into the run (absolute when the run's start is not
+    known)."""
+    if t is None:
+        return ""
+    return f"{(int(t) - t0) / 1e9:.2f}" if t0 is not None else str(t)
+
+
+def _switches_html(summary: dict[str, Any], t0: int | None) -> str:
+    """Every switch of a `switching` run: who asked and why (a management client's
+    `switchTo`, the fault schedule's, or the layer's policy), when, and what it cost (001
+    §2.2; the management side of §4.2)."""
+    per = (summary.get("switching") or {}).get("per_switch") or []
+    if not per:
+        return ""
+    rows = [[_td(s.get("epoch")), _td(f"{s.get('from')} → {s.get('to')}"),
+             _td(s.get("requested_by") or ""), _td(s.get("reason") or ""),
+             _td(_at(s.get("requested_t"), t0)), _td(s.get("window_ms")),
+             _td(s.get("switch_ms")), _td(s.get("max_gap_ms")),
+             _td(s.get("extra_bytes")), _td("yes" if s.get("completed") else "no",
+                                            bad=not s.get("completed"))]
+            for s in per]
+    return _section("Switches", "One row per switch: the host whose request started it and "
+                    "why (mgmt: a management client's switchTo; schedule: a mgmt entry of "
+                    "the fault schedule; policy: the layer's adapt_to_all/adapt_to_one), "
+                    "the request time, the switch window (first start to last end over the "
+                    "nodes), request to first new-instance delivery at the last node, the "
+                    "largest inter-delivery gap around it and the payload bytes sent twice.",
+                    _table(["epoch", "from → to", "requested by", "why", "at s",
+                            "window ms", "switch ms", "max gap ms", "extra bytes",
+                            "completed"], rows))
+
+
+def _membership_html(summary: dict[str, Any], t0: int | None) -> str:
+    """Primary views (001 §4.1) as installed, the operator's setPrimary calls (§4.2) and
+    what each node went through (blocked, excluded, rejoined, refused sends)."""
+    m = summary.get("membership")
+    if not m:
+        return ""
+    views = [[_td(v["counter"]), _td(" ".join(v["members"])), _td(_at(v["t"], t0)),
+              _td(v["first"]), _td(v["nodes"]),
+              _td("setPrimary (operator)" if v.get("operator") else "majority rule")]
+             for v in m.get("views", [])]
+    calls = [[_td(c["node"]), _td(_at(c["t"], t0)), _td(c.get("status") or "")]
+             for c in m.get("set_primary", [])]
+    nodes = [[_td(n)] + [_td(c.get(k, 0)) for k in ("blocked", "excluded", "join",
+                                                     "refused", "ensured")]
+             for n, c in sorted((m.get("per_node") or {}).items())]
+    body = _table(["counter", "members", "installed at s", "first at", "nodes",
+                   "decided by"], views)
+    if calls:
+        body += ("<p>setPrimary calls (an operator unblocking a minority):</p>"
+                 + _table(["node", "at s", "status before"], calls))
+    body += _table(["node", "blocked", "excluded", "rejoined", "refused", "ensured"], nodes)
+    return _section("Membership (primary partitions)", "The primary views in counter order: "
+                    "members, when the first node installed it and how many did, and whether "
+                    "the majority rule or an operator's setPrimary decided it; then the "
+                    "setPrimary calls and, per node, blocks, forced leaves, rejoins, "
+                    "refused sends and uniform notifications.", body)
 
 
 THETA_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)  # the analytic curve: Θ/4 to 4Θ around a run's Θ

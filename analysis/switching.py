@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 PAD_NS = 200_000_000  # deliveries this long around a window count for its gap
+SCHEDULE_SLACK_NS = 1_000_000_000  # a schedule's switchTo reaches the node within this
 
 
 def switch_events(run_dir: Path) -> list[dict[str, Any]]:
@@ -68,7 +69,7 @@ def switching_section(events: Any, run_dir: Path) -> dict[str, Any]:
     per_node: dict[str, list[tuple[int, str, int | None]]] = defaultdict(list)
     for r in rows:
         per_node[r["node"]].append((int(r["t"]), r["proto"] or "", r["sent"]))
-    switches = _per_switch(sw, per_node)
+    switches = _per_switch(sw, per_node, scheduled_switches(run_dir))
     mode = next((e.get("mode") for e in sw if e.get("mode")), None)
     extra = sum(s["extra_bytes"] for s in switches)
     gaps = [s["max_gap_ms"] for s in switches if s["max_gap_ms"] is not None]
@@ -95,8 +96,43 @@ def switching_section(events: Any, run_dir: Path) -> dict[str, Any]:
     }
 
 
-def _per_switch(sw: list[dict[str, Any]],
-                per_node: dict[str, list[tuple[int, str, int | None]]]) -> list[dict[str, Any]]:
+def scheduled_switches(run_dir: Path) -> list[tuple[int, str]]:
+    """(true ns, host) of every `switchTo` the fault schedule called (faults.jsonl `mgmt`
+    entries), so that a request can be told apart from an operator's or a client's."""
+    out: list[tuple[int, str]] = []
+    path = Path(run_dir) / "faults.jsonl"
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            f = json.loads(line)
+        except ValueError:
+            continue
+        params = f.get("params") or {}
+        if isinstance(f, dict) and f.get("kind") == "mgmt" and \
+                (params.get("exec") or [None])[0] == "switchTo":
+            out += [(int(f["t"]), str(h)) for h in f.get("hosts") or []]
+    return out
+
+
+def _why(request: dict[str, Any] | None, scheduled: list[tuple[int, str]]) -> str:
+    """mgmt (a management client's `switchTo`), schedule (a `mgmt` fault entry's) or
+    policy (the layer's own, `adapt_to_all`/`adapt_to_one`)."""
+    if request is None:
+        return ""
+    reason = str(request.get("reason", "mgmt"))
+    if reason == "mgmt":
+        # the layer picks a request up at its next tick, wait_ms after the call, and the
+        # call reaches the node a little after the schedule's time (HTTP on real backends)
+        waited = round(float(request.get("wait_ms", 0)) * 1e6) + SCHEDULE_SLACK_NS
+        if any(host == request.get("node") and request["t"] - waited <= t <= request["t"]
+               for t, host in scheduled):
+            return "schedule"
+    return reason
+
+
+def _per_switch(sw: list[dict[str, Any]], per_node: dict[str, list[tuple[int, str, int | None]]],
+                scheduled: list[tuple[int, str]] | None = None) -> list[dict[str, Any]]:
     by_epoch: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for e in sw:
         if e["ev"] == "switch" and isinstance(e.get("epoch"), int):
@@ -109,6 +145,10 @@ def _per_switch(sw: list[dict[str, Any]],
         starts = [e for e in evs if e.get("phase") == "start"]
         ends = [e for e in evs if e.get("phase") == "end"]
         requests = [e["t"] for e in evs if e.get("phase") == "request"]
+        # the request behind the switch: the first for the epoch (rivals for the same epoch
+        # are rejected, `switch_rejected`)
+        winner = min((e for e in evs if e.get("phase") == "request"), key=lambda e: e["t"],
+                     default=None)
         if not starts:
             continue
         to = starts[0].get("to", "")
@@ -139,6 +179,8 @@ def _per_switch(sw: list[dict[str, Any]],
             "from": starts[0].get("from"),
             "to": to,
             "requested_t": asked,
+            "requested_by": winner["node"] if winner else None,
+            "reason": _why(winner, scheduled or []),
             "window_ms": round((w1 - w0) / 1e6, 3),
             "completed": len({e["node"] for e in ends}) == len(nodes) and bool(nodes),
             "duration_ms_max": max(durations) if durations else None,

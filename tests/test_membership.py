@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from analysis import membership as checks
+from analysis.report import render_report
 from nodes.management.jolokia import Jolokia
 from nodes.management.node_mbeans import build_node_registry
 from nodes.protocols import membership as mb
@@ -209,6 +210,18 @@ def test_set_primary_unblocks_a_minority_and_refuses_a_primary_node(tmp_path: Pa
     assert replies["after"] == replies["state"]
     assert judged(tmp_path)["split_brain"] == 0
     assert_total_order_stack_clean(events)
+    # the report shows the operator's call and the view it installed (001 §4.2)
+    section = checks.membership_section(tmp_path)
+    html = render_report({"run": "setprimary", **section})
+    assert "<h2>Membership (primary partitions)</h2>" in html
+    call = section["membership"]["set_primary"]
+    assert [(c["node"], c["status"]) for c in call] == [("h1", "blocked")]
+    view = next(v for v in section["membership"]["views"] if v["operator"])
+    assert view["members"] == ["h1", "h2"] and view["first"] == "h1"
+    row = (f"<tr><td>{view['counter']}</td><td>h1 h2</td><td>{view['t']}</td><td>h1</td>"
+           "<td>2</td><td>setPrimary (operator)</td></tr>")
+    assert row in html
+    assert f"<tr><td>h1</td><td>{call[0]['t']}</td><td>blocked</td></tr>" in html
 
 
 def test_checker_catches_deliveries_while_blocked(tmp_path: Path) -> None:

@@ -85,6 +85,20 @@ def ends(events: protosim.Events, host: str) -> list[dict[str, Any]]:
     return [e for e in events[host] if e["ev"] == "switch" and e.get("phase") == "end"]
 
 
+def rendered_switches(run: Path) -> tuple[list[dict[str, Any]], str]:
+    """The per-switch rows analysis/switching.py computes for a run (without Spark: the
+    deliveries straight from the logs) and the report's rendering of them."""
+    from analysis.report import render_report
+    from analysis.switching import _per_switch, scheduled_switches, switch_events
+
+    events = read_events(run)
+    sends = {e["mid"]: e["t"] for evs in events.values() for e in evs if e["ev"] == "send"}
+    per_node = {h: [(e["t"], e.get("proto") or "", sends.get(e["mid"])) for e in evs
+                    if e["ev"] == "fnl"] for h, evs in events.items()}
+    per = _per_switch(switch_events(run), per_node, scheduled_switches(run))
+    return per, render_report({"run": run.name, "switching": {"per_switch": per}})
+
+
 CASES: dict[str, dict[str, Any]] = {
     "live": {"mode": "live"},
     "rabp": {"mode": "rabp"},
@@ -287,6 +301,13 @@ def test_full_run_switches_twice_on_schedule(tmp_path: Path, backend: str) -> No
     assert all(len(set(s)) == len(s) for s in seqs.values())
     faults = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
     assert any("switching to b" in json.dumps(f) for f in faults)
+    # the report: who asked for each switch and why (the fault schedule's mgmt entries)
+    per, html = rendered_switches(run)
+    assert [(s["requested_by"], s["reason"]) for s in per] == [("h2", "schedule"),
+                                                               ("h3", "schedule")]
+    assert "<h2>Switches</h2>" in html
+    assert "<td>a → b</td><td>h2</td><td>schedule</td>" in html
+    assert "<td>b → a</td><td>h3</td><td>schedule</td>" in html
 
 
 def test_a_third_party_jolokia_client_switches_a_local_run_mid_run(tmp_path: Path) -> None:
@@ -330,6 +351,11 @@ def test_a_third_party_jolokia_client_switches_a_local_run_mid_run(tmp_path: Pat
         assert got == [(1, "b")], host
     requests = [e for e in events["h3"] if e["ev"] == "switch" and e.get("phase") == "request"]
     assert len(requests) == 1
+    # the report names the client's call: requested by h3, why mgmt (not the schedule)
+    per, html = rendered_switches(run_dir_of(out))
+    assert [(s["requested_by"], s["reason"], s["completed"]) for s in per] == [
+        ("h3", "mgmt", True)]
+    assert "<td>a → b</td><td>h3</td><td>mgmt</td>" in html
 
 
 def test_per_switch_metrics_measure_the_gap_and_the_switch_time(tmp_path: Path) -> None:
@@ -464,6 +490,9 @@ def test_policy_follows_the_workload_from_one_sender_to_all_and_back(tmp_path: P
     at = [(e["t"] - SIM_EPOCH_NS) / 1e9 for e in requests]
     assert 2.0 < at[0] < 3.0 and 4.0 < at[1] < 5.5, at
     assert [e["active_senders"] for e in events["h1"] if e["ev"] == "switch_policy"] == [4, 1]
+    per, html = rendered_switches(tmp_path)
+    assert [(s["requested_by"], s["reason"]) for s in per] == [("h1", "policy")] * 2
+    assert "<td>seq → lam</td><td>h1</td><td>policy</td>" in html
     for host in events:
         assert [e["to"] for e in ends(events, host)] == ["lam", "seq"], host
     assert findings(events) == {"duplicates": 0, "missing": 0, "total_order": 0, "fifo": 0,
