@@ -509,3 +509,38 @@ def test_bad_send_windows_are_located_lines(tmp_path: Path, windows: str, messag
     with pytest.raises(SpecError) as err:
         load_experiment(spec)
     assert str(err.value) == f"{spec}:15: {message}"  # the workload line
+
+
+def test_malformed_instance_datagrams_are_counted_not_raised(tmp_path: Path) -> None:
+    """Instance datagrams carry their tag in the header's `proto` (TAG_BASE + tag) and are
+    decoded once: what nodes/wire.py would have refused for the instance's own wire id (an
+    ORDER that is not whole entries), a stale or unknown tag, a bad switching prefix, a
+    forged ORDER from a non-sequencer are each counted under a reason, never raised."""
+    from nodes.core import NodeCore
+    from nodes.protocols.switching import TAG_BASE
+    from nodes.wire import Header, Message, MsgType, encode
+
+    cfgs = protosim.configs("switching", tmp_path, n=3, params={"instances": TWO_SEQUENCERS})
+    core = NodeCore(cfgs[1], 0)
+    core.start(0)
+    layer = core.protocol
+    assert isinstance(layer, Switching) and layer.cur is not None
+    tag = TAG_BASE + layer.cur.tag
+
+    def datagram(mtype: MsgType, proto: int, sender: int, payload: bytes, **kw: int) -> bytes:
+        return encode(Message(Header(mtype, proto, 0, sender, **kw), payload))
+
+    bad = [
+        datagram(MsgType.ORDER, tag, 0, b"\x00" * 5, rseq=1, origin=0, seq=1),
+        datagram(MsgType.DATA, TAG_BASE + 77, 0, b"x" * 8, rseq=1, origin=0, mno=1),
+        datagram(MsgType.DATA, tag, 2, bytes([0x80, 0, 0, 0, 1]) + b"x", rseq=1, origin=2,
+                 mno=1),
+        datagram(MsgType.ORDER, tag, 2, b"\x00\x00\x00\x00\x00\x01", rseq=1, origin=2, seq=1),
+    ]
+    for k, data in enumerate(bad):
+        out = core.receive(data, 1_000_000 * (k + 1))
+        assert not [m for _, _, m in out.sends if m.header.type == MsgType.NACK]
+    assert core.counters.errors == 0
+    assert layer.rejects == {"sw:payload": 1, "sw:stale": 1, "sw:prefix": 1,
+                             "sw:rejected:role": 1}
+    assert layer.delivered == 0
