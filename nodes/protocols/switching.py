@@ -100,6 +100,7 @@ PREFIX = struct.Struct("!BI")  # flags, sn
 CONTROL = struct.Struct("!BIB")  # kind, epoch, instance index
 SWITCH, DONE, EXCLUDE, INCLUDE = 1, 2, 3, 4  # EXCLUDE/INCLUDE: CONTROL's epoch is the member
 TICK, NULL_KEY = "sw:tick", "sw:null"
+DATA = MsgType.DATA
 EARLY_LIMIT = 65536  # datagrams kept for an instance not yet created; past that, NACKs repair
 DROP_LOG_LIMIT = 10
 # Instance tags on the wire: header `proto` TAG_BASE + tag, tag in 1..TAGS.
@@ -228,6 +229,9 @@ class Instance:
     # building a second header per datagram).
     tagged_ok: bool = False
     timers: dict[SetTimer, SetTimer] = field(default_factory=dict)  # the instance's, namespaced
+    # nodes/wire.py's payload shapes when the instance's wire id is one they describe (the
+    # node decoded the datagram under the tag, so they were not applied)
+    rules: dict[MsgType, tuple[int, int, int]] | None = None
 
     def __post_init__(self) -> None:
         self.label = f"switching#{self.name}"
@@ -424,42 +428,51 @@ class Switching(LayerBase):
                         tagged_ok=entry.name in TAGGED_OK)
         if inst.tagged_ok:
             gate.proto = TAG_BASE + tag  # type: ignore[assignment]  # the full checks stay
+        if entry.wire_id in RULED_PROTOS:
+            inst.rules = PAYLOAD_RULES
         return inst, self._lift(inst, layer.start(now), now)
 
     def _inner(self, inst: Instance, src: int, msg: Message, now: int) -> list[Action]:
         """An instance's datagram (its tag in `proto`): the instance's wire id put back, the
         payload shape nodes/wire.py checks for that wire id, its gate, its data messages'
         prefixes read."""
-        last = _LAST[0]
-        if last is not None and last[0] is msg:
-            inner = last[1]
-        else:
-            h = msg.header
-            if h.proto - TAG_BASE != inst.tag:
-                return self._reject("sw:proto", f"proto {h.proto} for instance {inst.name}")
-            rule = PAYLOAD_RULES.get(h.type) if inst.wire_id in RULED_PROTOS else None
+        h = msg.header
+        if h.proto - TAG_BASE != inst.tag:
+            return self._reject("sw:proto", f"proto {h.proto} for instance {inst.name}")
+        rules = inst.rules
+        if rules is not None:
+            rule = rules.get(h.type)
             if rule is not None and not _shape_ok(rule, len(msg.payload)):
                 return self._reject("sw:payload",
                                     f"{h.type.name} payload of {len(msg.payload)} bytes")
-            if inst.tagged_ok:
-                inner = msg  # the instance never reads `proto`; its gate expects the tag
+        if inst.tagged_ok:
+            inner = msg  # the instance never reads `proto`; its gate expects the tag
+        else:
+            last = _LAST[0]
+            if last is not None and last[0] is msg:
+                inner = last[1]
             else:
                 inner = Message(Header(h.type, inst.wire_id, h.flags, h.sender, h.rseq,
                                        h.origin, h.mno, h.seq, h.hint, h.slot, h.ts, h.aux,
                                        h.length), msg.payload)
-            _LAST[0] = (msg, inner)
-        ih = inner.header
+                _LAST[0] = (msg, inner)
         reason = inst.gate.check(inner)
         if reason is not None:
-            return self._reject(f"sw:rejected:{reason}", f"{ih.type.name} from {ih.sender}")
-        if ih.type == MsgType.DATA:
-            parsed = self._parse(inner.payload)
-            if isinstance(parsed, str):
-                return self._reject("sw:prefix", parsed)
-            inst.ids.setdefault((ih.origin, ih.mno), parsed)
-            flags, sn = parsed[0], parsed[1]
-            if inst is self.new and self.payload_once and not flags & (STUB | NULL | CTRL):
-                self.payloads[(ih.origin, sn)] = parsed[2]
+            return self._reject(f"sw:rejected:{reason}", f"{h.type.name} from {h.sender}")
+        if h.type is DATA:
+            payload = msg.payload
+            flags, sn = PREFIX.unpack_from(payload) if len(payload) >= PREFIX.size else (0, 0)
+            if flags == 0 and sn >= 1:  # an application message, the common case
+                parsed = (0, sn, len(payload) - PREFIX.size, b"")
+            else:
+                got = self._parse(payload)
+                if isinstance(got, str):
+                    return self._reject("sw:prefix", got)
+                parsed = got
+            inst.ids.setdefault((h.origin, h.mno), parsed)
+            if inst is self.new and self.payload_once and \
+                    not parsed[0] & (STUB | NULL | CTRL):
+                self.payloads[(h.origin, parsed[1])] = parsed[2]
         out = self._lift(inst, inst.layer.on_message(src, inner, now), now)
         if self.held and self.payloads:
             out += self._release_held(now)
