@@ -416,7 +416,8 @@ def crash_in_switch_window(out: Path, patch: Any = None) -> protosim.Events:
     flag never comes; a second switch (b to a) is asked at 2.5 s."""
     cfgs = protosim.configs("switching", out, n=4, duration_s=4, drain_s=2, rate=25,
                             loss=0.01, params={"instances": TWO_SEQUENCERS,
-                                               "fd_interval_ms": 50, "fd_timeout_ms": 300})
+                                               "fd_interval_ms": 50, "fd_timeout_ms": 300,
+                                               "exclude_after_ms": 200})
     sim = Simulator(cfgs, seed=11)
     if patch is not None:
         for nid, core in sim.cores.items():

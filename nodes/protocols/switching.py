@@ -49,10 +49,11 @@ Modes:
 received the payload (logged as `stub_wait`).
 
 Failures (ours; brief §1.7): a member that crashes while a switch is under way never sends
-its flag, so Fig. 2.1 alone never ends the switch. When the node's failure detector suspects a
-member, the node TO-broadcasts EXCLUDE(member) on the current instance; every node applies it
-at the same point of that order and stops waiting for the member's flag (l.16) and DONE (S8)
-from there on, so all nodes end the switch at one switch point (a local, unagreed exclusion
+its flag, so Fig. 2.1 alone never ends the switch. When the node's failure detector has
+suspected a member for `exclude_after_ms` while a switch waits for that member's flag or DONE,
+the node TO-broadcasts EXCLUDE(member) on the current instance; every node applies it at the
+same point of that order and stops waiting for the member's flag (l.16) and DONE (S8) from
+there on, so all nodes end the switch at one switch point (a local, unagreed exclusion
 would not: brief §1.7). INCLUDE undoes it when the member is heard again. The old instance
 must itself survive the crash (a sequencer instance whose sequencer crashed orders nothing
 more). Actions the layer does not consume (a future `ensured` notification, reservations)
@@ -137,6 +138,8 @@ class SwitchingParams(CommonParams):
     adapt_to_one: str | None = param(None, "policy: switch to this instance when at most one "
                                            "member has sent within adapt_window_ms")
     adapt_window_ms: float = ms("the policy's observation window", 500)
+    exclude_after_ms: float = ms("a member suspected this long while a switch waits for it is "
+                                 "excluded from the switch (agreed in the current order)", 1000)
 
 
 DEFAULT_INSTANCES = [{"name": "seq-a", "protocol": "sequencer"},
@@ -299,7 +302,9 @@ class Switching(LayerBase):
         # (a crash during a switch must not block its end: `_on_membership`), and the
         # members this node's failure detector suspects now.
         self.excluded: set[int] = set()
-        self.suspects: set[int] = set()
+        self.suspects: dict[int, int] = {}  # member -> local time suspected since
+        self.proposed: set[int] = set()  # EXCLUDEs this node sent on the current instance
+        self.exclude_after_ns = round(float(params.get("exclude_after_ms", 1000)) * 1e6)
 
     # -- management (nodes/management/node_mbeans.py) ------------------------------------------
     @property
@@ -355,7 +360,10 @@ class Switching(LayerBase):
 
     def on_timer(self, key: str, now: int) -> list[Action]:
         if key == TICK:
-            return self._tick(now) + [SetTimer(TICK, self.tick_ns)]
+            out = self._tick(now)
+            if self.suspects:
+                out += self._propose_exclusions(now)
+            return out + [SetTimer(TICK, self.tick_ns)]
         if key == NULL_KEY:
             return self._send_null(now)
         parsed = self.timer_keys.get(key)
@@ -771,17 +779,35 @@ class Switching(LayerBase):
         return [Log("switch_include", {"member": member, "epoch": self.epoch})]
 
     def _suspicion(self, member: int, suspected: bool, now: int) -> list[Action]:
-        """The failure detector changed its mind: propose the member's exclusion (or its
-        return) through the current instance's order (`_on_membership`)."""
+        """The failure detector changed its mind. A suspect is proposed for exclusion by
+        `_propose_exclusions`; a member heard again is proposed for return (INCLUDE) through
+        the current instance's order (`_on_membership`)."""
         if member == self.me or member not in self.all or self.cur is None:
             return []
         if suspected:
-            self.suspects.add(member)
-            if member in self.excluded:
-                return []
-            return self._control(EXCLUDE, member, 0, now)
-        self.suspects.discard(member)
+            self.suspects.setdefault(member, now)
+            return []
+        self.suspects.pop(member, None)
+        self.proposed.discard(member)
         return self._control(INCLUDE, member, 0, now) if member in self.excluded else []
+
+    def _propose_exclusions(self, now: int) -> list[Action]:
+        """EXCLUDE a member suspected for `exclude_after_ms` while it holds up a switch (its
+        flag or its DONE awaited). Only then: an alive member excluded by a false suspicion
+        may lose the messages it sent on the old instance alone (`_on_membership`), so a
+        stall shorter than the failure detector's timeout plus this grace costs nothing, and
+        nothing is excluded between switches."""
+        if not (self.switching or self.old is not None) or self.cur is None:
+            return []
+        out: list[Action] = []
+        waiting = self.check if self.switching else self.done
+        for member, since in sorted(self.suspects.items()):
+            if member in self.excluded or member in self.proposed or member in waiting or \
+                    now - since < self.exclude_after_ns:
+                continue
+            self.proposed.add(member)
+            out += self._control(EXCLUDE, member, 0, now)
+        return out
 
     def _replay_early(self, inst: Instance, now: int) -> list[Action]:
         early, self.early = self.early, []
@@ -798,6 +824,7 @@ class Switching(LayerBase):
         assert self.cur is not None
         old, self.cur, self.old = self.cur, new, self.cur
         self.done = set()
+        self.proposed = set()
         out: list[Action] = []
         for sn, payload in self.mine.items():
             self.dup_msgs += 1
@@ -817,9 +844,7 @@ class Switching(LayerBase):
         undeliv, self.undeliv = self.undeliv, []
         for e in undeliv:
             out += self._to_deliver(new, e, now)
-        for member in sorted(self.suspects - self.excluded):
-            # an EXCLUDE still on its way in the old instance is discarded with it: again
-            out += self._control(EXCLUDE, member, 0, now)
+        self.proposed = set()  # an EXCLUDE still on its way in the old instance is discarded
         if self.stopped:
             self.stopped = False
             queue, self.queue = self.queue, []
