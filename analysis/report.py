@@ -460,11 +460,12 @@ def _membership_html(summary: dict[str, Any], t0: int | None) -> str:
     if calls:
         body += ("<p>setPrimary calls (an operator unblocking a minority):</p>"
                  + _table(["node", "at s", "status before"], calls))
-    body += _table(["node", "blocked", "excluded", "rejoined", "refused", "ensured"], nodes)
+    body += _table(["node", "blocked", "excluded", "joins", "refused", "ensured"], nodes)
     return _section("Membership (primary partitions)", "The primary views in counter order: "
                     "members, when the first node installed it and how many did, and whether "
                     "the majority rule or an operator's setPrimary decided it; then the "
-                    "setPrimary calls and, per node, blocks, forced leaves, rejoins, "
+                    "setPrimary calls and, per node, blocks, forced leaves, join events (its own "
+                    "rejoin or a member it admitted), "
                     "refused sends and uniform notifications.", body)
 
 
