@@ -436,6 +436,9 @@ class Switching(LayerBase):
                         tagged_ok=entry.name in TAGGED_OK)
         if inst.tagged_ok:
             gate.proto = TAG_BASE + tag  # type: ignore[assignment]  # the full checks stay
+            rm = getattr(layer, "rm", None)
+            if rm is not None and isinstance(getattr(rm, "proto", None), int):
+                rm.proto = TAG_BASE + tag  # its reliable layer stamps the tag itself
         if entry.wire_id in RULED_PROTOS:
             inst.rules = PAYLOAD_RULES
         return inst, self._lift(inst, layer.start(now), now)
@@ -520,6 +523,7 @@ class Switching(LayerBase):
             return out
         ids = inst.ids
         wm = self.wm
+        tagged = TAG_BASE + inst.tag
         # Not switching, nothing held, this instance current: a plain delivery needs none of
         # Fig. 2.1's routing (the common case, inlined: issue 15 Performance).
         plain = inst is self.cur and self.new is None and not self.held
@@ -527,7 +531,10 @@ class Switching(LayerBase):
             kind = type(a)
             if kind is Send:
                 h = a.msg.header
-                header = Header(h.type, TAG_BASE + inst.tag, h.flags, h.sender, h.rseq,
+                if h.proto == tagged:
+                    out.append(a)  # stamped by the instance's reliable layer already
+                    continue
+                header = Header(h.type, tagged, h.flags, h.sender, h.rseq,
                                 h.origin, h.mno, h.seq, h.hint, h.slot, h.ts, h.aux, h.length)
                 out.append(Send(a.dst, Message(header, a.msg.payload)))
             elif kind is Received:
