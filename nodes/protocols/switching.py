@@ -259,6 +259,7 @@ class Switching(LayerBase):
         self.null_ns = round(float(params.get("null_timeout_ms", 30)) * 1e6)
         self.tick_ns = round(float(params.get("tick_ms", 20)) * 1e6)
         self.adapt_all, self.adapt_one = params.get("adapt_to_all"), params.get("adapt_to_one")
+        self.policy = self.adapt_all is not None or self.adapt_one is not None
         self.window_ns = round(float(params.get("adapt_window_ms", 500)) * 1e6)
         initial = params.get("initial") or self.names[0]
         self.initial = self.names.index(initial)
@@ -565,7 +566,8 @@ class Switching(LayerBase):
                         self.delivered += 1
                         if self.recv_seen:
                             self.recv_seen.discard((origin, sn))
-                        self.last_sent[origin] = now
+                        if self.policy:
+                            self.last_sent[origin] = now
                         if self.mine:
                             self.mine.pop(sn if origin == self.me else -1, None)
                         if self.payloads:
