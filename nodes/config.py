@@ -76,7 +76,7 @@ class WorkloadConfig:
     # Rate changes: (ns after the workload start, the new rates, whether the protocol is told
     # through Layer.on_new_rate -- False: a misbehaving application that just sends faster).
     rate_changes: list[tuple[int, dict[str, float], bool]] = field(default_factory=list)
-    # The part of the workload in which this host sends (`workload.windows`): from start_ns
+    # The part of the workload in which this host sends (`workload.sending`): from start_ns
     # after the workload start until stop_ns (0: to the end). nodes/workload.py.
     start_ns: int = 0
     stop_ns: int = 0

@@ -9,7 +9,7 @@ Arrivals (docs/reservations.md "Workloads"):
   binomially with at most `max_burst` and mean `avg`·slot, sent back to back at the slot's
   start.
 
-A send window (`WorkloadConfig.start_ns`/`stop_ns`, the spec's `workload.windows`) delays the
+A send window (`WorkloadConfig.start_ns`/`stop_ns`, the spec's `workload.sending`) delays the
 first message by `start_ns` and stops the host sending once the next one would fall at or
 after `stop_ns` (001 §2.2 beyond the paper: one sender, then all, then one again).
 

@@ -84,7 +84,7 @@ def workload_config(exp: ExperimentSpec, send: bool, host: str = "") -> Workload
     """The node's workload: arrivals, vbr slots, rate changes, the application's reservation
     (docs/reservations.md "Workloads"), the host's send window."""
     w = exp.workload
-    window = w.windows.get(host)
+    window = w.sending.get(host)
     return WorkloadConfig(
         send, w.msgs_per_s, w.size, w.arrival, send_prob=w.send_prob, slot_ns=w.slot or 0,
         avg=w.avg or 0.0, max_burst=w.max_burst or 0,

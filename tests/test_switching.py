@@ -470,7 +470,7 @@ def test_a_crash_during_a_switch_does_not_block_its_end(tmp_path: Path) -> None:
 
 def test_policy_follows_the_workload_from_one_sender_to_all_and_back(tmp_path: Path) -> None:
     """Beyond the paper (001 L130-132): h1 sends alone, all four send from 2 s to 4 s
-    (`workload.windows`), then h1 alone again. The lowest member's policy switches
+    (`workload.sending`), then h1 alone again. The lowest member's policy switches
     sequencer -> lamport when every member sends and back when one does; each switch is
     logged with reason `policy`, and the deliveries keep one total order."""
     instances = [{"name": "seq", "protocol": "sequencer"}, {"name": "lam", "protocol": "lamport"}]
@@ -501,12 +501,12 @@ def test_policy_follows_the_workload_from_one_sender_to_all_and_back(tmp_path: P
 
 
 @pytest.mark.parametrize("windows,message", [
-    ("{h9: {start: 1s}}", "workload.windows.h9: unknown host 'h9'"),
-    ("{h2: {start: 2s, stop: 1s}}", "workload.windows.h2.stop: 1 s is not after start 2 s"),
+    ("{h9: {start: 1s}}", "workload.sending.h9: unknown host 'h9'"),
+    ("{h2: {start: 2s, stop: 1s}}", "workload.sending.h2.stop: 1 s is not after start 2 s"),
 ])
 def test_bad_send_windows_are_located_lines(tmp_path: Path, windows: str, message: str) -> None:
     spec = write_spec(tmp_path / "bad.yaml", faults=False)
-    spec.write_text(spec.read_text().replace("size: 200B}", f"size: 200B, windows: {windows}}}"))
+    spec.write_text(spec.read_text().replace("size: 200B}", f"size: 200B, sending: {windows}}}"))
     with pytest.raises(SpecError) as err:
         load_experiment(spec)
     assert str(err.value) == f"{spec}:15: {message}"  # the workload line

@@ -115,7 +115,7 @@ class WorkloadSpec(Strict):
         default=None, description="a reservation every node makes for the application "
         "whatever the protocol, e.g. 200kbit (admitted against the host's qos.rate, policed)")
     schedule: list[RateChangeSpec] = []
-    windows: dict[str, SendWindowSpec] = Field(
+    sending: dict[str, SendWindowSpec] = Field(
         default={}, description="per sender host, the part of the run in which it sends "
         "(default: all of it), e.g. {oregon: {start: 10s, stop: 20s}}")
 
@@ -273,11 +273,11 @@ def check_experiment(exp: ExperimentSpec, topo: TopologySpec) -> list[tuple[Loc,
         for i, s in enumerate(exp.workload.senders):
             if s not in hosts:
                 problems.append((("workload", "senders", i), f"unknown sender host {s!r}"))
-    for host, window in exp.workload.windows.items():
+    for host, window in exp.workload.sending.items():
         if host not in hosts:
-            problems.append((("workload", "windows", host), f"unknown host {host!r}"))
+            problems.append((("workload", "sending", host), f"unknown host {host!r}"))
         elif window.stop is not None and not window.start < window.stop:
-            problems.append((("workload", "windows", host, "stop"),
+            problems.append((("workload", "sending", host, "stop"),
                              f"{window.stop / 1e9:g} s is not after start "
                              f"{window.start / 1e9:g} s"))
     for i, change in enumerate(exp.workload.schedule):
