@@ -107,3 +107,16 @@ def test_events_fire_in_time_then_insertion_order_across_slots_and_run_limits(
     sim._loop(base + 10**12)
     assert len(fired) == len(expected) > 300
     assert fired == sorted(expected)
+
+
+def test_delivery_logs_are_those_of_the_simulator_before_the_speed_up() -> None:
+    """Every seeded case of tests/sim_golden.py (eight protocols and fault mixes, and the
+    bench's 30-host five-region case, shortened) writes byte-for-byte the delivery logs the
+    simulator of commit 6e9f135 wrote: the speed-ups change no event and no tie-break."""
+    import json
+
+    from tests.sim_golden import golden_digests
+
+    golden = json.loads((Path(__file__).parent / "sim_golden.json").read_text())
+    assert len(golden) == 9
+    assert golden_digests() == golden
