@@ -250,7 +250,11 @@ class NodeCore:
                 more = self._reserve(a, t)
                 out.sends += more.sends
                 out.timers += more.timers
-            elif kind is FinalDeliver:  # _record's commonest case, inlined
+            elif kind is Received:  # _record's commonest cases, inlined
+                lt = self.clock.local(t) if lt is None else lt
+                self.log.delivery(t, lt, "recv", f"{self.names[a.origin]}:{a.mno}", 0, a.size,
+                                  a.instance)
+            elif kind is FinalDeliver:
                 lt = self.clock.local(t) if lt is None else lt
                 self.counters.fnl += 1
                 origin = a.origin
