@@ -32,15 +32,30 @@ from nodes.reservation import DEFAULT_CAPACITY_BPS, Reservations
 from nodes.wire import Message, MsgType, WireError, decode, encode
 from nodes.workload import Arrivals
 
+ALIVE = MsgType.ALIVE
 DROP_LOG_LIMIT = 10  # `drop` events logged per reason; past that they are only counted
 
 
-@dataclass
 class Output:
-    # (dst, datagram, message): dst None means all other members; the decoded message rides
-    # along so the simulator need not decode the same bytes at every receiver.
-    sends: list[tuple[int | None, bytes, Message]] = field(default_factory=list)
-    timers: list[tuple[str, int]] = field(default_factory=list)  # (key, true delay ns)
+    """What one event makes the node do. A plain slotted class, not a dataclass: one is
+    built per event, and the dataclass's default factories cost more than the rest of an
+    empty one (issue 18 item 4)."""
+
+    __slots__ = ("sends", "timers")
+
+    def __init__(self, sends: list[tuple[int | None, bytes, Message]] | None = None,
+                 timers: list[tuple[str, int]] | None = None):
+        # (dst, datagram, message): dst None means all other members; the decoded message
+        # rides along so the simulator need not decode the same bytes at every receiver.
+        self.sends: list[tuple[int | None, bytes, Message]] = [] if sends is None else sends
+        self.timers: list[tuple[str, int]] = [] if timers is None else timers  # (key, ns)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Output) and self.sends == other.sends
+                and self.timers == other.timers)
+
+    def __repr__(self) -> str:
+        return f"Output(sends={self.sends!r}, timers={self.timers!r})"
 
 
 @dataclass
@@ -151,17 +166,19 @@ class NodeCore:
                            type=h.type.name, rseq=h.rseq, flags=h.flags)
         if src in self.blocked_in:
             return Output()
-        lt = self.clock.local(t)
+        clock = self.clock  # SkewedClock.local, inlined for the common undrifted clock
+        lt = clock.local(t) if clock.drift_ppm else t + clock.offset_ns
         fd = self.fd
         if src in fd.suspected:
             actions = fd.heard(src, lt)
+            if msg.header.type != ALIVE:
+                actions += self.protocol.on_message(src, msg, lt)
         else:
             fd.last_heard[src] = lt  # the common case of FailureDetector.heard, inlined
-            actions = []
-        if msg.header.type != MsgType.ALIVE:
-            actions += self.protocol.on_message(src, msg, lt)
+            # The protocol's own list: not extended in place (copied below if need be).
+            actions = [] if msg.header.type == ALIVE else self.protocol.on_message(src, msg, lt)
         if fd.changes:
-            actions += self._suspicions(lt)
+            actions = actions + self._suspicions(lt)
         return self._process(actions, t)
 
     def timer(self, key: str, t: int) -> Output:
@@ -233,6 +250,18 @@ class NodeCore:
                 more = self._reserve(a, t)
                 out.sends += more.sends
                 out.timers += more.timers
+            elif kind is Received:  # _record's commonest cases, inlined
+                lt = self.clock.local(t) if lt is None else lt
+                self.log.delivery(t, lt, "recv", f"{self.names[a.origin]}:{a.mno}", 0, a.size,
+                                  a.instance)
+            elif kind is FinalDeliver:
+                lt = self.clock.local(t) if lt is None else lt
+                self.counters.fnl += 1
+                origin = a.origin
+                fnl_from = self.fnl_from
+                fnl_from[origin] = fnl_from.get(origin, 0) + 1
+                self.log.delivery(t, lt, "fnl", f"{self.names[origin]}:{a.mno}", a.seq, a.size,
+                                  a.instance)
             else:
                 lt = self.clock.local(t) if lt is None else lt
                 self._record(a, t, lt)
@@ -250,7 +279,10 @@ class NodeCore:
 
     def _record(self, a: Any, t: int, lt: int) -> None:
         kind = type(a)
-        if kind is FinalDeliver:
+        if kind is Received:
+            self.log.delivery(t, lt, "recv", f"{self.names[a.origin]}:{a.mno}", 0, a.size,
+                              a.instance)
+        elif kind is FinalDeliver:
             self.counters.fnl += 1
             self.fnl_from[a.origin] = self.fnl_from.get(a.origin, 0) + 1
             self.log.delivery(t, lt, "fnl", f"{self.names[a.origin]}:{a.mno}", a.seq, a.size,
@@ -262,9 +294,6 @@ class NodeCore:
         elif kind is EnsuredDeliver:
             self.log.write(t, lt, "ensured", mid=f"{self.names[a.origin]}:{a.mno}",
                            service=a.service)
-        elif kind is Received:
-            self.log.delivery(t, lt, "recv", f"{self.names[a.origin]}:{a.mno}", 0, a.size,
-                              a.instance)
         elif kind is Log and a.ev == "send":
             self.sent += 1
             self.log.delivery(t, lt, "send", f"{self.cfg.name}:{a.fields['mno']}", 0,

@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
+from math import cos, log, sin, sqrt
+from math import tau as TWOPI
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +209,7 @@ class Simulator:
         later, slots, put = self._later, self._slots, self._put
         pop, push = heapq.heappop, heapq.heappush
         horizon = self._horizon
+        arrive, timer, call, alive = ARRIVE, TIMER, CALL, ALIVE
         events = datagrams = lost = 0
         counter = self._counter
         while True:
@@ -217,30 +220,30 @@ class Simulator:
                 queue.extend(later.pop(slot))
                 heapq.heapify(queue)
                 horizon = self._horizon = (slot + 1) << SLOT_BITS
-            entry = queue[0]
-            if entry[0] > until_ns:
-                break
-            pop(queue)
+            entry = pop(queue)
             t = entry[0]
+            if t > until_ns:
+                push(queue, entry)  # the one event past the limit goes back, same key
+                break
             events += 1
             _, _, kind, nid, epoch, a, b = entry
-            if kind == CALL:
+            if kind == call:
                 self.now, self._counter = t, counter
                 a()
                 counter = self._counter
                 continue
-            if nid in down or (kind != ARRIVE and epoch != epochs[nid]):
+            if nid in down or (kind != arrive and epoch != epochs[nid]):
                 continue  # crashed, or an event of an incarnation that is gone
             if nid in paused:
                 self.held[nid].append(entry)
                 continue
             core = cores[nid]
-            if kind == ARRIVE:
+            if kind == arrive:
                 c = core.counters
                 c.datagrams_in += 1
                 c.bytes_in += b
                 out = core.deliver(a, t)
-            elif kind == TIMER:
+            elif kind == timer:
                 if timer_gens[nid].get(a) != b:
                     continue  # re-armed or replaced since
                 out = core.timer(a, t)
@@ -276,7 +279,7 @@ class Simulator:
                     sent += 1
                     sent_bytes += size
                     at = t
-                    if bucket is not None and msg.header.type != ALIVE:
+                    if bucket is not None and msg.header.type != alive:
                         departs = bucket.depart(t, size)
                         if departs is None:
                             core.dropped(t, "policed", f"{size}-byte datagram to "
@@ -300,7 +303,18 @@ class Simulator:
                         else:  # LinkModel.transit without loss or bandwidth, inlined
                             transit, jitter, gauss = plain
                             if jitter:
-                                transit += round(gauss(0.0, jitter))
+                                # rng.gauss(0.0, jitter), inlined: the same draws and
+                                # arithmetic as random.Random.gauss (CPython 3.11-3.13).
+                                rng: Any = gauss.__self__  # type: ignore[attr-defined]
+                                z = rng.gauss_next
+                                if z is None:
+                                    x2pi = rng.random() * TWOPI
+                                    g2rad = sqrt(-2.0 * log(1.0 - rng.random()))
+                                    z = cos(x2pi) * g2rad
+                                    rng.gauss_next = sin(x2pi) * g2rad
+                                else:
+                                    rng.gauss_next = None
+                                transit += round(z * jitter)
                                 if transit < 0:
                                     transit = 0
                     counter += 1

@@ -107,3 +107,43 @@ def test_events_fire_in_time_then_insertion_order_across_slots_and_run_limits(
     sim._loop(base + 10**12)
     assert len(fired) == len(expected) > 300
     assert fired == sorted(expected)
+
+
+def test_delivery_logs_are_those_of_the_simulator_before_the_speed_up() -> None:
+    """Every seeded case of tests/sim_golden.py (eight protocols and fault mixes, and the
+    bench's 30-host five-region case, shortened) writes byte-for-byte the delivery logs the
+    simulator of commit 6e9f135 wrote: the speed-ups change no event and no tie-break."""
+    import json
+
+    from tests.sim_golden import golden_digests
+
+    golden = json.loads((Path(__file__).parent / "sim_golden.json").read_text())
+    assert len(golden) == 9
+    assert golden_digests() == golden
+
+
+def test_quick_init_keeps_the_frozen_dataclass_contract() -> None:
+    """nodes/wire.py `quick_init` replaces the generated constructor of the hot frozen
+    dataclasses: same parameters and defaults, still frozen, equal and hashable."""
+    import dataclasses
+    import inspect
+
+    from nodes.protocols.base import FinalDeliver, Received, Send, SetTimer
+    from nodes.wire import Header, Message, MsgType, Proto
+
+    for cls in (Received, FinalDeliver, Send, SetTimer, Header, Message):
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+        assert [(p.name, p.default) for p in params] == [
+            (f.name, inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default)
+            for f in dataclasses.fields(cls)]
+    r = Received(1, 2, 3)
+    assert r == Received(origin=1, mno=2, size=3, instance="") and r.instance == ""
+    assert hash(r) == hash(Received(1, 2, 3)) and r != Received(1, 2, 4)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.size = 5  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Received(1, 2)  # type: ignore[call-arg]
+    h = Header(MsgType.DATA, origin=3, mno=9)
+    assert (h.proto, h.seq, h.length) == (Proto.RAW, 0, 0)
+    assert h.with_(seq=4) == Header(MsgType.DATA, Proto.RAW, 0, 0, 0, 3, 9, 4)
+    assert Message(h).payload == b""

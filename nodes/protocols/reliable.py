@@ -42,6 +42,9 @@ from nodes.protocols.base import Action, CommonParams, RDeliver, Send, SetTimer,
 from nodes.wire import Flag, Header, Message, MsgType, Proto
 
 TICK = "rm:tick"
+# Enum members as module constants: `MsgType.NACK` is a slow class-attribute lookup, and
+# on_message runs once per datagram (issue 18 item 4).
+_NACK, _ACK, _HEARTBEAT = MsgType.NACK, MsgType.ACK, MsgType.HEARTBEAT
 
 
 @dataclass(frozen=True)
@@ -163,13 +166,15 @@ class ReliableMulticast:
 
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
         h = msg.header
-        if h.type == MsgType.NACK:
+        typ = h.type
+        if typ == _NACK:
             return self._retransmit(src, h.rseq, h.seq)
-        if h.type == MsgType.ACK:
-            if src in self.acked and h.rseq > self.acked[src]:
-                self.acked[src] = h.rseq
+        if typ == _ACK:
+            acked = self.acked
+            if src in acked and h.rseq > acked[src]:
+                acked[src] = h.rseq
                 self._purge()
-                return self._release(now)
+                return self._release(now) if self.backlog else []
             return []
         stream = self.streams.get(h.sender)
         if stream is None:
@@ -178,12 +183,12 @@ class ReliableMulticast:
             if h.aux < stream.incarnation:
                 return []  # from before the sender restarted
             stream = self.streams[h.sender] = _Stream(incarnation=h.aux)
-        if stream.adopt and h.type != MsgType.HEARTBEAT:
-            stream.adopt = False
-            stream.delivered = stream.highest_seen = stream.acked_sent = h.rseq - 1
-        if h.type == MsgType.HEARTBEAT:
+        if typ == _HEARTBEAT:
             self._note_highest(stream, h.rseq, now)
             return []
+        if stream.adopt:
+            stream.adopt = False
+            stream.delivered = stream.highest_seen = stream.acked_sent = h.rseq - 1
         return self._receive(stream, msg, now)
 
     def on_timer(self, key: str, now: int) -> list[Action]:
@@ -220,13 +225,14 @@ class ReliableMulticast:
             self._note_highest(stream, rseq, now)
             return out
         out.append(RDeliver(msg.header.sender, msg))
-        stream.delivered = rseq
         if stream.buffer:
-            while (nxt := stream.buffer.pop(stream.delivered + 1, None)) is not None:
+            buffer = stream.buffer
+            while (nxt := buffer.pop(rseq + 1, None)) is not None:
                 out.append(RDeliver(nxt.header.sender, nxt))
-                stream.delivered += 1
-        stream.highest_seen = max(stream.highest_seen, stream.delivered)
-        if stream.highest_seen == stream.delivered:
+                rseq += 1
+        stream.delivered = rseq
+        if stream.highest_seen <= rseq:  # nothing seen beyond: no gap
+            stream.highest_seen = rseq
             stream.gap_since = stream.nack_at = -1
         return out
 
@@ -269,8 +275,15 @@ class ReliableMulticast:
         floor = min(self.acked.values()) if self.acked else None
         if floor is None:
             return
-        for rseq in [r for r in self.send_buffer if r <= floor]:
-            del self.send_buffer[rseq]
+        # _send_new inserts in increasing rseq order, so the acknowledged ones lead.
+        buffer = self.send_buffer
+        stale = []
+        for rseq in buffer:
+            if rseq > floor:
+                break
+            stale.append(rseq)
+        for rseq in stale:
+            del buffer[rseq]
 
     def _control(self, mtype: MsgType, rseq: int = 0, seq: int = 0) -> Message:
         return Message(Header(mtype, self.proto, sender=self.me, rseq=rseq, seq=seq,
