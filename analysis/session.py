@@ -23,6 +23,20 @@ def _is_local(master: str) -> bool:
     return master.startswith("local")
 
 
+def _route_source(master: str) -> str | None:
+    """This machine's address on the route to the (first) master: where a cluster's executors
+    can reach the driver. None when there is no such route."""
+    import socket
+
+    host = master.removeprefix("spark://").split(",")[0].rsplit(":", 1)[0]
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, 7077))  # UDP: picks the route, sends nothing
+            return str(s.getsockname()[0])
+    except OSError:
+        return None
+
+
 def _loopback_master(master: str) -> bool:
     hosts = master.removeprefix("spark://").split(",")
     return all(h.split(":")[0] in ("127.0.0.1", "localhost") for h in hosts)
@@ -90,6 +104,12 @@ def spark_session(master: str | None = None, app: str = "testbed",
             # there too (the testbed's network rule).
             builder = builder.config("spark.driver.host", "127.0.0.1").config(
                 "spark.driver.bindAddress", "127.0.0.1")
+        elif not os.environ.get("SPARK_LOCAL_IP") and (source := _route_source(master)):
+            # A master elsewhere (e.g. `testbed spark up` on remote or lab hosts,
+            # docs/remote.md): executors connect back to the driver, so it listens on this
+            # machine's address facing the master, not on whatever the hostname resolves to.
+            builder = builder.config("spark.driver.host", source).config(
+                "spark.driver.bindAddress", source)
     with warnings.catch_warnings():
         # pyspark warns about the pandas version on start; the analysis does not use pandas.
         warnings.simplefilter("ignore", FutureWarning)
