@@ -79,16 +79,16 @@ def spark_session(master: str | None = None, app: str = "testbed",
     # pyarrow (the default `python3` may not); a cluster's workers need it at the same path.
     # pyspark reads only the environment variable for this.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Most delivery logs are small and analyses short, so the JVM's warm-up dominates: the
+    # C1-only JIT and the serial GC cut the CPU of a first analysis by about 40% on 2
+    # cores. Millions of events need the optimizing JIT (and a GC that uses both cores).
+    fast_jvm = ("-XX:+UseParallelGC" if events >= LARGE_JOB_EVENTS
+                else "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
     if _is_local(master):
         # Local mode runs in the driver JVM: give it a quarter of a 24 GiB box, and keep
         # every Spark socket on loopback (the testbed's network rule; also skips the slow
         # hostname lookup on start).
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        # Most delivery logs are small and analyses short, so the JVM's warm-up dominates: the
-        # C1-only JIT and the serial GC cut the CPU of a first analysis by about 40% on 2
-        # cores. Millions of events need the optimizing JIT (and a GC that uses both cores).
-        fast_jvm = ("-XX:+UseParallelGC" if events >= LARGE_JOB_EVENTS
-                    else "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         builder = (
             builder.config("spark.driver.extraJavaOptions", f"{java_opts} {fast_jvm}")
             .config("spark.driver.memory", "4g")
@@ -97,7 +97,11 @@ def spark_session(master: str | None = None, app: str = "testbed",
         )
     else:
         pythonpath = os.pathsep.join(p for p in (str(_ROOT), os.environ.get("PYTHONPATH")) if p)
-        builder = builder.config("spark.executor.extraJavaOptions", java_opts).config(
+        # The same JIT and GC choice for the driver and the executors (their JVMs start for
+        # this one job too).
+        builder = builder.config("spark.driver.extraJavaOptions", f"{java_opts} {fast_jvm}"
+                                 ).config("spark.executor.extraJavaOptions",
+                                          f"{java_opts} {fast_jvm}").config(
             "spark.executorEnv.PYTHONPATH", pythonpath)
         if _loopback_master(master):
             # A master on loopback means a cluster on this machine: keep the driver's sockets
