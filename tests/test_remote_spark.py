@@ -22,12 +22,13 @@ import yaml
 
 from analysis.job import analyze
 from testbed.lab import ssh_argv
-from tests.remotelab import lab_of, testbed
+from tests.remotelab import lab_of
+from tests.remotelab import testbed as cli
 from tests.test_transit import build_run
 
 pytestmark = [pytest.mark.root, pytest.mark.spark, pytest.mark.slow]
 
-VOLATILE = ("analysis_s",)
+VOLATILE = ("analysis_s", "expectations")  # timing; what the CLI adds
 # Every Spark JVM (master, worker, executor) and Python worker on a host, from /proc (the
 # node image has no procps); the patterns are split so the probing shell does not match itself.
 SPARK_PROCS = ("a=org.apache; b=pyspark; for p in /proc/[0-9]*; do "
@@ -44,7 +45,7 @@ def spark_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         try:
             yield inventory
         finally:
-            testbed("spark", "down", "--inventory", str(inventory))
+            cli("spark", "down", "--inventory", str(inventory))
 
 
 def on_host(inventory: Path, host: str, command: str) -> str:
@@ -66,18 +67,18 @@ def test_analysis_on_lab_spark_matches_local_mode_and_down_leaves_nothing(
     inv = yaml.safe_load(spark_lab.read_text())
     url = f"spark://{inv['hosts']['h1']['control_address']}:7077"
 
-    up = testbed("spark", "up", "--inventory", str(spark_lab), timeout=300)
+    up = cli("spark", "up", "--inventory", str(spark_lab), timeout=300)
     assert up.returncode == 0, up.stdout + up.stderr
     assert url in up.stdout.split()
     assert "changed: h1, h2" in up.stdout
-    again = testbed("spark", "up", "--inventory", str(spark_lab), timeout=300)
+    again = cli("spark", "up", "--inventory", str(spark_lab), timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "changed: nothing" in again.stdout  # idempotent: running daemons are left alone
 
     local_run = build_run(tmp_path / "local" / "run-5a17c0")
     cluster_run = tmp_path / "cluster" / "run-5a17c0"
     shutil.copytree(local_run, cluster_run)
-    job = testbed("analyze", str(cluster_run), "--master", url, "--inventory", str(spark_lab),
+    job = cli("analyze", str(cluster_run), "--master", url, "--inventory", str(spark_lab),
                   timeout=400)
     assert job.returncode == 0, job.stdout + job.stderr[-3000:]
     local = analyze(local_run)
@@ -93,10 +94,10 @@ def test_analysis_on_lab_spark_matches_local_mode_and_down_leaves_nothing(
     assert on_host(spark_lab, "h1", "ls /var/tmp/tb-spark/work").split() == []
     assert list(Path(inv["spark"]["shared_dir"]).iterdir()) == []
 
-    down = testbed("spark", "down", "--inventory", str(spark_lab))
+    down = cli("spark", "down", "--inventory", str(spark_lab))
     assert down.returncode == 0, down.stdout + down.stderr
     assert "stopped on h1, h2" in down.stdout
     for host in ("h1", "h2"):
         assert on_host(spark_lab, host, SPARK_PROCS) == "", f"Spark left running on {host}"
-    again = testbed("spark", "down", "--inventory", str(spark_lab))
+    again = cli("spark", "down", "--inventory", str(spark_lab))
     assert again.returncode == 0 and "stopped on no host" in again.stdout
