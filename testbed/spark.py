@@ -207,8 +207,27 @@ def _run(inventory: Path, state: str, cores: int = 2, memory: str = "2g") -> Any
     hostvars = {h: {**common, "tb_spark_bind": hosts[h].control_address,
                     "tb_spark_master": h == names[0],
                     "tb_spark_worker": h != names[0] or len(names) == 1} for h in names}
+    # The job needs `shared_dir` to be one filesystem here and on every host: a marker
+    # written here must read back the same on each host (the playbook's check).
+    marker = None
+    shared = section.get("shared_dir")
+    if state == "present" and shared:
+        if not Path(str(shared)).is_dir():
+            raise SparkError(f"{inventory}: spark: shared_dir {shared} is not a directory here")
+        token = secrets.token_hex(8)
+        marker = Path(str(shared)) / f".tb-spark-check-{token}"
+        marker.write_text(token + "\n")
+        for v in hostvars.values():
+            v.update(tb_spark_marker=str(marker), tb_spark_token=token)
+    for v in hostvars.values():
+        v.setdefault("tb_spark_marker", "")
+        v.setdefault("tb_spark_token", "")
     base = Path(tempfile.mkdtemp(prefix="tb-spark-ansible-"))
-    res = Playbooks(base, hosts).run("spark", hostvars)
+    try:
+        res = Playbooks(base, hosts).run("spark", hostvars)
+    finally:
+        if marker is not None:
+            marker.unlink(missing_ok=True)
     if res.problems:
         raise SparkError("; ".join(f"spark {'up' if state == 'present' else 'down'} failed on "
                                    f"{h}: {m}" for h, m in sorted(res.problems.items()))
@@ -349,7 +368,7 @@ def up_cmd(
         with console.status("starting Spark on the hosts"):
             url, changed = up(inventory, cores, memory)
     except SparkError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     console.print(f"changed: {', '.join(sorted(changed)) or 'nothing'}", highlight=False)
     print(url)
@@ -363,7 +382,7 @@ def down_cmd(inventory: InventoryOpt) -> None:
     try:
         stopped = down(inventory)
     except SparkError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     console.print(f"spark down: stopped on {', '.join(sorted(stopped)) or 'no host'}",
                   highlight=False)

@@ -67,6 +67,22 @@ def test_analysis_on_lab_spark_matches_local_mode_and_down_leaves_nothing(
     inv = yaml.safe_load(spark_lab.read_text())
     url = f"spark://{inv['hosts']['h1']['control_address']}:7077"
 
+    # A shared_dir that is not the hosts' (here: a directory only this machine has) fails the
+    # check on every host, before anything starts; without one, analyze refuses to stage.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text(yaml.safe_dump({**inv, "spark": {"shared_dir": str(elsewhere)}}))
+    bad = cli("spark", "up", "--inventory", str(wrong), timeout=300)
+    assert bad.returncode == 1
+    assert bad.stderr.count("is not the orchestrator's here") == 2, bad.stderr
+    assert "failed on h1" in bad.stderr and "failed on h2" in bad.stderr
+    assert list(elsewhere.iterdir()) == []  # the marker is removed
+    wrong.write_text(yaml.safe_dump({"hosts": inv["hosts"]}))
+    refused = cli("analyze", str(build_run(tmp_path / "refused" / "run-000000")), "--inventory",
+                  str(wrong))
+    assert refused.returncode == 2 and "shared_dir is missing" in refused.stderr
+
     up = cli("spark", "up", "--inventory", str(spark_lab), timeout=300)
     assert up.returncode == 0, up.stdout + up.stderr
     assert url in up.stdout.split()
