@@ -108,10 +108,13 @@ def spark_session(master: str | None = None, app: str = "testbed",
             # there too (the testbed's network rule).
             builder = builder.config("spark.driver.host", "127.0.0.1").config(
                 "spark.driver.bindAddress", "127.0.0.1")
-        elif not os.environ.get("SPARK_LOCAL_IP") and (source := _route_source(master)):
+        elif (os.environ.get("SPARK_LOCAL_IP", "127.").startswith("127.")
+              and (source := _route_source(master))):
             # A master elsewhere (e.g. `testbed spark up` on remote or lab hosts,
             # docs/remote.md): executors connect back to the driver, so it listens on this
-            # machine's address facing the master, not on whatever the hostname resolves to.
+            # machine's address facing the master, not on whatever the hostname resolves to,
+            # nor on the loopback SPARK_LOCAL_IP a local-mode analysis in this process (or
+            # its parent) set. An explicit other SPARK_LOCAL_IP wins.
             builder = builder.config("spark.driver.host", source).config(
                 "spark.driver.bindAddress", source)
     with warnings.catch_warnings():

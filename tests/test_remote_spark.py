@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,13 @@ def test_analysis_on_lab_spark_matches_local_mode_and_down_leaves_nothing(
                   str(wrong))
     assert refused.returncode == 2 and "shared_dir is missing" in refused.stderr
 
-    up = cli("spark", "up", "--inventory", str(spark_lab), timeout=300)
+    local_run = build_run(tmp_path / "local" / "run-5a17c0")
+    cluster_run = tmp_path / "cluster" / "run-5a17c0"
+    shutil.copytree(local_run, cluster_run)
+    with ThreadPoolExecutor(1) as pool:  # the local analysis while the daemons start
+        starting = pool.submit(cli, "spark", "up", "--inventory", str(spark_lab), timeout=300)
+        local = analyze(local_run)
+        up = starting.result()
     assert up.returncode == 0, up.stdout + up.stderr
     assert url in up.stdout.split()
     assert "changed: h1, h2" in up.stdout
@@ -91,13 +98,9 @@ def test_analysis_on_lab_spark_matches_local_mode_and_down_leaves_nothing(
     assert again.returncode == 0, again.stdout + again.stderr
     assert "changed: nothing" in again.stdout  # idempotent: running daemons are left alone
 
-    local_run = build_run(tmp_path / "local" / "run-5a17c0")
-    cluster_run = tmp_path / "cluster" / "run-5a17c0"
-    shutil.copytree(local_run, cluster_run)
     job = cli("analyze", str(cluster_run), "--master", url, "--inventory", str(spark_lab),
-                  timeout=400)
+              timeout=300)
     assert job.returncode == 0, job.stdout + job.stderr[-3000:]
-    local = analyze(local_run)
     remote = json.loads((cluster_run / "summary.json").read_text())
     assert comparable(remote) == comparable(local)
     assert remote["network"]["pcaps"]["files"] == 4  # Python tasks ran on the executor
