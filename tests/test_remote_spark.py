@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -79,6 +80,9 @@ def test_analysis_on_lab_spark_matches_local_mode_and_down_leaves_nothing(
     assert bad.stderr.count("is not the orchestrator's here") == 2, bad.stderr
     assert "failed on h1" in bad.stderr and "failed on h2" in bad.stderr
     assert list(elsewhere.iterdir()) == []  # the marker is removed
+    kept = re.search(r"ansible output in (\S+)\)", bad.stderr)  # kept for the user to read
+    assert kept and Path(kept[1]).is_dir()
+    shutil.rmtree(kept[1])
     wrong.write_text(yaml.safe_dump({"hosts": inv["hosts"]}))
     refused = cli("analyze", str(build_run(tmp_path / "refused" / "run-000000")), "--inventory",
                   str(wrong))
