@@ -23,6 +23,20 @@ def _is_local(master: str) -> bool:
     return master.startswith("local")
 
 
+def _route_source(master: str) -> str | None:
+    """This machine's address on the route to the (first) master: where a cluster's executors
+    can reach the driver. None when there is no such route."""
+    import socket
+
+    host = master.removeprefix("spark://").split(",")[0].rsplit(":", 1)[0]
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, 7077))  # UDP: picks the route, sends nothing
+            return str(s.getsockname()[0])
+    except OSError:
+        return None
+
+
 def _loopback_master(master: str) -> bool:
     hosts = master.removeprefix("spark://").split(",")
     return all(h.split(":")[0] in ("127.0.0.1", "localhost") for h in hosts)
@@ -65,16 +79,16 @@ def spark_session(master: str | None = None, app: str = "testbed",
     # pyarrow (the default `python3` may not); a cluster's workers need it at the same path.
     # pyspark reads only the environment variable for this.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Most delivery logs are small and analyses short, so the JVM's warm-up dominates: the
+    # C1-only JIT and the serial GC cut the CPU of a first analysis by about 40% on 2
+    # cores. Millions of events need the optimizing JIT (and a GC that uses both cores).
+    fast_jvm = ("-XX:+UseParallelGC" if events >= LARGE_JOB_EVENTS
+                else "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
     if _is_local(master):
         # Local mode runs in the driver JVM: give it a quarter of a 24 GiB box, and keep
         # every Spark socket on loopback (the testbed's network rule; also skips the slow
         # hostname lookup on start).
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        # Most delivery logs are small and analyses short, so the JVM's warm-up dominates: the
-        # C1-only JIT and the serial GC cut the CPU of a first analysis by about 40% on 2
-        # cores. Millions of events need the optimizing JIT (and a GC that uses both cores).
-        fast_jvm = ("-XX:+UseParallelGC" if events >= LARGE_JOB_EVENTS
-                    else "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         builder = (
             builder.config("spark.driver.extraJavaOptions", f"{java_opts} {fast_jvm}")
             .config("spark.driver.memory", "4g")
@@ -83,13 +97,26 @@ def spark_session(master: str | None = None, app: str = "testbed",
         )
     else:
         pythonpath = os.pathsep.join(p for p in (str(_ROOT), os.environ.get("PYTHONPATH")) if p)
-        builder = builder.config("spark.executor.extraJavaOptions", java_opts).config(
+        # The same JIT and GC choice for the driver and the executors (their JVMs start for
+        # this one job too).
+        builder = builder.config("spark.driver.extraJavaOptions", f"{java_opts} {fast_jvm}"
+                                 ).config("spark.executor.extraJavaOptions",
+                                          f"{java_opts} {fast_jvm}").config(
             "spark.executorEnv.PYTHONPATH", pythonpath)
         if _loopback_master(master):
             # A master on loopback means a cluster on this machine: keep the driver's sockets
             # there too (the testbed's network rule).
             builder = builder.config("spark.driver.host", "127.0.0.1").config(
                 "spark.driver.bindAddress", "127.0.0.1")
+        elif (os.environ.get("SPARK_LOCAL_IP", "127.").startswith("127.")
+              and (source := _route_source(master))):
+            # A master elsewhere (e.g. `testbed spark up` on remote or lab hosts,
+            # docs/remote.md): executors connect back to the driver, so it listens on this
+            # machine's address facing the master, not on whatever the hostname resolves to,
+            # nor on the loopback SPARK_LOCAL_IP a local-mode analysis in this process (or
+            # its parent) set. An explicit other SPARK_LOCAL_IP wins.
+            builder = builder.config("spark.driver.host", source).config(
+                "spark.driver.bindAddress", source)
     with warnings.catch_warnings():
         # pyspark warns about the pandas version on start; the analysis does not use pandas.
         warnings.simplefilter("ignore", FutureWarning)

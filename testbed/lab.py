@@ -127,8 +127,12 @@ def lab_dirs(root: Path) -> list[Path]:
                   and (p / "journal.jsonl").exists())
 
 
-def up(n: int, root: Path = DEFAULT_DIR) -> Path:
-    """Bring up a lab of `n` hosts; returns the inventory path."""
+def up(n: int, root: Path = DEFAULT_DIR, spark: bool = False) -> Path:
+    """Bring up a lab of `n` hosts; returns the inventory path.
+
+    `spark`: hosts of the `testbed-lab-spark` image (a JRE and the orchestrator's pyspark,
+    testbed/spark.py) with the lab's `share/` bind-mounted at the same path in every host,
+    the shared filesystem the analysis job needs (inventory `spark: shared_dir`)."""
     import secrets
 
     import docker as sdk
@@ -141,7 +145,12 @@ def up(n: int, root: Path = DEFAULT_DIR) -> Path:
         raise LabError(f"--hosts must be between 1 and 200, not {n}")
     try:
         ensure_engine()
-        image = lab_image()
+        if spark:
+            from testbed.spark import spark_image
+
+            image = spark_image()
+        else:
+            image = lab_image()
         docker = client()
     except (EngineError, ImageError) as exc:
         raise LabError(str(exc)) from None
@@ -157,6 +166,11 @@ def up(n: int, root: Path = DEFAULT_DIR) -> Path:
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f",
                         str(key)], check=True, capture_output=True)
         pub = (path / "id_ed25519.pub").read_text().strip()
+        share = (path / "share").resolve()
+        binds = {}
+        if spark:
+            share.mkdir()
+            binds = {str(share): {"bind": str(share), "mode": "rw"}}
         data_net = _free_subnets(docker, 18, 1)[0]
         ctl_net = _free_subnets(docker, 19, 1)[0]
         nets = {}
@@ -186,7 +200,7 @@ def up(n: int, root: Path = DEFAULT_DIR) -> Path:
                 environment={"TB_LAB_KEY": pub}, labels={LAB_LABEL: lab_id},
                 # Other test suites on a shared machine stop and restart the engine; the lab
                 # comes back with it (same addresses; new host keys, which nobody pins).
-                host_config=api.create_host_config(cap_add=["NET_ADMIN"],
+                host_config=api.create_host_config(cap_add=["NET_ADMIN"], binds=binds,
                                                    network_mode=nets["data"][0],
                                                    restart_policy={"Name": "unless-stopped"}),
                 networking_config=api.create_networking_config({nets["data"][0]: (
@@ -204,6 +218,10 @@ def up(n: int, root: Path = DEFAULT_DIR) -> Path:
                           "data_address": data_ips[i], "control_address": ctl_ips[i]}
                       for i, h in enumerate(hosts)},
         }
+        if spark:
+            from testbed.spark import SPARK_PYTHON
+
+            inventory["spark"] = {"python": SPARK_PYTHON, "shared_dir": str(share)}
         inv = path / "inventory.yaml"
         inv.write_text(f"# The lab {name}'s hosts for `--inventory` (testbed/lab.py)\n"
                        + yaml.safe_dump(inventory, sort_keys=False))
@@ -269,6 +287,9 @@ def down(root: Path = DEFAULT_DIR, name: str | None = None) -> list[str]:
 def up_cmd(
     hosts: Annotated[int, typer.Option("--hosts", help="number of SSH hosts")] = 4,
     dir: Annotated[Path, typer.Option("--dir", help="where labs live")] = DEFAULT_DIR,
+    spark: Annotated[bool, typer.Option(
+        "--spark", help="hosts with a JRE and pyspark, and a shared directory, for "
+        "`testbed spark up` (docs/remote.md)")] = False,
 ) -> None:
     """Start N SSH hosts (containers) and write their inventory.
 
@@ -278,11 +299,13 @@ def up_cmd(
     """
     try:
         with console.status(f"starting {hosts} lab hosts"):
-            inv = up(hosts, dir)
+            inv = up(hosts, dir, spark)
     except LabError as exc:
         err.print(f"[red]error:[/] {exc}", highlight=False)
         raise typer.Exit(1) from None
     console.print(f"lab up: {hosts} hosts; inventory [bold]{inv}[/]")
+    if spark:
+        console.print(f"then: [bold]testbed spark up --inventory {inv}[/]")
 
 
 @lab_app.command("down")

@@ -39,10 +39,10 @@ def lab_leftovers(lab_id: str) -> list[str]:
 
 
 @contextmanager
-def lab_of(hosts: int, d: Path) -> Iterator[Path]:
-    """`testbed lab up --hosts N` in `d`; yields the inventory; `testbed lab down` at the end
-    must leave no container, network, rule or link of the lab."""
-    up = testbed("lab", "up", "--hosts", str(hosts), "--dir", str(d), timeout=900)
+def lab_of(hosts: int, d: Path, *options: str) -> Iterator[Path]:
+    """`testbed lab up --hosts N [options]` in `d`; yields the inventory; `testbed lab down`
+    at the end must leave no container, network, rule or link of the lab."""
+    up = testbed("lab", "up", "--hosts", str(hosts), "--dir", str(d), *options, timeout=900)
     assert up.returncode == 0, up.stdout + up.stderr
     inventory = (d / "latest" / "inventory.yaml").resolve()
     lab_id = inventory.parent.name.split("-", 1)[1]

@@ -17,6 +17,7 @@ from testbed.cli.fault import fault_app
 from testbed.cli.image import image_app
 from testbed.lab import lab_app
 from testbed.nightly.command import nightly as nightly_command
+from testbed.spark import spark_app
 
 app = typer.Typer(
     add_completion=False,
@@ -42,6 +43,7 @@ app.command()(mgmt.certs)
 app.command()(mgmt.mgmt)
 app.command(name="nightly")(nightly_command)
 app.add_typer(lab_app, name="lab")  # testbed/lab.py: SSH hosts for the remote backend
+app.add_typer(spark_app, name="spark")  # testbed/spark.py: Spark standalone on those hosts
 
 __all__ = ["app", "main"]
 

@@ -34,16 +34,33 @@ def pcap(
 def analyze_cmd(
     run_dir: Annotated[Path, typer.Argument(help="run directory")],
     master: Annotated[str | None, typer.Option(help="Spark master URL")] = None,
+    inventory: Annotated[Path | None, typer.Option(
+        "--inventory", help="the hosts `testbed spark up` started Spark on: their executor "
+        "Python and shared directory (docs/remote.md); default master: its first host")] = None,
 ) -> None:
     """(Re)analyse a run with Spark: parquet/, summary.json, report.html.
 
-    Example: [bold]testbed analyze runs/20261121T053000Z-quickstart-3fa2c1[/]
+    Examples: [bold]testbed analyze runs/20261121T053000Z-quickstart-3fa2c1[/],
+    [bold]testbed analyze RUN --master spark://198.19.128.1:7077 --inventory
+    lab/latest/inventory.yaml[/]
     """
     from testbed.runner import analyze_run
 
     if not (run_dir / "nodes").is_dir():
         raise fail(f"{run_dir} is not a run directory (no nodes/ inside)")
     exp: list[str] = []
+    if inventory is not None:
+        from testbed.spark import SparkError, master_url, staged, start_driver
+
+        try:
+            master = master or master_url(inventory)
+            with staged(run_dir, inventory) as stage:
+                start_driver(stage, master, inventory)
+                result = analyze_run(RunDir.open(stage), exp, console, master)
+        except SparkError as exc:
+            raise fail(str(exc)) from None
+        print_summary(result.summary)
+        return
     result = analyze_run(RunDir.open(run_dir), exp, console, master)
     print_summary(result.summary)
 
