@@ -27,6 +27,7 @@ from testbed.nightly.history import Outcome, read_history, write_night
 from testbed.nightly.runner import blockers, run_night
 from testbed.nightly.trend import write_trend
 from testbed.spec.loader import SpecError
+from tests.inproc import run_cli
 from tests.test_report import browse, browser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -319,8 +320,9 @@ nightly:
 
 
 def nightly(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "testbed", "nightly", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
+    """`testbed nightly ARGS`, in this process: its runs' analyses reuse this session's Spark
+    (tests/inproc.py) instead of starting a JVM per night."""
+    return run_cli("nightly", *args)
 
 
 @pytest.mark.slow
