@@ -41,6 +41,7 @@ def testbed_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path,
         assert cli("teardown", run.run_id, "--runs", str(out)).returncode == 0
 
 
+@pytest.mark.timing  # the clock check depends on the nodes' uptime
 def test_mgmt_cli_reads_writes_and_executes_on_a_running_node(testbed_up) -> None:
     out, run = testbed_up
     r = cli("mgmt", "h2", "read", "testbed:type=Node", "Name", "--runs", str(out))
