@@ -13,6 +13,7 @@ import pytest
 
 from tests import test_faults
 from tests.eventlogs import run_dir_of
+from tests.inproc import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,9 +28,9 @@ def test_quickstart_on_mininet_passes_expectations_and_captures_data(tmp_path: P
         "../topologies/two-sites.yaml", str(ROOT / "topologies" / "two-sites.yaml"))
     spec += "capture: {pcap: true, snaplen: 128}\n"
     (tmp_path / "exp.yaml").write_text(spec)
-    proc = subprocess.run([sys.executable, "-m", "testbed", "run", str(tmp_path / "exp.yaml"),
-                           "--out", str(tmp_path / "runs")], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600, env=dict(os.environ, COLUMNS="120"))
+    # In-process (tests/inproc.py): the analysis reuses this session's Spark.
+    proc = run_cli("run", str(tmp_path / "exp.yaml"), "--out", str(tmp_path / "runs"),
+                   env={"COLUMNS": "120"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run = run_dir_of(tmp_path / "runs")
     summary = json.loads((run / "summary.json").read_text())
