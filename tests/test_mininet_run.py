@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.root
+@pytest.mark.timing  # a real-time run asserting counts
 def test_quickstart_on_mininet_passes_expectations_and_captures_data(tmp_path: Path) -> None:
     spec = (ROOT / "experiments" / "quickstart.yaml").read_text()
     # 8 s of the quickstart's workload (not 20 s): still thousands of datagrams per capture.
@@ -47,6 +48,7 @@ def test_quickstart_on_mininet_passes_expectations_and_captures_data(tmp_path: P
 
 
 @pytest.mark.root
+@pytest.mark.timing  # a real-time run asserting counts
 def test_faults_on_mininet_keep_order_and_agreement(tmp_path: Path) -> None:
     test_faults.test_partition_crash_and_clock_jump_keep_order_and_agreement(tmp_path, "mininet")
 
