@@ -10,6 +10,7 @@ whatever the order.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -97,10 +98,18 @@ transport: {transport}
 protocol: {{name: sequencer, params: {{sequencer: h1}}}}
 workload: {{rate: 50/s, size: 1KiB, arrival: poisson}}
 """
+# Over plain udp, forged headers that pass as the group's own messages leave the nodes'
+# progress counters unreconcilable, so the run is never quiescent (testbed/drain.py) and would
+# drain to the 30 s default cap: that variant only proves that nothing crashes, 4 s will do.
+UDP_DRAIN_MAX = "drain_max: 4s\n"
+
+
+@pytest.mark.timing
 @pytest.mark.parametrize("transport", ["udp-aead", "udp"])
 def test_local_run_under_a_flood_of_forged_datagrams(tmp_path: Path, transport: str) -> None:
     (tmp_path / "topo.yaml").write_text(TOPO)
-    (tmp_path / "exp.yaml").write_text(EXP.format(transport=transport))
+    (tmp_path / "exp.yaml").write_text(EXP.format(transport=transport)
+                                       + (UDP_DRAIN_MAX if transport == "udp" else ""))
     out = tmp_path / "runs"
     proc = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(tmp_path / "exp.yaml"),
                              "--out", str(out), "--no-analyze"], cwd=ROOT, text=True,
@@ -137,7 +146,14 @@ def test_local_run_under_a_flood_of_forged_datagrams(tmp_path: Path, transport: 
         # The group's own messages pass: one total order, every sent message delivered.
         seqs = fnl_sequences(events)
         sent_mids = {e["mid"] for evs in events.values() for e in evs if e["ev"] == "send"}
-        assert len(sent_mids) > 4 * 50 * 6 * 0.7
+        # Each host sends 50/s from when it is up until the workload ends (a loaded machine
+        # starts some nodes late, 3 s on average with one core busy, and they do not burst what
+        # they missed).
+        cfg = json.loads((run / "nodes" / "h1" / "node.json").read_text())
+        end = cfg["start_at_ns"] + cfg["duration_ns"]
+        up_s = sum(max(0, end - max(cfg["start_at_ns"], evs[0]["t"])) / 1e9
+                   for evs in events.values())
+        assert up_s > 4 and len(sent_mids) > 50 * up_s * 0.7, (len(sent_mids), up_s)
         assert all(s == seqs["h1"] for s in seqs.values())
         assert set(seqs["h1"]) == sent_mids
 

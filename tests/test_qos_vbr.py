@@ -29,6 +29,7 @@ from nodes.sim import SIM_EPOCH_NS, Simulator
 from testbed.spec.loader import SpecError, load_experiment
 from tests import protosim as ps
 from tests.eventlogs import run_dir_of
+from tests.inproc import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 START = SIM_EPOCH_NS + 500_000_000  # the workload starts after the nodes, as in a real run
@@ -456,9 +457,7 @@ def test_full_sim_run_is_judged_by_the_qos_analysis(tmp_path: Path) -> None:
     Δ+Γ+Θ reached within 1 ms and never passed, and the overhead is 1/Θ (Thm 3)."""
     import json
 
-    proc = subprocess.run([sys.executable, "-m", "testbed", "run", "--out", str(tmp_path),
-                           str(ROOT / "experiments/qos-vbr.yaml")],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = run_cli("run", "--out", str(tmp_path), str(ROOT / "experiments/qos-vbr.yaml"))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
     q = summary["qos"]

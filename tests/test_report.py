@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -24,6 +23,7 @@ from analysis import plots
 from analysis import report_data as rd
 from analysis.report import render_report, write_comparison
 from tests.eventlogs import run_dir_of
+from tests.inproc import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))
@@ -57,9 +57,9 @@ FAULTS = ("[{kind: partition, isolate: h4, at: 2s, for: 2s}, "
 def run_experiment(out: Path, name: str, protocol: str, faults: str, analyze: bool) -> Path:
     exp = out / f"{name}.yaml"
     exp.write_text(EXP.format(name=name, root=ROOT, protocol=protocol, faults=faults))
-    argv = [sys.executable, "-m", "testbed", "run", str(exp), "--backend", "sim",
-            "--out", str(out / name)] + ([] if analyze else ["--no-analyze"])
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    argv = ["run", str(exp), "--backend", "sim", "--out", str(out / name)] + (
+        [] if analyze else ["--no-analyze"])
+    proc = run_cli(*argv)  # in-process: the analysis reuses this session's Spark
     # The p99 expectation fails on purpose (the partition delays h4 by seconds): exit code 1.
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     return run_dir_of(out / name)

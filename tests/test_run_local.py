@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 from testbed.processes import is_alive
 from testbed.rundir import RunDir
 from tests.eventlogs import fnl_sequences, median_fnl_latency_ms, read_events, run_dir_of
+from tests.inproc import run_cli
 from tests.test_run_sim import predicted_ms, run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,11 +91,17 @@ def test_up_status_teardown_keeps_a_testbed_running_until_torn_down(tmp_path: Pa
 
 @pytest.mark.timing
 def test_quickstart_on_local_passes_its_expectations_with_spark(tmp_path: Path) -> None:
+    """The quickstart (its topology, protocol, workload and `expect:` lines) with the Spark
+    analysis, 8 s of workload instead of 20 s: the checks and expectations read the same."""
+    spec = (ROOT / "experiments" / "quickstart.yaml").read_text()
+    assert "duration: 20s" in spec
+    spec = spec.replace("duration: 20s", "duration: 8s").replace(
+        "../topologies/", str(ROOT / "topologies") + "/")
+    (tmp_path / "quickstart.yaml").write_text(spec)
     out = tmp_path / "runs"
-    proc = subprocess.run([sys.executable, "-m", "testbed", "run",
-                           "experiments/quickstart.yaml", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, COLUMNS="120"))
+    # In-process (tests/inproc.py): the analysis reuses this session's Spark.
+    proc = run_cli("run", str(tmp_path / "quickstart.yaml"), "--out", str(out),
+                   env={"COLUMNS": "120"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_path = run_dir_of(out)
     for name in ("spec.lock.yaml", "journal.jsonl", "faults.jsonl", "summary.json",
@@ -107,4 +113,5 @@ def test_quickstart_on_local_passes_its_expectations_with_spark(tmp_path: Path) 
     summary = json.loads((run_path / "summary.json").read_text())
     for check in ("total_order", "agreement", "integrity"):
         assert summary["checks"][check]["violations"] == 0
-    assert summary["messages"]["sent"] > 3000
+    # 4 hosts x 50/s x 8 s = 1,600 planned; nodes started 3 s late under load send 1,000.
+    assert summary["messages"]["sent"] > 800

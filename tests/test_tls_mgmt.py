@@ -6,6 +6,7 @@ udp-aead`, driven through `testbed mgmt`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -128,10 +129,14 @@ def test_a_stalled_tls_handshake_does_not_block_other_clients(https_node: tuple[
             s.close()
 
 
+@pytest.mark.timing  # a real-time run (failed under load: see the docstring)
 def test_local_run_with_https_management_and_udp_aead(tmp_path: Path) -> None:
+    """The nodes must still serve while `testbed mgmt` (a fresh interpreter: seconds on a
+    loaded machine) talks to them: the run is long (30 s), and the test ends it as the
+    orchestrator's drain does, with `testbed:type=Node` `stop` over the run's mutual TLS."""
     (tmp_path / "topo.yaml").write_text((ROOT / "topologies" / "two-sites.yaml").read_text())
     (tmp_path / "exp.yaml").write_text(
-        "name: tls\ntopology: topo.yaml\nbackend: local\nduration: 5s\ndrain: 1s\n"
+        "name: tls\ntopology: topo.yaml\nbackend: local\nduration: 30s\ndrain: 1s\n"
         "transport: udp-aead\nmanagement: {tls: true, mutual: true}\n"
         "protocol: {name: sequencer, params: {sequencer: h1}}\n"
         "workload: {rate: 50/s, size: 1KiB}\n")
@@ -165,6 +170,14 @@ def test_local_run_with_https_management_and_udp_aead(tmp_path: Path) -> None:
         with pytest.raises(ssl.SSLCertVerificationError), socket.create_connection(
                 (info["host"], info["port"]), timeout=5) as raw:
             ctx.wrap_socket(raw, server_hostname=info["host"])
+        from testbed.rundir import RunDir
+
+        rundir = RunDir.open(run)
+        for host in ("h1", "h2", "h3", "h4"):
+            # A node may close the connection as it stops (testbed/drain.py does the same);
+            # one that missed it ends at the 30 s workload's end anyway.
+            with contextlib.suppress(MgmtError, OSError):
+                rundir.mgmt_client(host).exec("testbed:type=Node", "stop")
         output, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:

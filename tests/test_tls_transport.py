@@ -31,6 +31,7 @@ from nodes.tls_transport import TlsTransport
 from nodes.wire import MAGIC, WIRE_VERSION, Flag, Header, Message, MsgType, encode
 from testbed.certs import make_run_certs
 from tests.eventlogs import fnl_sequences, read_events, run_dir_of
+from tests.inproc import run_cli
 from tests.shaping_env import root_only
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,9 +185,8 @@ def test_quickstart_over_tls_on_mininet_passes_and_its_pcaps_hold_no_plaintext_h
         tmp_path: Path) -> None:
     exp = quickstart_on_mininet(tmp_path, "8s", "transport: tls\nmanagement: {tls: true}\n"
                                 "capture: {pcap: true, snaplen: 512}\n")
-    proc = subprocess.run([sys.executable, "-m", "testbed", "run", str(exp), "--out",
-                           str(tmp_path / "runs")], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    # In-process (tests/inproc.py): the analysis reuses this session's Spark.
+    proc = run_cli("run", str(exp), "--out", str(tmp_path / "runs"))
     assert proc.returncode == 0, proc.stdout + proc.stderr  # every check and expectation
     run = run_dir_of(tmp_path / "runs")
     summary = json.loads((run / "summary.json").read_text())

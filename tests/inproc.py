@@ -1,0 +1,46 @@
+"""The `testbed` command run inside the test process, for tests whose run ends in the Spark
+analysis.
+
+`python -m testbed run ...` in a subprocess starts a JVM for its analysis: about 10 s on a
+2-core machine before the first job, per test. In this process the analysis finds the session's
+active SparkSession (analysis/session.py `spark_session` returns it) and starts none. The code
+path is the same Typer app that `testbed` runs (testbed/cli), so exit codes, stdout and stderr
+are what a user sees; only the process boundary is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from testbed.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def _cwd(path: Path) -> Iterator[None]:
+    before = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None,
+            cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """`testbed ARGS` in this process; the result reads like `subprocess.run`'s."""
+    with _cwd(cwd):
+        result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200", **(env or {})})
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(result.exception))
+    return subprocess.CompletedProcess(["testbed", *args], result.exit_code, result.stdout,
+                                       stderr)
