@@ -37,7 +37,10 @@ def probe_qdisc(kind: list[str]) -> bool:
     try:
         return _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root", *kind])
     finally:
-        _run(["ip", "netns", "del", ns])
+        # Never leave the probe behind: a loaded machine can take longer than the probe's
+        # 10 s to delete a namespace, so wait longer and retry once.
+        if not _run(["ip", "netns", "del", ns], timeout=60):
+            _run(["ip", "netns", "del", ns], timeout=60)
 
 
 def checks() -> list[Check]:
