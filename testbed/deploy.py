@@ -88,7 +88,7 @@ def workload_config(exp: ExperimentSpec, send: bool) -> WorkloadConfig:
         send, w.msgs_per_s, w.size, w.arrival, send_prob=w.send_prob, slot_ns=w.slot or 0,
         avg=w.avg or 0.0, max_burst=w.max_burst or 0,
         rate_changes=[(c.at, c.rates(), c.renegotiate) for c in w.schedule],
-        reserve_bps=float(w.reserve or 0))
+        reserve_bps=float(w.reserve or 0), window=w.window)
 
 
 def security(run: RunDir, exp: ExperimentSpec, addresses: dict[str, HostAddress],

@@ -106,6 +106,12 @@ class WorkloadSpec(Strict):
         default=None, description="a reservation every node makes for the application "
         "whatever the protocol, e.g. 200kbit (admitted against the host's qos.rate, policed)")
     schedule: list[RateChangeSpec] = []
+    # Graceful overload (docs/architecture.md "Flow control and overload"): the node-runtime
+    # backends refuse a message (`ev=refused`) instead of offering it while the sender has
+    # more than `window` of its own messages not yet final-delivered; the default is far
+    # above what loads below capacity keep outstanding.
+    window: int = Field(default=1024, ge=0, description="own messages a sender keeps not yet "
+                        "final-delivered before it refuses new ones (ev=refused); 0: no limit")
 
     @model_validator(mode="before")
     @classmethod
