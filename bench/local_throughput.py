@@ -36,9 +36,10 @@ SIZE = 1024
 
 
 def protocol_run(hosts: int, rate: int, seconds: int, out: Path,
-                 protocol: str = "sequencer", rss: dict[int, int] | None = None
-                 ) -> dict[str, float]:
-    """Final deliveries/s per node; with `rss`, fills it with each node process's peak RSS."""
+                 protocol: str = "sequencer", rss: dict[int, int] | None = None,
+                 window: int | None = None) -> dict[str, float]:
+    """Final deliveries/s per node; with `rss`, fills it with each node process's peak RSS.
+    `window`: the workload's send window (None: the spec's default)."""
     out.mkdir(parents=True, exist_ok=True)
     names = [f"h{i + 1}" for i in range(hosts)]
     topo = {"name": "flat", "hosts": [{"name": n} for n in names],
@@ -47,7 +48,8 @@ def protocol_run(hosts: int, rate: int, seconds: int, out: Path,
            "duration": f"{seconds}s", "drain": "2s", "drain_max": "5s", "seed": 1,
            "protocol": {"name": protocol,
                         "params": {"sequencer": "h1"} if protocol == "sequencer" else {}},
-           "workload": {"rate": f"{rate}/s", "size": f"{SIZE}B", "arrival": "constant"}}
+           "workload": {"rate": f"{rate}/s", "size": f"{SIZE}B", "arrival": "constant",
+                        **({} if window is None else {"window": window})}}
     spec = out / "exp.yaml"
     spec.write_text(json.dumps(exp))
     proc = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(spec), "--out",

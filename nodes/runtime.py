@@ -202,12 +202,19 @@ class NodeRuntime:
         control and overload")."""
         t = time.time_ns()
         cfg = self.cfg
+        gaps = self._gaps
+        assert gaps is not None
         if cfg.duration_ns and t >= cfg.start_at_ns + cfg.duration_ns:
+            # The workload is over. Messages it planned before the end that a node too busy
+            # to keep up never got to were offered all the same: they count as refused.
+            end = cfg.start_at_ns + cfg.duration_ns
+            while self._next_planned < end:
+                self._next_planned += next(gaps)
+                self.offered += 1
+                self.refused += 1
             self._log_refused(t, force=True)
             return
         core = self.core
-        gaps = self._gaps
-        assert gaps is not None
         window = cfg.workload.window
         me = cfg.node_id
         fnl_from = core.fnl_from
