@@ -212,6 +212,14 @@ def sweep(hosts: int, start: int, max_load: int, seconds: int) -> None:
               + ("not measured" if at is None else
                  f"{at:,.0f} msgs/s = {at / pk:.2f} of its peak (goal >= 0.9)"))
     print(f"max RSS of any node: {max(rss_mb.values(), default=0):.0f} MB")
+    # The same figures as the README's "Node throughput" table (paste it from here).
+    print("\n| offered | sequencer | raw fan-out | sequencer / raw | node peak RSS |")
+    print("|---|---|---|---|---|")
+    for load in sorted(set(proto) | set(raw)):
+        p, b = proto.get(load), raw.get(load)
+        print(f"| {load:,}/s | {_fmt(p)}/s | {_fmt(b)}/s | "
+              f"{f'{p / b:.2f}' if p is not None and b else '-'} | "
+              f"{f'{rss_mb[load]:.0f} MB' if load in rss_mb else '-'} |")
 
 
 def _fmt(v: float | None) -> str:
