@@ -8,7 +8,8 @@ Every host offers `rate` 1 KiB messages/s (so hosts x rate in total). The figure
 over nodes of final deliveries per second in the steady window (while every node's workload
 runs, from one second after the last node's first send: a loaded machine starts the node
 processes a second or more apart); the baseline is the minimum over nodes of datagrams
-received per second from the same fan-out (first second skipped). `--window` sets the
+received per second from the same fan-out (first second skipped), on the nodes' event loop
+(uvloop where importable) with the same bursts as the nodes' workload. `--window` sets the
 workload's send window (docs/architecture.md "Flow control and overload"; default the spec's).
 Prints one comparable line: protocol, baseline, ratio. With `--protocol` other than the
 sequencer (any name of the catalogue, nodes/protocols/catalogue.py), the sequencer runs too in
@@ -34,6 +35,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from nodes.runtime import loop_factory
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = 1024
@@ -129,10 +132,15 @@ async def _baseline_node(me: int, hosts: int, rate: int, seconds: int, start: fl
     payload = b"\x00" * (SIZE + 44)
     await asyncio.sleep(max(0.0, start - time.time()))
     planned = start
-    while time.time() < start + seconds:
-        for p in peers:
-            transport.sendto(payload, p)
-        planned += 1.0 / rate
+    # Like the nodes' workload (nodes/runtime.py `_broadcast`): every fan-out due by now, at
+    # most 64 per wake-up, then sleep until the next one is due.
+    while (now := time.time()) < start + seconds:
+        burst = 0
+        while planned <= now and burst < 64:
+            for p in peers:
+                transport.sendto(payload, p)
+            planned += 1.0 / rate
+            burst += 1
         await asyncio.sleep(max(0.0, planned - time.time()))
     await asyncio.sleep(0.5)
     transport.close()
@@ -268,8 +276,11 @@ def main() -> None:
     ap.add_argument("--start", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.baseline_node is not None:
-        n = asyncio.run(_baseline_node(args.baseline_node, args.hosts, args.rate, args.seconds,
-                                       args.start))
+        # The same event loop as the nodes (uvloop where importable), so that the ratio
+        # compares the protocol's work, not two event loops.
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            n = runner.run(_baseline_node(args.baseline_node, args.hosts, args.rate,
+                                          args.seconds, args.start))
         print(n)
         return
     if args.sweep:
