@@ -5,12 +5,14 @@ with a raw asyncio UDP fan-out baseline (same hosts, same sizes, no protocol).
     python -m bench.local_throughput --sweep [--first-load 1000] [--max-load 128000] [--window K]
 
 Every host offers `rate` 1 KiB messages/s (so hosts x rate in total). The figure is the minimum
-over nodes of final deliveries per second in the steady window (while every node's workload
-runs, from one second after the last node's first send: a loaded machine starts the node
-processes a second or more apart); the baseline is the minimum over nodes of datagrams
-received per second from the same fan-out (first second skipped), on the nodes' event loop
-(uvloop where importable) with the same bursts as the nodes' workload. `--window` sets the
-workload's send window (docs/architecture.md "Flow control and overload"; default the spec's).
+over nodes of final deliveries per second in the steady window: the protocol run begins with
+a 4 s warm-up at 10 msgs/s per host (a loaded machine starts the node processes a second or
+more apart, and a late node would spend seconds repairing what it missed), and the window
+runs from one second after the warm-up to the workload's end. The baseline is the minimum
+over nodes of datagrams received per second from the same fan-out (first second skipped), on
+the nodes' event loop (uvloop where importable) with the same bursts as the nodes' workload.
+`--window` sets the workload's send window (docs/architecture.md "Flow control and
+overload"; default: the spec's).
 Prints one comparable line: protocol, baseline, ratio. With `--protocol` other than the
 sequencer (any name of the catalogue, nodes/protocols/catalogue.py), the sequencer runs too in
 the same invocation, and the protocol's figure is also given as a ratio of the sequencer's.
@@ -19,8 +21,8 @@ the same invocation, and the protocol's figure is also given as a ratio of the s
 sequencer and the raw fan-out have passed their peaks (issue 18), and prints for each side the
 peak (highest delivered msgs/s at every node), the knee (highest offered load delivered at
 >= 0.9) and, for the sequencer, what it delivers at 2x and 4x its knee (without a knee: the
-load of its peak) against its peak, plus
-the highest peak RSS of any node process (VmHWM, sampled from /proc while the run lasts).
+load of its peak) against its peak, plus the highest peak RSS of any node process (VmHWM,
+sampled from /proc while the run lasts), and the same figures as a markdown table.
 """
 
 from __future__ import annotations
@@ -36,10 +38,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from nodes.runtime import loop_factory
+from nodes.loop import loop_factory
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = 1024
+WARMUP_S = 4  # the protocol runs start at 10 msgs/s per host for this long (see protocol_run)
 
 
 def protocol_run(hosts: int, rate: int, seconds: int, out: Path,
@@ -51,11 +54,16 @@ def protocol_run(hosts: int, rate: int, seconds: int, out: Path,
     names = [f"h{i + 1}" for i in range(hosts)]
     topo = {"name": "flat", "hosts": [{"name": n} for n in names],
             "matrix": {a: {b: "0ms" for b in names if b != a} for a in names}}
+    # A warm-up at a trickle first: the local backend starts node processes one after the
+    # other, a second or more apart on a loaded machine, and a node that starts after the
+    # others sent thousands of messages spends seconds repairing them (NACKs) -- start-up,
+    # not throughput. The full rate starts once every node is up.
     exp = {"name": "throughput", "topology": topo, "backend": "local",
-           "duration": f"{seconds}s", "drain": "2s", "drain_max": "5s", "seed": 1,
+           "duration": f"{seconds + WARMUP_S}s", "drain": "2s", "drain_max": "5s", "seed": 1,
            "protocol": {"name": protocol,
                         "params": {"sequencer": "h1"} if protocol == "sequencer" else {}},
-           "workload": {"rate": f"{rate}/s", "size": f"{SIZE}B", "arrival": "constant",
+           "workload": {"rate": "10/s", "size": f"{SIZE}B", "arrival": "constant",
+                        "schedule": [{"at": f"{WARMUP_S}s", "rate": f"{rate}/s"}],
                         **({} if window is None else {"window": window})}}
     spec = out / "exp.yaml"
     spec.write_text(json.dumps(exp))
@@ -73,16 +81,17 @@ def protocol_run(hosts: int, rate: int, seconds: int, out: Path,
 
 
 def steady_rates(run: Path) -> dict[str, float]:
-    """Final deliveries/s per node while every node's workload runs: from one second after
-    the last node's first send (a loaded machine starts node processes a second or more
-    apart, and a late node skips what it missed) to the workload's configured end."""
+    """Final deliveries/s per node at the full rate, while every node's workload runs: from
+    one second after the warm-up (or after the last node's first send, if later) to the
+    workload's configured end."""
     logs = {log.parent.name: [json.loads(line) for line in log.read_text().splitlines()]
             for log in sorted((run / "nodes").glob("*/events.jsonl"))}
     cfg = json.loads(next((run / "nodes").glob("*/node.json")).read_text())
     end = cfg["start_at_ns"] + cfg["duration_ns"]
     firsts = [min((e["t"] for e in evs if e["ev"] == "send"), default=end)
               for evs in logs.values()]
-    start = min(max(firsts) + 1_000_000_000, end - 1_000_000_000)
+    warm = cfg["start_at_ns"] + WARMUP_S * 1_000_000_000
+    start = min(max(max(firsts), warm) + 1_000_000_000, end - 1_000_000_000)
     span = (end - start) / 1e9
     return {name: sum(1 for e in evs if e["ev"] == "fnl" and start <= e["t"] < end) / span
             for name, evs in logs.items()}
@@ -148,7 +157,7 @@ async def _baseline_node(me: int, hosts: int, rate: int, seconds: int, start: fl
 
 
 def baseline_run(hosts: int, rate: int, seconds: int) -> dict[str, float]:
-    start = time.time() + 1.5
+    start = time.time() + 3.0  # time for five processes to start on a loaded machine
     procs = [subprocess.Popen([sys.executable, "-m", "bench.local_throughput", "--baseline-node",
                                str(i), "--hosts", str(hosts), "--rate", str(rate),
                                "--seconds", str(seconds), "--start", repr(start)],

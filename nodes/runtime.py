@@ -20,7 +20,6 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING
 from nodes.config import NodeConfig, PathConfig
 from nodes.core import NodeCore, Output
 from nodes.linkmodel import LinkModel
+from nodes.loop import loop_factory
 from nodes.management.mbeans import MBean
 from nodes.management.node_mbeans import build_node_registry
 from nodes.management.server import ManagementServer
@@ -37,9 +37,6 @@ from nodes.workload import Arrivals, intervals, workload_rng
 STOP_DELAY_S = 0.05  # a management `stop` lets its reply leave before the node winds down
 BURST_MAX = 64  # messages one workload callback offers at most (a late timer catches up)
 REFUSED_LOG_NS = 100_000_000  # `ev=refused` lines: at most one per 100 ms, with a count
-# Set (to anything but "" or "0") to run on the plain-Python path only: the standard asyncio
-# event loop instead of uvloop (what a bare host without uvloop runs).
-PURE_ENV = "TESTBED_PURE_PYTHON"
 
 if TYPE_CHECKING:
     from nodes.aead import Sealer
@@ -456,18 +453,6 @@ def _grow_buffers(transport: asyncio.DatagramTransport, size: int = 8 << 20) -> 
         except OSError:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, plain, size)
-
-
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's event loop where it is importable (it reads several datagrams per wake-up and
-    costs less per callback), else the standard one; TESTBED_PURE_PYTHON forces the latter."""
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
-        return None
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop  # type: ignore[no-any-return]
 
 
 def run_node(cfg: NodeConfig) -> None:

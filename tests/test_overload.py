@@ -113,7 +113,7 @@ def test_the_pure_python_path_runs_a_cluster_and_the_default_window_refuses_noth
 
 def test_uvloop_is_the_default_where_importable(tmp_path: Path) -> None:
     pytest.importorskip("uvloop")
-    from nodes.runtime import PURE_ENV, loop_factory
+    from nodes.loop import PURE_ENV, loop_factory
 
     assert PURE_ENV == "TESTBED_PURE_PYTHON"
     os.environ.pop(PURE_ENV, None)
