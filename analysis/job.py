@@ -11,6 +11,7 @@ from analysis.checks import check_suite, log_claims
 from analysis.fault_history import fault_history
 from analysis.ingest import EVENTS_PARQUET, ingest
 from analysis.liveness import liveness_section, read_drain
+from analysis.load import load_section
 from analysis.membership import membership_section
 from analysis.metrics import clock_offsets, fnl_latency, message_counts, recovery, throughput
 from analysis.optimistic import optimistic_metrics
@@ -116,6 +117,7 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
             "transport": transport_section(run_dir),
             "latency": {"fnl": fnl_latency(events)},
             "throughput": throughput(events, data.nodes),
+            "load": load_section(run_dir, events, data.nodes),
             "recovery": recovery(events, history),
             "clock": clock_offsets(events),
             **optimistic_section(events),

@@ -83,6 +83,10 @@ class WorkloadConfig:
     # A reservation the node makes for the application whatever the protocol (key
     # "workload", nodes/reservation.py); 0: none.
     reserve_bps: float = 0.0
+    # Graceful overload (docs/architecture.md "Flow control and overload"): a sender with
+    # more than `window` of its own messages not yet final-delivered at itself does not
+    # offer the next one to the protocol but refuses it (`ev=refused`); 0: no limit.
+    window: int = 1024
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from nodes.config import NodeConfig, PathConfig
 from nodes.core import NodeCore, Output
 from nodes.linkmodel import LinkModel
+from nodes.loop import loop_factory
 from nodes.management.mbeans import MBean
 from nodes.management.node_mbeans import build_node_registry
 from nodes.management.server import ManagementServer
@@ -34,6 +35,8 @@ from nodes.wire import MsgType
 from nodes.workload import Arrivals, intervals, workload_rng
 
 STOP_DELAY_S = 0.05  # a management `stop` lets its reply leave before the node winds down
+BURST_MAX = 64  # messages one workload callback offers at most (a late timer catches up)
+REFUSED_LOG_NS = 100_000_000  # `ev=refused` lines: at most one per 100 ms, with a count
 
 if TYPE_CHECKING:
     from nodes.aead import Sealer
@@ -91,6 +94,11 @@ class NodeRuntime:
             self.core.reservations.police = False
         self._gaps: Arrivals | None = None
         self._next_planned = cfg.start_at_ns
+        # The workload's offered and refused messages (graceful overload, see _broadcast).
+        self.offered = 0
+        self.refused = 0
+        self._refused_logged = 0
+        self._refused_at = 0
 
     async def run(self) -> None:
         me = self.addrs[self.cfg.node_id]
@@ -129,6 +137,7 @@ class NodeRuntime:
         await self.done.wait()
         for handle in self.timers.values():
             handle.cancel()
+        self._log_refused(time.time_ns(), force=True)
         if server is not None:
             await server.stop()
         if self.tls is not None:
@@ -181,17 +190,73 @@ class NodeRuntime:
             self._error(t, "datagram", exc)
 
     def _broadcast(self) -> None:
+        """The workload's callback: offers every message planned up to now (at most
+        BURST_MAX, so that receives interleave), then schedules itself for the next one --
+        one timer per burst, not per message. Each offer goes to the protocol unless the
+        sender already has `workload.window` of its own messages not yet final-delivered:
+        then it is refused (counted, `ev=refused`), which is the push-back that keeps an
+        overloaded group at its peak instead of collapsing (docs/architecture.md "Flow
+        control and overload")."""
         t = time.time_ns()
-        if self.cfg.duration_ns and t >= self.cfg.start_at_ns + self.cfg.duration_ns:
+        cfg = self.cfg
+        gaps = self._gaps
+        assert gaps is not None
+        if cfg.duration_ns and t >= cfg.start_at_ns + cfg.duration_ns:
+            # The workload is over. Messages it planned before the end that a node too busy
+            # to keep up never got to were offered all the same: they count as refused.
+            end = cfg.start_at_ns + cfg.duration_ns
+            while self._next_planned < end:
+                self._next_planned += next(gaps)
+                self.offered += 1
+                self.refused += 1
+            self._log_refused(t, force=True)
             return
+        core = self.core
+        window = cfg.workload.window
+        me = cfg.node_id
+        fnl_from = core.fnl_from
+        outs: list[Output] = []
         try:
-            self._apply(self.core.broadcast(t))
+            # The `send` lines of a burst reach the file in one write, before any of its
+            # datagrams leaves (the crash-safety contract of NodeCore.broadcast).
+            core.durable_sends = False
+            n = 0
+            while self._next_planned <= t and n < BURST_MAX:
+                n += 1
+                # Schedule from the planned time, not from now, so the rate does not sag.
+                self._next_planned += next(gaps)
+                self.offered += 1
+                if window and core.sent - fnl_from.get(me, 0) >= window:
+                    self.refused += 1
+                    continue
+                outs.append(core.broadcast(t))
         except Exception as exc:
             self._error(t, "broadcast", exc)
-        assert self._gaps is not None
-        # Schedule from the planned time, not from now, so the rate does not sag under load.
-        self._next_planned += next(self._gaps)
+        finally:
+            core.durable_sends = True
+        try:
+            if outs:
+                core.log.flush()
+            for out in outs:
+                self._apply(out)
+        except Exception as exc:
+            self._error(t, "broadcast", exc)
+        self._log_refused(t)
         self._at_true(max(self._next_planned, t), self._broadcast)
+
+    def _log_refused(self, t: int, force: bool = False) -> None:
+        """One `ev=refused` line (n: messages refused since the last line) at most every
+        REFUSED_LOG_NS, and the rest when the workload ends or the node stops."""
+        n = self.refused - self._refused_logged
+        if n <= 0 or (not force and t - self._refused_at < REFUSED_LOG_NS):
+            return
+        core = self.core
+        me = self.cfg.node_id
+        core.log.write(t, core.clock.local(t), "refused", n=n,
+                       outstanding=core.sent - core.fnl_from.get(me, 0),
+                       window=self.cfg.workload.window)
+        self._refused_logged = self.refused
+        self._refused_at = t
 
     def _rate_change(self, rates: dict[str, float], tell: bool) -> None:
         t = time.time_ns()
@@ -394,4 +459,8 @@ def run_node(cfg: NodeConfig) -> None:
     async def main() -> None:
         await NodeRuntime(cfg).run()
 
-    asyncio.run(main())
+    factory = loop_factory()
+    print(f"node {cfg.name}: event loop {'uvloop' if factory else 'asyncio'}", file=sys.stderr,
+          flush=True)
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main())

@@ -84,14 +84,15 @@ def workload_config(exp: ExperimentSpec, send: bool, host: str = "") -> Workload
     """The node's workload: arrivals, vbr slots, rate changes, the application's reservation
     (docs/reservations.md "Workloads"), the host's send window."""
     w = exp.workload
-    window = w.sending.get(host)
+    period = w.sending.get(host)
     return WorkloadConfig(
         send, w.msgs_per_s, w.size, w.arrival, send_prob=w.send_prob, slot_ns=w.slot or 0,
         avg=w.avg or 0.0, max_burst=w.max_burst or 0,
         rate_changes=[(c.at, c.rates(), c.renegotiate) for c in w.schedule],
         reserve_bps=float(w.reserve or 0),
-        start_ns=window.start if window else 0,
-        stop_ns=(window.stop or 0) if window else 0)
+        start_ns=period.start if period else 0,
+        stop_ns=(period.stop or 0) if period else 0,
+        window=w.window)
 
 
 def security(run: RunDir, exp: ExperimentSpec, addresses: dict[str, HostAddress],

@@ -45,6 +45,7 @@ TICK = "rm:tick"
 # Enum members as module constants: `MsgType.NACK` is a slow class-attribute lookup, and
 # on_message runs once per datagram (issue 18 item 4).
 _NACK, _ACK, _HEARTBEAT = MsgType.NACK, MsgType.ACK, MsgType.HEARTBEAT
+RETRANSMIT = int(Flag.RETRANSMIT)  # IntFlag arithmetic is slow on a hot path
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,7 @@ class ReliableMulticast:
         self.backlog: deque[tuple[Header, bytes]] = deque()
         self.next_rseq = 1  # C_i
         self.send_buffer: dict[int, Message] = {}
+        self._purged = 0  # send_buffer holds nothing at or below this number
         self.acked = {m: 0 for m in members if m != me}  # highest cumulative ACK per receiver
         self.incarnation = incarnation
         self.streams = {m: _Stream(adopt=incarnation > 0) for m in members if m != me}
@@ -260,7 +262,9 @@ class ReliableMulticast:
             msg = self.send_buffer.get(rseq)
             if msg is not None:
                 self.retransmissions += 1
-                h = msg.header.with_(flags=msg.header.flags | Flag.RETRANSMIT)
+                h = msg.header  # built field by field: dataclasses.replace is slow here
+                h = Header(h.type, h.proto, h.flags | RETRANSMIT, h.sender, h.rseq, h.origin,
+                           h.mno, h.seq, h.hint, h.slot, h.ts, h.aux, h.length)
                 out.append(Send(dst, Message(h, msg.payload)))
         return out
 
@@ -275,15 +279,15 @@ class ReliableMulticast:
         floor = min(self.acked.values()) if self.acked else None
         if floor is None:
             return
-        # _send_new inserts in increasing rseq order, so the acknowledged ones lead.
-        buffer = self.send_buffer
-        stale = []
-        for rseq in buffer:
-            if rseq > floor:
-                break
-            stale.append(rseq)
-        for rseq in stale:
-            del buffer[rseq]
+        floor = min(floor, self.next_rseq - 1)  # an ACK beyond what was sent frees no more
+        if floor <= self._purged:
+            return
+        # Numbers are consecutive: drop what the last purge left up to the new floor, instead
+        # of scanning the whole buffer at every ACK.
+        buf = self.send_buffer
+        for rseq in range(self._purged + 1, floor + 1):
+            buf.pop(rseq, None)
+        self._purged = floor
 
     def _control(self, mtype: MsgType, rseq: int = 0, seq: int = 0) -> Message:
         return Message(Header(mtype, self.proto, sender=self.me, rseq=rseq, seq=seq,

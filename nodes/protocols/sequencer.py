@@ -25,6 +25,7 @@ R-delivered every message it ordered; the copy comes back flagged RELAYED.
 from __future__ import annotations
 
 import struct
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,7 +96,10 @@ class Sequencer(LayerBase):
         # Relay (see module docstring): every data message seen, and recent ones kept to
         # serve FETCH requests for an origin that crashed before everyone had its message.
         self.seen: set[tuple[int, int]] = set()
-        self.store: dict[tuple[int, int], Message] = {}  # insertion-ordered: oldest first
+        # Oldest first. An OrderedDict, not a dict: evicting a plain dict's first key
+        # (`next(iter(d))`) walks the deleted slots at its front, O(store) per message --
+        # 22 % of a node's time under load (py-spy, issue 18).
+        self.store: OrderedDict[tuple[int, int], Message] = OrderedDict()
         self.store_limit = int(params.get("relay_store", 16384))
         self.fetch_after_ns = round(float(params.get("fetch_after_ms", 200)) * 1e6)
         self.blocked_since: int | None = None  # when the next ORDER's data went missing
@@ -153,7 +157,7 @@ class Sequencer(LayerBase):
             store = self.store
             store[key] = msg
             if len(store) > self.store_limit:
-                del store[next(iter(store))]
+                store.popitem(last=False)
             size = len(msg.payload)
             self.received[key] = size
             out: list[Action] = [Received(h.origin, h.mno, size)]

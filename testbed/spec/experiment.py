@@ -118,6 +118,12 @@ class WorkloadSpec(Strict):
     sending: dict[str, SendWindowSpec] = Field(
         default={}, description="per sender host, the part of the run in which it sends "
         "(default: all of it), e.g. {oregon: {start: 10s, stop: 20s}}")
+    # Graceful overload (docs/architecture.md "Flow control and overload"): the node-runtime
+    # backends refuse a message (`ev=refused`) instead of offering it while the sender has
+    # more than `window` of its own messages not yet final-delivered; the default is far
+    # above what loads below capacity keep outstanding.
+    window: int = Field(default=1024, ge=0, description="own messages a sender keeps not yet "
+                        "final-delivered before it refuses new ones (ev=refused); 0: no limit")
 
     @model_validator(mode="before")
     @classmethod

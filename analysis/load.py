@@ -1,0 +1,60 @@
+"""Offered against accepted load (summary.json `load`; docs/architecture.md "Flow control and
+overload").
+
+A sender's workload offers a message at every arrival; the node runtime hands it to the
+protocol (a `send` event: accepted) unless the sender already has `workload.window` of its
+own messages not yet final-delivered, in which case it refuses it and counts it in an
+`ev=refused` line (`n` messages since the previous line, nodes/runtime.py). A refused message
+never got a message id, so no checker expects it delivered: refusal is push-back, not loss.
+The simulator never refuses (virtual time has no overload).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+
+def refused_per_node(run_dir: Path) -> dict[str, int]:
+    """Messages each node's workload refused: the sum of `n` over its `ev=refused` lines (at
+    most ten a second, so a plain scan for them is cheap)."""
+    out: dict[str, int] = {}
+    for log in sorted((Path(run_dir) / "nodes").glob("*/events.jsonl")):
+        data = log.read_bytes()
+        n = 0
+        at = data.find(b'"ev":"refused"')
+        while at >= 0:
+            start = data.rfind(b"\n", 0, at) + 1
+            end = data.find(b"\n", at)
+            end = end if end >= 0 else len(data)
+            try:
+                rec = json.loads(data[start:end])
+            except ValueError:
+                rec = {}  # a line cut short by a kill
+            if isinstance(rec, dict) and rec.get("ev") == "refused":
+                value = rec.get("n", 0)
+                n += value if isinstance(value, int) and value > 0 else 0
+            at = data.find(b'"ev":"refused"', end)
+        out[log.parent.name] = n
+    return out
+
+
+def load_section(run_dir: Path, events: DataFrame, nodes: list[str]) -> dict[str, Any]:
+    """`offered`, `accepted` (messages sent), `refused` in total and `per_node`, and
+    `accepted_fraction` (accepted / offered; 1.0 when nothing was offered)."""
+    sends = {r["node"]: int(r["count"]) for r in
+             events.filter(F.col("ev") == "send").groupBy("node").count().collect()}
+    refused = refused_per_node(run_dir)
+    per_node = {}
+    for node in sorted(set(nodes) | set(sends) | {n for n, v in refused.items() if v}):
+        acc, ref = sends.get(node, 0), refused.get(node, 0)
+        per_node[node] = {"offered": acc + ref, "accepted": acc, "refused": ref}
+    offered = sum(v["offered"] for v in per_node.values())
+    accepted = sum(v["accepted"] for v in per_node.values())
+    return {"offered": offered, "accepted": accepted, "refused": offered - accepted,
+            "accepted_fraction": round(accepted / offered, 4) if offered else 1.0,
+            "per_node": per_node}
