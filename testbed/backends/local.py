@@ -36,8 +36,7 @@ class LocalBackend(Backend):
                 for i, h in enumerate(self.paths.hosts)}
 
     def deploy(self, configs: list[NodeConfig]) -> None:
-        for cfg in configs:
-            self.nodes.start(cfg)
+        self.nodes.start_all(configs)
 
     def wait(self, timeout_s: float) -> bool:
         return self.nodes.wait(timeout_s)

@@ -40,7 +40,7 @@ from testbed.teardown import undo
 DATA_PORT = 7000
 DATA_DEV = "d0"
 CONTROL_DEV = "c0"
-NODE_BOOT_NS = 500_000_000  # per node, on top of LOCAL_STARTUP_NS (deploy is sequential)
+NODE_BOOT_NS = 500_000_000  # per node, on top of LOCAL_STARTUP_NS (nodes boot side by side, on shared cores)
 IFNAMSIZ = 15
 DATA_NET = ipaddress.ip_network("198.18.0.0/16")
 
@@ -173,10 +173,9 @@ class MininetBackend(ShapedHosts):
             for host in self.paths.hosts:
                 self.capture.start(self.ns[host], DATA_DEV)
             self.capture.wait_listening()
-        for cfg in configs:
-            ns = self.ns[cfg.name]
-            self.nodes.start(reservations_as_htb(cfg, DATA_DEV, ns.pid, ns.starttime,
-                                                 self.run.journal))
+        self.nodes.start_all([reservations_as_htb(cfg, DATA_DEV, self.ns[cfg.name].pid,
+                                                  self.ns[cfg.name].starttime, self.run.journal)
+                              for cfg in configs])
 
     def wait(self, timeout_s: float) -> bool:
         return self.nodes.wait(timeout_s)
