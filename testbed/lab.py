@@ -82,26 +82,41 @@ def lab_image() -> str:
     """The lab image's tag (built on first use on top of the node image)."""
     import hashlib
 
-    import docker as sdk
 
     node = build("debootstrap")
     recipe = hashlib.sha256(LAB_DOCKERFILE.encode()).hexdigest()[:8]
     tag = f"{LAB_REPO}:{node['tag'].split(':', 1)[1]}-{recipe}"
-    docker = client(timeout=900)
+    return build_once(tag, LAB_DOCKERFILE, {"NODE_IMAGE": node["tag"]}, "lab")
+
+
+def build_once(tag: str, dockerfile: str, buildargs: dict[str, str], label: str,
+               files: dict[str, Path] | None = None, timeout: int = 900) -> str:
+    """The image `tag`, built from `dockerfile` (plus `files` in its context, hard-linked
+    when possible) unless the engine already holds it: images are tagged by content, so a
+    tag that exists is the right image."""
+    import shutil
+
+    import docker as sdk
+
+    docker = client(timeout=timeout)
     try:
         try:
             docker.images.get(tag)
             return tag
         except sdk.errors.ImageNotFound:
             pass
-        with tempfile.TemporaryDirectory(prefix="tb-lab-image-") as ctx:
-            (Path(ctx) / "Dockerfile").write_text(LAB_DOCKERFILE)
-            docker.images.build(path=ctx, tag=tag, buildargs={"NODE_IMAGE": node["tag"]},
-                                rm=True, forcerm=True, network_mode="host",
-                                labels={"org.testbed.image": "lab"})
+        with tempfile.TemporaryDirectory(prefix=f"tb-{label}-image-") as ctx:
+            (Path(ctx) / "Dockerfile").write_text(dockerfile)
+            for name, src in (files or {}).items():
+                try:
+                    (Path(ctx) / name).hardlink_to(src)
+                except OSError:
+                    shutil.copyfile(src, Path(ctx) / name)
+            docker.images.build(path=ctx, tag=tag, buildargs=buildargs, rm=True, forcerm=True,
+                                network_mode="host", labels={"org.testbed.image": label})
         return tag
     except (sdk.errors.BuildError, sdk.errors.APIError) as exc:
-        raise LabError(f"building the lab image failed: {short(exc)}") from None
+        raise LabError(f"building the {label} image failed: {short(exc)}") from None
     finally:
         docker.close()
 

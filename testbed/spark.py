@@ -130,34 +130,30 @@ def bundle(cache: Path = CACHE) -> Path:
 def spark_image() -> str:
     """The `testbed-lab-spark` image: the lab image plus a JRE and the bundle, tagged by the
     lab image, the recipe and the bundle's content key; built once per machine."""
-    import docker as sdk
 
-    from testbed.engine import client, short
-    from testbed.lab import LabError, lab_image
+    from testbed.lab import build_once, lab_image
 
     lab = lab_image()
     recipe = hashlib.sha256(SPARK_DOCKERFILE.encode()).hexdigest()[:6]
     tag = f"{SPARK_LAB_REPO}:{lab.split(':', 1)[1]}-{recipe}{bundle_key()[:6]}"
-    docker = client(timeout=1800)
+    if not _has_image(tag):
+        site = bundle()  # built only when the image is missing
+        return build_once(tag, SPARK_DOCKERFILE, {"LAB_IMAGE": lab}, "lab-spark",
+                          files={"site.tar": site}, timeout=1800)
+    return tag
+
+
+def _has_image(tag: str) -> bool:
+    import docker as sdk
+
+    from testbed.engine import client
+
+    docker = client()
     try:
-        try:
-            docker.images.get(tag)
-            return tag
-        except sdk.errors.ImageNotFound:
-            pass
-        site = bundle()
-        with tempfile.TemporaryDirectory(prefix="tb-lab-spark-") as ctx:
-            (Path(ctx) / "Dockerfile").write_text(SPARK_DOCKERFILE)
-            try:
-                (Path(ctx) / "site.tar").hardlink_to(site)
-            except OSError:
-                shutil.copyfile(site, Path(ctx) / "site.tar")
-            docker.images.build(path=ctx, tag=tag, buildargs={"LAB_IMAGE": lab}, rm=True,
-                                forcerm=True, network_mode="host",
-                                labels={"org.testbed.image": "lab-spark"})
-        return tag
-    except (sdk.errors.BuildError, sdk.errors.APIError) as exc:
-        raise LabError(f"building the Spark lab image failed: {short(exc)}") from None
+        docker.images.get(tag)
+        return True
+    except sdk.errors.ImageNotFound:
+        return False
     finally:
         docker.close()
 

@@ -40,7 +40,7 @@ from testbed.teardown import undo
 DATA_PORT = 7000
 DATA_DEV = "d0"
 CONTROL_DEV = "c0"
-NODE_BOOT_NS = 500_000_000  # per node, on top of LOCAL_STARTUP_NS (nodes boot side by side, on shared cores)
+NODE_BOOT_NS = 500_000_000  # per node, on top of LOCAL_STARTUP_NS (booting nodes share the cores)
 IFNAMSIZ = 15
 DATA_NET = ipaddress.ip_network("198.18.0.0/16")
 
