@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections import deque
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -67,6 +68,7 @@ class NodeRuntime:
         # per destination, with netem semantics (nodes/linkmodel.py).
         self.links = {dst: LinkModel(p, rng) for dst, p in cfg.paths.items()}
         self.fifo_at: dict[int, float] = {}  # FIFO paths: the last release, in loop time
+        self.fifo_q: dict[int, deque[bytes]] = {}  # FIFO paths: datagrams waiting, in order
         self.timers: dict[str, asyncio.TimerHandle] = {}
         # The last delay each timer key was armed with: a callback that raised re-arms its
         # timer with it, so that one bug does not silence a periodic task for good.
@@ -377,11 +379,18 @@ class NodeRuntime:
         if link.path.fifo:
             when = max(self.loop.time() + delay / 1e9, self.fifo_at.get(dst, 0.0) + 1e-6)
             self.fifo_at[dst] = when
-            self.loop.call_at(when, self._emit, data, dst)
+            # Each timer releases the lane's oldest datagram, not its own: a loop whose timers
+            # have a coarser resolution (uvloop: 1 ms, rounded against its cached time) may
+            # fire two close timers out of order, and the lane's order must hold anyway.
+            self.fifo_q.setdefault(dst, deque()).append(data)
+            self.loop.call_at(when, self._emit_fifo, dst)
         elif delay == 0:
             self._emit(data, dst)
         else:
             self.loop.call_later(delay / 1e9, self._emit, data, dst)
+
+    def _emit_fifo(self, dst: int) -> None:
+        self._emit(self.fifo_q[dst].popleft(), dst)
 
     def _paths_mbean(self) -> MBean:
         """Runtime changes to the inprocess shaper (link faults on the local backend)."""
@@ -459,7 +468,7 @@ def run_node(cfg: NodeConfig) -> None:
     async def main() -> None:
         await NodeRuntime(cfg).run()
 
-    factory = loop_factory()
+    factory = loop_factory(tls=cfg.transport == "tls" or cfg.mgmt_tls)
     print(f"node {cfg.name}: event loop {'uvloop' if factory else 'asyncio'}", file=sys.stderr,
           flush=True)
     with asyncio.Runner(loop_factory=factory) as runner:
