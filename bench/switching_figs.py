@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from analysis import plots
 from analysis.switching import switch_windows
@@ -39,11 +40,14 @@ def run(name: str, out: Path) -> Path:
     return next(out.iterdir())
 
 
-def series(run_dir: Path, node: str) -> tuple[int, list[tuple[int, int]],
-                                               list[tuple[int, int]]]:
-    """(t0, [(delivery t, latency ns)] at `node`, switch windows [(start, end)])."""
+def deliveries(run_dir: Path, node: str | None = None) -> tuple[
+        int, dict[str, int], list[tuple[int, str]], list[dict[str, Any]]]:
+    """A run's delivery logs read once: (t0, send time per message id, [(fnl t, id)] at
+    `node` (every node if None) in time order, the switch requests) -- what
+    bench/switching_policy.py reads too."""
     sends: dict[str, int] = {}
     fnl: list[tuple[int, str]] = []
+    requests: list[dict[str, Any]] = []
     t0 = None
     for log in sorted((run_dir / "nodes").glob("*/events.jsonl")):
         for line in log.read_text().splitlines():
@@ -52,10 +56,19 @@ def series(run_dir: Path, node: str) -> tuple[int, list[tuple[int, int]],
                 t0 = e["t"] if t0 is None else min(t0, e["t"])
             elif e["ev"] == "send":
                 sends[e["mid"]] = e["t"]
-            elif e["ev"] == "fnl" and e["node"] == node:
+            elif e["ev"] == "fnl" and (node is None or e["node"] == node):
                 fnl.append((e["t"], e["mid"]))
+            elif e["ev"] == "switch" and e.get("phase") == "request":
+                requests.append(e)
     assert t0 is not None
     fnl.sort()
+    return t0, sends, fnl, requests
+
+
+def series(run_dir: Path, node: str) -> tuple[int, list[tuple[int, int]],
+                                               list[tuple[int, int]]]:
+    """(t0, [(delivery t, latency ns)] at `node`, switch windows [(start, end)])."""
+    t0, sends, fnl, _ = deliveries(run_dir, node)
     return t0, [(t, t - sends[m]) for t, m in fnl], sorted(switch_windows(run_dir).values())
 
 

@@ -12,12 +12,12 @@ delivery minus send over every node, plus the policy's switch times, as a Markdo
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+
+from bench.switching_figs import deliveries
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = (("sequencer only", "switching-policy-sequencer"),
@@ -36,25 +36,10 @@ def run(name: str, out: Path) -> Path:
 
 def phases(run_dir: Path) -> tuple[dict[str, tuple[float, float, int]], list[str]]:
     """phase -> (mean ms, p99 ms, deliveries); the policy's switches as 'to@t s'."""
-    sends: dict[str, int] = {}
-    fnl: list[tuple[str, int]] = []
-    switches: list[dict[str, Any]] = []
-    t0 = None
-    for log in sorted((run_dir / "nodes").glob("*/events.jsonl")):
-        for line in log.read_text().splitlines():
-            e = json.loads(line)
-            if e["ev"] == "start":
-                t0 = e["t"] if t0 is None else min(t0, e["t"])
-            elif e["ev"] == "send":
-                sends[e["mid"]] = e["t"]
-            elif e["ev"] == "fnl":
-                fnl.append((e["mid"], e["t"]))
-            elif e["ev"] == "switch" and e.get("phase") == "request":
-                switches.append(e)
-    assert t0 is not None
+    t0, sends, fnl, switches = deliveries(run_dir)
     out = {}
     for label, lo, hi in PHASES:
-        lat = sorted((t - sends[m]) / 1e6 for m, t in fnl
+        lat = sorted((t - sends[m]) / 1e6 for t, m in fnl
                      if lo <= (sends[m] - t0) / 1e9 < hi)
         out[label] = (sum(lat) / len(lat), lat[int(0.99 * (len(lat) - 1))], len(lat))
     return out, [f"{e['to']} at {(e['t'] - t0) / 1e9:.2f} s ({e.get('reason')})"
