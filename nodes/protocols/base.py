@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, TypeVar
 
-from nodes.wire import Message, quick_init
+from nodes.wire import Message, mypyc_attr, quick_init
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +166,7 @@ class Layer(Protocol):
         ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by other protocols
 class LayerBase:
     """Defaults for the optional hooks of `Layer`: ignore suspicions and views."""
 
@@ -193,6 +194,7 @@ def param(default: Any, doc: str, **meta: Any) -> Any:
     return field(default=default, metadata={"doc": doc, **meta})
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by other protocols
 @dataclass(frozen=True)
 class CommonParams:
     """Parameters every protocol takes: the failure detector the node core runs beside it."""

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodes.protocols.base import Action, CommonParams, RDeliver, Send, SetTimer, ms, param
-from nodes.wire import Flag, Header, Message, MsgType, Proto
+from nodes.wire import Flag, Header, Message, MsgType, Proto, mypyc_attr
 
 TICK = "rm:tick"
 # Enum members as module constants: `MsgType.NACK` is a slow class-attribute lookup, and
@@ -48,6 +48,7 @@ _NACK, _ACK, _HEARTBEAT = MsgType.NACK, MsgType.ACK, MsgType.HEARTBEAT
 RETRANSMIT = int(Flag.RETRANSMIT)  # IntFlag arithmetic is slow on a hot path
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by other protocols
 @dataclass(frozen=True)
 class ReliableParams(CommonParams):
     """The NACK layer's parameters (every stack built on it takes them too)."""

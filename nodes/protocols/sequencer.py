@@ -43,7 +43,7 @@ from nodes.protocols.base import (
     param,
 )
 from nodes.protocols.reliable import ReliableMulticast, ReliableParams, reliable_kwargs
-from nodes.wire import Flag, Header, Message, MsgType, Proto
+from nodes.wire import Flag, Header, Message, MsgType, Proto, mypyc_attr
 
 ORDER_ENTRY = struct.Struct("!HI")  # origin, mno
 FLUSH = "seq:flush"
@@ -54,6 +54,7 @@ RELAYED = int(Flag.RELAYED)  # IntFlag arithmetic is slow on the receive path
 _DATA, _ORDER, _FETCH = MsgType.DATA, MsgType.ORDER, MsgType.FETCH
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by other protocols
 @dataclass(frozen=True)
 class SequencerParams(ReliableParams):
     sequencer: str | None = param(None, "the host that numbers messages (default: the first)",
@@ -71,6 +72,7 @@ def unpack_orders(payload: bytes) -> list[tuple[int, int]]:
     return [ORDER_ENTRY.unpack_from(payload, i) for i in range(0, len(payload), ORDER_ENTRY.size)]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by other protocols
 class Sequencer(LayerBase):
     proto = Proto.SEQUENCER
 
