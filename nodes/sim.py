@@ -537,7 +537,9 @@ def run_sim_file(path: Path) -> SimStats:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nodes.sim", description=__doc__)
+    # The module docstring by name: a compiled module's `__doc__` global reads as None.
+    doc = sys.modules[__name__].__doc__
+    parser = argparse.ArgumentParser(prog="python -m nodes.sim", description=doc)
     parser.add_argument("--config", type=Path, required=True)
     args = parser.parse_args(argv)
     stats = run_sim_file(args.config)
