@@ -38,7 +38,7 @@ _NORMAL = NormalDist()
 _EPS = 1e-12
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by other protocols
+@mypyc_attr(allow_interpreted_subclasses=True)  # tests subclass it
 class LinkModel:
     def __init__(self, path: PathConfig, rng: random.Random):
         self.rng = rng

@@ -22,9 +22,24 @@ node program itself needs no pydantic.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any, Protocol, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from nodes.protocols.params import (  # re-exported: protocols import them from here
+    CommonParams as CommonParams,
+)
+from nodes.protocols.params import (
+    P as P,
+)
+from nodes.protocols.params import (
+    ms as ms,
+)
+from nodes.protocols.params import (
+    param as param,
+)
+from nodes.protocols.params import (
+    typed_params as typed_params,
+)
 from nodes.wire import Message, mypyc_attr, quick_init
 
 
@@ -182,36 +197,6 @@ class LayerBase:
 
     def on_new_rate(self, rates: dict[str, float], now: int) -> list[Action]:
         return []
-
-
-def ms(doc: str, default: float, **limits: float) -> Any:
-    """A duration parameter in milliseconds (positive unless `limits` say otherwise)."""
-    return field(default=default, metadata={"doc": doc, **(limits or {"gt": 0})})
-
-
-def param(default: Any, doc: str, **meta: Any) -> Any:
-    """A parameter with its documentation and pydantic-style limits in `metadata`."""
-    return field(default=default, metadata={"doc": doc, **meta})
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by other protocols
-@dataclass(frozen=True)
-class CommonParams:
-    """Parameters every protocol takes: the failure detector the node core runs beside it."""
-
-    fd_interval_ms: float = ms("failure-detector heartbeat period", 100)
-    fd_timeout_ms: float = ms("silence after which a member is suspected", 1000)
-
-
-P = TypeVar("P", bound=CommonParams)
-
-
-def typed_params(cls: type[P], params: dict[str, Any]) -> P:
-    """The protocol's parameters as its dataclass, from a node config's params (already
-    validated by the spec loader; keys the dataclass does not have, such as `incarnation` or
-    resolved host ids, are left out)."""
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in params.items() if k in names})
 
 
 class ProtocolError(Exception):

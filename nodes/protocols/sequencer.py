@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
 from nodes.protocols.base import (
@@ -39,10 +38,9 @@ from nodes.protocols.base import (
     Received,
     Send,
     SetTimer,
-    ms,
-    param,
 )
-from nodes.protocols.reliable import ReliableMulticast, ReliableParams, reliable_kwargs
+from nodes.protocols.params import SequencerParams as SequencerParams  # re-exported
+from nodes.protocols.reliable import ReliableMulticast, reliable_kwargs
 from nodes.wire import Flag, Header, Message, MsgType, Proto, mypyc_attr
 
 ORDER_ENTRY = struct.Struct("!HI")  # origin, mno
@@ -52,16 +50,6 @@ RELAYED = int(Flag.RELAYED)  # IntFlag arithmetic is slow on the receive path
 # Enum members as module constants: `MsgType.DATA` is a slow class-attribute lookup on the
 # per-datagram path (issue 18 item 4).
 _DATA, _ORDER, _FETCH = MsgType.DATA, MsgType.ORDER, MsgType.FETCH
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by other protocols
-@dataclass(frozen=True)
-class SequencerParams(ReliableParams):
-    sequencer: str | None = param(None, "the host that numbers messages (default: the first)",
-                                  host=True)
-    optimistic: bool = param(False, "also opt-deliver in spontaneous receive order (000 2.2)")
-    relay_store: int = param(16384, "data messages the relay keeps for FETCH requests", ge=0)
-    fetch_after_ms: float = ms("how long a missing ordered message waits before a FETCH", 200)
 
 
 def pack_orders(entries: list[tuple[int, int]]) -> bytes:
