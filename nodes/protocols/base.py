@@ -59,12 +59,28 @@ class SetTimer:
     delay_ns: int
 
 
-@dataclass(frozen=True, slots=True)
 class RDeliver:
-    """A lower layer hands a message up (reliable FIFO delivery)."""
+    """A lower layer hands a message up (reliable FIFO delivery). Built once per received
+    datagram and consumed at once by the layer above, so a plain slotted class rather than a
+    frozen dataclass: compiled (nodes/fastpath.py), a dataclass's `__init__` stays
+    interpreted Python, this one is native. Treat it as immutable; equal and hashable by
+    value as the dataclass was."""
 
-    src: int
-    msg: Message
+    __slots__ = ("src", "msg")
+
+    def __init__(self, src: int, msg: Message):
+        self.src = src
+        self.msg = msg
+
+    def __eq__(self, other: object) -> bool:
+        return (type(other) is RDeliver and self.src == other.src
+                and self.msg == other.msg)
+
+    def __hash__(self) -> int:
+        return hash((self.src, self.msg))
+
+    def __repr__(self) -> str:
+        return f"RDeliver(src={self.src!r}, msg={self.msg!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +133,7 @@ class Received:
 
 
 # The actions every message passes through: a faster __init__ (nodes/wire.py `quick_init`).
-for _cls in (Send, SetTimer, RDeliver, OptDeliver, FinalDeliver, Received):
+for _cls in (Send, SetTimer, OptDeliver, FinalDeliver, Received):
     quick_init(_cls)
 
 
