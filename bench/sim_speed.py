@@ -16,12 +16,15 @@ seconds / wall seconds: above 1 the simulation runs faster than real time. It is
 against CPU seconds too, which a loaded machine (other processes on the same cores) disturbs
 far less than the wall clock.
 
+Each case runs twice on this tree: on the compiled hot path (nodes/fastpath.py; built by
+`make venv` or `python -m nodes.fastpath build`; the rows say which path actually ran) and
+on pure Python (`TESTBED_PURE_PYTHON=1`).
 With `--baseline-commit REV` the same cases run, interleaved and in the same invocation,
 against the simulator of commit REV (checked out with `git worktree add --detach` into a
-temporary directory that is removed afterwards), and the ratio new/baseline is printed: a
-figure that travels between machines. It also says whether both wrote byte-identical
-delivery logs (a pure speed change must). With `--repeat N` each figure is the run with the
-least CPU time of N.
+temporary directory that is removed afterwards), and the ratios compiled/baseline and
+pure/baseline are printed: figures that travel between machines. It also says whether they
+wrote byte-identical delivery logs (a pure speed change must). With `--repeat N` each figure
+is the run with the least CPU time of N.
 `--profile` prints the simulator's cProfile top entries (own and cumulative time) per case.
 """
 
@@ -88,6 +91,11 @@ def _lean(cfg: NodeConfig) -> dict[str, Any]:
     for f in dataclasses.fields(NodeConfig):
         if f.default is not dataclasses.MISSING and d.get(f.name) == _plain(f.default):
             del d[f.name]
+    workload = d.get("workload")
+    if isinstance(workload, dict):  # likewise a WorkloadConfig field newer than the baseline
+        for f in dataclasses.fields(WorkloadConfig):
+            if f.default is not dataclasses.MISSING and workload.get(f.name) == _plain(f.default):
+                del workload[f.name]
     return d
 
 
@@ -97,14 +105,20 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def run_case(tree: Path, spec: dict[str, Any], work: Path, profile: bool = False) -> dict[str, Any]:
+def run_case(tree: Path, spec: dict[str, Any], work: Path, profile: bool = False,
+             pure: bool = False) -> dict[str, Any]:
     """One simulator process on the `nodes/` of `tree` (its `nodes.sim.run_sim_file`, the sim
-    backend's entry point); returns its statistics with the wall and CPU time of the run."""
+    backend's entry point), on the compiled hot path where `tree` has one built
+    (nodes/fastpath.py) unless `pure`; returns its statistics with the wall and CPU time of
+    the run and whether the compiled path ran."""
     for old in work.glob("logs/*/events.jsonl"):
         old.unlink()  # a restarted log appends; every run starts from empty logs
     config = work / "sim.json"
     config.write_text(json.dumps(spec))
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    env.pop("TESTBED_PURE_PYTHON", None)
+    if pure:
+        env["TESTBED_PURE_PYTHON"] = "1"
     out = subprocess.run([sys.executable, "-c", CHILD, str(config), "1" if profile else ""],
                          env=env, cwd=work, check=False, capture_output=True, text=True)
     if out.returncode != 0:
@@ -121,10 +135,16 @@ def run_case(tree: Path, spec: dict[str, Any], work: Path, profile: bool = False
     return stats
 
 
-# Runs in the tree under test: only `nodes.sim.run_sim_file`, which every version has.
+# Runs in the tree under test: only `nodes.sim.run_sim_file`, which every version has, and
+# the compiled hot path's loader where the tree has one.
 CHILD = """
 import cProfile, json, pstats, sys, time
 from pathlib import Path
+try:
+    from nodes.fastpath import activate
+    compiled = activate(quiet=True)
+except ImportError:
+    compiled = False
 from nodes.sim import run_sim_file
 prof = cProfile.Profile() if sys.argv[2] else None
 wall, cpu = time.perf_counter(), time.process_time()
@@ -133,7 +153,7 @@ wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
 if prof:
     for key in ("tottime", "cumulative"):
         pstats.Stats(prof, stream=sys.stdout).sort_stats(key).print_stats(15)
-print(json.dumps({"events": stats.events, "wall_s": wall, "cpu_s": cpu,
+print(json.dumps({"compiled": compiled, "events": stats.events, "wall_s": wall, "cpu_s": cpu,
                   "virtual_s": stats.virtual_s}))
 """
 
@@ -181,43 +201,51 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sim-speed-") as tmp:
         work = Path(tmp)
         specs = {c: sim_spec(*CASES[c], work / "logs") for c in cases}
-        trees = {"new": ROOT}
+        # label -> (tree, pure): this tree on its compiled hot path and on pure Python.
+        trees: dict[str, tuple[Path, bool]] = {"compiled": (ROOT, False), "pure": (ROOT, True)}
         with (checkout(args.baseline_commit) if args.baseline_commit
               else _none()) as base:
             if base is not None:
-                trees["baseline"] = base
+                trees["baseline"] = (base, True)
             best: dict[tuple[str, str], dict[str, Any]] = {}
             for _ in range(max(1, args.repeat)):
                 for case in cases:
-                    for label, tree in trees.items():  # interleaved: same load for both
+                    for label, (tree, pure) in trees.items():  # interleaved: same load for all
                         if args.profile:
                             print(f"--- profile: {label} {case}")
-                        s = run_case(tree, specs[case], work, args.profile)
+                        s = run_case(tree, specs[case], work, args.profile, pure)
                         key = (label, case)
                         if key not in best or s["cpu_s"] < best[key]["cpu_s"]:
                             best[key] = s
+    if not best[("compiled", cases[0])]["compiled"]:
+        print("note: no compiled hot path for these sources (`python -m nodes.fastpath build`):"
+              " the 'compiled' rows ran pure Python")
     for case in cases:
         hosts, rate, seconds = CASES[case]
         print(f"{hosts} hosts x {rate:.0f} msgs/s, {seconds} s workload:")
         for label in trees:
             s = best[(label, case)]
-            print(f"  {label:8s} real-time factor {s['virtual_s'] / s['wall_s']:5.2f} wall, "
-                  f"{s['virtual_s'] / s['cpu_s']:5.2f} CPU ({s['virtual_s']:.1f} s simulated in "
-                  f"{s['wall_s']:.2f} s wall, {s['cpu_s']:.2f} s CPU; {s['events']:,} events, "
+            ran = "compiled" if s.get("compiled") else "pure"
+            print(f"  {label:8s} ({ran:8s}) real-time factor {s['virtual_s'] / s['wall_s']:5.2f} "
+                  f"wall, {s['virtual_s'] / s['cpu_s']:5.2f} CPU ({s['virtual_s']:.1f} s simulated "
+                  f"in {s['wall_s']:.2f} s wall, {s['cpu_s']:.2f} s CPU; {s['events']:,} events, "
                   f"{s['events'] / s['cpu_s']:,.0f} per CPU s)")
         if "baseline" in trees:
-            b, n = best[("baseline", case)], best[("new", case)]
-            same = "identical" if b["logs_sha256"] == n["logs_sha256"] else "DIFFERENT"
-            print(f"  ratio new/baseline: {b['wall_s'] / n['wall_s']:.2f} wall, "
-                  f"{b['cpu_s'] / n['cpu_s']:.2f} CPU (issue 18 goal: >= 2); delivery logs "
-                  f"{same}")
+            b = best[("baseline", case)]
+            for label in ("compiled", "pure"):
+                n = best[(label, case)]
+                same = "identical" if b["logs_sha256"] == n["logs_sha256"] else "DIFFERENT"
+                print(f"  ratio {label}/baseline: {b['wall_s'] / n['wall_s']:.2f} wall, "
+                      f"{b['cpu_s'] / n['cpu_s']:.2f} CPU (issue 18 goal: >= 2); delivery logs "
+                      f"{same}")
         if case == "30x100":
-            n = best[("new", case)]
-            print(f"  faster than real time (issue 18 goal): "
-                  f"{'yes' if n['virtual_s'] > n['wall_s'] else 'no'} by wall clock "
-                  f"({n['virtual_s'] / n['wall_s']:.2f}), "
-                  f"{'yes' if n['virtual_s'] > n['cpu_s'] else 'no'} by CPU time "
-                  f"({n['virtual_s'] / n['cpu_s']:.2f})")
+            for label in ("compiled", "pure"):
+                n = best[(label, case)]
+                print(f"  {label}: faster than real time (issue 18 goal): "
+                      f"{'yes' if n['virtual_s'] > n['wall_s'] else 'no'} by wall clock "
+                      f"({n['virtual_s'] / n['wall_s']:.2f}), "
+                      f"{'yes' if n['virtual_s'] > n['cpu_s'] else 'no'} by CPU time "
+                      f"({n['virtual_s'] / n['cpu_s']:.2f})")
 
 
 @contextmanager

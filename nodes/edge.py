@@ -70,7 +70,9 @@ class Gate:
         self.members = frozenset(members)
         self.protocol = protocol
         proto = getattr(protocol, "proto", None)
-        self.proto: Proto | None = proto if isinstance(proto, Proto) else None
+        # A Proto member, or any wire id (nodes/protocols/switching.py sets its tags): an int,
+        # as mypyc (nodes/fastpath.py) checks this annotation at run time.
+        self.proto: int | None = proto if isinstance(proto, Proto) else None
         self.allowed = ALLOWED.get(self.proto) if self.proto is not None else None
 
     def check(self, msg: Message) -> str | None:

@@ -32,11 +32,13 @@ from collections.abc import Callable
 from statistics import NormalDist
 
 from nodes.config import PathConfig
+from nodes.wire import mypyc_attr
 
 _NORMAL = NormalDist()
 _EPS = 1e-12
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # tests subclass it
 class LinkModel:
     def __init__(self, path: PathConfig, rng: random.Random):
         self.rng = rng

@@ -20,16 +20,23 @@ import random
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from math import cos, log, sin, sqrt
 from math import tau as TWOPI
 from pathlib import Path
 from typing import Any
 
-from nodes.config import SIM_EPOCH_NS, NodeConfig, PathConfig
-from nodes.core import NodeCore, Output
-from nodes.faults import (
+if __name__ == "__main__":
+    # `python -m nodes.sim` (the sim backend's command): load the compiled hot path before
+    # anything imports its modules (nodes/fastpath.py); main() below runs the compiled copy.
+    from nodes.fastpath import activate
+
+    activate()
+
+from nodes.config import SIM_EPOCH_NS, NodeConfig, PathConfig  # noqa: E402
+from nodes.core import NodeCore, Output  # noqa: E402
+from nodes.faults import (  # noqa: E402
     Controls,
     FaultHistory,
     Management,
@@ -39,10 +46,10 @@ from nodes.faults import (
     apply,
     primitive,
 )
-from nodes.linkmodel import LinkModel
-from nodes.quiescence import drain_record, undelivered
-from nodes.wire import MsgType
-from nodes.workload import intervals, workload_rng
+from nodes.linkmodel import LinkModel  # noqa: E402
+from nodes.quiescence import drain_record, undelivered  # noqa: E402
+from nodes.wire import MsgType  # noqa: E402
+from nodes.workload import intervals, workload_rng  # noqa: E402
 
 ARRIVE, TIMER, BROADCAST, CALL = range(4)
 ALIVE = MsgType.ALIVE  # the failure detector's heartbeats: not the protocol's, not policed
@@ -174,7 +181,7 @@ class Simulator:
         self.now = until_ns
         for nid, core in self.cores.items():
             core.stop(self.now)
-            self.stats.per_node[self.configs[nid].name] = vars(core.counters).copy()
+            self.stats.per_node[self.configs[nid].name] = asdict(core.counters)
         self.stats.wall_s = time.perf_counter() - start
         self.stats.virtual_s = (until_ns - self.t0) / 1e9
         return self.stats
@@ -530,15 +537,24 @@ def run_sim_file(path: Path) -> SimStats:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nodes.sim", description=__doc__)
+    # The module docstring by name: a compiled module's `__doc__` global reads as None.
+    doc = sys.modules[__name__].__doc__
+    parser = argparse.ArgumentParser(prog="python -m nodes.sim", description=doc)
     parser.add_argument("--config", type=Path, required=True)
     args = parser.parse_args(argv)
     stats = run_sim_file(args.config)
-    print(json.dumps({"events": stats.events, "events_per_s": round(stats.events_per_s),
+    from nodes.fastpath import active
+
+    print(json.dumps({"compiled": active(), "events": stats.events,
+                      "events_per_s": round(stats.events_per_s),
                       "datagrams": stats.datagrams, "lost": stats.lost,
                       "wall_s": round(stats.wall_s, 3), "virtual_s": stats.virtual_s}))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # This file runs as `__main__`; the simulator proper is the `nodes.sim` module that
+    # activate() loaded (compiled), or, on the pure path, this source imported as `nodes.sim`.
+    import importlib
+
+    sys.exit(importlib.import_module("nodes.sim").main())

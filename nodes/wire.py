@@ -31,6 +31,15 @@ import struct
 from dataclasses import MISSING, dataclass, fields, replace
 from typing import Any, TypeVar
 
+try:
+    # mypyc (nodes/fastpath.py) reads this decorator; without mypy installed (the node image)
+    # it is a no-op: it only tells the compiler a class may be subclassed by Python code.
+    from mypy_extensions import mypyc_attr
+except ImportError:  # pragma: no cover -- images without the dev tools
+
+    def mypyc_attr(*_args: Any, **_kwargs: Any) -> Any:  # type: ignore[misc,no-redef,unused-ignore]
+        return lambda cls: cls
+
 MAGIC = b"TB"
 WIRE_VERSION = 1
 HEADER = struct.Struct("!2sBBBBHIHIIiIQHI")

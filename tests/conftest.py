@@ -21,7 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from testbed.rundir import RUN_ENV
+# TESTBED_SIM_COMPILED=1: run the in-process simulator tests on the compiled hot path
+# (nodes/fastpath.py; mypyc enforces annotations at run time, so the sim tests must pass on
+# it too). Activation has to precede every import of the compiled modules.
+if os.environ.get("TESTBED_SIM_COMPILED") == "1":
+    from nodes.fastpath import activate
+
+    if not activate():
+        raise RuntimeError("TESTBED_SIM_COMPILED=1 but the compiled hot path is not active "
+                           "(python -m nodes.fastpath build)")
+
+from testbed.rundir import RUN_ENV  # noqa: E402
 
 IN_CI = os.environ.get("CI") == "true"
 # Every process this test session starts inherits this marker, so the leftover check below

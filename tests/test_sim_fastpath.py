@@ -147,3 +147,114 @@ def test_quick_init_keeps_the_frozen_dataclass_contract() -> None:
     assert (h.proto, h.seq, h.length) == (Proto.RAW, 0, 0)
     assert h.with_(seq=4) == Header(MsgType.DATA, Proto.RAW, 0, 0, 0, 3, 9, 4)
     assert Message(h).payload == b""
+
+
+# -- the compiled hot path (nodes/fastpath.py) ----------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _compiled_build() -> None:
+    """Build the compiled hot path for the current sources (a no-op when up to date); skip
+    only where this machine cannot compile at all."""
+    import shutil
+
+    from nodes import fastpath
+
+    if not fastpath.build():
+        if shutil.which("cc") is None:
+            pytest.skip("no C compiler: the compiled hot path cannot be built here")
+        pytest.fail("the compiled hot path failed to build: see build/mypyc/last-failure.log")
+
+
+def _sim_env(pure: bool) -> dict[str, str]:
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("TESTBED_SIM_COMPILED", None)
+    env.pop("TESTBED_PURE_PYTHON", None)
+    if pure:
+        env["TESTBED_PURE_PYTHON"] = "1"
+    return env
+
+
+def test_compiled_and_pure_simulators_write_identical_logs(tmp_path: Path) -> None:
+    """`python -m nodes.sim` -- the sim backend's command -- runs the compiled hot path (its
+    statistics say so), `TESTBED_PURE_PYTHON=1` the pure one, and both write byte-identical
+    delivery logs for one seeded case with faults."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.sim_golden import configs as golden_configs
+
+    _compiled_build()
+    logs: dict[bool, dict[str, bytes]] = {}
+    for pure in (False, True):
+        out = tmp_path / ("pure" if pure else "compiled")
+        spec = {"seed": 3, "nodes": [c.to_dict() for c in golden_configs(out, "sequencer",
+                                                                          {"sequencer": "b"})],
+                "faults_log": str(out / "faults.jsonl"),
+                "faults": [{"t_ns": SIM_EPOCH_NS + 4 * 10**8, "op": "crash",
+                            "params": {"host": "c"}},
+                           {"t_ns": SIM_EPOCH_NS + 8 * 10**8, "op": "restart",
+                            "params": {"host": "c"}}]}
+        (out).mkdir(parents=True)
+        (out / "sim.json").write_text(json.dumps(spec))
+        proc = subprocess.run([sys.executable, "-m", "nodes.sim", "--config",
+                               str(out / "sim.json")], env=_sim_env(pure), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120, check=True)
+        stats = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert stats["compiled"] is (not pure), proc.stderr
+        assert stats["datagrams"] > 1000
+        logs[pure] = {p.relative_to(out).as_posix(): p.read_bytes()
+                      for p in sorted(out.glob("**/*.jsonl"))}
+    assert len(logs[True]) == 5 and b'"ev":"fnl"' in logs[True]["a/events.jsonl"]
+    assert logs[False] == logs[True]
+
+
+def test_golden_logs_hold_on_the_compiled_path() -> None:
+    """The nine golden cases (tests/sim_golden.py) on the compiled modules: mypyc enforces
+    annotations at run time, and the logs must still be those of commit 6e9f135."""
+    import json
+    import subprocess
+    import sys
+
+    _compiled_build()
+    script = ("import json\nfrom nodes import fastpath\nassert fastpath.activate()\n"
+              "import nodes.sim, nodes.core\n"
+              "assert nodes.sim.__file__.endswith(('.so', '.pyd')), nodes.sim.__file__\n"
+              "from tests.sim_golden import golden_digests\n"
+              "print(json.dumps(golden_digests()))\n")
+    proc = subprocess.run([sys.executable, "-c", script], env=_sim_env(pure=False), cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    golden = json.loads((Path(__file__).parent / "sim_golden.json").read_text())
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == golden
+
+
+def test_a_build_of_other_sources_is_never_loaded(tmp_path: Path) -> None:
+    """Edited sources have another key, so the build of the old ones is ignored (one-line
+    note, pure Python); so is any build when TESTBED_PURE_PYTHON=1."""
+    import subprocess
+    import sys
+
+    _compiled_build()
+    edited = tmp_path / "core.py"
+    edited.write_bytes((ROOT / "nodes" / "core.py").read_bytes() + b"\n# edited\n")
+    script = ("import sys\nfrom pathlib import Path\nfrom nodes import fastpath\n"
+              "before = fastpath.key()\nsrc = fastpath.sources()\n"
+              f"src[fastpath.MODULES.index('nodes.core')] = Path({str(edited)!r})\n"
+              "fastpath.sources = lambda: src\n"
+              "assert fastpath.key() != before\n"
+              "print(fastpath.activate(), 'nodes.core' in sys.modules)\n")
+    stale = subprocess.run([sys.executable, "-c", script], env=_sim_env(pure=False), cwd=ROOT,
+                           capture_output=True, text=True, timeout=60, check=True)
+    assert stale.stdout.split() == ["False", "False"]
+    assert stale.stderr.strip().startswith("nodes.fastpath: no compiled hot path")
+    assert len(stale.stderr.strip().splitlines()) == 1
+    check = "from nodes import fastpath\nprint(fastpath.activate())\n"
+    pure = subprocess.run([sys.executable, "-c", check], env=_sim_env(pure=True), cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=True)
+    fresh = subprocess.run([sys.executable, "-c", check], env=_sim_env(pure=False), cwd=ROOT,
+                           capture_output=True, text=True, timeout=60, check=True)
+    assert (pure.stdout.strip(), fresh.stdout.strip()) == ("False", "True")

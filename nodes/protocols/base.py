@@ -22,10 +22,25 @@ node program itself needs no pydantic.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any, Protocol, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from nodes.wire import Message, quick_init
+from nodes.protocols.params import (  # re-exported: protocols import them from here
+    CommonParams as CommonParams,
+)
+from nodes.protocols.params import (
+    P as P,
+)
+from nodes.protocols.params import (
+    ms as ms,
+)
+from nodes.protocols.params import (
+    param as param,
+)
+from nodes.protocols.params import (
+    typed_params as typed_params,
+)
+from nodes.wire import Message, mypyc_attr, quick_init
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +59,28 @@ class SetTimer:
     delay_ns: int
 
 
-@dataclass(frozen=True, slots=True)
 class RDeliver:
-    """A lower layer hands a message up (reliable FIFO delivery)."""
+    """A lower layer hands a message up (reliable FIFO delivery). Built once per received
+    datagram and consumed at once by the layer above, so a plain slotted class rather than a
+    frozen dataclass: compiled (nodes/fastpath.py), a dataclass's `__init__` stays
+    interpreted Python, this one is native. Treat it as immutable; equal and hashable by
+    value as the dataclass was."""
 
-    src: int
-    msg: Message
+    __slots__ = ("src", "msg")
+
+    def __init__(self, src: int, msg: Message):
+        self.src = src
+        self.msg = msg
+
+    def __eq__(self, other: object) -> bool:
+        return (type(other) is RDeliver and self.src == other.src
+                and self.msg == other.msg)
+
+    def __hash__(self) -> int:
+        return hash((self.src, self.msg))
+
+    def __repr__(self) -> str:
+        return f"RDeliver(src={self.src!r}, msg={self.msg!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +133,7 @@ class Received:
 
 
 # The actions every message passes through: a faster __init__ (nodes/wire.py `quick_init`).
-for _cls in (Send, SetTimer, RDeliver, OptDeliver, FinalDeliver, Received):
+for _cls in (Send, SetTimer, OptDeliver, FinalDeliver, Received):
     quick_init(_cls)
 
 
@@ -166,6 +197,7 @@ class Layer(Protocol):
         ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by other protocols
 class LayerBase:
     """Defaults for the optional hooks of `Layer`: ignore suspicions and views."""
 
@@ -181,35 +213,6 @@ class LayerBase:
 
     def on_new_rate(self, rates: dict[str, float], now: int) -> list[Action]:
         return []
-
-
-def ms(doc: str, default: float, **limits: float) -> Any:
-    """A duration parameter in milliseconds (positive unless `limits` say otherwise)."""
-    return field(default=default, metadata={"doc": doc, **(limits or {"gt": 0})})
-
-
-def param(default: Any, doc: str, **meta: Any) -> Any:
-    """A parameter with its documentation and pydantic-style limits in `metadata`."""
-    return field(default=default, metadata={"doc": doc, **meta})
-
-
-@dataclass(frozen=True)
-class CommonParams:
-    """Parameters every protocol takes: the failure detector the node core runs beside it."""
-
-    fd_interval_ms: float = ms("failure-detector heartbeat period", 100)
-    fd_timeout_ms: float = ms("silence after which a member is suspected", 1000)
-
-
-P = TypeVar("P", bound=CommonParams)
-
-
-def typed_params(cls: type[P], params: dict[str, Any]) -> P:
-    """The protocol's parameters as its dataclass, from a node config's params (already
-    validated by the spec loader; keys the dataclass does not have, such as `incarnation` or
-    resolved host ids, are left out)."""
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in params.items() if k in names})
 
 
 class ProtocolError(Exception):

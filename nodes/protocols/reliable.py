@@ -38,7 +38,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from nodes.protocols.base import Action, CommonParams, RDeliver, Send, SetTimer, ms, param
+from nodes.protocols.base import Action, RDeliver, Send, SetTimer
+from nodes.protocols.params import ReliableParams as ReliableParams  # re-exported
 from nodes.wire import Flag, Header, Message, MsgType, Proto
 
 TICK = "rm:tick"
@@ -46,19 +47,6 @@ TICK = "rm:tick"
 # on_message runs once per datagram (issue 18 item 4).
 _NACK, _ACK, _HEARTBEAT = MsgType.NACK, MsgType.ACK, MsgType.HEARTBEAT
 RETRANSMIT = int(Flag.RETRANSMIT)  # IntFlag arithmetic is slow on a hot path
-
-
-@dataclass(frozen=True)
-class ReliableParams(CommonParams):
-    """The NACK layer's parameters (every stack built on it takes them too)."""
-
-    tick_ms: float = ms("period of the layer's timer scan (NACKs, heartbeats, ACKs)", 10)
-    nack_delay_ms: float = ms("how long a gap stays open before it is NACKed", 5, ge=0)
-    nack_retry_ms: float = ms("how often an unanswered NACK repeats", 60)
-    ack_every_ms: float = ms("period of the cumulative ACKs that free send buffers", 20)
-    window: int = param(1024, "own messages a sender keeps unacknowledged (flow control)",
-                        ge=1)
-    max_resend: int = param(128, "messages resent per NACK at most", ge=1)
 
 
 def reliable_kwargs(params: dict[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
 from nodes.protocols.base import (
@@ -39,11 +38,10 @@ from nodes.protocols.base import (
     Received,
     Send,
     SetTimer,
-    ms,
-    param,
 )
-from nodes.protocols.reliable import ReliableMulticast, ReliableParams, reliable_kwargs
-from nodes.wire import Flag, Header, Message, MsgType, Proto
+from nodes.protocols.params import SequencerParams as SequencerParams  # re-exported
+from nodes.protocols.reliable import ReliableMulticast, reliable_kwargs
+from nodes.wire import Flag, Header, Message, MsgType, Proto, mypyc_attr
 
 ORDER_ENTRY = struct.Struct("!HI")  # origin, mno
 FLUSH = "seq:flush"
@@ -54,15 +52,6 @@ RELAYED = int(Flag.RELAYED)  # IntFlag arithmetic is slow on the receive path
 _DATA, _ORDER, _FETCH = MsgType.DATA, MsgType.ORDER, MsgType.FETCH
 
 
-@dataclass(frozen=True)
-class SequencerParams(ReliableParams):
-    sequencer: str | None = param(None, "the host that numbers messages (default: the first)",
-                                  host=True)
-    optimistic: bool = param(False, "also opt-deliver in spontaneous receive order (000 2.2)")
-    relay_store: int = param(16384, "data messages the relay keeps for FETCH requests", ge=0)
-    fetch_after_ms: float = ms("how long a missing ordered message waits before a FETCH", 200)
-
-
 def pack_orders(entries: list[tuple[int, int]]) -> bytes:
     return b"".join(ORDER_ENTRY.pack(o, n) for o, n in entries)
 
@@ -71,6 +60,7 @@ def unpack_orders(payload: bytes) -> list[tuple[int, int]]:
     return [ORDER_ENTRY.unpack_from(payload, i) for i in range(0, len(payload), ORDER_ENTRY.size)]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by other protocols
 class Sequencer(LayerBase):
     proto = Proto.SEQUENCER
 

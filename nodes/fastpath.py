@@ -1,0 +1,223 @@
+"""The simulator's compiled hot path (issue 18 item 4; docs/architecture.md, "Compiled hot
+path").
+
+The modules in `MODULES` -- the discrete-event loop, the node core, the wire format, the
+delivery-log writer and the sequencer-over-reliable-FIFO stack it drives -- are compiled with
+mypyc into native extension modules. Safety rules:
+
+- The artefacts never live next to the sources (a stale .so beside an edited .py would
+  shadow it): `build()` writes them to `build/mypyc/<key>/`, where the key hashes every
+  compiled source, the Python ABI and the mypyc version; `activate()` loads them only from
+  the directory of the *current* sources' key, through an import hook for exactly those
+  module names. No such build: pure Python, with a one-line note on stderr.
+- `TESTBED_PURE_PYTHON=1` forces the pure path (it also forces asyncio over uvloop,
+  nodes/loop.py).
+- A build that fails (no compiler, mypyc missing, a type error) leaves the pure path working:
+  `python -m nodes.fastpath build` reports it in one line and exits 0 (`make venv` runs it).
+
+`python -m nodes.fastpath build|status`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+# What is compiled: the simulator's per-event path as the 30-host bench case exercises it
+# (bench/sim_speed.py). Order matters for nothing; names are module names under ROOT.
+MODULES = (
+    "nodes.sim",
+    "nodes.core",
+    "nodes.eventlog",
+    "nodes.wire",
+    "nodes.clock",
+    "nodes.edge",
+    "nodes.linkmodel",
+    "nodes.protocols.base",
+    "nodes.protocols.reliable",
+    "nodes.protocols.sequencer",
+    "nodes.protocols.failure_detector",
+)
+GROUP = "testbed_hotpath"  # mypyc's shared library: `testbed_hotpath__mypyc`
+LIB = f"{GROUP}__mypyc"
+OK = "BUILD_OK"  # written last: a directory without it is an unfinished build
+PURE_ENV = "TESTBED_PURE_PYTHON"
+
+_state: dict[str, bool] = {}
+
+
+def sources() -> list[Path]:
+    return [ROOT / (m.replace(".", "/") + ".py") for m in MODULES]
+
+
+def key() -> str:
+    """Hash of the compiled sources, the interpreter's ABI and the compiler's version."""
+    h = hashlib.sha256()
+    h.update(f"{sys.implementation.cache_tag} {sysconfig.get_config_var('EXT_SUFFIX')}\n"
+             .encode())
+    h.update(_mypyc_version().encode() + b"\n")
+    for name, path in zip(MODULES, sources(), strict=True):
+        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:20]
+
+
+def _mypyc_version() -> str:
+    try:
+        from mypy.version import __version__
+    except ImportError:
+        return "none"
+    return __version__
+
+
+def build_dir() -> Path:
+    return ROOT / "build" / "mypyc" / key()
+
+
+def active() -> bool:
+    """Whether this process runs the compiled modules."""
+    return _state.get("active", False)
+
+
+def _note(text: str) -> None:
+    print(f"nodes.fastpath: {text}", file=sys.stderr, flush=True)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds exactly the compiled modules (and mypyc's shared library) in one build dir."""
+
+    def __init__(self, files: dict[str, Path]):
+        self.files = files
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
+        file = self.files.get(fullname)
+        if file is None:
+            return None
+        loader = importlib.machinery.ExtensionFileLoader(fullname, str(file))
+        return importlib.util.spec_from_file_location(fullname, file, loader=loader)
+
+
+def activate(quiet: bool = False) -> bool:
+    """Load the compiled hot path if it was built from the current sources; call before
+    anything imports the modules in `MODULES`. Returns whether it is active; on any
+    failure the pure-Python modules run, with a one-line note (unless `quiet`)."""
+    if _state.get("active"):
+        return True
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        return False
+    early = [m for m in MODULES if m in sys.modules]
+    if early:
+        if not quiet:
+            _note(f"{early[0]} was imported before activation: pure Python")
+        return False
+    where = build_dir()
+    files = {m: where / (m.replace(".", "/") + _suffix()) for m in (*MODULES, LIB)}
+    if not (where / OK).exists() or not all(f.exists() for f in files.values()):
+        if not quiet:
+            _note("no compiled hot path for the current sources (`make venv` or "
+                  "`python -m nodes.fastpath build`): pure Python")
+        return False
+    finder = _Finder(files)
+    sys.meta_path.insert(0, finder)
+    try:
+        for m in MODULES:
+            importlib.import_module(m)
+    except Exception as exc:  # a broken or foreign build: forget it, run pure
+        sys.meta_path.remove(finder)
+        for m in (*MODULES, LIB):
+            sys.modules.pop(m, None)
+        if not quiet:
+            _note(f"compiled hot path failed to load ({type(exc).__name__}: {exc}): "
+                  "pure Python")
+        return False
+    _state["active"] = True
+    return True
+
+
+def build(jobs: int = 2) -> bool:
+    """Compile `MODULES` into `build/mypyc/<key>/` (nothing to do if it exists). Never raises:
+    a failure is one line on stderr and the pure path stays."""
+    where = build_dir()
+    if (where / OK).exists():
+        print(f"nodes.fastpath: compiled hot path up to date ({where.relative_to(ROOT)})")
+        return True
+    try:
+        import mypyc  # noqa: F401
+    except ImportError:
+        _note("mypyc is not installed: the simulator runs pure Python")
+        return False
+    if shutil.which(sysconfig.get_config_var("CC").split()[0] if sysconfig.get_config_var(
+            "CC") else "cc") is None:
+        _note("no C compiler: the simulator runs pure Python")
+        return False
+    where.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tmp-", dir=where.parent) as tmp:
+        # mypyc reads the sources in place (it type-checks them against the rest of the
+        # repository); its C files, objects and the built modules all go to `tmp`, and only
+        # a complete build is moved to its key's directory.
+        work = Path(tmp)
+        script = work / "setup_mypyc.py"
+        script.write_text(SETUP.format(files=[str(p.relative_to(ROOT)) for p in sources()],
+                                       group=GROUP, c_dir=str(work / "c")))
+        out = work / "out"
+        cmd = [sys.executable, str(script), "build_ext", "--build-lib", str(out),
+               "--build-temp", str(work / "obj"), "-j", str(jobs)]
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+        if proc.returncode != 0 or not all(
+                (out / (m.replace(".", "/") + _suffix())).exists() for m in (*MODULES, LIB)):
+            tail = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+            (where.parent / "last-failure.log").write_text(proc.stdout + proc.stderr)
+            _note(f"mypyc build failed ({tail[-1] if tail else 'no output'}; see "
+                  "build/mypyc/last-failure.log): the simulator runs pure Python")
+            return False
+        (out / OK).write_text(key() + "\n")
+        if where.exists():
+            shutil.rmtree(where)
+        shutil.move(str(out), str(where))
+    print(f"nodes.fastpath: compiled hot path built ({where.relative_to(ROOT)})")
+    return True
+
+
+# Run inside the temporary copy: mypyc type-checks with the repository's mypy settings.
+SETUP = """
+import sys
+from setuptools import setup
+from mypyc.build import mypycify
+setup(name="testbed-hotpath", script_args=sys.argv[1:], ext_modules=mypycify(
+    {files!r}, group_name={group!r}, multi_file=True, target_dir={c_dir!r}))
+"""
+
+
+def _suffix() -> str:
+    return str(sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["build"]:
+        build()
+        return 0  # never fail a set-up: the pure path works without the build
+    if args[:1] == ["status"]:
+        on = activate()
+        print(f"compiled hot path: {'active' if on else 'not active'} ({build_dir()})")
+        return 0
+    print("usage: python -m nodes.fastpath build|status", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
