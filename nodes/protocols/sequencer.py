@@ -48,6 +48,9 @@ from nodes.wire import Flag, Header, Message, MsgType, Proto
 ORDER_ENTRY = struct.Struct("!HI")  # origin, mno
 FLUSH = "seq:flush"
 INCARNATION_SPAN = 1_000_000
+# An ORDER grows by coalescing (see _flush_orders) up to what fits one Ethernet frame with
+# its header: 1,356 bytes of (origin, mno) entries.
+ORDER_COALESCE_BYTES = 1400 - 44
 RELAYED = int(Flag.RELAYED)  # IntFlag arithmetic is slow on the receive path
 # Enum members as module constants: `MsgType.DATA` is a slow class-attribute lookup on the
 # per-datagram path (issue 18 item 4).
@@ -284,6 +287,22 @@ class Sequencer(LayerBase):
             return []
         first = self.g + 1
         self.g += len(entries)
+        backlog = self.rm.backlog
+        if backlog:
+            # Reliable multicast holds our messages back (its window is full): the new
+            # numbers join the ORDER waiting at the backlog's tail, whose range they continue,
+            # instead of queueing one more ORDER behind it. Under overload the sequencer then
+            # spends one window slot per batch, not per flush -- tiny ORDERs had filled the
+            # window, and the delivered rate fell with the offered one (issue 18).
+            header, payload = backlog[-1]
+            if (header.type == _ORDER and len(payload) < ORDER_COALESCE_BYTES
+                    and header.seq + len(payload) // ORDER_ENTRY.size == first):
+                room = (ORDER_COALESCE_BYTES - len(payload)) // ORDER_ENTRY.size
+                backlog[-1] = (header, payload + pack_orders(entries[:room]))
+                first += len(entries[:room])
+                entries = entries[room:]
+                if not entries:
+                    return []
         header = Header(MsgType.ORDER, seq=first, origin=self.me)
         return self._up(self.rm.multicast(header, pack_orders(entries), now), now)
 
