@@ -42,12 +42,14 @@ from nodes.loop import loop_factory
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = 1024
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 WARMUP_S = 4  # the protocol runs start at 10 msgs/s per host for this long (see protocol_run)
 
 
 def protocol_run(hosts: int, rate: int, seconds: int, out: Path,
                  protocol: str = "sequencer", rss: dict[int, int] | None = None,
-                 window: int | None = None) -> dict[str, float]:
+                 window: int | None = None, cpu: dict[int, float] | None = None
+                 ) -> dict[str, float]:
     """Final deliveries/s per node; with `rss`, fills it with each node process's peak RSS.
     `window`: the workload's send window (None: the spec's default)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -72,7 +74,7 @@ def protocol_run(hosts: int, rate: int, seconds: int, out: Path,
                             stdout=subprocess.DEVNULL)
     while proc.poll() is None:
         if rss is not None:
-            sample_rss(proc.pid, rss)
+            sample_rss(proc.pid, rss, cpu)
         time.sleep(0.25)
     if proc.returncode != 0:
         raise subprocess.CalledProcessError(proc.returncode, proc.args)
@@ -97,8 +99,9 @@ def steady_rates(run: Path) -> dict[str, float]:
             for name, evs in logs.items()}
 
 
-def sample_rss(root: int, peak: dict[int, int]) -> None:
-    """Record VmHWM (kB) of every `python -m nodes` process descending from `root`."""
+def sample_rss(root: int, peak: dict[int, int], cpu: dict[int, float] | None = None) -> None:
+    """Record VmHWM (kB) of every `python -m nodes` process descending from `root`, and with
+    `cpu` its CPU time so far (user + system, s)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -120,6 +123,9 @@ def sample_rss(root: int, peak: dict[int, int]) -> None:
             for line in (Path("/proc") / str(pid) / "status").read_text().splitlines():
                 if line.startswith("VmHWM:"):
                     peak[pid] = max(peak.get(pid, 0), int(line.split()[1]))
+            if cpu is not None:
+                fields = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+                cpu[pid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
         except OSError:
             continue
 
