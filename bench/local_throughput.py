@@ -297,7 +297,7 @@ def sweep(hosts: int, start: int, max_load: int, seconds: int,
     print("|---|---|---|---|---|---|")
     for load in sorted(set(proto) | set(raw)):
         p, b = proto.get(load), raw.get(load)
-        print(f"| {load:,}/s | {_fmt(p)}/s | {_fmt(b)}/s | "
+        print(f"| {load:,}/s | {_per_s(p)} | {_per_s(b)} | "
               f"{f'{p / b:.2f}' if p is not None and b else '-'} | {_fmt(per_cpu.get(load))} | "
               f"{f'{rss_mb[load]:.0f} MB' if load in rss_mb else '-'} |")
 
@@ -309,6 +309,10 @@ def _spread(median: float | None, values: list[float]) -> str:
     if len(values) < 2:
         return _fmt(median)
     return f"{_fmt(median)} ({min(values) / 1000:.1f}-{max(values) / 1000:.1f}k)"
+
+
+def _per_s(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}/s"
 
 
 def _verdict(ok: bool) -> str:
