@@ -3,6 +3,7 @@ with a raw asyncio UDP fan-out baseline (same hosts, same sizes, no protocol).
 
     python -m bench.local_throughput [--protocol NAME] [--hosts 5] [--rate 1000] [--seconds 12]
     python -m bench.local_throughput --sweep [--first-load 1000] [--max-load 128000] [--window K]
+                                     [--repeat N]
 
 Every host offers `rate` 1 KiB messages/s (so hosts x rate in total). The figure is the minimum
 over nodes of final deliveries per second in the steady window: the protocol run begins with
@@ -22,7 +23,11 @@ sequencer and the raw fan-out have passed their peaks (issue 18), and prints for
 peak (highest delivered msgs/s at every node), the knee (highest offered load delivered at
 >= 0.9) and, for the sequencer, what it delivers at 2x and 4x its knee (without a knee: the
 load of its peak) against its peak, plus the highest peak RSS of any node process (VmHWM,
-sampled from /proc while the run lasts), and the same figures as a markdown table.
+sampled from /proc while the run lasts), and the same figures as a markdown table, with the
+goals' verdicts and the load average. `--repeat N` runs every point N times (protocol and
+baseline interleaved) and takes the median: on a shared machine one point moves by 20 % or
+more. Each point also gives final deliveries per CPU second of the node processes, the
+nodes' efficiency whatever share of the machine they got.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import asyncio
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,14 +48,19 @@ from nodes.loop import loop_factory
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = 1024
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 WARMUP_S = 4  # the protocol runs start at 10 msgs/s per host for this long (see protocol_run)
 
 
 def protocol_run(hosts: int, rate: int, seconds: int, out: Path,
                  protocol: str = "sequencer", rss: dict[int, int] | None = None,
-                 window: int | None = None) -> dict[str, float]:
-    """Final deliveries/s per node; with `rss`, fills it with each node process's peak RSS.
+                 window: int | None = None, stats: dict[str, float] | None = None
+                 ) -> dict[str, float]:
+    """Final deliveries/s per node; with `rss`, fills it with each node process's peak RSS,
+    with `stats` adds "fnl_per_cpu_s": final deliveries per CPU second of the node processes
+    over the whole run (what the nodes' work costs, whatever else the machine runs).
     `window`: the workload's send window (None: the spec's default)."""
+    cpu: dict[int, float] = {}
     out.mkdir(parents=True, exist_ok=True)
     names = [f"h{i + 1}" for i in range(hosts)]
     topo = {"name": "flat", "hosts": [{"name": n} for n in names],
@@ -71,12 +82,16 @@ def protocol_run(hosts: int, rate: int, seconds: int, out: Path,
                              str(out / "runs"), "--no-analyze"], cwd=ROOT,
                             stdout=subprocess.DEVNULL)
     while proc.poll() is None:
-        if rss is not None:
-            sample_rss(proc.pid, rss)
+        if rss is not None or stats is not None:
+            sample_rss(proc.pid, rss if rss is not None else {}, cpu)
         time.sleep(0.25)
     if proc.returncode != 0:
         raise subprocess.CalledProcessError(proc.returncode, proc.args)
     run = next((out / "runs").iterdir())
+    if stats is not None:
+        fnl = sum(log.read_text().count('"ev":"fnl"')
+                  for log in (run / "nodes").glob("*/events.jsonl"))
+        stats["fnl_per_cpu_s"] = fnl / max(sum(cpu.values()), 1e-9)
     return steady_rates(run)
 
 
@@ -97,8 +112,9 @@ def steady_rates(run: Path) -> dict[str, float]:
             for name, evs in logs.items()}
 
 
-def sample_rss(root: int, peak: dict[int, int]) -> None:
-    """Record VmHWM (kB) of every `python -m nodes` process descending from `root`."""
+def sample_rss(root: int, peak: dict[int, int], cpu: dict[int, float] | None = None) -> None:
+    """Record VmHWM (kB) of every `python -m nodes` process descending from `root`, and with
+    `cpu` its CPU time so far (user + system, s)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -120,6 +136,9 @@ def sample_rss(root: int, peak: dict[int, int]) -> None:
             for line in (Path("/proc") / str(pid) / "status").read_text().splitlines():
                 if line.startswith("VmHWM:"):
                     peak[pid] = max(peak.get(pid, 0), int(line.split()[1]))
+            if cpu is not None:
+                fields = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+                cpu[pid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
         except OSError:
             continue
 
@@ -205,14 +224,21 @@ def passed_peak(series: dict[int, float]) -> bool:
 
 
 def sweep(hosts: int, start: int, max_load: int, seconds: int,
-          window: int | None = None) -> None:
+          window: int | None = None, repeat: int = 1) -> None:
+    """The sweep (module docstring). With `repeat` > 1 every point runs that many times,
+    protocol and baseline interleaved, and the median counts (the range is printed too): on
+    a shared machine one 12 s point moves by 20 % or more with the other jobs' load."""
+    load0 = os.getloadavg()[0]
     print(f"machine: {machine()}")
-    print(f"{hosts} hosts, {SIZE} B messages, zero-delay paths, {seconds} s per point; "
-          "delivered = minimum over nodes, msgs/s")
-    print(f"{'offered':>9} {'sequencer':>10} {'raw':>8} {'ratio':>6} {'node RSS max':>13}")
+    print(f"{hosts} hosts, {SIZE} B messages, zero-delay paths, {seconds} s per point, "
+          f"median of {repeat}; delivered = minimum over nodes, msgs/s; fnl/CPU-s = final "
+          "deliveries per CPU second of the node processes")
+    print(f"{'offered':>9} {'sequencer':>20} {'raw':>20} {'ratio':>6} {'fnl/CPU-s':>10} "
+          f"{'node RSS max':>13} {'load':>5}")
     proto: dict[int, float] = {}
     raw: dict[int, float] = {}
     rss_mb: dict[int, float] = {}
+    per_cpu: dict[int, float] = {}
     load = start
     while load <= max_load:
         # Past its peak and measured at 4x its knee (a protocol that never delivered >= 0.9
@@ -222,41 +248,75 @@ def sweep(hosts: int, start: int, max_load: int, seconds: int,
         if proto_done and raw_done:
             break
         rate = max(1, load // hosts)
-        if not proto_done:
-            peak: dict[int, int] = {}
-            with tempfile.TemporaryDirectory() as tmp:
-                proto[load] = min(protocol_run(hosts, rate, seconds, Path(tmp), rss=peak,
-                                               window=window).values())
+        ps: list[float] = []
+        bs: list[float] = []
+        cs: list[float] = []
+        peak: dict[int, int] = {}
+        for _ in range(repeat):
+            if not proto_done:
+                st: dict[str, float] = {}
+                with tempfile.TemporaryDirectory() as tmp:
+                    ps.append(min(protocol_run(hosts, rate, seconds, Path(tmp), rss=peak,
+                                               window=window, stats=st).values()))
+                cs.append(st["fnl_per_cpu_s"])
+            if not raw_done:
+                bs.append(min(baseline_run(hosts, rate, seconds).values()))
+        if ps:
+            proto[load], per_cpu[load] = statistics.median(ps), statistics.median(cs)
             rss_mb[load] = max(peak.values(), default=0) / 1024
-        if not raw_done:
-            raw[load] = min(baseline_run(hosts, rate, seconds).values())
+        if bs:
+            raw[load] = statistics.median(bs)
         p, b = proto.get(load), raw.get(load)
-        print(f"{load:>9,} {_fmt(p):>10} {_fmt(b):>8} "
+        print(f"{load:>9,} {_spread(p, ps):>20} {_spread(b, bs):>20} "
               f"{(f'{p / b:.2f}' if p is not None and b else '-'):>6} "
-              f"{(f'{rss_mb[load]:.0f} MB' if load in rss_mb else '-'):>13}", flush=True)
+              f"{_fmt(per_cpu.get(load)):>10} "
+              f"{(f'{rss_mb[load]:.0f} MB' if load in rss_mb else '-'):>13} "
+              f"{os.getloadavg()[0]:>5.1f}", flush=True)
         load *= 2
     for name, series in (("sequencer", proto), ("raw fan-out", raw)):
         k = knee(series)
         print(f"{name}: peak {max(series.values()):,.0f} msgs/s (at {_peak_load(series):,} "
               f"offered), knee {'-' if k is None else f'{k:,}'} msgs/s offered")
     pk, rk = max(proto.values()), max(raw.values())
-    print(f"sequencer peak / raw fan-out peak: {pk / rk:.2f} (goal >= 0.8)")
+    print(f"sequencer peak / raw fan-out peak: {pk / rk:.2f} (goal >= 0.8: "
+          f"{_verdict(pk / rk >= 0.8)})")
     k = reference(proto)
     what = "knee" if knee(proto) is not None else "peak's offered load (no knee)"
     for mult in (2, 4):
         at = proto.get(mult * k)
-        print(f"sequencer at {mult}x its {what}: "
+        print(f"sequencer at {mult}x its {what} ({mult * k:,}/s offered): "
               + ("not measured" if at is None else
-                 f"{at:,.0f} msgs/s = {at / pk:.2f} of its peak (goal >= 0.9)"))
-    print(f"max RSS of any node: {max(rss_mb.values(), default=0):.0f} MB")
+                 f"{at:,.0f} msgs/s = {at / pk:.2f} of its peak (goal >= 0.9: "
+                 f"{_verdict(at / pk >= 0.9)})"))
+    print(f"max RSS of any node: {max(rss_mb.values(), default=0):.0f} MB "
+          f"(lowest load {rss_mb[min(rss_mb)]:.0f} MB, highest {rss_mb[max(rss_mb)]:.0f} MB)")
+    print(f"load average: {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     # The same figures as the README's "Node throughput" table (paste it from here).
-    print("\n| offered | sequencer | raw fan-out | sequencer / raw | node peak RSS |")
-    print("|---|---|---|---|---|")
+    print("\n| offered | sequencer | raw fan-out | sequencer / raw | fnl per node-CPU-s "
+          "| node peak RSS |")
+    print("|---|---|---|---|---|---|")
     for load in sorted(set(proto) | set(raw)):
         p, b = proto.get(load), raw.get(load)
-        print(f"| {load:,}/s | {_fmt(p)}/s | {_fmt(b)}/s | "
-              f"{f'{p / b:.2f}' if p is not None and b else '-'} | "
+        print(f"| {load:,}/s | {_per_s(p)} | {_per_s(b)} | "
+              f"{f'{p / b:.2f}' if p is not None and b else '-'} | {_fmt(per_cpu.get(load))} | "
               f"{f'{rss_mb[load]:.0f} MB' if load in rss_mb else '-'} |")
+
+
+def _spread(median: float | None, values: list[float]) -> str:
+    """The median, with the range when the point ran more than once."""
+    if median is None:
+        return "-"
+    if len(values) < 2:
+        return _fmt(median)
+    return f"{_fmt(median)} ({min(values) / 1000:.1f}-{max(values) / 1000:.1f}k)"
+
+
+def _per_s(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}/s"
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
 
 
 def _fmt(v: float | None) -> str:
@@ -281,6 +341,8 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="double the offered load (see above)")
     ap.add_argument("--first-load", type=int, default=1000, help="sweep: first total offered load")
     ap.add_argument("--max-load", type=int, default=128_000, help="sweep: stop after this load")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="sweep: runs per point, the median counts (a shared machine is noisy)")
     ap.add_argument("--baseline-node", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--start", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -293,7 +355,8 @@ def main() -> None:
         print(n)
         return
     if args.sweep:
-        sweep(args.hosts, args.first_load, args.max_load, args.seconds, args.window)
+        sweep(args.hosts, args.first_load, args.max_load, args.seconds, args.window,
+              max(1, args.repeat))
         return
     name = args.protocol
     with tempfile.TemporaryDirectory() as tmp:

@@ -38,6 +38,7 @@ from nodes.workload import Arrivals, intervals, workload_rng
 STOP_DELAY_S = 0.05  # a management `stop` lets its reply leave before the node winds down
 BURST_MAX = 64  # messages one workload callback offers at most (a late timer catches up)
 REFUSED_LOG_NS = 100_000_000  # `ev=refused` lines: at most one per 100 ms, with a count
+REFUSED_TICK_NS = 1_000_000  # a workload whose window is full looks again after this
 
 if TYPE_CHECKING:
     from nodes.aead import Sealer
@@ -218,6 +219,7 @@ class NodeRuntime:
         me = cfg.node_id
         fnl_from = core.fnl_from
         outs: list[Output] = []
+        refused_before = self.refused
         try:
             # The `send` lines of a burst reach the file in one write, before any of its
             # datagrams leaves (the crash-safety contract of NodeCore.broadcast).
@@ -244,7 +246,14 @@ class NodeRuntime:
         except Exception as exc:
             self._error(t, "broadcast", exc)
         self._log_refused(t)
-        self._at_true(max(self._next_planned, t), self._broadcast)
+        nxt = self._next_planned
+        if refused_before != self.refused:
+            # The window is full: what falls due in the next REFUSED_TICK_NS can only be
+            # refused too unless final deliveries free the window, so offer it in one burst
+            # then instead of waking up for each message (an overloaded node spent a fifth
+            # of its time in this callback and its timer, issue 18).
+            nxt = max(nxt, t + REFUSED_TICK_NS)
+        self._at_true(max(nxt, t), self._broadcast)
 
     def _log_refused(self, t: int, force: bool = False) -> None:
         """One `ev=refused` line (n: messages refused since the last line) at most every

@@ -5,7 +5,8 @@ Machines here reach no image registry (docs/platform.md), so the base is built w
 userspace shaper), imported with `docker import` and cached twice: as the tarball under
 /var/cache/testbed/ (survives a wiped engine) and as the image `testbed-base:bookworm-<key>`.
 The repository's `Dockerfile` is then built on it, offline: the Debian packages are already
-there and the shaper's Python binding arrives as a wheel built here.
+there and the shaper's Python binding arrives as a wheel built here, uvloop as the wheel of
+the host venv's own installation (packed back from its files), so docker nodes run uvloop.
 
 The node image is tagged `testbed-node:<project version>-<content hash>`, the hash covering the
 Dockerfile, `nodes/`, the shaper daemon, the wheels and the base's name, so an unchanged tree
@@ -14,11 +15,14 @@ reuses the image (no rebuild) and a changed one can never run stale node code.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import hashlib
 import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -133,6 +137,50 @@ def shaper_wheels() -> list[Path]:
     return sorted(out.glob("[Nn]etfilter[Qq]ueue-*.whl"))
 
 
+def uvloop_wheel() -> list[Path]:
+    """The uvloop the host's venv runs, packed back into its wheel (no registry needed), so
+    docker nodes run on uvloop like local ones (nodes/loop.py). Built once per version into
+    the cache; empty when the host has no uvloop (nodes then fall back to asyncio's loop)."""
+    try:
+        dist = metadata.distribution("uvloop")
+    except metadata.PackageNotFoundError:
+        return []
+    info = dist.read_text("WHEEL") or ""
+    tag = next((line.split(":", 1)[1].strip() for line in info.splitlines()
+                if line.startswith("Tag:")), None)
+    if tag is None or not tag.startswith("cp311-"):  # the image's Python is bookworm's 3.11
+        return []
+    out = CACHE / "wheels" / f"uvloop-{dist.version}-{tag}.whl"
+    if out.exists():
+        return [out]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    dist_info = f"uvloop-{dist.version}.dist-info"
+    skip = {f"{dist_info}/{n}" for n in ("INSTALLER", "REQUESTED", "RECORD", "direct_url.json")}
+    files = sorted(str(f) for f in dist.files or [] if str(f) not in skip
+                   and "__pycache__" not in str(f) and not str(f).startswith(".."))
+    record = []
+    tmp = out.with_suffix(".tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as whl:
+        for name in files:
+            data = Path(str(dist.locate_file(name))).read_bytes()
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            record.append(f"{name},sha256={digest.decode()},{len(data)}")
+            # A fixed timestamp: the same installed files give the same wheel, and so the
+            # same node image hash.
+            whl.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), data)
+        record.append(f"{dist_info}/RECORD,,")
+        whl.writestr(zipfile.ZipInfo(f"{dist_info}/RECORD", (1980, 1, 1, 0, 0, 0)),
+                     "\n".join(record) + "\n")
+    tmp.rename(out)
+    return [out]
+
+
+def cached_wheels() -> list[Path]:
+    """The wheels the node image installs, as cached here (see shaper_wheels, uvloop_wheel)."""
+    found = sorted((CACHE / "wheels").glob("[Nn]etfilter[Qq]ueue-*.whl"))
+    return found + sorted((CACHE / "wheels").glob("uvloop-*.whl"))
+
+
 def node_program() -> list[Path]:
     """The node program's files, as the node image and the remote backend's bundle ship them:
     `nodes/` and the userspace shaper with the package modules it imports (testbed/shaping's
@@ -163,7 +211,9 @@ def node_tag(base: str, wheels: list[Path]) -> str:
 def expected_tag() -> str:
     """The node image tag for this tree with the default debootstrap base, without an engine:
     what the docker backend runs unless told otherwise."""
-    return node_tag(base_tag(), sorted((CACHE / "wheels").glob("[Nn]etfilter[Qq]ueue-*.whl")))
+    with contextlib.suppress(OSError):  # packed here too, so the tag counts it as build() does
+        uvloop_wheel()
+    return node_tag(base_tag(), cached_wheels())
 
 
 def build(base: str = "auto", rebuild: bool = False) -> dict[str, str]:
@@ -173,7 +223,7 @@ def build(base: str = "auto", rebuild: bool = False) -> dict[str, str]:
     docker = client(timeout=900)
     try:
         base_name = ensure_base(docker, base)
-        wheels = shaper_wheels()
+        wheels = shaper_wheels() + uvloop_wheel()
         tag = node_tag(base_name, wheels)
         if not rebuild:
             try:

@@ -92,6 +92,11 @@ def test_quickstart_on_docker_delivers_every_message_in_one_total_order_with_pca
     assert len(pcaps) == 4 and all(size > 100_000 for size in pcaps.values()), pcaps
     lock = (run / "spec.lock.yaml").read_text()
     assert docker_image["id"] in lock
+    # The image ships the host venv's uvloop wheel (testbed/images.py): containers run the
+    # same event loop as local nodes (each node names its loop first thing in node.log).
+    for host in events:
+        log = (run / "nodes" / host / "node.log").read_text()
+        assert f"node {host}: event loop uvloop" in log, log[:500]
     assert _leftovers(run.name.rsplit("-", 1)[1]) == []
 
 

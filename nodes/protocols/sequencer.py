@@ -46,6 +46,9 @@ from nodes.wire import Flag, Header, Message, MsgType, Proto, mypyc_attr
 ORDER_ENTRY = struct.Struct("!HI")  # origin, mno
 FLUSH = "seq:flush"
 INCARNATION_SPAN = 1_000_000
+# An ORDER grows by coalescing (see _flush_orders) up to what fits one Ethernet frame with
+# its header: 1,356 bytes of (origin, mno) entries.
+ORDER_COALESCE_BYTES = 1400 - 44
 RELAYED = int(Flag.RELAYED)  # IntFlag arithmetic is slow on the receive path
 # Enum members as module constants: `MsgType.DATA` is a slow class-attribute lookup on the
 # per-datagram path (issue 18 item 4).
@@ -58,6 +61,53 @@ def pack_orders(entries: list[tuple[int, int]]) -> bytes:
 
 def unpack_orders(payload: bytes) -> list[tuple[int, int]]:
     return [ORDER_ENTRY.unpack_from(payload, i) for i in range(0, len(payload), ORDER_ENTRY.size)]
+
+
+class SeenMessages:
+    """The (origin, mno) of every data message R-delivered, for exact duplicate suppression in
+    bounded memory: per origin and incarnation, the contiguous range of mnos seen (reliable
+    FIFO delivers an origin's messages in order, so the range just grows at its top), plus a
+    set of the few seen outside it (relayed copies that arrived ahead of, or behind, the
+    FIFO stream). A plain set of keys grew by one entry per message for the whole run
+    (issue 18 item 3). Incarnations have ranges of their own: a restarted origin numbers
+    from `incarnation * INCARNATION_SPAN` on, far above its old range."""
+
+    __slots__ = ("ranges", "extra")
+
+    def __init__(self) -> None:
+        # (origin, incarnation) packed in one int -> [first seen - 1, last contiguous seen].
+        self.ranges: dict[int, list[int]] = {}
+        self.extra: set[tuple[int, int]] = set()
+
+    def __contains__(self, key: tuple[int, int]) -> bool:
+        origin, mno = key
+        r = self.ranges.get((origin << 16) | (mno // INCARNATION_SPAN))
+        return (r is not None and r[0] < mno <= r[1]) or key in self.extra
+
+    def add(self, key: tuple[int, int]) -> None:
+        origin, mno = key
+        lane = (origin << 16) | (mno // INCARNATION_SPAN)
+        r = self.ranges.get(lane)
+        if r is None:
+            self.ranges[lane] = [mno - 1, mno]
+            return
+        extra = self.extra
+        if mno == r[1] + 1:
+            r[1] = mno
+            while extra and (origin, r[1] + 1) in extra:
+                extra.discard((origin, r[1] + 1))
+                r[1] += 1
+        elif mno == r[0]:
+            r[0] = mno - 1
+            while extra and (origin, r[0]) in extra:
+                extra.discard((origin, r[0]))
+                r[0] -= 1
+        elif not r[0] < mno <= r[1]:
+            extra.add(key)
+
+    def __len__(self) -> int:
+        """Entries held (ranges and stragglers), not messages seen."""
+        return len(self.ranges) + len(self.extra)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by other protocols
@@ -85,7 +135,7 @@ class Sequencer(LayerBase):
         self.fnl_delivered = 0
         # Relay (see module docstring): every data message seen, and recent ones kept to
         # serve FETCH requests for an origin that crashed before everyone had its message.
-        self.seen: set[tuple[int, int]] = set()
+        self.seen = SeenMessages()
         # Oldest first. An OrderedDict, not a dict: evicting a plain dict's first key
         # (`next(iter(d))`) walks the deleted slots at its front, O(store) per message --
         # 22 % of a node's time under load (py-spy, issue 18).
@@ -227,6 +277,22 @@ class Sequencer(LayerBase):
             return []
         first = self.g + 1
         self.g += len(entries)
+        backlog = self.rm.backlog
+        if backlog:
+            # Reliable multicast holds our messages back (its window is full): the new
+            # numbers join the ORDER waiting at the backlog's tail, whose range they continue,
+            # instead of queueing one more ORDER behind it. Under overload the sequencer then
+            # spends one window slot per batch, not per flush -- tiny ORDERs had filled the
+            # window, and the delivered rate fell with the offered one (issue 18).
+            header, payload = backlog[-1]
+            if (header.type == _ORDER and len(payload) < ORDER_COALESCE_BYTES
+                    and header.seq + len(payload) // ORDER_ENTRY.size == first):
+                room = (ORDER_COALESCE_BYTES - len(payload)) // ORDER_ENTRY.size
+                backlog[-1] = (header, payload + pack_orders(entries[:room]))
+                first += len(entries[:room])
+                entries = entries[room:]
+                if not entries:
+                    return []
         header = Header(MsgType.ORDER, seq=first, origin=self.me)
         return self._up(self.rm.multicast(header, pack_orders(entries), now), now)
 
