@@ -43,6 +43,7 @@ SERIAL_GROUP = "serial"  # the xdist group of every root or timing test
 _ran_root = False  # whether this session (this xdist worker) ran a root test
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the group into the node id
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("root") or item.get_closest_marker("timing"):
