@@ -50,6 +50,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under `--dist loadgroup`, xdist names every grouped test `<id>@serial` on the workers;
+    a pytest or xdist that silently stops doing so would run two emulated networks at once."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    lost = [i.nodeid for i in session.items
+            if (i.get_closest_marker("root") or i.get_closest_marker("timing"))
+            and not i.nodeid.endswith(f"@{SERIAL_GROUP}")]
+    if lost:
+        raise pytest.UsageError(f"xdist did not group {len(lost)} root/timing tests (e.g. "
+                                f"{lost[0]}): this pytest/xdist pair ignores xdist_group")
+
+
 @pytest.fixture(autouse=True)
 def _root_policy(request: pytest.FixtureRequest) -> None:
     global _ran_root
