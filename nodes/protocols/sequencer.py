@@ -162,6 +162,10 @@ class Sequencer(LayerBase):
             return self._serve_fetch(src, msg)
         if typ == _DATA and h.flags & RELAYED:
             return self._r_deliver(msg, now)
+        if typ in (_DATA, _ORDER) and self.rm.next_in_order(msg):
+            # The common case, fused: reliable FIFO would hand just this message up
+            # (`ReliableMulticast.next_in_order`); no RDeliver, no lists in between.
+            return self._r_deliver(msg, now)
         return self._up(self.rm.on_message(src, msg, now), now)
 
     def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
