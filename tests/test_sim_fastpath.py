@@ -162,16 +162,32 @@ def test_hot_value_classes_keep_the_dataclass_contract() -> None:
     dataclass's: a hash of the field tuple), a readable repr, `Header.with_` a copy."""
     import inspect
 
-    from nodes import wire
+    from nodes import fastpath, wire
     from nodes.protocols import base
     from nodes.wire import Header, Message, MsgType, Proto
 
+    samples = {"dst": 4, "msg": Message(Header(MsgType.DATA)), "origin": 1, "mno": 2,
+               "seq": 3, "size": 5, "type": MsgType.ORDER,
+               "header": Header(MsgType.DATA, sender=6)}
     for name, expected in SIGNATURES.items():
         cls = getattr(base, name, None) or getattr(wire, name)
-        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
-        got = [(p.name, None if p.default is inspect.Parameter.empty else p.default)
-               for p in params]
-        assert got == expected, name
+        # Compiled, a native __init__ shows no signature: call it instead, by keyword and
+        # by position; the defaults must fill in, an unknown keyword must fail.
+        required = [p for p, default in expected if default is None]
+        given = {p: samples[p] for p in required}
+        obj = cls(**given)
+        assert [getattr(obj, p) for p, _ in expected] == [
+            given[p] if default is None else default for p, default in expected], name
+        assert cls(*given.values()) == obj
+        with pytest.raises(TypeError):
+            cls(**given, nonsense=1)
+        if required:
+            with pytest.raises(TypeError):
+                cls()
+        if not fastpath.active():
+            params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+            assert [(p.name, None if p.default is inspect.Parameter.empty else p.default)
+                    for p in params] == expected, name
     r = base.Received(1, 2, 3)
     assert r == base.Received(origin=1, mno=2, size=3, instance="") and r.instance == ""
     assert hash(r) == hash((1, 2, 3, "")) and r != base.Received(1, 2, 4)
