@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from nodes.clock import SkewedClock
 from nodes.config import NodeConfig
@@ -39,7 +39,8 @@ DROP_LOG_LIMIT = 10  # `drop` events logged per reason; past that they are only 
 class Output:
     """What one event makes the node do. A plain slotted class, not a dataclass: one is
     built per event, and the dataclass's default factories cost more than the rest of an
-    empty one (issue 18 item 4)."""
+    empty one (issue 18 item 4). Read what a core returns, never change it: events that do
+    nothing share one (`NOTHING`)."""
 
     __slots__ = ("sends", "timers")
 
@@ -56,6 +57,11 @@ class Output:
 
     def __repr__(self) -> str:
         return f"Output(sends={self.sends!r}, timers={self.timers!r})"
+
+
+# What an event that does nothing returns (`NodeCore._process`): shared, so never mutate an
+# Output a core returned -- read it.
+NOTHING: Final = Output()
 
 
 @dataclass
@@ -236,20 +242,29 @@ class NodeCore:
         self.log.close()
 
     def _process(self, actions: list[Any], t: int) -> Output:
-        out = Output()
+        # Most events (an arrival that is only logged, an ACK) send nothing and arm no timer:
+        # they all return the one shared empty Output, and the lists are built on first use.
         if not actions:
-            return out
+            return NOTHING
+        sends: list[tuple[int | None, bytes, Message]] | None = None
+        timers: list[tuple[str, int]] | None = None
         lt: int | None = None
         for a in actions:
             kind = type(a)
             if kind is Send:
-                out.sends.append((a.dst, encode(a.msg), a.msg))
+                if sends is None:
+                    sends = []
+                sends.append((a.dst, encode(a.msg), a.msg))
             elif kind is SetTimer:
-                out.timers.append((a.key, self.clock.duration_to_true(a.delay_ns)))
+                if timers is None:
+                    timers = []
+                timers.append((a.key, self.clock.duration_to_true(a.delay_ns)))
             elif kind is Reserve:
                 more = self._reserve(a, t)
-                out.sends += more.sends
-                out.timers += more.timers
+                if more.sends:
+                    sends = (sends or []) + more.sends
+                if more.timers:
+                    timers = (timers or []) + more.timers
             elif kind is Received:  # _record's commonest cases, inlined
                 lt = self.clock.local(t) if lt is None else lt
                 self.log.delivery(t, lt, "recv", f"{self.names[a.origin]}:{a.mno}", 0, a.size,
@@ -265,7 +280,9 @@ class NodeCore:
             else:
                 lt = self.clock.local(t) if lt is None else lt
                 self._record(a, t, lt)
-        return out
+        if sends is None and timers is None:
+            return NOTHING
+        return Output(sends, timers)
 
     def _reserve(self, a: Reserve, t: int) -> Output:
         """Admission control answers at once (004 §2.1 L91-93: reservations take effect

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import enum
 import struct
-from dataclasses import MISSING, dataclass, fields, replace
-from typing import Any, TypeVar
+from dataclasses import MISSING, fields
+from typing import Any, Final, TypeVar
 
 try:
     # mypyc (nodes/fastpath.py) reads this decorator; without mypy installed (the node image)
@@ -104,30 +104,74 @@ class WireError(ValueError):
         self.reason = reason
 
 
-@dataclass(frozen=True, slots=True)
 class Header:
-    type: MsgType
-    proto: int = Proto.RAW  # a Proto member, or another registered wire id
-    flags: int = 0
-    sender: int = 0
-    rseq: int = 0
-    origin: int = 0
-    mno: int = 0
-    seq: int = 0
-    hint: int = 0
-    slot: int = 0
-    ts: int = 0
-    aux: int = 0
-    length: int = 0
+    """The decoded header (fields as in the table above). Built for every datagram a node
+    sends or decodes, so Header and Message are plain slotted classes rather than frozen
+    dataclasses: compiled (nodes/fastpath.py), a dataclass's `__init__` stays interpreted
+    Python, these are native (issue 18 item 4). Same constructor (parameters, defaults), equal
+    and hashable by value as the dataclasses were; the fields are `Final`, so mypy rejects an
+    assignment to one (the simulator shares one decoded message among its receivers): change
+    a header with `with_`."""
+
+    __slots__ = ("type", "proto", "flags", "sender", "rseq", "origin", "mno", "seq", "hint",
+                 "slot", "ts", "aux", "length")  # FIELDS, spelled out for mypyc
+
+    def __init__(self, type: MsgType, proto: int = Proto.RAW, flags: int = 0,
+                 sender: int = 0, rseq: int = 0, origin: int = 0, mno: int = 0, seq: int = 0,
+                 hint: int = 0, slot: int = 0, ts: int = 0, aux: int = 0, length: int = 0):
+        self.type: Final = type
+        self.proto: Final = proto  # a Proto member, or another registered wire id
+        self.flags: Final = flags
+        self.sender: Final = sender
+        self.rseq: Final = rseq
+        self.origin: Final = origin
+        self.mno: Final = mno
+        self.seq: Final = seq
+        self.hint: Final = hint
+        self.slot: Final = slot
+        self.ts: Final = ts
+        self.aux: Final = aux
+        self.length: Final = length
+
+    def _key(self) -> tuple[int, ...]:
+        return (self.type, self.proto, self.flags, self.sender, self.rseq, self.origin,
+                self.mno, self.seq, self.hint, self.slot, self.ts, self.aux, self.length)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Header and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in FIELDS)
+        return f"Header({inner})"
 
     def with_(self, **changes: int) -> Header:
-        return replace(self, **changes)  # type: ignore[arg-type]
+        """A copy with `changes` (a field name that is not one is a TypeError)."""
+        values: dict[str, Any] = {name: getattr(self, name) for name in FIELDS}
+        values.update(changes)
+        return Header(**values)
 
 
-@dataclass(frozen=True, slots=True)
 class Message:
-    header: Header
-    payload: bytes = b""
+    """A header and its payload (a plain slotted class for speed, as `Header` explains)."""
+
+    __slots__ = ("header", "payload")
+
+    def __init__(self, header: Header, payload: bytes = b""):
+        self.header: Final = header
+        self.payload: Final = payload
+
+    def __eq__(self, other: object) -> bool:
+        return (type(other) is Message and self.header == other.header
+                and self.payload == other.payload)
+
+    def __hash__(self) -> int:
+        return hash((self.header, self.payload))
+
+    def __repr__(self) -> str:
+        return f"Message(header={self.header!r}, payload={self.payload!r})"
 
     @property
     def mid(self) -> str:
@@ -157,9 +201,6 @@ def quick_init(cls: type[_A]) -> type[_A]:
     cls.__init__ = init  # type: ignore[misc, method-assign]
     return cls
 
-
-quick_init(Header)
-quick_init(Message)
 
 # Enum construction by value is slow on the hot path; look members up in plain dicts.
 _TYPES = {int(t): t for t in MsgType}

@@ -22,6 +22,7 @@ from nodes.wire import Header, Message, MsgType, Proto
 def test_seen_matches_a_plain_set_and_stays_small() -> None:
     rng = random.Random(18)
     seen, plain = SeenMessages(), set()
+    fused = SeenMessages()  # driven through add_new, the sequencer's one-look-up path
     keys: list[tuple[int, int]] = []
     for origin in range(1, 6):
         # Two incarnations per origin; the first one's stream stops with a gap (a crash).
@@ -40,6 +41,7 @@ def test_seen_matches_a_plain_set_and_stays_small() -> None:
         if k[1] <= 0:
             continue
         assert (k in seen) == (k in plain), k
+        assert fused.add_new(k) == (k not in plain), k
         seen.add(k)
         plain.add(k)
         assert k in seen
@@ -47,6 +49,7 @@ def test_seen_matches_a_plain_set_and_stays_small() -> None:
     probes = [(o, m) for o in range(0, 7) for m in range(-5, 3100)]
     probes += [(o, INCARNATION_SPAN + m) for o in range(0, 7) for m in range(-5, 3100)]
     assert all((p in seen) == (p in plain) for p in probes)
+    assert (fused.ranges, fused.extra) == (seen.ranges, seen.extra)
     assert len(plain) > 30_000
     assert biggest < 400, biggest  # ranges + stragglers, against 30,000+ keys
 

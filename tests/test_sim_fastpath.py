@@ -120,6 +120,10 @@ def test_delivery_logs_are_those_of_the_simulator_before_the_speed_up() -> None:
     golden = json.loads((Path(__file__).parent / "sim_golden.json").read_text())
     assert len(golden) == 9
     assert golden_digests() == golden
+    from nodes.core import NOTHING
+
+    # Events that do nothing share one Output (NodeCore._process): nothing may have filled it.
+    assert NOTHING.sends == [] and NOTHING.timers == []
 
 
 def test_quick_init_keeps_the_frozen_dataclass_contract() -> None:
@@ -128,25 +132,90 @@ def test_quick_init_keeps_the_frozen_dataclass_contract() -> None:
     import dataclasses
     import inspect
 
-    from nodes.protocols.base import FinalDeliver, Received, Send, SetTimer
-    from nodes.wire import Header, Message, MsgType, Proto
+    from nodes.protocols.base import OptDeliver, SetTimer
 
-    for cls in (Received, FinalDeliver, Send, SetTimer, Header, Message):
+    for cls in (SetTimer, OptDeliver):
         params = list(inspect.signature(cls.__init__).parameters.values())[1:]
         assert [(p.name, p.default) for p in params] == [
             (f.name, inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default)
             for f in dataclasses.fields(cls)]
-    r = Received(1, 2, 3)
-    assert r == Received(origin=1, mno=2, size=3, instance="") and r.instance == ""
-    assert hash(r) == hash(Received(1, 2, 3)) and r != Received(1, 2, 4)
+    o = OptDeliver(1, 2, 3)
+    assert o == OptDeliver(origin=1, mno=2, size=3, instance="") and o.instance == ""
+    assert hash(o) == hash(OptDeliver(1, 2, 3)) and o != OptDeliver(1, 2, 4)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        r.size = 5  # type: ignore[misc]
+        o.size = 5  # type: ignore[misc]
+
+
+# The hot value classes that were frozen dataclasses, now plain slotted classes (a native
+# __init__ when compiled): their constructors, as the dataclasses had them.
+SIGNATURES = {
+    "Send": [("dst", None), ("msg", None)],
+    "Received": [("origin", None), ("mno", None), ("size", None), ("instance", "")],
+    "FinalDeliver": [("origin", None), ("mno", None), ("seq", None), ("size", None),
+                     ("instance", "")],
+    "Header": [("type", None)] + [(f, 0) for f in (
+        "proto", "flags", "sender", "rseq", "origin", "mno", "seq", "hint", "slot", "ts",
+        "aux", "length")],
+    "Message": [("header", None), ("payload", b"")],
+}
+
+
+def test_hot_value_classes_keep_the_dataclass_contract() -> None:
+    """Send, Received, FinalDeliver, Header and Message: same parameters and defaults as the
+    frozen dataclasses they replace, equal and hashable by value (the same hash as the
+    dataclass's: a hash of the field tuple), a readable repr, `Header.with_` a copy."""
+    import inspect
+
+    from nodes import fastpath, wire
+    from nodes.protocols import base
+    from nodes.wire import Header, Message, MsgType, Proto
+
+    samples = {"dst": 4, "msg": Message(Header(MsgType.DATA)), "origin": 1, "mno": 2,
+               "seq": 3, "size": 5, "type": MsgType.ORDER,
+               "header": Header(MsgType.DATA, sender=6)}
+    for name, expected in SIGNATURES.items():
+        cls = getattr(base, name, None) or getattr(wire, name)
+        # Compiled, a native __init__ shows no signature: call it instead, by keyword and
+        # by position; the defaults must fill in, an unknown keyword must fail.
+        required = [p for p, default in expected if default is None]
+        given = {p: samples[p] for p in required}
+        obj = cls(**given)
+        assert [getattr(obj, p) for p, _ in expected] == [
+            given[p] if default is None else default for p, default in expected], name
+        assert cls(*given.values()) == obj
+        with pytest.raises(TypeError):
+            cls(**given, nonsense=1)
+        if required:
+            with pytest.raises(TypeError):
+                cls()
+        if not fastpath.active():
+            params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+            assert [(p.name, None if p.default is inspect.Parameter.empty else p.default)
+                    for p in params] == expected, name
+    r = base.Received(1, 2, 3)
+    assert r == base.Received(origin=1, mno=2, size=3, instance="") and r.instance == ""
+    assert hash(r) == hash((1, 2, 3, "")) and r != base.Received(1, 2, 4)
+    assert r != base.OptDeliver(1, 2, 3)
     with pytest.raises(TypeError):
-        Received(1, 2)  # type: ignore[call-arg]
+        base.Received(1, 2)  # type: ignore[call-arg]
+    f = base.FinalDeliver(1, 2, 7, 3, "x")
+    assert f == base.FinalDeliver(1, 2, 7, 3, instance="x") != base.FinalDeliver(1, 2, 8, 3, "x")
+    assert repr(f) == "FinalDeliver(origin=1, mno=2, seq=7, size=3, instance='x')"
     h = Header(MsgType.DATA, origin=3, mno=9)
     assert (h.proto, h.seq, h.length) == (Proto.RAW, 0, 0)
     assert h.with_(seq=4) == Header(MsgType.DATA, Proto.RAW, 0, 0, 0, 3, 9, 4)
-    assert Message(h).payload == b""
+    assert h.with_(seq=4) != h and h.seq == 0
+    assert hash(h) == hash(Header(MsgType.DATA, 0, 0, 0, 0, 3, 9))
+    with pytest.raises(TypeError):
+        h.with_(nonsense=1)
+    m = Message(h)
+    assert m.payload == b"" and m.mid == "3:9" and m == Message(h, b"") != Message(h, b"x")
+    assert hash(m) == hash((h, b""))
+    s = base.Send(None, m)
+    assert s == base.Send(None, Message(h)) and hash(s) == hash((None, m))
+    assert wire.decode(wire.encode(Message(h.with_(length=2), b"ab"))) == Message(
+        h.with_(length=2), b"ab")
+    assert "origin=3" in repr(m)
 
 
 # -- the compiled hot path (nodes/fastpath.py) ----------------------------------------------

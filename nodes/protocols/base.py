@@ -23,7 +23,7 @@ node program itself needs no pydantic.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from nodes.protocols.params import (  # re-exported: protocols import them from here
     CommonParams as CommonParams,
@@ -43,12 +43,29 @@ from nodes.protocols.params import (
 from nodes.wire import Message, mypyc_attr, quick_init
 
 
-@dataclass(frozen=True, slots=True)
 class Send:
-    """Put a datagram on the network: to one member, or to every other member (dst=None)."""
+    """Put a datagram on the network: to one member, or to every other member (dst=None).
 
-    dst: int | None
-    msg: Message
+    Send, Received and FinalDeliver are built once or twice per simulated event, so like
+    `RDeliver` they are plain slotted classes rather than frozen dataclasses: compiled
+    (nodes/fastpath.py), a dataclass's `__init__` stays interpreted Python, these are native
+    (issue 18 item 4). Same constructor (parameters, defaults), equal and hashable by value as
+    the dataclasses were; the fields are `Final`, so mypy rejects an assignment to one."""
+
+    __slots__ = ("dst", "msg")
+
+    def __init__(self, dst: int | None, msg: Message):
+        self.dst: Final = dst
+        self.msg: Final = msg
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Send and self.dst == other.dst and self.msg == other.msg
+
+    def __hash__(self) -> int:
+        return hash((self.dst, self.msg))
+
+    def __repr__(self) -> str:
+        return f"Send(dst={self.dst!r}, msg={self.msg!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,17 +112,33 @@ class OptDeliver:
     instance: str = ""
 
 
-@dataclass(frozen=True, slots=True)
 class FinalDeliver:
-    """Final (authoritative) total-order delivery at position seq."""
+    """Final (authoritative) total-order delivery at position seq. `instance` is the layer
+    instance that produced it ("" = the node's protocol); the log writes it as the event's
+    `proto` ("<protocol>#<scope>" for a second instance in one node). A plain slotted class
+    for speed, as `Send` explains."""
 
-    origin: int
-    mno: int
-    seq: int
-    size: int
-    # The layer instance that produced it ("" = the node's protocol); the log writes it as
-    # the event's `proto` ("<protocol>#<scope>" for a second instance in one node).
-    instance: str = ""
+    __slots__ = ("origin", "mno", "seq", "size", "instance")
+
+    def __init__(self, origin: int, mno: int, seq: int, size: int, instance: str = ""):
+        self.origin: Final = origin
+        self.mno: Final = mno
+        self.seq: Final = seq
+        self.size: Final = size
+        self.instance: Final = instance
+
+    def _key(self) -> tuple[int, int, int, int, str]:
+        return (self.origin, self.mno, self.seq, self.size, self.instance)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is FinalDeliver and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (f"FinalDeliver(origin={self.origin!r}, mno={self.mno!r}, seq={self.seq!r}, "
+                f"size={self.size!r}, instance={self.instance!r})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,20 +153,34 @@ class EnsuredDeliver:
     instance: str = ""
 
 
-@dataclass(frozen=True, slots=True)
 class Received:
-    """A data message reached this process (logged as `recv`; analysis splits latency here)."""
+    """A data message reached this process (logged as `recv`; analysis splits latency here).
+    `instance` as in `FinalDeliver`. A plain slotted class for speed, as `Send` explains."""
 
-    origin: int
-    mno: int
-    size: int
-    # The layer instance that produced it ("" = the node's protocol); the log writes it as
-    # the event's `proto` ("<protocol>#<scope>" for a second instance in one node).
-    instance: str = ""
+    __slots__ = ("origin", "mno", "size", "instance")
+
+    def __init__(self, origin: int, mno: int, size: int, instance: str = ""):
+        self.origin: Final = origin
+        self.mno: Final = mno
+        self.size: Final = size
+        self.instance: Final = instance
+
+    def _key(self) -> tuple[int, int, int, str]:
+        return (self.origin, self.mno, self.size, self.instance)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Received and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (f"Received(origin={self.origin!r}, mno={self.mno!r}, size={self.size!r}, "
+                f"instance={self.instance!r})")
 
 
-# The actions every message passes through: a faster __init__ (nodes/wire.py `quick_init`).
-for _cls in (Send, SetTimer, OptDeliver, FinalDeliver, Received):
+# The other actions on the common path: a faster __init__ (nodes/wire.py `quick_init`).
+for _cls in (SetTimer, OptDeliver):
     quick_init(_cls)
 
 

@@ -201,6 +201,24 @@ class ReliableMulticast:
                     out.append(Send(sender, self._control(MsgType.ACK, rseq=stream.delivered)))
         return out
 
+    def next_in_order(self, msg: Message) -> bool:
+        """`on_message`'s common case for a message that carries an upper layer's data (not
+        NACK, ACK or HEARTBEAT), taken by an upper layer that fuses it with its own receive
+        path (nodes/protocols/sequencer.py): `msg` is the next of its sender's current
+        stream and nothing waits behind it. Then the stream advances exactly as `_receive`
+        would advance it and the answer is True: `on_message` would have returned just
+        `[RDeliver(sender, msg)]`. Otherwise False, nothing changed: call `on_message`."""
+        h = msg.header
+        stream = self.streams.get(h.sender)
+        if (stream is None or h.aux != stream.incarnation or stream.adopt or stream.buffer
+                or h.rseq != stream.delivered + 1):
+            return False
+        rseq = stream.delivered = h.rseq
+        if stream.highest_seen <= rseq:  # nothing seen beyond: no gap
+            stream.highest_seen = rseq
+            stream.gap_since = stream.nack_at = -1
+        return True
+
     # -- receiving ----------------------------------------------------------------------------
     def _receive(self, stream: _Stream, msg: Message, now: int) -> list[Action]:
         rseq = msg.header.rseq

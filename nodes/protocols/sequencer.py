@@ -105,6 +105,34 @@ class SeenMessages:
         elif not r[0] < mno <= r[1]:
             extra.add(key)
 
+    def add_new(self, key: tuple[int, int]) -> bool:
+        """`key not in self`, then `self.add(key)` if so, with one look-up of its range: the
+        sequencer's per-message path."""
+        origin, mno = key
+        lane = (origin << 16) | (mno // INCARNATION_SPAN)
+        r = self.ranges.get(lane)
+        if r is None:
+            if self.extra and key in self.extra:
+                return False
+            self.ranges[lane] = [mno - 1, mno]
+            return True
+        extra = self.extra
+        if r[0] < mno <= r[1] or (extra and key in extra):
+            return False
+        if mno == r[1] + 1:
+            r[1] = mno
+            while extra and (origin, r[1] + 1) in extra:
+                extra.discard((origin, r[1] + 1))
+                r[1] += 1
+        elif mno == r[0]:
+            r[0] = mno - 1
+            while extra and (origin, r[0]) in extra:
+                extra.discard((origin, r[0]))
+                r[0] -= 1
+        else:
+            extra.add(key)
+        return True
+
     def __len__(self) -> int:
         """Entries held (ranges and stragglers), not messages seen."""
         return len(self.ranges) + len(self.extra)
@@ -162,6 +190,10 @@ class Sequencer(LayerBase):
             return self._serve_fetch(src, msg)
         if typ == _DATA and h.flags & RELAYED:
             return self._r_deliver(msg, now)
+        if typ in (_DATA, _ORDER) and self.rm.next_in_order(msg):
+            # The common case, fused: reliable FIFO would hand just this message up
+            # (`ReliableMulticast.next_in_order`); no RDeliver, no lists in between.
+            return self._r_deliver(msg, now)
         return self._up(self.rm.on_message(src, msg, now), now)
 
     def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
@@ -190,10 +222,8 @@ class Sequencer(LayerBase):
         typ = h.type
         if typ == _DATA:
             key = (h.origin, h.mno)
-            seen = self.seen
-            if key in seen:
+            if not self.seen.add_new(key):
                 return []  # a relayed copy of what reliable multicast already gave us
-            seen.add(key)
             store = self.store
             store[key] = msg
             if len(store) > self.store_limit:
