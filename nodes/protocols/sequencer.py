@@ -85,25 +85,7 @@ class SeenMessages:
         return (r is not None and r[0] < mno <= r[1]) or key in self.extra
 
     def add(self, key: tuple[int, int]) -> None:
-        origin, mno = key
-        lane = (origin << 16) | (mno // INCARNATION_SPAN)
-        r = self.ranges.get(lane)
-        if r is None:
-            self.ranges[lane] = [mno - 1, mno]
-            return
-        extra = self.extra
-        if mno == r[1] + 1:
-            r[1] = mno
-            while extra and (origin, r[1] + 1) in extra:
-                extra.discard((origin, r[1] + 1))
-                r[1] += 1
-        elif mno == r[0]:
-            r[0] = mno - 1
-            while extra and (origin, r[0]) in extra:
-                extra.discard((origin, r[0]))
-                r[0] -= 1
-        elif not r[0] < mno <= r[1]:
-            extra.add(key)
+        self.add_new(key)
 
     def add_new(self, key: tuple[int, int]) -> bool:
         """`key not in self`, then `self.add(key)` if so, with one look-up of its range: the
