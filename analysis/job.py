@@ -10,26 +10,15 @@ from typing import Any
 from analysis.checks import check_suite, log_claims
 from analysis.fault_history import fault_history
 from analysis.ingest import EVENTS_PARQUET, ingest
-from analysis.liveness import liveness_section, read_drain
 from analysis.load import load_section
-from analysis.membership import membership_section
 from analysis.metrics import clock_offsets, fnl_latency, message_counts, recovery, throughput
 from analysis.optimistic import optimistic_metrics
-from analysis.qos import latency_check, qos_for_run
 from analysis.session import EVENT_LINE_BYTES, spark_session
 from analysis.switching import switching_section
 from analysis.transit import transit_section
+from analysis.verdict import finish
 
 SUMMARY = "summary.json"
-
-
-def checks_ok(summary: dict[str, Any]) -> bool:
-    """True when every claimed checker in the summary found no violation (a check without
-    `claimed`, from an older summary, counts as claimed) and no node caught an exception
-    (`node_errors`: an exception in a node is a bug, never a silent limp)."""
-    return (all(c.get("violations", 0) == 0 for c in summary.get("checks", {}).values()
-                if c.get("claimed", True))
-            and not summary.get("node_errors", {}).get("total", 0))
 
 
 def node_errors(events: Any) -> dict[str, Any]:
@@ -134,29 +123,10 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
             summary["network"] = network
     finally:
         data.release()
-    membership = membership_section(run_dir)  # primary views (001 4.1) and notifications
-    if membership:
-        summary["checks"].update(membership["checks"])
-        summary["membership"] = membership["membership"]
-    if "local_order" in summary:
-        summary["checks"]["local_order"] = summary.pop("local_order")
-        summary["checks"]["local_order"]["claimed"] = "local_order" in claims
-    qos = qos_for_run(run_dir, history, history.correct)
-    if qos:
-        # 004's bounds (docs/qos.md): a latency above the bound fails the run only when the
-        # run met the bound's assumptions; a run with gaps (§7) is held to Def. 2 instead of
-        # agreement and validity.
-        summary["qos"] = qos
-        summary["checks"]["latency_bound"] = {**latency_check(qos), "claimed": True}
-        if "gaps" in qos:
-            summary["checks"]["gap_liveness"] = {**qos["gaps"], "claimed": True}
-            for name in ("agreement", "validity"):
-                summary["checks"][name]["claimed"] = False
     uncertainty = clock_uncertainty_ms(run_dir)
     if uncertainty is not None:  # next to the latencies that depend on it (docs/remote.md)
         summary["latency"]["fnl"]["clock_uncertainty_ms"] = uncertainty
-    summary["liveness"] = liveness_section(read_drain(run_dir), summary["checks"])
-    summary["ok"] = checks_ok(summary)
+    finish(summary, run_dir, history, claims)
     summary["analysis_s"] = round(time.monotonic() - started, 3)
     (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
     return summary

@@ -19,11 +19,11 @@ import numpy as np
 
 from analysis import plots
 from analysis import report_data as rd
-from analysis.job import checks_ok
 from analysis.liveness import liveness_line
 from analysis.plots import Arrow, Band, Series
 from analysis.qos import qos_html
 from analysis.switching import switch_windows
+from analysis.verdict import checks_ok
 
 REPORT = "report.html"
 COMPARISON = "comparison.html"

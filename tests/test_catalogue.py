@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from analysis.checks import UNKNOWN_CLAIMS, claims_of
-from analysis.job import checks_ok
 from analysis.report import verdict
+from analysis.verdict import checks_ok
 from nodes import wire
 from nodes.protocols import catalogue, make_protocol
 from nodes.protocols.base import LayerBase

@@ -15,8 +15,8 @@ from pyspark.sql import SparkSession
 from analysis.checks import check_suite
 from analysis.fault_history import fault_history
 from analysis.ingest import ingest
-from analysis.job import checks_ok
 from analysis.session import spark_session
+from analysis.verdict import checks_ok
 from nodes.protocols import catalogue
 from tests import protosim as ps
 from tests.test_protocols import RELIABLE, TRIANGLE, ack_on_receipt, cbcast_on_receipt
