@@ -17,6 +17,21 @@ Wire: t_m is a payload prefix of n unsigned 32-bit entries in member order (4n b
 then the application payload; each message held back is logged as `hold`. Group membership and
 flush (ISIS) are out of scope: a crashed sender's lost message holds its dependants for ever
 (L356-360).
+
+Restarts (B2's conditions compare counts that never go back; integrity): a restarted process
+used to start VT_i[i] at 0 again, so its new messages carried t_m[i] <= VT_j[i] and every
+receiver discarded them as duplicates (and their mids collided with the old incarnation's);
+a restarted receiver, with VT_j = 0, held every message for ever (condition (1) waits for
+messages sent before it restarted). Now an entry of VT counts in its member's incarnation
+range, `incarnation * INCARNATION_SPAN` + messages (the sequencer's convention), so mnos
+continue and
+- B4 (ours) a message whose own entry lies in a newer incarnation range than VT_j[i] starts
+  i's new stream: VT_j[i] := the range's base (reliable FIFO hands the new incarnation's
+  messages up from its first). What i's old incarnation left undelivered here is lost with
+  it, and dependencies on it count as met (t_m[i] of the old range <= VT_j[i]);
+- B5 (ours) a restarted receiver joins each sender's stream at the first message reliable
+  FIFO hands it (which joins from the present too): VT_j[i] := t_m[i] - 1 then. A
+  dependency on a sender it has not heard from since its restart holds until it does.
 """
 
 from __future__ import annotations
@@ -33,6 +48,7 @@ from nodes.protocols.base import (
     Received,
 )
 from nodes.protocols.reliable import ReliableMulticast, reliable_kwargs
+from nodes.protocols.sequencer import INCARNATION_SPAN
 from nodes.wire import Header, Message, MsgType
 
 WIRE_ID = 7
@@ -49,6 +65,10 @@ class Cbcast(LayerBase):
         self.rm = ReliableMulticast(me, members, proto=WIRE_ID, scope=scope,
                                     **reliable_kwargs(params))
         self.vt = [0] * len(self.members)  # VT_j
+        incarnation = int(params.get("incarnation", 0))
+        self.vt[self.index[me]] = incarnation * INCARNATION_SPAN  # B4: mnos continue
+        # B5: the senders whose stream a restarted receiver has joined (all, otherwise).
+        self.joined = set(range(len(self.members))) if incarnation == 0 else {self.index[me]}
         self.held: list[tuple[int, list[int], Message]] = []  # (origin, t_m, message)
         self.delivered = 0  # local delivery count: the `seq` of each fnl
         self.max_held = 0
@@ -100,14 +120,22 @@ class Cbcast(LayerBase):
             return []
         t_m = list(self.vt_format.unpack_from(msg.payload))
         i = self.index[h.origin]
+        moved = False
+        if i not in self.joined:  # B5
+            self.joined.add(i)
+            moved = t_m[i] - 1 > self.vt[i]
+            self.vt[i] = max(self.vt[i], t_m[i] - 1)
+        elif t_m[i] // INCARNATION_SPAN > self.vt[i] // INCARNATION_SPAN:  # B4
+            self.vt[i] = t_m[i] // INCARNATION_SPAN * INCARNATION_SPAN
+            moved = True
         if t_m[i] <= self.vt[i]:
-            return []
+            return self._rescan() if moved else []
         out: list[Action] = [Received(h.origin, h.mno, len(msg.payload) - size, self.instance)]
         if not self._deliverable(i, t_m):
             self.held.append((i, t_m, msg))
             self.max_held = max(self.max_held, len(self.held))
-            return out + [Log("hold", {"origin": h.origin, "mno": h.mno,
-                                       "held": len(self.held)})]
+            out.append(Log("hold", {"origin": h.origin, "mno": h.mno, "held": len(self.held)}))
+            return out + self._rescan() if moved else out
         out += self._deliver(i, t_m, msg)
         return out + self._rescan()
 

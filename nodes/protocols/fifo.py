@@ -8,6 +8,13 @@ The rules, with the project's 1-based numbers (002 starts C_i at 0 and V at -1):
 Nothing is retransmitted (L70: "no reliability"), so a lost datagram is a gap for good and a
 reordered one arrives late and is dropped: the baseline that shows what loss does to every
 check. It claims FIFO order and integrity only. Each discard is logged as `late`.
+
+Restarts (integrity; A0.2's V[i] assumes C_i never goes back): a restarted process used to
+number from 1 again, so its receivers, whose V[i] still held the old incarnation's count,
+dropped its new messages as `late`, and their mids collided with the old ones. C_i now
+starts at `incarnation * INCARNATION_SPAN` (the sequencer's convention): a counter that
+continues above anything the earlier incarnation sent, so V[i] and the mids need nothing
+else. A restarted receiver starts with V = 0 and takes each sender from its next message.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodes.protocols.base import Action, FinalDeliver, LayerBase, Log, Send
+from nodes.protocols.sequencer import INCARNATION_SPAN
 from nodes.wire import Header, Message, MsgType
 
 WIRE_ID = 6
@@ -23,7 +31,8 @@ WIRE_ID = 6
 class Fifo(LayerBase):
     def __init__(self, me: int, members: list[int], params: dict[str, Any]):
         self.me = me
-        self.next_c = 1  # C_i
+        # C_i: continues across restarts (module docstring, "Restarts").
+        self.next_c = int(params.get("incarnation", 0)) * INCARNATION_SPAN + 1
         self.seen = {m: 0 for m in members if m != me}  # V[i]
         self.delivered = 0  # local delivery count: the `seq` of each fnl
         self.late = 0

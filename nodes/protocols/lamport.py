@@ -17,6 +17,22 @@ State: the Lamport clock L, a queue Q ordered by (ts, origin), and last[q], the 
   the evidence (o_h's later messages carry larger timestamps), so the origin need not ack its
   own message; a strict ">" would stall delivery behind an idle origin, a classic off-by-one.
 
+Restarts (L4 assumes that nothing smaller than last[q] will still come from q, and integrity
+assumes mids are unique): a restarted process used to number its messages from 1 again (its
+mids collided with the old incarnation's; nodes delivered h3:1.. twice) and restarted its
+clock at 0, so its first messages carried timestamps below what the others had already
+delivered, and were ordered behind them at some nodes and ahead at others. Now
+- mnos start at `incarnation * INCARNATION_SPAN` (the sequencer's convention);
+- L0 (ours) a restarted process multicasts a JOIN (a null message, `slot` 1) and holds its
+  broadcasts until every other member has answered with a WELCOME (a null message, `slot`
+  2, `hint` = the joiner, `mno` = its incarnation) sent after it saw the new incarnation:
+  a WELCOME's timestamp exceeds everything its sender delivered, and everything it can
+  still deliver on the old incarnation's last[q] (that never grows again), so the joiner's
+  clock, past every WELCOME, puts its messages after all of them. Every process answers
+  the first message of a newer incarnation of q with a WELCOME; reliable FIFO resets q's
+  stream for it. A member that never answers (crashed) holds the joiner's messages, as it
+  holds every delivery anyway.
+
 Wire: `ts` travels in the header's `seq`; the ACK is an R-multicast MsgType.DUMMY (a null
 message: MsgType.ACK belongs to the NACK layer's cumulative acknowledgements). Deliveries are
 `fnl` with `seq` the local delivery count. Failure-free: a crashed member stops all delivery
@@ -42,9 +58,11 @@ from nodes.protocols.base import (
     typed_params,
 )
 from nodes.protocols.reliable import ReliableMulticast, ReliableParams, reliable_kwargs
+from nodes.protocols.sequencer import INCARNATION_SPAN
 from nodes.wire import Header, Message, MsgType
 
 WIRE_ID = 9
+JOIN, WELCOME = 1, 2  # `slot` of the restart handshake's null messages (L0)
 
 
 @dataclass(frozen=True)
@@ -69,7 +87,13 @@ class Lamport(LayerBase):
         self.clock = 0  # L
         self.queue: list[tuple[int, int, int, int]] = []  # Q: (ts, origin, mno, size)
         self.last = {q: (0, q) for q in self.others}
-        self.mno = 0
+        self.incarnation = int(params.get("incarnation", 0))
+        self.mno = self.incarnation * INCARNATION_SPAN  # mids stay unique across restarts
+        self.seen_inc = dict.fromkeys(self.others, 0)  # newest incarnation heard of each q
+        # L0: a restarted process holds its broadcasts until every other member welcomed it.
+        self.joining = self.incarnation > 0
+        self.welcomed: set[int] = set()
+        self.held: list[tuple[int, bytes]] = []  # (mno, payload) broadcast while joining
         self.ack_armed = False
         self.sent_since_receipt = False
         self.acks_sent = 0
@@ -77,16 +101,26 @@ class Lamport(LayerBase):
 
     # -- Layer interface ----------------------------------------------------------------------
     def start(self, now: int) -> list[Action]:
-        return self.rm.start(now)
+        out = self.rm.start(now)
+        if self.joining:  # L0
+            header = Header(MsgType.DUMMY, origin=self.me, seq=self.clock, ts=now, slot=JOIN)
+            out += self._up(self.rm.multicast(header, b"", now), now)
+        return out
 
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
-        """L1."""
-        self.clock += 1
+        """L1 (held while joining, L0)."""
         self.mno += 1
-        heapq.heappush(self.queue, (self.clock, self.me, self.mno, len(payload)))
+        if self.joining:
+            self.held.append((self.mno, payload))
+            return [Log("send", {"mno": self.mno, "size": len(payload)})]
+        return self._send(self.mno, payload, now, log=True)
+
+    def _send(self, mno: int, payload: bytes, now: int, log: bool) -> list[Action]:
+        self.clock += 1
+        heapq.heappush(self.queue, (self.clock, self.me, mno, len(payload)))
         self.sent_since_receipt = True
-        header = Header(MsgType.DATA, origin=self.me, mno=self.mno, seq=self.clock, ts=now)
-        out: list[Action] = [Log("send", {"mno": self.mno, "size": len(payload)})]
+        header = Header(MsgType.DATA, origin=self.me, mno=mno, seq=self.clock, ts=now)
+        out: list[Action] = [Log("send", {"mno": mno, "size": len(payload)})] if log else []
         out += self._up(self.rm.multicast(header, payload, now), now)
         return out + self._deliver()
 
@@ -126,6 +160,14 @@ class Lamport(LayerBase):
         if (ts, q) > self.last[q]:
             self.last[q] = (ts, q)
         out: list[Action] = []
+        if h.aux > self.seen_inc[q]:  # L0: q restarted; welcome it
+            self.seen_inc[q] = h.aux
+            out += self._ack(now, welcome=(q, h.aux))
+        if (h.type == MsgType.DUMMY and h.slot == WELCOME and self.joining
+                and h.hint == self.me and h.mno == self.incarnation):
+            self.welcomed.add(q)
+            if self.welcomed.issuperset(self.others):
+                out += self._joined(now)
         if h.type == MsgType.DATA:  # L2
             heapq.heappush(self.queue, (ts, h.origin, h.mno, len(msg.payload)))
             out.append(Received(h.origin, h.mno, len(msg.payload), self.instance))
@@ -138,12 +180,25 @@ class Lamport(LayerBase):
                     out.append(SetTimer(self.ack_key, self.ack_delay_ns))
         return out + self._deliver()  # L3 (an ACK) only moves last[q]
 
-    def _ack(self, now: int) -> list[Action]:
+    def _ack(self, now: int, welcome: tuple[int, int] | None = None) -> list[Action]:
         self.clock += 1
         self.acks_sent += 1
         self.sent_since_receipt = True
-        header = Header(MsgType.DUMMY, origin=self.me, seq=self.clock, ts=now)
+        if welcome is None:
+            header = Header(MsgType.DUMMY, origin=self.me, seq=self.clock, ts=now)
+        else:
+            header = Header(MsgType.DUMMY, origin=self.me, seq=self.clock, ts=now,
+                            slot=WELCOME, hint=welcome[0], mno=welcome[1])
         return self._up(self.rm.multicast(header, b"", now), now)
+
+    def _joined(self, now: int) -> list[Action]:
+        """L0 done: the clock is past every WELCOME; send what was held, in order."""
+        self.joining = False
+        held, self.held = self.held, []
+        out: list[Action] = [Log("joined", {"held": len(held), "clock": self.clock})]
+        for mno, payload in held:
+            out += self._send(mno, payload, now, log=False)
+        return out
 
     def _deliver(self) -> list[Action]:
         """L4."""

@@ -15,7 +15,31 @@ the brief's M1-M4, over reliable FIFO multicast (the NACK layer) as the fixed se
 Resilience (M5, option L) and token-site reformation after a crash (Chang-Maxemchuk's
 membership phase) are not implemented: a crashed site stops the order.
 
-Wire: ORDER carries the first number in `seq`, the next site in `slot`, and (origin u16, mno
+Restarts (integrity, and M2's "U is exactly what nobody ordered yet"): a restarted process
+used to number its messages from 1 again (its mids collided with the old incarnation's, and
+the others dropped its new messages as already received), waited for ever at next_deliver =
+1 -- so the token passed to it was never taken again and the order stopped -- and, as the
+ring's first member, believed it held the token. Now
+- mnos start at `incarnation * INCARNATION_SPAN` (the sequencer's convention);
+- M6 (ours) a restarted process (incarnation > 0) starts without the token and joins the
+  order at the first ORDER it R-delivers (next_deliver = its first number). What it received
+  before may have been ordered before that point, and ordering it again would give one
+  message two numbers. An origin's messages are numbered in FIFO order (every site orders U
+  in reliable FIFO's receive order), so once an ORDER from the join point on names (o, n),
+  o's messages below n that no recorded ORDER names were ordered before the join: they are
+  dropped. Until then o's messages stay out of the ORDERs this process issues (another site
+  orders them: every site holds them). Conversely an ORDER from the join point on may name a
+  message sent before the restart, which reliable FIFO never hands it: an entry (o, n) below
+  the first message of o it received is skipped (M4 would wait for it for ever, and with it
+  the token).
+- M7 (ours) the token passed to a member that is down stays with it, and its new incarnation
+  never gets that ORDER (reliable FIFO joins from the present): the order stopped for good.
+  The member that passed it, on hearing its successor's new incarnation while no ORDER
+  followed its own, passes the token again with an empty ORDER (`token_repass`), at which
+  the restarted process joins and takes it. Not claimed: if the crashed member had issued an
+  ORDER that reached some members and not the one that passed it the token, the two numberings
+  conflict (membership would settle it; out of scope).
+ in `seq`, the next site in `slot`, and (origin u16, mno
 u32) entries as the fixed sequencer's ORDER does; an empty ORDER just passes the token.
 """
 
@@ -36,7 +60,7 @@ from nodes.protocols.base import (
     typed_params,
 )
 from nodes.protocols.reliable import ReliableMulticast, ReliableParams, reliable_kwargs
-from nodes.protocols.sequencer import pack_orders, unpack_orders
+from nodes.protocols.sequencer import INCARNATION_SPAN, pack_orders, unpack_orders
 from nodes.wire import Header, Message, MsgType
 
 WIRE_ID = 10
@@ -59,16 +83,26 @@ class MovingSequencer(LayerBase):
         self.hold_ns = round(p.token_hold_ms * 1e6)
         self.flush_key, self.hold_key = f"ms:{scope}:flush", f"ms:{scope}:hold"
         self.instance = "" if scope == "rm" else f"moving-sequencer#{scope}"
-        self.mno = 0
+        self.incarnation = int(params.get("incarnation", 0))
+        self.mno = self.incarnation * INCARNATION_SPAN  # mids stay unique across restarts
+        # M6: a restarted process joins at its first ORDER; per origin, the first number an
+        # ORDER from there on names (None: a process that never restarted orders anything).
+        self.joining = self.incarnation > 0
+        self.first_named: dict[int, int] | None = {} if self.joining else None
+        self.join_seq: int | None = None
+        # M6: per origin, the first message received since the restart (ours: our first).
+        self.first_data: dict[int, int] | None = {me: self.mno + 1} if self.joining else None
         self.received: dict[tuple[int, int], int] = {}  # DATA received: key -> size
         self.unordered: dict[tuple[int, int], None] = {}  # U, in receive order
         self.order: dict[int, tuple[int, int]] = {}  # seq -> key (recorded ORDER entries)
         self.ordered: set[tuple[int, int]] = set()
         self.next_deliver = 1
         self.g = 0  # highest number assigned by the ORDERs seen
-        self.site = me == ring[0]  # the first member starts with the token
+        self.site = me == ring[0] and not self.joining  # the first member starts with it
         self.token_due: int | None = None  # last number of the ORDER that passed us the token
         self.flush_armed = False
+        self.passed_at: int | None = None  # M7: g when our last ORDER passed the token on
+        self.succ_inc = 0  # M7: the newest incarnation of succ heard
         self.orders_sent = 0
         self.delivered = 0
 
@@ -109,6 +143,9 @@ class MovingSequencer(LayerBase):
                 out.append(a)
                 continue
             h = a.msg.header
+            if h.sender == self.succ and h.aux > self.succ_inc:
+                self.succ_inc = h.aux
+                out += self._repass(now)
             if h.type == MsgType.DATA:
                 out += self._on_data(a.msg)
             elif h.type == MsgType.ORDER:
@@ -120,6 +157,11 @@ class MovingSequencer(LayerBase):
         key = (h.origin, h.mno)
         if key in self.received:
             return []
+        if self.first_data is not None:
+            self.first_data.setdefault(h.origin, h.mno)
+        first = None if self.first_named is None else self.first_named.get(h.origin)
+        if first is not None and h.mno < first and key not in self.ordered:
+            return []  # M6: ordered before this process joined
         self.received[key] = len(msg.payload)
         out: list[Action] = [Received(h.origin, h.mno, len(msg.payload), self.instance)]
         if key not in self.ordered:
@@ -133,20 +175,48 @@ class MovingSequencer(LayerBase):
         """M3."""
         h = msg.header
         entries = unpack_orders(msg.payload)
+        if self.joining:  # M6
+            self.joining = False
+            self.next_deliver = self.join_seq = h.seq
+        elif self.join_seq is not None and h.seq < self.join_seq:
+            return []  # an ORDER from before our join point (another site's stream)
         for k, key in enumerate(entries):
             self.order[h.seq + k] = key
             self.ordered.add(key)
             self.unordered.pop(key, None)
+        if self.first_named is not None:
+            self._note_named(entries)
         last = h.seq + len(entries) - 1
         self.g = max(self.g, last)
         if h.slot == self.me:
             self.token_due = last
         return self._deliver()
 
+    def _note_named(self, entries: list[tuple[int, int]]) -> None:
+        """M6: an origin's first number named since the join; its unnamed messages below it
+        were ordered before the join."""
+        assert self.first_named is not None
+        for origin, mno in entries:
+            if origin in self.first_named:
+                continue
+            self.first_named[origin] = mno
+            for key in [k for k in self.received if k[0] == origin and k[1] < mno
+                        and k not in self.ordered]:
+                del self.received[key]
+                self.unordered.pop(key, None)
+
     def _deliver(self) -> list[Action]:
         """M4, then M3's condition for taking the token."""
         out: list[Action] = []
-        while (key := self.order.get(self.next_deliver)) is not None and key in self.received:
+        while (key := self.order.get(self.next_deliver)) is not None:
+            if key not in self.received:
+                first = None if self.first_data is None else self.first_data.get(key[0])
+                if first is None or key[1] >= first:
+                    break
+                del self.order[self.next_deliver]  # M6: sent before we restarted
+                self.ordered.discard(key)
+                self.next_deliver += 1
+                continue
             del self.order[self.next_deliver]
             out.append(FinalDeliver(key[0], key[1], self.next_deliver,
                                     self.received.pop(key), self.instance))
@@ -165,13 +235,30 @@ class MovingSequencer(LayerBase):
             return [SetTimer(self.flush_key, 0)]
         return [SetTimer(self.hold_key, self.hold_ns)]
 
+    def _repass(self, now: int) -> list[Action]:
+        """M7: our successor restarted and no ORDER followed the one that passed it the
+        token: pass it again."""
+        if self.site or self.passed_at is None or self.g != self.passed_at:
+            return []
+        self.orders_sent += 1
+        header = Header(MsgType.ORDER, origin=self.me, seq=self.g + 1, slot=self.succ)
+        return [Log("token_repass", {"to": self.succ, "seq": self.g + 1})] + self._up(
+            self.rm.multicast(header, b"", now), now)
+
     def _issue_order(self, now: int) -> list[Action]:
         """M2: number U and pass the token to succ."""
-        entries = list(self.unordered)
-        self.unordered.clear()
+        named = self.first_named
+        if named is None:
+            entries = list(self.unordered)
+            self.unordered.clear()
+        else:  # M6: only origins whose join point is known
+            entries = [k for k in self.unordered if k[0] in named]
+            for key in entries:
+                del self.unordered[key]
         first = self.g + 1
         self.site = False
         self.orders_sent += 1
+        self.passed_at = first + len(entries) - 1
         header = Header(MsgType.ORDER, origin=self.me, seq=first, slot=self.succ)
         # Our own ORDER comes back as an R-delivery at once and is recorded there (M3).
         return self._up(self.rm.multicast(header, pack_orders(entries), now), now)

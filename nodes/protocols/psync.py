@@ -17,6 +17,21 @@ dependency (C3) is the reliable layer's. The trade-off against CBCAST (002 L324)
 costs 2 + 6k bytes for k leaves (k is at most n and usually smaller: concurrent messages only)
 against CBCAST's fixed 4n.
 
+Restarts (C2 reads "every id in deps is in G" off one prefix number per sender, which
+assumes a sender's numbers never go back; integrity): a restarted process used to number its
+chain from 1 again, so its receivers took its new messages for ones already in G and dropped
+them (their mids collided with the old incarnation's), and a restarted receiver, whose G was
+empty, held every message for ever behind the history it lost. Now a chain counts in its
+sender's incarnation range, `incarnation * INCARNATION_SPAN` + n (the sequencer's
+convention), and
+- C5 (ours) a message whose number lies in a newer incarnation range than G's prefix for its
+  sender starts that sender's new chain: the prefix := the range's base (reliable FIFO hands
+  the new incarnation's messages up from its first); the old chain's missing tail is lost
+  with the old incarnation, and dependencies on it count as met;
+- C6 (ours) a restarted receiver's G holds its own old chain (the prefix starts at its base)
+  and joins each sender's chain at the first message reliable FIFO hands it (prefix := n - 1).
+  A dependency on a sender it has not heard from since its restart holds until it does.
+
 Wire: the payload starts with the deps list, a u16 count then (origin u16, n u32) per entry;
 each held message is logged as `hold`. `psync-total` (nodes/protocols/psync_total.py) builds
 a total order on this causal one.
@@ -36,6 +51,7 @@ from nodes.protocols.base import (
     Received,
 )
 from nodes.protocols.reliable import ReliableMulticast, reliable_kwargs
+from nodes.protocols.sequencer import INCARNATION_SPAN
 from nodes.wire import Header, Message, MsgType
 
 WIRE_ID = 11
@@ -75,7 +91,11 @@ class Psync(LayerBase):
         self.in_g = dict.fromkeys(self.members, 0)  # G: the prefix of each sender's chain
         self.leaves: set[Id] = set()
         self.held: list[tuple[Id, list[Id], Message, int]] = []  # H: (id, deps, msg, offset)
-        self.next_n = 0  # our own chain
+        incarnation = int(params.get("incarnation", 0))
+        self.next_n = incarnation * INCARNATION_SPAN  # our own chain (C5)
+        self.in_g[me] = self.next_n  # C6: our old chain counts as in G
+        # C6: the senders whose chain a restarted receiver has joined (all, otherwise).
+        self.joined = set(self.members) if incarnation == 0 else {me}
         self.delivered = 0  # local delivery count: the `seq` of each fnl
         self.max_held = 0
         self.dep_bytes = 0  # deps-list bytes sent (the overhead against CBCAST's 4n)
@@ -128,16 +148,24 @@ class Psync(LayerBase):
             return []
         deps, offset = parsed
         mid = (h.origin, h.mno)
+        moved = False
+        if h.origin not in self.joined:  # C6
+            self.joined.add(h.origin)
+            moved = h.mno - 1 > self.in_g[h.origin]
+            self.in_g[h.origin] = max(self.in_g[h.origin], h.mno - 1)
+        elif h.mno // INCARNATION_SPAN > self.in_g[h.origin] // INCARNATION_SPAN:  # C5
+            self.in_g[h.origin] = h.mno // INCARNATION_SPAN * INCARNATION_SPAN
+            moved = True
         if self._has(mid):
-            return []
+            return self._retry(now) if moved else []
         out: list[Action] = []
         if h.type == MsgType.DATA:
             out.append(Received(h.origin, h.mno, len(msg.payload) - offset, self.instance))
         if not self._ready(mid, deps):
             self.held.append((mid, deps, msg, offset))
             self.max_held = max(self.max_held, len(self.held))
-            return out + [Log("hold", {"origin": h.origin, "mno": h.mno,
-                                       "held": len(self.held)})]
+            out.append(Log("hold", {"origin": h.origin, "mno": h.mno, "held": len(self.held)}))
+            return out + self._retry(now) if moved else out
         out += self._enter(mid, deps, h.type, len(msg.payload) - offset, now)
         return out + self._retry(now)
 

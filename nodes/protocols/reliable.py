@@ -172,7 +172,9 @@ class ReliableMulticast:
         if h.aux != stream.incarnation:
             if h.aux < stream.incarnation:
                 return []  # from before the sender restarted
-            stream = self.streams[h.sender] = _Stream(incarnation=h.aux)
+            # A restarted receiver that had not joined the old stream joins the new one from
+            # the present too: its first messages were sent before we restarted.
+            stream = self.streams[h.sender] = _Stream(incarnation=h.aux, adopt=stream.adopt)
         if typ == _HEARTBEAT:
             self._note_highest(stream, h.rseq, now)
             return []

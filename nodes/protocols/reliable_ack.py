@@ -21,6 +21,20 @@ message and a message is purged once all receivers have (rule numbers of the bri
   A full window (`window` messages some unsuspected receiver has not acknowledged) holds new
   sends in a backlog, as the NACK layer does.
 
+Restarts (A2's duplicate rule `c <= V[i]` assumes C_i never goes back; integrity): a
+restarted sender used to number from 1 again, so every receiver acknowledged its new messages
+and discarded them as duplicates of the old incarnation's, and their mids collided. Now
+- C_i and the message numbers start at `incarnation * INCARNATION_SPAN` (the sequencer's
+  convention): they continue above the old incarnation's, so a selective ACK always names one
+  message of one incarnation;
+- a receiver meeting a number of a newer incarnation range starts a new stream for that
+  sender at the range's base (the old incarnation's buffered messages are dropped: their
+  sender is gone) and no longer counts that sender as given up (A5 gave up the old one);
+- a restarted receiver joins each stream at the first message sent fresh to it: a
+  retransmission is acknowledged and dropped (it was sent before the restart, and the old
+  incarnation may have delivered it), so the new incarnation never delivers a message twice
+  in the log.
+
 Deadlines are served by one periodic scan (`tick`), not a timer per message: cheaper, and the
 outcome is the same (the brief, A.4). Timer keys carry the layer instance's `scope`, so two
 instances can run side by side in one node. The ACK is selective, per message (L123: "the ack
@@ -46,6 +60,7 @@ from nodes.protocols.base import (
     param,
     typed_params,
 )
+from nodes.protocols.sequencer import INCARNATION_SPAN
 from nodes.wire import Flag, Header, Message, MsgType
 
 WIRE_ID = 5
@@ -74,6 +89,8 @@ class _Pending:
 class _Stream:
     delivered: int = 0  # V[i]
     buffer: dict[int, Message] = field(default_factory=dict)
+    incarnation: int = 0  # the sender's incarnation this stream follows (c // SPAN)
+    adopt: bool = False  # a restarted receiver: join at the first fresh message
 
 
 class ReliableAck(LayerBase):
@@ -88,11 +105,13 @@ class ReliableAck(LayerBase):
         self.window = p.window
         self.tick_key = f"{scope}:tick"
         self.instance = "" if scope == "ack" else f"reliable-ack#{scope}"  # written as `proto`
-        self.next_c = 1  # C_i
-        self.mno = 0
+        # C_i and the message numbers continue across restarts (docstring, "Restarts").
+        base = int(params.get("incarnation", 0)) * INCARNATION_SPAN
+        self.next_c = base + 1  # C_i
+        self.mno = base
         self.send_buffer: dict[int, _Pending] = {}
         self.backlog: deque[tuple[bytes, int]] = deque()
-        self.streams = {m: _Stream() for m in self.others}
+        self.streams = {m: _Stream(adopt=base > 0) for m in self.others}
         self.given_up: set[int] = set()  # receivers silent for max_tries (A5)
         self.suspected: set[int] = set()
         self.delivered = 0  # local delivery count: the `seq` of each fnl
@@ -125,7 +144,18 @@ class ReliableAck(LayerBase):
         if h.type != MsgType.DATA or h.sender not in self.streams:
             return []
         ack = Send(h.sender, Message(Header(MsgType.ACK, WIRE_ID, sender=self.me, rseq=h.rseq)))
-        return [ack, *self._receive(self.streams[h.sender], msg)]
+        stream = self.streams[h.sender]
+        inc = h.rseq // INCARNATION_SPAN
+        if inc > stream.incarnation:  # the sender restarted: a new stream
+            stream = self.streams[h.sender] = _Stream(inc * INCARNATION_SPAN, {}, inc,
+                                                      stream.adopt)
+            self.given_up.discard(h.sender)
+        if stream.adopt:
+            if h.flags & RETRANSMIT:
+                return [ack]  # sent before we restarted: not ours to deliver
+            stream.adopt = False
+            stream.delivered = max(stream.delivered, h.rseq - 1)
+        return [ack, *self._receive(stream, msg)]
 
     def on_timer(self, key: str, now: int) -> list[Action]:
         out: list[Action] = [SetTimer(self.tick_key, self.tick_ns)]

@@ -25,6 +25,22 @@ and does its own recovery through the token's retransmission list:
   member has it) and delivered here.
 Safe delivery (K3e) is not implemented.
 
+Restarts (integrity and K2's gap-free delivery): a restarted member used to number its
+messages from 1 again (its mids collided with the old incarnation's), started at
+next_deliver = 1 and asked the ring, on its first token, to retransmit everything from 1 --
+numbers K5 had long dropped, so it delivered the first old ones again and then waited for
+ever -- and, as the ring's first member, created a second token. Now
+- mnos start at `incarnation * INCARNATION_SPAN` (the sequencer's convention);
+- K6 (ours) a restarted member (incarnation > 0) never creates a token; it joins at the
+  first token it gets (its predecessor resends the copy it passed the crashed member, K4):
+  everything up to t.seq is before its join (my_aru = t.seq, next_deliver = t.seq + 1), and
+  that first visit broadcasts nothing (the token may be a stale copy whose numbers the ring
+  has already used; passed on, a stale one is discarded as a duplicate by its successor);
+  from the next token on it is an ordinary member;
+- the token is lost when a member crashes while holding it, or after passing it before its
+  successor showed it got it: nothing regenerates it (Totem's membership, out of scope), and
+  `token_loss` says so in its `reason`.
+
 Wire: the token reuses MsgType.ORDER under this protocol's id (it carries the global order):
 `rseq` = token_seq, `seq` = seq, `slot` = aru, `origin` = aru_id (0xFFFF: nobody), `aux` =
 ring id, payload = rtr as unsigned 32-bit numbers. DATA carries its global number in `seq`.
@@ -50,6 +66,7 @@ from nodes.protocols.base import (
     param,
     typed_params,
 )
+from nodes.protocols.sequencer import INCARNATION_SPAN
 from nodes.wire import Flag, Header, Message, MsgType
 
 WIRE_ID = 8
@@ -93,7 +110,9 @@ class TokenRing(LayerBase):
         self.rtr_max = p.rtr_max
         self.tick_key, self.hold_key = f"{scope}:tick", f"{scope}:hold"
         self.instance = "" if scope == "tr" else f"token-ring#{scope}"
-        self.mno = 0
+        self.incarnation = int(params.get("incarnation", 0))
+        self.mno = self.incarnation * INCARNATION_SPAN  # mids stay unique across restarts
+        self.joining = self.incarnation > 0  # K6: join at the first token
         self.pending: deque[tuple[int, bytes]] = deque()
         self.received: dict[int, Message] = {}
         self.my_aru = 0
@@ -113,7 +132,7 @@ class TokenRing(LayerBase):
     def start(self, now: int) -> list[Action]:
         self.last_token_at = now
         out: list[Action] = [SetTimer(self.tick_key, self.retransmit_ns)]
-        if self.me == self.first:  # the first member creates the token
+        if self.me == self.first and not self.joining:  # the first member creates the token
             out += self._on_token(Token(token_seq=1, rtr=[]), now)
         return out
 
@@ -153,7 +172,10 @@ class TokenRing(LayerBase):
         if (not self.loss_logged and self.held is None and not self.alone
                 and now - self.last_token_at > self.loss_ns):
             self.loss_logged = True
-            out.append(Log("token_loss", {"silent_ms": (now - self.last_token_at) / 1e6}))
+            out.append(Log("token_loss", {
+                "silent_ms": (now - self.last_token_at) / 1e6, "joining": self.joining,
+                "reason": "no token regeneration: a member crashed holding the token or "
+                          "before its successor got it (Totem membership, out of scope)"}))
         return out
 
     # -- K2: data -----------------------------------------------------------------------------
@@ -189,6 +211,8 @@ class TokenRing(LayerBase):
         self.last_token_seq = t.token_seq
         self.last_token_at = now
         self.loss_logged = False
+        if self.joining:
+            return self._join(t, now)
         rtr = list(t.rtr or [])
         out: list[Action] = []
         for s in list(rtr):  # a. retransmit what others miss
@@ -216,6 +240,23 @@ class TokenRing(LayerBase):
         idle = (t.seq == seq_before and not t.rtr and t.seq == self.last_visit_seq)
         self.last_visit_seq = t.seq
         return out + self._pass(t, now, idle)
+
+    def _join(self, t: Token, now: int) -> list[Action]:
+        """K6: everything up to t.seq is before this incarnation's join; broadcast nothing
+        on this first token, only report our aru (c.) and pass it on."""
+        self.joining = False
+        self.my_aru = max(self.my_aru, t.seq)
+        self.next_deliver = max(self.next_deliver, t.seq + 1)
+        for s in [s for s in self.received if s <= t.seq]:
+            del self.received[s]
+        out: list[Action] = [Log("join", {"seq": t.seq, "token_seq": t.token_seq})]
+        out += self._advance()
+        if self.my_aru < t.aru or t.aru_id in (self.me, NOBODY):
+            t.aru = self.my_aru
+            t.aru_id = self.me if self.my_aru < t.seq else NOBODY
+        self.aru_prev = t.aru
+        self.last_visit_seq = t.seq
+        return out + self._pass(t, now, idle=False)
 
     def _broadcast_pending(self, t: Token, now: int) -> list[Action]:
         out: list[Action] = []
