@@ -31,6 +31,17 @@ Two readings of the figure are made explicit here:
 Local Order (000 sec. 2.2): a message whose final delivery comes before its optimistic delay
 has expired is opt-delivered immediately before its fnl-delivery, never after.
 
+Local Order across a restart (000 sec. 2.2: a process fnl-delivers what it opt-delivered, in
+the same order): a restarted process (incarnation > 0) joins the final order at the first
+ORDER it sees (sequencer.py), but used to opt-deliver every message it received before that,
+including those the sequencer had numbered before its join point, which it never
+fnl-delivers (20-41 per restart). Now it opt-delivers a message of origin o only once it
+knows o's messages will be fnl-delivered: the sequencer numbers each origin's messages in
+their FIFO order (below), so once an ORDER from the join point on names (o, n), o's messages
+from n on are fnl-delivered here and those below n that no such ORDER names never are (they
+are not opt-delivered; `opt_skipped` counts them). Until then o's messages wait (parked);
+the opt-delivery just before a fnl-delivery still applies to them.
+
 FIFO (002, "FIFO ordering", which every total-order protocol here claims): Fig. 4 reads as if
 delay[k] were constant between two messages of k. When it shrinks by more than their gap (a
 Fast SETO plan arriving, a large adjust), line 12 would give the later message the earlier o,
@@ -79,6 +90,12 @@ class Seto(Sequencer):
         self.arrivals = 0
         self.last_o: dict[int, int] = {}  # o of each sender's latest message (FIFO, above)
         self.last: tuple[int, int, int] | None = None  # (t', o', sender) of the last fnl
+        # Restarts (docstring): per origin, the first number an ORDER since the join names
+        # (None: a process that never restarted opt-delivers at once); messages parked until
+        # their origin's entry is known.
+        self.opt_from: dict[int, int] | None = {} if self.incarnation > 0 else None
+        self.parked: dict[Key, int] = {}  # key -> o
+        self.opt_skipped = 0
 
     # -- Layer interface ----------------------------------------------------------------------
     def on_timer(self, key: str, now: int) -> list[Action]:
@@ -98,9 +115,40 @@ class Seto(Sequencer):
         self.last_o[h.origin] = o
         self.opt_at[key] = o
         self.hint[key] = h.hint * 1000
+        if self.opt_from is not None:
+            first = self.opt_from.get(h.origin)
+            if first is None:
+                self.parked[key] = o
+                return []
+            if h.mno < first:
+                return self._skip_opt(key)
         self.arrivals += 1
         heapq.heappush(self.waiting, (o, self.arrivals, key))
         return self._release(now)
+
+    def _skip_opt(self, key: Key) -> list[Action]:
+        """Numbered before this incarnation joined: never fnl-delivered, so never opt."""
+        self.hint.pop(key, None)
+        self.opt_at.pop(key, None)
+        self.opt_skipped += 1
+        return []
+
+    def _named(self, entries: list[tuple[int, int]], now: int) -> list[Action]:
+        """An ORDER since the join names `entries`: the origins' opt-delivery starts."""
+        assert self.opt_from is not None
+        out: list[Action] = []
+        for origin, mno in entries:
+            if origin in self.opt_from:
+                continue
+            self.opt_from[origin] = mno
+            for key in [k for k in self.parked if k[0] == origin]:
+                o = self.parked.pop(key)
+                if key[1] < mno and key not in self.order.values():
+                    out += self._skip_opt(key)
+                elif key in self.hint:
+                    self.arrivals += 1
+                    heapq.heappush(self.waiting, (o, self.arrivals, key))
+        return out + self._release(now) if out or self.waiting else out
 
     def _release(self, now: int) -> list[Action]:
         """Opt-deliver every message whose delay has expired, in (o, arrival) order, and arm
@@ -132,6 +180,12 @@ class Seto(Sequencer):
         if h.type == MsgType.ORDER and h.sender == self.sequencer:
             for i in range(len(msg.payload) // ORDER_ENTRY.size):
                 self.seq_at[h.seq + i] = now
+            if self.opt_from is not None:
+                # Delivered first (the join happens there), then the origins it names.
+                out = super()._r_deliver(msg, now)
+                entries = [ORDER_ENTRY.unpack_from(msg.payload, i)
+                           for i in range(0, len(msg.payload), ORDER_ENTRY.size)]
+                return out + self._named(entries, now)
         return super()._r_deliver(msg, now)
 
     def _try_deliver(self) -> list[Action]:
@@ -149,6 +203,7 @@ class Seto(Sequencer):
             # Local Order: never opt-deliver after fnl-delivering; the waiting heap entry is
             # skipped later because the hint is gone.
             out += self._opt_deliver(key, fnl.size)
+        self.parked.pop(key, None)
         t = self.seq_at.pop(fnl.seq)
         o = self.opt_at.pop(key)
         if self.last is not None and self.adaptive and self.me != self.sequencer:
