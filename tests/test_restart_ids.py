@@ -35,8 +35,9 @@ def restart_run(protocol: str, out: Path, seed: int = 7) -> protosim.Events:
     cfgs = protosim.configs(protocol, out, n=4, loss=0.0, duration_s=6.0, drain_s=4.0,
                             seed=seed)
     sim = protosim.Simulator(cfgs, seed=seed)
-    sim.at(SIM_EPOCH_NS + round(CRASH_S * 1e9), lambda: sim.crash("h3"))
-    sim.at(SIM_EPOCH_NS + round(RESTART_S * 1e9), lambda: sim.restart("h3"))
+    sim.at(SIM_EPOCH_NS + round(CRASH_S * 1e9), lambda: None if sim.crash("h3") else None)
+    sim.at(SIM_EPOCH_NS + round(RESTART_S * 1e9),
+           lambda: None if sim.restart("h3") else None)
     sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
     return protosim.read_events(out)
 
@@ -114,12 +115,12 @@ def test_a_restarted_token_ring_member_rejoins_the_ring(tmp_path: Path) -> None:
 
 
 def test_a_lost_token_is_logged_with_its_reason(tmp_path: Path) -> None:
-    """h1 crashes for good (the ring's token is lost sooner or later: nothing regenerates
+    """h2 crashes for good (the ring's token is lost sooner or later: nothing regenerates
     it); the survivors log `token_loss` once, saying why."""
     cfgs = protosim.configs("token-ring", tmp_path, n=4, loss=0.0, duration_s=3.0,
                             drain_s=3.0, params={"token_loss_ms": 500})
     sim = protosim.Simulator(cfgs, seed=7)
-    sim.at(SIM_EPOCH_NS + round(1e9), lambda: sim.crash("h2"))
+    sim.at(SIM_EPOCH_NS + round(1e9), lambda: None if sim.crash("h2") else None)
     sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
     ev = protosim.read_events(tmp_path)
     losses = [e for h in ("h1", "h3", "h4") for e in ev[h] if e["ev"] == "token_loss"]

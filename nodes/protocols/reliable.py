@@ -27,9 +27,13 @@ miss: a partitioned member that stays correct must be able to catch up after the
 
 Restarts: every reliable message carries its sender's incarnation (header.aux). A message from
 a newer incarnation resets that sender's stream. A restarted process (incarnation > 0) joins
-from the present: the first message it gets from each stream fixes where it starts, since the
-history before its crash is gone (a crashed process is no longer correct; 002 leaves recovery
-to membership).
+from the present: the first message sent fresh (not a retransmission) that it gets from each
+stream fixes where it starts, since the history before its crash is gone (a crashed process is
+no longer correct; 002 leaves recovery to membership). It used to join at the first message of
+any kind, and a retransmission -- asked for by its NACK of everything below a heartbeat's
+number -- made it deliver again what its previous incarnation had delivered (integrity: one
+log, one delivery per message); heartbeats and retransmissions no longer count until it has
+joined.
 """
 
 from __future__ import annotations
@@ -176,9 +180,14 @@ class ReliableMulticast:
             # the present too: its first messages were sent before we restarted.
             stream = self.streams[h.sender] = _Stream(incarnation=h.aux, adopt=stream.adopt)
         if typ == _HEARTBEAT:
-            self._note_highest(stream, h.rseq, now)
+            if not stream.adopt:  # a joining receiver asks for nothing from before its join
+                self._note_highest(stream, h.rseq, now)
             return []
         if stream.adopt:
+            if h.flags & RETRANSMIT:
+                # Sent before we restarted (our previous incarnation may have delivered it):
+                # join at a message sent fresh, so one log never shows a delivery twice.
+                return []
             stream.adopt = False
             stream.delivered = stream.highest_seen = stream.acked_sent = h.rseq - 1
         return self._receive(stream, msg, now)
