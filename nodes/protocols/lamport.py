@@ -30,8 +30,10 @@ delivered, and were ordered behind them at some nodes and ahead at others. Now
   still deliver on the old incarnation's last[q] (that never grows again), so the joiner's
   clock, past every WELCOME, puts its messages after all of them. Every process answers
   the first message of a newer incarnation of q with a WELCOME; reliable FIFO resets q's
-  stream for it. A member that never answers (crashed) holds the joiner's messages, as it
-  holds every delivery anyway.
+  stream for it, and answers every JOIN: the joiner repeats its JOIN every 200 ms until all
+  answered, since a WELCOME sent before its reliable FIFO joined that sender's stream is never
+  repaired. A member that never answers (crashed) holds the joiner's messages, as it holds
+  every delivery anyway.
 
 Wire: `ts` travels in the header's `seq`; the ACK is an R-multicast MsgType.DUMMY (a null
 message: MsgType.ACK belongs to the NACK layer's cumulative acknowledgements). Deliveries are
@@ -63,6 +65,7 @@ from nodes.wire import Header, Message, MsgType
 
 WIRE_ID = 9
 JOIN, WELCOME = 1, 2  # `slot` of the restart handshake's null messages (L0)
+JOIN_RETRY_NS = 200_000_000
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ class Lamport(LayerBase):
         self.immediate = p.ack_mode == "immediate"
         self.ack_delay_ns = round(p.ack_delay_ms * 1e6)
         self.ack_key = f"lamport:{scope}:ack"
+        self.join_key = f"lamport:{scope}:join"
         self.instance = "" if scope == "rm" else f"lamport#{scope}"
         self.clock = 0  # L
         self.queue: list[tuple[int, int, int, int]] = []  # Q: (ts, origin, mno, size)
@@ -101,11 +105,16 @@ class Lamport(LayerBase):
 
     # -- Layer interface ----------------------------------------------------------------------
     def start(self, now: int) -> list[Action]:
-        out = self.rm.start(now)
-        if self.joining:  # L0
-            header = Header(MsgType.DUMMY, origin=self.me, seq=self.clock, ts=now, slot=JOIN)
-            out += self._up(self.rm.multicast(header, b"", now), now)
-        return out
+        return self.rm.start(now) + self._join(now)
+
+    def _join(self, now: int) -> list[Action]:
+        """L0: ask for WELCOMEs, again every JOIN_RETRY_NS until every member answered (a
+        WELCOME sent before reliable FIFO joined its sender's stream here is never repaired)."""
+        if not self.joining:
+            return []
+        header = Header(MsgType.DUMMY, origin=self.me, seq=self.clock, ts=now, slot=JOIN)
+        out = self._up(self.rm.multicast(header, b"", now), now)
+        return out + [SetTimer(self.join_key, JOIN_RETRY_NS)]
 
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
         """L1 (held while joining, L0)."""
@@ -128,6 +137,8 @@ class Lamport(LayerBase):
         return self._up(self.rm.on_message(src, msg, now), now)
 
     def on_timer(self, key: str, now: int) -> list[Action]:
+        if key == self.join_key:
+            return self._join(now)
         if key == self.ack_key:
             self.ack_armed = False
             if self.sent_since_receipt:
@@ -160,8 +171,9 @@ class Lamport(LayerBase):
         if (ts, q) > self.last[q]:
             self.last[q] = (ts, q)
         out: list[Action] = []
-        if h.aux > self.seen_inc[q]:  # L0: q restarted; welcome it
-            self.seen_inc[q] = h.aux
+        if h.aux > self.seen_inc[q] or (h.type == MsgType.DUMMY and h.slot == JOIN):
+            # L0: q restarted (or asks again: its join may have missed our WELCOME); welcome it
+            self.seen_inc[q] = max(self.seen_inc[q], h.aux)
             out += self._ack(now, welcome=(q, h.aux))
         if (h.type == MsgType.DUMMY and h.slot == WELCOME and self.joining
                 and h.hint == self.me and h.mno == self.incarnation):

@@ -21,17 +21,18 @@ the others dropped its new messages as already received), waited for ever at nex
 1 -- so the token passed to it was never taken again and the order stopped -- and, as the
 ring's first member, believed it held the token. Now
 - mnos start at `incarnation * INCARNATION_SPAN` (the sequencer's convention);
-- M6 (ours) a restarted process (incarnation > 0) starts without the token and joins the
-  order at the first ORDER it R-delivers (next_deliver = its first number). What it received
-  before may have been ordered before that point, and ordering it again would give one
-  message two numbers. An origin's messages are numbered in FIFO order (every site orders U
-  in reliable FIFO's receive order), so once an ORDER from the join point on names (o, n),
-  o's messages below n that no recorded ORDER names were ordered before the join: they are
-  dropped. Until then o's messages stay out of the ORDERs this process issues (another site
-  orders them: every site holds them). Conversely an ORDER from the join point on may name a
-  message sent before the restart, which reliable FIFO never hands it: an entry (o, n) below
-  the first message of o it received is skipped (M4 would wait for it for ever, and with it
-  the token).
+- M6 (ours) a restarted process (incarnation > 0) starts without the token and joins the order
+  at the first ORDER it R-delivers (next_deliver = its first number). What it received before
+  may have been ordered before that point, and ordering it again would give one message two
+  numbers. An origin's messages are numbered in FIFO order (every site orders U in reliable
+  FIFO's receive order), so once the ORDERs recorded without a gap from the join point name (o,
+  n), o's messages below n that they do not name were ordered before the join: they are dropped
+  (ORDERs come from different sites' streams: one still on its way may name lower numbers than a
+  later one that arrived first, hence "without a gap"). Until then o's messages stay out of the
+  ORDERs this process issues (another site orders them: every site holds them). Conversely an
+  ORDER from the join point on may name a message sent before the restart, which reliable FIFO
+  never hands it: an entry (o, n) below the first message of o it received is skipped (M4 would
+  wait for it for ever, and with it the token).
 - M7 (ours) the token passed to a member that is down stays with it, and its new incarnation
   never gets that ORDER (reliable FIFO joins from the present): the order stopped for good.
   The member that passed it, on hearing its successor's new incarnation while no ORDER
@@ -90,6 +91,7 @@ class MovingSequencer(LayerBase):
         self.joining = self.incarnation > 0
         self.first_named: dict[int, int] | None = {} if self.joining else None
         self.join_seq: int | None = None
+        self.named_to = 0  # M6: ORDERs recorded without a gap from the join up to here
         # M6: per origin, the first message received since the restart (ours: our first).
         self.first_data: dict[int, int] | None = {me: self.mno + 1} if self.joining else None
         self.received: dict[tuple[int, int], int] = {}  # DATA received: key -> size
@@ -185,18 +187,24 @@ class MovingSequencer(LayerBase):
             self.ordered.add(key)
             self.unordered.pop(key, None)
         if self.first_named is not None:
-            self._note_named(entries)
+            self._note_named()
         last = h.seq + len(entries) - 1
         self.g = max(self.g, last)
         if h.slot == self.me:
             self.token_due = last
         return self._deliver()
 
-    def _note_named(self, entries: list[tuple[int, int]]) -> None:
+    def _note_named(self) -> None:
         """M6: an origin's first number named since the join; its unnamed messages below it
-        were ordered before the join."""
-        assert self.first_named is not None
-        for origin, mno in entries:
+        were ordered before the join. Read over the ORDERs recorded without a gap from the
+        join point only: ORDERs come from different sites' streams, and one still on its way
+        may name lower numbers than a later one that arrived first."""
+        assert self.first_named is not None and self.join_seq is not None
+        if self.named_to < self.join_seq - 1:
+            self.named_to = self.join_seq - 1
+        while (key := self.order.get(self.named_to + 1)) is not None:
+            self.named_to += 1
+            origin, mno = key
             if origin in self.first_named:
                 continue
             self.first_named[origin] = mno

@@ -25,16 +25,15 @@ instead of levelling off. A NACK is answered with at most `max_resend` messages.
 members (failure detector) do not hold the window, but the send buffer still keeps what they
 miss: a partitioned member that stays correct must be able to catch up after the heal.
 
-Restarts: every reliable message carries its sender's incarnation (header.aux). A message from
-a newer incarnation resets that sender's stream. A restarted process (incarnation > 0) joins
-from the present: the first message sent fresh (not a retransmission) that it gets from each
-stream fixes where it starts, since the history before its crash is gone (a crashed process is
-no longer correct; 002 leaves recovery to membership). It used to join at the first message of
-any kind, and a retransmission -- asked for by its NACK of everything below a heartbeat's
-number -- made it deliver again what its previous incarnation had delivered (integrity: one
-log, one delivery per message); heartbeats and retransmissions no longer count until it has
-joined.
-"""
+Restarts: every reliable message carries its sender's incarnation (header.aux). A message from a
+newer incarnation resets that sender's stream. A restarted process (incarnation > 0) joins from
+the present: the lowest message sent fresh (not a retransmission) that it gets from each stream
+within `nack_delay` of the first fixes where it starts, since the history before its crash is
+gone (a crashed process is no longer correct; 002 leaves recovery to membership). It used to
+join at the first message of any kind, and a retransmission -- asked for by its NACK of
+everything below a heartbeat's number -- made it deliver again what its previous incarnation had
+delivered (integrity: one log, one delivery per message); heartbeats and retransmissions no
+longer count until it has joined. """
 
 from __future__ import annotations
 
@@ -71,7 +70,7 @@ class _Stream:
     highest_seen: int = 0
     acked_sent: int = 0  # what our last ACK to that sender said
     incarnation: int = 0
-    adopt: bool = False  # join from the first message seen (a restarted receiver)
+    adopt: bool = False  # a restarted receiver that has not joined this stream yet
     gap_since: int = -1  # local time a gap was first seen (-1: no gap)
     nack_at: int = -1  # local time of the last NACK for the current gap (-1: none sent)
     buffer: dict[int, Message] | None = None
@@ -188,8 +187,14 @@ class ReliableMulticast:
                 # Sent before we restarted (our previous incarnation may have delivered it):
                 # join at a message sent fresh, so one log never shows a delivery twice.
                 return []
-            stream.adopt = False
-            stream.delivered = stream.highest_seen = stream.acked_sent = h.rseq - 1
+            # Join at the lowest fresh message of the first `nack_delay` (jitter reorders:
+            # joining at the first arrival would skip the fresh ones just behind it).
+            if stream.buffer is None:
+                stream.buffer = {}
+            if not stream.buffer:
+                stream.gap_since = now
+            stream.buffer[h.rseq] = msg
+            return []
         return self._receive(stream, msg, now)
 
     def on_timer(self, key: str, now: int) -> list[Action]:
@@ -200,6 +205,10 @@ class ReliableMulticast:
         if idle and floor is not None and floor < unacked:
             out.append(Send(None, self._control(MsgType.HEARTBEAT, rseq=unacked)))
         for sender, stream in self.streams.items():
+            if stream.adopt:
+                if stream.buffer and now - stream.gap_since >= self.nack_delay_ns:
+                    out += self._join(stream, now)
+                continue
             if stream.gap_since < 0 or now - stream.gap_since < self.nack_delay_ns:
                 continue
             if stream.nack_at < 0 or now - stream.nack_at >= self.nack_retry_ns:
@@ -253,6 +262,18 @@ class ReliableMulticast:
         if stream.highest_seen <= rseq:  # nothing seen beyond: no gap
             stream.highest_seen = rseq
             stream.gap_since = stream.nack_at = -1
+        return out
+
+    def _join(self, stream: _Stream, now: int) -> list[Action]:
+        """A restarted receiver joins the stream at the lowest fresh message it kept."""
+        assert stream.buffer
+        first = min(stream.buffer)
+        stream.adopt = False
+        stream.delivered = stream.highest_seen = stream.acked_sent = first - 1
+        stream.gap_since = -1
+        out = self._receive(stream, stream.buffer.pop(first), now)
+        if stream.buffer:  # a gap behind the first: NACKed as usual
+            self._note_highest(stream, max(stream.buffer), now)
         return out
 
     def _note_highest(self, stream: _Stream, rseq: int, now: int) -> None:
