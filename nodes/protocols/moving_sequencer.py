@@ -40,7 +40,8 @@ ring's first member, believed it held the token. Now
   the restarted process joins and takes it. Not claimed: if the crashed member had issued an
   ORDER that reached some members and not the one that passed it the token, the two numberings
   conflict (membership would settle it; out of scope).
- in `seq`, the next site in `slot`, and (origin u16, mno
+
+Wire: ORDER carries the first number in `seq`, the next site in `slot`, and (origin u16, mno
 u32) entries as the fixed sequencer's ORDER does; an empty ORDER just passes the token.
 """
 

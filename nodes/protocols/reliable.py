@@ -33,7 +33,8 @@ gone (a crashed process is no longer correct; 002 leaves recovery to membership)
 join at the first message of any kind, and a retransmission -- asked for by its NACK of
 everything below a heartbeat's number -- made it deliver again what its previous incarnation had
 delivered (integrity: one log, one delivery per message); heartbeats and retransmissions no
-longer count until it has joined. """
+longer count until it has joined.
+"""
 
 from __future__ import annotations
 
