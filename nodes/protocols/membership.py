@@ -120,7 +120,18 @@ class Membership:
     def on_timer(self, now: int) -> list[Action]:
         out: list[Action] = [SetTimer(TICK, self.retry_ns)]
         reach = self.reachable()
-        if reach[0] == self.me and (reach != self.view.members or self.joiners & set(reach)):
+        if self.accepted is not None and self.accepted[1] != reach[0]:
+            # M4: the coordinator of the flush I joined is no longer the lowest I reach; it
+            # will not install, so I ask the one that is (my flush must end in a view)
+            self.accepted = None
+            if reach[0] == self.me:
+                self.joiners.add(self.me)
+            else:
+                out.append(self._msg(reach[0], JOIN, self.view.vid, b""))
+        if reach[0] == self.me and (reach != self.view.members or self.joiners & set(reach)
+                                    or self.accepted is not None):
+            # M1; a flush once started (members stopped sending) ends in a new view even
+            # when the reachable set is back to the installed view's
             out += self._coordinate(reach, now)
         elif self.proposal is not None:
             self.proposal = None  # no longer the coordinator, or nothing left to change
