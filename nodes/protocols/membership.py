@@ -18,7 +18,12 @@ process's *reachable set* is itself plus every member it does not suspect. Rules
   again, and a member installs the highest view it accepted;
 - a proposal whose member becomes suspected is abandoned: the next tick proposes anew; so is
   one a member REJECTs because it installed that view id already (on another side of a
-  partition): the coordinator proposes again above it.
+  partition): the coordinator proposes again above it;
+- M4 a flush once started ends in a view: the coordinator installs one even when its
+  reachable set is back to the installed view's, and a member whose flush coordinator is no
+  longer the lowest it reaches drops that flush and sends JOIN to the one that is. Cause once
+  seen: a proposal dropped because the partition healed first left its members flushing
+  (sending nothing) for good, the group split over two primary counters.
 
 Views are partitionable: each side of a partition installs its own. The first view (id 1,
 every configured member) is installed by configuration, as all nodes of a run start together.

@@ -17,6 +17,11 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
 - P2 (paper rule, `primary_rule: majority`) a primary member seeing a view V that holds a
   strict majority of its last primary and no one outside it installs V at once; a primary
   member without that majority blocks (`blocked`).
+  Hazard, not claimed: under flapping partitions this immediate installation is ambiguous
+  (a member cut off right after the coordinator's INSTALL still holds the old last primary)
+  and two primaries take the same counter (split brain); what one of them delivered, even
+  notified `uniform`, is revoked when they meet, and two sides holding the same counter with
+  different members never agree on a lineage again. `attempt` is the rule that holds.
 - P3 every member multicasts PROBE(counter, status, last primary, attempt, delivered vector)
   in each new view; the decision below is taken once all of V has probed (every member sees
   the same probes, so every member decides the same).
@@ -25,9 +30,17 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
   again; the others wait for its fresh probe (the paper's KICK is this self-detection).
 - P5 the members with the highest counter (the lineage) form a primary iff V holds a strict
   majority of their last primary; otherwise they stay blocked.
-- P6 the lowest lineage member sends DELIVER_VIEW(counter, state) to every fresh member:
-  the state transfer is the deliveries it lacks (by its probed vector), which it logs as
-  `fnl` before installing (`join`).
+- P6 the lineage member that delivered most sends DELIVER_VIEW(counter, state) to every
+  fresh member and every lineage member whose history differs: where their common history
+  ends and its own from there. 4.1.2: a member forced to leave has its state replaced: what
+  it delivered beyond the common prefix is revoked (`state`, its own messages broadcast
+  again), the leader's deliveries follow as `fnl`, then it installs (`join`).
+  Cause once seen: the transfer was "the deliveries it lacks by its per-origin watermark",
+  appended after its own; a member cut off with the sequencer had final-delivered messages
+  the primary never ordered (kept for good, agreement lost), and a member behind got the
+  primary's deliveries in another order than the primary's (total order lost, `attempt`
+  under a flapping ring). Histories are now compared by their segments (the instance that
+  ordered each delivery: the same instances, each a prefix of that instance's total order).
 - P8 install: counter + 1, last primary := V, a fresh total-order instance; own messages
   not yet delivered are broadcast again on it (`view`, primary=true).
 - P9 `setPrimary` (management): a blocked member with a view becomes primary with it and
@@ -40,12 +53,16 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
   every attempt newer than the lineage's counter that a probe reports. This closes the
   ambiguous installation of the brief (docs/protocols.md), which P2 leaves open.
 - Notifications (4.3): `fnl` is regular total order; every `stable` period the members of a
-  primary view exchange their delivered vectors, and a message delivered by all of them is
-  `ensured` with service `uniform`.
+  primary view exchange their history's length and digest, and a message in the prefix all
+  of them hold (digests equal) is `ensured` with service `uniform`.
+  Cause once seen: the exchange was per-origin watermarks, which stop being prefixes once
+  the lineage skips a message (revoked, or never ordered by the primary): a member that
+  delivered h1:96 vouched for h1:81..95 it never delivered.
 
 Message identity: the layer numbers its own messages (sn) and sets the instance's counter so
 the instance's mno is that sn: a message broadcast again in a later view keeps its mid, and
-the per-origin delivered watermark filters any second copy.
+the exact delivered set filters any second copy (a watermark would not: a sender's
+delivered sns have gaps once deliveries are revoked).
 """
 
 from __future__ import annotations
