@@ -487,6 +487,12 @@ class Primary(LayerBase):
             return []
         self.att_acks.add(src)
         if not self.phase1 or self.attempt is None:
+            if self.decided and self.me in self.att_acks and src != self.me:
+                # src still waits for mine (lost): I recorded it and may have installed
+                # already, which sends no more ATT_ACKs by itself
+                h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.held.vid,
+                           aux=ATT_ACK)
+                return [Send(src, Message(h))]
             return []
         lineage = [q for q, p in self.probes.items() if p.status != FRESH]
         if all(q in self.att_acks for q in lineage):
@@ -599,6 +605,11 @@ class Primary(LayerBase):
         elif self.phase1 and self.held is not None:
             h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.held.vid, aux=ATT_ACK)
             out += [Send(q, Message(h)) for q in self.held.members if q not in self.att_acks]
+        elif (self.decided and not self.installed and self.me in self.receivers
+              and self.leader is not None and self.my_probe is not None):
+            # waiting for the leader's DELIVER_VIEW, which the network may have lost: my
+            # probe again makes it answer (_answer)
+            out.append(Send(self.leader, self.my_probe))
         if self.status == PRIMARY and self.inner is not None:
             mine = (len(self.history), self.digests[-1] if self.digests else DIGEST0)
             self.vectors[self.me] = mine
