@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from analysis import membership as checks
-from analysis.revocation import drop_revoked
 from analysis.report import render_report
+from analysis.revocation import drop_revoked
 from nodes.management.jolokia import Jolokia
 from nodes.management.node_mbeans import build_node_registry
 from nodes.protocols import membership as mb
