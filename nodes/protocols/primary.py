@@ -41,6 +41,8 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
   primary's deliveries in another order than the primary's (total order lost, `attempt`
   under a flapping ring). Histories are now compared by their segments (the instance that
   ordered each delivery: the same instances, each a prefix of that instance's total order).
+  A receiver whose DELIVER_VIEW was lost used to stay blocked (it had decided, so it probed
+  no more); it now probes the leader again every tick until the transfer comes.
 - P8 install: counter + 1, last primary := V, a fresh total-order instance; own messages
   not yet delivered are broadcast again on it (`view`, primary=true).
 - P9 `setPrimary` (management): a blocked member with a view becomes primary with it and
@@ -50,7 +52,9 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
 - `primary_rule: attempt` (two-phase, after Keidar-Dolev dynamic voting; ours): no P2
   shortcut; a decision first records an *attempt* (counter + 1, V) and sends ATT_ACK to the
   lineage, installing once all of it acked; a later view must also hold a strict majority of
-  every attempt newer than the lineage's counter that a probe reports. This closes the
+  every attempt newer than the lineage's counter that a probe reports. Cause once seen
+  (liveness, with loss): installed members sent no more ATT_ACKs, so one whose ACK was lost
+  waited for ever; an installed member now answers a late ATT_ACK with its own. This closes the
   ambiguous installation of the brief (docs/protocols.md), which P2 leaves open.
 - Notifications (4.3): `fnl` is regular total order; every `stable` period the members of a
   primary view exchange their history's length and digest, and a message in the prefix all
