@@ -55,7 +55,7 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
   every attempt newer than the lineage's counter that a probe reports. Cause once seen
   (liveness, with loss): installed members sent no more ATT_ACKs, so one whose ACK was lost
   waited for ever; an installed member now answers a late ATT_ACK with its own. This closes the
-  ambiguous installation of the brief (docs/protocols.md), which P2 leaves open.
+  ambiguous installation (docs/protocols.md), which P2 leaves open.
 - Notifications (4.3): `fnl` is regular total order; every `stable` period the members of a
   primary view exchange their history's length and digest, and a message in the prefix all
   of them hold (digests equal) is `ensured` with service `uniform`.
