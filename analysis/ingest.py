@@ -28,6 +28,8 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from analysis.revocation import drop_revoked_table, state_rows
+
 log = logging.getLogger(__name__)
 
 EVENT_SCHEMA = StructType(
@@ -139,7 +141,10 @@ def log_table(data: bytes, node: str) -> tuple[pa.Table, int]:
     intact = table.filter(ok)
     nodes = pc.fill_null(intact["node"], node)
     intact = intact.set_column(ARROW_SCHEMA.get_field_index("node"), "node", nodes)
-    return intact, bad + table.num_rows - intact.num_rows
+    malformed = bad + table.num_rows - intact.num_rows
+    # what the application finally holds: fnl revoked by a later state transfer is not
+    # part of the node's history (analysis/revocation.py)
+    return drop_revoked_table(intact, state_rows(data, node), node), malformed
 
 
 def _parse_log(data: bytes) -> tuple[pa.Table, int]:

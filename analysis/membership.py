@@ -32,6 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from analysis.revocation import drop_revoked
 from nodes.quiescence import connected_groups
 
 EXAMPLES = 5
@@ -39,7 +40,7 @@ MEMBERSHIP_CHECKS = ("split_brain", "blocked_delivery", "minority_blocked", "not
                      "uniform")
 _WANTED = (b'"ev":"start"', b'"ev":"stop"', b'"ev":"view"', b'"ev":"blocked"',
            b'"ev":"excluded"', b'"ev":"join"', b'"ev":"opt"', b'"ev":"fnl"', b'"ev":"ensured"',
-           b'"ev":"refused"', b'"ev":"set_primary"')
+           b'"ev":"refused"', b'"ev":"set_primary"', b'"ev":"state"')
 
 Events = dict[str, list[dict[str, Any]]]
 
@@ -57,7 +58,7 @@ def read_membership_events(run_dir: Path) -> Events:
                     except ValueError:
                         continue  # a line cut short by a kill
         evs.sort(key=lambda e: e["i"])
-        out[log.parent.name] = evs
+        out[log.parent.name] = drop_revoked([{**e, "node": log.parent.name} for e in evs])
     return out
 
 

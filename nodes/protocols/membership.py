@@ -18,7 +18,12 @@ process's *reachable set* is itself plus every member it does not suspect. Rules
   again, and a member installs the highest view it accepted;
 - a proposal whose member becomes suspected is abandoned: the next tick proposes anew; so is
   one a member REJECTs because it installed that view id already (on another side of a
-  partition): the coordinator proposes again above it.
+  partition): the coordinator proposes again above it;
+- M4 a flush once started ends in a view: the coordinator installs one even when its
+  reachable set is back to the installed view's, and a member whose flush coordinator is no
+  longer the lowest it reaches drops that flush and sends JOIN to the one that is. Cause once
+  seen: a proposal dropped because the partition healed first left its members flushing
+  (sending nothing) for good, the group split over two primary counters.
 
 Views are partitionable: each side of a partition installs its own. The first view (id 1,
 every configured member) is installed by configuration, as all nodes of a run start together.
@@ -120,7 +125,18 @@ class Membership:
     def on_timer(self, now: int) -> list[Action]:
         out: list[Action] = [SetTimer(TICK, self.retry_ns)]
         reach = self.reachable()
-        if reach[0] == self.me and (reach != self.view.members or self.joiners & set(reach)):
+        if self.accepted is not None and self.accepted[1] != reach[0]:
+            # M4: the coordinator of the flush I joined is no longer the lowest I reach; it
+            # will not install, so I ask the one that is (my flush must end in a view)
+            self.accepted = None
+            if reach[0] == self.me:
+                self.joiners.add(self.me)
+            else:
+                out.append(self._msg(reach[0], JOIN, self.view.vid, b""))
+        if reach[0] == self.me and (reach != self.view.members or self.joiners & set(reach)
+                                    or self.accepted is not None):
+            # M1; a flush once started (members stopped sending) ends in a new view even
+            # when the reachable set is back to the installed view's
             out += self._coordinate(reach, now)
         elif self.proposal is not None:
             self.proposal = None  # no longer the coordinator, or nothing left to change

@@ -17,6 +17,11 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
 - P2 (paper rule, `primary_rule: majority`) a primary member seeing a view V that holds a
   strict majority of its last primary and no one outside it installs V at once; a primary
   member without that majority blocks (`blocked`).
+  Hazard, not claimed: under flapping partitions this immediate installation is ambiguous
+  (a member cut off right after the coordinator's INSTALL still holds the old last primary)
+  and two primaries take the same counter (split brain); what one of them delivered, even
+  notified `uniform`, is revoked when they meet, and two sides holding the same counter with
+  different members never agree on a lineage again. `attempt` is the rule that holds.
 - P3 every member multicasts PROBE(counter, status, last primary, attempt, delivered vector)
   in each new view; the decision below is taken once all of V has probed (every member sees
   the same probes, so every member decides the same).
@@ -25,9 +30,19 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
   again; the others wait for its fresh probe (the paper's KICK is this self-detection).
 - P5 the members with the highest counter (the lineage) form a primary iff V holds a strict
   majority of their last primary; otherwise they stay blocked.
-- P6 the lowest lineage member sends DELIVER_VIEW(counter, state) to every fresh member:
-  the state transfer is the deliveries it lacks (by its probed vector), which it logs as
-  `fnl` before installing (`join`).
+- P6 the lineage member that delivered most sends DELIVER_VIEW(counter, state) to every
+  fresh member and every lineage member whose history differs: where their common history
+  ends and its own from there. 4.1.2: a member forced to leave has its state replaced: what
+  it delivered beyond the common prefix is revoked (`state`, its own messages broadcast
+  again), the leader's deliveries follow as `fnl`, then it installs (`join`).
+  Cause once seen: the transfer was "the deliveries it lacks by its per-origin watermark",
+  appended after its own; a member cut off with the sequencer had final-delivered messages
+  the primary never ordered (kept for good, agreement lost), and a member behind got the
+  primary's deliveries in another order than the primary's (total order lost, `attempt`
+  under a flapping ring). Histories are now compared by their segments (the instance that
+  ordered each delivery: the same instances, each a prefix of that instance's total order).
+  A receiver whose DELIVER_VIEW was lost used to stay blocked (it had decided, so it probed
+  no more); it now probes the leader again every tick until the transfer comes.
 - P8 install: counter + 1, last primary := V, a fresh total-order instance; own messages
   not yet delivered are broadcast again on it (`view`, primary=true).
 - P9 `setPrimary` (management): a blocked member with a view becomes primary with it and
@@ -37,21 +52,26 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
 - `primary_rule: attempt` (two-phase, after Keidar-Dolev dynamic voting; ours): no P2
   shortcut; a decision first records an *attempt* (counter + 1, V) and sends ATT_ACK to the
   lineage, installing once all of it acked; a later view must also hold a strict majority of
-  every attempt newer than the lineage's counter that a probe reports. This closes the
-  ambiguous installation of the brief (docs/protocols.md), which P2 leaves open.
+  every attempt newer than the lineage's counter that a probe reports. Cause once seen
+  (liveness, with loss): installed members sent no more ATT_ACKs, so one whose ACK was lost
+  waited for ever; an installed member now answers a late ATT_ACK with its own. This closes the
+  ambiguous installation (docs/protocols.md), which P2 leaves open.
 - Notifications (4.3): `fnl` is regular total order; every `stable` period the members of a
-  primary view exchange their delivered vectors, and a message delivered by all of them is
-  `ensured` with service `uniform`.
+  primary view exchange their history's length and digest, and a message in the prefix all
+  of them hold (digests equal) is `ensured` with service `uniform`.
+  Cause once seen: the exchange was per-origin watermarks, which stop being prefixes once
+  the lineage skips a message (revoked, or never ordered by the primary): a member that
+  delivered h1:96 vouched for h1:81..95 it never delivered.
 
 Message identity: the layer numbers its own messages (sn) and sets the instance's counter so
 the instance's mno is that sn: a message broadcast again in a later view keeps its mid, and
-the per-origin delivered watermark filters any second copy.
+the exact delivered set filters any second copy (a watermark would not: a sender's
+delivered sns have gaps once deliveries are revoked).
 """
 
 from __future__ import annotations
 
 import struct
-from collections import deque
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -79,9 +99,13 @@ INNER, PROBE, DELIVER_VIEW, STABLE, ATT_ACK = 0, 1, 2, 3, 4
 FRESH, PRIMARY, BLOCKED = 0, 1, 2
 STATUS_NAMES = {FRESH: "fresh", PRIMARY: "primary", BLOCKED: "blocked"}
 U16 = struct.Struct("!H")
-WM_ENTRY = struct.Struct("!HI")  # origin, highest sn delivered
+U32 = struct.Struct("!I")
+SEG = struct.Struct("!II")  # instance id, deliveries made in it
 XFER_ENTRY = struct.Struct("!HII")  # origin, sn, size
-XFER_MAX = 6000  # transferred deliveries per DELIVER_VIEW (fits one UDP datagram)
+XFER_MAX = 4000  # transferred deliveries per DELIVER_VIEW (fits one UDP datagram)
+STABLE_BODY = struct.Struct("!IQ")  # history length, digest of that history
+MASK64 = (1 << 64) - 1
+DIGEST0 = 0xCBF29CE484222325
 EARLY_MAX = 256  # view messages kept for a view not installed yet
 
 
@@ -107,27 +131,53 @@ class Probe:
     lp: tuple[int, ...]
     att_counter: int
     att: tuple[int, ...]
-    wm: dict[int, int]
+    segs: tuple[tuple[int, int], ...]  # its history: (instance id, deliveries) in order
 
 
 def strict_majority(view: tuple[int, ...], of: tuple[int, ...]) -> bool:
     return len(of) > 0 and len(set(view) & set(of)) >= len(of) // 2 + 1
 
 
-def pack_wm(wm: dict[int, int]) -> bytes:
-    return b"".join(WM_ENTRY.pack(o, n) for o, n in sorted(wm.items()))
+def chain(digest: int, origin: int, sn: int) -> int:
+    """The history digest after one more delivery (FNV-style, order-sensitive)."""
+    return ((digest ^ ((origin << 32) | sn)) * 0x100000001B3) & MASK64
 
 
-def unpack_wm(payload: bytes, members: frozenset[int]) -> dict[int, int]:
-    if len(payload) % WM_ENTRY.size:
-        raise ValueError("delivered vector of a wrong length")
-    out = {}
-    for i in range(0, len(payload), WM_ENTRY.size):
-        o, n = WM_ENTRY.unpack_from(payload, i)
-        if o not in members:
-            raise ValueError(f"delivered vector names non-member {o}")
-        out[o] = n
-    return out
+def instance_id(counter: int, vid: int, members: tuple[int, ...]) -> int:
+    """32-bit name of one primary view's total-order instance."""
+    d = chain(chain(DIGEST0, 0, counter), 0, vid)
+    for m in members:
+        d = chain(d, m, 0)
+    return d & 0xFFFFFFFF
+
+
+def pack_segs(segs: list[list[int]] | tuple[tuple[int, int], ...]) -> bytes:
+    return U16.pack(len(segs)) + b"".join(SEG.pack(i, n) for i, n in segs)
+
+
+def unpack_segs(payload: bytes, at: int) -> tuple[tuple[tuple[int, int], ...], int]:
+    (n,) = U16.unpack_from(payload, at)
+    end = at + 2 + SEG.size * n
+    if end > len(payload):
+        raise ValueError("history segments run past the payload")
+    segs = tuple(SEG.unpack_from(payload, at + 2 + SEG.size * k) for k in range(n))
+    if any(c == 0 for _, c in segs):
+        raise ValueError("empty history segment")
+    return segs, end
+
+
+def common_prefix(a: Any, b: Any) -> int:
+    """Length of the history two members certainly share, from their segments: the same
+    instances in the same order, each a prefix of that instance's total order; the first
+    instance where they differ in length (or name) ends it."""
+    n = 0
+    for (ia, ca), (ib, cb) in zip(a, b, strict=False):
+        if ia != ib:
+            break
+        n += min(ca, cb)
+        if ca != cb:
+            break
+    return n
 
 
 def _take_members(payload: bytes, at: int) -> tuple[tuple[int, ...], int]:
@@ -184,14 +234,22 @@ class Primary(LayerBase):
         self.gate: Any = None
         self.epoch = 0
         self.inst_members: tuple[int, ...] = ()
-        # deliveries: per-origin watermark, history (for state transfer), own pending
-        self.wm: dict[int, int] = {}
+        # deliveries: the exact delivered set (a sender's sns are not a prefix once a
+        # partition's deliveries are revoked or an incarnation restarts), the history in
+        # delivery order with its chained digests and its segments (instance id, count), own
+        # pending, own delivered payloads until ensured (a revoked one is broadcast again)
+        self.delivered: set[tuple[int, int]] = set()
         self.history: list[tuple[int, int, int]] = []
+        self.digests: list[int] = []
+        self.segments: list[list[int]] = []
+        self.cur_iid = 0
+        self.own: dict[int, bytes] = {}
+        self.ensured_pos = 0
+        self.names: dict[int, str] = dict(params.get("member_names") or {})
         self.seq = 0
         self.sn = int(params.get("incarnation", 0)) * 1_000_000
         self.pending: dict[int, bytes] = {}
-        self.vectors: dict[int, dict[int, int]] = {}
-        self.unensured: deque[tuple[int, int]] = deque()
+        self.vectors: dict[int, tuple[int, int]] = {}
         # a new incarnation's first state transfer is adopted, not delivered: its previous
         # incarnation may have delivered any of it, and one log must not show a message twice
         self.recovering = self.incarnation > 0
@@ -237,7 +295,9 @@ class Primary(LayerBase):
                 return self._on_deliver_view(src, h, msg.payload, now)
             if kind == STABLE:
                 if self.status == PRIMARY and h.seq == self.epoch and src in self.lp:
-                    self.vectors[src] = unpack_wm(msg.payload, self.member_set)
+                    if len(msg.payload) != STABLE_BODY.size:
+                        raise ValueError("stable vector of a wrong length")
+                    self.vectors[src] = STABLE_BODY.unpack(msg.payload)
                 return self._ensure()
             if kind == ATT_ACK:
                 return self._on_att_ack(src, h.seq, now)
@@ -311,8 +371,8 @@ class Primary(LayerBase):
         assert self.held is not None
         att_c, att = self.attempt if self.attempt is not None else (0, ())
         self.probes[self.me] = Probe(self.counter, self.status, self.lp, att_c, att,
-                                     dict(self.wm))
-        payload = (_members_field(self.lp) + _members_field(att) + pack_wm(self.wm))
+                                     self._segs())
+        payload = (_members_field(self.lp) + _members_field(att) + pack_segs(self.segments))
         h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.held.vid, mno=self.counter,
                    hint=self.status, slot=att_c, aux=PROBE)
         self.my_probe = Message(h, payload)
@@ -330,12 +390,14 @@ class Primary(LayerBase):
     def _on_probe(self, src: int, h: Header, payload: bytes, now: int) -> list[Action]:
         lp, at = _take_members(payload, 0)
         att, at = _take_members(payload, at)
-        wm = unpack_wm(payload[at:], self.member_set)
+        segs, at = unpack_segs(payload, at)
+        if at != len(payload):
+            raise ValueError("probe longer than its fields")
         if h.hint not in STATUS_NAMES:
             raise ValueError(f"probe status {h.hint}")
         if self.held is None or h.seq != self.held.vid or src not in self.held.members:
             return []  # a probe of another view
-        self.probes[src] = Probe(h.mno, h.hint, lp, h.slot, att, wm)
+        self.probes[src] = Probe(h.mno, h.hint, lp, h.slot, att, segs)
         if self.decided:
             return self._answer(src)
         return self._decide(now)
@@ -407,12 +469,16 @@ class Primary(LayerBase):
         the deliveries they lack before they install."""
         assert self.held is not None
         probes = self.probes
-        leader = max(lineage, key=lambda q: (sum(probes[q].wm.values()), -q))
-        top = probes[leader].wm
+        def size(q: int) -> int:
+            return sum(n for _, n in probes[q].segs)
+
+        leader = max(lineage, key=lambda q: (size(q), -q))
+        top = probes[leader].segs
         self.leader = leader
         self.receivers = {q for q in self.held.members if probes[q].status == FRESH} | {
             q for q in lineage
-            if q != leader and any(probes[q].wm.get(o, 0) < n for o, n in top.items())}
+            if q != leader and (common_prefix(probes[q].segs, top) != size(q)
+                                or size(q) < size(leader))}
 
     def _ready(self, counter: int, now: int) -> list[Action]:
         self.decided = True
@@ -425,6 +491,12 @@ class Primary(LayerBase):
             return []
         self.att_acks.add(src)
         if not self.phase1 or self.attempt is None:
+            if self.decided and self.me in self.att_acks and src != self.me:
+                # src still waits for mine (lost): I recorded it and may have installed
+                # already, which sends no more ATT_ACKs by itself
+                h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.held.vid,
+                           aux=ATT_ACK)
+                return [Send(src, Message(h))]
             return []
         lineage = [q for q, p in self.probes.items() if p.status != FRESH]
         if all(q in self.att_acks for q in lineage):
@@ -459,10 +531,19 @@ class Primary(LayerBase):
 
     def _deliver_view(self, q: int, counter: int) -> Send:
         assert self.held is not None
-        theirs = self.probes[q].wm
-        missing = [(o, n, s) for o, n, s in self.history if n > theirs.get(o, 0)]
-        payload = _members_field(self.held.members) + b"".join(
-            XFER_ENTRY.pack(*e) for e in missing[:XFER_MAX])
+        # what q holds beyond the common prefix is replaced: the suffix of my history from
+        # there, with its segments, in my delivery order
+        at = common_prefix(self.segments, self.probes[q].segs)
+        suffix = self.history[at:at + XFER_MAX]
+        segs: list[list[int]] = []
+        pos = 0
+        for iid, n in self.segments:
+            lo, hi = max(pos, at), min(pos + n, at + len(suffix))
+            if hi > lo:
+                segs.append([iid, hi - lo])
+            pos += n
+        payload = (_members_field(self.held.members) + U32.pack(at) + pack_segs(segs)
+                   + b"".join(XFER_ENTRY.pack(*e) for e in suffix))
         h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.held.vid, mno=counter,
                    hint=int(self.by_operator), aux=DELIVER_VIEW)
         return Send(q, Message(h, payload))
@@ -470,28 +551,47 @@ class Primary(LayerBase):
     def _on_deliver_view(self, src: int, h: Header, payload: bytes, now: int) -> list[Action]:
         """P6: state transfer, then install."""
         members, at = _take_members(payload, 0)
-        if (len(payload) - at) % XFER_ENTRY.size:
+        (keep,) = U32.unpack_from(payload, at)
+        segs, at = unpack_segs(payload, at + 4)
+        if (len(payload) - at) % XFER_ENTRY.size or sum(c for _, c in segs) * \
+                XFER_ENTRY.size != len(payload) - at:
             raise ValueError("state transfer of a wrong length")
         if (self.held is None or h.seq != self.held.vid or members != self.held.members
                 or self.installed or src not in members
                 or (self.status == PRIMARY and self.me not in self.receivers)):
             return []
+        if keep > len(self.history):
+            raise ValueError(f"state transfer keeps {keep} of my {len(self.history)} "
+                             f"deliveries")
+        entries = [XFER_ENTRY.unpack_from(payload, i)
+                   for i in range(at, len(payload), XFER_ENTRY.size)]
+        for o, _, _ in entries:
+            if o not in self.member_set:
+                raise ValueError(f"state transfer names non-member {o}")
         # `join` comes first: the transferred deliveries below are the rejoin's, not
         # deliveries of a blocked node (analysis/membership.py blocked_delivery)
         join = Log("join", {"counter": h.mno + 1, "member": src})
         out: list[Action] = [join]
+        # 001 4.1.2: my state is replaced by the primary's. What I delivered beyond the
+        # common prefix was ordered outside the primary's history: revoked (`state`), my own
+        # messages among it are broadcast again, the primary's suffix is delivered in its order
+        revoked = self._truncate(keep)
+        if revoked:
+            out.append(Log("state", {"view": h.mno + 1, "revoked": [
+                f"{self.names.get(o, o)}:{sn}" for o, sn, _ in revoked],
+                "adopted": len(entries)}))
         n = 0
-        for i in range(at, len(payload), XFER_ENTRY.size):
-            o, sn, size = XFER_ENTRY.unpack_from(payload, i)
-            if o not in self.member_set:
-                raise ValueError(f"state transfer names non-member {o}")
-            if sn > self.wm.get(o, 0):
-                n += 1
-                if self.recovering:
-                    self.wm[o] = sn  # the state, not deliveries this log would repeat
-                    self.history.append((o, sn, size))
-                else:
-                    out += self._deliver(o, sn, size)
+        labels = [iid for iid, c in segs for _ in range(c)]
+        for (o, sn, size), iid in zip(entries, labels, strict=True):
+            if (o, sn) in self.delivered:
+                continue
+            n += 1
+            if self.recovering:
+                self._record(o, sn, size, iid)  # the state, not deliveries this log repeats
+            else:
+                out += self._deliver(o, sn, size, iid)
+        if self.recovering:
+            self.ensured_pos = len(self.history)
         self.transferred += n
         join.fields["adopted" if self.recovering else "transferred"] = n
         self.recovering = False
@@ -509,10 +609,16 @@ class Primary(LayerBase):
         elif self.phase1 and self.held is not None:
             h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.held.vid, aux=ATT_ACK)
             out += [Send(q, Message(h)) for q in self.held.members if q not in self.att_acks]
+        elif (self.decided and not self.installed and self.me in self.receivers
+              and self.leader is not None and self.my_probe is not None):
+            # waiting for the leader's DELIVER_VIEW, which the network may have lost: my
+            # probe again makes it answer (_answer)
+            out.append(Send(self.leader, self.my_probe))
         if self.status == PRIMARY and self.inner is not None:
-            self.vectors[self.me] = dict(self.wm)
+            mine = (len(self.history), self.digests[-1] if self.digests else DIGEST0)
+            self.vectors[self.me] = mine
             h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.epoch, aux=STABLE)
-            msg = Message(h, pack_wm(self.wm))
+            msg = Message(h, STABLE_BODY.pack(*mine))
             out += [Send(q, msg) for q in self.lp if q != self.me]
             out += self._ensure()
         return out
@@ -524,7 +630,7 @@ class Primary(LayerBase):
         out: list[Action] = [Log("set_primary", {"status": STATUS_NAMES[self.status]})]
         if self.held is None or self.status == FRESH:
             self.status, self.counter, self.lp = PRIMARY, max(self.counter, 1), (self.me,)
-            self.probes[self.me] = Probe(self.counter, PRIMARY, self.lp, 0, (), dict(self.wm))
+            self.probes[self.me] = Probe(self.counter, PRIMARY, self.lp, 0, (), self._segs())
             return out + self._decide(now)
         # blocked with a view: it becomes primary; the others get DELIVER_VIEW
         cmax = max(p.counter for p in self.probes.values())
@@ -543,12 +649,13 @@ class Primary(LayerBase):
         params.pop("bootstrap_id", None)
         params["sequencer_id"] = members[0]
         self.epoch = self.counter
+        self.cur_iid = instance_id(self.counter, self.held.vid, self.held.members)
         self.inst_members = self.held.members
         self.inner = catalogue.build(self.inner_name, self.me, members, params)
         self.gate = Gate(self.me, members, self.inner)
         self.vectors = {}
         out = self._lift(self.inner.start(now) + self.inner.on_view(members, now), now)
-        for sn, payload in list(self.pending.items()):
+        for sn, payload in sorted(self.pending.items()):
             out += self._inner_broadcast(sn, payload, now)  # P8: ours not yet delivered
         return out
 
@@ -579,7 +686,7 @@ class Primary(LayerBase):
             elif isinstance(a, FinalDeliver):
                 out += self._deliver(a.origin, a.mno, a.size)
             elif isinstance(a, OptDeliver):
-                if a.mno > self.wm.get(a.origin, 0):
+                if (a.origin, a.mno) not in self.delivered:
                     out.append(a)
             elif isinstance(a, Log) and a.ev == "send":
                 continue  # logged by broadcast() once, whatever the instance
@@ -587,35 +694,73 @@ class Primary(LayerBase):
                 out.append(a)
         return out
 
-    def _deliver(self, origin: int, sn: int, size: int) -> list[Action]:
-        if sn <= self.wm.get(origin, 0):
+    def _segs(self) -> tuple[tuple[int, int], ...]:
+        return tuple((i, n) for i, n in self.segments)
+
+    def _record(self, origin: int, sn: int, size: int, iid: int) -> None:
+        self.delivered.add((origin, sn))
+        self.history.append((origin, sn, size))
+        self.digests.append(chain(self.digests[-1] if self.digests else DIGEST0, origin, sn))
+        if self.segments and self.segments[-1][0] == iid:
+            self.segments[-1][1] += 1
+        else:
+            self.segments.append([iid, 1])
+
+    def _truncate(self, keep: int) -> list[tuple[int, int, int]]:
+        """Drop my history beyond `keep` deliveries (they are revoked); return them."""
+        revoked = self.history[keep:]
+        del self.history[keep:]
+        del self.digests[keep:]
+        extra = len(revoked)
+        while extra:
+            last = self.segments[-1]
+            cut = min(extra, last[1])
+            last[1] -= cut
+            extra -= cut
+            if not last[1]:
+                self.segments.pop()
+        self.ensured_pos = min(self.ensured_pos, keep)
+        for o, sn, _ in revoked:
+            self.delivered.discard((o, sn))
+            if o == self.me and sn in self.own:
+                self.pending[sn] = self.own.pop(sn)  # mine: broadcast again (P8)
+        return revoked
+
+    def _deliver(self, origin: int, sn: int, size: int,
+                 iid: int | None = None) -> list[Action]:
+        if (origin, sn) in self.delivered:
             self.duplicates += 1  # a copy broadcast again in a later view
             return []
-        self.wm[origin] = sn
+        self._record(origin, sn, size, self.cur_iid if iid is None else iid)
         self.seq += 1
-        self.history.append((origin, sn, size))
-        self.unensured.append((origin, sn))
-        if origin == self.me:
-            for k in [k for k in self.pending if k <= sn]:
-                del self.pending[k]
+        if origin == self.me and sn in self.pending:
+            self.own[sn] = self.pending.pop(sn)
         return [FinalDeliver(origin, sn, self.seq, size)]
 
     def _ensure(self) -> list[Action]:
-        """4.3: `uniform` once every member of the primary view has delivered it."""
+        """4.3: `uniform` once every member of the primary view has delivered it: each member
+        reports its history's length and digest; a report that is a prefix of my history
+        (same digest at that length) vouches for that prefix, anything else for nothing new."""
         if self.status != PRIMARY or any(q not in self.vectors for q in self.lp):
             return []
+        upto = len(self.history)
+        for q in self.lp:
+            n, digest = self.vectors[q]
+            if n > len(self.history) or (n and self.digests[n - 1] != digest):
+                return []  # ahead of me (I learn it later) or diverged: nothing to vouch for
+            upto = min(upto, n)
         out: list[Action] = []
-        vectors = [self.vectors[q] for q in self.lp]
-        while self.unensured:
-            o, sn = self.unensured[0]
-            if any(v.get(o, 0) < sn for v in vectors):
-                break
-            self.unensured.popleft()
+        for o, sn, _ in self.history[self.ensured_pos:upto]:
+            if o == self.me:
+                self.own.pop(sn, None)
             out.append(EnsuredDeliver(o, sn))
+        self.ensured_pos = max(self.ensured_pos, upto)
         return out
 
     def _flush_state(self) -> bytes:
-        """What membership compares in the flush: this instance and its delivered vector."""
+        """What membership compares in the flush: this instance and its history (length,
+        digest): members of one instance agree iff they delivered the same."""
         if self.status != PRIMARY or self.inner is None:
             return bytes(4)  # no instance: nothing to agree on
-        return struct.pack("!I", self.epoch) + pack_wm(self.wm)
+        return struct.pack("!I", self.epoch) + STABLE_BODY.pack(
+            len(self.history), self.digests[-1] if self.digests else DIGEST0)
