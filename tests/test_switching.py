@@ -545,3 +545,56 @@ def test_malformed_instance_datagrams_are_counted_not_raised(tmp_path: Path) -> 
     assert layer.rejects == {"sw:payload": 1, "sw:stale": 1, "sw:prefix": 1,
                              "sw:rejected:role": 1}
     assert layer.delivered == 0
+
+
+# -- reproducers: schedules that once broke total order, as specs judged by the checkers -----
+
+def judged_run(tmp_path: Path, spec: str) -> dict[str, Any]:
+    """`testbed run experiments/SPEC` on the simulator with the Spark analysis, in this
+    process (tests/inproc.py); the run's summary.json."""
+    from tests.inproc import run_cli as run_inproc
+
+    proc = run_inproc("run", "--out", str(tmp_path), str(ROOT / "experiments" / spec))
+    summary: dict[str, Any] = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return summary
+
+
+def assert_safe_and_quiescent(summary: dict[str, Any]) -> None:
+    checks = summary["checks"]
+    assert {k: checks[k]["violations"] for k in ("total_order", "agreement", "integrity",
+                                                  "fifo_order")} == \
+        {"total_order": 0, "agreement": 0, "integrity": 0, "fifo_order": 0}
+    assert summary["switching"]["duplicates"] == 0
+    assert summary["switching"]["order_violations"] == 0
+    assert summary["liveness"]["quiescent"] is True, summary["liveness"]
+    assert all(e["ok"] for e in summary["expectations"]), summary["expectations"]
+
+
+@pytest.mark.spark
+def test_rabp_discards_old_instance_deliveries_batched_after_the_change(
+        tmp_path: Path, spark: Any) -> None:
+    """RABP (001 §2.2.2): at CHANGE a node leaves the old instance and its senders re-issue
+    what it had not delivered on the new one. The old instance hands up an ORDER's entries in
+    one batch; entries after the CHANGE in that batch were once delivered too (the layer
+    decided "current instance, nothing switching" once per batch), so h1 delivered a message
+    the others took from the new instance in another place (8 total-order pairs)."""
+    summary = judged_run(tmp_path, "switching-rabp-400ms.yaml")
+    assert_safe_and_quiescent(summary)
+    assert summary["switching"]["switches"] >= 6
+
+
+@pytest.mark.spark
+def test_a_stub_waiting_for_its_payload_holds_the_rest_of_its_batch(
+        tmp_path: Path, spark: Any) -> None:
+    """Payload-once (001 §2.2.1 L218): a stub delivered by the old instance before its
+    payload reached the new one holds the old instance's sequence (`stub_wait`). Under loss
+    and duplication an ORDER batch can carry the SWITCH, then such a stub, then more: the
+    entries after the stub were once delivered past it (the batch had started with nothing
+    held and no switch under way), 56 total-order pairs."""
+    summary = judged_run(tmp_path, "switching-payload-once-lossy.yaml")
+    assert_safe_and_quiescent(summary)
+    assert summary["switching"]["switches"] >= 6
+    waits = sum(1 for f in tmp_path.glob("*/nodes/*/events.jsonl")
+                for line in f.read_text().splitlines() if '"ev":"stub_wait"' in line)
+    assert waits > 0  # the schedule does make stubs wait

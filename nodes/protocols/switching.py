@@ -39,6 +39,11 @@ Modes:
   instance (l.28-35). Later old-instance deliveries are discarded (fix #4, prose L193).
 - `rabp` (001 §2.2.2 L232-234, Rütti et al.): at CHANGE the node stops using the old
   instance and re-issues its own undelivered messages, same ids, on the new one (brief R0-R5).
+  Everything the old instance orders after the CHANGE is discarded (R4), also when it comes
+  up in the same batch as the CHANGE (one ORDER names several messages): `_lift` once took
+  "current instance, nothing switching, nothing held" for the whole batch, so a node
+  delivered the batch's rest from the instance it had just left, messages the others
+  delivered later from the new one (total order broken at every fast switch).
 - `stop` (001 §2.2.2 L222): at STOP a node queues new application messages and confirms by a
   flagged NULL on the old instance; once every confirmation is delivered (FIFO: everything
   the member sent before it is delivered too) it sends the queue on the new instance (T1-T5,
@@ -46,7 +51,12 @@ Modes:
 
 `payload_once` (§2.2.1 L218, brief S10): while switching, the old instance carries a STUB
 (the id only) and the new one the payload; a STUB delivery waits until the new instance has
-received the payload (logged as `stub_wait`).
+received the payload (logged as `stub_wait`), and so does every later delivery of the old
+instance (`held`), the rest of the STUB's own batch included. The batch that carries the
+SWITCH can carry such a STUB too; the rest of that batch once bypassed `held` (the batch was
+judged "nothing switching, nothing held" at its start), so a node delivered later messages
+ahead of the STUB under loss plus duplication. Whether a delivery may skip Fig. 2.1's
+routing is now decided again after every control or held delivery in a batch.
 
 Failures (ours; brief §1.7): a member that crashes while a switch is under way never sends
 its flag, so Fig. 2.1 alone never ends the switch. When the node's failure detector has
@@ -576,6 +586,9 @@ class Switching(LayerBase):
                         out.append(FinalDeliver(origin, sn, self.delivered, size, inst.label))
                     continue
                 out += self._to_deliver(inst, (origin, flags, sn, size, body), now)
+                # A control delivery may have switched (RABP's CHANGE leaves this instance
+                # at once) or held the sequence: the rest of the batch takes the full route.
+                plain = inst is self.cur and self.new is None and not self.held
             elif kind is SetTimer:
                 timer = inst.timers.get(a)  # frozen, so the namespaced one is reused
                 if timer is None:
