@@ -114,6 +114,7 @@ TICK, NULL_KEY = "sw:tick", "sw:null"
 DATA = MsgType.DATA
 EARLY_LIMIT = 65536  # datagrams kept for an instance not yet created; past that, NACKs repair
 DROP_LOG_LIMIT = 10
+RETIRED_LIMIT = 8  # old instances kept for members that have not finished their switch
 # Instance tags on the wire: header `proto` TAG_BASE + tag, tag in 1..TAGS.
 TAG_BASE, TAGS = 128, 127
 for _tag in range(1, TAGS + 1):
@@ -279,6 +280,10 @@ class Switching(LayerBase):
         self.cur: Instance | None = None
         self.new: Instance | None = None
         self.old: Instance | None = None  # draining until DONE from every member (S8)
+        # Old instances torn down (S8) before an excluded member said DONE: they keep
+        # running, deliver nothing, and answer that member's repairs when it comes back
+        # (a healed partition). switch epoch -> (instance, members whose DONE was seen).
+        self.retired: dict[int, tuple[Instance, set[int]]] = {}
         self.switching = False
         self.stopped = False  # stop mode: application messages wait in `queue`
         self.flag_pending = False
@@ -288,7 +293,9 @@ class Switching(LayerBase):
         self.sn = self.incarnation * 1_000_000
         self.undeliv: list[Entry] = []
         self.early: list[tuple[int, Message]] = []  # datagrams for the next epoch's instance
-        self.mine: dict[int, bytes] = {}  # rabp: own messages not yet delivered (R0)
+        # Own messages not yet delivered, in sn order (RABP's R0; live and stop re-issue them
+        # on the new instance too: `_reissue`).
+        self.mine: dict[int, bytes] = {}
         self.queue: list[tuple[int, bytes]] = []  # stop: messages sent while stopped
         # payload_once: the current instance's deliveries behind a STUB without its payload
         self.held: list[tuple[Instance, Entry]] = []
@@ -344,6 +351,7 @@ class Switching(LayerBase):
         self.sn += 1
         sn = self.sn
         out: list[Action] = [Log("send", {"mno": sn, "size": len(payload)})]
+        self.mine[sn] = payload  # R1
         if self.requested is not None:
             out += self._tick(now)
         if self.stopped:
@@ -421,11 +429,15 @@ class Switching(LayerBase):
         return epoch % TAGS + 1
 
     def _live(self) -> list[Instance]:
-        return [i for i in (self.cur, self.new, self.old) if i is not None]
+        return [i for i in (self.cur, self.new, self.old) if i is not None] + \
+            [inst for inst, _ in self.retired.values()]
 
     def _by_tag(self, tag: int) -> Instance | None:
         for inst in (self.cur, self.new, self.old):
             if inst is not None and inst.tag == tag:
+                return inst
+        for inst, _ in self.retired.values():
+            if inst.tag == tag:
                 return inst
         return None
 
@@ -620,8 +632,6 @@ class Switching(LayerBase):
 
     def _send_app(self, sn: int, payload: bytes, now: int) -> list[Action]:
         assert self.cur is not None
-        if self.mode == "rabp":
-            self.mine[sn] = payload  # R1
         if not self.switching or self.mode != "live":
             return self._to_send(self.cur, 0, sn, payload, now)
         assert self.new is not None
@@ -689,6 +699,10 @@ class Switching(LayerBase):
             return self._from_cur(inst, e, now)
         if inst is self.new:
             self.undeliv.append(e)  # l.26-27, kept in the new instance's order (fix #3)
+        elif e[1] & CTRL and self.retired:
+            kind, epoch, _ = CONTROL.unpack(e[4])
+            if kind == DONE:
+                self._retired_done(e[0], epoch)  # bookkeeping only, no order depends on it
         return []  # an instance already left: its later deliveries are discarded (fix #4)
 
     def _release_held(self, now: int) -> list[Action]:
@@ -737,6 +751,7 @@ class Switching(LayerBase):
             if epoch == self.epoch and self.old is not None:
                 self.done.add(origin)
                 return self._maybe_done()
+            self._retired_done(origin, epoch)
             return []
         # SWITCH (S1-S2): the first SWITCH(epoch+1) in this instance's order wins, and only
         # once every member finished the previous switch (001 L197).
@@ -762,6 +777,7 @@ class Switching(LayerBase):
                 self.flag_pending = True
                 out += self._send_null(now)
             else:
+                out += self._reissue(new, set(), now)
                 self.flag_pending = True
                 out += self._send_null(now) if self.null_ns == 0 else \
                     [SetTimer(NULL_KEY, self.null_ns)]
@@ -772,8 +788,21 @@ class Switching(LayerBase):
         if self.old is None or not self.done >= self.all - self.excluded:
             return []
         old, self.old = self.old, None
+        if not self.done >= self.all:  # an excluded member may still need it: keep it
+            self.retired[self.epoch] = (old, self.done)
+            while len(self.retired) > RETIRED_LIMIT:
+                del self.retired[min(self.retired)]
         self.done = set()
         return [Log("switch", {"phase": "done", "epoch": self.epoch, "from": old.name})]
+
+    def _retired_done(self, member: int, epoch: int) -> None:
+        """DONE(epoch) from a member that had been excluded from that switch: once every
+        member said it, nobody needs the switch's old instance any more."""
+        kept = self.retired.get(epoch)
+        if kept is not None:
+            kept[1].add(member)
+            if kept[1] >= self.all:
+                del self.retired[epoch]
 
     def _on_membership(self, kind: int, member: int, now: int) -> list[Action]:
         """EXCLUDE/INCLUDE delivered by the current instance (ours; brief §1.7): every node
@@ -847,11 +876,7 @@ class Switching(LayerBase):
         old, self.cur, self.old = self.cur, new, self.cur
         self.done = set()
         self.proposed = set()
-        out: list[Action] = []
-        for sn, payload in self.mine.items():
-            self.dup_msgs += 1
-            self.dup_bytes += len(payload)
-            out += self._to_send(new, 0, sn, payload, now)
+        out = self._reissue(new, set(), now)
         out.append(self._end_log(old, new, now))
         return out + self._control(DONE, self.epoch, new.index, now)
 
@@ -870,9 +895,23 @@ class Switching(LayerBase):
         if self.stopped:
             self.stopped = False
             queue, self.queue = self.queue, []
-            for sn, payload in queue:
-                out += self._to_send(new, 0, sn, payload, now)
+            out += self._reissue(new, {sn for sn, _ in queue}, now)  # T4, queue included
         return out + self._control(DONE, self.epoch, new.index, now)
+
+    def _reissue(self, new: Instance, fresh: set[int], now: int) -> list[Action]:
+        """Own messages not delivered yet, same ids, in order, on the new instance (RABP's R3;
+        live at SWITCH, stop at its end). Without an exclusion they all precede this node's
+        flag in the old instance, so they are delivered from there and the copies dropped by
+        the watermark; a member excluded while it was cut off (a partition) sent them on
+        the old instance after the switch point, where every node discards them: the copies
+        are what delivers them. `fresh`: the stop queue's, sent for the first time."""
+        out: list[Action] = []
+        for sn, payload in self.mine.items():
+            if sn not in fresh:
+                self.dup_msgs += 1
+                self.dup_bytes += len(payload)
+            out += self._to_send(new, 0, sn, payload, now)
+        return out
 
     def _end_log(self, old: Instance, new: Instance, now: int) -> Log:
         self.switch_count += 1
