@@ -68,6 +68,29 @@ would not: brief §1.7). INCLUDE undoes it when the member is heard again. The o
 must itself survive the crash (a sequencer instance whose sequencer crashed orders nothing
 more). Actions the layer does not consume (a future `ensured` notification, reservations)
 pass through unchanged.
+
+An excluded member may be alive behind a partition; after the heal it must reach the same
+switch point (Fig. 2.1 l.16: every node ends the switch at the same place of the old order)
+and lose nothing (TO3). Two causes once broke that: (1) S8 tore the old instance down once
+every *non-excluded* member said DONE, so nobody answered the excluded member's repairs of
+the old order and it never reached the switch point (it stopped delivering for good); such
+an old instance is now kept (`retired`, at most RETIRED_LIMIT, delivering nothing) until
+that member's DONE too. (2) What the excluded member sent on the old instance while cut off
+is ordered after the switch point, where every node discards it; Fig. 2.1's "nothing is lost
+at the switch" (every message outside the old prefix is also on the new instance) held only
+for members whose flag made the prefix. Now every node re-issues its undelivered messages on
+the new instance, same ids and in order, when it starts the switch (live; stop: when it
+ends; RABP did already, R3): the watermark drops the copies of those the old prefix holds.
+
+Liveness (what the layer promises, 001 ch. 2 promises nothing under failures): progress
+whenever the instance in use orders (and, during a switch, the old one until the switch
+point); crashes of members no instance depends on (EXCLUDE), healed partitions (above). Not
+claimed: a crash of a host an instance needs (the sequencer of a `sequencer` instance, any
+member of a `lamport`, `token-ring` or `moving-sequencer` one) stops the group for good,
+before, during or after a switch, as it stops that protocol alone; the switch cannot end
+without the old instance's order, and nothing else can tell the survivors where the old
+order stopped (that needs a view-synchronous membership, 001 §4.1). Nor is catching up
+claimed for a member excluded more than RETIRED_LIMIT switches ago.
 """
 
 from __future__ import annotations
