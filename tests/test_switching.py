@@ -622,3 +622,34 @@ def test_members_excluded_by_a_partition_catch_up_after_the_heal(
     excluded = {json.loads(line)["member"] for f in tmp_path.glob("*/nodes/*/events.jsonl")
                 for line in f.read_text().splitlines() if '"ev":"switch_exclude"' in line}
     assert excluded == {"h1", "h5"}  # the schedule does exclude the cut-off pair
+
+
+@pytest.mark.parametrize("mode", ["stop", "rabp"])
+def test_reissuing_on_an_instance_that_delivers_at_once(tmp_path: Path, mode: str) -> None:
+    """A token holder orders its own message as it sends it: re-issuing undelivered messages
+    on a `moving-sequencer` instance delivers some of them during the re-issue (the set of
+    undelivered messages changed while it was walked: RuntimeError, the node's run ended)."""
+    instances = [{"name": "a", "protocol": "token-ring"},
+                 {"name": "b", "protocol": "moving-sequencer"}]
+    cfgs = protosim.configs("switching", tmp_path, n=5, duration_s=3, drain_s=2, rate=50,
+                            loss=0.02, delay_ms=2, params={"instances": instances,
+                                                           "mode": mode})
+    sim = Simulator(cfgs, seed=33)
+    for k in range(1, 12):
+        sim.at(SIM_EPOCH_NS + k * 250_000_000, functools.partial(
+            lambda k: _switch_from(sim, k), k))
+    sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
+    events = protosim.read_events(tmp_path)
+    assert all(e["errors"] == 0 for evs in events.values() for e in evs if e["ev"] == "stop")
+    assert findings(events) == {"duplicates": 0, "missing": 0, "total_order": 0, "fifo": 0,
+                                "same_sequence": True}
+    assert min(len(ends(events, h)) for h in events) >= 5
+
+
+def _switch_from(sim: Simulator, k: int) -> None:
+    core = sim.cores[k % len(sim.cores)]
+    layer = core.protocol
+    assert isinstance(layer, Switching)
+    with contextlib.suppress(ValueError):
+        layer.request_switch(next(n for n in layer.names if n != layer.current),
+                             core.clock.local(sim.now))

@@ -929,7 +929,7 @@ class Switching(LayerBase):
         the old instance after the switch point, where every node discards them: the copies
         are what delivers them. `fresh`: the stop queue's, sent for the first time."""
         out: list[Action] = []
-        for sn, payload in self.mine.items():
+        for sn, payload in list(self.mine.items()):  # a send may deliver at once
             if sn not in fresh:
                 self.dup_msgs += 1
                 self.dup_bytes += len(payload)
