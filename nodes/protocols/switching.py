@@ -66,8 +66,11 @@ same point of that order and stops waiting for the member's flag (l.16) and DONE
 there on, so all nodes end the switch at one switch point (a local, unagreed exclusion
 would not: brief §1.7). INCLUDE undoes it when the member is heard again. The old instance
 must itself survive the crash (a sequencer instance whose sequencer crashed orders nothing
-more). Actions the layer does not consume (a future `ensured` notification, reservations)
-pass through unchanged.
+more). Failure-detector changes go to every running instance, and a new instance is told who
+is suspected when it is created: it would otherwise never hear of a member that crashed
+before its epoch and wait for that member's acknowledgements (its ordering stopped for good
+under loss). Actions the layer does not consume (a future `ensured` notification,
+reservations) pass through unchanged.
 
 An excluded member may be alive behind a partition; after the heal it must reach the same
 switch point (Fig. 2.1 l.16: every node ends the switch at the same place of the old order)
@@ -487,7 +490,13 @@ class Switching(LayerBase):
                 rm.proto = TAG_BASE + tag  # its reliable layer stamps the tag itself
         if entry.wire_id in RULED_PROTOS:
             inst.rules = PAYLOAD_RULES
-        return inst, self._lift(inst, layer.start(now), now)
+        actions = layer.start(now)
+        # What the failure detector says now, which a fresh instance would otherwise never
+        # hear (it reports changes only): a member suspected before this epoch (crashed)
+        # would hold the new instance's acknowledgement window forever.
+        for member in sorted(self.suspects):
+            actions = [*actions, *layer.on_suspect(member, True, now)]
+        return inst, self._lift(inst, actions, now)
 
     def _inner(self, inst: Instance, src: int, msg: Message, now: int) -> list[Action]:
         """An instance's datagram (its tag in `proto`): the instance's wire id put back, the
