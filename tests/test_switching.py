@@ -545,3 +545,127 @@ def test_malformed_instance_datagrams_are_counted_not_raised(tmp_path: Path) -> 
     assert layer.rejects == {"sw:payload": 1, "sw:stale": 1, "sw:prefix": 1,
                              "sw:rejected:role": 1}
     assert layer.delivered == 0
+
+
+# -- reproducers: schedules that once broke total order, as specs judged by the checkers -----
+
+def judged_run(tmp_path: Path, spec: str) -> dict[str, Any]:
+    """`testbed run experiments/SPEC` on the simulator with the Spark analysis, in this
+    process (tests/inproc.py); the run's summary.json."""
+    from tests.inproc import run_cli as run_inproc
+
+    proc = run_inproc("run", "--out", str(tmp_path), str(ROOT / "experiments" / spec))
+    summary: dict[str, Any] = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return summary
+
+
+def assert_safe_and_quiescent(summary: dict[str, Any]) -> None:
+    checks = summary["checks"]
+    assert {k: checks[k]["violations"] for k in ("total_order", "agreement", "integrity",
+                                                  "fifo_order")} == \
+        {"total_order": 0, "agreement": 0, "integrity": 0, "fifo_order": 0}
+    assert summary["switching"]["duplicates"] == 0
+    assert summary["switching"]["order_violations"] == 0
+    assert summary["liveness"]["quiescent"] is True, summary["liveness"]
+    assert all(e["ok"] for e in summary["expectations"]), summary["expectations"]
+
+
+@pytest.mark.spark
+def test_rabp_discards_old_instance_deliveries_batched_after_the_change(
+        tmp_path: Path, spark: Any) -> None:
+    """RABP (001 §2.2.2): at CHANGE a node leaves the old instance and its senders re-issue
+    what it had not delivered on the new one. The old instance hands up an ORDER's entries in
+    one batch; entries after the CHANGE in that batch were once delivered too (the layer
+    decided "current instance, nothing switching" once per batch), so h1 delivered a message
+    the others took from the new instance in another place (8 total-order pairs)."""
+    summary = judged_run(tmp_path, "switching-rabp-400ms.yaml")
+    assert_safe_and_quiescent(summary)
+    assert summary["switching"]["switches"] >= 6
+
+
+@pytest.mark.spark
+def test_a_stub_waiting_for_its_payload_holds_the_rest_of_its_batch(
+        tmp_path: Path, spark: Any) -> None:
+    """Payload-once (001 §2.2.1 L218): a stub delivered by the old instance before its
+    payload reached the new one holds the old instance's sequence (`stub_wait`). Under loss
+    and duplication an ORDER batch can carry the SWITCH, then such a stub, then more: the
+    entries after the stub were once delivered past it (the batch had started with nothing
+    held and no switch under way), 56 total-order pairs."""
+    summary = judged_run(tmp_path, "switching-payload-once-lossy.yaml")
+    assert_safe_and_quiescent(summary)
+    assert summary["switching"]["switches"] >= 6
+    waits = sum(1 for f in tmp_path.glob("*/nodes/*/events.jsonl")
+                for line in f.read_text().splitlines() if '"ev":"stub_wait"' in line)
+    assert waits > 0  # the schedule does make stubs wait
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("mode", ["live", "stop"])
+def test_members_excluded_by_a_partition_catch_up_after_the_heal(
+        tmp_path: Path, spark: Any, mode: str) -> None:
+    """{h1, h5} | {h2, h3, h4} while a switch is under way: the side with the old instance's
+    sequencer excludes h1 and h5 (EXCLUDE in that order) and ends the switch without them.
+    After the heal h1 and h5 meet the same switch point. Before the fix the others had torn
+    the old instance down (DONE from every non-excluded member), so h1 and h5 never got their
+    repairs and stopped delivering (live: 1,063 messages missing at each for the whole drain),
+    and what they sent on the old instance while cut off came after the switch point, where
+    everyone discards it (189 and 278 messages lost everywhere); now the old instance is kept
+    for the excluded members and each member re-issues its undelivered messages on the new
+    instance (same ids, in order)."""
+    summary = judged_run(tmp_path, f"switching-partition-heal-{mode}.yaml")
+    assert_safe_and_quiescent(summary)
+    assert summary["checks"]["validity"]["violations"] == 0
+    undelivered = summary["liveness"]["undelivered_per_node"]
+    assert set(undelivered) == {"h1", "h2", "h3", "h4", "h5"}
+    assert not any(undelivered.values()), undelivered
+    excluded = {json.loads(line)["member"] for f in tmp_path.glob("*/nodes/*/events.jsonl")
+                for line in f.read_text().splitlines() if '"ev":"switch_exclude"' in line}
+    assert excluded == {"h1", "h5"}  # the schedule does exclude the cut-off pair
+
+
+@pytest.mark.parametrize("mode", ["stop", "rabp"])
+def test_reissuing_on_an_instance_that_delivers_at_once(tmp_path: Path, mode: str) -> None:
+    """A token holder orders its own message as it sends it: re-issuing undelivered messages
+    on a `moving-sequencer` instance delivers some of them during the re-issue (the set of
+    undelivered messages changed while it was walked: RuntimeError, the node's run ended)."""
+    instances = [{"name": "a", "protocol": "token-ring"},
+                 {"name": "b", "protocol": "moving-sequencer"}]
+    cfgs = protosim.configs("switching", tmp_path, n=5, duration_s=3, drain_s=2, rate=50,
+                            loss=0.02, delay_ms=2, params={"instances": instances,
+                                                           "mode": mode})
+    sim = Simulator(cfgs, seed=33)
+    for k in range(1, 12):
+        sim.at(SIM_EPOCH_NS + k * 250_000_000, functools.partial(
+            lambda k: _switch_from(sim, k), k))
+    sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
+    events = protosim.read_events(tmp_path)
+    assert all(e["errors"] == 0 for evs in events.values() for e in evs if e["ev"] == "stop")
+    assert findings(events) == {"duplicates": 0, "missing": 0, "total_order": 0, "fifo": 0,
+                                "same_sequence": True}
+    assert min(len(ends(events, h)) for h in events) >= 5
+
+
+def _switch_from(sim: Simulator, k: int) -> None:
+    core = sim.cores[k % len(sim.cores)]
+    layer = core.protocol
+    assert isinstance(layer, Switching)
+    with contextlib.suppress(ValueError):
+        layer.request_switch(next(n for n in layer.names if n != layer.current),
+                             core.clock.local(sim.now))
+
+
+@pytest.mark.spark
+def test_an_instance_created_after_a_crash_learns_the_suspicion(
+        tmp_path: Path, spark: Any) -> None:
+    """h2 crashes between two switches; the second creates a fresh instance. The failure
+    detector reports changes only, so the fresh instance never heard h2 was suspected: its
+    reliable layer waited for h2's acknowledgements and, under 2 % loss, stopped ordering
+    (361 messages undelivered at every survivor for the whole drain). The layer now tells a
+    new instance who is suspected."""
+    summary = judged_run(tmp_path, "switching-crash-fresh-instance.yaml")
+    assert_safe_and_quiescent(summary)
+    assert summary["crashed"] == ["h2"]
+    assert summary["checks"]["validity"]["violations"] == 0
+    undelivered = summary["liveness"]["undelivered_per_node"]
+    assert not any(n for h, n in undelivered.items() if h != "h2"), undelivered

@@ -39,6 +39,11 @@ Modes:
   instance (l.28-35). Later old-instance deliveries are discarded (fix #4, prose L193).
 - `rabp` (001 §2.2.2 L232-234, Rütti et al.): at CHANGE the node stops using the old
   instance and re-issues its own undelivered messages, same ids, on the new one (brief R0-R5).
+  Everything the old instance orders after the CHANGE is discarded (R4), also when it comes
+  up in the same batch as the CHANGE (one ORDER names several messages): `_lift` once took
+  "current instance, nothing switching, nothing held" for the whole batch, so a node
+  delivered the batch's rest from the instance it had just left, messages the others
+  delivered later from the new one (total order broken at every fast switch).
 - `stop` (001 §2.2.2 L222): at STOP a node queues new application messages and confirms by a
   flagged NULL on the old instance; once every confirmation is delivered (FIFO: everything
   the member sent before it is delivered too) it sends the queue on the new instance (T1-T5,
@@ -46,7 +51,12 @@ Modes:
 
 `payload_once` (§2.2.1 L218, brief S10): while switching, the old instance carries a STUB
 (the id only) and the new one the payload; a STUB delivery waits until the new instance has
-received the payload (logged as `stub_wait`).
+received the payload (logged as `stub_wait`), and so does every later delivery of the old
+instance (`held`), the rest of the STUB's own batch included. The batch that carries the
+SWITCH can carry such a STUB too; the rest of that batch once bypassed `held` (the batch was
+judged "nothing switching, nothing held" at its start), so a node delivered later messages
+ahead of the STUB under loss plus duplication. Whether a delivery may skip Fig. 2.1's
+routing is now decided again after every control or held delivery in a batch.
 
 Failures (ours; brief §1.7): a member that crashes while a switch is under way never sends
 its flag, so Fig. 2.1 alone never ends the switch. When the node's failure detector has
@@ -56,8 +66,34 @@ same point of that order and stops waiting for the member's flag (l.16) and DONE
 there on, so all nodes end the switch at one switch point (a local, unagreed exclusion
 would not: brief §1.7). INCLUDE undoes it when the member is heard again. The old instance
 must itself survive the crash (a sequencer instance whose sequencer crashed orders nothing
-more). Actions the layer does not consume (a future `ensured` notification, reservations)
-pass through unchanged.
+more). Failure-detector changes go to every running instance, and a new instance is told who
+is suspected when it is created: it would otherwise never hear of a member that crashed
+before its epoch and wait for that member's acknowledgements (its ordering stopped for good
+under loss). Actions the layer does not consume (a future `ensured` notification,
+reservations) pass through unchanged.
+
+An excluded member may be alive behind a partition; after the heal it must reach the same
+switch point (Fig. 2.1 l.16: every node ends the switch at the same place of the old order)
+and lose nothing (TO3). Two causes once broke that: (1) S8 tore the old instance down once
+every *non-excluded* member said DONE, so nobody answered the excluded member's repairs of
+the old order and it never reached the switch point (it stopped delivering for good); such
+an old instance is now kept (`retired`, at most RETIRED_LIMIT, delivering nothing) until
+that member's DONE too. (2) What the excluded member sent on the old instance while cut off
+is ordered after the switch point, where every node discards it; Fig. 2.1's "nothing is lost
+at the switch" (every message outside the old prefix is also on the new instance) held only
+for members whose flag made the prefix. Now every node re-issues its undelivered messages on
+the new instance, same ids and in order, when it starts the switch (live; stop: when it
+ends; RABP did already, R3): the watermark drops the copies of those the old prefix holds.
+
+Liveness (what the layer promises, 001 ch. 2 promises nothing under failures): progress
+whenever the instance in use orders (and, during a switch, the old one until the switch
+point); crashes of members no instance depends on (EXCLUDE), healed partitions (above). Not
+claimed: a crash of a host an instance needs (the sequencer of a `sequencer` instance, any
+member of a `lamport`, `token-ring` or `moving-sequencer` one) stops the group for good,
+before, during or after a switch, as it stops that protocol alone; the switch cannot end
+without the old instance's order, and nothing else can tell the survivors where the old
+order stopped (that needs a view-synchronous membership, 001 §4.1). Nor is catching up
+claimed for a member excluded more than RETIRED_LIMIT switches ago.
 """
 
 from __future__ import annotations
@@ -104,6 +140,7 @@ TICK, NULL_KEY = "sw:tick", "sw:null"
 DATA = MsgType.DATA
 EARLY_LIMIT = 65536  # datagrams kept for an instance not yet created; past that, NACKs repair
 DROP_LOG_LIMIT = 10
+RETIRED_LIMIT = 8  # old instances kept for members that have not finished their switch
 # Instance tags on the wire: header `proto` TAG_BASE + tag, tag in 1..TAGS.
 TAG_BASE, TAGS = 128, 127
 for _tag in range(1, TAGS + 1):
@@ -269,6 +306,10 @@ class Switching(LayerBase):
         self.cur: Instance | None = None
         self.new: Instance | None = None
         self.old: Instance | None = None  # draining until DONE from every member (S8)
+        # Old instances torn down (S8) before an excluded member said DONE: they keep
+        # running, deliver nothing, and answer that member's repairs when it comes back
+        # (a healed partition). switch epoch -> (instance, members whose DONE was seen).
+        self.retired: dict[int, tuple[Instance, set[int]]] = {}
         self.switching = False
         self.stopped = False  # stop mode: application messages wait in `queue`
         self.flag_pending = False
@@ -278,7 +319,9 @@ class Switching(LayerBase):
         self.sn = self.incarnation * 1_000_000
         self.undeliv: list[Entry] = []
         self.early: list[tuple[int, Message]] = []  # datagrams for the next epoch's instance
-        self.mine: dict[int, bytes] = {}  # rabp: own messages not yet delivered (R0)
+        # Own messages not yet delivered, in sn order (RABP's R0; live and stop re-issue them
+        # on the new instance too: `_reissue`).
+        self.mine: dict[int, bytes] = {}
         self.queue: list[tuple[int, bytes]] = []  # stop: messages sent while stopped
         # payload_once: the current instance's deliveries behind a STUB without its payload
         self.held: list[tuple[Instance, Entry]] = []
@@ -334,6 +377,7 @@ class Switching(LayerBase):
         self.sn += 1
         sn = self.sn
         out: list[Action] = [Log("send", {"mno": sn, "size": len(payload)})]
+        self.mine[sn] = payload  # R1
         if self.requested is not None:
             out += self._tick(now)
         if self.stopped:
@@ -411,11 +455,15 @@ class Switching(LayerBase):
         return epoch % TAGS + 1
 
     def _live(self) -> list[Instance]:
-        return [i for i in (self.cur, self.new, self.old) if i is not None]
+        return [i for i in (self.cur, self.new, self.old) if i is not None] + \
+            [inst for inst, _ in self.retired.values()]
 
     def _by_tag(self, tag: int) -> Instance | None:
         for inst in (self.cur, self.new, self.old):
             if inst is not None and inst.tag == tag:
+                return inst
+        for inst, _ in self.retired.values():
+            if inst.tag == tag:
                 return inst
         return None
 
@@ -442,7 +490,13 @@ class Switching(LayerBase):
                 rm.proto = TAG_BASE + tag  # its reliable layer stamps the tag itself
         if entry.wire_id in RULED_PROTOS:
             inst.rules = PAYLOAD_RULES
-        return inst, self._lift(inst, layer.start(now), now)
+        actions = layer.start(now)
+        # What the failure detector says now, which a fresh instance would otherwise never
+        # hear (it reports changes only): a member suspected before this epoch (crashed)
+        # would hold the new instance's acknowledgement window forever.
+        for member in sorted(self.suspects):
+            actions = [*actions, *layer.on_suspect(member, True, now)]
+        return inst, self._lift(inst, actions, now)
 
     def _inner(self, inst: Instance, src: int, msg: Message, now: int) -> list[Action]:
         """An instance's datagram (its tag in `proto`): the instance's wire id put back, the
@@ -576,6 +630,9 @@ class Switching(LayerBase):
                         out.append(FinalDeliver(origin, sn, self.delivered, size, inst.label))
                     continue
                 out += self._to_deliver(inst, (origin, flags, sn, size, body), now)
+                # A control delivery may have switched (RABP's CHANGE leaves this instance
+                # at once) or held the sequence: the rest of the batch takes the full route.
+                plain = inst is self.cur and self.new is None and not self.held
             elif kind is SetTimer:
                 timer = inst.timers.get(a)  # frozen, so the namespaced one is reused
                 if timer is None:
@@ -607,8 +664,6 @@ class Switching(LayerBase):
 
     def _send_app(self, sn: int, payload: bytes, now: int) -> list[Action]:
         assert self.cur is not None
-        if self.mode == "rabp":
-            self.mine[sn] = payload  # R1
         if not self.switching or self.mode != "live":
             return self._to_send(self.cur, 0, sn, payload, now)
         assert self.new is not None
@@ -676,6 +731,10 @@ class Switching(LayerBase):
             return self._from_cur(inst, e, now)
         if inst is self.new:
             self.undeliv.append(e)  # l.26-27, kept in the new instance's order (fix #3)
+        elif e[1] & CTRL and self.retired:
+            kind, epoch, _ = CONTROL.unpack(e[4])
+            if kind == DONE:
+                self._retired_done(e[0], epoch)  # bookkeeping only, no order depends on it
         return []  # an instance already left: its later deliveries are discarded (fix #4)
 
     def _release_held(self, now: int) -> list[Action]:
@@ -724,6 +783,7 @@ class Switching(LayerBase):
             if epoch == self.epoch and self.old is not None:
                 self.done.add(origin)
                 return self._maybe_done()
+            self._retired_done(origin, epoch)
             return []
         # SWITCH (S1-S2): the first SWITCH(epoch+1) in this instance's order wins, and only
         # once every member finished the previous switch (001 L197).
@@ -749,6 +809,7 @@ class Switching(LayerBase):
                 self.flag_pending = True
                 out += self._send_null(now)
             else:
+                out += self._reissue(new, set(), now)
                 self.flag_pending = True
                 out += self._send_null(now) if self.null_ns == 0 else \
                     [SetTimer(NULL_KEY, self.null_ns)]
@@ -759,8 +820,21 @@ class Switching(LayerBase):
         if self.old is None or not self.done >= self.all - self.excluded:
             return []
         old, self.old = self.old, None
+        if not self.done >= self.all:  # an excluded member may still need it: keep it
+            self.retired[self.epoch] = (old, self.done)
+            while len(self.retired) > RETIRED_LIMIT:
+                del self.retired[min(self.retired)]
         self.done = set()
         return [Log("switch", {"phase": "done", "epoch": self.epoch, "from": old.name})]
+
+    def _retired_done(self, member: int, epoch: int) -> None:
+        """DONE(epoch) from a member that had been excluded from that switch: once every
+        member said it, nobody needs the switch's old instance any more."""
+        kept = self.retired.get(epoch)
+        if kept is not None:
+            kept[1].add(member)
+            if kept[1] >= self.all:
+                del self.retired[epoch]
 
     def _on_membership(self, kind: int, member: int, now: int) -> list[Action]:
         """EXCLUDE/INCLUDE delivered by the current instance (ours; brief §1.7): every node
@@ -834,11 +908,7 @@ class Switching(LayerBase):
         old, self.cur, self.old = self.cur, new, self.cur
         self.done = set()
         self.proposed = set()
-        out: list[Action] = []
-        for sn, payload in self.mine.items():
-            self.dup_msgs += 1
-            self.dup_bytes += len(payload)
-            out += self._to_send(new, 0, sn, payload, now)
+        out = self._reissue(new, set(), now)
         out.append(self._end_log(old, new, now))
         return out + self._control(DONE, self.epoch, new.index, now)
 
@@ -857,9 +927,23 @@ class Switching(LayerBase):
         if self.stopped:
             self.stopped = False
             queue, self.queue = self.queue, []
-            for sn, payload in queue:
-                out += self._to_send(new, 0, sn, payload, now)
+            out += self._reissue(new, {sn for sn, _ in queue}, now)  # T4, queue included
         return out + self._control(DONE, self.epoch, new.index, now)
+
+    def _reissue(self, new: Instance, fresh: set[int], now: int) -> list[Action]:
+        """Own messages not delivered yet, same ids, in order, on the new instance (RABP's R3;
+        live at SWITCH, stop at its end). Without an exclusion they all precede this node's
+        flag in the old instance, so they are delivered from there and the copies dropped by
+        the watermark; a member excluded while it was cut off (a partition) sent them on
+        the old instance after the switch point, where every node discards them: the copies
+        are what delivers them. `fresh`: the stop queue's, sent for the first time."""
+        out: list[Action] = []
+        for sn, payload in list(self.mine.items()):  # a send may deliver at once
+            if sn not in fresh:
+                self.dup_msgs += 1
+                self.dup_bytes += len(payload)
+            out += self._to_send(new, 0, sn, payload, now)
+        return out
 
     def _end_log(self, old: Instance, new: Instance, now: int) -> Log:
         self.switch_count += 1
