@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analysis import checks_node, checks_order
+from analysis.checks_causal import causal_records
 from analysis.checks_mid import (
     CHECK_INPUT,
     CHECK_INPUT_COLUMNS,
@@ -29,6 +30,7 @@ from analysis.checks_mid import (
     MID_ROWS,
     MidPass,
     check_input,
+    process_names,
 )
 from analysis.fault_history import FaultHistory
 from nodes.protocols import catalogue
@@ -81,8 +83,9 @@ def _records(events: DataFrame, nodes: list[str],
     spark = events.sparkSession
     wanted = events.filter(F.col("ev").isin("fnl", "send", "recv") & F.col("mid").isNotNull())
     rows = wanted.select(*CHECK_INPUT_COLUMNS).mapInArrow(_check_input_batches, CHECK_INPUT)
-    names = sorted(set(nodes) | {r["node"] for r in events.select("node").distinct().collect()
-                                 if r["node"] is not None})
+    seen = events.select("node", "inc").distinct().toArrow()
+    names = sorted(set(nodes) | {n for n in process_names(seen["node"], seen["inc"])
+                                 .to_pylist() if n is not None})
     parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
     by_mid = rows.repartition(parts, "mid").mapInArrow(MidPass(names, correct), MID_ROWS)
     keys = _partition_keys(spark, max(len(names), 1))
@@ -92,7 +95,12 @@ def _records(events: DataFrame, nodes: list[str],
     by_node = (by_mid.withColumn("_part", part).repartition(len(keys), "_part").drop("_part")
                .mapInArrow(checks_node.NodeChecks(checks_order.MAX_PAIRS_PER_NODE, names),
                            checks_node.NODE_RECS))
-    return _parse_records(by_node.toArrow().column("rec").to_pylist()), names
+    recs = _parse_records(by_node.toArrow().column("rec").to_pylist())
+    ordered = events.filter(F.col("ev").isin("fnl", "send") & F.col("mid").isNotNull())
+    causal = ordered.select(*CHECK_INPUT_COLUMNS).mapInArrow(_check_input_batches,
+                                                             CHECK_INPUT).toArrow()
+    _add(recs, causal_records(causal, checks_order.MAX_PAIRS_PER_NODE))
+    return recs, names
 
 
 def _check_input_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -102,10 +110,13 @@ def _check_input_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
 
 def _parse_records(lines: Iterable[str]) -> Records:
     recs: Records = {}
-    for line in lines:
-        rec = json.loads(line)
-        recs.setdefault(rec.pop("r"), []).append(rec)
+    _add(recs, (json.loads(line) for line in lines))
     return recs
+
+
+def _add(recs: Records, found: Iterable[dict[str, Any]]) -> None:
+    for rec in found:
+        recs.setdefault(rec.pop("r"), []).append(rec)
 
 
 def table_records(events: pa.Table, nodes: list[str],
@@ -113,8 +124,8 @@ def table_records(events: pa.Table, nodes: list[str],
     """`_records` in-process over an Arrow table of events (analysis/ingest.py ARROW_SCHEMA):
     the same two passes, each over the whole table as one partition."""
     rows = check_input(events)
-    names = sorted(set(nodes) | {n for n in pc.unique(events["node"]).to_pylist()
-                                 if n is not None})
+    names = sorted(set(nodes) | {n for n in pc.unique(process_names(
+        events["node"], events["inc"])).to_pylist() if n is not None})
     by_mid = MidPass(names, correct).run(rows) if rows.num_rows else None
     if by_mid is None:
         return {}, names
@@ -122,7 +133,9 @@ def table_records(events: pa.Table, nodes: list[str],
     lines: list[str] = []
     for batch in out:
         lines += batch.column(0).to_pylist()
-    return _parse_records(lines), names
+    recs = _parse_records(lines)
+    _add(recs, causal_records(rows, checks_order.MAX_PAIRS_PER_NODE))
+    return recs, names
 
 
 def _interleave(recs: Records, kinds: dict[str, str], key: Any) -> list[dict[str, Any]]:

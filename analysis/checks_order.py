@@ -18,8 +18,9 @@ deliveries that must move (off a longest increasing subsequence), so one misplac
 is one finding however many messages it jumped.
 
 Causal (002, "Causal ordering"): if a node sent m2 after it sent or fnl-delivered m1, everyone
-delivers m1 before m2. Judged per delivering node, from every message's position at every node
-(analysis/checks_node.py `causal`): one running maximum and one running minimum per sender,
+delivers m1 before m2. Judged per delivering process
+(analysis/checks_causal.py: vector clocks over every process's sends and deliveries, so
+happened-before is transitive, chains through messages a node never delivers included),
 counting the deliveries that must move.
 
 Each function here turns the records of the two passes (analysis/checks_mid.py,
@@ -152,7 +153,7 @@ def fifo_order(recs: Records, history: FaultHistory | None = None) -> Check:
 def causal_order(recs: Records, lookup: Lookup,
                  history: FaultHistory | None = None) -> Check:
     """Per node, the deliveries that must move to restore causal order (002 L236-244), from
-    the happened-before relation the logs show (analysis/checks_node.py `causal`): the
+    the happened-before relation the logs show (analysis/checks_causal.py): the
     smaller of the node's early deliveries (a message before one of its predecessors) and
     late ones (a predecessor after one of its successors). Examples show early deliveries:
     `node` delivered `mid` (sent by `sender` after it had delivered or sent `before`) before

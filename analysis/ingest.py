@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
@@ -33,11 +34,15 @@ log = logging.getLogger(__name__)
 
 # The delivery-log columns (docs/architecture.md "Delivery log"). This module imports no
 # Spark: the in-process judge (analysis/judge.py) reads logs with the same functions.
-ARROW_SCHEMA = pa.schema([
+LOG_SCHEMA = pa.schema([
     ("t", pa.int64()), ("lt", pa.int64()), ("i", pa.int64()), ("node", pa.string()),
     ("ev", pa.string()), ("mid", pa.string()), ("seq", pa.int64()), ("slot", pa.int64()),
     ("proto", pa.string()), ("size", pa.int64()),
 ])
+# What the analysis reads: the log's columns and `inc`, the incarnation each event belongs to
+# (000 sec. 2.2: a restarted process is a new process). Events after a node's k-th `start`
+# line (by ordinal `i`, from 0) belong to incarnation k; a log without one is incarnation 0.
+ARROW_SCHEMA = LOG_SCHEMA.append(pa.field("inc", pa.int64()))
 
 EVENTS_PARQUET = Path("parquet") / "events"
 
@@ -53,7 +58,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-_PARSE = pj.ParseOptions(explicit_schema=ARROW_SCHEMA, unexpected_field_behavior="ignore")
+_PARSE = pj.ParseOptions(explicit_schema=LOG_SCHEMA, unexpected_field_behavior="ignore")
 _READ = pj.ReadOptions(use_threads=False, block_size=1 << 24)
 
 
@@ -166,14 +171,33 @@ def log_table(data: bytes, node: str) -> tuple[pa.Table, int]:
     ok = pc.and_(pc.and_(table["t"].is_valid(), table["i"].is_valid()), table["ev"].is_valid())
     intact = table.filter(ok)
     nodes = pc.fill_null(intact["node"], node)
-    intact = intact.set_column(ARROW_SCHEMA.get_field_index("node"), "node", nodes)
-    return intact, bad + table.num_rows - intact.num_rows
+    intact = intact.set_column(LOG_SCHEMA.get_field_index("node"), "node", nodes)
+    return intact.append_column("inc", incarnations(intact)), bad + table.num_rows - \
+        intact.num_rows
+
+
+def incarnations(log: pa.Table) -> pa.Array:
+    """The incarnation of each event of one node's log (rows in any order): how many `start`
+    lines come at or before it by ordinal `i`, less one (0 before the first).
+
+    This is the one place where a node's log is read as a whole before the checks; a rule
+    that needs a node's earlier events (which deliveries a later event revokes) belongs
+    here too, so that both judges apply it."""
+    n = log.num_rows
+    if not n:
+        return pa.array([], pa.int64())
+    i = log["i"].to_numpy(zero_copy_only=False)
+    start = pc.fill_null(pc.equal(log["ev"], "start"), False).to_numpy(zero_copy_only=False)
+    order = np.argsort(i, kind="stable")
+    inc = np.empty(n, dtype=np.int64)
+    inc[order] = np.maximum(np.cumsum(start[order]) - 1, 0)
+    return pa.array(inc)
 
 
 def _parse_log(data: bytes) -> tuple[pa.Table, int]:
     """All JSON objects of the log, and the count of lines that are not one."""
     if not data.strip():
-        return ARROW_SCHEMA.empty_table(), 0
+        return LOG_SCHEMA.empty_table(), 0
     try:
         return pj.read_json(io.BytesIO(data), read_options=_READ, parse_options=_PARSE), 0
     except pa.ArrowInvalid:
@@ -206,8 +230,8 @@ def _parse_lines(data: bytes) -> tuple[pa.Table, int]:
         if not isinstance(obj, dict):
             bad += 1
             continue
-        rows.append({f.name: _typed(obj.get(f.name), f.type) for f in ARROW_SCHEMA})
-    return pa.Table.from_pylist(rows, schema=ARROW_SCHEMA), bad
+        rows.append({f.name: _typed(obj.get(f.name), f.type) for f in LOG_SCHEMA})
+    return pa.Table.from_pylist(rows, schema=LOG_SCHEMA), bad
 
 
 def _typed(value: Any, kind: pa.DataType) -> Any:

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.checks_mid import group_starts
+from analysis.checks_mid import group_starts, host_of, process_names
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -31,7 +31,7 @@ QUANTILES = (0.5, 0.95, 0.99)
 EXAMPLES = 5
 _NS_PER_MS = 1e6
 # The events the metrics read (Spark collects only these rows: analysis/job.py).
-COLUMNS = ("node", "ev", "mid", "i", "t")
+COLUMNS = ("node", "inc", "ev", "mid", "i", "t")
 
 
 def _quantiles(values: np.ndarray) -> list[float]:
@@ -59,6 +59,9 @@ def _firsts(node: np.ndarray, mid: np.ndarray, i: np.ndarray, t: np.ndarray,
             rows: np.ndarray) -> dict[str, np.ndarray]:
     """Per (node, mid) among `rows`: the first event's ordinal and time, the last ordinal, and
     the rank of the first among the node's (by ordinal, from 1)."""
+    if not len(rows):
+        empty = np.zeros(0, dtype=np.int64)
+        return {k: empty for k in ("node", "mid", "i", "t", "last_i", "pos")}
     rows = rows[np.lexsort((i[rows], mid[rows], node[rows]))]
     starts = group_starts(node[rows] * (int(mid.max(initial=0)) + 1) + mid[rows])
     ends = np.r_[starts[1:], len(rows)] - 1
@@ -97,14 +100,22 @@ def optimistic_metrics(events: DataFrame | pa.Table) -> dict[str, Any]:
 
         events = (events.filter(F.col("ev").isin("opt", "fnl", "send") & F.col("mid")
                                 .isNotNull()).select(*COLUMNS).toArrow())
-    table = events.select(list(COLUMNS)).filter(pc.and_(
+    elif "inc" not in events.column_names:
+        events = events.append_column("inc", pa.nulls(events.num_rows, pa.int64()))
+    table = events.filter(pc.and_(
         pc.is_valid(events["mid"]), pc.is_in(events["ev"], value_set=pa.array(
             ["opt", "fnl", "send"]))))
-    node_d = pc.dictionary_encode(table["node"].combine_chunks())
+    # Deliveries are per process (a restarted host's incarnation is a new one, 000 sec.
+    # 2.2): positions, matches and Local Order within one; per_node pools a host's.
+    procs = process_names(table["node"], table["inc"])
+    node_d = pc.dictionary_encode(procs.combine_chunks() if isinstance(procs, pa.ChunkedArray)
+                                  else procs)
     mid_d = pc.dictionary_encode(table["mid"].combine_chunks())
     node = node_d.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     mid = mid_d.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     names = node_d.dictionary.to_pylist()
+    hosts = sorted({host_of(n) for n in names})
+    host_code = np.array([hosts.index(host_of(n)) for n in names], dtype=np.int64)
     mids = mid_d.dictionary
     ev = table["ev"].combine_chunks()
     i = table["i"].to_numpy().astype(np.int64)
@@ -133,7 +144,9 @@ def optimistic_metrics(events: DataFrame | pa.Table) -> dict[str, Any]:
     window = (fnl["t"][fb] - opt["t"][ob]) / _NS_PER_MS
     lat_rows = np.flatnonzero(has_send[opt["mid"]])
     latency = (opt["t"][lat_rows] - send_t[opt["mid"][lat_rows]]) / _NS_PER_MS
-    b_node, l_node = opt["node"][ob], opt["node"][lat_rows]
+    b_proc = opt["node"][ob]
+    b_node = host_code[b_proc] if len(b_proc) else b_proc
+    l_node = host_code[opt["node"][lat_rows]] if len(lat_rows) else lat_rows
 
     count = len(ob)
     result: dict[str, Any] = {
@@ -143,8 +156,7 @@ def optimistic_metrics(events: DataFrame | pa.Table) -> dict[str, Any]:
         "local_order": {"violations": int(late.sum()), "examples": []},
     }
     examples: list[dict[str, Any]] = []
-    for code in sorted(range(len(names)), key=lambda c: names[c]):
-        name = names[code]
+    for code, name in enumerate(hosts):
         mine = b_node == code
         n = int(mine.sum())
         if n:
@@ -155,10 +167,11 @@ def optimistic_metrics(events: DataFrame | pa.Table) -> dict[str, Any]:
         if n or lat_mine.any():
             result["window"]["per_node"][name] = _stats(window[mine])
             result["latency"]["per_node"][name] = _stats(latency[lat_mine])
-        bad = np.flatnonzero(mine & late)
+    for code in sorted(range(len(names)), key=lambda c: names[c]):
+        bad = np.flatnonzero((b_proc == code) & late)
         found = sorted((int(opt["last_i"][ob[k]]), mids[int(opt["mid"][ob[k]])].as_py(),
                         int(fnl["i"][fb[k]])) for k in bad.tolist())
-        examples += [{"node": name, "mid": m, "opt_i": oi, "fnl_i": fi}
+        examples += [{"node": names[code], "mid": m, "opt_i": oi, "fnl_i": fi}
                      for oi, m, fi in found]
     result["local_order"]["examples"] = examples[:EXAMPLES]
     return result
