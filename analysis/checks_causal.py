@@ -98,7 +98,17 @@ def _stamps(s_rows: np.ndarray, f_rows: np.ndarray, proc: np.ndarray, mid: np.nd
     sends and first deliveries replayed in true time."""
     rows = np.r_[s_rows, f_rows]
     is_send = np.r_[np.ones(len(s_rows), dtype=bool), np.zeros(len(f_rows), dtype=bool)]
-    order = np.lexsort((i[rows], proc[rows], t[rows]))
+    # A process's own order is its log's (ordinal i); its events are placed among the
+    # others' by true time, made non-decreasing along the ordinals (a log written with a
+    # time going back keeps its order).
+    by_proc = np.lexsort((i[rows], proc[rows]))
+    when = t[rows][by_proc]
+    starts = group_starts(proc[rows][by_proc])
+    for a, b in zip(starts.tolist(), np.r_[starts[1:], len(by_proc)].tolist(), strict=True):
+        when[a:b] = np.maximum.accumulate(when[a:b])
+    t_eff = np.empty(len(rows), dtype=np.int64)
+    t_eff[by_proc] = when
+    order = np.lexsort((i[rows], proc[rows], t_eff))
     clock = np.zeros((n_procs, n_streams), dtype=np.int64)
     stamps = np.zeros((m_count, n_streams), dtype=np.int64)
     stamped = np.zeros(m_count, dtype=bool)
