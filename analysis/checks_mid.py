@@ -30,14 +30,57 @@ FNL, SEND, RECV = 0, 1, 2
 
 # Rows handed from this pass to the per-node pass: first deliveries (e = FNL) and sends of
 # delivered messages (e = SEND), or a record (`rec` set, everything else null).
-# `pos` is the message's position at every node (in host order): the ordinal `i` of that
-# node's first delivery of it, -1 where it has none (int64s, native byte order), for the
-# causal checker.
-MID_ROWS = ("node string, mid string, i long, t long, gt long, holders binary, pos binary, "
-            "e byte, rec string")
+# `src` is the message's sending process, for FIFO (each process's sends in their order).
+MID_ROWS = ("node string, mid string, i long, t long, gt long, holders binary, "
+            "e byte, src string, rec string")
 _MID_SCHEMA = pa.schema([("node", pa.string()), ("mid", pa.string()), ("i", pa.int64()),
                          ("t", pa.int64()), ("gt", pa.int64()), ("holders", pa.binary()),
-                         ("pos", pa.binary()), ("e", pa.int8()), ("rec", pa.string())])
+                         ("e", pa.int8()), ("src", pa.string()),
+                         ("rec", pa.string())])
+
+
+# The columns of the events check_input reads, and the rows it gives the first pass.
+CHECK_INPUT_COLUMNS = ("node", "inc", "ev", "mid", "i", "t")
+CHECK_INPUT = "node string, mid string, i long, t long, e byte"
+_KINDS = pa.array(["fnl", "send", "recv"], pa.string())  # positions are FNL, SEND, RECV
+# A restarted host's later incarnations are processes of their own (000 sec. 2.2): the
+# checks name incarnation k > 0 of host h `h@k` (incarnation 0 keeps the host's name).
+PROCESS_MARK = "@"
+
+
+def process_names(node: pa.Array | pa.ChunkedArray,
+                  inc: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """The process each event belongs to: its node, or `node@inc` for an incarnation after
+    the first (a null `inc`, from a log the analysis did not ingest, is incarnation 0)."""
+    inc = pc.fill_null(inc, 0)
+    later = pc.greater(inc, 0)
+    if not pc.any(later).as_py():
+        return node
+    named = pc.binary_join_element_wise(node, pc.cast(inc, pa.string()), PROCESS_MARK)
+    return pc.if_else(later, named, node)
+
+
+def host_of(process: str) -> str:
+    """The host of a process name (process_names)."""
+    host, mark, inc = process.rpartition(PROCESS_MARK)
+    return host if mark and inc.isdigit() else process
+
+
+def check_input(events: pa.Table) -> pa.Table:
+    """The rows the checker suite reads, from events with CHECK_INPUT_COLUMNS (`inc`
+    optional): every fnl, send and recv event that names a mid, as (node, mid, i, t, e) with
+    `node` its process (process_names) and `e` its kind (FNL, SEND, RECV). Both drivers build
+    their input here (analysis/checks.py in a mapInArrow, analysis/judge.py on the whole
+    table), so what counts as a delivery, and by whom, is decided once."""
+    kind = pc.index_in(events["ev"], value_set=_KINDS)
+    keep = pc.and_(pc.is_valid(kind), pc.is_valid(events["mid"]))
+    kept = events.filter(keep)
+    e = pc.cast(kind.filter(keep), pa.int8())
+    node = kept["node"]
+    if "inc" in kept.column_names:
+        node = process_names(node, kept["inc"])
+    return pa.table({"node": node, "mid": kept["mid"], "i": kept["i"], "t": kept["t"],
+                     "e": e})
 
 
 def records(recs: list[dict[str, Any]]) -> pa.Table:
@@ -132,8 +175,6 @@ class MidPass:
         t_first[delivered] = sorted_t[m_start[delivered]]
         held = np.zeros((m_count, n_count), dtype=bool)
         held[f_m, f_n] = True
-        pos = np.full((m_count, n_count), -1, dtype=np.int64)
-        pos[f_m, f_n] = i_all[first]
 
         # Sends: the earliest (then by host name) names the sender.
         s_rows = np.flatnonzero(e == SEND)
@@ -165,9 +206,9 @@ class MidPass:
             "node": node_arr.take(take), "mid": mids.take(pa.array(out_m)),
             "i": pa.array(i_all[out_rows]), "t": pa.array(t_all[out_rows]),
             "gt": pa.array(gt[out_m]), "holders": binary_column(packed),
-            "pos": binary_column(np.ascontiguousarray(pos[out_m]).view(np.uint8)),
             "e": pa.array(np.r_[np.full(len(first), FNL), np.full(len(s_out), SEND)]
                           .astype(np.int8)),
+            "src": names.take(pa.array(sender[out_m])),
             "rec": pa.nulls(n_out, pa.string())}, schema=_MID_SCHEMA)
         return pa.concat_tables([rows, records(recs)]) if recs else rows
 

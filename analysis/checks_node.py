@@ -1,7 +1,7 @@
 """The checker suite's second pass (NodeChecks, after analysis/checks_mid.py): each node's
 first deliveries (its first fnl of each mid, by ordinal `i`) and sends go through numpy/Arrow
-once, after one shuffle by node, for total order against the consensus order, FIFO and causal
-order.
+once, after one shuffle by node, for total order against the consensus order and FIFO (causal
+order needs every process's history at once: analysis/checks_causal.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.checks_mid import FNL, MAX_EXAMPLES, SEND
+from analysis.checks_mid import FNL, SEND
 
 # FIFO violations per node whose `fifo_after` is filled in: the checker shows at most this
 # many examples, ordered by node then ordinal, so later ones are only counted.
@@ -105,15 +105,6 @@ def _fifo(sender: pa.Array, n: np.ndarray,
 NODE_RECS = "rec string"
 
 
-def _int64_rows(arr: pa.Array, width: int) -> np.ndarray:
-    """A binary column of `width` native int64s per row as a 2-D array, from its buffers."""
-    if not len(arr):
-        return np.zeros((0, width), dtype=np.int64)
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset:arr.offset + len(arr) + 1]
-    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
-    return data.copy().view(np.int64).reshape(len(arr), width)
-
-
 def consensus_ranks(gt: np.ndarray, mid: pa.Array) -> np.ndarray:
     """Dense ranks of the rows by the consensus order (gt, then mid): equal for the same
     message, and ordered as the global order g is (analysis/checks_order.py), so a node can
@@ -172,12 +163,13 @@ class NodeChecks:
     """The checker suite's second pass (after analysis/checks_mid.py): each node's first
     deliveries and sends, in its own delivery order. Emits records: per node its delivery
     count and exact number of inverted pairs against the consensus order (with the first
-    `max_pairs` pairs for the driver to judge, analysis/checks_order.py), FIFO violations and
-    causal ones. Records of the first pass go through untouched."""
+    `max_pairs` pairs for the driver to judge, analysis/checks_order.py) and FIFO violations.
+    Records of the first pass go through
+    untouched."""
 
     def __init__(self, max_pairs: int, nodes: list[str]) -> None:
         self.max_pairs = max_pairs
-        self.nodes = nodes  # host order of the `pos` vectors
+        self.nodes = nodes  # the processes, in holder-bitmap order
 
     def __call__(self, batches: Any) -> Any:
         batches = list(batches)
@@ -206,7 +198,10 @@ class NodeChecks:
         recs: list[dict[str, Any]] = []
 
         # FIFO per sender, over the node's first deliveries in delivery order.
-        sender, num = _sender_n(d_mid)
+        # The sender is the sending process (a restarted host's incarnation is a new one),
+        # the number the mid's; a sender's order is its numbers' order.
+        _, num = _sender_n(d_mid)
+        sender = d.column("src").combine_chunks()
         late, shown = _fifo(sender, num, d_mid)
         bad = np.flatnonzero(late)
         if len(bad):
@@ -235,56 +230,4 @@ class NodeChecks:
                              "b": d_mid[y].as_py(), "ga": int(gt[x]), "gb": int(gt[y]),
                              "h": both.hex()})
 
-        recs += self.causal(name, d, s, mids)
         return recs
-
-    def causal(self, name: str, d: pa.Table, s: pa.Table, mids: pa.Array
-               ) -> list[dict[str, Any]]:
-        """Causal order (002 L236-244), from this node's history as the sender `name`.
-
-        Happened-before from the logs: m1 -> m2 when m2's sender delivered or sent m1 before
-        sending m2. Walking this node's deliveries and sends in log order with the position
-        of each message at every node (`pos`), a send of m2 whose position at node p is below
-        the running maximum of its predecessors' positions at p means p delivered m2 *early*
-        (before a predecessor); a predecessor m1 whose position at p is above the smallest
-        position of a later send is *late* at p. Removing either kind at p leaves its order
-        causal, so the driver reports, per node, the smaller of the two counts: the
-        deliveries that must move (exactly one for one misplaced delivery). Only direct edges
-        are walked: a chain through a message p never delivered is not seen.
-        """
-        n_d, n_s = d.num_rows, s.num_rows
-        width = len(self.nodes)
-        if not n_s or not width:
-            return []
-        pos = np.vstack([_int64_rows(d.column("pos").combine_chunks(), width),
-                         _int64_rows(s.column("pos").combine_chunks(), width)])
-        ev_i = np.r_[d.column("i").to_numpy(), s.column("i").to_numpy()]
-        order = np.argsort(ev_i, kind="stable")
-        p_ord = pos[order]
-        is_send = order >= n_d
-        running = np.maximum.accumulate(p_ord, axis=0)
-        before = np.vstack([np.full((1, width), -1, dtype=np.int64), running[:-1]])
-        early = is_send[:, None] & (p_ord >= 0) & (before > p_ord)
-        big = np.iinfo(np.int64).max
-        later_sends = np.where(is_send[:, None] & (p_ord >= 0), p_ord, big)
-        suffix = np.minimum.accumulate(later_sends[::-1], axis=0)[::-1]
-        after = np.vstack([suffix[1:], np.full((1, width), big, dtype=np.int64)])
-        late = (p_ord >= 0) & (after < p_ord)
-        recs: list[dict[str, Any]] = []
-        for col in np.flatnonzero(early.any(axis=0)).tolist():
-            rows = np.flatnonzero(early[:, col])
-            node = self.nodes[col]
-            recs.append({"r": "causal_early_n", "node": node, "n": len(rows)})
-            for k in rows[:MAX_EXAMPLES].tolist():
-                dep = int(np.flatnonzero(p_ord[:k, col] == before[k, col])[0])
-                recs.append({"r": "causal", "node": node, "sender": name,
-                             "mid": mids[int(order[k])].as_py(),
-                             "before": mids[int(order[dep])].as_py(), "i": int(p_ord[k, col])})
-        for col in np.flatnonzero(late.any(axis=0)).tolist():
-            rows = np.flatnonzero(late[:, col])
-            node = self.nodes[col]
-            capped = rows[:self.max_pairs]
-            recs.append({"r": "causal_late", "node": node, "truncated": len(rows) > len(capped),
-                         "mids": [mids[int(order[k])].as_py() for k in capped.tolist()]})
-        return recs
-

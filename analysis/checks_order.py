@@ -18,8 +18,9 @@ deliveries that must move (off a longest increasing subsequence), so one misplac
 is one finding however many messages it jumped.
 
 Causal (002, "Causal ordering"): if a node sent m2 after it sent or fnl-delivered m1, everyone
-delivers m1 before m2. Judged per delivering node, from every message's position at every node
-(analysis/checks_node.py `causal`): one running maximum and one running minimum per sender,
+delivers m1 before m2. Judged per delivering process
+(analysis/checks_causal.py: vector clocks over every process's sends and deliveries, so
+happened-before is transitive, chains through messages a node never delivers included),
 counting the deliveries that must move.
 
 Each function here turns the records of the two passes (analysis/checks_mid.py,
@@ -30,12 +31,15 @@ that examples show.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from analysis.fault_history import FaultHistory
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 MAX_EXAMPLES = 10
 # Inverted pairs enumerated per node before only counting; a node past this is reported as
@@ -51,14 +55,29 @@ Lookup = Callable[[set[str]], Firsts]
 
 def first_fnl(events: DataFrame, mids: set[str]) -> Firsts:
     """The first fnl (ordinal, time) of each of `mids` at each node that delivered it: one
-    filtered scan, for the handful of messages that examples show."""
+    filtered scan, for the handful of messages that examples show (first_fnl_table on the
+    few rows it finds)."""
+    from pyspark.sql import functions as F
+
     if not mids:
         return {}
-    rows = (events.filter((F.col("ev") == "fnl") & F.col("mid").isin(sorted(mids)))
-            .groupBy("node", "mid").agg(F.min(F.struct("i", "t")).alias("f")).collect())
+    rows = events.filter((F.col("ev") == "fnl") & F.col("mid").isin(sorted(mids))).select(
+        "node", "mid", "i", "t").toArrow()
+    return first_fnl_table(rows, mids)
+
+
+def first_fnl_table(fnl: pa.Table, mids: set[str]) -> Firsts:
+    """first_fnl over an Arrow table of fnl events (columns node, mid, i, t; other events
+    must be filtered out already): the smallest (i, t) per (mid, node) among `mids`."""
+    if not mids or not fnl.num_rows:
+        return {}
+    rows = fnl.filter(pc.is_in(fnl["mid"], value_set=pa.array(sorted(mids), pa.string())))
     out: Firsts = {}
-    for r in rows:
-        out.setdefault(r["mid"], {})[r["node"]] = (r["f"]["i"], r["f"]["t"])
+    for node, mid, i, t in zip(*(rows[c].to_pylist() for c in ("node", "mid", "i", "t")),
+                               strict=True):
+        seen = out.setdefault(mid, {})
+        if node not in seen or (i, t) < seen[node]:
+            seen[node] = (i, t)
     return out
 
 
@@ -134,7 +153,7 @@ def fifo_order(recs: Records, history: FaultHistory | None = None) -> Check:
 def causal_order(recs: Records, lookup: Lookup,
                  history: FaultHistory | None = None) -> Check:
     """Per node, the deliveries that must move to restore causal order (002 L236-244), from
-    the happened-before relation the logs show (analysis/checks_node.py `causal`): the
+    the happened-before relation the logs show (analysis/checks_causal.py): the
     smaller of the node's early deliveries (a message before one of its predecessors) and
     late ones (a predecessor after one of its successors). Examples show early deliveries:
     `node` delivered `mid` (sent by `sender` after it had delivered or sent `before`) before

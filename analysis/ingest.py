@@ -19,38 +19,48 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from analysis.revocation import drop_revoked_table, state_rows
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
 log = logging.getLogger(__name__)
 
-EVENT_SCHEMA = StructType(
-    [
-        StructField("t", LongType()),
-        StructField("lt", LongType()),
-        StructField("i", LongType()),
-        StructField("node", StringType()),
-        StructField("ev", StringType()),
-        StructField("mid", StringType()),
-        StructField("seq", LongType()),
-        StructField("slot", LongType()),
-        StructField("proto", StringType()),
-        StructField("size", LongType()),
-    ]
-)
+# The delivery-log columns (docs/architecture.md "Delivery log"). This module imports no
+# Spark: the in-process judge (analysis/judge.py) reads logs with the same functions.
+LOG_SCHEMA = pa.schema([
+    ("t", pa.int64()), ("lt", pa.int64()), ("i", pa.int64()), ("node", pa.string()),
+    ("ev", pa.string()), ("mid", pa.string()), ("seq", pa.int64()), ("slot", pa.int64()),
+    ("proto", pa.string()), ("size", pa.int64()),
+])
+# What the analysis reads: the log's columns and `inc`, the incarnation each event belongs to
+# (000 sec. 2.2: a restarted process is a new process). Events after a node's k-th `start`
+# line (by ordinal `i`, from 0) belong to incarnation k; a log without one is incarnation 0.
+ARROW_SCHEMA = LOG_SCHEMA.append(pa.field("inc", pa.int64()))
 
 EVENTS_PARQUET = Path("parquet") / "events"
-ARROW_SCHEMA = pa.schema([(f.name, pa.int64() if isinstance(f.dataType, LongType) else pa.string())
-                          for f in EVENT_SCHEMA.fields])
-_PARSE = pj.ParseOptions(explicit_schema=ARROW_SCHEMA, unexpected_field_behavior="ignore")
+
+
+def __getattr__(name: str) -> Any:
+    """`EVENT_SCHEMA`, ARROW_SCHEMA as a Spark StructType, built on first use (so that
+    importing this module does not import pyspark)."""
+    if name == "EVENT_SCHEMA":
+        from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+        return StructType([StructField(f.name, LongType() if f.type == pa.int64()
+                                       else StringType()) for f in ARROW_SCHEMA])
+    raise AttributeError(name)
+
+
+_PARSE = pj.ParseOptions(explicit_schema=LOG_SCHEMA, unexpected_field_behavior="ignore")
 _READ = pj.ReadOptions(use_threads=False, block_size=1 << 24)
 
 
@@ -93,8 +103,9 @@ def read_events(spark: SparkSession, run_dir: Path,
     if out.is_dir():
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    schema = __getattr__("EVENT_SCHEMA")
     if not logs:
-        return spark.createDataFrame([], EVENT_SCHEMA), {}
+        return spark.createDataFrame([], schema), {}
     offsets = host_clock_offsets_ns(run_dir)
     tasks = [(str(p), p.parent.name, str(out / f"{p.parent.name}.parquet"),
               offsets.get(p.parent.name, 0)) for p in logs]
@@ -102,7 +113,7 @@ def read_events(spark: SparkSession, run_dir: Path,
     malformed = {node: n for node, n in done if n}
     for node, n in sorted(malformed.items()):
         log.warning("skipped %d malformed line(s) in nodes/%s/events.jsonl", n, node)
-    return spark.read.schema(EVENT_SCHEMA).parquet(str(out)), malformed
+    return spark.read.schema(schema).parquet(str(out)), malformed
 
 
 def host_clock_offsets_ns(run_dir: Path) -> dict[str, int]:
@@ -113,7 +124,10 @@ def host_clock_offsets_ns(run_dir: Path) -> dict[str, int]:
 
     lock = run_dir / "spec.lock.yaml"
     try:
-        clocks = (yaml.safe_load(lock.read_text()) or {}).get("clocks") or {}
+        text = lock.read_text()
+        if "clocks:" not in text:  # the usual case, without parsing a long lock file
+            return {}
+        clocks = (yaml.safe_load(text) or {}).get("clocks") or {}
     except (OSError, yaml.YAMLError):
         return {}
     return {h: int(round(float(c.get("offset_ms", 0)) * 1e6)) for h, c in clocks.items()
@@ -121,16 +135,38 @@ def host_clock_offsets_ns(run_dir: Path) -> dict[str, int]:
 
 
 def _convert(task: tuple[str, str, str, int]) -> tuple[str, int]:
-    """One Spark task: a node's log to Parquet, its `t` moved onto the orchestrator's clock
-    (minus the host's measured offset); returns (node, malformed lines)."""
+    """One Spark task: a node's log to Parquet (node_table); returns (node, malformed
+    lines)."""
     src, node, dst, offset_ns = task
-    table, malformed = log_table(Path(src).read_bytes(), node)
+    table, malformed = node_table(Path(src), node, offset_ns)
+    pq.write_table(table, dst)
+    return node, malformed
+
+
+def node_table(src: Path, node: str, offset_ns: int = 0) -> tuple[pa.Table, int]:
+    """A node's log as the analysis reads it, its `t` moved onto the orchestrator's clock
+    (minus the host's measured offset `offset_ns`); and its malformed-line count. Both judges
+    read every log through here (Spark per node in a task, analysis/judge.py in-process)."""
+    table, malformed = log_table(src.read_bytes(), node)
     if offset_ns:
         at = table.schema.get_field_index("t")
         table = table.set_column(at, "t", pc.subtract(table["t"], pa.scalar(offset_ns,
                                                                              pa.int64())))
-    pq.write_table(table, dst)
-    return node, malformed
+    return table, malformed
+
+
+def read_tables(run_dir: Path) -> tuple[pa.Table, dict[str, int]]:
+    """Every node's log as one Arrow table (node_table each, in host order) and the
+    malformed-line counts per node: what `read_events` writes as Parquet, without Spark."""
+    logs = sorted(p for p in (run_dir / "nodes").glob("*/events.jsonl") if p.stat().st_size)
+    offsets = host_clock_offsets_ns(run_dir) if logs else {}
+    tables, malformed = [], {}
+    for p in logs:
+        table, bad = node_table(p, p.parent.name, offsets.get(p.parent.name, 0))
+        tables.append(table)
+        if bad:
+            malformed[p.parent.name] = bad
+    return (pa.concat_tables(tables) if tables else ARROW_SCHEMA.empty_table()), malformed
 
 
 def log_table(data: bytes, node: str) -> tuple[pa.Table, int]:
@@ -140,17 +176,36 @@ def log_table(data: bytes, node: str) -> tuple[pa.Table, int]:
     ok = pc.and_(pc.and_(table["t"].is_valid(), table["i"].is_valid()), table["ev"].is_valid())
     intact = table.filter(ok)
     nodes = pc.fill_null(intact["node"], node)
-    intact = intact.set_column(ARROW_SCHEMA.get_field_index("node"), "node", nodes)
+    intact = intact.set_column(LOG_SCHEMA.get_field_index("node"), "node", nodes)
     malformed = bad + table.num_rows - intact.num_rows
+    intact = intact.append_column("inc", incarnations(intact))
     # what the application finally holds: fnl revoked by a later state transfer is not
     # part of the node's history (analysis/revocation.py)
     return drop_revoked_table(intact, state_rows(data, node), node), malformed
 
 
+def incarnations(log: pa.Table) -> pa.Array:
+    """The incarnation of each event of one node's log (rows in any order): how many `start`
+    lines come at or before it by ordinal `i`, less one (0 before the first).
+
+    This is the one place where a node's log is read as a whole before the checks; a rule
+    that needs a node's earlier events (which deliveries a later event revokes) belongs
+    here too, so that both judges apply it."""
+    n = log.num_rows
+    if not n:
+        return pa.array([], pa.int64())
+    i = log["i"].to_numpy(zero_copy_only=False)
+    start = pc.fill_null(pc.equal(log["ev"], "start"), False).to_numpy(zero_copy_only=False)
+    order = np.argsort(i, kind="stable")
+    inc = np.empty(n, dtype=np.int64)
+    inc[order] = np.maximum(np.cumsum(start[order]) - 1, 0)
+    return pa.array(inc)
+
+
 def _parse_log(data: bytes) -> tuple[pa.Table, int]:
     """All JSON objects of the log, and the count of lines that are not one."""
     if not data.strip():
-        return ARROW_SCHEMA.empty_table(), 0
+        return LOG_SCHEMA.empty_table(), 0
     try:
         return pj.read_json(io.BytesIO(data), read_options=_READ, parse_options=_PARSE), 0
     except pa.ArrowInvalid:
@@ -183,8 +238,8 @@ def _parse_lines(data: bytes) -> tuple[pa.Table, int]:
         if not isinstance(obj, dict):
             bad += 1
             continue
-        rows.append({f.name: _typed(obj.get(f.name), f.type) for f in ARROW_SCHEMA})
-    return pa.Table.from_pylist(rows, schema=ARROW_SCHEMA), bad
+        rows.append({f.name: _typed(obj.get(f.name), f.type) for f in LOG_SCHEMA})
+    return pa.Table.from_pylist(rows, schema=LOG_SCHEMA), bad
 
 
 def _typed(value: Any, kind: pa.DataType) -> Any:

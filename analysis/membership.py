@@ -231,6 +231,9 @@ def minority_blocked(events: Events, partitions: list[Partition]) -> list[dict[s
 def membership_section(run_dir: Path) -> dict[str, Any]:
     """`checks` (the four above) and `membership` for summary.json; {} for a run without
     primary views (another protocol)."""
+    if not any(b'"ev":"view"' in log.read_bytes()  # a run of another protocol: no parsing
+               for log in (Path(run_dir) / "nodes").glob("*/events.jsonl")):
+        return {}
     events = read_membership_events(run_dir)
     views = _primary_views(events)
     if not views:
