@@ -317,3 +317,13 @@ def finish(summary: dict[str, Any], run_dir: Path, history: FaultHistory,
     summary["verdict"] = verdict(summary)
     summary["ok"] = summary["verdict"]["ok"]
     return summary
+
+
+def verdict_line(summary: dict[str, Any]) -> str:
+    """The console's last line: `verdict.ok`, safety, liveness and the reasons."""
+    v = summary.get("verdict") or verdict(summary)
+    head = "verdict: ok" if v["ok"] else "verdict: NOT OK"
+    line = f"{head} (safety {v['safety']}, {v['liveness']})"
+    if v["reasons"]:
+        line += ": " + "; ".join(v["reasons"])
+    return line
