@@ -268,7 +268,7 @@ def stall_reason(live: dict[str, Any]) -> str:
 
 def verdict(summary: dict[str, Any]) -> dict[str, Any]:
     """`{ok, safety, liveness, reasons}` of a judged summary (pure on the summary)."""
-    reasons = [f"{name}: {c.get('violations')} violations"
+    reasons = [f"{name}: {c.get('violations')} violation(s)"
                for name, c in summary.get("checks", {}).items()
                if c.get("claimed", True) and c.get("violations", 0)]
     errors = summary.get("node_errors", {}).get("total", 0)

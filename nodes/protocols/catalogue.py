@@ -100,6 +100,11 @@ class Liveness:
     quorum: bool = False
     note: str = ""
 
+    def as_dict(self) -> dict[str, Any]:
+        """As `testbed schema` shows it (x-protocols) and docs/protocols.md lists it."""
+        return {"tolerates": sorted(self.tolerates), "roles": list(self.roles),
+                "nested": self.nested, "quorum": self.quorum, "note": self.note}
+
 
 @dataclass(frozen=True)
 class Model:
@@ -130,6 +135,11 @@ class Model:
     clocks: bool = True
     delays: bool = True
     source: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"fifo": self.fifo, "duplicate": self.duplicate, "loss": self.loss,
+                "loss_param": self.loss_param, "failures": sorted(self.failures),
+                "clocks": self.clocks, "delays": self.delays, "source": self.source}
 
 
 # The common claims: reliable channels (NACK or ACK retransmission) deliver through loss,
