@@ -253,14 +253,13 @@ def checks_ok(summary: dict[str, Any]) -> bool:
 def stall_reason(live: dict[str, Any]) -> str:
     """Why a stall the claims do not excuse fails the run, from the `liveness` section."""
     unproven = live.get("unproven") or {}
-    missing = int(unproven.get("agreement") or 0) + int(unproven.get("validity") or 0)
-    in_flight = live.get("in_flight")
-    count = missing or in_flight or 0
-    text = (f"stalled: {count} messages of correct hosts never delivered at correct hosts "
-            f"(after a {live.get('drain_s', 0):g} s drain")
+    missing = live.get("in_flight")
+    if missing is None:  # no drain count: what agreement and validity could not prove
+        missing = int(unproven.get("agreement") or 0) + int(unproven.get("validity") or 0)
+    text = (f"stalled: {missing} deliveries of correct hosts' messages missing at correct "
+            f"hosts after a {live.get('drain_s', 0):g} s drain")
     if unproven:
-        text += "; " + ", ".join(f"{k} {v}" for k, v in sorted(unproven.items()))
-    text += ")"
+        text += " (unproven: " + ", ".join(f"{k} {v}" for k, v in sorted(unproven.items())) + ")"
     if live.get("promise"):
         text += f"; claimed: {live['promise']}"
     return text

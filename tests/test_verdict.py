@@ -36,8 +36,8 @@ STALL = {"quiescent": False, "drain_s": 30.0, "in_flight": 189,
 def test_a_stall_the_claims_promise_against_fails_with_the_missing_messages() -> None:
     v = verdict(judged(CLEAN, {**STALL, "promised": True, "promise": "no faults"}))
     assert v == {"ok": False, "safety": "held", "liveness": "stalled", "reasons": [
-        "stalled: 189 messages of correct hosts never delivered at correct hosts (after a "
-        "30 s drain; agreement 120, validity 69); claimed: no faults"]}
+        "stalled: 189 deliveries of correct hosts' messages missing at correct hosts after a "
+        "30 s drain (unproven: agreement 120, validity 69); claimed: no faults"]}
     # a summary without a claim (an unknown protocol) is held to progress as well
     assert verdict(judged(CLEAN, STALL))["liveness"] == "stalled"
 
@@ -201,15 +201,17 @@ expect:
     assert v["ok"] is False and s["ok"] is False and v["safety"] == "held"
     assert v["liveness"] == "stalled" and s["liveness"]["promised"] is True
     unproven = s["liveness"]["unproven"]
-    missing = unproven["agreement"] + unproven["validity"]
-    assert missing > 0
-    assert v["reasons"][0].startswith(f"stalled: {missing} messages of correct hosts never "
-                                      "delivered at correct hosts")
+    missing = s["liveness"]["in_flight"]
+    assert missing > 0 and unproven["agreement"] + unproven["validity"] > 0
+    assert v["reasons"][0] == (
+        f"stalled: {missing} deliveries of correct hosts' messages missing at correct hosts "
+        f"after a 0.1 s drain (unproven: agreement {unproven['agreement']}, validity "
+        f"{unproven['validity']}); claimed: no faults")
     assert rc == 1, out
     assert out.rstrip().splitlines()[-1].startswith("verdict: NOT OK (safety held, stalled): "
-                                                    f"stalled: {missing} messages")
+                                                    f"stalled: {missing} deliveries")
     report = (run_dir_of(runs) / "report.html").read_text()
-    assert "banner fail" in report and "never delivered at correct hosts" in report
+    assert "banner fail" in report and "messages missing at correct hosts" in report
 
 
 LOSSY = """name: lossy
