@@ -281,8 +281,9 @@ def assumptions(protocol: str, model: Any, params: dict[str, Any], failure_kinds
                 d_meas: int | None, delta: int, g_meas: float, gamma: int, refused: int,
                 events: Events) -> list[dict[str, Any]]:
     """Each assumption of the bound's model (catalogue `Model`) with whether this run held
-    it and what was measured: FIFO links (datagrams reordered or duplicated per path, seen as
-    late at the receiver's FIFO channel), loss (datagrams lost per path), failures (the fault
+    it and what was measured: `reorder`, FIFO links (datagrams reordered or duplicated per
+    path, seen as late at the receiver's FIFO channel), `loss` (datagrams lost per path; held
+    too where the model allows loss), `failures` (the fault
     kinds in the history), clocks within Γ/2 (Γ_meas), delays within Δ (Δ_meas), and the
     reservations granted."""
     holes_at = None
@@ -292,11 +293,11 @@ def assumptions(protocol: str, model: Any, params: dict[str, Any], failure_kinds
     late, lost = path_counts(events, holes_at)
     out: list[dict[str, Any]] = []
     if model is None or model.fifo:
-        out.append({"name": "fifo", "held": not late,
+        out.append({"name": "reorder", "held": not late,
                     "measured": {"reordered": sum(late.values()), "per_path": late}})
     loss_ok = model is not None and model.loss and (
         not model.loss_param or float(params.get(model.loss_param, 0) or 0) > 0)
-    out.append({"name": "no_loss" if not loss_ok else "loss", "held": loss_ok or not lost,
+    out.append({"name": "loss", "held": loss_ok or not lost, "allowed": loss_ok,
                 "measured": {"lost": sum(lost.values()), "per_path": lost}})
     allowed = model.failures if model is not None else frozenset()
     out.append({"name": "failures", "held": all(k in allowed for k in failure_kinds),
@@ -350,10 +351,10 @@ def qos_section(events: Events, skew_ns: float, protocol: str, params: dict[str,
     for a in measured:
         if a["held"] or a["name"] in ("delays", "clocks", "reservations"):
             continue  # those three are said above, with their numbers
-        if a["name"] == "fifo":
+        if a["name"] == "reorder":
             why.append(f"{a['measured']['reordered']} datagram(s) reordered or duplicated "
                        "on FIFO links")
-        elif a["name"] == "no_loss":
+        elif a["name"] == "loss":
             why.append(f"{a['measured']['lost']} datagram(s) lost")
         elif a["name"] == "failures":
             why.append("failures outside the model: " + ", ".join(

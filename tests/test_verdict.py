@@ -295,8 +295,8 @@ def test_qos_cbr_outside_its_model_measures_the_assumptions_and_judges_no_bound(
     s = summary_of(runs)
     q = s["qos"]
     by_name = {a["name"]: a for a in q["assumptions"]}
-    assert set(by_name) == {"fifo", "no_loss", "failures", "clocks", "delays", "reservations"}
-    fifo = by_name["fifo"]
+    assert set(by_name) == {"reorder", "loss", "failures", "clocks", "delays", "reservations"}
+    fifo = by_name["reorder"]
     assert fifo["held"] is False and fifo["measured"]["reordered"] > 0
     assert sum(fifo["measured"]["per_path"].values()) == fifo["measured"]["reordered"]
     assert by_name["delays"]["held"] and by_name["failures"]["held"]
