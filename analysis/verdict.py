@@ -198,7 +198,7 @@ def liveness_promise(entry: catalogue.Entry, params: dict[str, Any], hosts: list
     for f in faults:
         if f.kind not in claim.tolerates:
             return False, (f"{f.what}{f.when()}: `{entry.name}` claims no progress under "
-                           f"{KIND_TEXT.get(f.kind, f.kind)} ({claim.note})")
+                           f"{KIND_TEXT.get(f.kind, f.kind)}")
         if f.kind in ("pause", "partition") and not f.ended:
             return False, (f"{f.what}{f.when()}, never ended: `{entry.name}` claims progress "
                            f"only once a {f.kind} ends")
