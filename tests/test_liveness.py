@@ -71,7 +71,10 @@ def test_a_run_cut_short_reports_messages_in_flight_under_liveness(
     assert checks["agreement"]["violations"] == 0 and checks["validity"]["violations"] == 0
     assert checks["agreement"]["judged"] is False
     assert live["unproven"]["agreement"] + live["unproven"]["validity"] > 0
-    assert checks["total_order"]["violations"] == 0 and summary["ok"]
+    # Safety held, but the claims promise progress without faults: a stall is not ok.
+    assert checks["total_order"]["violations"] == 0 and not summary["ok"]
+    assert summary["verdict"]["safety"] == "held"
+    assert summary["verdict"]["liveness"] == "stalled" and summary["liveness"]["promised"]
     line = liveness_line(summary)
     assert line is not None and line.startswith("not quiescent after 0 s: ")
     assert f"{drain['in_flight']} messages in flight" in line
