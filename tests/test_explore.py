@@ -11,12 +11,12 @@ import pytest
 import yaml
 from pydantic import TypeAdapter
 
-from tests.inproc import ROOT, run_cli
 from testbed.explore.generators import GENERATORS, SHAPES, Context, Model, draw
 from testbed.explore.shrink import ddmin
 from testbed.faults.schedule import check_faults, expand
 from testbed.faults.spec import FaultSpec
 from testbed.spec.loader import load_experiment
+from tests.inproc import ROOT, run_cli
 
 QUICKSTART = ROOT / "experiments" / "quickstart.yaml"
 HOSTS = ("h1", "h2", "h3", "h4")
@@ -157,3 +157,73 @@ def test_explore_spark_tasks_give_the_workers_verdicts(tmp_path: Path) -> None:
     ta = pq.read_table(tmp_path / "w" / "seeds.parquet", columns=cols).to_pylist()
     tb = pq.read_table(tmp_path / "s" / "seeds.parquet", columns=cols).to_pylist()
     assert ta == tb and len(ta) == 8
+
+
+NIGHTLY_EXPLORE = """\
+name: nx
+topology: {root}/topologies/two-sites.yaml
+backend: sim
+duration: 2s
+drain: 1s
+protocol: {{name: sequencer}}
+workload: {{rate: 10/s, size: 256B}}
+explore: {{generators: [clock, link], max_faults: 2}}
+nightly:
+  suites: [smoke, full]
+  protocols: [sequencer]
+  explore: {{seeds: {{smoke: 3}}}}
+  trend: [{{metric: explore.failing_seeds, bad: up}}]
+"""
+
+
+def test_nightly_explores_new_seeds_each_night(tmp_path: Path) -> None:
+    from testbed.nightly.catalogue import load_catalogue
+    from testbed.nightly.history import read_history
+    from testbed.nightly.runner import nightly_seeds
+
+    assert nightly_seeds("2026-11-20", "seto", 3) == nightly_seeds("2026-11-20", "seto", 3)
+    assert set(nightly_seeds("2026-11-20", "seto", 3)).isdisjoint(
+        nightly_seeds("2026-11-21", "seto", 3) + nightly_seeds("2026-11-20", "lamport", 3))
+    real = load_catalogue()
+    smoke = [e for e in real.suite("smoke") if e.seeds]
+    assert {e.protocol for e in smoke} == {e.name for e in __import__(
+        "nodes.protocols.catalogue", fromlist=["CATALOGUE"]).CATALOGUE}
+    assert all(e.backend == "sim" and e.seeds == 20 for e in smoke)
+    cat = tmp_path / "catalogue"
+    cat.mkdir()
+    (cat / "catalogue.yaml").write_text((ROOT / "experiments/nightly/catalogue.yaml").read_text())
+    (cat / "nx.yaml").write_text(NIGHTLY_EXPLORE.format(root=ROOT))
+    assert [e.seeds for e in load_catalogue(cat).suite("full")] == []  # no seeds for full
+    r = run_cli("nightly", "--catalogue", str(cat), "--history", str(tmp_path / "h"),
+                "--runs", str(tmp_path / "runs"), "--date", "2026-11-20")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = read_history(tmp_path / "h")
+    assert rows["status"].tolist() == ["pass"] and rows["value"].tolist() == [0.0]
+    where = Path(rows["run_dir"].iloc[0])
+    seeds = pq.read_table(where / "seeds.parquet").column("seed").to_pylist()
+    assert seeds == sorted(nightly_seeds("2026-11-20", "sequencer", 3))
+    assert (where / "index.html").is_file()
+
+
+def test_trend_report_links_a_new_exploration_failure(tmp_path: Path) -> None:
+    from testbed.nightly.catalogue import FlakyRule, Thresholds
+    from testbed.nightly.detect import judge
+    from testbed.nightly.history import Outcome, read_history, write_night
+    from testbed.nightly.trend import write_trend
+
+    run_dir = tmp_path / "runs" / "explore-x"
+    (run_dir / "reproducers").mkdir(parents=True)
+    (run_dir / "reproducers" / "seed-7.yaml").write_text("name: x\n")
+    (run_dir / "index.html").write_text("<html></html>")
+    for night, status, reason in (
+            ("2026-11-19", "pass", ""),
+            ("2026-11-20", "fail", "explore: 1 of 20 seeds failing (agreement); shrunk "
+             "reproducer reproducers/seed-7.yaml")):
+        write_night(tmp_path / "h", night, "smoke", [Outcome(
+            "explore.seto.sim", "seto", "sim", status, reason, run_dir=str(run_dir))],
+            "c" * 40, {}, {})
+    j = judge(read_history(tmp_path / "h"), lambda e, m: Thresholds(), FlakyRule())
+    page = write_trend(j, tmp_path / "nightly.html").read_text()
+    assert "Exploration failures" in page and "new: regression" in page
+    assert 'class="reproducer" href="runs/explore-x/reproducers/seed-7.yaml"' in page
+    assert 'href="runs/explore-x/index.html"' in page

@@ -81,7 +81,8 @@ def explore(
         import analysis.judge  # noqa: F401
     except ImportError as exc:
         raise fail(f"the in-process judge is missing ({exc})") from None
-    from testbed.explore.session import Options, explore as run_session
+    from testbed.explore.session import Options
+    from testbed.explore.session import explore as run_session
 
     if out is None:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -95,14 +95,21 @@ def model_of(exp: Any) -> Model:
 
 def load_base(path: Path, checks: tuple[str, ...] = ()) -> Base:
     """The experiment at `path` (SpecError as the loader raises it), topology inlined."""
-    from testbed.spec.loader import load_experiment, read_document
+    from testbed.spec.loader import load_experiment
 
     load_experiment(path, "sim")  # every file:line error first
-    data = dict(read_document(path).data)
+    return Base.from_data(raw_data(path), checks)
+
+
+def raw_data(path: Path, drop: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The experiment file's data as written, the topology file's inlined, backend sim."""
+    from testbed.spec.loader import read_document
+
+    data = {k: v for k, v in read_document(path).data.items() if k not in drop}
     if isinstance(data.get("topology"), str):
         data["topology"] = read_document((path.parent / data["topology"]).resolve()).data
     data["backend"] = "sim"
-    return Base.from_data(data, checks)
+    return data
 
 
 def validate_data(data: dict[str, Any]) -> tuple[Any, Any]:

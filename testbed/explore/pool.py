@@ -83,7 +83,7 @@ def spark_rows(master: str, data: dict[str, Any], checks: tuple[str, ...],
     sc = spark.sparkContext
     rdd = sc.parallelize(batches, max(1, len(batches)))
 
-    def task(part: Iterator[list[int]]) -> Iterator[dict[str, Any]]:
+    def task(part: Iterable[list[int]]) -> Iterator[dict[str, Any]]:
         from testbed.explore import pool
 
         if pool._STATE.get("key") != pool._key(data, checks):

@@ -140,7 +140,8 @@ def _to_shrink(outcome: Outcome, limit: int) -> list[dict[str, Any]]:
     """Failing seeds to shrink: one per distinct set of failing checks first, then more."""
     failing = [r for r in outcome.failures if "case" in r]
     seen: set[tuple[str, ...]] = set()
-    first, rest = [], []
+    first: list[dict[str, Any]] = []
+    rest: list[dict[str, Any]] = []
     for r in failing:
         key = tuple(r["failing"])
         (rest if key in seen else first).append(r)

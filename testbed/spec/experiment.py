@@ -207,8 +207,9 @@ class ManagementSpec(Strict):
         return check_algorithm(v)
 
 
-EXPLORE_GENERATORS = ("partition", "crash", "pause", "clock", "link", "network")
 ExploreGenerator = Literal["partition", "crash", "pause", "clock", "link", "network"]
+EXPLORE_GENERATORS: tuple[ExploreGenerator, ...] = ("partition", "crash", "pause", "clock",
+                                                    "link", "network")
 RANGE_ROOTS = ("workload.", "protocol.params.")
 
 
