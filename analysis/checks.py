@@ -15,15 +15,26 @@ merge; only examples look anything else up (a filtered scan for a few messages).
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from analysis import checks_node, checks_order
-from analysis.checks_mid import FNL, MAX_EXAMPLES, MID_ROWS, RECV, SEND, MidPass
+from analysis.checks_mid import (
+    CHECK_INPUT,
+    CHECK_INPUT_COLUMNS,
+    MAX_EXAMPLES,
+    MID_ROWS,
+    MidPass,
+    check_input,
+)
 from analysis.fault_history import FaultHistory
 from nodes.protocols import catalogue
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 Check = dict[str, Any]
 Records = checks_order.Records
@@ -32,6 +43,8 @@ Records = checks_order.Records
 def first_deliveries(events: DataFrame) -> DataFrame:
     """One row per (node, mid): the first fnl by event ordinal (columns node, mid, i, t, seq),
     for the metrics; one aggregation in the JVM."""
+    from pyspark.sql import functions as F
+
     first = F.min_by(F.struct("i", "t", "seq"), "i").alias("f")
     return (events.filter((F.col("ev") == "fnl") & F.col("mid").isNotNull())
             .groupBy("node", "mid").agg(first).select("node", "mid", "f.i", "f.t", "f.seq"))
@@ -42,6 +55,8 @@ def _partition_keys(spark: SparkSession, n: int) -> list[int]:
     pmod(hash(key), n) (Murmur3, the same function as SQL `hash`), so giving node k the k-th
     key puts every node in a partition of its own -- plain hashing of 5 nodes into 5
     partitions leaves some empty and others doubled, and each node's pass is one task."""
+    from pyspark.sql import functions as F
+
     found: dict[int, int] = {}
     start = 0
     while len(found) < n:
@@ -57,16 +72,19 @@ def _records(events: DataFrame, nodes: list[str],
              correct: list[str]) -> tuple[Records, list[str]]:
     """Run both passes; return their records by kind and the hosts the holder bitmaps index
     (sorted): the run's `nodes` and any host named only in the events (a log line naming
-    another host). `correct` are the hosts held to agreement and validity."""
+    another host). `correct` are the hosts held to agreement and validity.
+
+    The rows both passes read come out of checks_mid.check_input (in a mapInArrow here, on
+    the whole table in analysis/judge.py): which events count, and as what, in one place."""
+    from pyspark.sql import functions as F
+
     spark = events.sparkSession
+    wanted = events.filter(F.col("ev").isin("fnl", "send", "recv") & F.col("mid").isNotNull())
+    rows = wanted.select(*CHECK_INPUT_COLUMNS).mapInArrow(_check_input_batches, CHECK_INPUT)
     names = sorted(set(nodes) | {r["node"] for r in events.select("node").distinct().collect()
                                  if r["node"] is not None})
     parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
-    kind = (F.when(F.col("ev") == "fnl", FNL).when(F.col("ev") == "send", SEND)
-            .otherwise(RECV).cast("byte"))
-    wanted = events.filter(F.col("ev").isin("fnl", "send", "recv") & F.col("mid").isNotNull())
-    by_mid = wanted.select("node", "mid", "i", "t", kind.alias("e")).repartition(
-        parts, "mid").mapInArrow(MidPass(names, correct), MID_ROWS)
+    by_mid = rows.repartition(parts, "mid").mapInArrow(MidPass(names, correct), MID_ROWS)
     keys = _partition_keys(spark, max(len(names), 1))
     where = F.create_map(*[x for n, k in zip(names, keys, strict=False)
                            for x in (F.lit(n), F.lit(k).cast("long"))])
@@ -74,11 +92,37 @@ def _records(events: DataFrame, nodes: list[str],
     by_node = (by_mid.withColumn("_part", part).repartition(len(keys), "_part").drop("_part")
                .mapInArrow(checks_node.NodeChecks(checks_order.MAX_PAIRS_PER_NODE, names),
                            checks_node.NODE_RECS))
+    return _parse_records(by_node.toArrow().column("rec").to_pylist()), names
+
+
+def _check_input_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        yield from check_input(pa.Table.from_batches([batch])).to_batches()
+
+
+def _parse_records(lines: Iterable[str]) -> Records:
     recs: Records = {}
-    for line in by_node.toArrow().column("rec").to_pylist():
+    for line in lines:
         rec = json.loads(line)
         recs.setdefault(rec.pop("r"), []).append(rec)
-    return recs, names
+    return recs
+
+
+def table_records(events: pa.Table, nodes: list[str],
+                  correct: list[str]) -> tuple[Records, list[str]]:
+    """`_records` in-process over an Arrow table of events (analysis/ingest.py ARROW_SCHEMA):
+    the same two passes, each over the whole table as one partition."""
+    rows = check_input(events)
+    names = sorted(set(nodes) | {n for n in pc.unique(events["node"]).to_pylist()
+                                 if n is not None})
+    by_mid = MidPass(names, correct).run(rows) if rows.num_rows else None
+    if by_mid is None:
+        return {}, names
+    out = checks_node.NodeChecks(checks_order.MAX_PAIRS_PER_NODE, names)(by_mid.to_batches())
+    lines: list[str] = []
+    for batch in out:
+        lines += batch.column(0).to_pylist()
+    return _parse_records(lines), names
 
 
 def _interleave(recs: Records, kinds: dict[str, str], key: Any) -> list[dict[str, Any]]:
@@ -170,10 +214,27 @@ def claims_of(protos: set[str]) -> frozenset[str]:
     return frozenset.intersection(*sets) if sets else UNKNOWN_CLAIMS
 
 
-def log_claims(events: DataFrame) -> frozenset[str]:
-    """The claims of the protocols named in the log's `proto` column."""
+def log_claims(events: DataFrame | pa.Table) -> frozenset[str]:
+    """The claims of the protocols named in the log's `proto` column (a DataFrame or an Arrow
+    table of events)."""
+    if isinstance(events, pa.Table):
+        return claims_of({p for p in pc.unique(events["proto"]).to_pylist() if p})
     return claims_of({r["proto"] for r in events.select("proto").distinct().collect()
                       if r["proto"]})
+
+
+def node_errors(events: DataFrame | pa.Table) -> dict[str, Any]:
+    """The `ev=error` events the nodes wrote (nodes/runtime.py): how many, per node (a
+    DataFrame or an Arrow table of events)."""
+    if not isinstance(events, pa.Table):
+        events = events.filter(events.ev == "error").select("node").toArrow()
+    else:
+        events = events.filter(pc.equal(events["ev"], "error")).select(["node"])
+    per_node: dict[str, int] = {}
+    for node in events["node"].to_pylist():
+        per_node[node] = per_node.get(node, 0) + 1
+    per_node = dict(sorted(per_node.items()))
+    return {"total": sum(per_node.values()), "per_node": per_node}
 
 
 def causal_claimed(events: DataFrame) -> bool:
@@ -211,13 +272,29 @@ def check_suite(events: DataFrame, history: FaultHistory) -> dict[str, Check]:
     Hosts that crashed, and hosts cut off by a partition still on at the end, are held to
     neither agreement nor validity.
     """
-    correct = history.correct
-    recs, names = _records(events, history.nodes, correct)
+    recs, names = _records(events, history.nodes, history.correct)
 
     def lookup(mids: set[str]) -> checks_order.Firsts:
         return checks_order.first_fnl(events, mids)
 
-    claims = log_claims(events)
+    return judge_records(recs, names, lookup, history, log_claims(events))
+
+
+def table_check_suite(events: pa.Table, history: FaultHistory) -> dict[str, Check]:
+    """check_suite in-process, over an Arrow table of events (analysis/judge.py)."""
+    recs, names = table_records(events, history.nodes, history.correct)
+    fnl = events.filter(pc.equal(events["ev"], "fnl")).select(["node", "mid", "i", "t"])
+
+    def lookup(mids: set[str]) -> checks_order.Firsts:
+        return checks_order.first_fnl_table(fnl, mids)
+
+    return judge_records(recs, names, lookup, history, log_claims(events))
+
+
+def judge_records(recs: Records, names: list[str], lookup: checks_order.Lookup,
+                  history: FaultHistory, claims: frozenset[str]) -> dict[str, Check]:
+    """The checks of the suite from the two passes' records (either driver)."""
+    correct = history.correct
     return mark_claimed({
         "total_order": checks_order.total_order(recs, names, lookup, history),
         "agreement": agreement(recs, correct, history.crashed, history),

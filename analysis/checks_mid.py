@@ -40,6 +40,25 @@ _MID_SCHEMA = pa.schema([("node", pa.string()), ("mid", pa.string()), ("i", pa.i
                          ("pos", pa.binary()), ("e", pa.int8()), ("rec", pa.string())])
 
 
+# The columns of the events check_input reads, and the rows it gives the first pass.
+CHECK_INPUT_COLUMNS = ("node", "ev", "mid", "i", "t")
+CHECK_INPUT = "node string, mid string, i long, t long, e byte"
+_KINDS = pa.array(["fnl", "send", "recv"], pa.string())  # positions are FNL, SEND, RECV
+
+
+def check_input(events: pa.Table) -> pa.Table:
+    """The rows the checker suite reads, from events with CHECK_INPUT_COLUMNS: every fnl,
+    send and recv event that names a mid, as (node, mid, i, t, e) with `e` its kind (FNL,
+    SEND, RECV). Both drivers build their input here (analysis/checks.py in a mapInArrow,
+    analysis/judge.py on the whole table), so what counts as a delivery is decided once."""
+    kind = pc.index_in(events["ev"], value_set=_KINDS)
+    keep = pc.and_(pc.is_valid(kind), pc.is_valid(events["mid"]))
+    kept = events.filter(keep)
+    e = pc.cast(kind.filter(keep), pa.int8())
+    return pa.table({"node": kept["node"], "mid": kept["mid"], "i": kept["i"],
+                     "t": kept["t"], "e": e})
+
+
 def records(recs: list[dict[str, Any]]) -> pa.Table:
     """Records as rows of the pass's output (every column but `rec` null)."""
     n = len(recs)

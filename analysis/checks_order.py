@@ -30,12 +30,15 @@ that examples show.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from analysis.fault_history import FaultHistory
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 MAX_EXAMPLES = 10
 # Inverted pairs enumerated per node before only counting; a node past this is reported as
@@ -51,14 +54,29 @@ Lookup = Callable[[set[str]], Firsts]
 
 def first_fnl(events: DataFrame, mids: set[str]) -> Firsts:
     """The first fnl (ordinal, time) of each of `mids` at each node that delivered it: one
-    filtered scan, for the handful of messages that examples show."""
+    filtered scan, for the handful of messages that examples show (first_fnl_table on the
+    few rows it finds)."""
+    from pyspark.sql import functions as F
+
     if not mids:
         return {}
-    rows = (events.filter((F.col("ev") == "fnl") & F.col("mid").isin(sorted(mids)))
-            .groupBy("node", "mid").agg(F.min(F.struct("i", "t")).alias("f")).collect())
+    rows = events.filter((F.col("ev") == "fnl") & F.col("mid").isin(sorted(mids))).select(
+        "node", "mid", "i", "t").toArrow()
+    return first_fnl_table(rows, mids)
+
+
+def first_fnl_table(fnl: pa.Table, mids: set[str]) -> Firsts:
+    """first_fnl over an Arrow table of fnl events (columns node, mid, i, t; other events
+    must be filtered out already): the smallest (i, t) per (mid, node) among `mids`."""
+    if not mids or not fnl.num_rows:
+        return {}
+    rows = fnl.filter(pc.is_in(fnl["mid"], value_set=pa.array(sorted(mids), pa.string())))
     out: Firsts = {}
-    for r in rows:
-        out.setdefault(r["mid"], {})[r["node"]] = (r["f"]["i"], r["f"]["t"])
+    for node, mid, i, t in zip(*(rows[c].to_pylist() for c in ("node", "mid", "i", "t")),
+                               strict=True):
+        seen = out.setdefault(mid, {})
+        if node not in seen or (i, t) < seen[node]:
+            seen[node] = (i, t)
     return out
 
 

@@ -19,35 +19,40 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
-EVENT_SCHEMA = StructType(
-    [
-        StructField("t", LongType()),
-        StructField("lt", LongType()),
-        StructField("i", LongType()),
-        StructField("node", StringType()),
-        StructField("ev", StringType()),
-        StructField("mid", StringType()),
-        StructField("seq", LongType()),
-        StructField("slot", LongType()),
-        StructField("proto", StringType()),
-        StructField("size", LongType()),
-    ]
-)
+# The delivery-log columns (docs/architecture.md "Delivery log"). This module imports no
+# Spark: the in-process judge (analysis/judge.py) reads logs with the same functions.
+ARROW_SCHEMA = pa.schema([
+    ("t", pa.int64()), ("lt", pa.int64()), ("i", pa.int64()), ("node", pa.string()),
+    ("ev", pa.string()), ("mid", pa.string()), ("seq", pa.int64()), ("slot", pa.int64()),
+    ("proto", pa.string()), ("size", pa.int64()),
+])
 
 EVENTS_PARQUET = Path("parquet") / "events"
-ARROW_SCHEMA = pa.schema([(f.name, pa.int64() if isinstance(f.dataType, LongType) else pa.string())
-                          for f in EVENT_SCHEMA.fields])
+
+
+def __getattr__(name: str) -> Any:
+    """`EVENT_SCHEMA`, ARROW_SCHEMA as a Spark StructType, built on first use (so that
+    importing this module does not import pyspark)."""
+    if name == "EVENT_SCHEMA":
+        from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+        return StructType([StructField(f.name, LongType() if f.type == pa.int64()
+                                       else StringType()) for f in ARROW_SCHEMA])
+    raise AttributeError(name)
+
+
 _PARSE = pj.ParseOptions(explicit_schema=ARROW_SCHEMA, unexpected_field_behavior="ignore")
 _READ = pj.ReadOptions(use_threads=False, block_size=1 << 24)
 
@@ -91,8 +96,9 @@ def read_events(spark: SparkSession, run_dir: Path,
     if out.is_dir():
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    schema = __getattr__("EVENT_SCHEMA")
     if not logs:
-        return spark.createDataFrame([], EVENT_SCHEMA), {}
+        return spark.createDataFrame([], schema), {}
     offsets = host_clock_offsets_ns(run_dir)
     tasks = [(str(p), p.parent.name, str(out / f"{p.parent.name}.parquet"),
               offsets.get(p.parent.name, 0)) for p in logs]
@@ -100,7 +106,7 @@ def read_events(spark: SparkSession, run_dir: Path,
     malformed = {node: n for node, n in done if n}
     for node, n in sorted(malformed.items()):
         log.warning("skipped %d malformed line(s) in nodes/%s/events.jsonl", n, node)
-    return spark.read.schema(EVENT_SCHEMA).parquet(str(out)), malformed
+    return spark.read.schema(schema).parquet(str(out)), malformed
 
 
 def host_clock_offsets_ns(run_dir: Path) -> dict[str, int]:
@@ -119,16 +125,38 @@ def host_clock_offsets_ns(run_dir: Path) -> dict[str, int]:
 
 
 def _convert(task: tuple[str, str, str, int]) -> tuple[str, int]:
-    """One Spark task: a node's log to Parquet, its `t` moved onto the orchestrator's clock
-    (minus the host's measured offset); returns (node, malformed lines)."""
+    """One Spark task: a node's log to Parquet (node_table); returns (node, malformed
+    lines)."""
     src, node, dst, offset_ns = task
-    table, malformed = log_table(Path(src).read_bytes(), node)
+    table, malformed = node_table(Path(src), node, offset_ns)
+    pq.write_table(table, dst)
+    return node, malformed
+
+
+def node_table(src: Path, node: str, offset_ns: int = 0) -> tuple[pa.Table, int]:
+    """A node's log as the analysis reads it, its `t` moved onto the orchestrator's clock
+    (minus the host's measured offset `offset_ns`); and its malformed-line count. Both judges
+    read every log through here (Spark per node in a task, analysis/judge.py in-process)."""
+    table, malformed = log_table(src.read_bytes(), node)
     if offset_ns:
         at = table.schema.get_field_index("t")
         table = table.set_column(at, "t", pc.subtract(table["t"], pa.scalar(offset_ns,
                                                                              pa.int64())))
-    pq.write_table(table, dst)
-    return node, malformed
+    return table, malformed
+
+
+def read_tables(run_dir: Path) -> tuple[pa.Table, dict[str, int]]:
+    """Every node's log as one Arrow table (node_table each, in host order) and the
+    malformed-line counts per node: what `read_events` writes as Parquet, without Spark."""
+    logs = sorted(p for p in (run_dir / "nodes").glob("*/events.jsonl") if p.stat().st_size)
+    offsets = host_clock_offsets_ns(run_dir) if logs else {}
+    tables, malformed = [], {}
+    for p in logs:
+        table, bad = node_table(p, p.parent.name, offsets.get(p.parent.name, 0))
+        tables.append(table)
+        if bad:
+            malformed[p.parent.name] = bad
+    return (pa.concat_tables(tables) if tables else ARROW_SCHEMA.empty_table()), malformed
 
 
 def log_table(data: bytes, node: str) -> tuple[pa.Table, int]:

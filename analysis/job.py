@@ -7,34 +7,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from analysis.checks import check_suite, log_claims
+from analysis.checks import check_suite, log_claims, node_errors
 from analysis.fault_history import fault_history
 from analysis.ingest import EVENTS_PARQUET, ingest
+from analysis.judge import crosscheck, crosscheck_enabled
 from analysis.load import load_section
 from analysis.metrics import clock_offsets, fnl_latency, message_counts, recovery, throughput
-from analysis.optimistic import optimistic_metrics
+from analysis.optimistic import optimistic_section
 from analysis.session import EVENT_LINE_BYTES, spark_session
 from analysis.switching import switching_section
 from analysis.transit import transit_section
 from analysis.verdict import finish
 
 SUMMARY = "summary.json"
-
-
-def node_errors(events: Any) -> dict[str, Any]:
-    """The `ev=error` events the nodes wrote (nodes/runtime.py): how many, per node."""
-    rows = events.filter(events.ev == "error").groupBy("node").count().collect()
-    per_node = {r["node"]: int(r["count"]) for r in sorted(rows, key=lambda r: r["node"])}
-    return {"total": sum(per_node.values()), "per_node": per_node}
-
-
-def optimistic_section(events: Any) -> dict[str, Any]:
-    """Optimistic delivery metrics and the Local Order check, for runs that opt-deliver."""
-    if events.filter(events.ev == "opt").limit(1).count() == 0:
-        return {}
-    opt = optimistic_metrics(events)
-    return {"optimistic": {k: v for k, v in opt.items() if k != "local_order"},
-            "local_order": opt["local_order"]}
 
 
 def transport_section(run_dir: Path) -> dict[str, Any]:
@@ -127,6 +112,8 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
     if uncertainty is not None:  # next to the latencies that depend on it (docs/remote.md)
         summary["latency"]["fnl"]["clock_uncertainty_ms"] = uncertainty
     finish(summary, run_dir, history, claims)
+    if crosscheck_enabled():  # the in-process judge must agree (analysis/judge.py)
+        crosscheck(run_dir, summary)
     summary["analysis_s"] = round(time.monotonic() - started, 3)
     (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
     return summary

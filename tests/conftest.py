@@ -33,6 +33,10 @@ if os.environ.get("TESTBED_SIM_COMPILED") == "1":
 
 from testbed.rundir import RUN_ENV  # noqa: E402
 
+# Every run the suite analyses with Spark is judged in-process too, and the analysis fails
+# when the two judges differ (analysis/judge.py `crosscheck`).
+os.environ["TESTBED_CROSSCHECK"] = "1"
+
 IN_CI = os.environ.get("CI") == "true"
 # Every process this test session starts inherits this marker, so the leftover check below
 # sees only our own processes, not those of anything else running on the machine.

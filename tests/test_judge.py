@@ -1,0 +1,146 @@
+"""The in-process judge (analysis/judge.py) gives the Spark job's checks and verdict.
+
+Sim runs with faults (crash and restart, a partition, an optimistic protocol, a primary
+partition, a qos run) are judged by both and compared key by key, examples included. The
+whole suite runs with TESTBED_CROSSCHECK=1 (tests/conftest.py), so every other run the suite
+analyses with Spark is compared too; here the comparison is explicit.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis.judge import differences, judge_run
+from tests.eventlogs import run_dir_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LAN5 = """\
+topology:
+  name: lan5
+  sites:
+    a: {lan: {delay: 2ms, jitter: 0.5ms}}
+    b: {lan: {delay: 2ms}}
+  wan:
+    - {between: [a, b], delay: 15ms}
+  hosts:
+    - {name: h1, site: a}
+    - {name: h2, site: a}
+    - {name: h3, site: a}
+    - {name: h4, site: b}
+    - {name: h5, site: b}
+"""
+
+RUNS = {
+    # The fixed sequencer through an isolation and a crash with restart.
+    "sequencer-faults": """\
+protocol: {name: sequencer, params: {sequencer: h1}}
+workload: {senders: all, rate: 30/s, size: 200B}
+faults:
+  - {kind: partition, isolate: h4, at: 0.5s, for: 0.6s}
+  - {kind: crash, host: h3, at: 1.2s, restart_after: 0.5s}
+""",
+    # Optimistic deliveries (Local Order, accuracy) with a crash and restart.
+    "seto-crash": """\
+protocol: {name: seto}
+workload: {senders: all, rate: 30/s, size: 200B}
+faults:
+  - {kind: crash, host: h5, at: 1s, restart_after: 0.5s}
+""",
+    # Primary views: a 3|2 split that heals (membership checks in the verdict).
+    "primary-partition": """\
+protocol:
+  name: primary
+  params: {protocol: sequencer, bootstrap: h1, fd_interval_ms: 50, fd_timeout_ms: 300}
+workload: {senders: all, rate: 20/s, size: 200B}
+faults:
+  - {kind: partition, groups: [[h1, h2, h3], [h4, h5]], at: 0.8s, for: 1s}
+""",
+    # A protocol that does not claim total order, under loss: counts reported, not claimed.
+    "reliable-nack-partition": """\
+protocol: {name: reliable-nack}
+workload: {senders: all, rate: 40/s, size: 200B}
+faults:
+  - {kind: partition, groups: [[h1, h2], [h3, h4, h5]], at: 0.5s, for: 1s}
+""",
+}
+
+
+def _sim_run(tmp_path: Path, name: str, body: str, duration: str = "2.5s") -> Path:
+    d = tmp_path / name
+    d.mkdir()
+    spec = (f"name: {name}\n{LAN5}backend: sim\nduration: {duration}\ndrain: 1s\n"
+            f"seed: 5\n{body}")
+    (d / "exp.yaml").write_text(spec)
+    return _run(d / "exp.yaml", d / "runs")
+
+
+def _run(spec: Path, out: Path) -> Path:
+    proc = subprocess.run([sys.executable, "-m", "testbed", "run", str(spec), "--backend", "sim",
+                           "--out", str(out), "--no-analyze"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return run_dir_of(out)
+
+
+def _both(run: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], dict[str, Any]]:
+    from analysis.job import analyze
+
+    monkeypatch.delenv("TESTBED_CROSSCHECK", raising=False)  # compared here, explicitly
+    spark_summary = analyze(run)
+    return spark_summary, judge_run(run)
+
+
+@pytest.mark.spark
+def test_both_judges_agree_on_faulty_sim_runs(tmp_path: Path, spark: Any,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = {name: _sim_run(tmp_path, name, body) for name, body in RUNS.items()}
+    runs["qos-vbr-crash"] = _run(ROOT / "experiments" / "qos-vbr-crash.yaml",
+                                 tmp_path / "qos" / "runs")
+    seen: dict[str, dict[str, Any]] = {}
+    for name, run in runs.items():
+        spark_summary, judged = _both(run, monkeypatch)
+        assert differences(spark_summary, judged) == [], name
+        assert judged["checks"] and judged["verdict"] == spark_summary["verdict"]
+        seen[name] = judged
+    # The runs exercise what they were built for.
+    assert "local_order" in seen["seto-crash"]["checks"]
+    assert "split_brain" in seen["primary-partition"]["checks"]
+    assert "latency_bound" in seen["qos-vbr-crash"]["checks"]
+    assert seen["sequencer-faults"]["crashed"] == ["h3"]
+    assert not seen["reliable-nack-partition"]["checks"]["total_order"]["claimed"]
+
+
+@pytest.mark.spark
+def test_a_difference_is_reported_by_key(tmp_path: Path, spark: Any,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The crosscheck fails, naming the key, when the in-process result differs."""
+    from analysis import judge
+
+    run = _sim_run(tmp_path, "seq", RUNS["sequencer-faults"], duration="1.5s")
+    spark_summary, judged = _both(run, monkeypatch)
+    judged["checks"]["integrity"]["violations"] += 1
+    judged["verdict"] = {**judged["verdict"], "ok": False}
+    diff = differences(spark_summary, judged)
+    assert [d.split(":")[0] for d in diff] == ["checks.integrity.violations", "verdict"]
+    monkeypatch.setattr(judge, "judge_run", lambda _run: judged)
+    with pytest.raises(AssertionError, match="checks.integrity.violations"):
+        judge.crosscheck(run, spark_summary)
+
+
+def test_judging_never_imports_spark(tmp_path: Path) -> None:
+    """judge_run works in an interpreter where importing pyspark fails."""
+    run = _sim_run(tmp_path, "seq", RUNS["sequencer-faults"], duration="1.5s")
+    code = ("import sys; sys.modules['pyspark'] = None\n"
+            "from pathlib import Path\nfrom analysis.judge import judge_run\n"
+            f"r = judge_run(Path({str(run)!r}))\n"
+            "print(r['ok'], r['checks']['integrity']['claimed'], r['crashed'])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True", "['h3']"]
