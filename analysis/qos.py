@@ -245,8 +245,74 @@ def porder_mismatches(events: Events) -> int:
     return sum(1 for log in logs for a, b in zip(log, ref, strict=False) if a != b)
 
 
+def path_counts(events: Events, holes_at: set[str] | None = None
+                ) -> tuple[dict[str, int], dict[str, int]]:
+    """Per path (`<sender member id>-><receiver>`): datagrams the receiver's FIFO channel
+    dropped as late (overtaken or duplicated: the link reordered or duplicated them), and
+    datagrams that never arrived (holes in the accepted rseqs of each sender incarnation that
+    no late arrival fills), counted at the receivers `holes_at` (None: all) -- the ones every
+    datagram of a sender goes to: everyone for CBR and VBR (one rseq per multicast), the
+    leader for the leader-based ones (whose grants and relays skip members)."""
+    late: dict[str, int] = {}
+    lost: dict[str, int] = {}
+    for node, evs in events.items():
+        got: dict[tuple[Any, int], list[int]] = {}
+        for e in evs:
+            member, rseq = e.get("member"), e.get("rseq")
+            if member is None or not isinstance(rseq, int):
+                continue
+            if e["ev"] == "late":
+                key = f"{member}->{node}"
+                late[key] = late.get(key, 0) + 1
+            elif e["ev"] == "netrecv":
+                got.setdefault((member, int(e.get("inc", 0) or 0)), []).append(rseq)
+        if holes_at is not None and node not in holes_at:
+            continue
+        for (member, _inc), seqs in got.items():
+            holes = max(seqs) - len(set(seqs))
+            key = f"{member}->{node}"
+            holes -= min(holes, late.get(key, 0))
+            if holes > 0:
+                lost[key] = lost.get(key, 0) + holes
+    return late, lost
+
+
+def assumptions(protocol: str, model: Any, params: dict[str, Any], failure_kinds: list[str],
+                d_meas: int | None, delta: int, g_meas: float, gamma: int, refused: int,
+                events: Events) -> list[dict[str, Any]]:
+    """Each assumption of the bound's model (catalogue `Model`) with whether this run held
+    it and what was measured: FIFO links (datagrams reordered or duplicated per path, seen as
+    late at the receiver's FIFO channel), loss (datagrams lost per path), failures (the fault
+    kinds in the history), clocks within Γ/2 (Γ_meas), delays within Δ (Δ_meas), and the
+    reservations granted."""
+    holes_at = None
+    if bound_kind(protocol) in ("leader", "timestamp-leader"):
+        leader = params.get("leader") or min(events, default=None)
+        holes_at = {str(leader)}
+    late, lost = path_counts(events, holes_at)
+    out: list[dict[str, Any]] = []
+    if model is None or model.fifo:
+        out.append({"name": "fifo", "held": not late,
+                    "measured": {"reordered": sum(late.values()), "per_path": late}})
+    loss_ok = model is not None and model.loss and (
+        not model.loss_param or float(params.get(model.loss_param, 0) or 0) > 0)
+    out.append({"name": "no_loss" if not loss_ok else "loss", "held": loss_ok or not lost,
+                "measured": {"lost": sum(lost.values()), "per_path": lost}})
+    allowed = model.failures if model is not None else frozenset()
+    out.append({"name": "failures", "held": all(k in allowed for k in failure_kinds),
+                "measured": sorted(failure_kinds), "allowed": sorted(allowed)})
+    if model is None or model.clocks:
+        out.append({"name": "clocks", "held": g_meas <= gamma,
+                    "measured": {"gamma_ms": _ms(g_meas), "declared_ms": _ms(gamma)}})
+    out.append({"name": "delays", "held": d_meas is None or d_meas <= delta,
+                "measured": {"delta_ms": _ms(d_meas), "declared_ms": _ms(delta)}})
+    out.append({"name": "reservations", "held": not refused, "measured": {"refused": refused}})
+    return out
+
+
 def qos_section(events: Events, skew_ns: float, protocol: str, params: dict[str, Any],
-                failures: bool, sim: bool, correct: list[str] | None = None) -> dict[str, Any]:
+                failures: bool, sim: bool, correct: list[str] | None = None,
+                failure_kinds: list[str] | None = None) -> dict[str, Any]:
     """The `qos` section; {} for a protocol that claims no latency bound."""
     kind = bound_kind(protocol)
     if not kind:
@@ -277,6 +343,21 @@ def qos_section(events: Events, skew_ns: float, protocol: str, params: dict[str,
         why.append(f"measured Γ {g_meas / 1e6:g} ms > declared {gamma / 1e6:g} ms")
     if refused:
         why.append(f"{refused} reservation(s) refused")
+    entry = catalogue.find(protocol)
+    model = entry.model if entry is not None else None
+    measured = assumptions(protocol, model, params, failure_kinds or [], d_meas, delta,
+                           g_meas, gamma, refused, events)
+    for a in measured:
+        if a["held"] or a["name"] in ("delays", "clocks", "reservations"):
+            continue  # those three are said above, with their numbers
+        if a["name"] == "fifo":
+            why.append(f"{a['measured']['reordered']} datagram(s) reordered or duplicated "
+                       "on FIFO links")
+        elif a["name"] == "no_loss":
+            why.append(f"{a['measured']['lost']} datagram(s) lost")
+        elif a["name"] == "failures":
+            why.append("failures outside the model: " + ", ".join(
+                k for k in a["measured"] if k not in a["allowed"]))
     hold = not why
     eps = EPSILON_SIM_NS if sim else EPSILON_REAL_NS
     over = sorted(((d, m) for m, d in lat.items() if d > bound + eps), reverse=True)
@@ -294,6 +375,7 @@ def qos_section(events: Events, skew_ns: float, protocol: str, params: dict[str,
         "gamma_measured_ms": _ms(g_meas),
         "assumptions_hold": hold,
         "assumptions_violated": why,
+        "assumptions": measured,
         "refused": refused,
         "epsilon_ms": _ms(eps),
         "messages": len(lat),
@@ -312,14 +394,24 @@ def latency_check(qos: dict[str, Any]) -> dict[str, Any]:
     """summary.json `checks.latency_bound`: messages above the bound, judged only when the
     assumptions held (else 0 with `judged: false`)."""
     judged = bool(qos["assumptions_hold"])
-    return {"violations": qos["above_bound"] if judged else 0, "judged": judged,
-            "bound_ms": qos["bound_ms"], "examples": qos["examples"] if judged else []}
+    out = {"violations": qos["above_bound"] if judged else 0, "judged": judged,
+           "bound_ms": qos["bound_ms"], "examples": qos["examples"] if judged else []}
+    if not judged:
+        out["note"] = ("not judged: the run left the bound's model ("
+                       + "; ".join(qos.get("assumptions_violated") or []) + ")")
+    return out
 
 
 def failures_in(history: Any) -> bool:
     """Whether the fault schedule crashed, paused or cut off a host (Thm 5's set-up)."""
     return bool(history.crashed) or any(
         f.kind in ("crash", "restart", "pause", "partition") for f in history.intervals)
+
+
+def failure_kinds(history: Any) -> list[str]:
+    """The failure kinds in the fault history (crash, pause, partition), each once."""
+    kinds = {f.kind for f in history.intervals if f.kind in ("crash", "pause", "partition")}
+    return sorted(kinds | ({"crash"} if history.crashed else set()))
 
 
 def backend_is_sim(run_dir: Path) -> bool:
@@ -332,7 +424,7 @@ def qos_for_run(run_dir: Path, history: Any, correct: list[str]) -> dict[str, An
         return {}
     events, skew = read_events(run_dir)
     return qos_section(events, skew, protocol, params, failures_in(history),
-                       backend_is_sim(run_dir), correct)
+                       backend_is_sim(run_dir), correct, failure_kinds(history))
 
 
 def qos_line(summary: dict[str, Any]) -> str:

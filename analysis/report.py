@@ -23,7 +23,7 @@ from analysis.liveness import liveness_line
 from analysis.plots import Arrow, Band, Series
 from analysis.qos import qos_html
 from analysis.switching import switch_windows
-from analysis.verdict import checks_ok
+from analysis.verdict import verdict as run_verdict
 
 REPORT = "report.html"
 COMPARISON = "comparison.html"
@@ -70,17 +70,15 @@ def _td(value: Any, bad: bool = False, cls: str = "") -> str:
 
 
 def verdict(summary: dict[str, Any]) -> tuple[bool, list[str]]:
-    """PASS needs every checker clean and every expectation in `summary["expectations"]`
-    (a list of `Result.as_dict()`, when the caller evaluated any) to hold; plus the reasons."""
-    reasons = [f"{name}: {c.get('violations')} violation(s)"
-               for name, c in summary.get("checks", {}).items()
-               if c.get("violations", 0) and c.get("claimed", True)]
-    errors = summary.get("node_errors", {}).get("total", 0)
-    if errors:
-        reasons.append(f"node errors: {errors}")
-    reasons += [f"expectation failed: {r.get('expectation')} ({r.get('reason')})"
-                for r in summary.get("expectations", []) if not r.get("ok")]
-    return checks_ok(summary) and not reasons, reasons
+    """PASS needs the run's verdict (`summary["verdict"]`, analysis/verdict.py: claimed
+    checks, node errors, and liveness against the protocol's claims) ok and every expectation
+    in `summary["expectations"]` (a list of `Result.as_dict()`, when the caller evaluated
+    any) to hold; plus the reasons (a stall the claims excuse is a reason, not a failure)."""
+    judged = summary.get("verdict") or run_verdict(summary)
+    reasons = list(judged["reasons"])
+    failed = [f"expectation failed: {r.get('expectation')} ({r.get('reason')})"
+              for r in summary.get("expectations", []) if not r.get("ok")]
+    return bool(judged["ok"]) and not failed, reasons + failed
 
 
 def _checks_html(summary: dict[str, Any]) -> str:
@@ -301,8 +299,11 @@ def render_report(summary: dict[str, Any], data: rd.RunData | None = None) -> st
         banner = ('<div class="banner none">NOT ANALYSED<small>no checker results; run '
                   "`testbed analyze` for a verdict</small></div>")
     elif ok:
-        banner = ('<div class="banner pass">PASS<small>all checks and expectations hold'
-                  "</small></div>")
+        judged = summary.get("verdict") or {}
+        small = ("safety held; stalled as the protocol claims"
+                 if judged.get("liveness") == "stalled-as-claimed"
+                 else "all checks and expectations hold")
+        banner = f'<div class="banner pass">PASS<small>{small}</small></div>'
     else:
         banner = f'<div class="banner fail">FAIL<small>{len(reasons)} problem(s)</small></div>'
     parts = [_head(run), f"<h1>{escape(run)}</h1>", banner,

@@ -1,20 +1,244 @@
 """The run's verdict: what the checks, the drain and the protocol's claims add up to.
 
 One function, `finish`, turns a summary whose `checks` are counted into the judged summary:
-membership checks (primary runs), Local Order's claim, the QoS bound, liveness from the drain,
-and `verdict` / `ok`. The Spark job (analysis/job.py) and the in-process judge call it alike,
-so both give the same verdict for the same counts.
+membership checks (primary runs), Local Order's claim, the QoS bound, liveness from the drain
+and the protocol's liveness claim, and `verdict` / `ok`. The Spark job (analysis/job.py) and
+the in-process judge call it alike, so both give the same verdict for the same counts.
+
+`verdict` is pure on the summary: safety `held` or `violated` (every claimed check and the
+nodes' errors); liveness `quiescent`, `stalled-as-claimed` (the protocol's liveness claim,
+nodes/protocols/catalogue.py `Liveness`, promises no progress under this run's faults: the
+summary's `liveness.promised` is false) or `stalled` (it does: the messages of correct hosts
+never delivered at correct hosts fail the run). `liveness_promise` answers the claim from the
+catalogue entry, the run's resolved params and its faults (`run_faults`: the topology's link
+model from spec.lock.yaml and faults.jsonl).
 """
 
 from __future__ import annotations
 
+import json
+import math
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from analysis.fault_history import FaultHistory
 from analysis.liveness import liveness_section, read_drain
 from analysis.membership import membership_section
-from analysis.qos import latency_check, qos_for_run
+from analysis.qos import latency_check, qos_for_run, run_protocol
+from nodes.protocols import catalogue
+from nodes.quiescence import cut_off
+
+KIND_TEXT = {"loss": "datagram loss", "duplicate": "duplication", "reorder": "reordering links",
+             "crash": "a crash", "pause": "a pause", "partition": "a partition",
+             "clock": "clock faults"}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault of the run as a liveness claim sees it: its kind (catalogue.FAULT_KINDS),
+    where or whom it hit, when it started (seconds from the workload start; None for the
+    topology's links, which hold all along), and whether it ended before the run did."""
+
+    kind: str
+    what: str
+    hosts: tuple[str, ...] = ()
+    start_s: float | None = None
+    ended: bool = True
+
+    def when(self) -> str:
+        return "" if self.start_s is None else f" at {self.start_s:.1f} s"
+
+
+def link_faults(link: dict[str, Any], where: str) -> list[Fault]:
+    """The datagram faults one topology link (a spec.lock.yaml link dict) sets."""
+    out = []
+    lossy = [k for k in ("loss", "corrupt") if float(link.get(k) or 0) > 0]
+    if lossy or link.get("gemodel"):
+        out.append(Fault("loss", f"{where}: " + ", ".join(
+            [f"{k} {float(link[k]):g}" for k in lossy] + (["gemodel"] if link.get(
+                "gemodel") else []))))
+    if float(link.get("duplicate") or 0) > 0:
+        out.append(Fault("duplicate", f"{where}: duplicate {float(link['duplicate']):g}"))
+    reorder = link.get("reorder", True)
+    if isinstance(reorder, dict) and float(reorder.get("probability") or 0) > 0:
+        out.append(Fault("reorder", f"{where}: reorder {float(reorder['probability']):g}"))
+    elif reorder is not False and _ns(link.get("jitter")) > 0:
+        out.append(Fault("reorder", f"{where}: jitter {link.get('jitter')} without "
+                                    "`reorder: false`"))
+    return out
+
+
+def _ns(value: Any) -> int:
+    """A lock file's duration (`500us`, `0ns`, a number of ns) in ns; 0 when unreadable."""
+    if isinstance(value, (int, float)):
+        return int(value)
+    if not isinstance(value, str):
+        return 0
+    text = value.strip()
+    for unit, scale in (("ns", 1), ("us", 1_000), ("µs", 1_000), ("ms", 1_000_000),
+                        ("s", 1_000_000_000)):
+        if text.endswith(unit):
+            try:
+                return int(float(text[: -len(unit)]) * scale)
+            except ValueError:
+                return 0
+    try:
+        return int(float(text))
+    except ValueError:
+        return 0
+
+
+def topology_links(topo: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Every link of a resolved topology dict, with where it is written."""
+    out = [(f"sites.{name}.lan", (site or {}).get("lan") or {})
+           for name, site in (topo.get("sites") or {}).items()]
+    out += [(f"wan[{i}]", link) for i, link in enumerate(topo.get("wan") or [])]
+    for src, row in (topo.get("matrix") or {}).items():
+        out += [(f"matrix.{src}.{dst}", e) for dst, e in (row or {}).items() if isinstance(e, dict)]
+    return out
+
+
+def run_faults(run_dir: Path, history: FaultHistory) -> list[Fault]:
+    """The run's faults: its topology's datagram faults (spec.lock.yaml; none under `transport:
+    tls`, whose streams turn loss into delay) and its fault history (faults.jsonl), times from
+    the workload start (plan.json `start_at_ns`)."""
+    lock = _lock_doc(run_dir)
+    faults: list[Fault] = []
+    exp = lock.get("experiment") or {}
+    if exp.get("transport") != "tls":
+        for where, link in topology_links(lock.get("topology") or {}):
+            faults += link_faults(link, where)
+    try:
+        start = int(json.loads((run_dir / "plan.json").read_text()).get("start_at_ns") or 0)
+    except (OSError, ValueError, AttributeError):
+        start = 0
+    stamps = {}  # the params of each `link` fault start (loss, jitter), by time and fault id
+    for line in _lines(run_dir / "faults.jsonl"):
+        if line.get("kind") == "link" and line.get("phase", "start") == "start":
+            stamps[(int(line.get("t", 0)), line.get("fault"))] = line.get("params") or {}
+
+    def secs(t: int) -> float:
+        return round((t - start) / 1e9, 3) if start else round(t / 1e9, 3)
+
+    for f in history.intervals:
+        ended = not math.isinf(f.stop)
+        if f.kind == "crash":
+            for h in f.hosts:
+                faults.append(Fault("crash", f"{h} crashed", (h,), secs(f.start), ended))
+        elif f.kind == "pause":
+            for h in f.hosts:
+                faults.append(Fault("pause", f"{h} paused", (h,), secs(f.start), ended))
+        elif f.kind == "partition":
+            off = sorted(cut_off(history.nodes, f.cuts))
+            faults.append(Fault("partition", "partition cutting off " + (
+                ", ".join(off) if off else "no majority"), tuple(off), secs(f.start), ended))
+        elif f.kind == "clock":
+            faults.append(Fault("clock", f"clock fault on {', '.join(f.hosts)}", f.hosts,
+                                secs(f.start), ended))
+        elif f.kind == "link":
+            params = stamps.get((f.start, f.fault), {})
+            between = "-".join(params.get("between") or f.hosts)
+            if float(params.get("loss") or 0) > 0:
+                faults.append(Fault("loss", f"link {between} loss {params['loss']:g}",
+                                    f.hosts, secs(f.start), ended))
+            if int(params.get("jitter_ns") or 0) > 0:
+                faults.append(Fault("reorder", f"link {between} jitter", f.hosts,
+                                    secs(f.start), ended))
+    return faults
+
+
+def _lock_doc(run_dir: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        doc = yaml.safe_load((run_dir / "spec.lock.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def role_hosts(entry: catalogue.Entry, params: dict[str, Any],
+               hosts: list[str]) -> dict[str, str]:
+    """host -> role for the entry's liveness roles (a param left out takes its default, the
+    first host when that is None)."""
+    defaults = {f.name: f.default for f in fields(entry.params)}
+    out: dict[str, str] = {}
+    for role in entry.liveness.roles:
+        host = params.get(role, defaults.get(role))
+        if host is None and hosts:
+            host = hosts[0]
+        if isinstance(host, str):
+            out.setdefault(host, role)
+    return out
+
+
+def liveness_promise(entry: catalogue.Entry, params: dict[str, Any], hosts: list[str],
+                     faults: list[Fault]) -> tuple[bool, str]:
+    """Whether `entry`'s liveness claim promises that every message of a correct host is
+    final-delivered by every correct host under `faults`; the reason either way."""
+    claim = entry.liveness
+    roles = role_hosts(entry, params, hosts)
+    for f in faults:
+        if f.kind not in claim.tolerates:
+            return False, (f"{f.what}{f.when()}: `{entry.name}` claims no progress under "
+                           f"{KIND_TEXT.get(f.kind, f.kind)} ({claim.note})")
+        if f.kind in ("pause", "partition") and not f.ended:
+            return False, (f"{f.what}{f.when()}, never ended: `{entry.name}` claims progress "
+                           f"only once a {f.kind} ends")
+        if f.kind == "crash":
+            for h in f.hosts:
+                if h in roles:
+                    return False, (f"{roles[h]} {h} crashed{f.when()}: `{entry.name}` claims "
+                                   f"no progress without its {roles[h]}")
+    crashed = {h for f in faults if f.kind == "crash" for h in f.hosts}
+    if claim.quorum and hosts and 2 * len(crashed) >= len(hosts):
+        return False, (f"{len(crashed)} of {len(hosts)} hosts crashed "
+                       f"({', '.join(sorted(crashed))}): `{entry.name}` claims progress only "
+                       "while a majority never crashed")
+    if claim.nested:
+        from nodes.protocols.switching import instance_specs
+
+        nested: Any = params.get(claim.nested) or instance_specs({})
+        for inst in nested if isinstance(nested, list) else []:
+            if not isinstance(inst, dict):
+                continue
+            sub = catalogue.find(str(inst.get("protocol")))
+            if sub is None:
+                continue
+            sub_params = inst.get("params")
+            ok, why = liveness_promise(sub, sub_params if isinstance(sub_params, dict) else {},
+                                       hosts, faults)
+            if not ok:
+                return False, f"instance {inst.get('name', sub.name)}: {why}"
+    if not faults:
+        return True, "no faults"
+    return True, f"every fault of the run is within `{entry.name}`'s liveness claim"
+
+
+def run_promise(run_dir: Path, history: FaultHistory) -> tuple[bool, str] | None:
+    """The liveness claim judged on a run directory; None for an unknown protocol."""
+    name, params = run_protocol(run_dir)
+    entry = catalogue.find(name)
+    if entry is None:
+        return None
+    return liveness_promise(entry, params, list(history.nodes), run_faults(run_dir, history))
 
 
 def checks_ok(summary: dict[str, Any]) -> bool:
@@ -26,19 +250,42 @@ def checks_ok(summary: dict[str, Any]) -> bool:
             and not summary.get("node_errors", {}).get("total", 0))
 
 
+def stall_reason(live: dict[str, Any]) -> str:
+    """Why a stall the claims do not excuse fails the run, from the `liveness` section."""
+    unproven = live.get("unproven") or {}
+    missing = int(unproven.get("agreement") or 0) + int(unproven.get("validity") or 0)
+    in_flight = live.get("in_flight")
+    count = missing or in_flight or 0
+    text = (f"stalled: {count} messages of correct hosts never delivered at correct hosts "
+            f"(after a {live.get('drain_s', 0):g} s drain")
+    if unproven:
+        text += "; " + ", ".join(f"{k} {v}" for k, v in sorted(unproven.items()))
+    text += ")"
+    if live.get("promise"):
+        text += f"; claimed: {live['promise']}"
+    return text
+
+
 def verdict(summary: dict[str, Any]) -> dict[str, Any]:
-    """`{ok, safety, liveness, reasons}` of a judged summary."""
-    reasons = [f"{name}: {c.get('violations')} violations"
+    """`{ok, safety, liveness, reasons}` of a judged summary (pure on the summary)."""
+    reasons = [f"{name}: {c.get('violations')} violation(s)"
                for name, c in summary.get("checks", {}).items()
                if c.get("claimed", True) and c.get("violations", 0)]
     errors = summary.get("node_errors", {}).get("total", 0)
     if errors:
         reasons.append(f"node errors: {errors}")
+    safety = "violated" if reasons else "held"
     live = summary.get("liveness") or {}
-    liveness = "stalled" if live.get("quiescent") is False else "quiescent"
-    ok = not reasons
-    return {"ok": ok, "safety": "held" if ok else "violated", "liveness": liveness,
-            "reasons": reasons}
+    liveness = "quiescent"
+    if live.get("quiescent") is False:
+        if live.get("promised") is False:
+            liveness = "stalled-as-claimed"
+            reasons.append(str(live.get("promise") or "the protocol claims no progress"))
+        else:
+            liveness = "stalled"
+            reasons.append(stall_reason(live))
+    ok = safety == "held" and liveness != "stalled"
+    return {"ok": ok, "safety": safety, "liveness": liveness, "reasons": reasons}
 
 
 def finish(summary: dict[str, Any], run_dir: Path, history: FaultHistory,
@@ -64,6 +311,19 @@ def finish(summary: dict[str, Any], run_dir: Path, history: FaultHistory,
             for name in ("agreement", "validity"):
                 summary["checks"][name]["claimed"] = False
     summary["liveness"] = liveness_section(read_drain(run_dir), summary["checks"])
+    promise = run_promise(run_dir, history)
+    if promise is not None:
+        summary["liveness"]["promised"], summary["liveness"]["promise"] = promise
     summary["verdict"] = verdict(summary)
     summary["ok"] = summary["verdict"]["ok"]
     return summary
+
+
+def verdict_line(summary: dict[str, Any]) -> str:
+    """The console's last line: `verdict.ok`, safety, liveness and the reasons."""
+    v = summary.get("verdict") or verdict(summary)
+    head = "verdict: ok" if v["ok"] else "verdict: NOT OK"
+    line = f"{head} (safety {v['safety']}, {v['liveness']})"
+    if v["reasons"]:
+        line += ": " + "; ".join(v["reasons"])
+    return line

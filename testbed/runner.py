@@ -145,9 +145,15 @@ def analyze_run(run: RunDir, expect: list[str], console: Console,
         (run.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         write_report(run.path, summary)
     failures = [f"{r.expectation}: {r.reason}" for r in results if not r.ok]
-    errors = summary.get("node_errors", {}).get("total", 0)
-    if errors:
-        # An exception inside a node is a bug whatever the expectations say (nodes/runtime.py).
-        failures.append(f"node errors: {errors} (ev=error in the event logs, tracebacks in "
-                        f"nodes/*/node.log)")
+    judged = summary.get("verdict") or {}
+    if judged and not judged.get("ok"):
+        # The verdict (analysis/verdict.py): a claimed check violated, a node error (a bug
+        # whatever the expectations say, nodes/runtime.py), or a stall the claims promise
+        # against.
+        failures.append("verdict: " + "; ".join(judged.get("reasons") or ["not ok"]))
+    else:
+        errors = summary.get("node_errors", {}).get("total", 0)
+        if errors:
+            failures.append(f"node errors: {errors} (ev=error in the event logs, tracebacks "
+                            f"in nodes/*/node.log)")
     return RunResult(run, summary, failures)

@@ -111,6 +111,11 @@ def test_schema_shows_every_protocol_with_its_params_and_claims() -> None:
     assert "alpha" in protos["seto"]["params"]["properties"]
     assert "window" in protos["reliable-nack"]["params"]["properties"]
     assert "total_order" not in protos["reliable-nack"]["claims"]
+    assert protos["sequencer"]["liveness"]["roles"] == ["sequencer"]
+    assert "loss" not in protos["fifo"]["liveness"]["tolerates"]
+    assert protos["qos-cbr"]["model"]["fifo"] and protos["qos-cbr"]["model"]["failures"] == []
+    assert "model" not in protos["sequencer"]
+    assert "outside_model" in schema["properties"]
 
 
 def test_host_params_come_from_the_catalogue() -> None:

@@ -54,13 +54,19 @@ def test_generators_draw_valid_reproducible_schedules() -> None:
 
 
 def test_generators_keep_to_a_bound_model() -> None:
-    """A protocol with a latency bound (004: FIFO, no loss, no failures) gets only clock
-    changes inside the bound and delay changes."""
-    strict = Context(HOSTS, CTX.duration_ns, Model(False, False, False, False), True)
+    """A protocol with a latency bound in a model of FIFO links without loss, failures or
+    clock faults (004 §2.1) gets only delay changes; one that allows crashes gets those."""
+    strict = Context(HOSTS, CTX.duration_ns, Model(frozenset(), False, False, False, False,
+                                                   False), True)
     for seed in range(200):
         for i in draw(seed, strict, list(GENERATORS), 4):
-            assert i["kind"] in ("clock", "link"), i
-            assert "loss" not in i and "path_jitter" not in i
+            assert i["kind"] == "link" and set(i) == {"kind", "between", "at", "for", "delay"}
+    crashes = Context(HOSTS, CTX.duration_ns, Model(frozenset({"crash"}), False, False, False,
+                                                    True, False), True)
+    kinds = {i["kind"] for seed in range(200) for i in draw(seed, crashes, list(GENERATORS), 4)}
+    assert kinds == {"link", "crash", "clock"}
+    for seed in range(200):
+        for i in draw(seed, crashes, ["clock"], 4):
             for key in ("offset", "jump", "strobe"):
                 if key in i:
                     assert abs(int(str(i[key]).removesuffix("us"))) <= 1000

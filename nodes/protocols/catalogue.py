@@ -5,9 +5,14 @@ An entry gives the protocol's name (as experiments spell it), its wire id (the h
 (nodes/protocols/base.py: types, defaults, limits; `params_model` turns it into the pydantic
 model that specs are validated with and `testbed schema` shows), and its **claims**: which
 checks of the checker suite (the keys of summary.json's `checks`) it promises to pass, and
-whether it opt-delivers. Spec validation, node configs, the node core, the management MBeans
-and the checker suite all read it; adding a protocol is its module plus one entry below
-(docs/protocols.md).
+whether it opt-delivers, and its **liveness claim** (`Liveness`: the faults under which every
+message a correct host sends is eventually final-delivered by every correct host) and, for a
+protocol with a latency bound, the **model** the bound is proven in (`Model`: FIFO links,
+loss, failures, clocks, delays). Both are plain data: analysis/verdict.py judges a run's
+stall against `liveness`, spec validation (testbed/spec/qos.py) refuses a topology or fault
+plan outside `model`, and a fault generator can draw only what they allow. Spec validation,
+node configs, the node core, the management MBeans and the checker suite all read it;
+adding a protocol is its module plus one entry below (docs/protocols.md).
 
 Importing this module needs no pydantic (the node image has none): only `params_model` does.
 """
@@ -59,6 +64,91 @@ CHECKS = ("total_order", "fifo_order", "causal_order", "agreement", "integrity",
 RELIABLE_FIFO = frozenset({"fifo_order", "agreement", "integrity", "validity"})
 SEQUENCER_TOTAL = RELIABLE_FIFO | {"total_order", "causal_order"}
 
+# The fault kinds a liveness claim or a model names. Datagram faults come from the topology's
+# links or from `link` faults: `loss` (loss, gemodel, corrupt), `duplicate`, `reorder` (jitter
+# on a link that does not say `reorder: false`, or netem's reorder). Schedule faults are the
+# kinds of faults.jsonl: `crash` (with or without a restart), `pause` (resumed), `partition`
+# (healed before the run ends), `clock` (offset, drift, jump, strobe). `mgmt` requests are
+# operations, never faults: every claim tolerates them.
+LINK_FAULTS = ("loss", "duplicate", "reorder")
+SCHEDULE_FAULTS = ("crash", "pause", "partition", "clock")
+FAULT_KINDS = LINK_FAULTS + SCHEDULE_FAULTS
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """A liveness claim: under which faults the protocol promises that every message a correct
+    host sends is eventually final-delivered by every correct host (the drain's quiescence,
+    docs/architecture.md "Liveness").
+
+    - `tolerates`: the fault kinds (FAULT_KINDS) under which the promise holds. A `pause` or
+      `partition` is tolerated only once it ended (a pause never resumed, a partition never
+      healed void the promise); a `crash` covers a restart too.
+    - `roles`: parameters naming a host whose crash voids the promise even where `crash` is
+      tolerated (`sequencer`: "the host of param `sequencer`"); an unset one means the
+      parameter's default, the first host when that is None.
+    - `nested`: a parameter holding nested protocol instances ({protocol, params} each, as
+      `switching`'s `instances`, default nodes/protocols/switching.py `DEFAULT_INSTANCES`):
+      the promise holds only where every instance's own claim holds too.
+    - `quorum`: crashes are tolerated only while a strict majority of the hosts never crashed.
+    - `note`: one line, why (rule and source).
+    """
+
+    tolerates: frozenset[str]
+    roles: tuple[str, ...] = ()
+    nested: str = ""
+    quorum: bool = False
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """As `testbed schema` shows it (x-protocols) and docs/protocols.md lists it."""
+        return {"tolerates": sorted(self.tolerates), "roles": list(self.roles),
+                "nested": self.nested, "quorum": self.quorum, "note": self.note}
+
+
+@dataclass(frozen=True)
+class Model:
+    """The model a latency bound (Entry.bound) is proven in (004 §2.1 and the algorithm's
+    section). Spec validation refuses a topology or fault plan outside it unless the
+    experiment says `outside_model: true`; the run then measures each assumption
+    (summary.json `qos.assumptions`).
+
+    - `fifo`: links never reorder: every link with jitter says `reorder: false`, no netem
+      reorder, no `link` fault adding jitter.
+    - `duplicate`: links may duplicate datagrams.
+    - `loss`: links may lose datagrams (loss, gemodel, corrupt, a `link` fault's loss);
+      `loss_param`: ...only when this protocol parameter is > 0 (`qos-vbr`'s §7 tolerance x).
+    - `failures`: the schedule fault kinds allowed (crash, pause, partition).
+    - `clocks`: clock offsets stay within Γ/2 (004 §2.2): no clock faults, and the topology's
+      clock offsets within Γ/2. False: the bound assumes no clock synchrony (clock faults
+      allowed).
+    - `delays`: every path's delay plus jitter within Δ (already refused at validation,
+      testbed/spec/qos.py), measured as Δ_meas.
+    - `source`: the sections that state the model.
+    """
+
+    fifo: bool = True
+    duplicate: bool = False
+    loss: bool = False
+    loss_param: str = ""
+    failures: frozenset[str] = frozenset()
+    clocks: bool = True
+    delays: bool = True
+    source: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"fifo": self.fifo, "duplicate": self.duplicate, "loss": self.loss,
+                "loss_param": self.loss_param, "failures": sorted(self.failures),
+                "clocks": self.clocks, "delays": self.delays, "source": self.source}
+
+
+# The common claims: reliable channels (NACK or ACK retransmission) deliver through loss,
+# duplication, reordering, pauses, healed partitions and clock faults; a crashed member only
+# stops its own stream.
+RELIABLE_LIVE = frozenset(FAULT_KINDS)
+LINK_LIVE = frozenset(LINK_FAULTS) | {"pause", "partition", "clock"}
+RELIABLE_FIFO_ACK_LIVE = frozenset(LINK_FAULTS) | {"crash", "clock"}
+
 Factory = Callable[[int, list[int], dict[str, Any]], Layer]
 # A protocol whose params nest other protocols (switching's instances) checks and resolves
 # them itself: (params, topology hosts) -> [(location, message)], (params, {host: id}) -> params.
@@ -81,6 +171,10 @@ class Entry:
     bound: str = ""
     check_params: ParamsCheck | None = None
     resolve_hosts: HostResolver | None = None
+    # The liveness claim (Liveness above); the default claims none.
+    liveness: Liveness = Liveness(frozenset(), note="no liveness claimed")
+    # The model the bound holds in (Model above); None for a protocol without a bound.
+    model: Model | None = None
 
     def host_params(self) -> tuple[str, ...]:
         """Parameters that name a host: specs check them, nodes get the member id
@@ -101,63 +195,113 @@ class Entry:
 
 CATALOGUE: tuple[Entry, ...] = (
     Entry("sequencer", Proto.SEQUENCER, Sequencer, SequencerParams, SEQUENCER_TOTAL,
+          liveness=Liveness(RELIABLE_LIVE, roles=("sequencer",),
+                            note="000 §2.1: the sequencer numbers every message and none "
+                                 "takes its place"),
           summary="fixed-sequencer total order over reliable FIFO (000 sec. 2.1, Fig. 1)"),
     Entry("seto", Proto.SETO, Seto, SetoParams, SEQUENCER_TOTAL, optimistic=True,
+          liveness=Liveness(RELIABLE_LIVE, roles=("sequencer",),
+                            note="000 §2.1: the sequencer numbers every message and none "
+                                 "takes its place"),
           summary="optimistic total order with delay compensation (000 sec. 3, Fig. 4)"),
     Entry("fast-seto", Proto.FAST_SETO, FastSeto, FastSetoParams, SEQUENCER_TOTAL,
           optimistic=True,
+          liveness=Liveness(RELIABLE_LIVE, roles=("sequencer",),
+                            note="000 §2.1: the sequencer numbers every message and none "
+                                 "takes its place"),
           summary="SETO with planned delays (003 sec. 4.3, Fig. 7)"),
     Entry("reliable-nack", Proto.RELIABLE, ReliableNack, ReliableParams, RELIABLE_FIFO,
+          liveness=Liveness(RELIABLE_LIVE, note="002: a gap is NACKed until retransmitted; "
+                                                "a crash stops only the crashed sender"),
           summary="reliable FIFO multicast with negative acknowledgements (002)"),
     Entry("reliable-ack", reliable_ack.WIRE_ID, reliable_ack.ReliableAck,
           reliable_ack.ReliableAckParams, RELIABLE_FIFO,
+          liveness=Liveness(RELIABLE_FIFO_ACK_LIVE,
+                            note="002 L120-181: a receiver silent for `max_tries` "
+                                 "retransmissions (a pause, a partition) is given up"),
           summary="reliable FIFO multicast with positive acknowledgements (002 L120-181)"),
     Entry("cbcast", cbcast.WIRE_ID, cbcast.Cbcast, ReliableParams,
           RELIABLE_FIFO | {"causal_order"},
+          liveness=Liveness(LINK_LIVE, note="002 L299-327: without ISIS's flush a crashed "
+                                            "sender's lost message holds its dependants"),
           summary="causal order with vector clocks, ISIS CBCAST (002 L299-327)"),
     Entry("token-ring", token_ring.WIRE_ID, token_ring.TokenRing, token_ring.TokenRingParams,
           SEQUENCER_TOTAL,
+          liveness=Liveness(LINK_LIVE, note="Totem: a crashed member breaks the ring "
+                                            "(membership out of scope)"),
           summary="total order by a rotating token carrying the sequence number (002 "
                   "L379-384, Totem single ring)"),
     Entry("lamport", lamport.WIRE_ID, lamport.Lamport, lamport.LamportParams, SEQUENCER_TOTAL,
+          liveness=Liveness(LINK_LIVE, note="Lamport 1978: delivery waits for a later "
+                                            "message of every member; a crash stops it"),
           summary="symmetric total order by Lamport timestamps and acknowledgements (002 "
                   "L366-369, Lamport 1978)"),
     Entry("moving-sequencer", moving_sequencer.WIRE_ID, moving_sequencer.MovingSequencer,
           moving_sequencer.MovingSequencerParams, SEQUENCER_TOTAL,
+          liveness=Liveness(LINK_LIVE, note="Chang-Maxemchuk: no token-site reformation, a "
+                                            "crashed site stops the order"),
           summary="total order by a sequencer role rotating with a token (001 L130, "
                   "Chang-Maxemchuk)"),
     Entry("psync", psync.WIRE_ID, psync.Psync, ReliableParams, RELIABLE_FIFO | {"causal_order"},
+          liveness=Liveness(LINK_LIVE, note="002 L329-352: a crashed sender's lost message "
+                                            "holds its dependants in the context graph"),
           summary="causal order by a context graph, Psync (002 L329-352)"),
     Entry("psync-total", psync_total.WIRE_ID, psync_total.PsyncTotal,
           psync_total.PsyncTotalParams, SEQUENCER_TOTAL,
+          liveness=Liveness(LINK_LIVE, note="002 L386-390: a wave waits for every "
+                                            "participant; a crashed one stops it"),
           summary="total order from Psync's causal order by waves, with NULLs (002 "
                   "L386-390)"),
     Entry("qos-vbr", qos_vbr.WIRE_ID, qos_vbr.QosVbr, qos_vbr.QosVbrParams,
           frozenset({"total_order", "integrity"}), bound="vbr",
+          liveness=Liveness(frozenset({"crash"}),
+                            note="004 §6: a crashed process is removed at its slot deadline; "
+                                 "a lost or late datagram is a gap for good (§7)"),
+          model=Model(loss=True, loss_param="loss_tolerance",
+                      failures=frozenset({"crash", "pause", "partition"}),
+                      source="004 §2.1, §6 (crashes, joins, merges), §7 (loss with x > 0)"),
           summary="QoS-preserving total order for variable bit rate: slots of theta, latency "
                   "<= delta+gamma+theta, delta+2gamma+theta with a crash; total order with "
                   "gaps when loss_tolerance > 0 (004 secs. 5-7)"),
     Entry("primary", primary.WIRE_ID, primary.Primary, primary.PrimaryParams, SEQUENCER_TOTAL,
+          liveness=Liveness(RELIABLE_LIVE, quorum=True,
+                            note="001 §4.1: views exclude crashed members while a majority "
+                                 "remains; a cut-off minority rejoins by state transfer"),
           summary="total order in primary views over partitionable membership: majority of "
                   "the last primary, blocked minorities, forced leave and rejoin (001 4.1)"),
     Entry("qos-cbr", qos_cbr.WIRE_ID, qos_cbr.QosCbr, qos_cbr.QosCbrParams,
           RELIABLE_FIFO | {"total_order"}, bound="cbr",
+          liveness=Liveness(frozenset(), note="004 §4 assumes no failures and no loss: a "
+                                              "lost datagram halts its sender's stream"),
+          model=Model(source="004 §2.1 (FIFO links, no loss), §4 (no failures)"),
           summary="QoS-preserving total order for constant bit rates, latency <= Δ+Γ (004 "
                   "§4, Figs. 3-5)"),
     Entry("leader", leader.WIRE_ID, leader.Leader, leader.LeaderParams,
           RELIABLE_FIFO | {"total_order"}, bound="leader",
+          liveness=Liveness(frozenset({"clock"}), note="004 §8 assumes no failures and no "
+                                                       "loss; no clock synchrony (L663)"),
+          model=Model(clocks=False, source="004 §2.1, §8 (no failures, L663)"),
           summary="leader broadcast over reserved rates, latency <= 2Δ+pO (004 §8.1)"),
     Entry("timestamp-leader", timestamp_leader.WIRE_ID, timestamp_leader.TimestampLeader,
           timestamp_leader.TimestampLeaderParams, RELIABLE_FIFO | {"total_order"},
           bound="timestamp-leader",
+          liveness=Liveness(frozenset({"clock"}), note="004 §8 assumes no failures and no "
+                                                       "loss; no clock synchrony (L663)"),
+          model=Model(clocks=False, source="004 §2.1, §8 (no failures, L663)"),
           summary="blocks of timestamps granted by a leader, latency <= Δ+max(Δ+pO, Θ) (004 "
                   "§8.2)"),
     Entry("switching", switching.WIRE_ID, switching.Switching, switching.SwitchingParams,
           SEQUENCER_TOTAL,
           summary="switches between total-order instances without stopping the flow, or by "
                   "the RABP and stop-the-flow baselines (001 ch. 2, Fig. 2.1)",
-          check_params=switching.check_params, resolve_hosts=switching.resolve_hosts),
+          check_params=switching.check_params, resolve_hosts=switching.resolve_hosts,
+          liveness=Liveness(RELIABLE_LIVE, nested="instances",
+                            note="001 §2.2: a member crashed during a switch is excluded; "
+                                 "each instance must itself survive the fault plan")),
     Entry("fifo", fifo.WIRE_ID, fifo.Fifo, CommonParams, frozenset({"fifo_order", "integrity"}),
+          liveness=Liveness(frozenset({"duplicate", "crash", "clock"}),
+                            note="002 L54-66: a lost or overtaken datagram is never "
+                                 "delivered"),
           summary="FIFO without reliability, late messages dropped (002 L54-66)"),
 )
 
@@ -169,6 +313,11 @@ for _e in CATALOGUE:
     if not _e.claims <= set(CHECKS):
         raise RuntimeError(f"protocol {_e.name!r} claims unknown checks "
                            f"{sorted(_e.claims - set(CHECKS))}")
+    if not _e.liveness.tolerates <= set(FAULT_KINDS):
+        raise RuntimeError(f"protocol {_e.name!r}: unknown fault kinds in its liveness claim")
+    if bool(_e.bound) != (_e.model is not None):
+        raise RuntimeError(f"protocol {_e.name!r}: a latency bound needs a model, and only "
+                           "a bound has one")
     wire.register_proto(_e.wire_id, _e.name)
 wire.register_proto(membership.WIRE_ID, "membership")  # the primary layer's membership
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from testbed.cli.common import console, fail, print_summary
+from testbed.cli.common import console, fail, print_summary, print_verdict
 from testbed.rundir import RunDir
 
 
@@ -60,9 +60,11 @@ def analyze_cmd(
         except SparkError as exc:
             raise fail(str(exc)) from None
         print_summary(result.summary)
+        print_verdict(result.summary)
         return
     result = analyze_run(RunDir.open(run_dir), exp, console, master)
     print_summary(result.summary)
+    print_verdict(result.summary)
 
 
 def report(

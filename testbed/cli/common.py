@@ -72,6 +72,14 @@ def print_paths(paths: Any) -> None:
     console.print(table)
 
 
+def print_verdict(summary: dict[str, Any]) -> None:
+    """The console's last line after an analysis: `verdict.ok` and why (analysis/verdict.py)."""
+    from analysis.verdict import verdict_line
+
+    ok = (summary.get("verdict") or {}).get("ok")
+    console.print(verdict_line(summary), style="green" if ok else "red", highlight=False)
+
+
 def print_summary(summary: dict[str, Any]) -> None:
     checks = summary.get("checks", {})
     table = Table("check", "violations", title=f"run {summary.get('run', '')}")

@@ -10,7 +10,15 @@ import typer
 from rich.table import Table
 
 from testbed.backends import BackendError
-from testbed.cli.common import console, err, fail, print_paths, print_summary, spec_errors
+from testbed.cli.common import (
+    console,
+    err,
+    fail,
+    print_paths,
+    print_summary,
+    print_verdict,
+    spec_errors,
+)
 from testbed.rundir import DEFAULT_RUNS
 from testbed.shaping.plan import HostPlan
 from testbed.spec.loader import SpecError, load_experiment
@@ -53,10 +61,14 @@ def run(
     if analyze:
         print_summary(result.summary)
         for line in result.failures:
+            if line.startswith("verdict: "):
+                continue  # the last line says it
             err.print(f"[red]expectation failed:[/] {line}", highlight=False)
         if result.ok:
             console.print(f"[green]all {len(exp.expect)} expectations hold[/]")
     console.print(f"results in {result.run.path}")
+    if analyze:
+        print_verdict(result.summary)
     raise typer.Exit(0 if result.ok else 1)
 
 

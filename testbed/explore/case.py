@@ -88,9 +88,13 @@ def model_of(exp: Any) -> Model:
     from nodes.protocols import catalogue
 
     entry = catalogue.find(exp.protocol.name)
-    if entry is None or not entry.bound or getattr(exp, "outside_model", False):
+    model = getattr(entry, "model", None)
+    if model is None or getattr(exp, "outside_model", False):
         return Model()
-    return Model(failures=False, loss=False, reorder=False, clock_beyond=False)
+    loss = model.loss and (not model.loss_param or
+                           float(exp.protocol.params.get(model.loss_param) or 0) > 0)
+    return Model(failures=frozenset(model.failures), loss=loss, reorder=not model.fifo,
+                 duplicate=model.duplicate, clock=not model.clocks, clock_beyond=not model.clocks)
 
 
 def load_base(path: Path, checks: tuple[str, ...] = ()) -> Base:
@@ -143,14 +147,22 @@ def draw_case(base: Base, seed: int) -> Case:
     rng = random.Random(f"explore:{seed}:ranges")
     params = tuple((k, draw_value(lo, hi, rng)) for k, (lo, hi) in sorted(ex.ranges.items()))
     case = Case(seed, tuple(items), params)
-    while True:
+    try:
+        materialise(base, case)
+        return case
+    except InvalidCase:
+        if not case.items:
+            raise
+    kept: tuple[Item, ...] = ()  # greedily, in order: each item the checks accept
+    for item in items:
         try:
-            materialise(base, case)
-            return case
+            materialise(base, replace(case, items=(*kept, item)))
+            kept = (*kept, item)
         except InvalidCase:
-            if not case.items:
-                raise
-            case = replace(case, items=case.items[:-1])
+            continue
+    case = replace(case, items=kept)
+    materialise(base, case)  # the parameters alone may be refused: InvalidCase
+    return case
 
 
 def spec_data(base: Base, case: Case) -> dict[str, Any]:

@@ -6,10 +6,11 @@ topology's links (loss, duplication, reordering jitter: nodes/linkmodel.py). Eve
 drawn from `random.Random(f"explore:{seed}")`, so a seed names its schedule.
 
 What a generator may draw depends on the protocol's model: a protocol with a latency bound
-(004) assumes FIFO links without loss and no failures, so unless the experiment says
-`outside_model: true` only the faults its model allows are drawn (clock offsets inside the
-bound). Faults under which a protocol promises no progress are still drawn: the verdict then
-says `stalled-as-claimed`, a documented hazard is never hidden.
+(004) declares the model the bound is proven in (catalogue `Model`: FIFO links, loss or not,
+the failures it allows, clocks within Γ/2), so unless the experiment says `outside_model:
+true` only what that model allows is drawn. Faults under which a protocol promises no
+progress are still drawn: the verdict then says `stalled-as-claimed`, a documented hazard is
+never hidden.
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ CLOCK_BEYOND_NS = 1000 * MS
 class Model:
     """What the protocol's model lets a generator draw."""
 
-    failures: bool = True  # crashes, pauses, partitions
+    failures: frozenset[str] = frozenset({"crash", "pause", "partition"})
     loss: bool = True
-    reorder: bool = True  # jitter that reorders, duplication
-    clock_beyond: bool = True  # clock faults beyond the declared bound
+    reorder: bool = True  # jitter that reorders
+    duplicate: bool = True
+    clock: bool = True  # clock faults at all (a bound's model may assume clocks within Γ/2)
+    clock_beyond: bool = True  # clock faults beyond CLOCK_INSIDE_NS
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ def _timing(rng: random.Random, ctx: Context, flapping: bool) -> dict[str, Any]:
 
 
 def partition(rng: random.Random, ctx: Context) -> list[Item]:
-    if not ctx.model.failures or len(ctx.hosts) < 2:
+    if "partition" not in ctx.model.failures or len(ctx.hosts) < 2:
         return []
     shapes = [s for s in SHAPES if s != "groups" or len(ctx.hosts) >= 3]
     shape = rng.choice(shapes)
@@ -86,7 +89,7 @@ def partition(rng: random.Random, ctx: Context) -> list[Item]:
 
 
 def crash(rng: random.Random, ctx: Context) -> list[Item]:
-    if not ctx.model.failures:
+    if "crash" not in ctx.model.failures:
         return []
     item: Item = {"kind": "crash", "host": rng.choice(ctx.hosts), "at": ms(_at(rng, ctx))}
     if rng.random() < 0.6:
@@ -95,7 +98,7 @@ def crash(rng: random.Random, ctx: Context) -> list[Item]:
 
 
 def pause(rng: random.Random, ctx: Context) -> list[Item]:
-    if not ctx.model.failures:
+    if "pause" not in ctx.model.failures:
         return []
     return [{"kind": "pause", "host": rng.choice(ctx.hosts), "at": ms(_at(rng, ctx)),
              "for": ms(rng.uniform(0.01, 0.2) * ctx.duration_ns)}]
@@ -107,6 +110,8 @@ def _signed(rng: random.Random, limit_ns: int) -> str:
 
 
 def clock(rng: random.Random, ctx: Context) -> list[Item]:
+    if not ctx.model.clock:
+        return []
     beyond = ctx.model.clock_beyond and rng.random() < 0.5
     limit = CLOCK_BEYOND_NS if beyond else CLOCK_INSIDE_NS
     item: Item = {"kind": "clock", "host": rng.choice(ctx.hosts), "at": ms(_at(rng, ctx))}
@@ -150,7 +155,7 @@ def network(rng: random.Random, ctx: Context) -> list[Item]:
     if not ctx.has_links:
         return []
     options = (["loss"] if ctx.model.loss else []) + (
-        ["duplicate", "jitter"] if ctx.model.reorder else [])
+        ["duplicate"] if ctx.model.duplicate else []) + (["jitter"] if ctx.model.reorder else [])
     if not options:
         return []
     what = rng.choice(options)

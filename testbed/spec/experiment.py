@@ -24,6 +24,8 @@ def _protocol_schema(schema: dict[str, Any]) -> None:
                              "model under `x-protocols`")
     schema["x-protocols"] = {
         e.name: {"summary": e.summary, "claims": sorted(e.claims), "optimistic": e.optimistic,
+                 "liveness": e.liveness.as_dict(),
+                 **({"bound": e.bound, "model": e.model.as_dict()} if e.model else {}),
                  "params": catalogue.params_model(e.name).model_json_schema()}
         for e in catalogue.CATALOGUE}
 
@@ -276,6 +278,13 @@ class ExperimentSpec(Strict):
     expect: list[str] = []
     explore: ExploreSpec | None = Field(default=None, description="testbed explore: fault "
                                         "generators and parameter ranges (docs/explore.md)")
+    # A protocol with a latency bound runs only inside the model the bound is proven in
+    # (catalogue `Model`: FIFO links, loss, failures, clocks within Γ/2); true runs it
+    # outside anyway and measures each assumption (summary.json `qos.assumptions`).
+    outside_model: bool = Field(default=False, description=(
+        "run a protocol with a latency bound outside its model (FIFO links, no loss, its "
+        "failures, clocks within Γ/2): measure each assumption and judge the bound only "
+        "when all held"))
 
     @field_validator("expect")
     @classmethod

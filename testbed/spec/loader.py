@@ -13,7 +13,9 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from nodes.protocols import catalogue
 from testbed.spec.experiment import ExperimentSpec, check_experiment
+from testbed.spec.qos import check_model
 from testbed.spec.topology import Loc, TopologySpec, check_link_model, check_topology
 
 M = TypeVar("M", bound=BaseModel)
@@ -176,6 +178,12 @@ def load_experiment(
     cross = [doc.error(loc, msg) for loc, msg in check_experiment(exp, topo)]
     # Link keys the backend cannot realise, located in whichever file holds the topology.
     unrealisable = check_link_model(topo, exp.backend, exp.transport)
+    # A bound's model (catalogue `Model`): the topology's part located like the link keys.
+    entry = catalogue.find(exp.protocol.name)
+    if entry is not None and not exp.outside_model and not cross and not unrealisable:
+        topo_model, exp_model = check_model(entry, exp.protocol.params, topo, exp.faults)
+        unrealisable = unrealisable + topo_model
+        cross += [doc.error(loc, msg) for loc, msg in exp_model]
     if isinstance(exp.topology, TopologySpec):
         cross += [doc.error(loc, msg, ("topology",)) for loc, msg in unrealisable]
     else:

@@ -48,3 +48,78 @@ def check_qos_params(name: str, params: dict[str, Any], topo: TopologySpec,
                              f"path delay ({worst[1]}: {worst[0] / 1e6:g}ms with jitter); "
                              f"{name}'s bound would never hold"))
     return problems
+
+
+def check_model(entry: Any, params: dict[str, Any], topo: TopologySpec,
+                faults: list[Any]) -> tuple[list[tuple[Loc, str]], list[tuple[Loc, str]]]:
+    """A topology or fault plan outside the model the protocol's bound is proven in
+    (catalogue `Model`, 004 §2.1 and the algorithm's section): (problems located in the
+    topology, problems located in the experiment). None for a protocol without a model; an
+    experiment with `outside_model: true` is not checked (the run measures each assumption
+    instead, summary.json `qos.assumptions`)."""
+    from testbed.spec.topology import ReorderSpec, links
+
+    model = entry.model
+    if model is None:
+        return [], []
+    name = entry.name
+    why = f"outside {name}'s model ({model.source}); `outside_model: true` runs it anyway"
+    loss_ok = model.loss and (not model.loss_param
+                              or float(params.get(model.loss_param, 0) or 0) > 0)
+    loss_text = (f"no loss unless `{model.loss_param}` > 0" if model.loss and model.loss_param
+                 else "no loss")
+    topo_problems: list[tuple[Loc, str]] = []
+    for loc, link in links(topo):
+        if model.fifo and isinstance(link.reorder, ReorderSpec) and link.reorder.probability:
+            topo_problems.append((loc + ("reorder",), f"reordering links: {name} assumes FIFO "
+                                                      f"links; {why}"))
+        elif model.fifo and link.jitter and link.reorder is not False:
+            topo_problems.append((loc + ("reorder",), "jitter without `reorder: false` "
+                                  f"reorders datagrams: {name} assumes FIFO links; {why}"))
+        if not loss_ok:
+            for key in ("loss", "gemodel", "corrupt"):
+                if getattr(link, key, None):
+                    topo_problems.append((loc + (key,), f"lossy link: {name} assumes "
+                                                        f"{loss_text}; {why}"))
+        if not model.duplicate and link.duplicate:
+            topo_problems.append((loc + ("duplicate",), f"duplicating link: {name} assumes "
+                                                        f"none; {why}"))
+    gamma = params.get("gamma", 10)
+    try:
+        half_gamma: int | None = duration_ns(gamma) // 2
+    except ValueError:
+        half_gamma = None  # check_qos_params reports it
+    if half_gamma is not None and half_gamma < 0:
+        half_gamma = None
+    if model.clocks and half_gamma is not None:
+        for i, host in enumerate(topo.hosts):
+            if abs(host.clock.offset) > half_gamma:
+                topo_problems.append((("hosts", i, "clock", "offset"), f"clock offset "
+                                      f"{host.clock.offset / 1e6:g}ms beyond Γ/2 = "
+                                      f"{half_gamma / 1e6:g}ms (004 §2.2); {why}"))
+            elif host.clock.drift:
+                topo_problems.append((("hosts", i, "clock", "drift"), "a drifting clock "
+                                      f"leaves Γ/2 (004 §2.2); {why}"))
+    exp_problems: list[tuple[Loc, str]] = []
+    failure = {"crash": "crash", "restart": "crash", "pause": "pause", "resume": "pause",
+               "partition": "partition", "heal": "partition"}
+    for i, f in enumerate(faults):
+        at: Loc = ("faults", i, "kind")
+        kind = getattr(f, "kind", "")
+        if kind in failure and failure[kind] not in model.failures:
+            allowed = ", ".join(sorted(model.failures)) or "none"
+            exp_problems.append((at, f"{kind}: {name} assumes no such failure (allowed: "
+                                      f"{allowed}); {why}"))
+        elif kind == "clock" and model.clocks:
+            offset = getattr(f, "offset", None)
+            if offset is None or half_gamma is None or abs(offset) > half_gamma:
+                exp_problems.append((at, f"clock fault: {name} assumes clock offsets within "
+                                          f"Γ/2 (004 §2.2); {why}"))
+        elif kind in ("link", "loss-burst"):
+            if getattr(f, "loss", None) and not loss_ok:
+                exp_problems.append((("faults", i, "loss"), f"link loss: {name} assumes "
+                                                            f"{loss_text}; {why}"))
+            if getattr(f, "path_jitter", None) and model.fifo:
+                exp_problems.append((("faults", i, "path_jitter"), f"link jitter may reorder: "
+                                     f"{name} assumes FIFO links; {why}"))
+    return topo_problems, exp_problems
