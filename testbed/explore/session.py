@@ -137,8 +137,10 @@ def explore(base: Base, opts: Options, out: Path, console: Console,
 
 
 def _to_shrink(outcome: Outcome, limit: int) -> list[dict[str, Any]]:
-    """Failing seeds to shrink: one per distinct set of failing checks first, then more."""
-    failing = [r for r in outcome.failures if "case" in r]
+    """Failing seeds to shrink: one per distinct set of failing checks first (the simplest
+    first: fewest failing checks, then fewest fault items), then more."""
+    failing = sorted((r for r in outcome.failures if "case" in r),
+                     key=lambda r: (len(r["failing"]), len(r["case"]["items"]), r["seed"]))
     seen: set[tuple[str, ...]] = set()
     first: list[dict[str, Any]] = []
     rest: list[dict[str, Any]] = []
