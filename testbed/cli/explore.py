@@ -53,6 +53,8 @@ def explore(
         raise fail("give an experiment YAML (or --replay FILE)")
     if seeds is not None and budget is not None:
         raise fail("give --seeds or --budget, not both")
+    if master is not None and budget is not None:
+        raise fail("--master runs a fixed number of seeds: give --seeds, not --budget")
     budget_s = None
     if budget is not None:
         from testbed.spec.units import parse_duration
