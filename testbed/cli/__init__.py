@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from testbed.cli import analysis, doctor, mgmt, run, runs, specs, up
+from testbed.cli import analysis, doctor, explore, mgmt, run, runs, specs, up
 from testbed.cli.common import err
 from testbed.cli.fault import fault_app
 from testbed.cli.image import image_app
@@ -28,6 +28,7 @@ app = typer.Typer(
 )
 app.command()(run.run)
 app.command()(up.up)
+app.command()(explore.explore)
 app.command()(runs.status)
 app.command(name="teardown")(runs.teardown_cmd)
 app.add_typer(image_app, name="image")

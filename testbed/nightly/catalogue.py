@@ -9,9 +9,9 @@ is validated as an experiment, so every problem still reads `file:line: field: m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -86,8 +86,19 @@ class Trend(Strict):
         return defaults.model_copy(update=override)
 
 
+class NightlyExplore(Strict):
+    """`testbed explore` of the entry's protocols on the sim backend: this many new seeds a
+    night per suite (seed = f(night, protocol, k): new each night, reproducible)."""
+
+    seeds: dict[str, Annotated[int, Field(ge=1)]] = Field(
+        description="seeds per night for each suite, e.g. {smoke: 20, full: 200}")
+
+
 class NightlyBlock(Strict):
     suites: list[str] = Field(min_length=1)
+    explore: NightlyExplore | None = Field(
+        default=None, description="explore fault schedules instead of one run (sim only; "
+        "docs/explore.md)")
     protocols: Literal["all"] | list[str] | None = Field(
         default=None, description="run once per protocol; default: the spec's protocol")
     params: dict[str, dict[str, Any]] = Field(
@@ -116,6 +127,8 @@ class Entry:
     topology: TopologySpec
     trend: tuple[Trend, ...]
     suites: tuple[str, ...]
+    explore_seeds: tuple[tuple[str, int], ...] = ()  # (suite, seeds a night) of `explore:`
+    seeds: int = 0  # in a suite's list: seeds tonight (0: one plain run)
 
     @property
     def protocol(self) -> str:
@@ -129,6 +142,8 @@ class Entry:
     def estimate_s(self) -> float:
         """A first guess of its wall time (run, drain, start-up, analysis) before any history."""
         run_s = (self.spec.duration + self.spec.drain) / 1e9
+        if self.seeds:  # two workers, about 0.1 s of simulation per simulated second
+            return 5.0 + self.seeds * max(run_s * 0.05, 0.05)
         return (run_s if self.backend != "sim" else run_s / 10) + 12.0
 
 
@@ -145,7 +160,17 @@ class Catalogue:
         wanted = set(self.index.suites[name].backends)
         if backends:
             wanted &= set(backends)
-        return [e for e in self.entries if name in e.suites and e.backend in wanted]
+        out = []
+        for e in self.entries:
+            if name not in e.suites or e.backend not in wanted:
+                continue
+            if e.explore_seeds:
+                seeds = dict(e.explore_seeds).get(name, 0)
+                if not seeds:
+                    continue
+                e = replace(e, seeds=seeds)
+            out.append(e)
+        return out
 
     def thresholds(self, experiment: str, metric: str) -> Thresholds:
         for e in self.entries:
@@ -204,6 +229,18 @@ def _load_entries(path: Path, index: Index) -> list[Entry]:
         from testbed.spec.loader import load_topology
 
         topo = load_topology(topo_path)
+    explore_seeds: tuple[tuple[str, int], ...] = ()
+    if block.explore is not None:
+        unknown = [s for s in block.explore.seeds if s not in block.suites]
+        if unknown:
+            raise SpecError([doc.error(("nightly", "explore", "seeds"),
+                                       f"suite(s) {', '.join(unknown)} not in this entry's "
+                                       f"suites {', '.join(block.suites)}")])
+        if block.backends not in (None, ["sim"]):
+            raise SpecError([doc.error(("nightly", "backends"), "an explore entry runs on the "
+                                       "sim backend only: backends: [sim]")])
+        explore_seeds = tuple(sorted(block.explore.seeds.items()))
+        block = block.model_copy(update={"backends": ["sim"]})
     names = (list(protocols()) if block.protocols == "all"
              else block.protocols or [base.protocol.name])
     backends = [b for b in BACKENDS
@@ -226,5 +263,5 @@ def _load_entries(path: Path, index: Index) -> list[Entry]:
                 spec = spec.model_copy(update={"outside_model": True})
             trend = tuple(t for t in block.trend if t.backends is None or backend in t.backends)
             out.append(Entry(f"{base.name}.{proto}.{backend}", path, spec, topo, trend,
-                             tuple(block.suites)))
+                             tuple(block.suites), explore_seeds))
     return out

@@ -3,10 +3,15 @@
 What this machine cannot run is skipped with the reason `testbed doctor` gives; what does not
 fit in the budget is skipped as well. Each experiment is a normal run (`testbed/runner.py`) in
 `<runs>/<night>/`, so its run directory and report.html are there to open from the trend report.
+An entry with `explore:` explores fault schedules instead (`testbed explore`, new seeds each
+night); its folder holds index.html and the shrunk reproducers.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -28,6 +33,7 @@ BACKEND_NEEDS: dict[str, tuple[str, ...]] = {
 }
 JAVA = Check("java", False, "Spark analysis", "apt-get install -y openjdk-17-jre-headless")
 RunOne = Callable[[Entry, Path, Console], Outcome]
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 def blockers(backends: Iterable[str], checks: Callable[[], list[Check]] | None = None
@@ -68,8 +74,57 @@ def metric_value(summary: Mapping[str, Any], path: str) -> float | None:
     return float(node)
 
 
+def nightly_seeds(night: str, protocol: str, n: int) -> list[int]:
+    """The night's explore seeds for one protocol: new every night, the same for a rerun of
+    that night (48-bit, from sha256 of night, protocol and k)."""
+    return [int(hashlib.sha256(f"{night}:{protocol}:{k}".encode()).hexdigest()[:12], 16)
+            for k in range(n)]
+
+
+def explore_entry(entry: Entry, out: Path, console: Console) -> Outcome:
+    """Explore one protocol with the night's seeds (`out` ends with the night's date):
+    fail when a seed fails, with its shrunk reproducer named in the reason."""
+    from testbed.explore.case import Base, raw_data
+    from testbed.explore.session import Options, explore
+
+    started = datetime.now(UTC)
+    began = time.monotonic()
+    night = out.name if _DATE.match(out.name) else started.date().isoformat()
+    where = out / f"explore-{entry.id}"
+    try:
+        data = raw_data(entry.source, drop=("nightly",))
+        data.update(name=entry.spec.name, protocol={"name": entry.protocol,
+                                                    "params": entry.spec.protocol.params})
+        base = Base.from_data(data)
+        seeds = nightly_seeds(night, entry.protocol, entry.seeds)
+        result = explore(base, Options(seed_list=seeds, workers=os.cpu_count() or 1, shrink=1,
+                                       source=str(entry.source)), where, console)
+    except Exception as exc:  # noqa: BLE001 - one broken experiment must not stop the night
+        return Outcome(entry.id, entry.protocol, entry.backend, "error",
+                       f"{type(exc).__name__}: {exc}", metrics=_empty(entry),
+                       wall_s=time.monotonic() - began, started_at=started)
+    failing = result.failures
+    reason = ""
+    if failing:
+        checks = sorted({c for r in failing for c in r["failing"]})
+        reason = f"explore: {len(failing)} of {len(result.rows)} seeds failing " \
+                 f"({', '.join(checks)})"
+        shrunk = [r for r in failing if r["seed"] in result.shrunk]
+        if shrunk:
+            reason += f"; shrunk reproducer {shrunk[0]['reproducer']}"
+    metrics: dict[str, tuple[float | None, str]] = {
+        t.metric: ((float(len(failing)) if t.metric == "explore.failing_seeds" else None), t.bad)
+        for t in entry.trend}
+    return Outcome(entry.id, entry.protocol, entry.backend, "fail" if failing else "pass",
+                   reason, metrics=metrics, run_dir=str(where.resolve()),
+                   wall_s=time.monotonic() - began, started_at=started)
+
+
 def run_entry(entry: Entry, out: Path, console: Console) -> Outcome:
-    """Run one catalogue experiment for real and judge it (checkers and `expect:`)."""
+    """Run one catalogue experiment for real and judge it (checkers and `expect:`); an
+    explore entry explores its seeds instead."""
+    if entry.seeds:
+        return explore_entry(entry, out, console)
     from analysis.report import verdict
     from testbed.runner import run_experiment
 

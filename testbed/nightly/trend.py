@@ -11,6 +11,7 @@ class `d`.
 from __future__ import annotations
 
 import os
+import re
 from html import escape
 from pathlib import Path
 
@@ -39,7 +40,39 @@ SPARK_W, SPARK_H, PAD = 320, 48, 5
 def _link(run_dir: str | None, out_dir: Path) -> str | None:
     if not run_dir:
         return None
-    return os.path.relpath(Path(run_dir) / "report.html", out_dir)
+    page = "index.html" if (Path(run_dir) / "index.html").is_file() else "report.html"
+    return os.path.relpath(Path(run_dir) / page, out_dir)
+
+
+_REPRODUCER = re.compile(r"reproducers/seed-\d+\.yaml")
+
+
+def _explore_failures(j: Judgement, out_dir: Path) -> str:
+    """Tonight's exploration failures; one that passed (or did not run) the night before is
+    new: a regression, with its shrunk reproducer linked."""
+    if not j.nights:
+        return ""
+    latest = j.nights[-1]
+    before = j.nights[-2] if len(j.nights) > 1 else None
+    rows = []
+    for exp in j.failures(latest):
+        reason = j.reasons.get((latest, exp), "")
+        if not reason.startswith("explore:"):
+            continue
+        new = before is None or j.status.get((before, exp)) in (None, "pass", "skipped")
+        found = _REPRODUCER.search(reason)
+        run_dir = j.run_dirs.get((latest, exp))
+        link = ""
+        if found and run_dir:
+            href = os.path.relpath(Path(run_dir) / found.group(0), out_dir)
+            link = f'<a class="reproducer" href="{escape(href)}">{escape(found.group(0))}</a>'
+        rows.append(f'<tr class="{"regression" if new else "known"}"><td>{escape(exp)}</td>'
+                    f"<td>{'new: regression' if new else 'known'}</td><td>{escape(reason)}</td>"
+                    f"<td>{link}</td></tr>")
+    if not rows:
+        return ""
+    return ("<h2>Exploration failures</h2><table><tr><th>experiment</th><th>state</th>"
+            "<th>reason</th><th>shrunk reproducer</th></tr>" + "".join(rows) + "</table>")
 
 
 def _grid(j: Judgement, out_dir: Path) -> str:
@@ -148,6 +181,7 @@ def render(j: Judgement, title: str, out_dir: Path) -> str:
         f'<div class="banner {"bad" if bad else "ok"}">{escape(banner)}</div>'
         f"<p class=cap>{len(j.nights)} night(s): {escape(', '.join(j.nights))}</p>"
         f"<h2>Regressions</h2>{_regressions(j)}"
+        + _explore_failures(j, out_dir) +
         f"<h2>Flaky experiments</h2><ul>{flaky}</ul>"
         + (f"<h2>Failing on {escape(latest)}</h2><ul>{failures or '<li>none</li>'}</ul>"
            if latest else "")

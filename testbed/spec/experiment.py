@@ -209,6 +209,47 @@ class ManagementSpec(Strict):
         return check_algorithm(v)
 
 
+ExploreGenerator = Literal["partition", "crash", "pause", "clock", "link", "network"]
+EXPLORE_GENERATORS: tuple[ExploreGenerator, ...] = ("partition", "crash", "pause", "clock",
+                                                    "link", "network")
+RANGE_ROOTS = ("workload.", "protocol.params.")
+
+
+class ExploreSpec(Strict):
+    """`testbed explore` only (docs/explore.md): which fault generators draw each seed's
+    schedule, how many faults at most, and workload / protocol parameters drawn from ranges.
+    `testbed run` ignores it."""
+
+    generators: list[ExploreGenerator] = Field(
+        default=list(EXPLORE_GENERATORS), description="fault generators to draw from, e.g. "
+        "[partition, crash]")
+    max_faults: int = Field(default=4, ge=0, le=32, description="most faults one seed draws")
+    ranges: dict[str, tuple[Any, Any]] = Field(
+        default={}, description="a parameter (workload.KEY or protocol.params.KEY) drawn "
+        "uniformly in [low, high] per seed, e.g. {workload.rate: [10/s, 100/s], "
+        "protocol.params.fd_timeout_ms: [100, 1000]}")
+
+    @field_validator("ranges")
+    @classmethod
+    def _ranges(cls, v: dict[str, tuple[Any, Any]]) -> dict[str, tuple[Any, Any]]:
+        from testbed.explore.ranges import split_value
+
+        for key, (lo, hi) in v.items():
+            if not key.startswith(RANGE_ROOTS) or key.endswith("."):
+                raise ValueError(f"range {key!r}: ranges name workload.KEY or "
+                                 "protocol.params.KEY")
+            try:
+                (a, unit_a), (b, unit_b) = split_value(lo), split_value(hi)
+            except ValueError as exc:
+                raise ValueError(f"range {key!r}: {exc}") from None
+            if unit_a != unit_b:
+                raise ValueError(f"range {key!r}: both ends need the same unit, got "
+                                 f"{lo!r} and {hi!r}")
+            if a > b:
+                raise ValueError(f"range {key!r}: low {lo!r} is above high {hi!r}")
+        return v
+
+
 class ExperimentSpec(Strict):
     name: str
     description: str = ""
@@ -235,6 +276,8 @@ class ExperimentSpec(Strict):
     # experiment file; `testbed run --inventory` overrides it.
     inventory: str | None = None
     expect: list[str] = []
+    explore: ExploreSpec | None = Field(default=None, description="testbed explore: fault "
+                                        "generators and parameter ranges (docs/explore.md)")
     # A protocol with a latency bound runs only inside the model the bound is proven in
     # (catalogue `Model`: FIFO links, loss, failures, clocks within Γ/2); true runs it
     # outside anyway and measures each assumption (summary.json `qos.assumptions`).

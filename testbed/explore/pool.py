@@ -1,0 +1,96 @@
+"""Where seeds run: worker processes that stay alive (`--workers N`), or Spark tasks
+(`--master URL`, one task per batch of seeds, `mapPartitions`).
+
+Each worker loads the compiled simulator (nodes/fastpath.py `activate`) before anything
+imports it, validates the explored experiment once, and keeps its run directories under one
+temporary root (in /dev/shm when there is one). Nothing here starts a process per seed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+_STATE: dict[str, Any] = {}
+
+
+def temp_root() -> Path:
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+    return Path(tempfile.mkdtemp(prefix="testbed-explore-", dir=base))
+
+
+def init_worker(data: dict[str, Any], checks: tuple[str, ...]) -> None:
+    """Worker initialiser: compiled hot path first, then the experiment, validated once."""
+    from nodes.fastpath import activate
+
+    activate()
+    from testbed.explore.case import Base
+
+    root = temp_root()
+    _STATE.update(base=Base.from_data(data, checks), root=root, key=_key(data, checks))
+    import atexit
+
+    atexit.register(shutil.rmtree, root, True)
+
+
+def _key(data: dict[str, Any], checks: tuple[str, ...]) -> str:
+    import json
+
+    return json.dumps([data, list(checks)], sort_keys=True, default=str)
+
+
+def run_seeds(seeds: list[int]) -> list[dict[str, Any]]:
+    """A batch of seeds in this worker: draw, run, judge; one row each."""
+    from testbed.explore.case import InvalidCase, draw_case, run_case
+
+    base, root = _STATE["base"], _STATE["root"]
+    rows = []
+    for seed in seeds:
+        try:
+            case = draw_case(base, seed)
+        except InvalidCase as exc:
+            rows.append({"seed": seed, "faults": "[]", "params": "{}", "ok": True,
+                         "verdict_ok": True, "liveness": "", "failing": [], "events": 0,
+                         "checks": [], "error": f"invalid: {exc}", "wall_s": 0.0})
+            continue
+        row = run_case(base, case, root)
+        row["case"] = case.record()
+        rows.append(row)
+    return rows
+
+
+def shrink_seed(case_record: dict[str, Any], keep: str) -> dict[str, Any]:
+    """Shrink one failing case in this worker (shrink.py); the minimal run is kept at
+    `keep`."""
+    from testbed.explore.case import Case
+    from testbed.explore.shrink import shrink
+
+    return shrink(_STATE["base"], Case.from_record(case_record), _STATE["root"], Path(keep))
+
+
+def spark_rows(master: str, data: dict[str, Any], checks: tuple[str, ...],
+               batches: list[list[int]]) -> Iterable[dict[str, Any]]:
+    """Every batch as one Spark task (mapPartitions); rows as the tasks finish, in batch
+    order. The executors need this repository on their PYTHONPATH (docs/explore.md)."""
+    from analysis.session import spark_session
+
+    spark = spark_session(master, app="testbed-explore")
+    sc = spark.sparkContext
+    rdd = sc.parallelize(batches, max(1, len(batches)))
+
+    def task(part: Iterable[list[int]]) -> Iterator[dict[str, Any]]:
+        from testbed.explore import pool
+
+        if pool._STATE.get("key") != pool._key(data, checks):
+            pool.init_worker(data, checks)
+        for batch in part:
+            for row in pool.run_seeds(batch):
+                row.pop("summary", None)
+                yield row
+
+    return rdd.mapPartitions(task).toLocalIterator()

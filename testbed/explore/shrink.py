@@ -1,0 +1,108 @@
+"""Shrinking a failing seed (docs/explore.md "Shrinking"): the smallest experiment that
+still fails with the same failing checks, from the same seed.
+
+1. delta debugging (Zeller's ddmin) over the schedule's items: the smallest subset that
+   still fails the same way (1-minimal: dropping any one item makes it pass or fail
+   differently);
+2. the duration: halved while it still fails (never below 1 s; faults must start inside it);
+3. the rate: halved while it still fails (never below 1 message/s);
+4. the hosts: each host no fault names is dropped while it still fails.
+
+Every step re-runs the simulator from the seed, so the result reproduces byte-identically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from testbed.explore.case import Base, Case, run_case
+
+T = TypeVar("T")
+MIN_DURATION_NS = 1_000_000_000
+MIN_RATE = 1.0
+
+
+def ddmin(items: Sequence[T], fails: Callable[[list[T]], bool]) -> list[T]:
+    """A 1-minimal subsequence of `items` on which `fails` holds (it holds on `items`)."""
+    current, n = list(items), 2
+    if fails([]):
+        return []
+    while len(current) >= 2:
+        chunk = max(1, len(current) // n)
+        subsets = [current[i:i + chunk] for i in range(0, len(current), chunk)]
+        progress = False
+        for k, subset in enumerate(subsets):
+            if fails(subset):
+                current, n, progress = subset, 2, True
+                break
+            complement = [x for j, s in enumerate(subsets) if j != k for x in s]
+            if len(subsets) > 2 and fails(complement):
+                current, n, progress = complement, max(n - 1, 2), True
+                break
+        if not progress:
+            if n >= len(current):
+                break
+            n = min(len(current), 2 * n)
+    return current
+
+
+def _named_hosts(items: Sequence[dict[str, Any]]) -> set[str]:
+    out: set[str] = set()
+    for i in items:
+        for key in ("host", "isolate"):
+            if isinstance(i.get(key), str):
+                out.add(i[key])
+        for g in i.get("groups") or []:
+            out |= set(g)
+        out |= set(i.get("between") or [])
+    return out
+
+
+def shrink(base: Base, case: Case, root: Path, keep: Path) -> dict[str, Any]:
+    """Shrink `case` (which failed) to a minimal case with the same failing checks; run the
+    result once more and keep its run directory at `keep`. Returns the minimal case, its row
+    and how many runs shrinking took."""
+    first = run_case(base, case, root)
+    target = first["failing"]
+    runs = 1
+
+    def same(c: Case) -> bool:
+        nonlocal runs
+        runs += 1
+        row = run_case(base, c, root)
+        return bool(row["failing"]) and row["failing"] == target
+
+    if target:
+        items = ddmin(list(case.items), lambda sub: same(replace(case, items=tuple(sub))))
+        case = replace(case, items=tuple(items))
+        duration = case.duration_ns or base.exp.duration
+        while duration // 2 >= MIN_DURATION_NS:
+            shorter = replace(case, duration_ns=(duration // 2) // 1_000_000 * 1_000_000)
+            if not same(shorter):
+                break
+            case, duration = shorter, duration // 2
+        w = base.exp.workload
+        if w.arrival != "vbr" and w.rate:
+            rate = float(w.rate)
+            drawn = dict(case.params).get("workload.rate")
+            if isinstance(drawn, str) and drawn.endswith("/s"):
+                rate = float(drawn[:-2])
+            while rate / 2 >= MIN_RATE:
+                params = tuple(p for p in case.params if p[0] != "workload.rate") + (
+                    ("workload.rate", f"{rate / 2:g}/s"),)
+                slower = replace(case, params=params)
+                if not same(slower):
+                    break
+                case, rate = slower, rate / 2
+        named = _named_hosts(case.items)
+        for host in base.ctx.hosts:
+            if host in named or len(base.ctx.hosts) - len(case.drop_hosts) <= 2:
+                continue
+            fewer = replace(case, drop_hosts=(*case.drop_hosts, host))
+            if same(fewer):
+                case = fewer
+    final = run_case(base, case, root, keep=keep)
+    return {"case": case.record(), "row": final, "runs": runs + 1, "target": target}
