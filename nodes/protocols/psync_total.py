@@ -14,6 +14,15 @@ totally ordered using some deterministic algorithm", with latency close to D + t
   successors of its members); deliver its non-NULL messages by origin id, remove the wave
   from U.
 
+Restarts (W3's "every process computes the same waves" holds by induction from the same
+start): a restarted process joins each chain where reliable FIFO hands it its first message
+(nodes/protocols/psync.py, C6), so its U starts mid-history and its waves differ from the
+others' (405 pairs ordered differently in a five-region run). Without a state transfer it
+cannot learn where the others' waves lie, so W4 (ours) a restarted process (incarnation > 0)
+still multicasts, NULLs included (the others' W2 needs it), and computes its waves, but
+totally delivers nothing: one `no_delivery` event says why. Its messages get new ids (C5) and
+the others deliver them.
+
 Every process computes the same waves: by induction the delivered sets are equal; a
 participant's first undelivered message is then the same everywhere (causal delivery keeps
 its chain in order, and W2 makes sure the process has it); whether it is a source depends only
@@ -26,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nodes.protocols.base import Action, FinalDeliver, SetTimer, ms, typed_params
+from nodes.protocols.base import Action, FinalDeliver, Log, SetTimer, ms, typed_params
 from nodes.protocols.psync import Id, Psync
 from nodes.protocols.reliable import ReliableParams
 from nodes.wire import MsgType
@@ -55,10 +64,15 @@ class PsyncTotal(Psync):
         self.in_u: set[Id] = set()
         self.nulls_sent = 0
         self.to_delivered = 0
+        self.delivers = int(params.get("incarnation", 0)) == 0  # W4
 
     def start(self, now: int) -> list[Action]:
         self.last_multicast = now
-        return super().start(now) + [SetTimer(self.null_key, self.null_ns)]
+        out = super().start(now) + [SetTimer(self.null_key, self.null_ns)]
+        if not self.delivers:
+            out.append(Log("no_delivery", {"reason": "restarted: joined the chains mid-wave "
+                                                     "and cannot learn the others' waves"}))
+        return out
 
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
         self.last_multicast = now
@@ -95,7 +109,7 @@ class PsyncTotal(Psync):
             for origin, mid, data, size in wave:  # by origin id
                 self.u[origin].pop(0)
                 self.in_u.discard(mid)
-                if data:
+                if data and self.delivers:
                     self.to_delivered += 1
                     out.append(FinalDeliver(mid[0], mid[1], self.to_delivered, size,
                                             self.instance))
