@@ -52,10 +52,10 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
 - `primary_rule: attempt` (two-phase, after Keidar-Dolev dynamic voting; ours): no P2
   shortcut; a decision first records an *attempt* (counter + 1, V) and sends ATT_ACK to the
   lineage, installing once all of it acked; a later view must also hold a strict majority of
-  every attempt newer than the lineage's counter that a probe reports. Cause once seen
+  every attempt newer than the lineage's counter that a probe reports. This closes the
+  ambiguous installation (docs/protocols.md), which P2 leaves open. Cause once seen
   (liveness, with loss): installed members sent no more ATT_ACKs, so one whose ACK was lost
-  waited for ever; an installed member now answers a late ATT_ACK with its own. This closes the
-  ambiguous installation (docs/protocols.md), which P2 leaves open.
+  waited for ever; an installed member now answers a late ATT_ACK with its own.
 - Notifications (4.3): `fnl` is regular total order; every `stable` period the members of a
   primary view exchange their history's length and digest, and a message in the prefix all
   of them hold (digests equal) is `ensured` with service `uniform`.
