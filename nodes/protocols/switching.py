@@ -939,6 +939,8 @@ class Switching(LayerBase):
         are what delivers them. `fresh`: the stop queue's, sent for the first time."""
         out: list[Action] = []
         for sn, payload in list(self.mine.items()):  # a send may deliver at once
+            if sn not in self.mine:
+                continue  # delivered meanwhile
             if sn not in fresh:
                 self.dup_msgs += 1
                 self.dup_bytes += len(payload)
