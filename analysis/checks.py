@@ -72,9 +72,10 @@ def _partition_keys(spark: SparkSession, n: int) -> list[int]:
 
 def _records(events: DataFrame, nodes: list[str],
              correct: list[str]) -> tuple[Records, list[str]]:
-    """Run both passes; return their records by kind and the hosts the holder bitmaps index
-    (sorted): the run's `nodes` and any host named only in the events (a log line naming
-    another host). `correct` are the hosts held to agreement and validity.
+    """Run both passes and the causal pass; return their records by kind and the processes
+    the holder bitmaps index (sorted): the run's `nodes`, later incarnations of restarted
+    hosts (`host@k`, checks_mid.process_names) and any host named only in the events (a log
+    line naming another host). `correct` are the hosts held to agreement and validity.
 
     The rows both passes read come out of checks_mid.check_input (in a mapInArrow here, on
     the whole table in analysis/judge.py): which events count, and as what, in one place."""

@@ -212,7 +212,7 @@ def test_seto_through_a_crash_and_restart_keeps_local_order(spark: SparkSession,
 
     root = Path(__file__).resolve().parents[1]
     spec = (root / "experiments" / "nightly" / "smoke-faults.yaml").read_text()
-    spec = spec.replace("../../topologies/", f"{root}/topologies/").replace(
+    spec = spec.split("\nnightly:")[0].replace("../../topologies/", f"{root}/topologies/").replace(
         "name: sequencer\n  params: {sequencer: h1}", "name: seto")
     (tmp_path / "exp.yaml").write_text(spec)
     proc = subprocess.run([sys.executable, "-m", "testbed", "run", str(tmp_path / "exp.yaml"),
