@@ -6,12 +6,17 @@ The spec is experiments/quickstart.yaml on the sim backend with 10 s simulated (
 50 msgs/s each). The explore figure counts seeds only (drawing, simulating, judging, the
 parquet and the report), not shrinking (`--shrink 0`); the baseline is the wall time of one
 `python -m testbed run` of the same spec without faults, its Spark analysis included.
+
+On a shared machine the wall-clock figure follows the load; the CPU seconds the workers spent
+per schedule (getrusage of the reaped workers) give the figure the cores would reach if they
+were the session's own: workers x 3600 / CPU s per schedule.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -26,20 +31,25 @@ SPEC = ROOT / "experiments" / "quickstart.yaml"
 GOAL = 5000.0
 
 
-def explore_rate(seeds: int, workers: int) -> tuple[float, int]:
-    """(schedules per hour, failing seeds) of one explore session with `workers` workers."""
+def explore_rate(seeds: int, workers: int) -> tuple[float, int, float]:
+    """(schedules per hour, failing seeds, worker CPU s per schedule) of one explore session
+    with `workers` workers."""
     from testbed.explore.case import Base, load_base
     from testbed.explore.session import Options, explore
 
     base = load_base(SPEC)
     base = Base.from_data({**base.data, "duration": "10s"})
     out = Path(tempfile.mkdtemp(prefix="explore-bench-"))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         outcome = explore(base, Options(seeds=seeds, workers=workers, shrink=0), out,
                           Console(stderr=True, quiet=True))
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    return len(outcome.rows) / outcome.explore_s * 3600, len(outcome.failures)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the workers, reaped at the end
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    rows = len(outcome.rows)
+    return rows / outcome.explore_s * 3600, len(outcome.failures), cpu / max(rows, 1)
 
 
 def single_run_s() -> float:
@@ -66,7 +76,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    per_hour, failing = explore_rate(args.seeds, args.workers)
+    per_hour, failing, cpu_s = explore_rate(args.seeds, args.workers)
     run_s = single_run_s()
     runs_per_hour = 3600 / run_s
     verdict = "ok" if per_hour >= GOAL else "SLOW"
@@ -74,6 +84,9 @@ def main() -> None:
           f"(load {os.getloadavg()[0]:.1f})")
     print(f"  testbed explore --workers {args.workers}: {per_hour:9,.0f} schedules/hour "
           f"({args.seeds} seeds, {failing} failing; goal >= {GOAL:,.0f}) {verdict}")
+    own = args.workers * 3600 / cpu_s if cpu_s else float("nan")
+    print(f"  worker CPU per schedule: {cpu_s:.3f} s -> {own:9,.0f} schedules/hour on "
+          f"{args.workers} cores of its own")
     print(f"  testbed run (one run, Spark analysis): {runs_per_hour:9,.0f} runs/hour "
           f"({run_s:.1f} s per run)")
     print(f"  ratio: {per_hour / runs_per_hour:,.0f}x")
