@@ -17,6 +17,9 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
 - P2 (paper rule, `primary_rule: majority`) a primary member seeing a view V that holds a
   strict majority of its last primary and no one outside it installs V at once; a primary
   member without that majority blocks (`blocked`).
+  Cause once seen (liveness): nobody planned a state transfer for a view P2 installed at
+  once, so a lineage member that had blocked and was behind waited for ever; installed
+  members now plan it once every probe is in (a member still primary leads, P6).
   Hazard, not claimed: under flapping partitions this immediate installation is ambiguous
   (a member cut off right after the coordinator's INSTALL still holds the old last primary)
   and two primaries take the same counter (split brain); what one of them delivered, even
@@ -407,6 +410,18 @@ class Primary(LayerBase):
         Send it my probe again, the state transfer if I lead and it is fresh, my ATT_ACK."""
         assert self.held is not None and self.my_probe is not None
         out: list[Action] = [Send(q, self.my_probe)]
+        if (self.installed and self.leader is None
+                and all(m in self.probes for m in self.held.members)):
+            # installed by P2 at once: the plan (who leads, who is behind) is made now that
+            # every probe is in, or a blocked lineage member behind us would wait for ever
+            cmax = max(p.counter for p in self.probes.values())
+            lineage = sorted(m for m, p in self.probes.items()
+                             if p.status != FRESH and p.counter == cmax)
+            if lineage:
+                self._plan(lineage)
+            if self.leader == self.me:
+                out += [self._deliver_view(r, self.counter - 1) for r in sorted(self.receivers)
+                        if r != q and self.probes[r].status != PRIMARY]
         if self.installed and (self.leader == self.me and q in self.receivers
                                or self.probes[q].status == FRESH):
             # a fresh prober after an installation without it (it restarted into a view the
@@ -472,7 +487,9 @@ class Primary(LayerBase):
         def size(q: int) -> int:
             return sum(n for _, n in probes[q].segs)
 
-        leader = max(lineage, key=lambda q: (size(q), -q))
+        # a member still primary leads before one that blocked (after P2 installed at once,
+        # only the installed ones can serve the transfer), then the longest history
+        leader = max(lineage, key=lambda q: (probes[q].status == PRIMARY, size(q), -q))
         top = probes[leader].segs
         self.leader = leader
         self.receivers = {q for q in self.held.members if probes[q].status == FRESH} | {
