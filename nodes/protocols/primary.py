@@ -252,6 +252,7 @@ class Primary(LayerBase):
         self.seq = 0
         self.sn = int(params.get("incarnation", 0)) * 1_000_000
         self.pending: dict[int, bytes] = {}
+        self.unsent: list[int] = []  # pending, not yet broadcast on the current instance
         self.vectors: dict[int, tuple[int, int]] = {}
         # a new incarnation's first state transfer is adopted, not delivered: its previous
         # incarnation may have delivered any of it, and one log must not show a message twice
@@ -274,9 +275,21 @@ class Primary(LayerBase):
             return []
         self.sn += 1
         self.pending[self.sn] = payload
+        self.unsent.append(self.sn)
         out: list[Action] = [Log("send", {"mno": self.sn, "size": len(payload)})]
-        if self.status == PRIMARY and self.inner is not None and not self.membership.flushing:
-            out += self._inner_broadcast(self.sn, payload, now)
+        return out + self._send_unsent(now)
+
+    def _send_unsent(self, now: int) -> list[Action]:
+        """Own messages not yet on the current instance, in sn order (FIFO): those broadcast
+        during a flush that ended without a new view are sent before any later one."""
+        if (not self.unsent or self.status != PRIMARY or self.inner is None
+                or self.membership.flushing):
+            return []
+        out: list[Action] = []
+        for sn in self.unsent:
+            if sn in self.pending:
+                out += self._inner_broadcast(sn, self.pending[sn], now)
+        self.unsent.clear()
         return out
 
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
@@ -631,6 +644,7 @@ class Primary(LayerBase):
             # waiting for the leader's DELIVER_VIEW, which the network may have lost: my
             # probe again makes it answer (_answer)
             out.append(Send(self.leader, self.my_probe))
+        out += self._send_unsent(now)
         if self.status == PRIMARY and self.inner is not None:
             mine = (len(self.history), self.digests[-1] if self.digests else DIGEST0)
             self.vectors[self.me] = mine
@@ -672,6 +686,7 @@ class Primary(LayerBase):
         self.gate = Gate(self.me, members, self.inner)
         self.vectors = {}
         out = self._lift(self.inner.start(now) + self.inner.on_view(members, now), now)
+        self.unsent.clear()
         for sn, payload in sorted(self.pending.items()):
             out += self._inner_broadcast(sn, payload, now)  # P8: ours not yet delivered
         return out
