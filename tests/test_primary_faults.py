@@ -32,7 +32,7 @@ HOSTS = ["h1", "h2", "h3", "h4", "h5"]
 def judge_run(run: Path, fd_timeout_s: float) -> None:
     summary = json.loads((run / "summary.json").read_text())
     found = {k: v["violations"] for k, v in summary["checks"].items()}
-    for check in ("total_order", "agreement", "integrity", "validity", "uniform",
+    for check in ("total_order", "agreement", "integrity", "validity", "uniform", "fifo_order",
                   "notification_order", "split_brain", "blocked_delivery"):
         assert found[check] == 0, (check, summary["checks"][check])
     assert json.loads((run / "drain.json").read_text())["quiescent"] is True

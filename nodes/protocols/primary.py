@@ -17,6 +17,9 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
 - P2 (paper rule, `primary_rule: majority`) a primary member seeing a view V that holds a
   strict majority of its last primary and no one outside it installs V at once; a primary
   member without that majority blocks (`blocked`).
+  Cause once seen (liveness): nobody planned a state transfer for a view P2 installed at
+  once, so a lineage member that had blocked and was behind waited for ever; installed
+  members now plan it once every probe is in (a member still primary leads, P6).
   Hazard, not claimed: under flapping partitions this immediate installation is ambiguous
   (a member cut off right after the coordinator's INSTALL still holds the old last primary)
   and two primaries take the same counter (split brain); what one of them delivered, even
@@ -249,6 +252,7 @@ class Primary(LayerBase):
         self.seq = 0
         self.sn = int(params.get("incarnation", 0)) * 1_000_000
         self.pending: dict[int, bytes] = {}
+        self.unsent: list[int] = []  # pending, not yet broadcast on the current instance
         self.vectors: dict[int, tuple[int, int]] = {}
         # a new incarnation's first state transfer is adopted, not delivered: its previous
         # incarnation may have delivered any of it, and one log must not show a message twice
@@ -271,9 +275,21 @@ class Primary(LayerBase):
             return []
         self.sn += 1
         self.pending[self.sn] = payload
+        self.unsent.append(self.sn)
         out: list[Action] = [Log("send", {"mno": self.sn, "size": len(payload)})]
-        if self.status == PRIMARY and self.inner is not None and not self.membership.flushing:
-            out += self._inner_broadcast(self.sn, payload, now)
+        return out + self._send_unsent(now)
+
+    def _send_unsent(self, now: int) -> list[Action]:
+        """Own messages not yet on the current instance, in sn order (FIFO): those broadcast
+        during a flush that ended without a new view are sent before any later one."""
+        if (not self.unsent or self.status != PRIMARY or self.inner is None
+                or self.membership.flushing):
+            return []
+        out: list[Action] = []
+        for sn in self.unsent:
+            if sn in self.pending:
+                out += self._inner_broadcast(sn, self.pending[sn], now)
+        self.unsent.clear()
         return out
 
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
@@ -407,6 +423,18 @@ class Primary(LayerBase):
         Send it my probe again, the state transfer if I lead and it is fresh, my ATT_ACK."""
         assert self.held is not None and self.my_probe is not None
         out: list[Action] = [Send(q, self.my_probe)]
+        if (self.installed and self.leader is None
+                and all(m in self.probes for m in self.held.members)):
+            # installed by P2 at once: the plan (who leads, who is behind) is made now that
+            # every probe is in, or a blocked lineage member behind us would wait for ever
+            cmax = max(p.counter for p in self.probes.values())
+            lineage = sorted(m for m, p in self.probes.items()
+                             if p.status != FRESH and p.counter == cmax)
+            if lineage:
+                self._plan(lineage)
+            if self.leader == self.me:
+                out += [self._deliver_view(r, self.counter - 1) for r in sorted(self.receivers)
+                        if r != q and self.probes[r].status != PRIMARY]
         if self.installed and (self.leader == self.me and q in self.receivers
                                or self.probes[q].status == FRESH):
             # a fresh prober after an installation without it (it restarted into a view the
@@ -472,7 +500,9 @@ class Primary(LayerBase):
         def size(q: int) -> int:
             return sum(n for _, n in probes[q].segs)
 
-        leader = max(lineage, key=lambda q: (size(q), -q))
+        # a member still primary leads before one that blocked (after P2 installed at once,
+        # only the installed ones can serve the transfer), then the longest history
+        leader = max(lineage, key=lambda q: (probes[q].status == PRIMARY, size(q), -q))
         top = probes[leader].segs
         self.leader = leader
         self.receivers = {q for q in self.held.members if probes[q].status == FRESH} | {
@@ -614,6 +644,7 @@ class Primary(LayerBase):
             # waiting for the leader's DELIVER_VIEW, which the network may have lost: my
             # probe again makes it answer (_answer)
             out.append(Send(self.leader, self.my_probe))
+        out += self._send_unsent(now)
         if self.status == PRIMARY and self.inner is not None:
             mine = (len(self.history), self.digests[-1] if self.digests else DIGEST0)
             self.vectors[self.me] = mine
@@ -655,6 +686,7 @@ class Primary(LayerBase):
         self.gate = Gate(self.me, members, self.inner)
         self.vectors = {}
         out = self._lift(self.inner.start(now) + self.inner.on_view(members, now), now)
+        self.unsent.clear()
         for sn, payload in sorted(self.pending.items()):
             out += self._inner_broadcast(sn, payload, now)  # P8: ours not yet delivered
         return out
