@@ -297,7 +297,7 @@ def check_suite(events: DataFrame, history: FaultHistory) -> dict[str, Check]:
 def table_check_suite(events: pa.Table, history: FaultHistory) -> dict[str, Check]:
     """check_suite in-process, over an Arrow table of events (analysis/judge.py)."""
     recs, names = table_records(events, history.nodes, history.correct)
-    fnl = events.filter(pc.equal(events["ev"], "fnl")).select(["node", "mid", "i", "t"])
+    fnl = events.filter(pc.equal(events["ev"], "fnl")).select(["node", "inc", "mid", "i", "t"])
 
     def lookup(mids: set[str]) -> checks_order.Firsts:
         return checks_order.first_fnl_table(fnl, mids)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from analysis.checks_mid import process_names
 from analysis.fault_history import FaultHistory
 
 if TYPE_CHECKING:
@@ -62,18 +63,20 @@ def first_fnl(events: DataFrame, mids: set[str]) -> Firsts:
     if not mids:
         return {}
     rows = events.filter((F.col("ev") == "fnl") & F.col("mid").isin(sorted(mids))).select(
-        "node", "mid", "i", "t").toArrow()
+        "node", "inc", "mid", "i", "t").toArrow()
     return first_fnl_table(rows, mids)
 
 
 def first_fnl_table(fnl: pa.Table, mids: set[str]) -> Firsts:
-    """first_fnl over an Arrow table of fnl events (columns node, mid, i, t; other events
-    must be filtered out already): the smallest (i, t) per (mid, node) among `mids`."""
+    """first_fnl over an Arrow table of fnl events (columns node, inc, mid, i, t; other
+    events must be filtered out already): the smallest (i, t) per (mid, process) among
+    `mids`, keyed by process name as the checks name them (checks_mid.process_names)."""
     if not mids or not fnl.num_rows:
         return {}
     rows = fnl.filter(pc.is_in(fnl["mid"], value_set=pa.array(sorted(mids), pa.string())))
+    procs = process_names(rows["node"], rows["inc"]).to_pylist()
     out: Firsts = {}
-    for node, mid, i, t in zip(*(rows[c].to_pylist() for c in ("node", "mid", "i", "t")),
+    for node, mid, i, t in zip(procs, *(rows[c].to_pylist() for c in ("mid", "i", "t")),
                                strict=True):
         seen = out.setdefault(mid, {})
         if node not in seen or (i, t) < seen[node]:

@@ -225,3 +225,26 @@ def test_seto_through_a_crash_and_restart_keeps_local_order(spark: SparkSession,
     checks = judged(spark, run)
     assert checks["local_order"]["violations"] == 0
     assert judge_run(run)["verdict"]["ok"]
+
+
+def test_a_restarted_process_is_held_to_total_order_on_its_own(spark: SparkSession,
+                                                               tmp_path: Path) -> None:
+    """h3's second incarnation delivers h2:1 then h1:1, the others h1:1 then h2:1. Per host
+    (first deliveries h1:1, h2:1 at h3) that was one duplicate and no inversion; per process
+    it is one total-order pair, shown with the process's ordinals."""
+    logs = {
+        "h1": [restart("h1", 0, 0), ev(100, "send", "h1:1"), ev(110, "fnl", "h1:1"),
+               ev(210, "fnl", "h2:1")],
+        "h2": [restart("h2", 0, 0), ev(200, "send", "h2:1"), ev(120, "fnl", "h1:1"),
+               ev(220, "fnl", "h2:1")],
+        "h3": [restart("h3", 0, 0), ev(130, "fnl", "h1:1"), restart("h3", 1000, 1),
+               ev(1100, "fnl", "h2:1"), ev(1110, "fnl", "h1:1")],
+    }
+    faults = [{"t": 500, "kind": "crash", "host": "h3", "phase": "start", "fault": 1},
+              {"t": 900, "kind": "crash", "host": "h3", "phase": "stop", "fault": 1}]
+    checks = judged(spark, write_run(tmp_path / "run", logs, faults))
+    total = checks["total_order"]
+    assert (total["violations"], checks["integrity"]["violations"]) == (1, 0)
+    assert total["inverted_per_node"] == {"h3@1": 1}
+    assert total["examples"][0]["nodes"] == ["h3@1"]
+    assert total["examples"][0]["node_ordinals"]["h3@1"] == [4, 3]
