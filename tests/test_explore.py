@@ -143,6 +143,10 @@ def test_explore_ranges_and_refusals(tmp_path: Path) -> None:
     bad = _spec(tmp_path, explore={"ranges": {"duration": ["1s", "2s"]}})
     r = run_cli("explore", str(bad), "--seeds", "1")
     assert r.returncode == 2 and "spec.yaml:" in r.stderr and "explore" in r.stderr
+    r = run_cli("explore", str(spec), "--seeds", "2", "--check", "nosuch", "--out",
+                str(tmp_path / "nothing"))
+    assert r.returncode == 2 and "--check nosuch: no such check" in r.stderr
+    assert not (tmp_path / "nothing").exists()
     r = run_cli("explore", str(spec), "--backend", "local")
     assert r.returncode == 2 and "sim backend only" in r.stderr
     r = run_cli("schema", "experiment")
