@@ -23,11 +23,11 @@ HOSTS = ("h1", "h2", "h3", "h4")
 CTX = Context(HOSTS, 3_000_000_000, Model(), has_links=True)
 
 
-def _spec(tmp: Path, **changes: object) -> Path:
+def _spec(tmp: Path, file: str = "spec.yaml", **changes: object) -> Path:
     data = yaml.safe_load(QUICKSTART.read_text())
     data["topology"] = str(ROOT / "topologies" / "two-sites.yaml")
     data.update(changes)
-    path = tmp / "spec.yaml"
+    path = tmp / file
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
@@ -140,9 +140,9 @@ def test_explore_ranges_and_refusals(tmp_path: Path) -> None:
     rates = [json.loads(row["params"])["workload.rate"]
              for row in pq.read_table(out / "seeds.parquet").to_pylist()]
     assert len(set(rates)) == 4 and all(10 <= float(x[:-2]) <= 40 for x in rates)
-    bad = _spec(tmp_path, explore={"ranges": {"duration": ["1s", "2s"]}})
+    bad = _spec(tmp_path, "bad.yaml", explore={"ranges": {"duration": ["1s", "2s"]}})
     r = run_cli("explore", str(bad), "--seeds", "1")
-    assert r.returncode == 2 and "spec.yaml:" in r.stderr and "explore" in r.stderr
+    assert r.returncode == 2 and "bad.yaml:" in r.stderr and "explore.ranges" in r.stderr
     r = run_cli("explore", str(spec), "--seeds", "2", "--check", "nosuch", "--out",
                 str(tmp_path / "nothing"))
     assert r.returncode == 2 and "--check nosuch: no such check" in r.stderr
