@@ -103,7 +103,15 @@ def explore(
             if unknown:
                 raise fail(f"--check {unknown[0]}: no such check; known: {', '.join(names)}")
 
-    outcome = run_session(base, opts, out, console, on_row=known_checks)
+    existed = out.exists()
+    try:
+        outcome = run_session(base, opts, out, console, on_row=known_checks)
+    except typer.Exit:  # an unknown --check: nothing left behind
+        if not existed:
+            import shutil
+
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     failing = outcome.failures
     rate = len(outcome.rows) / max(outcome.explore_s, 1e-9)
     console.print(f"{len(outcome.rows)} seeds in {outcome.explore_s:.1f} s ({rate:.1f} seeds/s, "

@@ -94,7 +94,8 @@ def model_of(exp: Any) -> Model:
     loss = model.loss and (not model.loss_param or
                            float(exp.protocol.params.get(model.loss_param) or 0) > 0)
     return Model(failures=frozenset(model.failures), loss=loss, reorder=not model.fifo,
-                 duplicate=model.duplicate, clock=not model.clocks, clock_beyond=not model.clocks)
+                 duplicate=model.duplicate, clock=not model.clocks, clock_beyond=not model.clocks,
+                 delays=not model.delays)
 
 
 def load_base(path: Path, checks: tuple[str, ...] = ()) -> Base:

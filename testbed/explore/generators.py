@@ -37,6 +37,7 @@ class Model:
     duplicate: bool = True
     clock: bool = True  # clock faults at all (a bound's model may assume clocks within Γ/2)
     clock_beyond: bool = True  # clock faults beyond CLOCK_INSIDE_NS
+    delays: bool = True  # path delays may change (a bound's model holds them within Δ)
 
 
 @dataclass(frozen=True)
@@ -134,8 +135,10 @@ def link(rng: random.Random, ctx: Context) -> list[Item]:
     if len(ctx.hosts) < 2:
         return []
     a, b = rng.sample(list(ctx.hosts), 2)
-    options = ["delay"] + (["jitter"] if ctx.model.reorder else []) + (
-        ["loss"] if ctx.model.loss else [])
+    options = (["delay"] if ctx.model.delays else []) + (
+        ["jitter"] if ctx.model.reorder else []) + (["loss"] if ctx.model.loss else [])
+    if not options:
+        return []
     what = rng.choice(options)
     item: Item = {"kind": "loss-burst" if what == "loss" else "link", "between": [a, b],
                   "at": ms(_at(rng, ctx)),
