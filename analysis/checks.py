@@ -155,7 +155,8 @@ def _total(recs: Records, kind: str) -> int:
 
 def agreement(recs: Records, correct: list[str], crashed: set[str],
               history: FaultHistory | None = None) -> Check:
-    """(mid, node) pairs where a correct node never fnl-delivered a message some node did.
+    """(mid, node) pairs where a correct node never fnl-delivered a message some correct node
+    did (000 §2.2 Agreement; a message only faulty hosts delivered binds nobody).
 
     With a fault `history`, hosts cut off by a partition that never healed are not correct
     either (they could not have caught up), and each example carries the time of the

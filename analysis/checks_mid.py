@@ -190,7 +190,12 @@ class MidPass:
         recs += self._integrity(f_rows, starts, copies, sent, mcode, ncode, i_all, mids, names)
         # A delivery of a message nobody sent is an integrity finding only (counted once):
         # agreement and the order checkers see sent messages alone.
-        recs += self._agreement(held, delivered & sent, t_first, mids, names)
+        # Agreement (000 §2.2): if a *correct* process delivers m, every correct process
+        # eventually does. A message only faulty hosts delivered (a sender that crashed or was
+        # cut off right after delivering its own message) binds nobody.
+        by_correct = (held[:, self.correct].any(axis=1) if len(self.correct)
+                      else np.zeros(len(held), dtype=bool))
+        recs += self._agreement(held, delivered & sent & by_correct, t_first, mids, names)
         recs += self._validity(held, sent, sender, t_send, e, mcode, ncode, t_all, mids, names)
 
         # Rows for the per-node pass: first deliveries of sent messages, and sends of

@@ -248,3 +248,25 @@ def test_a_restarted_process_is_held_to_total_order_on_its_own(spark: SparkSessi
     assert total["inverted_per_node"] == {"h3@1": 1}
     assert total["examples"][0]["nodes"] == ["h3@1"]
     assert total["examples"][0]["node_ordinals"]["h3@1"] == [4, 3]
+
+
+def agreement_run(tmp_path: Path, h2_delivers_h3: bool) -> Path:
+    """h3 sends h3:1, delivers it at once and crashes before anyone else gets it; h1 and h2
+    exchange h1:1. With `h2_delivers_h3`, correct h2 delivered h3:1 too, and h1 did not."""
+    logs = {
+        "h1": [ev(100, "send", "h1:1"), ev(110, "fnl", "h1:1")],
+        "h2": [ev(120, "fnl", "h1:1")] + ([ev(130, "fnl", "h3:1")] if h2_delivers_h3 else []),
+        "h3": [ev(50, "send", "h3:1"), ev(51, "fnl", "h3:1")],
+    }
+    faults = [{"t": 60, "kind": "crash", "hosts": ["h3"], "phase": "start", "fault": 1}]
+    return write_run(tmp_path / "run", logs, faults)
+
+
+def test_agreement_binds_only_what_a_correct_host_delivered(
+        spark: SparkSession, tmp_path: Path) -> None:
+    # 000 sec. 2.2: if a *correct* process delivers m, every correct process does. The
+    # uniform reading (any host, crashed or cut off included) flagged h1 and h2 here: a
+    # reliable multicast whose sender crashed right after its own delivery broke nothing.
+    assert judged(spark, agreement_run(tmp_path / "a", False))["agreement"]["violations"] == 0
+    bad = judged(spark, agreement_run(tmp_path / "b", True))["agreement"]
+    assert (bad["violations"], bad["missing_per_node"]) == (1, {"h1": 1})
