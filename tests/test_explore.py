@@ -117,6 +117,49 @@ def test_explore_finds_shrinks_and_replays_total_order(tmp_path: Path) -> None:
     assert again.returncode == 1 and "DIFFERENT" in again.stdout
 
 
+def test_a_seed_past_its_event_budget_fails_as_livelock(tmp_path: Path) -> None:
+    """A seed whose run never ends must not hang the exploration: past its event budget the
+    simulator stops, the seed fails as `livelock` with the virtual time reached, is shrunk,
+    and its reproducer (which records the budget) replays to the same stop, byte-identically.
+    A budget far below what a 2 s run needs stands in for an event storm."""
+    spec = _spec(tmp_path, explore={"generators": ["pause"], "max_faults": 1,
+                                    "max_events": 3000})
+    out = tmp_path / "out"
+    r = run_cli("explore", str(spec), "--seeds", "2", "--duration", "2s", "--workers", "1",
+                "--shrink", "1", "--out", str(out))
+    assert r.returncode == 1, r.stdout + r.stderr
+    rows = pq.read_table(out / "seeds.parquet").to_pylist()
+    assert len(rows) == 2 and all(row["failing"] == ["livelock"] for row in rows)
+    assert all("event budget of 3000 events exceeded at virtual time" in row["error"]
+               for row in rows)
+    assert all(4096 <= row["events"] < 2 * 4096 for row in rows)  # checked every 4096
+    shrunk = [row for row in rows if row["shrunk_faults"]]
+    assert len(shrunk) == 1 and json.loads(shrunk[0]["shrunk_faults"]) == []
+    repro = out / shrunk[0]["reproducer"]
+    text = repro.read_text()
+    assert "# event budget 3000 events" in text and "failing: livelock" in text
+    replay = run_cli("explore", "--replay", str(repro))
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert "livelock: event budget of 3000 events exceeded" in replay.stdout
+    assert "byte-identical" in replay.stdout
+
+
+def test_the_simulator_stops_at_its_budget_and_only_there(tmp_path: Path) -> None:
+    """The budget changes no event: a run under a budget it fits writes the same logs as one
+    without; past the budget, BudgetExceeded carries the statistics at the stop."""
+    from testbed.explore.case import Base, Case, digests, materialise, raw_data, simulate
+
+    base = Base.from_data({**raw_data(QUICKSTART), "duration": "1s"})
+    exp, topo = materialise(base, Case(3))
+    a, sa = simulate(exp, topo, tmp_path / "a", max_events=0, max_wall_s=0)
+    b, sb = simulate(exp, topo, tmp_path / "b", max_events=10_000_000, max_wall_s=600)
+    assert digests(a) == digests(b) and sa["events"] == sb["events"] > 4096
+    assert "livelock" not in sa and "livelock" not in sb
+    _, sc = simulate(exp, topo, tmp_path / "c", max_events=100)
+    assert sc["livelock"]["reason"] == "event budget of 100 events exceeded"
+    assert sc["events"] == 4096 and 0 < sc["livelock"]["virtual_s"] < sa["virtual_s"]
+
+
 def test_explore_clean_protocol_reports_no_failure(tmp_path: Path) -> None:
     spec = _spec(tmp_path, explore={"generators": ["clock", "link"], "max_faults": 2})
     out = tmp_path / "out"
