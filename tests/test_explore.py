@@ -160,6 +160,74 @@ def test_the_simulator_stops_at_its_budget_and_only_there(tmp_path: Path) -> Non
     assert sc["events"] == 4096 and 0 < sc["livelock"]["virtual_s"] < sa["virtual_s"]
 
 
+def _children(pid: int) -> set[int]:
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.add(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "sigkill"])
+def test_an_interrupted_exploration_leaves_no_worker_and_no_temp_dir(tmp_path: Path,
+                                                                     how: str) -> None:
+    """Ctrl-C (SIGINT to the process group) or SIGTERM: the session terminates its workers
+    and removes its temporary root. SIGKILL of the session: the workers die with it
+    (PR_SET_PDEATHSIG) and remove their own run directories."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TESTBED_EXPLORE_TMP": str(shm)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed", "explore", str(QUICKSTART), "--seeds", "10000",
+         "--duration", "2s", "--workers", "2", "--out", str(tmp_path / "out")],
+        env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(shm.glob("testbed-explore-*/worker-*"))) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+            time.sleep(0.2)
+        time.sleep(1.0)  # seeds under way
+        workers = _children(proc.pid)
+        assert len(workers) >= 2
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
+        rc = proc.wait(timeout=60)
+        assert rc != 0
+        deadline = time.monotonic() + 30
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_alive(w) for w in workers)
+        left = list(shm.glob("testbed-explore-*/**/*"))
+        assert left == [], left
+        if how != "sigkill":
+            assert list(shm.iterdir()) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_explore_clean_protocol_reports_no_failure(tmp_path: Path) -> None:
     spec = _spec(tmp_path, explore={"generators": ["clock", "link"], "max_faults": 2})
     out = tmp_path / "out"
