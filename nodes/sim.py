@@ -198,6 +198,8 @@ class Simulator:
             self._loop(until_ns)
             if quiesce is not None:
                 until_ns = self._drain(until_ns, quiesce)
+            if self.max_events > 0:  # a run that ended past its budget exceeded it too
+                self._over_budget(0, self.now)
         except BudgetExceeded as exc:
             over, until_ns = exc, self.now
         finally:
@@ -258,6 +260,8 @@ class Simulator:
         horizon = self._horizon
         arrive, timer, call, alive = ARRIVE, TIMER, CALL, ALIVE
         mask, budgeted = BUDGET_MASK, bool(self.max_events or self._deadline)
+        if budgeted:  # across loops (the drain's are short): the events of the loops before
+            self._over_budget(0, self.now)
         events = datagrams = lost = 0
         counter = self._counter
         while True:
