@@ -296,7 +296,14 @@ nightly:
 """
 
 
+NIGHTLY_LIVELOCK = NIGHTLY_EXPLORE.replace("name: nx\n", "name: nxl\n").replace(
+    "max_faults: 2}", "max_faults: 1, max_events: 1000}")
+
+
 def test_nightly_explores_new_seeds_each_night(tmp_path: Path) -> None:
+    """Explore entries through the nightly runner: one that passes, one whose every seed fails
+    (an event budget far below what a seed needs: `livelock`, whatever the protocol does),
+    the failure's shrunk reproducer linked from the trend report's "Exploration failures"."""
     from testbed.nightly.catalogue import load_catalogue
     from testbed.nightly.history import read_history
     from testbed.nightly.runner import nightly_seeds
@@ -308,21 +315,35 @@ def test_nightly_explores_new_seeds_each_night(tmp_path: Path) -> None:
     smoke = [e for e in real.suite("smoke") if e.seeds]
     assert {e.protocol for e in smoke} == {e.name for e in __import__(
         "nodes.protocols.catalogue", fromlist=["CATALOGUE"]).CATALOGUE}
-    assert all(e.backend == "sim" and e.seeds == 20 for e in smoke)
+    assert all(e.backend == "sim" and e.seeds == 10 for e in smoke)
     cat = tmp_path / "catalogue"
     cat.mkdir()
     (cat / "catalogue.yaml").write_text((ROOT / "experiments/nightly/catalogue.yaml").read_text())
     (cat / "nx.yaml").write_text(NIGHTLY_EXPLORE.format(root=ROOT))
+    (cat / "nxl.yaml").write_text(NIGHTLY_LIVELOCK.format(root=ROOT))
     assert [e.seeds for e in load_catalogue(cat).suite("full")] == []  # no seeds for full
     r = run_cli("nightly", "--catalogue", str(cat), "--history", str(tmp_path / "h"),
                 "--runs", str(tmp_path / "runs"), "--date", "2026-11-20")
-    assert r.returncode == 0, r.stdout + r.stderr
-    rows = read_history(tmp_path / "h")
-    assert rows["status"].tolist() == ["pass"] and rows["value"].tolist() == [0.0]
+    assert r.returncode == 1, r.stdout + r.stderr  # a failing entry fails the night
+    rows = read_history(tmp_path / "h").sort_values("experiment")
+    assert rows["experiment"].tolist() == ["nx.sequencer.sim",
+                                           "nxl.sequencer.sim"], rows["experiment"]
+    assert rows["status"].tolist() == ["pass", "fail"]
+    assert rows["value"].tolist() == [0.0, 3.0]
     where = Path(rows["run_dir"].iloc[0])
     seeds = pq.read_table(where / "seeds.parquet").column("seed").to_pylist()
     assert seeds == sorted(nightly_seeds("2026-11-20", "sequencer", 3))
     assert (where / "index.html").is_file()
+    reason = rows["reason"].iloc[1]
+    assert reason.startswith("explore: 3 of 3 seeds failing (livelock); shrunk reproducer "
+                             "reproducers/seed-"), reason
+    failed = Path(rows["run_dir"].iloc[1])
+    repro = reason.rsplit(" ", 1)[1]
+    assert (failed / repro).is_file() and "# event budget 1000 events" in (
+        failed / repro).read_text()
+    page = next((tmp_path / "runs").rglob("nightly.html")).read_text()
+    assert "Exploration failures" in page
+    assert 'class="reproducer" href="' in page and repro in page
 
 
 def test_trend_report_links_a_new_exploration_failure(tmp_path: Path) -> None:
