@@ -130,11 +130,13 @@ def table_records(events: pa.Table, nodes: list[str],
     by_mid = MidPass(names, correct).run(rows) if rows.num_rows else None
     if by_mid is None:
         return {}, names
-    out = checks_node.NodeChecks(checks_order.MAX_PAIRS_PER_NODE, names)(by_mid.to_batches())
-    lines: list[str] = []
-    for batch in out:
-        lines += batch.column(0).to_pylist()
-    recs = _parse_records(lines)
+    split = checks_node.NodeChecks(checks_order.MAX_PAIRS_PER_NODE, names).split(
+        by_mid.to_batches())
+    recs: Records = {}
+    if split is not None:  # the second pass's own records need no JSON round trip
+        passed, own = split
+        recs = _parse_records(passed.to_pylist())
+        _add(recs, own)
     _add(recs, causal_records(rows, checks_order.MAX_PAIRS_PER_NODE))
     return recs, names
 

@@ -172,9 +172,21 @@ class NodeChecks:
         self.nodes = nodes  # the processes, in holder-bitmap order
 
     def __call__(self, batches: Any) -> Any:
+        split = self.split(batches)
+        if split is None:
+            return
+        passed, recs = split
+        out = pa.concat_arrays([passed.combine_chunks(), pa.array(
+            [json.dumps(r, separators=(",", ":")) for r in recs], pa.string())])
+        yield pa.RecordBatch.from_arrays([out], names=["rec"])
+
+    def split(self, batches: Any) -> tuple[Any, list[dict[str, Any]]] | None:
+        """(the first pass's records, passed through as JSON text; this pass's records as
+        dicts of JSON values), None without rows. The in-process judge takes the dicts as
+        they are (analysis/checks.py `table_records`); `__call__` serialises them for Spark."""
         batches = list(batches)
         if not batches or not sum(b.num_rows for b in batches):
-            return
+            return None
         table = pa.Table.from_batches(batches)
         rec = table.column("rec")
         passed = rec.filter(rec.is_valid())
@@ -183,9 +195,7 @@ class NodeChecks:
         node = rows.column("node")
         for name in pc.unique(node).to_pylist():
             recs += self.node(str(name), rows.filter(pc.equal(node, name)))
-        out = pa.concat_arrays([passed.combine_chunks(), pa.array(
-            [json.dumps(r, separators=(",", ":")) for r in recs], pa.string())])
-        yield pa.RecordBatch.from_arrays([out], names=["rec"])
+        return passed, recs
 
     def node(self, name: str, table: pa.Table) -> list[dict[str, Any]]:
         e = table.column("e").to_numpy(zero_copy_only=False)

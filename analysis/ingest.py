@@ -127,7 +127,9 @@ def host_clock_offsets_ns(run_dir: Path) -> dict[str, int]:
         text = lock.read_text()
         if "clocks:" not in text:  # the usual case, without parsing a long lock file
             return {}
-        clocks = (yaml.safe_load(text) or {}).get("clocks") or {}
+        from analysis.lockfile import read_lock
+
+        clocks = read_lock(run_dir).get("clocks") or {}
     except (OSError, yaml.YAMLError):
         return {}
     return {h: int(round(float(c.get("offset_ms", 0)) * 1e6)) for h, c in clocks.items()

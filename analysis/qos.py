@@ -75,13 +75,9 @@ def read_events(run_dir: Path) -> tuple[Events, float]:
 
 def _lock(run_dir: Path) -> dict[str, Any]:
     """The resolved experiment of spec.lock.yaml (testbed/runner.py), {} without one."""
-    lock = run_dir / "spec.lock.yaml"
-    if not lock.exists():
-        return {}
-    import yaml
+    from analysis.lockfile import read_lock
 
-    doc = yaml.safe_load(lock.read_text()) or {}
-    exp = doc.get("experiment") if isinstance(doc, dict) else None
+    exp = read_lock(run_dir).get("experiment")
     return exp if isinstance(exp, dict) else {}
 
 

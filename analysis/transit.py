@@ -23,7 +23,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import yaml
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -52,9 +51,10 @@ def capture_files(run_dir: Path) -> list[tuple[str, Path]]:
 
 def host_order(run_dir: Path, nodes: list[str]) -> list[str]:
     """Host names by member id: spec.lock.yaml's topology host order (else sorted names)."""
-    lock = run_dir / "spec.lock.yaml"
-    if lock.is_file():
-        spec = yaml.safe_load(lock.read_text()) or {}
+    from analysis.lockfile import read_lock
+
+    spec = read_lock(run_dir)
+    if spec:
         hosts = [h["name"] for h in (spec.get("topology") or {}).get("hosts") or []]
         if hosts:
             return hosts

@@ -151,11 +151,12 @@ def run_faults(run_dir: Path, history: FaultHistory) -> list[Fault]:
 def _lock_doc(run_dir: Path) -> dict[str, Any]:
     import yaml
 
+    from analysis.lockfile import read_lock
+
     try:
-        doc = yaml.safe_load((run_dir / "spec.lock.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
+        return read_lock(run_dir)
+    except yaml.YAMLError:
         return {}
-    return doc if isinstance(doc, dict) else {}
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:

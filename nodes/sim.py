@@ -25,7 +25,7 @@ from functools import partial
 from math import cos, log, sin, sqrt
 from math import tau as TWOPI
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 if __name__ == "__main__":
     # `python -m nodes.sim` (the sim backend's command): load the compiled hot path before
@@ -54,6 +54,7 @@ from nodes.workload import intervals, workload_rng  # noqa: E402
 ARRIVE, TIMER, BROADCAST, CALL = range(4)
 ALIVE = MsgType.ALIVE  # the failure detector's heartbeats: not the protocol's, not policed
 QUIESCE_STEP_NS = 50_000_000  # how often (virtual time) the drain checks for quiescence
+BUDGET_MASK: Final = 4095  # the event budget is checked once every BUDGET_MASK + 1 events
 # The event queue is a heap of the events before `horizon` plus, for later events, one plain
 # list per slot of 2**SLOT_BITS ns (~1 ms); a slot is heapified when the heap runs dry. Most
 # events are arrivals tens of ms ahead, so the heap stays a slot's worth small and pops are
@@ -87,7 +88,25 @@ class SimStats:
         return self.events / self.wall_s if self.wall_s else 0.0
 
 
+class BudgetExceeded(Exception):  # noqa: N818 -- a stop, not a crash of the simulator
+    """`Simulator.run` stopped at its budget: more than `max_events` events, or more than
+    `max_wall_s` wall seconds. The nodes were stopped at the virtual time reached (their logs
+    are complete up to it); `stats` are the simulator's statistics at that point."""
+
+    def __init__(self, reason: str, stats: SimStats, virtual_s: float):
+        super().__init__(f"{reason} at virtual time {virtual_s:.3f} s after "
+                         f"{stats.events} events")
+        self.reason = reason
+        self.stats = stats
+        self.virtual_s = virtual_s
+
+
 class Simulator:
+    # The budget of one run (0: none). The event budget is deterministic: it is checked every
+    # BUDGET_MASK + 1 events of each loop, so one seed stops at the same event every time.
+    max_events: int = 0
+    max_wall_s: float = 0.0
+
     def __init__(self, configs: list[NodeConfig], seed: int, t0_ns: int = SIM_EPOCH_NS):
         self.t0 = t0_ns
         self.now = t0_ns
@@ -107,6 +126,7 @@ class Simulator:
                 rng = random.Random(f"{seed}:{c.node_id}:{dst}:link")
                 self.links[(c.node_id, dst)] = LinkModel(path, rng)
         self.stats = SimStats()
+        self._deadline = 0.0
         self.seed = seed
         # Fault state: a crashed node's events are dropped, a paused node's are held.
         self.epoch = {nid: 0 for nid in self.cores}
@@ -172,10 +192,16 @@ class Simulator:
         # collector's frequent young-generation passes are pure overhead here.
         thresholds = gc.get_threshold()
         gc.set_threshold(200_000, 50, 100)
+        self._deadline = start + self.max_wall_s if self.max_wall_s > 0 else 0.0
+        over: BudgetExceeded | None = None
         try:
             self._loop(until_ns)
             if quiesce is not None:
                 until_ns = self._drain(until_ns, quiesce)
+            if self.max_events > 0:  # a run that ended past its budget exceeded it too
+                self._over_budget(0, self.now)
+        except BudgetExceeded as exc:
+            over, until_ns = exc, self.now
         finally:
             gc.set_threshold(*thresholds)
         self.now = until_ns
@@ -184,7 +210,23 @@ class Simulator:
             self.stats.per_node[self.configs[nid].name] = asdict(core.counters)
         self.stats.wall_s = time.perf_counter() - start
         self.stats.virtual_s = (until_ns - self.t0) / 1e9
+        if over is not None:
+            raise BudgetExceeded(over.reason, self.stats, self.stats.virtual_s)
         return self.stats
+
+    def _over_budget(self, events: int, t: int) -> None:
+        """Every BUDGET_MASK + 1 events of a loop: raise BudgetExceeded when the run is past
+        its event or wall-clock budget (`events`: this loop's so far, not yet in stats)."""
+        total = self.stats.events + events
+        reason = ""
+        if self.max_events > 0 and total > self.max_events:
+            reason = f"event budget of {self.max_events} events exceeded"
+        elif self._deadline > 0 and time.perf_counter() > self._deadline:
+            reason = f"wall-clock budget of {self.max_wall_s:g} s exceeded"
+        if reason:
+            self.now = t
+            self.stats.events = total
+            raise BudgetExceeded(reason, self.stats, (t - self.t0) / 1e9)
 
     def _drain(self, t: int, q: Quiesce) -> int:
         ids = [self.by_name[h] for h in q.correct]
@@ -217,6 +259,9 @@ class Simulator:
         pop, push = heapq.heappop, heapq.heappush
         horizon = self._horizon
         arrive, timer, call, alive = ARRIVE, TIMER, CALL, ALIVE
+        mask, budgeted = BUDGET_MASK, bool(self.max_events or self._deadline)
+        if budgeted:  # across loops (the drain's are short): the events of the loops before
+            self._over_budget(0, self.now)
         events = datagrams = lost = 0
         counter = self._counter
         while True:
@@ -233,6 +278,9 @@ class Simulator:
                 push(queue, entry)  # the one event past the limit goes back, same key
                 break
             events += 1
+            if budgeted and not events & mask:
+                self._counter = counter
+                self._over_budget(events, t)
             _, _, kind, nid, epoch, a, b = entry
             if kind == call:
                 self.now, self._counter = t, counter

@@ -117,6 +117,117 @@ def test_explore_finds_shrinks_and_replays_total_order(tmp_path: Path) -> None:
     assert again.returncode == 1 and "DIFFERENT" in again.stdout
 
 
+def test_a_seed_past_its_event_budget_fails_as_livelock(tmp_path: Path) -> None:
+    """A seed whose run never ends must not hang the exploration: past its event budget the
+    simulator stops, the seed fails as `livelock` with the virtual time reached, is shrunk,
+    and its reproducer (which records the budget) replays to the same stop, byte-identically.
+    A budget far below what a 2 s run needs stands in for an event storm."""
+    spec = _spec(tmp_path, explore={"generators": ["pause"], "max_faults": 1,
+                                    "max_events": 3000})
+    out = tmp_path / "out"
+    r = run_cli("explore", str(spec), "--seeds", "2", "--duration", "2s", "--workers", "1",
+                "--shrink", "1", "--out", str(out))
+    assert r.returncode == 1, r.stdout + r.stderr
+    rows = pq.read_table(out / "seeds.parquet").to_pylist()
+    assert len(rows) == 2 and all(row["failing"] == ["livelock"] for row in rows)
+    assert all("event budget of 3000 events exceeded at virtual time" in row["error"]
+               for row in rows)
+    assert all(4096 <= row["events"] < 2 * 4096 for row in rows)  # checked every 4096
+    shrunk = [row for row in rows if row["shrunk_faults"]]
+    assert len(shrunk) == 1 and json.loads(shrunk[0]["shrunk_faults"]) == []
+    repro = out / shrunk[0]["reproducer"]
+    text = repro.read_text()
+    assert "# event budget 3000 events" in text and "failing: livelock" in text
+    replay = run_cli("explore", "--replay", str(repro))
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert "livelock: event budget of 3000 events exceeded" in replay.stdout
+    assert "byte-identical" in replay.stdout
+
+
+def test_the_simulator_stops_at_its_budget_and_only_there(tmp_path: Path) -> None:
+    """The budget changes no event: a run under a budget it fits writes the same logs as one
+    without; past the budget, BudgetExceeded carries the statistics at the stop."""
+    from testbed.explore.case import Base, Case, digests, materialise, raw_data, simulate
+
+    base = Base.from_data({**raw_data(QUICKSTART), "duration": "1s"})
+    exp, topo = materialise(base, Case(3))
+    a, sa = simulate(exp, topo, tmp_path / "a", max_events=0, max_wall_s=0)
+    b, sb = simulate(exp, topo, tmp_path / "b", max_events=10_000_000, max_wall_s=600)
+    assert digests(a) == digests(b) and sa["events"] == sb["events"] > 4096
+    assert "livelock" not in sa and "livelock" not in sb
+    _, sc = simulate(exp, topo, tmp_path / "c", max_events=100)
+    assert sc["livelock"]["reason"] == "event budget of 100 events exceeded"
+    assert sc["events"] == 4096 and 0 < sc["livelock"]["virtual_s"] < sa["virtual_s"]
+
+
+def _children(pid: int) -> set[int]:
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.add(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "sigkill"])
+def test_an_interrupted_exploration_leaves_no_worker_and_no_temp_dir(tmp_path: Path,
+                                                                     how: str) -> None:
+    """Ctrl-C (SIGINT to the process group) or SIGTERM: the session terminates its workers
+    and removes its temporary root. SIGKILL of the session: the workers die with it
+    (PR_SET_PDEATHSIG) and remove their own run directories."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TESTBED_EXPLORE_TMP": str(shm)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed", "explore", str(QUICKSTART), "--seeds", "10000",
+         "--duration", "2s", "--workers", "2", "--out", str(tmp_path / "out")],
+        env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(shm.glob("testbed-explore-*/worker-*"))) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+            time.sleep(0.2)
+        time.sleep(1.0)  # seeds under way
+        workers = _children(proc.pid)
+        assert len(workers) >= 2
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
+        rc = proc.wait(timeout=60)
+        assert rc != 0
+        deadline = time.monotonic() + 30
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_alive(w) for w in workers)
+        left = list(shm.glob("testbed-explore-*/**/*"))
+        assert left == [], left
+        if how != "sigkill":
+            assert list(shm.iterdir()) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_explore_clean_protocol_reports_no_failure(tmp_path: Path) -> None:
     spec = _spec(tmp_path, explore={"generators": ["clock", "link"], "max_faults": 2})
     out = tmp_path / "out"
@@ -185,7 +296,14 @@ nightly:
 """
 
 
+NIGHTLY_LIVELOCK = NIGHTLY_EXPLORE.replace("name: nx\n", "name: nxl\n").replace(
+    "max_faults: 2}", "max_faults: 1, max_events: 1000}")
+
+
 def test_nightly_explores_new_seeds_each_night(tmp_path: Path) -> None:
+    """Explore entries through the nightly runner: one that passes, one whose every seed fails
+    (an event budget far below what a seed needs: `livelock`, whatever the protocol does),
+    the failure's shrunk reproducer linked from the trend report's "Exploration failures"."""
     from testbed.nightly.catalogue import load_catalogue
     from testbed.nightly.history import read_history
     from testbed.nightly.runner import nightly_seeds
@@ -197,21 +315,35 @@ def test_nightly_explores_new_seeds_each_night(tmp_path: Path) -> None:
     smoke = [e for e in real.suite("smoke") if e.seeds]
     assert {e.protocol for e in smoke} == {e.name for e in __import__(
         "nodes.protocols.catalogue", fromlist=["CATALOGUE"]).CATALOGUE}
-    assert all(e.backend == "sim" and e.seeds == 20 for e in smoke)
+    assert all(e.backend == "sim" and e.seeds == 10 for e in smoke)
     cat = tmp_path / "catalogue"
     cat.mkdir()
     (cat / "catalogue.yaml").write_text((ROOT / "experiments/nightly/catalogue.yaml").read_text())
     (cat / "nx.yaml").write_text(NIGHTLY_EXPLORE.format(root=ROOT))
+    (cat / "nxl.yaml").write_text(NIGHTLY_LIVELOCK.format(root=ROOT))
     assert [e.seeds for e in load_catalogue(cat).suite("full")] == []  # no seeds for full
     r = run_cli("nightly", "--catalogue", str(cat), "--history", str(tmp_path / "h"),
                 "--runs", str(tmp_path / "runs"), "--date", "2026-11-20")
-    assert r.returncode == 0, r.stdout + r.stderr
-    rows = read_history(tmp_path / "h")
-    assert rows["status"].tolist() == ["pass"] and rows["value"].tolist() == [0.0]
+    assert r.returncode == 1, r.stdout + r.stderr  # a failing entry fails the night
+    rows = read_history(tmp_path / "h").sort_values("experiment")
+    assert rows["experiment"].tolist() == ["nx.sequencer.sim",
+                                           "nxl.sequencer.sim"], rows["experiment"]
+    assert rows["status"].tolist() == ["pass", "fail"]
+    assert rows["value"].tolist() == [0.0, 3.0]
     where = Path(rows["run_dir"].iloc[0])
     seeds = pq.read_table(where / "seeds.parquet").column("seed").to_pylist()
     assert seeds == sorted(nightly_seeds("2026-11-20", "sequencer", 3))
     assert (where / "index.html").is_file()
+    reason = rows["reason"].iloc[1]
+    assert reason.startswith("explore: 3 of 3 seeds failing (livelock); shrunk reproducer "
+                             "reproducers/seed-"), reason
+    failed = Path(rows["run_dir"].iloc[1])
+    repro = reason.rsplit(" ", 1)[1]
+    assert (failed / repro).is_file() and "# event budget 1000 events" in (
+        failed / repro).read_text()
+    page = next((tmp_path / "runs").rglob("nightly.html")).read_text()
+    assert "Exploration failures" in page
+    assert 'class="reproducer" href="' in page and repro in page
 
 
 def test_trend_report_links_a_new_exploration_failure(tmp_path: Path) -> None:

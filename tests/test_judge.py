@@ -165,3 +165,41 @@ def test_causal_count_is_the_happened_before_oracles(tmp_path: Path, name: str,
     causal = judge_run(tmp_path)["checks"]["causal_order"]
     assert expected and causal["per_node"] == expected
     assert causal["violations"] == sum(expected.values()) and not causal["claimed"]
+
+
+def test_judging_parses_the_lock_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """spec.lock.yaml is parsed once per run directory (analysis/lockfile.py), not once per
+    reader; a rewritten lock is read again."""
+    import yaml
+
+    from analysis.lockfile import read_lock
+    from testbed.explore.case import Base, Case, materialise, raw_data, simulate
+
+    base = Base.from_data({**raw_data(Path(__file__).resolve().parents[1] / "experiments"
+                                      / "quickstart.yaml"), "duration": "1s"})
+    exp, topo = materialise(base, Case(5, ({"kind": "crash", "host": "h2", "at": "300ms"},)))
+    run_dir, _ = simulate(exp, topo, tmp_path)
+    parses = []
+    real_load = yaml.load
+
+    def counting_load(stream: Any, Loader: Any) -> Any:  # noqa: N803 -- yaml's name
+        parses.append(Loader)
+        return real_load(stream, Loader=Loader)
+
+    def counting_safe_load(stream: Any) -> Any:
+        return counting_load(stream, yaml.SafeLoader)
+
+    monkeypatch.setattr(yaml, "load", counting_load)
+    monkeypatch.setattr(yaml, "safe_load", counting_safe_load)
+    summary = judge_run(run_dir)
+    assert summary["crashed"] == ["h2"] and summary["checks"]
+    assert len(parses) == 1
+    if hasattr(yaml, "CSafeLoader"):
+        assert parses == [yaml.CSafeLoader]
+    assert read_lock(run_dir) is read_lock(run_dir) and len(parses) == 1
+    lock = run_dir / "spec.lock.yaml"
+    doc = yaml.safe_load(lock.read_text())
+    doc["note"] = "rewritten"
+    lock.write_text(yaml.safe_dump(doc) + "# longer\n")
+    assert read_lock(run_dir)["note"] == "rewritten"
+    assert read_lock(tmp_path / "nowhere") == {}

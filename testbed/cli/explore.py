@@ -129,7 +129,15 @@ def explore(
 def _replay(path: Path, out: Path | None) -> int:
     import shutil
 
-    from testbed.explore.case import digests, failing_checks, judge, recorded_digests, simulate
+    from testbed.explore.case import (
+        LIVELOCK,
+        digests,
+        failing_checks,
+        judge,
+        recorded_budget,
+        recorded_digests,
+        simulate,
+    )
     from testbed.explore.pool import temp_root
     from testbed.spec.loader import load_experiment
 
@@ -137,19 +145,26 @@ def _replay(path: Path, out: Path | None) -> int:
         exp, topo = load_experiment(path, "sim")
     except SpecError as exc:
         raise spec_errors(exc) from None
-    recorded = recorded_digests(path.read_text())
+    text = path.read_text()
+    recorded = recorded_digests(text)
     root = temp_root() if out is None else out
     root.mkdir(parents=True, exist_ok=True)
     try:
-        run_dir, _ = simulate(exp, topo, root)
-        summary = judge(run_dir)
+        run_dir, stats = simulate(exp, topo, root, max_events=recorded_budget(text))
+        summary = {} if LIVELOCK in stats else judge(run_dir)
         got = digests(run_dir)
     finally:
         if out is None:
             shutil.rmtree(root, ignore_errors=True)
-    extra = tuple(c for c in (summary.get("checks") or {}) if f"checks.{c}.violations" in
-                  " ".join(exp.expect))
-    failing = failing_checks(summary, extra)
+    if LIVELOCK in stats:
+        stop = stats[LIVELOCK]
+        failing = [LIVELOCK]
+        console.print(f"{LIVELOCK}: {stop['reason']} at virtual time {stop['virtual_s']:.3f} s",
+                      highlight=False)
+    else:
+        extra = tuple(c for c in (summary.get("checks") or {}) if f"checks.{c}.violations" in
+                      " ".join(exp.expect))
+        failing = failing_checks(summary, extra)
     console.print(f"failing: {', '.join(failing) or 'none'}", highlight=False)
     if not recorded:
         err.print(f"{path} records no digests (# sha256 lines); nothing to compare")

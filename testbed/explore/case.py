@@ -27,11 +27,27 @@ from testbed.explore.generators import Context, Item, Model, describe, draw
 from testbed.explore.ranges import draw_value, set_path
 
 NETWORK = "network"
+# A seed's budget (docs/explore.md "Budget"): a run that needs more simulator events than
+# EVENTS_PER_MESSAGE x planned messages x hosts (at least MIN_EVENTS), or more than
+# SEED_WALL_S wall seconds, is stopped and fails as `livelock`. A healthy quickstart seed needs
+# ~30,000 events for 2,000 messages; a zero-delay event storm never ends.
+EVENTS_PER_MESSAGE = 200
+MIN_EVENTS = 1_000_000
+SEED_WALL_S = 300.0
+LIVELOCK = "livelock"
 _FAULTS: Any = None  # a pydantic TypeAdapter of one `faults:` entry, built on first use
 
 
 class InvalidCase(Exception):
     """The case's spec is refused by the spec checks (not a failure of the protocol)."""
+
+
+class Livelock(Exception):  # noqa: N818 -- a finding, like a failing check
+    """The case's run exceeded its event or wall-clock budget (`simulate`)."""
+
+    def __init__(self, message: str, stats: dict[str, Any]):
+        super().__init__(message)
+        self.stats = stats
 
 
 @dataclass(frozen=True)
@@ -230,11 +246,26 @@ def materialise(base: Base, case: Case) -> tuple[Any, Any]:
     return exp, base.topo
 
 
-def simulate(exp: Any, topo: Any, root: Path) -> tuple[Path, dict[str, Any]]:
+def event_budget(exp: Any, configs: list[Any]) -> int:
+    """The most simulator events one seed may take: `explore.max_events` when the spec sets
+    it, else EVENTS_PER_MESSAGE x planned messages x hosts, at least MIN_EVENTS."""
+    explicit = getattr(getattr(exp, "explore", None), "max_events", None)
+    if explicit:
+        return int(explicit)
+    messages = sum(c.workload.rate * c.duration_ns / 1e9 for c in configs if c.workload.send)
+    return max(MIN_EVENTS, int(EVENTS_PER_MESSAGE * messages * len(configs)))
+
+
+def simulate(exp: Any, topo: Any, root: Path, max_events: int | None = None,
+             max_wall_s: float = SEED_WALL_S) -> tuple[Path, dict[str, Any]]:
     """Run the experiment on the simulator in this process, as the sim backend would in its
-    subprocess (same configs, fault timeline and drain): (run directory, simulator stats)."""
+    subprocess (same configs, fault timeline and drain): (run directory, simulator stats).
+
+    The run is bounded: at most `max_events` events (default `event_budget`) and `max_wall_s`
+    wall seconds (0: no limit). A run stopped there has `livelock` in its stats: the reason
+    and the virtual time reached (the nodes' logs end there)."""
     from nodes.quiescence import DRAIN_FILE
-    from nodes.sim import Quiesce, Simulator
+    from nodes.sim import BudgetExceeded, Quiesce, Simulator
     from testbed.backends.base import HostAddress
     from testbed.rundir import RunDir
     from testbed.runner import write_lock
@@ -249,6 +280,8 @@ def simulate(exp: Any, topo: Any, root: Path) -> tuple[Path, dict[str, Any]]:
     configs = plan.node_configs(run, addresses, start)
     plan.write(run)
     sim = Simulator(configs, seed=configs[0].seed)
+    budget = event_budget(exp, configs) if max_events is None else max_events
+    sim.max_events, sim.max_wall_s = budget, max_wall_s
     if plan.actions:
         sim.schedule_faults([{"t_ns": start + a.at_ns, "op": a.op, "params": a.params,
                               "fault": a.fault} for a in plan.actions],
@@ -257,9 +290,18 @@ def simulate(exp: Any, topo: Any, root: Path) -> tuple[Path, dict[str, Any]]:
     workload_end = max(c.start_at_ns + c.duration_ns for c in configs)
     quiesce = Quiesce(plan.correct, workload_end, end - workload_end,
                       max(end, max(c.end_ns for c in configs)), run.path / DRAIN_FILE)
-    stats = sim.run(end, quiesce)
-    record = {"events": stats.events, "datagrams": stats.datagrams, "lost": stats.lost,
-              "wall_s": round(stats.wall_s, 3), "virtual_s": stats.virtual_s}
+    livelock = None
+    try:
+        stats = sim.run(end, quiesce)
+    except BudgetExceeded as exc:
+        stats = exc.stats
+        livelock = {"reason": exc.reason, "virtual_s": round(exc.virtual_s, 6),
+                    "max_events": budget}
+    record: dict[str, Any] = {"events": stats.events, "datagrams": stats.datagrams,
+                              "lost": stats.lost, "wall_s": round(stats.wall_s, 3),
+                              "virtual_s": stats.virtual_s, "max_events": budget}
+    if livelock is not None:
+        record[LIVELOCK] = livelock
     (run.path / "sim.log").write_text(json.dumps(record) + "\n")
     return run.path, record
 
@@ -302,6 +344,11 @@ def run_case(base: Base, case: Case, root: Path, keep: Path | None = None,
     try:
         exp, topo = materialise(base, case)
         run_dir, stats = simulate(exp, topo, root)
+        row["max_events"] = stats["max_events"]
+        if LIVELOCK in stats:  # stopped at its budget: a failure, not judged
+            stop = stats[LIVELOCK]
+            raise Livelock(f"{LIVELOCK}: {stop['reason']} at virtual time "
+                           f"{stop['virtual_s']:.3f} s", stats)
         summary = judge(run_dir)
         verdict = summary.get("verdict") or {}
         row.update(verdict_ok=bool(verdict.get("ok", summary.get("ok", True))),
@@ -312,6 +359,9 @@ def run_case(base: Base, case: Case, root: Path, keep: Path | None = None,
         row["summary"] = {k: summary.get(k) for k in ("checks", "verdict", "liveness")}
     except InvalidCase as exc:
         row.update(ok=True, error=f"invalid: {exc}")
+    except Livelock as exc:
+        row.update(ok=False, verdict_ok=False, failing=[LIVELOCK], liveness="stalled",
+                   events=exc.stats["events"], error=str(exc))
     except Exception as exc:  # a crash of the simulator or the judge is a finding
         row.update(ok=False, verdict_ok=False, failing=["error"],
                    error=f"{type(exc).__name__}: {exc}",
@@ -346,10 +396,26 @@ def reproducer_text(base: Base, case: Case, row: dict[str, Any], source: str,
     if shrunk_from is not None:
         head.append(f"# shrunk from {shrunk_from} to {len(case.items)} fault item(s)")
     head += [f"#   {describe(i)}" for i in case.items]
-    head.append("# replay: testbed explore --replay THIS_FILE (or testbed run THIS_FILE)")
+    if LIVELOCK in failing:
+        head.append(f"# {row.get('error', LIVELOCK)}")
+        head.append("# replay: testbed explore --replay THIS_FILE (testbed run has no event "
+                    "budget: it would not end)")
+    else:
+        head.append("# replay: testbed explore --replay THIS_FILE (or testbed run THIS_FILE)")
+    if row.get("max_events"):
+        head.append(f"# event budget {row['max_events']} events")
     head += [f"# sha256 nodes/{h}/events.jsonl {d}" for h, d in
              sorted(row.get("digests", {}).items())]
     return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False)
+
+
+def recorded_budget(text: str) -> int | None:
+    """The event budget a reproducer records (`# event budget N events`), if any."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 5 and parts[:3] == ["#", "event", "budget"] and parts[3].isdigit():
+            return int(parts[3])
+    return None
 
 
 def recorded_digests(text: str) -> dict[str, str]:

@@ -10,29 +10,71 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 _STATE: dict[str, Any] = {}
+TMP_ENV = "TESTBED_EXPLORE_TMP"  # where temporary roots go (default /dev/shm, else the tmp dir)
+PR_SET_PDEATHSIG = 1
 
 
 def temp_root() -> Path:
-    shm = Path("/dev/shm")
-    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+    base: str | Path | None = os.environ.get(TMP_ENV)
+    if not base:
+        shm = Path("/dev/shm")
+        base = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
     return Path(tempfile.mkdtemp(prefix="testbed-explore-", dir=base))
 
 
-def init_worker(data: dict[str, Any], checks: tuple[str, ...]) -> None:
-    """Worker initialiser: compiled hot path first, then the experiment, validated once."""
+def die_with_parent() -> None:
+    """On Linux, have the kernel send this process SIGTERM when its parent dies (prctl
+    PR_SET_PDEATHSIG): a worker never outlives a session killed outright. Elsewhere nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before prctl: nobody will reap this worker
+        os._exit(1)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM (from the session, or the kernel when the session died): remove this worker's
+    run directories and exit now. (An exception would not do: the pool's worker loop catches
+    it, reports it to a parent that may be gone and waits for the next task.)"""
+    root = _STATE.get("root")
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
+    os._exit(128 + signum)
+
+
+def init_worker(data: dict[str, Any], checks: tuple[str, ...],
+                parent_root: str | None = None) -> None:
+    """Worker initialiser: tied to the session (dies with it, leaves Ctrl-C to it, removes its
+    run directories on SIGTERM), then the compiled hot path, then the experiment, validated
+    once. Its run directories go under `parent_root` (the session's, which the session
+    removes whatever happens) or a temporary root of its own."""
+    die_with_parent()
+    if parent_root is not None:  # a session's worker, not a Spark executor
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, _terminate)
     from nodes.fastpath import activate
 
     activate()
     from testbed.explore.case import Base
 
-    root = temp_root()
-    _STATE.update(base=Base.from_data(data, checks), root=root, key=_key(data, checks))
+    root = (Path(tempfile.mkdtemp(prefix="worker-", dir=parent_root)) if parent_root
+            else temp_root())
+    _STATE["root"] = root
+    _STATE.update(base=Base.from_data(data, checks), key=_key(data, checks))
     import atexit
 
     atexit.register(shutil.rmtree, root, True)

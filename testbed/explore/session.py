@@ -3,8 +3,12 @@ seeds.parquet, reproducers and index.html written (docs/explore.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
+import shutil
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -66,11 +70,46 @@ def _batches(seeds: Iterator[int], size: int) -> Iterator[list[int]]:
         yield batch
 
 
-def executor(base: Base, workers: int) -> ProcessPoolExecutor:
+def executor(base: Base, workers: int, root: Path) -> ProcessPoolExecutor:
     """Workers that stay alive, each with the compiled simulator and the experiment loaded
-    (spawned, not forked: the parent has imported the pure-Python simulator already)."""
+    (spawned, not forked: the parent has imported the pure-Python simulator already), their
+    run directories under `root`."""
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(
-        "spawn"), initializer=pool.init_worker, initargs=(base.data, base.checks))
+        "spawn"), initializer=pool.init_worker, initargs=(base.data, base.checks, str(root)))
+
+
+def stop(ex: ProcessPoolExecutor, interrupted: bool) -> None:
+    """Shut the pool down; when interrupted, terminate the workers first (a seed can run for
+    minutes) and wait for them, so that nothing outlives the session."""
+    procs = list((getattr(ex, "_processes", None) or {}).values())
+    if interrupted:
+        for p in procs:
+            with contextlib.suppress(Exception):
+                p.terminate()
+    ex.shutdown(wait=True, cancel_futures=True)
+    for p in procs:
+        p.join(timeout=10)
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=5)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt in the main thread (as Ctrl-C does), so that the
+    session's cleanup runs; the previous handler is restored afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _local_rows(ex: ProcessPoolExecutor, opts: Options, deadline: float | None
@@ -108,8 +147,29 @@ def explore(base: Base, opts: Options, out: Path, console: Console,
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[rate]:.1f} seeds/s"),
                TextColumn("[red]{task.fields[failures]} failing[/]"), TimeElapsedColumn()]
-    with executor(base, opts.workers) as ex, Progress(*columns, console=console,
-                                                          transient=True) as progress:
+    root = pool.temp_root()  # every worker's run directories: removed whatever happens
+    interrupted = True
+    try:
+        with sigterm_as_interrupt():
+            ex = executor(base, opts.workers, root)
+            try:
+                _run(ex, base, opts, out, outcome, console, columns, total, deadline, began,
+                     on_row)
+                interrupted = False
+            finally:
+                stop(ex, interrupted)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    write_parquet(out / "seeds.parquet", outcome.rows)
+    write_index(out, base, outcome)
+    outcome.wall_s = time.monotonic() - began
+    return outcome
+
+
+def _run(ex: ProcessPoolExecutor, base: Base, opts: Options, out: Path, outcome: Outcome,
+         console: Console, columns: list[Any], total: int | None, deadline: float | None,
+         began: float, on_row: Callable[[dict[str, Any]], None] | None) -> None:
+    with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task(f"exploring {base.exp.name}", total=total, rate=0.0,
                                  failures=0)
         if opts.master:
@@ -130,10 +190,6 @@ def explore(base: Base, opts: Options, out: Path, console: Console,
         outcome.explore_s = time.monotonic() - began
         outcome.rows.sort(key=lambda r: r["seed"])
         _shrink_failures(ex, base, opts, out, outcome, progress)
-    write_parquet(out / "seeds.parquet", outcome.rows)
-    write_index(out, base, outcome)
-    outcome.wall_s = time.monotonic() - began
-    return outcome
 
 
 def _to_shrink(outcome: Outcome, limit: int) -> list[dict[str, Any]]:

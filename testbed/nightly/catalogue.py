@@ -91,7 +91,7 @@ class NightlyExplore(Strict):
     night per suite (seed = f(night, protocol, k): new each night, reproducible)."""
 
     seeds: dict[str, Annotated[int, Field(ge=1)]] = Field(
-        description="seeds per night for each suite, e.g. {smoke: 20, full: 200}")
+        description="seeds per night for each suite, e.g. {smoke: 10, full: 200}")
 
 
 class NightlyBlock(Strict):

@@ -224,6 +224,9 @@ class ExploreSpec(Strict):
         default=list(EXPLORE_GENERATORS), description="fault generators to draw from, e.g. "
         "[partition, crash]")
     max_faults: int = Field(default=4, ge=0, le=32, description="most faults one seed draws")
+    max_events: int | None = Field(
+        default=None, ge=1, description="simulator events one seed may take before it fails "
+        "as `livelock` (default: 200 x planned messages x hosts, at least 1,000,000)")
     ranges: dict[str, tuple[Any, Any]] = Field(
         default={}, description="a parameter (workload.KEY or protocol.params.KEY) drawn "
         "uniformly in [low, high] per seed, e.g. {workload.rate: [10/s, 100/s], "
