@@ -1,0 +1,208 @@
+"""Documented hazards (nodes/protocols/catalogue.py `Hazard`, analysis/verdict.py): a schedule
+under which a protocol's own rule is unsafe voids the claims the hazard names -- reported with
+`claimed: false` and `hazard`, listed in the verdict's reasons, never failing the run -- and a
+run without that schedule is held to every claim as before."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from analysis import membership
+from analysis.judge import judge_run
+from analysis.verdict import (
+    Fault,
+    apply_hazards,
+    matching_hazards,
+    nontransitive,
+    verdict,
+)
+from nodes.protocols import catalogue
+from testbed.faults.schedule import cuts
+from testbed.faults.spec import PartitionFault
+from tests.eventlogs import run_dir_of
+from tests.inproc import run_cli
+
+HOSTS = ["h1", "h2", "h3", "h4", "h5"]
+
+SPEC = """\
+name: primary-majority-ring
+topology:
+  name: lan5
+  sites:
+    lan: {lan: {delay: 2ms}}
+  hosts:
+    - {name: h1, site: lan}
+    - {name: h2, site: lan}
+    - {name: h3, site: lan}
+    - {name: h4, site: lan}
+    - {name: h5, site: lan}
+backend: sim
+duration: 8s
+drain: 4s
+seed: 2
+protocol:
+  name: primary
+  params: {protocol: sequencer, bootstrap: h1, primary_rule: majority, fd_interval_ms: 30,
+           fd_timeout_ms: 150}
+workload:
+  senders: all
+  rate: 20/s
+  size: 1KiB
+faults:
+  - {kind: partition, shape: majorities-ring, at: 2s, for: 300ms, every: 600ms}
+"""
+
+
+def partition(shape: str | None = None, **kw: Any) -> set[tuple[str, str]]:
+    import random
+
+    given = {"shape": shape} if shape else {}
+    f = PartitionFault.model_validate({"kind": "partition", "at": "1s", **given, **kw})
+    return cuts(f, HOSTS, random.Random(3))
+
+
+def test_a_partition_is_non_transitive_unless_disjoint_groups_cut_both_ways() -> None:
+    assert not nontransitive(HOSTS, partition("halves"))
+    assert not nontransitive(HOSTS, partition(isolate="h2"))
+    assert not nontransitive(HOSTS, [])
+    assert nontransitive(HOSTS, partition("majorities-ring"))
+    assert nontransitive(HOSTS, partition("bridge"))
+    assert nontransitive(HOSTS, partition("halves", one_way=True))
+
+
+def faults(*kinds: str, odd: bool = False) -> list[Fault]:
+    return [Fault(k, f"{k} here", nontransitive=odd and k == "partition") for k in kinds]
+
+
+def names(entry: str, params: dict[str, Any], fs: list[Fault]) -> list[str]:
+    return [h.reason for h, _ in matching_hazards(catalogue.get(entry), params, fs)]
+
+
+def test_hazards_match_only_their_params_and_every_fault_kind() -> None:
+    # primary: the paper's rule (the default) under a non-transitive partition
+    assert names("primary", {}, faults("partition", odd=True))
+    assert names("primary", {"primary_rule": "majority"}, faults("partition", "loss", odd=True))
+    assert not names("primary", {"primary_rule": "attempt"}, faults("partition", odd=True))
+    assert not names("primary", {}, faults("partition", "crash", "loss"))  # disjoint groups
+    assert not names("primary", {}, [])
+    # crash plus loss, both needed
+    for proto in ("moving-sequencer", "psync-total"):
+        assert names(proto, {}, faults("crash", "loss"))
+        assert not names(proto, {}, faults("crash"))
+        assert not names(proto, {}, faults("loss", "partition", "pause", odd=True))
+    # protocols whose rules keep their safety claims under every fault have no hazard
+    for proto in ("sequencer", "reliable-nack", "lamport", "token-ring", "cbcast", "psync"):
+        assert not names(proto, {}, faults(*catalogue.FAULT_KINDS, odd=True)), proto
+
+
+def test_every_hazard_voids_known_checks_and_cites_its_source() -> None:
+    assert catalogue.MEMBERSHIP_CHECKS == membership.MEMBERSHIP_CHECKS
+    for e in catalogue.CATALOGUE:
+        for h in e.hazards:
+            assert h.voids <= set(catalogue.VOIDABLE)
+            assert any(ch.isdigit() for ch in h.reason.split()[0]), h.reason  # "001 §4.1.2"
+            # a hazard only withdraws claims the protocol makes
+            voided = {c for c in h.voids if c in catalogue.CHECKS}
+            assert voided <= e.claims, (e.name, voided - e.claims)
+
+
+SUMMARY: dict[str, Any] = {
+    "checks": {"total_order": {"violations": 0, "claimed": True},
+               "agreement": {"violations": 0, "claimed": True},
+               "integrity": {"violations": 0, "claimed": True},
+               "split_brain": {"violations": 2, "claimed": True},
+               "uniform": {"violations": 7, "claimed": True}},
+    "liveness": {"quiescent": False, "in_flight": 12, "drain_s": 4, "promised": True,
+                 "promise": "every fault of the run is within `primary`'s liveness claim"},
+}
+
+
+def test_a_matched_hazard_unclaims_its_checks_and_the_verdict_says_so() -> None:
+    entry = catalogue.get("primary")
+    found = matching_hazards(entry, {}, [Fault("partition", "ring", nontransitive=True,
+                                               start_s=2.0)])
+    hazards = [{"reason": h.reason, "voids": sorted(h.voids), "faults": why, "matched": 1}
+               for h, why in found]
+    held = copy.deepcopy(SUMMARY)
+    apply_hazards(held, hazards)
+    v = verdict(held)
+    assert v["ok"] and v["safety"] == "held" and v["liveness"] == "stalled-as-claimed"
+    assert held["checks"]["split_brain"] == {"violations": 2, "claimed": False,
+                                             "hazard": hazards[0]["reason"]}
+    assert held["checks"]["uniform"]["claimed"] is False
+    assert held["checks"]["integrity"] == {"violations": 0, "claimed": True}
+    assert any(r.startswith("hazard (ring at 2.0 s): 001 §4.1.2") for r in v["reasons"])
+    assert held["liveness"]["promised"] is False
+    # the same counts without the hazard: claimed split brain and a stall fail the run
+    plain = copy.deepcopy(SUMMARY)
+    apply_hazards(plain, [])
+    v = verdict(plain)
+    assert not v["ok"] and v["safety"] == "violated" and v["liveness"] == "stalled"
+    assert "split_brain: 2 violation(s)" in v["reasons"]
+    assert not any(r.startswith("hazard") for r in v["reasons"])
+    assert "hazard" not in plain["checks"]["split_brain"]
+
+
+def test_a_hazard_never_reclaims_what_the_protocol_does_not_claim() -> None:
+    summary: dict[str, Any] = {"checks": {"total_order": {"violations": 5, "claimed": False}},
+               "liveness": {"quiescent": True}}
+    apply_hazards(summary, [{"reason": "r", "voids": ["total_order", "liveness"],
+                             "faults": [], "matched": 0}])
+    assert summary["checks"]["total_order"] == {"violations": 5, "claimed": False}
+    v = verdict(summary)
+    assert v["ok"] and v["liveness"] == "quiescent"
+    assert v["reasons"] == ["hazard (params): r; not claimed: total_order, liveness"]
+
+
+@pytest.fixture(scope="module")
+def split_brain_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("hazard")
+    spec = tmp / "spec.yaml"
+    spec.write_text(SPEC)
+    proc = run_cli("run", str(spec), "--backend", "sim", "--no-analyze", "--out",
+                   str(tmp / "runs"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return run_dir_of(tmp / "runs")
+
+
+def test_primary_majority_split_brain_under_a_ring_is_a_hazard_not_a_failure(
+        split_brain_run: Path) -> None:
+    s = judge_run(split_brain_run)
+    assert s["checks"]["split_brain"]["violations"] > 0  # the paper's rule did split
+    assert s["checks"]["uniform"]["violations"] > 0
+    for name in ("split_brain", "uniform", "notification_order", "total_order", "agreement"):
+        assert s["checks"][name]["claimed"] is False, name
+        assert s["checks"][name]["hazard"].startswith("001 §4.1.2"), name
+    for name in ("integrity", "fifo_order", "causal_order", "blocked_delivery"):
+        assert s["checks"][name]["claimed"] is True, name
+        assert s["checks"][name]["violations"] == 0, name
+    assert s["hazards"][0]["faults"][0].startswith("non-transitive partition")
+    assert s["verdict"]["ok"] and s["verdict"]["safety"] == "held"
+    assert any(r.startswith("hazard (non-transitive partition") for r in s["verdict"]["reasons"])
+    assert s["ok"] is True
+
+
+def test_the_same_logs_under_the_attempt_rule_fail_the_run(split_brain_run: Path,
+                                                           tmp_path: Path) -> None:
+    """The same delivery logs, judged as if the run had `primary_rule: attempt` (which claims
+    what `majority` does not): no hazard matches, the split brain is claimed and fails."""
+    run = tmp_path / "run"
+    shutil.copytree(split_brain_run, run)
+    lock = yaml.safe_load((run / "spec.lock.yaml").read_text())
+    lock["experiment"]["protocol"]["params"]["primary_rule"] = "attempt"
+    (run / "spec.lock.yaml").write_text(yaml.safe_dump(lock))
+    s = judge_run(run)
+    assert "hazards" not in s
+    assert s["checks"]["split_brain"]["claimed"] is True
+    assert "hazard" not in s["checks"]["split_brain"]
+    assert not s["verdict"]["ok"] and s["verdict"]["safety"] == "violated"
+    assert any(r.startswith("split_brain: ") for r in s["verdict"]["reasons"])
+    assert s["ok"] is False
+    json.dumps(s)  # the summary stays JSON
