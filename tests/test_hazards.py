@@ -113,6 +113,16 @@ def test_every_hazard_voids_known_checks_and_cites_its_source() -> None:
             assert voided <= e.claims, (e.name, voided - e.claims)
 
 
+def test_docs_list_every_hazard_as_the_catalogue_declares_it() -> None:
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "protocols.md").read_text()
+    for e in catalogue.CATALOGUE:
+        for h in e.hazards:
+            when = " and ".join([f"`{k}: {v}`" for k, v in h.params]
+                                + [f"`{f}`" for f in sorted(h.faults)])
+            row = f"| `{e.name}` | {when} | {', '.join(sorted(h.voids))} | {h.reason} |"
+            assert row in docs, row
+
+
 SUMMARY: dict[str, Any] = {
     "checks": {"total_order": {"violations": 0, "claimed": True},
                "agreement": {"violations": 0, "claimed": True},
