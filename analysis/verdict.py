@@ -270,9 +270,10 @@ def fault_kinds(faults: list[Fault]) -> set[str]:
 
 
 def matching_hazards(entry: catalogue.Entry, params: dict[str, Any],
-                     faults: list[Fault]) -> list[tuple[catalogue.Hazard, list[str]]]:
+                     faults: list[Fault]
+                     ) -> list[tuple[catalogue.Hazard, dict[str, list[str]]]]:
     """The entry's hazards the run matches (params equal, every fault kind present), each
-    with the faults that made it match."""
+    with the faults that made it match, by kind."""
     defaults = {f.name: f.default for f in fields(entry.params)}
     kinds = fault_kinds(faults)
     out = []
@@ -281,10 +282,10 @@ def matching_hazards(entry: catalogue.Entry, params: dict[str, Any],
             continue
         if not h.faults <= kinds:
             continue
-        why = [f"{f.what}{f.when()}" for f in faults
-               if f.kind in h.faults
-               or (catalogue.NONTRANSITIVE in h.faults and f.kind == "partition"
-                   and f.nontransitive)]
+        why = {kind: [f"{f.what}{f.when()}" for f in faults
+                      if f.kind == kind or (kind == catalogue.NONTRANSITIVE
+                                            and f.kind == "partition" and f.nontransitive)]
+               for kind in sorted(h.faults)}
         out.append((h, why))
     return out
 
@@ -296,8 +297,11 @@ def run_hazards(run_dir: Path, history: FaultHistory) -> list[dict[str, Any]]:
     if entry is None:
         return []
     found = matching_hazards(entry, params, run_faults(run_dir, history))
-    return [{"reason": h.reason, "voids": sorted(h.voids), "faults": why[:5],
-             "matched": len(why), "params": {k: v for k, v in h.params}} for h, why in found]
+    # the first fault of each kind the hazard names, and how many faults matched
+    return [{"reason": h.reason, "voids": sorted(h.voids),
+             "faults": [texts[0] for texts in why.values() if texts],
+             "matched": sum(len(texts) for texts in why.values()),
+             "params": {k: v for k, v in h.params}} for h, why in found]
 
 
 def apply_hazards(summary: dict[str, Any], hazards: list[dict[str, Any]]) -> None:
@@ -364,8 +368,9 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
     for h in summary.get("hazards") or []:
         # informational: the claims a documented hazard voids were not made for this run
         faults = h.get("faults") or []
-        more = int(h.get("matched") or len(faults)) - 1
-        where = (faults[0] + (f", +{more} more" if more > 0 else "")) if faults else "params"
+        more = int(h.get("matched") or len(faults)) - len(faults)
+        where = (", ".join(faults) + (f", +{more} more" if more > 0 else "")) if faults \
+            else "params"
         reasons.append(f"hazard ({where}): {h.get('reason')}; not claimed: "
                        f"{', '.join(h.get('voids') or [])}")
     ok = safety == "held" and liveness != "stalled"

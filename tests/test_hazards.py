@@ -138,7 +138,8 @@ def test_a_matched_hazard_unclaims_its_checks_and_the_verdict_says_so() -> None:
     entry = catalogue.get("primary")
     found = matching_hazards(entry, {}, [Fault("partition", "ring", nontransitive=True,
                                                start_s=2.0)])
-    hazards = [{"reason": h.reason, "voids": sorted(h.voids), "faults": why, "matched": 1}
+    hazards = [{"reason": h.reason, "voids": sorted(h.voids),
+                "faults": [t for texts in why.values() for t in texts], "matched": 1}
                for h, why in found]
     held = copy.deepcopy(SUMMARY)
     apply_hazards(held, hazards)
@@ -216,3 +217,49 @@ def test_the_same_logs_under_the_attempt_rule_fail_the_run(split_brain_run: Path
     assert any(r.startswith("split_brain: ") for r in s["verdict"]["reasons"])
     assert s["ok"] is False
     json.dumps(s)  # the summary stays JSON
+
+
+LOSSY = """\
+name: {name}
+topology:
+  name: lan4
+  sites:
+    lan: {{lan: {{delay: 2ms, loss: 2%}}}}
+  hosts:
+    - {{name: h1, site: lan}}
+    - {{name: h2, site: lan}}
+    - {{name: h3, site: lan}}
+    - {{name: h4, site: lan}}
+backend: sim
+duration: 2.5s
+drain: 1s
+seed: 3
+protocol: {{name: {name}}}
+workload: {{senders: all, rate: 20/s, size: 200B}}
+faults: {faults}
+"""
+
+
+@pytest.mark.parametrize("proto", ["moving-sequencer", "psync-total"])
+def test_crash_plus_loss_voids_total_order_and_loss_alone_does_not(tmp_path: Path,
+                                                                   proto: str) -> None:
+    judged = {}
+    for tag, fault_list in (("crash", "[{kind: crash, host: h3, at: 1s, restart_after: 0.5s}]"),
+                            ("lossy", "[]")):
+        spec = tmp_path / f"{tag}.yaml"
+        spec.write_text(LOSSY.format(name=proto, faults=fault_list))
+        proc = run_cli("run", str(spec), "--backend", "sim", "--no-analyze", "--out",
+                       str(tmp_path / tag))
+        assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+        judged[tag] = judge_run(run_dir_of(tmp_path / tag))
+    crash, lossy = judged["crash"], judged["lossy"]
+    assert crash["checks"]["total_order"]["claimed"] is False
+    assert crash["checks"]["total_order"]["hazard"].startswith("00")
+    assert crash["hazards"][0]["faults"][0].startswith("h3 crashed at 1.0 s")
+    assert crash["hazards"][0]["faults"][1] == "sites.lan.lan: loss 0.02"
+    assert crash["checks"]["integrity"]["claimed"] is True  # never voided
+    head = "hazard (h3 crashed at 1.0 s, sites.lan.lan: loss 0.02): "
+    assert any(r.startswith(head) for r in crash["verdict"]["reasons"])
+    assert lossy["checks"]["total_order"]["claimed"] is True  # a crash-free run: every claim
+    assert "hazard" not in lossy["checks"]["total_order"] and "hazards" not in lossy
+    assert lossy["verdict"]["ok"], lossy["verdict"]
