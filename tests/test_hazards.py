@@ -123,6 +123,16 @@ def test_docs_list_every_hazard_as_the_catalogue_declares_it() -> None:
             assert row in docs, row
 
 
+def test_schema_shows_the_hazards_per_protocol() -> None:
+    proc = run_cli("schema", "experiment")
+    assert proc.returncode == 0, proc.stderr
+    protos = json.loads(proc.stdout)["$defs"]["ProtocolSpec"]["x-protocols"]
+    (h,) = protos["primary"]["hazards"]
+    assert h["params"] == {"primary_rule": "majority"}
+    assert h["faults"] == [catalogue.NONTRANSITIVE] and "split_brain" in h["voids"]
+    assert protos["sequencer"]["hazards"] == []
+
+
 SUMMARY: dict[str, Any] = {
     "checks": {"total_order": {"violations": 0, "claimed": True},
                "agreement": {"violations": 0, "claimed": True},
