@@ -12,6 +12,12 @@ summary's `liveness.promised` is false) or `stalled` (it does: the messages of c
 never delivered at correct hosts fail the run). `liveness_promise` answers the claim from the
 catalogue entry, the run's resolved params and its faults (`run_faults`: the topology's link
 model from spec.lock.yaml and faults.jsonl).
+
+A protocol's documented hazards (catalogue `Hazard`: a schedule under which its paper's rule
+is itself unsafe) are matched against the same params and faults (`run_hazards`); the checks
+a matched hazard voids get `claimed: false` and `hazard: <reason>` (`apply_hazards`), the
+summary lists the matched hazards under `hazards`, and `verdict` names each among its
+reasons without failing for it. A hazard voiding `liveness` withdraws the liveness promise.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from analysis.liveness import liveness_section, read_drain
 from analysis.membership import membership_section
 from analysis.qos import latency_check, qos_for_run, run_protocol
 from nodes.protocols import catalogue
-from nodes.quiescence import cut_off
+from nodes.quiescence import connected_groups, cut_off
 
 KIND_TEXT = {"loss": "datagram loss", "duplicate": "duplication", "reorder": "reordering links",
              "crash": "a crash", "pause": "a pause", "partition": "a partition",
@@ -45,6 +51,7 @@ class Fault:
     hosts: tuple[str, ...] = ()
     start_s: float | None = None
     ended: bool = True
+    nontransitive: bool = False  # a partition other than disjoint groups cut both ways
 
     def when(self) -> str:
         return "" if self.start_s is None else f" at {self.start_s:.1f} s"
@@ -131,8 +138,10 @@ def run_faults(run_dir: Path, history: FaultHistory) -> list[Fault]:
                 faults.append(Fault("pause", f"{h} paused", (h,), secs(f.start), ended))
         elif f.kind == "partition":
             off = sorted(cut_off(history.nodes, f.cuts))
-            faults.append(Fault("partition", "partition cutting off " + (
-                ", ".join(off) if off else "no majority"), tuple(off), secs(f.start), ended))
+            odd = nontransitive(history.nodes, f.cuts)
+            faults.append(Fault("partition", ("non-transitive " if odd else "") + "partition "
+                                "cutting off " + (", ".join(off) if off else "no majority"),
+                                tuple(off), secs(f.start), ended, odd))
         elif f.kind == "clock":
             faults.append(Fault("clock", f"clock fault on {', '.join(f.hosts)}", f.hosts,
                                 secs(f.start), ended))
@@ -146,6 +155,17 @@ def run_faults(run_dir: Path, history: FaultHistory) -> list[Fault]:
                 faults.append(Fault("reorder", f"link {between} jitter", f.hosts,
                                     secs(f.start), ended))
     return faults
+
+
+def nontransitive(hosts: list[str], cuts: Any) -> bool:
+    """Whether a partition's blocked (src, dst) pairs are other than a split into disjoint
+    groups cut off from each other both ways: a majorities ring, a bridge, a one-way cut (some
+    host then reaches two hosts that do not reach each other, or is reached without reaching
+    back)."""
+    blocked = {(str(a), str(b)) for a, b in cuts}
+    group = {h: i for i, g in enumerate(connected_groups(hosts, cuts)) for h in g}
+    clean = {(a, b) for a in hosts for b in hosts if a != b and group.get(a) != group.get(b)}
+    return blocked != clean
 
 
 def _lock_doc(run_dir: Path) -> dict[str, Any]:
@@ -242,6 +262,68 @@ def run_promise(run_dir: Path, history: FaultHistory) -> tuple[bool, str] | None
     return liveness_promise(entry, params, list(history.nodes), run_faults(run_dir, history))
 
 
+def fault_kinds(faults: list[Fault]) -> set[str]:
+    """The kinds a hazard can name (catalogue.HAZARD_FAULTS) present among `faults`."""
+    kinds = {f.kind for f in faults}
+    if any(f.kind == "partition" and f.nontransitive for f in faults):
+        kinds.add(catalogue.NONTRANSITIVE)
+    return kinds
+
+
+def matching_hazards(entry: catalogue.Entry, params: dict[str, Any],
+                     faults: list[Fault]
+                     ) -> list[tuple[catalogue.Hazard, dict[str, list[str]]]]:
+    """The entry's hazards the run matches (params equal, every fault kind present), each
+    with the faults that made it match, by kind."""
+    defaults = {f.name: f.default for f in fields(entry.params)}
+    kinds = fault_kinds(faults)
+    out = []
+    for h in entry.hazards:
+        if any(params.get(k, defaults.get(k)) != v for k, v in h.params):
+            continue
+        if not h.faults <= kinds:
+            continue
+        why = {kind: [f"{f.what}{f.when()}" for f in faults
+                      if f.kind == kind or (kind == catalogue.NONTRANSITIVE
+                                            and f.kind == "partition" and f.nontransitive)]
+               for kind in sorted(h.faults)}
+        out.append((h, why))
+    return out
+
+
+def run_hazards(run_dir: Path, history: FaultHistory) -> list[dict[str, Any]]:
+    """The run's matched hazards as summary.json lists them under `hazards`."""
+    name, params = run_protocol(run_dir)
+    entry = catalogue.find(name)
+    if entry is None:
+        return []
+    found = matching_hazards(entry, params, run_faults(run_dir, history))
+    # the first fault of each kind the hazard names, and how many faults matched
+    return [{"reason": h.reason, "voids": sorted(h.voids),
+             "faults": [texts[0] for texts in why.values() if texts],
+             "matched": sum(len(texts) for texts in why.values()),
+             "params": {k: v for k, v in h.params}} for h, why in found]
+
+
+def apply_hazards(summary: dict[str, Any], hazards: list[dict[str, Any]]) -> None:
+    """Void the checks of each matched hazard in `summary` (in place): a claimed check gets
+    `claimed: false` and `hazard: <reason>`; `liveness` withdraws the liveness promise
+    (needs the `liveness` section). The hazards are kept under `hazards` for `verdict`."""
+    if not hazards:
+        return
+    summary["hazards"] = hazards
+    for h in hazards:
+        for name in h["voids"]:
+            check = summary.get("checks", {}).get(name)
+            if isinstance(check, dict) and check.get("claimed", True):
+                check["claimed"] = False
+                check["hazard"] = h["reason"]
+        live = summary.get("liveness")
+        if "liveness" in h["voids"] and isinstance(live, dict) and live.get("promised", True):
+            live["promised"] = False
+            live["promise"] = "no progress claimed under a documented hazard (below)"
+
+
 def checks_ok(summary: dict[str, Any]) -> bool:
     """True when every claimed checker in the summary found no violation (a check without
     `claimed`, from an older summary, counts as claimed) and no node caught an exception
@@ -284,6 +366,14 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
         else:
             liveness = "stalled"
             reasons.append(stall_reason(live))
+    for h in summary.get("hazards") or []:
+        # informational: the claims a documented hazard voids were not made for this run
+        faults = h.get("faults") or []
+        more = int(h.get("matched") or len(faults)) - len(faults)
+        where = (", ".join(faults) + (f", +{more} more" if more > 0 else "")) if faults \
+            else "params"
+        reasons.append(f"hazard ({where}): {h.get('reason')}; not claimed: "
+                       f"{', '.join(h.get('voids') or [])}")
     ok = safety == "held" and liveness != "stalled"
     return {"ok": ok, "safety": safety, "liveness": liveness, "reasons": reasons}
 
@@ -314,6 +404,7 @@ def finish(summary: dict[str, Any], run_dir: Path, history: FaultHistory,
     promise = run_promise(run_dir, history)
     if promise is not None:
         summary["liveness"]["promised"], summary["liveness"]["promise"] = promise
+    apply_hazards(summary, run_hazards(run_dir, history))
     summary["verdict"] = verdict(summary)
     summary["ok"] = summary["verdict"]["ok"]
     return summary

@@ -61,6 +61,17 @@ workload: {senders: all, rate: 20/s, size: 200B}
 faults:
   - {kind: partition, groups: [[h1, h2, h3], [h4, h5]], at: 0.8s, for: 1s}
 """,
+    # The paper's primary rule under a flapping majorities ring: a documented hazard voids
+    # split brain and what follows it (catalogue `Hazard`), in both judges alike.
+    "primary-majority-ring": """\
+protocol:
+  name: primary
+  params: {protocol: sequencer, bootstrap: h1, primary_rule: majority, fd_interval_ms: 30,
+           fd_timeout_ms: 150}
+workload: {senders: all, rate: 20/s, size: 200B}
+faults:
+  - {kind: partition, shape: majorities-ring, at: 0.5s, for: 300ms, every: 600ms}
+""",
     # A protocol that does not claim total order, under loss: counts reported, not claimed.
     "reliable-nack-partition": """\
 protocol: {name: reliable-nack}
@@ -114,6 +125,10 @@ def test_both_judges_agree_on_faulty_sim_runs(tmp_path: Path, spark: Any,
     assert "latency_bound" in seen["qos-vbr-crash"]["checks"]
     assert seen["sequencer-faults"]["crashed"] == ["h3"]
     assert not seen["reliable-nack-partition"]["checks"]["total_order"]["claimed"]
+    ring = seen["primary-majority-ring"]
+    assert ring["hazards"] and ring["checks"]["split_brain"]["claimed"] is False
+    assert any(r.startswith("hazard (") for r in ring["verdict"]["reasons"])
+    assert "hazards" not in seen["primary-partition"]  # disjoint groups: every claim holds
 
 
 @pytest.mark.spark

@@ -8,9 +8,12 @@ checks of the checker suite (the keys of summary.json's `checks`) it promises to
 whether it opt-delivers, and its **liveness claim** (`Liveness`: the faults under which every
 message a correct host sends is eventually final-delivered by every correct host) and, for a
 protocol with a latency bound, the **model** the bound is proven in (`Model`: FIFO links,
-loss, failures, clocks, delays). Both are plain data: analysis/verdict.py judges a run's
-stall against `liveness`, spec validation (testbed/spec/qos.py) refuses a topology or fault
-plan outside `model`, and a fault generator can draw only what they allow. Spec validation,
+loss, failures, clocks, delays), and its documented **hazards** (`Hazard`: schedules under
+which the paper's rule itself is unsafe, so the claims a hazard names are not made for a run
+that has it). All are plain data: analysis/verdict.py judges a run's stall against
+`liveness` and voids the claims of the hazards a run matches, spec validation
+(testbed/spec/qos.py) refuses a topology or fault plan outside `model`, and a fault
+generator can draw only what they allow (never less because of a hazard). Spec validation,
 node configs, the node core, the management MBeans and the checker suite all read it;
 adding a protocol is its module plus one entry below (docs/protocols.md).
 
@@ -73,6 +76,17 @@ SEQUENCER_TOTAL = RELIABLE_FIFO | {"total_order", "causal_order"}
 LINK_FAULTS = ("loss", "duplicate", "reorder")
 SCHEDULE_FAULTS = ("crash", "pause", "partition", "clock")
 FAULT_KINDS = LINK_FAULTS + SCHEDULE_FAULTS
+# What a hazard can name besides FAULT_KINDS: a partition that is not a split into disjoint
+# groups cut off from each other both ways (a majorities ring, a bridge, a one-way cut: some
+# host reaches two hosts that do not reach each other).
+NONTRANSITIVE = "partition-nontransitive"
+HAZARD_FAULTS = FAULT_KINDS + (NONTRANSITIVE,)
+# What a hazard can void besides the checks of CHECKS: Local Order, the membership checks of
+# `primary` (analysis/membership.py), and `liveness` (the liveness claim: a stall is then
+# `stalled-as-claimed`).
+MEMBERSHIP_CHECKS = ("split_brain", "blocked_delivery", "minority_blocked", "notification_order",
+                     "uniform")
+VOIDABLE = CHECKS + ("local_order",) + MEMBERSHIP_CHECKS + ("liveness",)
 
 
 @dataclass(frozen=True)
@@ -142,12 +156,70 @@ class Model:
                 "clocks": self.clocks, "delays": self.delays, "source": self.source}
 
 
+@dataclass(frozen=True)
+class Hazard:
+    """A documented hazard: a schedule under which the protocol's own rule (its paper's) is
+    unsafe, so some of its claims are not made for a run that has it. A run matches when its
+    resolved params equal every `params` value (a param left out takes its default) and its
+    faults include every kind of `faults` (HAZARD_FAULTS; a fault counts whether or not it
+    ended, a `crash` with or without a restart); the checks of `voids` (VOIDABLE) are then
+    reported with `claimed: false` and `hazard: <reason>`, and the verdict lists the hazard
+    among its reasons without failing for it. A run without the hazard's schedule is held to
+    every claim as before.
+
+    - `voids`: the checks (and `liveness`) not claimed under the hazard.
+    - `faults`: fault kinds that must all be in the run (empty: params alone decide).
+    - `params`: (param, value) pairs the run's params must all equal.
+    - `reason`: one line, what goes wrong and the source.
+    """
+
+    voids: frozenset[str]
+    faults: frozenset[str] = frozenset()
+    params: tuple[tuple[str, Any], ...] = ()
+    reason: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """As `testbed schema` shows it (x-protocols) and docs/protocols.md lists it."""
+        return {"voids": sorted(self.voids), "faults": sorted(self.faults),
+                "params": {k: v for k, v in self.params}, "reason": self.reason}
+
+
 # The common claims: reliable channels (NACK or ACK retransmission) deliver through loss,
 # duplication, reordering, pauses, healed partitions and clock faults; a crashed member only
 # stops its own stream.
 RELIABLE_LIVE = frozenset(FAULT_KINDS)
 LINK_LIVE = frozenset(LINK_FAULTS) | {"pause", "partition", "clock"}
 RELIABLE_FIFO_ACK_LIVE = frozenset(LINK_FAULTS) | {"crash", "clock"}
+
+# `primary_rule: majority` (P2, 001 §4.1.2): a member that misses the INSTALL its side's
+# coordinator sent still holds the old last primary, and two primaries take one counter. A
+# non-transitive partition does this readily (docs/protocols.md "Faults tolerated, hazards
+# not claimed"); what follows a split brain is not claimed either: the two primaries' orders
+# and deliveries (revoked when they meet, even those notified `uniform`), and re-forming the
+# group (two sides holding one counter with different members never agree on a lineage).
+SPLIT_BRAIN_VOIDS = frozenset({"split_brain", "total_order", "agreement", "uniform",
+                               "notification_order", "liveness"})
+PRIMARY_HAZARDS = (
+    Hazard(SPLIT_BRAIN_VOIDS, frozenset({NONTRANSITIVE}), (("primary_rule", "majority"),),
+           reason="001 §4.1.2 P2 installs a majority view at once: under a non-transitive "
+                  "partition a member misses the INSTALL and two primaries take one counter "
+                  "(split brain); `primary_rule: attempt` claims it"),
+)
+# Chang-Maxemchuk without its reformation phase: after a crash the predecessor re-passes the
+# token to the restarted member (M7); an ORDER the crashed member issued that, through loss,
+# reached some members only is then numbered again (nodes/protocols/moving_sequencer.py).
+MOVING_SEQUENCER_HAZARDS = (
+    Hazard(frozenset({"total_order", "causal_order"}), frozenset({"crash", "loss"}),
+           reason="001 L130 (Chang-Maxemchuk) without token-site reformation: a token "
+                  "re-passed after a crash conflicts with an ORDER of the crashed member that "
+                  "loss kept from some members (two numberings)"),
+)
+# Psync's waves (002 L386-390) assume no failures: the survivors' waves can differ.
+PSYNC_TOTAL_HAZARDS = (
+    Hazard(frozenset({"total_order"}), frozenset({"crash", "loss"}),
+           reason="002 L386-390 is failure-free: with loss, a crashed sender's last messages "
+                  "that only some members got make the survivors' waves differ"),
+)
 
 Factory = Callable[[int, list[int], dict[str, Any]], Layer]
 # A protocol whose params nest other protocols (switching's instances) checks and resolves
@@ -175,6 +247,8 @@ class Entry:
     liveness: Liveness = Liveness(frozenset(), note="no liveness claimed")
     # The model the bound holds in (Model above); None for a protocol without a bound.
     model: Model | None = None
+    # The documented hazards (Hazard above): schedules under which some claims are not made.
+    hazards: tuple[Hazard, ...] = ()
 
     def host_params(self) -> tuple[str, ...]:
         """Parameters that name a host: specs check them, nodes get the member id
@@ -240,6 +314,7 @@ CATALOGUE: tuple[Entry, ...] = (
           moving_sequencer.MovingSequencerParams, SEQUENCER_TOTAL,
           liveness=Liveness(LINK_LIVE, note="Chang-Maxemchuk: no token-site reformation, a "
                                             "crashed site stops the order"),
+          hazards=MOVING_SEQUENCER_HAZARDS,
           summary="total order by a sequencer role rotating with a token (001 L130, "
                   "Chang-Maxemchuk)"),
     Entry("psync", psync.WIRE_ID, psync.Psync, ReliableParams, RELIABLE_FIFO | {"causal_order"},
@@ -250,6 +325,7 @@ CATALOGUE: tuple[Entry, ...] = (
           psync_total.PsyncTotalParams, SEQUENCER_TOTAL,
           liveness=Liveness(LINK_LIVE, note="002 L386-390: a wave waits for every "
                                             "participant; a crashed one stops it"),
+          hazards=PSYNC_TOTAL_HAZARDS,
           summary="total order from Psync's causal order by waves, with NULLs (002 "
                   "L386-390)"),
     Entry("qos-vbr", qos_vbr.WIRE_ID, qos_vbr.QosVbr, qos_vbr.QosVbrParams,
@@ -267,6 +343,7 @@ CATALOGUE: tuple[Entry, ...] = (
           liveness=Liveness(RELIABLE_LIVE, quorum=True,
                             note="001 §4.1: views exclude crashed members while a majority "
                                  "remains; a cut-off minority rejoins by state transfer"),
+          hazards=PRIMARY_HAZARDS,
           summary="total order in primary views over partitionable membership: majority of "
                   "the last primary, blocked minorities, forced leave and rejoin (001 4.1)"),
     Entry("qos-cbr", qos_cbr.WIRE_ID, qos_cbr.QosCbr, qos_cbr.QosCbrParams,
@@ -315,6 +392,13 @@ for _e in CATALOGUE:
                            f"{sorted(_e.claims - set(CHECKS))}")
     if not _e.liveness.tolerates <= set(FAULT_KINDS):
         raise RuntimeError(f"protocol {_e.name!r}: unknown fault kinds in its liveness claim")
+    for _h in _e.hazards:
+        if not _h.voids or not _h.voids <= set(VOIDABLE) or not _h.faults <= set(HAZARD_FAULTS):
+            raise RuntimeError(f"protocol {_e.name!r}: a hazard voids unknown checks or names "
+                               "unknown fault kinds")
+        if not {k for k, _ in _h.params} <= {f.name for f in fields(_e.params)} or not _h.reason:
+            raise RuntimeError(f"protocol {_e.name!r}: a hazard names unknown params or has "
+                               "no reason")
     if bool(_e.bound) != (_e.model is not None):
         raise RuntimeError(f"protocol {_e.name!r}: a latency bound needs a model, and only "
                            "a bound has one")
