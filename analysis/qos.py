@@ -265,7 +265,9 @@ def path_counts(events: Events, holes_at: set[str] | None = None
         if holes_at is not None and node not in holes_at:
             continue
         for (member, _inc), seqs in got.items():
-            holes = max(seqs) - len(set(seqs))
+            # between the first and the last datagram received: a sender's first rseq need
+            # not be a logged multicast (qos-vbr's first datagram is its join announcement)
+            holes = max(seqs) - min(seqs) + 1 - len(set(seqs))
             key = f"{member}->{node}"
             holes -= min(holes, late.get(key, 0))
             if holes > 0:

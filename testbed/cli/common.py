@@ -77,7 +77,8 @@ def print_verdict(summary: dict[str, Any]) -> None:
     from analysis.verdict import verdict_line
 
     ok = (summary.get("verdict") or {}).get("ok")
-    console.print(verdict_line(summary), style="green" if ok else "red", highlight=False)
+    console.print(verdict_line(summary), style="green" if ok else "red", highlight=False,
+                  soft_wrap=True)  # one line, whatever the terminal width: scripts read it
 
 
 def print_summary(summary: dict[str, Any]) -> None:
