@@ -16,6 +16,7 @@ import re
 import shlex
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,11 @@ def boot(out: Path, init: Path) -> subprocess.CompletedProcess[str]:
         if group_members(proc.pid):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    # The SIGKILLed members leave the process table once init has reaped them (they were the
+    # leader's children): on a loaded machine that takes a moment after the leader's wait.
+    deadline = time.monotonic() + 10
+    while group_members(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert group_members(proc.pid) == [], "UML left host processes behind"
     return subprocess.CompletedProcess(argv, proc.returncode, stdout)
 
