@@ -154,6 +154,11 @@ def run_faults(run_dir: Path, history: FaultHistory) -> list[Fault]:
             if int(params.get("jitter_ns") or 0) > 0:
                 faults.append(Fault("reorder", f"link {between} jitter", f.hosts,
                                     secs(f.start), ended))
+            elif int(params.get("delay_ns") or 0) > 0:
+                # the path's delay changes and changes back: datagrams sent after either
+                # change can overtake ones still in flight, as jitter's do
+                faults.append(Fault("reorder", f"link {between} delay change", f.hosts,
+                                    secs(f.start), ended))
     return faults
 
 

@@ -304,3 +304,27 @@ def test_qos_cbr_outside_its_model_measures_the_assumptions_and_judges_no_bound(
     bound = s["checks"]["latency_bound"]
     assert bound["judged"] is False and bound["violations"] == 0
     assert "reordered" in bound["note"]
+
+
+def test_a_link_delay_change_reorders_so_fifo_stalls_as_claimed(tmp_path: Path) -> None:
+    """Found by `testbed explore` (fifo, seed 2070): a `link` fault raising a path's delay to
+    170 ms for 106 ms. When it ends, datagrams sent after it overtake those still in flight,
+    which FIFO without reliability drops (002 L54-66): the run stalls, and the verdict must
+    say the claim does not cover it instead of failing the run."""
+    from analysis.judge import judge_run
+
+    body = f"""topology: {ROOT / 'topologies/two-sites.yaml'}
+duration: 3s
+drain: 1s
+drain_max: 5s
+protocol: {{name: fifo}}
+workload: {{rate: 20/s, size: 512B}}
+faults:
+  - {{kind: link, between: [h3, h2], at: 999ms, for: 106ms, delay: 170ms}}
+"""
+    rc, out, runs = run(tmp_path, "fifo-delay", body, "--no-analyze")
+    assert rc == 0, out
+    s = judge_run(run_dir_of(runs))
+    assert s["liveness"]["quiescent"] is False
+    assert s["verdict"]["liveness"] == "stalled-as-claimed" and s["ok"], s["verdict"]
+    assert "link h3-h2 delay change" in s["verdict"]["reasons"][0]
