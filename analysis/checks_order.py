@@ -10,7 +10,9 @@ inversions get enumerated, so it is the lower median of the message's delivery t
 time) over the nodes, then the mid, which follows the common order wherever the nodes agree.
 Nodes compare (gt, mid) keys among themselves (analysis/checks_node.py), so g is never
 materialized; each inverted pair carries the bitmap of the nodes holding both messages, so
-"some other holder does not invert it" is a count here.
+"some other holder does not invert it" is a count here. A node with more than
+MAX_PAIRS_PER_NODE inversions has only some enumerated, so only a holder enumerated in full
+counts as not inverting (else a pair inverted everywhere read as a disagreement).
 
 FIFO (002, "FIFO ordering"): the fnl order of each sender's messages at a node follows their
 number n (gaps allowed: a missing message is agreement's business). It counts the fewest
