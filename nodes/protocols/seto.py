@@ -10,6 +10,12 @@ pair of senders (sec. 3.2); its optimistic order then predicts the final one.
 Delay estimation, per Fig. 4:
 - on receipt, a message gets its optimistic delivery instant o = now + delay[sender] (line 12);
 - on receipt of its sequence number, the instant t is recorded (line 22);
+- Delta compares o as the *current* delays plan it (o - delay[k] at receipt + delay[k] now):
+  Fig. 4 uses the o fixed at receipt, so after a partition heals and a burst of ORDERs names
+  messages received hundreds of ms apart, every pair of the burst re-applied the same
+  correction (their o predate all of it) and a delay grew by (1 - alpha) * |Delta| per pair,
+  to seconds; the hint made the sequencer hold its own messages that long (a stall). Now each
+  adjust moves the o of the messages still waiting, and a burst converges as a steady stream;
 - on final delivery of m after m', Delta = (t - t') - (o - o') tells how much later (Delta > 0)
   or earlier the sequencer saw m relative to m' than this process planned to (line 26), and
   adjust() moves delays by (1 - alpha) * |Delta|, alpha being the inertia factor (lines 27-39):
@@ -84,12 +90,14 @@ class Seto(Sequencer):
         self.delay: dict[int, int] = {m: 0 for m in members}  # delay[k], local ns
         self.r_delay: dict[int, int] = {m: 0 for m in members}  # hints heard, at the sequencer
         self.hint: dict[Key, int] = {}  # d of each message received but not opt-delivered
-        self.opt_at: dict[Key, int] = {}  # o of each message not yet fnl-delivered (R)
+        # o - delay[origin] of each message not yet fnl-delivered (R): o as the current
+        # delays plan it is this plus delay[origin] (Delta, docstring)
+        self.opt_at: dict[Key, int] = {}
         self.seq_at: dict[int, int] = {}  # t at which each sequence number arrived (S)
         self.waiting: list[tuple[int, int, Key]] = []  # (o, arrival, key) heap, awaiting opt
         self.arrivals = 0
         self.last_o: dict[int, int] = {}  # o of each sender's latest message (FIFO, above)
-        self.last: tuple[int, int, int] | None = None  # (t', o', sender) of the last fnl
+        self.last: tuple[int, int, int] | None = None  # (t', o' - delay, sender), last fnl
         # Restarts (docstring): per origin, the first number an ORDER since the join names
         # (None: a process that never restarted opt-delivers at once); messages parked until
         # their origin's entry is known.
@@ -113,7 +121,7 @@ class Seto(Sequencer):
         key = (h.origin, h.mno)
         o = max(now + self.delay[h.origin], self.last_o.get(h.origin, 0))
         self.last_o[h.origin] = o
-        self.opt_at[key] = o
+        self.opt_at[key] = o - self.delay[h.origin]
         self.hint[key] = h.hint * 1000
         if self.opt_from is not None:
             first = self.opt_from.get(h.origin)
@@ -205,16 +213,18 @@ class Seto(Sequencer):
             out += self._opt_deliver(key, fnl.size)
         self.parked.pop(key, None)
         t = self.seq_at.pop(fnl.seq)
-        o = self.opt_at.pop(key)
+        base = self.opt_at.pop(key)
+        o = base + self.delay[fnl.origin]
         if self.last is not None and self.adaptive and self.me != self.sequencer:
-            t_prev, o_prev, sender_prev = self.last
+            t_prev, base_prev, sender_prev = self.last
+            o_prev = base_prev + self.delay[sender_prev]
             if sender_prev != fnl.origin:
                 diff = (t - t_prev) - (o - o_prev)
                 if diff > 0:
                     self._adjust(sender_prev, fnl.origin, diff)
                 else:
                     self._adjust(fnl.origin, sender_prev, -diff)
-        self.last = (t, o, fnl.origin)
+        self.last = (t, base, fnl.origin)
         return out
 
     def _adjust(self, i: int, j: int, d: int) -> None:
