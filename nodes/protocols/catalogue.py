@@ -221,6 +221,24 @@ PSYNC_TOTAL_HAZARDS = (
                   "that only some members got make the survivors' waves differ"),
 )
 
+# Lamport's order (002 L366-369) has no relay: only the sender repairs a gap. A sender that
+# crashes while some member is cut off (or loses its datagrams) leaves its last messages at the
+# members that got them; once it restarts the others deliver on, the cut-off one never gets
+# them (nodes/protocols/lamport.py).
+LAMPORT_HAZARDS = tuple(
+    Hazard(frozenset({"agreement"}), frozenset({"crash", cut}),
+           reason="002 L366-369 relays nothing: a crashed sender's last messages reach only "
+                  "the members its datagrams reached, and only the sender repairs a gap")
+    for cut in ("partition", "loss"))
+# Psync (002 L329-352): a restarted receiver joins each sender's chain where it finds it (C6)
+# and takes what came before as delivered without its context, so its new incarnation may
+# deliver a message before one its predecessor in the chain depended on.
+PSYNC_HAZARDS = tuple(
+    Hazard(frozenset({"causal_order"}), frozenset({"crash", cut}),
+           reason="002 L329-352 has no state transfer: a restarted receiver joins each chain "
+                  "mid-way without the context of what it skipped")
+    for cut in ("partition", "loss"))
+
 Factory = Callable[[int, list[int], dict[str, Any]], Layer]
 # A protocol whose params nest other protocols (switching's instances) checks and resolves
 # them itself: (params, topology hosts) -> [(location, message)], (params, {host: id}) -> params.
@@ -308,6 +326,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("lamport", lamport.WIRE_ID, lamport.Lamport, lamport.LamportParams, SEQUENCER_TOTAL,
           liveness=Liveness(LINK_LIVE, note="Lamport 1978: delivery waits for a later "
                                             "message of every member; a crash stops it"),
+          hazards=LAMPORT_HAZARDS,
           summary="symmetric total order by Lamport timestamps and acknowledgements (002 "
                   "L366-369, Lamport 1978)"),
     Entry("moving-sequencer", moving_sequencer.WIRE_ID, moving_sequencer.MovingSequencer,
@@ -320,6 +339,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("psync", psync.WIRE_ID, psync.Psync, ReliableParams, RELIABLE_FIFO | {"causal_order"},
           liveness=Liveness(LINK_LIVE, note="002 L329-352: a crashed sender's lost message "
                                             "holds its dependants in the context graph"),
+          hazards=PSYNC_HAZARDS,
           summary="causal order by a context graph, Psync (002 L329-352)"),
     Entry("psync-total", psync_total.WIRE_ID, psync_total.PsyncTotal,
           psync_total.PsyncTotalParams, SEQUENCER_TOTAL,
