@@ -97,14 +97,14 @@ def test_hazards_match_only_their_params_and_every_fault_kind() -> None:
         assert names(proto, {}, faults("crash", "loss"))
         assert not names(proto, {}, faults("crash"))
         assert not names(proto, {}, faults("loss", "partition", "pause", odd=True))
-    # no relay (lamport) or no state transfer (psync): a crash beside a cut or loss
-    for proto in ("lamport", "psync"):
+    # repair from the sender alone: a crash beside a cut or loss
+    for proto in ("reliable-nack", "reliable-ack", "cbcast", "lamport", "psync"):
         assert names(proto, {}, faults("crash", "partition"))
         assert names(proto, {}, faults("crash", "loss"))
         assert not names(proto, {}, faults("crash"))
         assert not names(proto, {}, faults("loss", "partition", "pause", odd=True))
     # protocols whose rules keep their safety claims under every fault have no hazard
-    for proto in ("sequencer", "reliable-nack", "token-ring", "cbcast"):
+    for proto in ("sequencer", "token-ring"):
         assert not names(proto, {}, faults(*catalogue.FAULT_KINDS, odd=True)), proto
 
 

@@ -221,19 +221,21 @@ PSYNC_TOTAL_HAZARDS = (
                   "that only some members got make the survivors' waves differ"),
 )
 
-# Lamport's order (002 L366-369) has no relay: only the sender repairs a gap. A sender that
-# crashes while some member is cut off (or loses its datagrams) leaves its last messages at the
-# members that got them; once it restarts the others deliver on, the cut-off one never gets
-# them (nodes/protocols/lamport.py).
-LAMPORT_HAZARDS = tuple(
+# Sender-based repair (002 "Reliable FIFO: Negative Acknowledgement", L120-181; Lamport's
+# order, L366-369, and Psync over the same repair): only the sender answers a gap, no member
+# relays another's message. A sender that crashes while loss or a cut kept its last messages
+# from some members leaves them at the members that got them: agreement on a crashed
+# sender's messages is not claimed then (found by `testbed explore`, seeds 18 and 5015).
+# The fixed sequencer relays (FETCH), so `sequencer` and its kin keep it.
+SENDER_REPAIR_HAZARDS = tuple(
     Hazard(frozenset({"agreement"}), frozenset({"crash", cut}),
-           reason="002 L366-369 relays nothing: a crashed sender's last messages reach only "
-                  "the members its datagrams reached, and only the sender repairs a gap")
+           reason="002 L120-181 repairs from the sender only: a crashed sender's last "
+                  "messages stay at the members its datagrams reached")
     for cut in ("partition", "loss"))
 # Psync (002 L329-352): a restarted receiver joins each sender's chain where it finds it (C6)
 # and takes what came before as delivered without its context, so its new incarnation may
 # deliver a message before one its predecessor in the chain depended on.
-PSYNC_HAZARDS = tuple(
+PSYNC_HAZARDS = SENDER_REPAIR_HAZARDS + tuple(
     Hazard(frozenset({"causal_order"}), frozenset({"crash", cut}),
            reason="002 L329-352 has no state transfer: a restarted receiver joins each chain "
                   "mid-way without the context of what it skipped")
@@ -305,17 +307,20 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("reliable-nack", Proto.RELIABLE, ReliableNack, ReliableParams, RELIABLE_FIFO,
           liveness=Liveness(RELIABLE_LIVE, note="002: a gap is NACKed until retransmitted; "
                                                 "a crash stops only the crashed sender"),
+          hazards=SENDER_REPAIR_HAZARDS,
           summary="reliable FIFO multicast with negative acknowledgements (002)"),
     Entry("reliable-ack", reliable_ack.WIRE_ID, reliable_ack.ReliableAck,
           reliable_ack.ReliableAckParams, RELIABLE_FIFO,
           liveness=Liveness(RELIABLE_FIFO_ACK_LIVE,
                             note="002 L120-181: a receiver silent for `max_tries` "
                                  "retransmissions (a pause, a partition) is given up"),
+          hazards=SENDER_REPAIR_HAZARDS,
           summary="reliable FIFO multicast with positive acknowledgements (002 L120-181)"),
     Entry("cbcast", cbcast.WIRE_ID, cbcast.Cbcast, ReliableParams,
           RELIABLE_FIFO | {"causal_order"},
           liveness=Liveness(LINK_LIVE, note="002 L299-327: without ISIS's flush a crashed "
                                             "sender's lost message holds its dependants"),
+          hazards=SENDER_REPAIR_HAZARDS,
           summary="causal order with vector clocks, ISIS CBCAST (002 L299-327)"),
     Entry("token-ring", token_ring.WIRE_ID, token_ring.TokenRing, token_ring.TokenRingParams,
           SEQUENCER_TOTAL,
@@ -326,7 +331,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("lamport", lamport.WIRE_ID, lamport.Lamport, lamport.LamportParams, SEQUENCER_TOTAL,
           liveness=Liveness(LINK_LIVE, note="Lamport 1978: delivery waits for a later "
                                             "message of every member; a crash stops it"),
-          hazards=LAMPORT_HAZARDS,
+          hazards=SENDER_REPAIR_HAZARDS,
           summary="symmetric total order by Lamport timestamps and acknowledgements (002 "
                   "L366-369, Lamport 1978)"),
     Entry("moving-sequencer", moving_sequencer.WIRE_ID, moving_sequencer.MovingSequencer,
@@ -345,7 +350,7 @@ CATALOGUE: tuple[Entry, ...] = (
           psync_total.PsyncTotalParams, SEQUENCER_TOTAL,
           liveness=Liveness(LINK_LIVE, note="002 L386-390: a wave waits for every "
                                             "participant; a crashed one stops it"),
-          hazards=PSYNC_TOTAL_HAZARDS,
+          hazards=SENDER_REPAIR_HAZARDS + PSYNC_TOTAL_HAZARDS,
           summary="total order from Psync's causal order by waves, with NULLs (002 "
                   "L386-390)"),
     Entry("qos-vbr", qos_vbr.WIRE_ID, qos_vbr.QosVbr, qos_vbr.QosVbrParams,
