@@ -215,11 +215,11 @@ MOVING_SEQUENCER_HAZARDS = (
                   "loss kept from some members (two numberings)"),
 )
 # Psync's waves (002 L386-390) assume no failures: the survivors' waves can differ.
-PSYNC_TOTAL_HAZARDS = (
-    Hazard(frozenset({"total_order"}), frozenset({"crash", "loss"}),
-           reason="002 L386-390 is failure-free: with loss, a crashed sender's last messages "
-                  "that only some members got make the survivors' waves differ"),
-)
+PSYNC_TOTAL_HAZARDS = tuple(
+    Hazard(frozenset({"total_order"}), frozenset({"crash", cut}),
+           reason="002 L386-390 is failure-free: a crashed sender's last messages that loss or "
+                  "a cut kept from some members make the survivors' waves differ")
+    for cut in ("partition", "loss"))
 
 # Sender-based repair (002 "Reliable FIFO: Negative Acknowledgement", L120-181; Lamport's
 # order, L366-369, and Psync over the same repair): only the sender answers a gap, no member
@@ -235,11 +235,11 @@ SENDER_REPAIR_HAZARDS = tuple(
 # Psync (002 L329-352): a restarted receiver joins each sender's chain where it finds it (C6)
 # and takes what came before as delivered without its context, so its new incarnation may
 # deliver a message before one its predecessor in the chain depended on.
-PSYNC_HAZARDS = SENDER_REPAIR_HAZARDS + tuple(
-    Hazard(frozenset({"causal_order"}), frozenset({"crash", cut}),
+PSYNC_HAZARDS = SENDER_REPAIR_HAZARDS + (
+    Hazard(frozenset({"causal_order"}), frozenset({"crash"}),
            reason="002 L329-352 has no state transfer: a restarted receiver joins each chain "
-                  "mid-way without the context of what it skipped")
-    for cut in ("partition", "loss"))
+                  "mid-way without the context of what it skipped"),
+)
 
 Factory = Callable[[int, list[int], dict[str, Any]], Layer]
 # A protocol whose params nest other protocols (switching's instances) checks and resolves
