@@ -16,6 +16,7 @@ for a message some member never delivered."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +103,59 @@ def test_revocation_filter_on_rows_and_on_a_node_log() -> None:
     assert bad == 0
     assert list(zip(table["ev"].to_pylist(), table["i"].to_pylist(), strict=True)) == [
         ("fnl", 2), ("state", 3), ("fnl", 4)]
+
+
+def two_sites_pause(out: Path, pauses: list[tuple[str, float, float]], *,
+                    duration_s: float, drain_s: float = 3, rate: float = 50,
+                    seed: int = 4, rule: str = "majority") -> ps.Events:
+    """4 hosts on two sites (LAN 0.5 ms, WAN 10 ms), `primary` with its defaults (fd 1 s)
+    over `sequencer`, each (host, at, for) a SIGSTOP-like pause of the simulator: a pause is
+    a transitive, symmetric cut of one host, and its held events all come at the resume."""
+    from nodes.sim import SIM_EPOCH_NS, Simulator
+
+    lan, wan = 0.5, 10.0
+    matrix = [[0 if i == j else lan if i // 2 == j // 2 else wan for j in range(4)]
+              for i in range(4)]
+    cfgs = ps.configs("primary", out, matrix_ms=matrix, jitter_ms=0, loss=0, rate=rate,
+                      duration_s=duration_s, drain_s=drain_s,
+                      params={"primary_rule": rule}, seed=seed)
+    sim = Simulator(cfgs, seed=seed)
+    def pause(host: str) -> None:
+        sim.pause(host)
+
+    def resume(host: str) -> None:
+        sim.resume(host)
+
+    for host, at, length in pauses:
+        sim.at(SIM_EPOCH_NS + round(at * 1e9), partial(pause, host))
+        sim.at(SIM_EPOCH_NS + round((at + length) * 1e9), partial(resume, host))
+    sim.run(SIM_EPOCH_NS + round((duration_s + drain_s) * 1e9))
+    return ps.read_events(out)
+
+
+def test_a_paused_primary_member_does_not_install_the_counter_it_missed(
+        tmp_path: Path) -> None:
+    """Found by `testbed explore` (seed 4): h1 paused 1.7 s (longer than the 1 s detector);
+    h2, h3, h4 form counter 3 without it (P2: 3 of the 4). At the resume the view of all four
+    held nothing but h1's last primary, so P2 installed counter 3 again at h1 at once: split
+    brain, and the others' counter-3 deliveries, already `uniform`, revoked by the transfer
+    h1 then led. Now P2 needs every member to come straight from h1's primary view
+    (membership M5); h1 probes, is excluded (4.1.2) and gets the state."""
+    from analysis import membership as checks
+
+    raw = two_sites_pause(tmp_path, [("h1", 1.0, 1.7)], duration_s=4)
+    found = {k: v["violations"]
+             for k, v in checks.membership_section(tmp_path)["checks"].items()}
+    assert found == dict.fromkeys(checks.MEMBERSHIP_CHECKS, 0), found
+    assert [e["counter"] for e in raw["h1"] if e["ev"] == "excluded"] == [2]
+    assert not [e for h in ("h2", "h3", "h4") for e in raw[h] if e["ev"] == "state"]
+    events = {h: drop_revoked([{**e, "node": h} for e in evs]) for h, evs in raw.items()}
+    assert ps.total_order_pairs(events) == 0 and ps.integrity(events) == 0
+    assert ps.agreement(events) == 0 and ps.validity(events) == 0
+    held = [{e["mid"] for e in evs if e["ev"] == "fnl"} for evs in events.values()]
+    assert all(h == held[0] for h in held)
+    assert not [e for evs in raw.values() for e in evs
+                if e["ev"] == "ensured" and e["mid"] not in held[0]]
+    last = [[e for e in evs if e["ev"] == "view" and e.get("primary")][-1]
+            for evs in raw.values()]
+    assert {v["counter"] for v in last} == {4} and all(len(v["members"]) == 4 for v in last)

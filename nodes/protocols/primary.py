@@ -20,6 +20,14 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
   Cause once seen (liveness): nobody planned a state transfer for a view P2 installed at
   once, so a lineage member that had blocked and was behind waited for ever; installed
   members now plan it once every probe is in (a member still primary leads, P6).
+  Cause once seen (safety, a paused member): "V within my last primary" is not "everyone
+  in V moved with me": h1, paused, came back into a view of all four whose other members
+  had formed counter 3 without it (by P2, 3 of 4), and installed counter 3 a second time
+  (split brain, and their `uniform` deliveries revoked). 4.1.2 forces such a member to
+  leave. The shortcut now also needs every member of V to come straight from the
+  membership view in which I installed my primary (membership's M5, `View.prev`): then
+  none of them can have taken part in a primary I missed; otherwise V is probed (P3), and
+  the member that missed the intermediate primary is excluded (P7).
   Hazard, not claimed: under flapping partitions this immediate installation is ambiguous
   (a member cut off right after the coordinator's INSTALL still holds the old last primary)
   and two primaries take the same counter (split brain); what one of them delivered, even
@@ -229,6 +237,7 @@ class Primary(LayerBase):
         self.leader: int | None = None  # sends the state transfer of the current view
         self.receivers: set[int] = set()  # ... to these members (P6)
         self.installed = False  # the held view is installed as primary
+        self.primary_vid = -1  # the membership view my primary was installed in (P2)
         self.by_operator = False  # ... by setPrimary (P9)
         self.phase1 = False  # attempt rule: recorded, waiting for the lineage's ATT_ACKs
         self.operator = False
@@ -461,7 +470,9 @@ class Primary(LayerBase):
         if self.status == PRIMARY:
             if not strict_majority(v, self.lp):
                 out += self._block("no majority of the last primary")  # P2
-            elif self.rule == "majority" and set(v) <= set(self.lp):
+            elif (self.rule == "majority" and set(v) <= set(self.lp)
+                  and len(self.held.prev) == len(v)
+                  and all(p == self.primary_vid for p in self.held.prev)):
                 return out + self._install(self.counter, now)  # P2, the paper's shortcut
         if any(m not in self.probes for m in v):
             return out
@@ -549,6 +560,7 @@ class Primary(LayerBase):
             out += [self._deliver_view(q, counter) for q in sorted(self.receivers)]  # P6
         self.decided, self.installed, self.attempt = True, True, None
         self.status, self.counter, self.lp = PRIMARY, counter + 1, v
+        self.primary_vid = self.held.vid
         fields: dict[str, Any] = {"primary": True, "counter": self.counter,
                                   "members": list(v), "vid": self.held.vid}
         if self.by_operator:
