@@ -159,3 +159,30 @@ def test_a_paused_primary_member_does_not_install_the_counter_it_missed(
     last = [[e for e in evs if e["ev"] == "view" and e.get("primary")][-1]
             for evs in raw.values()]
     assert {v["counter"] for v in last} == {4} and all(len(v["members"]) == 4 for v in last)
+
+
+def test_an_answered_probe_is_not_answered_again() -> None:
+    """Found by `testbed explore` (seed 92: links duplicating 8.8 %, a clock jump and a crash):
+    the simulator never ended. A decided member answers a probe with its own probe, and
+    answered the answer too: two decided members played ping-pong for ever and every
+    duplicated datagram started one more game. An answer is marked (rseq 1), never answered;
+    a plain probe still is (a member that missed something of the view asks that way)."""
+    from nodes.protocols import primary as pv
+    from nodes.protocols.base import Send
+    from nodes.wire import Header, Message, MsgType
+
+    layer = pv.Primary(1, [0, 1, 2], {})
+    layer.start(0)
+    assert layer.held is not None
+    layer.decided = True
+
+    def probe(rseq: int) -> Message:
+        vid = layer.held.vid if layer.held is not None else 0
+        return Message(Header(MsgType.DATA, pv.WIRE_ID, sender=0, seq=vid, hint=pv.FRESH,
+                              aux=pv.PROBE, rseq=rseq), bytes(6))
+
+    answer = [a for a in layer.on_message(0, probe(0), 1) if isinstance(a, Send)]
+    assert [(a.dst, a.msg.header.aux, a.msg.header.rseq) for a in answer][:1] == [
+        (0, pv.PROBE, 1)]
+    assert layer.on_message(0, probe(1), 2) == []
+    assert 0 in layer.probes  # recorded all the same

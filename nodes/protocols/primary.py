@@ -54,6 +54,10 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
   ordered each delivery: the same instances, each a prefix of that instance's total order).
   A receiver whose DELIVER_VIEW was lost used to stay blocked (it had decided, so it probed
   no more); it now probes the leader again every tick until the transfer comes.
+  Cause once seen (the simulator never ended): a decided member answers a probe with its
+  own, and answered answers too: two decided members played probe ping-pong for ever, and
+  with duplicating links every copy started one more game (events grew without bound,
+  virtual time barely moved). An answer is now marked (`rseq` 1) and never answered.
 - P8 install: counter + 1, last primary := V, a fresh total-order instance; own messages
   not yet delivered are broadcast again on it (`view`, primary=true).
 - P9 `setPrimary` (management): a blocked member with a view becomes primary with it and
@@ -424,14 +428,17 @@ class Primary(LayerBase):
             return []  # a probe of another view
         self.probes[src] = Probe(h.mno, h.hint, lp, h.slot, att, segs)
         if self.decided:
-            return self._answer(src)
+            # an answer (rseq 1) is never answered: two decided members would play probe
+            # ping-pong for ever, and each duplicated datagram starts one more game
+            return [] if h.rseq else self._answer(src)
         return self._decide(now)
 
     def _answer(self, q: int) -> list[Action]:
         """q probes again: it missed something of this view (the network loses datagrams).
         Send it my probe again, the state transfer if I lead and it is fresh, my ATT_ACK."""
         assert self.held is not None and self.my_probe is not None
-        out: list[Action] = [Send(q, self.my_probe)]
+        out: list[Action] = [Send(q, Message(self.my_probe.header.with_(rseq=1),
+                                             self.my_probe.payload))]
         if (self.installed and self.leader is None
                 and all(m in self.probes for m in self.held.members)):
             # installed by P2 at once: the plan (who leads, who is behind) is made now that
