@@ -329,7 +329,7 @@ class Primary(LayerBase):
                     self.vectors[src] = STABLE_BODY.unpack(msg.payload)
                 return self._ensure()
             if kind == ATT_ACK:
-                return self._on_att_ack(src, h.seq, now)
+                return self._on_att_ack(src, h.seq, now, answer=bool(h.rseq))
             raise ValueError(f"unknown kind {kind}")
         except (ValueError, struct.error, WireError) as exc:
             self.rejected += 1
@@ -430,15 +430,18 @@ class Primary(LayerBase):
         if self.decided:
             # an answer (rseq 1) is never answered: two decided members would play probe
             # ping-pong for ever, and each duplicated datagram starts one more game
-            return [] if h.rseq else self._answer(src)
+            return self._answer(src, reply=not h.rseq)
         return self._decide(now)
 
-    def _answer(self, q: int) -> list[Action]:
+    def _answer(self, q: int, reply: bool = True) -> list[Action]:
         """q probes again: it missed something of this view (the network loses datagrams).
-        Send it my probe again, the state transfer if I lead and it is fresh, my ATT_ACK."""
+        Send it my probe again (unless its probe is itself an answer), the state transfer if
+        I lead and it is fresh, my ATT_ACK."""
         assert self.held is not None and self.my_probe is not None
-        out: list[Action] = [Send(q, Message(self.my_probe.header.with_(rseq=1),
-                                             self.my_probe.payload))]
+        out: list[Action] = []
+        if reply:
+            out.append(Send(q, Message(self.my_probe.header.with_(rseq=1),
+                                       self.my_probe.payload)))
         if (self.installed and self.leader is None
                 and all(m in self.probes for m in self.held.members)):
             # installed by P2 at once: the plan (who leads, who is behind) is made now that
@@ -534,16 +537,17 @@ class Primary(LayerBase):
             return []  # wait for the leader's DELIVER_VIEW
         return self._install(counter, now)
 
-    def _on_att_ack(self, src: int, vid: int, now: int) -> list[Action]:
+    def _on_att_ack(self, src: int, vid: int, now: int, answer: bool = False) -> list[Action]:
         if self.held is None or vid != self.held.vid:
             return []
         self.att_acks.add(src)
         if not self.phase1 or self.attempt is None:
-            if self.decided and self.me in self.att_acks and src != self.me:
+            if self.decided and self.me in self.att_acks and src != self.me and not answer:
                 # src still waits for mine (lost): I recorded it and may have installed
-                # already, which sends no more ATT_ACKs by itself
+                # already, which sends no more ATT_ACKs by itself; marked as an answer
+                # (rseq 1), which is not answered again (no ATT_ACK ping-pong)
                 h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.held.vid,
-                           aux=ATT_ACK)
+                           rseq=1, aux=ATT_ACK)
                 return [Send(src, Message(h))]
             return []
         lineage = [q for q, p in self.probes.items() if p.status != FRESH]
