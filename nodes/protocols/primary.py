@@ -58,6 +58,11 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
   own, and answered answers too: two decided members played probe ping-pong for ever, and
   with duplicating links every copy started one more game (events grew without bound,
   virtual time barely moved). An answer is now marked (`rseq` 1) and never answered.
+- P8 cause once seen (liveness, a restart of the view's sequencer): members that installed
+  first broadcast their pending messages on the new instance at once; the restarted
+  sequencer, still waiting for its state transfer, dropped them (no instance yet) and,
+  the workload over, nothing told it they existed. Instance traffic of a later counter is
+  now kept (bounded) and replayed when that instance starts.
 - P8 install: counter + 1, last primary := V, a fresh total-order instance; own messages
   not yet delivered are broadcast again on it (`view`, primary=true).
 - P9 `setPrimary` (management): a blocked member with a view becomes primary with it and
@@ -237,6 +242,9 @@ class Primary(LayerBase):
         self.decided = False
         self.att_acks: set[int] = set()
         self.early: list[tuple[int, Header, bytes]] = []
+        # instance traffic of a primary view I have not installed yet (the state transfer
+        # is on its way): replayed when I install it
+        self.early_inner: list[tuple[int, int, bytes]] = []
         self.my_probe: Message | None = None
         self.leader: int | None = None  # sends the state transfer of the current view
         self.receivers: set[int] = set()  # ... to these members (P6)
@@ -712,6 +720,16 @@ class Primary(LayerBase):
         self.unsent.clear()
         for sn, payload in sorted(self.pending.items()):
             out += self._inner_broadcast(sn, payload, now)  # P8: ours not yet delivered
+        early, self.early_inner = self.early_inner, []
+        for src, epoch, payload in early:
+            if epoch == self.epoch:
+                try:
+                    out += self._on_inner(src, epoch, payload, now)
+                except (ValueError, struct.error, WireError) as exc:
+                    self.rejected += 1
+                    out.append(Log("drop", {"reason": "primary", "detail": str(exc)}))
+            elif epoch > self.epoch:
+                self.early_inner.append((src, epoch, payload))
         return out
 
     def _inner_broadcast(self, sn: int, payload: bytes, now: int) -> list[Action]:
@@ -719,6 +737,10 @@ class Primary(LayerBase):
         return self._lift(self.inner.broadcast(payload, now), now)
 
     def _on_inner(self, src: int, epoch: int, payload: bytes, now: int) -> list[Action]:
+        if (epoch > self.epoch or self.inner is None) and len(self.early_inner) < EARLY_MAX:
+            if epoch > self.epoch:
+                self.early_inner.append((src, epoch, payload))  # my install comes later
+            return []
         if self.inner is None or epoch != self.epoch or src not in self.inst_members:
             return []  # an instance that is gone (or not ours)
         msg = decode(payload)
