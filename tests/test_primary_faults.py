@@ -16,6 +16,7 @@ for a message some member never delivered."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +103,102 @@ def test_revocation_filter_on_rows_and_on_a_node_log() -> None:
     assert bad == 0
     assert list(zip(table["ev"].to_pylist(), table["i"].to_pylist(), strict=True)) == [
         ("fnl", 2), ("state", 3), ("fnl", 4)]
+
+
+def two_sites_pause(out: Path, pauses: list[tuple[str, float, float]], *,
+                    duration_s: float, drain_s: float = 3, rate: float = 50,
+                    seed: int = 4, rule: str = "majority", crash: bool = False) -> ps.Events:
+    """4 hosts on two sites (LAN 0.5 ms, WAN 10 ms), `primary` with its defaults (fd 1 s)
+    over `sequencer`, each (host, at, for) a SIGSTOP-like pause of the simulator: a pause is
+    a transitive, symmetric cut of one host, and its held events all come at the resume."""
+    from nodes.sim import SIM_EPOCH_NS, Simulator
+
+    lan, wan = 0.5, 10.0
+    matrix = [[0 if i == j else lan if i // 2 == j // 2 else wan for j in range(4)]
+              for i in range(4)]
+    cfgs = ps.configs("primary", out, matrix_ms=matrix, jitter_ms=0, loss=0, rate=rate,
+                      duration_s=duration_s, drain_s=drain_s,
+                      params={"primary_rule": rule}, seed=seed)
+    sim = Simulator(cfgs, seed=seed)
+    def pause(host: str) -> None:
+        sim.crash(host) if crash else sim.pause(host)
+
+    def resume(host: str) -> None:
+        sim.restart(host) if crash else sim.resume(host)
+
+    for host, at, length in pauses:
+        sim.at(SIM_EPOCH_NS + round(at * 1e9), partial(pause, host))
+        sim.at(SIM_EPOCH_NS + round((at + length) * 1e9), partial(resume, host))
+    sim.run(SIM_EPOCH_NS + round((duration_s + drain_s) * 1e9))
+    return ps.read_events(out)
+
+
+def test_a_paused_primary_member_does_not_install_the_counter_it_missed(
+        tmp_path: Path) -> None:
+    """Found by `testbed explore` (seed 4): h1 paused 1.7 s (longer than the 1 s detector);
+    h2, h3, h4 form counter 3 without it (P2: 3 of the 4). At the resume the view of all four
+    held nothing but h1's last primary, so P2 installed counter 3 again at h1 at once: split
+    brain, and the others' counter-3 deliveries, already `uniform`, revoked by the transfer
+    h1 then led. Now P2 needs every member to come straight from h1's primary view
+    (membership M5); h1 probes, is excluded (4.1.2) and gets the state."""
+    from analysis import membership as checks
+
+    raw = two_sites_pause(tmp_path, [("h1", 1.0, 1.7)], duration_s=4)
+    found = {k: v["violations"]
+             for k, v in checks.membership_section(tmp_path)["checks"].items()}
+    assert found == dict.fromkeys(checks.MEMBERSHIP_CHECKS, 0), found
+    assert [e["counter"] for e in raw["h1"] if e["ev"] == "excluded"] == [2]
+    assert not [e for h in ("h2", "h3", "h4") for e in raw[h] if e["ev"] == "state"]
+    events = {h: drop_revoked([{**e, "node": h} for e in evs]) for h, evs in raw.items()}
+    assert ps.total_order_pairs(events) == 0 and ps.integrity(events) == 0
+    assert ps.agreement(events) == 0 and ps.validity(events) == 0
+    held = [{e["mid"] for e in evs if e["ev"] == "fnl"} for evs in events.values()]
+    assert all(h == held[0] for h in held)
+    assert not [e for evs in raw.values() for e in evs
+                if e["ev"] == "ensured" and e["mid"] not in held[0]]
+    last = [[e for e in evs if e["ev"] == "view" and e.get("primary")][-1]
+            for evs in raw.values()]
+    assert {v["counter"] for v in last} == {4} and all(len(v["members"]) == 4 for v in last)
+
+
+def test_an_answered_probe_is_not_answered_again() -> None:
+    """Found by `testbed explore` (seed 92: links duplicating 8.8 %, a clock jump and a crash):
+    the simulator never ended. A decided member answers a probe with its own probe, and
+    answered the answer too: two decided members played ping-pong for ever and every
+    duplicated datagram started one more game. An answer is marked (rseq 1), never answered;
+    a plain probe still is (a member that missed something of the view asks that way)."""
+    from nodes.protocols import primary as pv
+    from nodes.protocols.base import Send
+    from nodes.wire import Header, Message, MsgType
+
+    layer = pv.Primary(1, [0, 1, 2], {})
+    layer.start(0)
+    assert layer.held is not None
+    layer.decided = True
+
+    def probe(rseq: int) -> Message:
+        vid = layer.held.vid if layer.held is not None else 0
+        return Message(Header(MsgType.DATA, pv.WIRE_ID, sender=0, seq=vid, hint=pv.FRESH,
+                              aux=pv.PROBE, rseq=rseq), bytes(6))
+
+    answer = [a for a in layer.on_message(0, probe(0), 1) if isinstance(a, Send)]
+    assert [(a.dst, a.msg.header.aux, a.msg.header.rseq) for a in answer][:1] == [
+        (0, pv.PROBE, 1)]
+    assert layer.on_message(0, probe(1), 2) == []
+    assert 0 in layer.probes  # recorded all the same
+
+
+def test_a_restarted_sequencer_gets_what_was_broadcast_before_it_installed(
+        tmp_path: Path) -> None:
+    """Found by `testbed explore` (seed 46): h1 (the sequencer of every view) crashes at 2.03 s
+    and restarts 0.85 s later, before the 1 s detector fires; it JOINs, and the others install
+    the new view first and broadcast their pending messages on its instance at once. h1, still
+    waiting for its state transfer, dropped them (no instance yet); the workload over, they
+    were never ordered (not quiescent). Now they are kept and replayed at h1's install."""
+    raw = two_sites_pause(tmp_path, [("h1", 2.031, 0.845)], duration_s=3, drain_s=3,
+                          rate=20, seed=46, crash=True)
+    sent = {e["mid"] for h in ("h2", "h3", "h4") for e in raw[h] if e["ev"] == "send"}
+    for h in ("h2", "h3", "h4"):
+        held = {e["mid"] for e in drop_revoked([{**e, "node": h} for e in raw[h]])
+                if e["ev"] == "fnl"}
+        assert sent <= held, (h, sorted(sent - held))

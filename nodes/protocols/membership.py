@@ -16,6 +16,14 @@ process's *reachable set* is itself plus every member it does not suspect. Rules
   the same messages: view synchrony), or after `flush_timeout` (logged `flush_timeout`);
   it multicasts INSTALL, answers any later FLUSH_OK for an installed view with the INSTALL
   again, and a member installs the highest view it accepted;
+- M5 transitional set (view synchrony's "moved together"): FLUSH_OK carries the view its
+  sender is in, and INSTALL the view each member comes from (`View.prev`). A member
+  installs only the view of its latest FLUSH_OK (from that proposal's coordinator) and
+  REJECTs a proposal below it, so what FLUSH_OK reported is where it really comes from: a
+  member never passes through another view between its FLUSH_OK and the INSTALL.
+  Cause once seen: a paused member came back into a view holding the members that had
+  formed a primary without it, and nothing told it they had not come from its own view:
+  the primary layer's P2 installed at once a second primary with their counter.
 - a proposal whose member becomes suspected is abandoned: the next tick proposes anew; so is
   one a member REJECTs because it installed that view id already (on another side of a
   partition): the coordinator proposes again above it;
@@ -31,8 +39,10 @@ A restarted process (a new incarnation) starts with no view and multicasts JOIN 
 `retry` until it is in one: the coordinator proposes a new view even if its failure detector
 never noticed the crash.
 
-Wire (id 19, `membership`): type DATA, the kind in `aux`, the view id in `seq`; PROPOSE and
-INSTALL carry the members as u16s, FLUSH_OK the owner's opaque flush state.
+Wire (id 19, `membership`): type DATA, the kind in `aux`, the view id in `seq`; PROPOSE
+carries the members as u16s, INSTALL a u16 count, the members as u16s and the view each
+comes from as u32s; FLUSH_OK the sender's view id in `mno` and the owner's opaque flush
+state.
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ WIRE_ID = 19
 TICK = "mb:tick"
 PROPOSE, FLUSH_OK, INSTALL, REJECT, JOIN = 1, 2, 3, 4, 5
 U16 = struct.Struct("!H")
+U32 = struct.Struct("!I")
 
 
 def pack_members(members: tuple[int, ...]) -> bytes:
@@ -64,10 +75,30 @@ def unpack_members(payload: bytes) -> tuple[int, ...]:
     return out
 
 
+def pack_install(members: tuple[int, ...], prev: tuple[int, ...]) -> bytes:
+    return (U16.pack(len(members)) + pack_members(members)
+            + b"".join(U32.pack(p) for p in prev))
+
+
+def unpack_install(payload: bytes) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """INSTALL's members and the view each comes from (M5); ValueError when malformed."""
+    if len(payload) < 2:
+        raise ValueError("install shorter than its member count")
+    (n,) = U16.unpack_from(payload, 0)
+    if n == 0 or len(payload) != 2 + 6 * n:
+        raise ValueError("install of a wrong length")
+    members = unpack_members(payload[2:2 + 2 * n])
+    prev = tuple(U32.unpack_from(payload, 2 + 2 * n + 4 * k)[0] for k in range(n))
+    return members, prev
+
+
 @dataclass
 class View:
     vid: int
     members: tuple[int, ...]
+    # M5: per member, the view id it installed this view from (0: none, the configured or a
+    # restarted process's first view)
+    prev: tuple[int, ...] = ()
 
 
 @dataclass
@@ -76,6 +107,7 @@ class Proposal:
     members: tuple[int, ...]
     started: int
     states: dict[int, bytes]
+    prevs: dict[int, int]
 
 
 class Membership:
@@ -99,6 +131,8 @@ class Membership:
         self.suspected: set[int] = set()
         self.proposal: Proposal | None = None  # coordinated by me
         self.accepted: tuple[int, int, tuple[int, ...]] | None = None  # (vid, coord, members)
+        # M5: the proposal (vid, coordinator) of my latest FLUSH_OK: the only view I install
+        self.flushed: tuple[int, int] = (self.view.vid, -1)
         self.last_state = b""
         self.installed: list[View] = []
         self.rejected = 0
@@ -144,7 +178,8 @@ class Membership:
             out += [self._msg(m, JOIN, 0, b"") for m in reach if m != self.me]
         if self.accepted is not None and self.accepted[1] != self.me:
             state = self.flush_state()
-            out.append(self._msg(self.accepted[1], FLUSH_OK, self.accepted[0], state))
+            out.append(self._msg(self.accepted[1], FLUSH_OK, self.accepted[0], state,
+                                 self.view.vid))
             self.last_state = state
         return out
 
@@ -153,10 +188,12 @@ class Membership:
         p = self.proposal
         if p is None or p.members != reach:
             self.max_vid += 1
-            p = self.proposal = Proposal(self.max_vid, reach, now, {})
+            p = self.proposal = Proposal(self.max_vid, reach, now, {}, {})
             self.accepted = (p.vid, self.me, reach)
+            self.flushed = (p.vid, self.me)
             return [Log("propose", {"vid": p.vid, "members": list(reach)})]
         p.states[self.me] = self.flush_state()
+        p.prevs[self.me] = self.view.vid
         missing = [m for m in p.members if m not in p.states]
         if missing:
             return [self._msg(m, PROPOSE, p.vid, pack_members(p.members)) for m in missing]
@@ -170,9 +207,10 @@ class Membership:
         out: list[Action] = []
         if not agreed:
             out.append(Log("flush_timeout", {"vid": p.vid}))
-        out.append(self._msg(None, INSTALL, p.vid, pack_members(p.members)))
+        view = View(p.vid, p.members, tuple(p.prevs[m] for m in p.members))
+        out.append(self._msg(None, INSTALL, p.vid, pack_install(view.members, view.prev)))
         self.proposal = None
-        return out + self._install(View(p.vid, p.members))
+        return out + self._install(view)
 
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
         h = msg.header
@@ -181,9 +219,9 @@ class Membership:
             if kind == PROPOSE:
                 return self._on_propose(src, h.seq, unpack_members(msg.payload))
             if kind == FLUSH_OK:
-                return self._on_flush_ok(src, h.seq, msg.payload)
+                return self._on_flush_ok(src, h.seq, h.mno, msg.payload)
             if kind == INSTALL:
-                return self._on_install(src, h.seq, unpack_members(msg.payload))
+                return self._on_install(src, h.seq, *unpack_install(msg.payload))
             if kind == JOIN:
                 self.joiners.add(src)
                 return []
@@ -205,31 +243,42 @@ class Membership:
             return []
         if vid <= self.view.vid:  # the coordinator has not heard of my view (another side's)
             return [self._msg(src, REJECT, self.view.vid, b"")]
-        if self.accepted is not None and self.accepted[0] > vid:
-            return []
+        if vid < self.flushed[0] or vid == self.flushed[0] and src != self.flushed[1]:
+            # M5: I answered a later proposal (or another coordinator's with this id): only
+            # that one may install me; this coordinator proposes again above it
+            return [self._msg(src, REJECT, self.flushed[0], b"")]
         self.accepted = (vid, src, members)
+        self.flushed = (vid, src)
         if self.proposal is not None and self.proposal.vid < vid:
             self.proposal = None
         state = self.flush_state()
         self.last_state = state
-        return [self._msg(src, FLUSH_OK, vid, state)]
+        return [self._msg(src, FLUSH_OK, vid, state, self.view.vid)]
 
-    def _on_flush_ok(self, src: int, vid: int, state: bytes) -> list[Action]:
+    def _on_flush_ok(self, src: int, vid: int, prev: int, state: bytes) -> list[Action]:
         if len(state) < 4:
             raise ValueError("flush state shorter than its instance id")
         p = self.proposal
         if p is not None and p.vid == vid and src in p.members:
             p.states[src] = state
+            p.prevs[src] = prev
             return []
-        if vid == self.view.vid and src in self.view.members and self.view.members[0] == self.me:
-            return [self._msg(src, INSTALL, vid, pack_members(self.view.members))]  # M3 resend
+        if (vid == self.view.vid and src in self.view.members and self.view.members[0] == self.me
+                and self.view.prev):
+            return [self._msg(src, INSTALL, vid, pack_install(self.view.members,
+                                                              self.view.prev))]  # M3 resend
         return []
 
-    def _on_install(self, src: int, vid: int, members: tuple[int, ...]) -> list[Action]:
+    def _on_install(self, src: int, vid: int, members: tuple[int, ...],
+                    prev: tuple[int, ...]) -> list[Action]:
         self.max_vid = max(self.max_vid, vid)
-        if self.me not in members or src != members[0] or vid <= self.view.vid:
-            return []
-        return self._install(View(vid, members))
+        if (self.me not in members or src != members[0] or vid <= self.view.vid
+                or (vid, src) != self.flushed):
+            return []  # M5: not the proposal of my latest FLUSH_OK
+        if prev[members.index(self.me)] != self.view.vid:
+            raise ValueError(f"install says I come from view {prev[members.index(self.me)]}, "
+                             f"I am in {self.view.vid}")
+        return self._install(View(vid, members, prev))
 
     def _install(self, view: View) -> list[Action]:
         self.view = view
@@ -239,6 +288,6 @@ class Membership:
         return [Log("view", {"layer": "membership", "vid": view.vid,
                              "members": list(view.members)})]
 
-    def _msg(self, dst: int | None, kind: int, vid: int, payload: bytes) -> Send:
+    def _msg(self, dst: int | None, kind: int, vid: int, payload: bytes, mno: int = 0) -> Send:
         return Send(dst, Message(Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=vid,
-                                        aux=kind), payload))
+                                        mno=mno, aux=kind), payload))

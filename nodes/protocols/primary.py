@@ -20,6 +20,14 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
   Cause once seen (liveness): nobody planned a state transfer for a view P2 installed at
   once, so a lineage member that had blocked and was behind waited for ever; installed
   members now plan it once every probe is in (a member still primary leads, P6).
+  Cause once seen (safety, a paused member): "V within my last primary" is not "everyone
+  in V moved with me": h1, paused, came back into a view of all four whose other members
+  had formed counter 3 without it (by P2, 3 of 4), and installed counter 3 a second time
+  (split brain, and their `uniform` deliveries revoked). 4.1.2 forces such a member to
+  leave. The shortcut now also needs every member of V to come straight from the
+  membership view in which I installed my primary (membership's M5, `View.prev`): then
+  none of them can have taken part in a primary I missed; otherwise V is probed (P3), and
+  the member that missed the intermediate primary is excluded (P7).
   Hazard, not claimed: under flapping partitions this immediate installation is ambiguous
   (a member cut off right after the coordinator's INSTALL still holds the old last primary)
   and two primaries take the same counter (split brain); what one of them delivered, even
@@ -46,6 +54,15 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
   ordered each delivery: the same instances, each a prefix of that instance's total order).
   A receiver whose DELIVER_VIEW was lost used to stay blocked (it had decided, so it probed
   no more); it now probes the leader again every tick until the transfer comes.
+  Cause once seen (the simulator never ended): a decided member answers a probe with its
+  own, and answered answers too: two decided members played probe ping-pong for ever, and
+  with duplicating links every copy started one more game (events grew without bound,
+  virtual time barely moved). An answer is now marked (`rseq` 1) and never answered.
+- P8 cause once seen (liveness, a restart of the view's sequencer): members that installed
+  first broadcast their pending messages on the new instance at once; the restarted
+  sequencer, still waiting for its state transfer, dropped them (no instance yet) and,
+  the workload over, nothing told it they existed. Instance traffic of a later counter is
+  now kept (bounded) and replayed when that instance starts.
 - P8 install: counter + 1, last primary := V, a fresh total-order instance; own messages
   not yet delivered are broadcast again on it (`view`, primary=true).
 - P9 `setPrimary` (management): a blocked member with a view becomes primary with it and
@@ -225,10 +242,14 @@ class Primary(LayerBase):
         self.decided = False
         self.att_acks: set[int] = set()
         self.early: list[tuple[int, Header, bytes]] = []
+        # instance traffic of a primary view I have not installed yet (the state transfer
+        # is on its way): replayed when I install it
+        self.early_inner: list[tuple[int, int, bytes]] = []
         self.my_probe: Message | None = None
         self.leader: int | None = None  # sends the state transfer of the current view
         self.receivers: set[int] = set()  # ... to these members (P6)
         self.installed = False  # the held view is installed as primary
+        self.primary_vid = -1  # the membership view my primary was installed in (P2)
         self.by_operator = False  # ... by setPrimary (P9)
         self.phase1 = False  # attempt rule: recorded, waiting for the lineage's ATT_ACKs
         self.operator = False
@@ -316,7 +337,7 @@ class Primary(LayerBase):
                     self.vectors[src] = STABLE_BODY.unpack(msg.payload)
                 return self._ensure()
             if kind == ATT_ACK:
-                return self._on_att_ack(src, h.seq, now)
+                return self._on_att_ack(src, h.seq, now, answer=bool(h.rseq))
             raise ValueError(f"unknown kind {kind}")
         except (ValueError, struct.error, WireError) as exc:
             self.rejected += 1
@@ -415,14 +436,20 @@ class Primary(LayerBase):
             return []  # a probe of another view
         self.probes[src] = Probe(h.mno, h.hint, lp, h.slot, att, segs)
         if self.decided:
-            return self._answer(src)
+            # an answer (rseq 1) is never answered: two decided members would play probe
+            # ping-pong for ever, and each duplicated datagram starts one more game
+            return self._answer(src, reply=not h.rseq)
         return self._decide(now)
 
-    def _answer(self, q: int) -> list[Action]:
+    def _answer(self, q: int, reply: bool = True) -> list[Action]:
         """q probes again: it missed something of this view (the network loses datagrams).
-        Send it my probe again, the state transfer if I lead and it is fresh, my ATT_ACK."""
+        Send it my probe again (unless its probe is itself an answer), the state transfer if
+        I lead and it is fresh, my ATT_ACK."""
         assert self.held is not None and self.my_probe is not None
-        out: list[Action] = [Send(q, self.my_probe)]
+        out: list[Action] = []
+        if reply:
+            out.append(Send(q, Message(self.my_probe.header.with_(rseq=1),
+                                       self.my_probe.payload)))
         if (self.installed and self.leader is None
                 and all(m in self.probes for m in self.held.members)):
             # installed by P2 at once: the plan (who leads, who is behind) is made now that
@@ -461,7 +488,9 @@ class Primary(LayerBase):
         if self.status == PRIMARY:
             if not strict_majority(v, self.lp):
                 out += self._block("no majority of the last primary")  # P2
-            elif self.rule == "majority" and set(v) <= set(self.lp):
+            elif (self.rule == "majority" and set(v) <= set(self.lp)
+                  and len(self.held.prev) == len(v)
+                  and all(p == self.primary_vid for p in self.held.prev)):
                 return out + self._install(self.counter, now)  # P2, the paper's shortcut
         if any(m not in self.probes for m in v):
             return out
@@ -516,16 +545,17 @@ class Primary(LayerBase):
             return []  # wait for the leader's DELIVER_VIEW
         return self._install(counter, now)
 
-    def _on_att_ack(self, src: int, vid: int, now: int) -> list[Action]:
+    def _on_att_ack(self, src: int, vid: int, now: int, answer: bool = False) -> list[Action]:
         if self.held is None or vid != self.held.vid:
             return []
         self.att_acks.add(src)
         if not self.phase1 or self.attempt is None:
-            if self.decided and self.me in self.att_acks and src != self.me:
+            if self.decided and self.me in self.att_acks and src != self.me and not answer:
                 # src still waits for mine (lost): I recorded it and may have installed
-                # already, which sends no more ATT_ACKs by itself
+                # already, which sends no more ATT_ACKs by itself; marked as an answer
+                # (rseq 1), which is not answered again (no ATT_ACK ping-pong)
                 h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.held.vid,
-                           aux=ATT_ACK)
+                           rseq=1, aux=ATT_ACK)
                 return [Send(src, Message(h))]
             return []
         lineage = [q for q, p in self.probes.items() if p.status != FRESH]
@@ -549,6 +579,7 @@ class Primary(LayerBase):
             out += [self._deliver_view(q, counter) for q in sorted(self.receivers)]  # P6
         self.decided, self.installed, self.attempt = True, True, None
         self.status, self.counter, self.lp = PRIMARY, counter + 1, v
+        self.primary_vid = self.held.vid
         fields: dict[str, Any] = {"primary": True, "counter": self.counter,
                                   "members": list(v), "vid": self.held.vid}
         if self.by_operator:
@@ -689,6 +720,16 @@ class Primary(LayerBase):
         self.unsent.clear()
         for sn, payload in sorted(self.pending.items()):
             out += self._inner_broadcast(sn, payload, now)  # P8: ours not yet delivered
+        early, self.early_inner = self.early_inner, []
+        for src, epoch, payload in early:
+            if epoch == self.epoch:
+                try:
+                    out += self._on_inner(src, epoch, payload, now)
+                except (ValueError, struct.error, WireError) as exc:
+                    self.rejected += 1
+                    out.append(Log("drop", {"reason": "primary", "detail": str(exc)}))
+            elif epoch > self.epoch:
+                self.early_inner.append((src, epoch, payload))
         return out
 
     def _inner_broadcast(self, sn: int, payload: bytes, now: int) -> list[Action]:
@@ -696,6 +737,10 @@ class Primary(LayerBase):
         return self._lift(self.inner.broadcast(payload, now), now)
 
     def _on_inner(self, src: int, epoch: int, payload: bytes, now: int) -> list[Action]:
+        if (epoch > self.epoch or self.inner is None) and len(self.early_inner) < EARLY_MAX:
+            if epoch > self.epoch:
+                self.early_inner.append((src, epoch, payload))  # my install comes later
+            return []
         if self.inner is None or epoch != self.epoch or src not in self.inst_members:
             return []  # an instance that is gone (or not ours)
         msg = decode(payload)
