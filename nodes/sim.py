@@ -308,7 +308,10 @@ class Simulator:
                 nxt = a + next(b)
                 if nxt < cfg.start_at_ns + cfg.duration_ns:
                     counter += 1
-                    put((nxt, counter, BROADCAST, nid, epochs[nid], nxt, b))
+                    # `a` is when this message was planned: after a pause (the event held,
+                    # then released at the resume) the next planned time may have passed;
+                    # it is sent at once then, never in the virtual past
+                    put((nxt if nxt > t else t, counter, BROADCAST, nid, epochs[nid], nxt, b))
             # -- _apply(nid, out), inlined --
             timers = out.timers
             if timers:
