@@ -272,6 +272,8 @@ def fault_kinds(faults: list[Fault]) -> set[str]:
     kinds = {f.kind for f in faults}
     if any(f.kind == "partition" and f.nontransitive for f in faults):
         kinds.add(catalogue.NONTRANSITIVE)
+    if any(f.kind == "partition" and not f.ended for f in faults):
+        kinds.add(catalogue.UNHEALED)
     return kinds
 
 
@@ -290,7 +292,9 @@ def matching_hazards(entry: catalogue.Entry, params: dict[str, Any],
             continue
         why = {kind: [f"{f.what}{f.when()}" for f in faults
                       if f.kind == kind or (kind == catalogue.NONTRANSITIVE
-                                            and f.kind == "partition" and f.nontransitive)]
+                                            and f.kind == "partition" and f.nontransitive)
+                      or (kind == catalogue.UNHEALED and f.kind == "partition"
+                          and not f.ended)]
                for kind in sorted(h.faults)}
         out.append((h, why))
     return out

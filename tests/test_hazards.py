@@ -105,6 +105,9 @@ def test_hazards_match_only_their_params_and_every_fault_kind() -> None:
         assert not names(proto, {}, faults("loss", "partition", "pause", odd=True))
     for proto in ("reliable-nack", "reliable-ack", "cbcast", "lamport"):
         assert not names(proto, {}, faults("crash"))
+        # a sender cut off for good is faulty as a crashed one is (explore seed 9040)
+        assert names(proto, {}, [Fault("partition", "cut", ended=False)])
+        assert not names(proto, {}, [Fault("partition", "cut", ended=True)])
     # psync: a restarted receiver joins its chains mid-way (causal order, any crash)
     (only,) = matching_hazards(catalogue.get("psync"), {}, faults("crash"))
     assert only[0].voids == {"causal_order"}

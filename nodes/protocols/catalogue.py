@@ -80,7 +80,10 @@ FAULT_KINDS = LINK_FAULTS + SCHEDULE_FAULTS
 # groups cut off from each other both ways (a majorities ring, a bridge, a one-way cut: some
 # host reaches two hosts that do not reach each other).
 NONTRANSITIVE = "partition-nontransitive"
-HAZARD_FAULTS = FAULT_KINDS + (NONTRANSITIVE,)
+# ... and a partition still on when the run ends: the hosts it cuts off are faulty from then
+# on, as a crashed host is (docs/architecture.md "Liveness": not correct).
+UNHEALED = "partition-unhealed"
+HAZARD_FAULTS = FAULT_KINDS + (NONTRANSITIVE, UNHEALED)
 # What a hazard can void besides the checks of CHECKS: Local Order, the membership checks of
 # `primary` (analysis/membership.py), and `liveness` (the liveness claim: a stall is then
 # `stalled-as-claimed`).
@@ -226,13 +229,15 @@ PSYNC_TOTAL_HAZARDS = tuple(
 # order, L366-369, and Psync over the same repair): only the sender answers a gap, no member
 # relays another's message. A sender that crashes while loss or a cut kept its last messages
 # from some members leaves them at the members that got them: agreement on a crashed
-# sender's messages is not claimed then (found by `testbed explore`, seeds 18 and 5015).
+# sender's messages is not claimed then (found by `testbed explore`, seeds 18 and 5015), nor
+# on those of a sender a partition cuts off for good before the others repaired (seed 9040).
 # The fixed sequencer relays (FETCH), so `sequencer` and its kin keep it.
 SENDER_REPAIR_HAZARDS = tuple(
-    Hazard(frozenset({"agreement"}), frozenset({"crash", cut}),
-           reason="002 L120-181 repairs from the sender only: a crashed sender's last "
-                  "messages stay at the members its datagrams reached")
-    for cut in ("partition", "loss"))
+    Hazard(frozenset({"agreement"}), faults,
+           reason="002 L120-181 repairs from the sender only: the last messages of a sender "
+                  "that crashed or was cut off for good stay at the members they reached")
+    for faults in (frozenset({"crash", "partition"}), frozenset({"crash", "loss"}),
+                   frozenset({UNHEALED})))
 # Psync (002 L329-352): a restarted receiver joins each sender's chain where it finds it (C6)
 # and takes what came before as delivered without its context, so its new incarnation may
 # deliver a message before one its predecessor in the chain depended on.
