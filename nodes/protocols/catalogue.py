@@ -220,9 +220,10 @@ MOVING_SEQUENCER_HAZARDS = (
 )
 # Psync's waves (002 L386-390) assume no failures: the survivors' waves can differ.
 PSYNC_TOTAL_HAZARDS = tuple(
-    Hazard(frozenset({"total_order"}), frozenset({"crash", cut}),
+    Hazard(frozenset({"total_order", "causal_order"}), frozenset({"crash", cut}),
            reason="002 L386-390 is failure-free: a crashed sender's last messages that loss or "
-                  "a cut kept from some members make the survivors' waves differ")
+                  "a cut kept from some members make the survivors' waves differ (explore "
+                  "seeds 5147, 9087)")
     for cut in ("partition", "loss"))
 
 # Sender-based repair (002 "Reliable FIFO: Negative Acknowledgement", L120-181; Lamport's
