@@ -61,10 +61,11 @@ def read_events(run_dir: Path) -> pd.DataFrame:
     """Delivery-log rows (COLUMNS); Parquet if present, else the jsonl, skipping broken lines."""
     pq = run_dir / EVENTS_PARQUET
     if pq.is_dir() and any(pq.rglob("*.parquet")):
-        table = ds.dataset(pq, format="parquet", partitioning="hive").to_table(columns=COLUMNS)
-        df = table.to_pandas()
+        dataset = ds.dataset(pq, format="parquet", partitioning="hive")
+        wanted = [*COLUMNS, *(["inc"] if "inc" in dataset.schema.names else [])]
+        df = dataset.to_table(columns=wanted).to_pandas()
         df["node"] = df["node"].astype(str)
-        return df
+        return df if "inc" in df.columns else with_incarnations(df)
     rows = []
     for log in sorted((run_dir / "nodes").glob("*/events.jsonl")):
         with log.open() as f:
@@ -76,7 +77,19 @@ def read_events(run_dir: Path) -> pd.DataFrame:
                 if isinstance(e, dict) and "t" in e and "ev" in e:
                     e.setdefault("node", log.parent.name)
                     rows.append({k: e.get(k) for k in COLUMNS})
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return with_incarnations(pd.DataFrame(rows, columns=COLUMNS))
+
+
+def with_incarnations(df: pd.DataFrame) -> pd.DataFrame:
+    """`inc` per row as analysis/ingest.py gives it: how many `start` lines of its node come
+    at or before it by ordinal `i`, less one (0 before the first)."""
+    if df.empty:
+        return df.assign(inc=pd.Series(dtype="int64"))
+    order = df.sort_values(["node", "i"], kind="stable")
+    starts = (order["ev"] == "start").astype("int64").groupby(order["node"]).cumsum()
+    df = df.copy()
+    df["inc"] = (starts - 1).clip(lower=0).reindex(df.index)
+    return df
 
 
 def load_run(run_dir: Path) -> RunData:
@@ -196,13 +209,17 @@ def rate_per_node(ev: pd.DataFrame, t0: int, nodes: list[str], kind: str, end: f
 
 
 def accuracy_per_node(ev: pd.DataFrame) -> dict[str, tuple[float, int, int]]:
-    """{node: (accuracy, matched, count)} for nodes with both opt and fnl deliveries."""
+    """{node: (accuracy, matched, count)} for nodes with both opt and fnl deliveries.
+    Positions are per process, as analysis/optimistic.py counts them (a restarted host's
+    incarnation `inc` is a new process, 000 sec. 2.2); a host pools its incarnations."""
+    keys = ["node", "inc"] if "inc" in ev.columns else ["node"]
+
     def ranks(kind: str) -> pd.DataFrame:
         d = ev[(ev["ev"] == kind) & ev["mid"].notna()].sort_values("i")
-        d = d.drop_duplicates(["node", "mid"])[["node", "mid"]].copy()
-        d[f"{kind}_pos"] = d.groupby("node").cumcount()
+        d = d.drop_duplicates([*keys, "mid"])[[*keys, "mid"]].copy()
+        d[f"{kind}_pos"] = d.groupby(keys).cumcount()
         return d
-    both = ranks("opt").merge(ranks("fnl"), on=["node", "mid"])
+    both = ranks("opt").merge(ranks("fnl"), on=[*keys, "mid"])
     out = {}
     for node, g in both.groupby("node"):
         matched = int((g["opt_pos"] == g["fnl_pos"]).sum())
