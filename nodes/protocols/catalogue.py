@@ -200,8 +200,8 @@ RELIABLE_FIFO_ACK_LIVE = frozenset(LINK_FAULTS) | {"crash", "clock"}
 # not claimed"); what follows a split brain is not claimed either: the two primaries' orders
 # and deliveries (revoked when they meet, even those notified `uniform`), and re-forming the
 # group (two sides holding one counter with different members never agree on a lineage).
-SPLIT_BRAIN_VOIDS = frozenset({"split_brain", "total_order", "agreement", "uniform",
-                               "notification_order", "liveness"})
+SPLIT_BRAIN_VOIDS = frozenset({"split_brain", "total_order", "causal_order", "agreement",
+                               "uniform", "notification_order", "liveness"})
 PRIMARY_HAZARDS = (
     Hazard(SPLIT_BRAIN_VOIDS, frozenset({NONTRANSITIVE}), (("primary_rule", "majority"),),
            reason="001 §4.1.2 P2 installs a majority view at once: under a non-transitive "
