@@ -99,7 +99,8 @@ def test_hazards_match_only_their_params_and_every_fault_kind() -> None:
         assert not names(proto, {}, faults("loss", "partition", "pause", odd=True))
     assert not names("psync-total", {}, faults("crash"))
     # repair from the sender alone: a crash beside a cut or loss
-    for proto in ("reliable-nack", "reliable-ack", "cbcast", "lamport", "psync"):
+    for proto in ("reliable-nack", "reliable-ack", "cbcast", "lamport", "psync",
+                  "moving-sequencer"):
         assert names(proto, {}, faults("crash", "partition"))
         assert names(proto, {}, faults("crash", "loss"))
         assert not names(proto, {}, faults("loss", "partition", "pause", odd=True))

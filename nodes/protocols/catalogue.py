@@ -230,7 +230,7 @@ PSYNC_TOTAL_HAZARDS = tuple(
 # order, L366-369, and Psync over the same repair): only the sender answers a gap, no member
 # relays another's message. A sender that crashes while loss or a cut kept its last messages
 # from some members leaves them at the members that got them: agreement on a crashed
-# sender's messages is not claimed then (found by `testbed explore`, seeds 18 and 5015), nor
+# sender's messages is not claimed then (found by `testbed explore`, seeds 18, 5015 and 30139), nor
 # on those of a sender a partition cuts off for good before the others repaired (seed 9040).
 # The fixed sequencer relays (FETCH), so `sequencer` and its kin keep it.
 SENDER_REPAIR_HAZARDS = tuple(
@@ -345,7 +345,7 @@ CATALOGUE: tuple[Entry, ...] = (
           moving_sequencer.MovingSequencerParams, SEQUENCER_TOTAL,
           liveness=Liveness(LINK_LIVE, note="Chang-Maxemchuk: no token-site reformation, a "
                                             "crashed site stops the order"),
-          hazards=MOVING_SEQUENCER_HAZARDS,
+          hazards=MOVING_SEQUENCER_HAZARDS + SENDER_REPAIR_HAZARDS,
           summary="total order by a sequencer role rotating with a token (001 L130, "
                   "Chang-Maxemchuk)"),
     Entry("psync", psync.WIRE_ID, psync.Psync, ReliableParams, RELIABLE_FIFO | {"causal_order"},
