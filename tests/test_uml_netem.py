@@ -126,6 +126,9 @@ def group_members(pgid: int) -> list[int]:
     return pids
 
 
+UML_FP_PANIC = "ptrace set fp regs failed"
+
+
 def boot(out: Path, init: Path) -> subprocess.CompletedProcess[str]:
     """Boot UML on `init`; whatever happens, its whole process group (UML forks one host process
     per guest address space) is gone when this returns."""
@@ -151,6 +154,12 @@ def boot(out: Path, init: Path) -> subprocess.CompletedProcess[str]:
     while group_members(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert group_members(proc.pid) == [], "UML left host processes behind"
+    if UML_FP_PANIC in stdout:
+        # Not a missing package or a broken plan: Debian's UML 6.1 cannot restore the FPU
+        # state of a host CPU with AMX tiles (its XSTATE buffer is too small: ptrace fails
+        # with EFAULT and init is killed at boot). Every run on such a CPU panics the same way.
+        pytest.skip(f"this CPU's XSTATE (AMX) breaks Debian's UML kernel: '{UML_FP_PANIC}' at "
+                    "boot (UML netem needs a host CPU without AMX or a newer UML kernel)")
     return subprocess.CompletedProcess(argv, proc.returncode, stdout)
 
 
