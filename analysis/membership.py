@@ -13,8 +13,8 @@ lines in ordinal (`i`) order. Checks (keys of summary.json `checks`, claimed by 
   counter, the first part fires.
 - `blocked_delivery`: a node delivers nothing (`opt`, `fnl`, `ensured`) between its
   `blocked` event and the next `join` or primary `view` (P10).
-- `minority_blocked` (the brief's oracle, from the fault history rather than the nodes' own
-  `blocked`): during each partition of faults.jsonl, a connected group holding no strict
+- `minority_blocked` (001 §4.1's majority rule, judged from the fault history rather than the
+  nodes' own `blocked`): during each partition of faults.jsonl, a connected group holding no strict
   majority of the last primary before the partition logs no delivery and no primary view
   from its first membership view after the partition started (detection and flush done)
   until the heal; a group where an operator installed a primary (`setPrimary`) is exempt.

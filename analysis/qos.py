@@ -16,8 +16,8 @@ protocol's name and params (each node's config.json), never from a protocol's co
   clock synchrony, §8 L663) and no reservation refused. Only then is a latency above the bound a
   violation; otherwise the run is flagged and only safety is judged;
 - rates: per process the network's and the application's average message rate over the
-  spans it was sending (per incarnation); the check
-  (Thm 3, brief §1 fix #13) is net = declared rate for CBR and net <= avg + 1/Θ for VBR;
+  spans it was sending (per incarnation); the check (Thm 3; rates in msgs/s, so 1/Θ is one
+  message per slot) is net = declared rate for CBR and net <= avg + 1/Θ for VBR;
 - total order with gaps (§7, Def. 2) for `qos-vbr` with `loss_tolerance` > 0: every data
   message a correct process received (`recv`) and did not drop as `late` is delivered there.
 """
@@ -36,7 +36,7 @@ BOUND_BY_NAME = {"qos-cbr": "cbr", "qos-vbr": "vbr", "leader": "leader",
 # The events analysis reads; the others only count for Γ (lt - t).
 WANTED = frozenset({"send", "fnl", "net", "netrecv", "recv", "reserve", "relay",
                     "grant", "late", "start", "porder"})
-EPSILON_SIM_NS = 1_000  # brief §3.8: sim ε = 1 µs
+EPSILON_SIM_NS = 1_000  # sim ε = 1 µs: nothing runs late in virtual time (docs/qos.md)
 EPSILON_REAL_NS = 2_000_000  # real backends: timer lateness and processing
 RATE_TOLERANCE = 0.02  # relative, on averages over the whole run
 
@@ -97,7 +97,8 @@ def _ms(ns: float | None) -> float | None:
 
 
 def delta_measured(events: Events) -> int | None:
-    """Δ_meas (brief §1.6): the largest send-to-receive time of any data, dummy or rate
+    """Δ_meas (004 §2.1's Δ, measured; docs/qos.md "Judging a run"): the largest
+    send-to-receive time of any data, dummy or rate
     message, from `net`/`netrecv` pairs joined on (sender, incarnation, rseq): a restarted
     sender counts rseq from 1 again, its `start` event carries the incarnation and its
     receivers log it as `inc`. For a log without `netrecv` events, from data messages' `net`

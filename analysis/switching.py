@@ -1,5 +1,5 @@
-"""Checkers and per-switch metrics for the `switching` protocol (001 ch. 2; brief oracles of
-§1.8 and §2.3), written to summary.json as `switching`.
+"""Checkers and per-switch metrics for the `switching` protocol (001 ch. 2: the
+properties of §2.1 and the baselines of §2.2), written to summary.json as `switching`.
 
 - **No duplicate delivery across a switch** (Table 2.1 TO4, Fig. 2.1 l.23): no message is
   final-delivered twice at a node; `duplicates_across_instances` counts those whose copies
@@ -197,8 +197,8 @@ def _per_switch(sw: list[dict[str, Any]], per_node: dict[str, list[tuple[int, st
 
 def _steady_gap_p99(per_node: dict[str, list[tuple[int, str, int | None]]],
                     switches: list[dict[str, Any]]) -> float | None:
-    """The p99 inter-delivery gap away from any switch window (the brief's baseline for "no
-    stop in the flow", §1.8)."""
+    """The p99 inter-delivery gap away from any switch window (the baseline against which
+    001 §2.2.2's "no stop in the flow" is judged)."""
     windows = [(s["requested_t"] - PAD_NS, s["requested_t"] + round(s["window_ms"] * 1e6)
                 + 2 * PAD_NS) for s in switches]
     gaps: list[int] = []

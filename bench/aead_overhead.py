@@ -6,7 +6,7 @@ For each offered rate (1 KiB messages/s per host, flat 0 ms topology, local back
 sequencer protocol) the same experiment runs over `udp` and then over `udp-aead`. Printed per
 rate and transport: the minimum over nodes of final deliveries per second in the steady window
 (first second skipped), and fnl latency p50/p99 (send to fnl, all pairs). The last column is
-udp-aead's delivered throughput as a fraction of udp's (issue 19's goal: >= 0.8 at the
+udp-aead's delivered throughput as a fraction of udp's (the target: >= 0.8 at the
 sequencer's peak load). Past saturation both collapse and the ratio is noise; so is every
 figure on a loaded machine, hence the per-datagram CPU cost printed first.
 """

@@ -1,4 +1,4 @@
-"""An experiment under a flood of forged datagrams (issue 19's acceptance run).
+"""An experiment under a flood of forged datagrams (docs/benchmarks.md, "Security").
 
     python -m bench.forged_flood experiments/quickstart.yaml [--transport udp-aead]
         [--rate 4000] [--targets h1,h2] [--out runs]

@@ -19,7 +19,7 @@ sequencer (any name of the catalogue, nodes/protocols/catalogue.py), the sequenc
 the same invocation, and the protocol's figure is also given as a ratio of the sequencer's.
 
 `--sweep` doubles the total offered load (hosts x rate) from `--first-load` until both the
-sequencer and the raw fan-out have passed their peaks (issue 18), and prints for each side the
+sequencer and the raw fan-out have passed their peaks, and prints for each side the
 peak (highest delivered msgs/s at every node), the knee (highest offered load delivered at
 >= 0.9) and, for the sequencer, what it delivers at 2x and 4x its knee (without a knee: the
 load of its peak) against its peak, plus the highest peak RSS of any node process (VmHWM,

@@ -1,6 +1,6 @@
 """Remote backend bring-up (shape + start, prepare excluded) on a lab of SSH hosts next to the
-docker backend's bring-up (up + deploy) of the same hosts, in one run (root). Goal <= 3x
-(issue 16, "Performance").
+docker backend's bring-up (up + deploy) of the same hosts, in one run (root). Target <= 3x
+(docs/remote.md, "Cost model").
 
     sudo .venv/bin/python -m bench.remote_bringup [--hosts 4 8]
 

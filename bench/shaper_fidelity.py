@@ -2,7 +2,7 @@
 configured path, between two scratch namespaces (root). Prints one JSON line per case, then a
 table.
 
-Grid (issue 3): delay 5/50/150 ms x jitter 0/5 ms x loss 0/2% x 100/1,000/5,000 packets/s,
+Grid: delay 5/50/150 ms x jitter 0/5 ms x loss 0/2% x 100/1,000/5,000 packets/s,
 36 cases in about 3 minutes: each case sends max(400, 1.5 s x rate) packets (so 4 s at
 100/s, 1.5 s above), shorter than a soak run; `--seconds` scales it. `--quick` runs 4 cases.
 

@@ -2,7 +2,8 @@
 
     python -m bench.sim_speed [--baseline-commit REV] [--repeat 2] [--profile]
 
-(issue 18 item 4: `--baseline-commit 6e9f135`, the simulator before its speed-up.)
+(`--baseline-commit 6e9f135` is the simulator before its compiled hot path and speed-up;
+docs/benchmarks.md "Simulation speed".)
 
 Two cases on the five-region WAN (topologies/five-regions.yaml), the sequencer over reliable
 FIFO, every host sending 1 KiB messages (Poisson arrivals):
@@ -236,12 +237,12 @@ def main() -> None:
                 n = best[(label, case)]
                 same = "identical" if b["logs_sha256"] == n["logs_sha256"] else "DIFFERENT"
                 print(f"  ratio {label}/baseline: {b['wall_s'] / n['wall_s']:.2f} wall, "
-                      f"{b['cpu_s'] / n['cpu_s']:.2f} CPU (issue 18 goal: >= 2); delivery logs "
+                      f"{b['cpu_s'] / n['cpu_s']:.2f} CPU (target: >= 2); delivery logs "
                       f"{same}")
         if case == "30x100":
             for label in ("compiled", "pure"):
                 n = best[(label, case)]
-                print(f"  {label}: faster than real time (issue 18 goal): "
+                print(f"  {label}: faster than real time (target): "
                       f"{'yes' if n['virtual_s'] > n['wall_s'] else 'no'} by wall clock "
                       f"({n['virtual_s'] / n['wall_s']:.2f}), "
                       f"{'yes' if n['virtual_s'] > n['cpu_s'] else 'no'} by CPU time "

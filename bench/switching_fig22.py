@@ -2,7 +2,7 @@
 non-adaptive (one sequencer instance, never switching), adaptive (`live`, Fig. 2.1),
 adaptive with payload once (`payload_once`, §2.2.1 L218) and stop-the-flow (`stop`).
 
-Set-up (001 L207-214, brief §3): five nodes, full mesh, 100 Mbit/s per path, 0.1 ms one
+Set-up (001 §2.2, L207-214): five nodes, full mesh, 100 Mbit/s per path, 0.1 ms one
 way; every node sends 5,120-byte messages at a constant rate r; the adaptive runs switch
 between two sequencer instances (both on h1: pure switching overhead) every `--period`
 seconds. Throughput = messages delivered / (last delivery - first send), per node, averaged

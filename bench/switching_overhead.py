@@ -2,7 +2,7 @@
 
 1. Throughput of `switching` (mode live, two sequencer instances, no switch happening)
    against plain `sequencer`, same hosts, same offered load, in the same invocation on the
-   local backend (issue 15 Performance: goal >= 0.9). The figure is the minimum over nodes
+   local backend (target >= 0.9). The figure is the minimum over nodes
    of final deliveries/s in the steady window (first second skipped), as in
    bench/local_throughput.py; offer more than the machine can order to measure capacity.
    On a loaded 2-core machine the local figure scatters widely (the five node processes
@@ -13,8 +13,8 @@
    best of `--cpu-rounds`, for sequencer and for switching; the ratio sequencer/switching
    is the throughput ratio a CPU-bound run would reach.
 2. Switch duration per mode (live, rabp, stop): the first delivery of the new instance at
-   the last node minus the switch request, on the five-region WAN on the simulator (issue
-   15 Performance), one switch every 2 s between sequencers on virginia and frankfurt.
+   the last node minus the switch request, on the five-region WAN on the simulator, one
+   switch every 2 s between sequencers on virginia and frankfurt.
 
     python -m bench.switching_overhead [--hosts 5] [--rate 300] [--seconds 6] [--rounds 2]
 """

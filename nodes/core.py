@@ -39,8 +39,8 @@ DROP_LOG_LIMIT = 10  # `drop` events logged per reason; past that they are only 
 class Output:
     """What one event makes the node do. A plain slotted class, not a dataclass: one is
     built per event, and the dataclass's default factories cost more than the rest of an
-    empty one (issue 18 item 4). Read what a core returns, never change it: events that do
-    nothing share one (`NOTHING`)."""
+    empty one (docs/architecture.md, "Compiled hot path"). Read what a core returns, never
+    change it: events that do nothing share one (`NOTHING`)."""
 
     __slots__ = ("sends", "timers")
 

@@ -1,5 +1,4 @@
-"""The simulator's compiled hot path (issue 18 item 4; docs/architecture.md, "Compiled hot
-path").
+"""The simulator's compiled hot path (docs/architecture.md, "Compiled hot path").
 
 The modules in `MODULES` -- the discrete-event loop, the node core, the wire format, the
 delivery-log writer and the sequencer-over-reliable-FIFO stack it drives -- are compiled with

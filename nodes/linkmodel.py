@@ -16,7 +16,7 @@ net/sched/sch_netem.c): duplicate, loss, corrupt, queue limit, then the delay li
   (netem re-enqueues it at the root); its delay is left in `dup_ns` by `transit`.
 - Reordering (`reorder P gap G`): after G-1 delayed datagrams, the next is sent at once with
   probability P, overtaking those in the delay line.
-- FIFO (`reorder: false`, qos-total-order brief §1.6): arrive = max(send + delay, last
+- FIFO (`reorder: false`, the per-pair FIFO network of 004 §2.1): arrive = max(send + delay, last
   arrival on this path), so jitter never lets a datagram overtake an earlier one. netem
   itself behaves so once a `rate` is set (`netem_enqueue` schedules after the last queued
   packet), which is the FIFO plan of testbed/shaping/netem.py.

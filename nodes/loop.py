@@ -20,7 +20,7 @@ def loop_factory(tls: bool = False) -> Callable[[], asyncio.AbstractEventLoop] |
 
     A node with TLS (the `tls` transport or HTTPS management) stays on asyncio's loop: under
     uvloop's own TLS layer the `tls` transport lost its total order on the local backend and
-    HTTPS management stopped answering the fault CLI (CI runs of issue 18's change); TLS runs
+    HTTPS management stopped answering the fault CLI (CI runs on moving to uvloop); TLS runs
     are not where throughput is measured."""
     if tls or os.environ.get(PURE_ENV, "") not in ("", "0"):
         return None

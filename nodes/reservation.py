@@ -14,9 +14,9 @@ class's leaf is a `bfifo` of the rate's worth of `MAX_HOLD_NS`, nodes/htb.py). B
 are counted (`delayed`, `dropped`). Rates count datagram bytes (the 44-byte header and the
 payload), as the protocols compute them: the bucket charges `len(datagram)`, and the HTB
 qdisc subtracts the `WIRE_OVERHEAD` bytes of Ethernet, IPv4 and UDP headers (`stab overhead
--42`). One multicast costs one datagram per destination (no IP multicast: the brief's
-`(n-1)·NetRate`). The failure detector's heartbeats are not the protocol's and are not
-charged in process.
+-42`). One multicast costs one datagram per destination (no IP multicast: 004 §2.1's
+multicast reservation costs `(n-1)·NetRate`). The failure detector's heartbeats are not the
+protocol's and are not charged in process.
 """
 
 from __future__ import annotations

@@ -251,7 +251,7 @@ class NodeRuntime:
             # The window is full: what falls due in the next REFUSED_TICK_NS can only be
             # refused too unless final deliveries free the window, so offer it in one burst
             # then instead of waking up for each message (an overloaded node spent a fifth
-            # of its time in this callback and its timer, issue 18).
+            # of its time in this callback and its timer under py-spy).
             nxt = max(nxt, t + REFUSED_TICK_NS)
         self._at_true(max(nxt, t), self._broadcast)
 

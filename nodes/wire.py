@@ -108,10 +108,10 @@ class Header:
     """The decoded header (fields as in the table above). Built for every datagram a node
     sends or decodes, so Header and Message are plain slotted classes rather than frozen
     dataclasses: compiled (nodes/fastpath.py), a dataclass's `__init__` stays interpreted
-    Python, these are native (issue 18 item 4). Same constructor (parameters, defaults), equal
-    and hashable by value as the dataclasses were; the fields are `Final`, so mypy rejects an
-    assignment to one (the simulator shares one decoded message among its receivers): change
-    a header with `with_`."""
+    Python, these are native (docs/architecture.md, "Compiled hot path"). Same constructor
+    (parameters, defaults), equal and hashable by value as the dataclasses were; the fields
+    are `Final`, so mypy rejects an assignment to one (the simulator shares one decoded
+    message among its receivers): change a header with `with_`."""
 
     __slots__ = ("type", "proto", "flags", "sender", "rseq", "origin", "mno", "seq", "hint",
                  "slot", "ts", "aux", "length")  # FIELDS, spelled out for mypyc
@@ -185,7 +185,7 @@ _A = TypeVar("_A")
 def quick_init(cls: type[_A]) -> type[_A]:
     """Give a frozen, slotted dataclass a faster `__init__` with the same signature:
     the generated one looks up `object.__setattr__` once per field, which made building
-    headers and actions a tenth of the simulator's time (issue 18 item 4); this one sets each slot
+    headers and actions a tenth of the simulator's time (py-spy); this one sets each slot
     through its descriptor, bound once. Instances stay frozen, equal and hashable as before."""
     every = fields(cls)  # type: ignore[arg-type]
     names = [f.name for f in every]

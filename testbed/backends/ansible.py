@@ -1,7 +1,7 @@
 """Running the `remote` backend's playbooks (playbooks/) with ansible-runner, and the inventory
 they run on (docs/remote.md).
 
-What the issue measured shapes this module (issue 16): a reused `private_data_dir` accumulates
+Measurements shape this module (docs/remote.md, cost model): a reused `private_data_dir` accumulates
 stale `env/` files, so every call gets a fresh one under the run directory; without a
 `cancel_callback`, `run()` replaces the caller's SIGINT/SIGTERM handlers, so every call passes
 the run's own; one call costs about 1.3 s plus 0.45 s per host and task, so a step is one

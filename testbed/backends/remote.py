@@ -67,7 +67,7 @@ REMOTE_ROOT = "/opt/testbed-remote"  # the node program, shared by runs (content
 DATA_PORT = 7000
 POLL_S = 1.0  # liveness poll over SSH during the run
 # Time between computing the start and the nodes' start: the start playbook (about 1.3 s per
-# call plus 0.45 s per host-task, issue 16) and fetching each node's control.json; at least
+# call plus 0.45 s per host-task: docs/remote.md) and fetching each node's control.json; at least
 # this, more when the shape playbook (as long as start's) was slower.
 STARTUP_BASE_NS = 5_000_000_000
 STARTUP_PER_HOST_NS = 250_000_000
@@ -171,7 +171,7 @@ class RemoteBackend(Backend):
         self.measure_clocks()
         shaped = self.shape()
         # The start playbook is one task like shape's: give it twice what shape took (the
-        # orchestrator's load decides; issue 16 measured 1.3 s + 0.45 s per host-task idle).
+        # orchestrator's load decides; measured idle: 1.3 s + 0.45 s per host-task).
         self.startup_ns = max(self.startup_ns, int(2e9 * shaped.elapsed_s) + 3_000_000_000)
         self.addresses = {h: HostAddress(i.data_address, DATA_PORT, i.control_address)
                           for h, i in self.inv.items()}

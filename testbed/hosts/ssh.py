@@ -119,7 +119,7 @@ class SSHHost:
 
     def measure_clock(self, rounds: int = CLOCK_ROUNDS) -> ClockSample:
         """NTP-style: per round, t0 (here) -> t1 (host) -> t2 (here); offset = t1 - (t0+t2)/2,
-        kept from the round with the smallest t2 - t0 (issue 16 item 3). One SSH session
+        kept from the round with the smallest t2 - t0 (docs/remote.md, "Clocks"). One SSH session
         carries every round, so connection set-up is not in any round trip."""
         proc = subprocess.Popen(self.ssh_argv("python3 -u -c " + shlex.quote(CLOCK_ECHO)),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
