@@ -339,8 +339,8 @@ _STANDALONE_CSS = ("text{font-family:system-ui,sans-serif}.tick{font-size:11px;f
 
 
 def standalone(charts: Sequence[str], title: str) -> str:
-    """Charts of this module stacked into one SVG file (a bench's plot linked from the
-    README): each chart keeps its size, the report's text styles come along."""
+    """Charts of this module stacked into one SVG file (a bench's plot linked from
+    docs/benchmarks.md): each chart keeps its size, the report's text styles come along."""
     import re
 
     sizes = [(int(m.group(1)), int(m.group(2))) for m in

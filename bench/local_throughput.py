@@ -291,7 +291,7 @@ def sweep(hosts: int, start: int, max_load: int, seconds: int,
     print(f"max RSS of any node: {max(rss_mb.values(), default=0):.0f} MB "
           f"(lowest load {rss_mb[min(rss_mb)]:.0f} MB, highest {rss_mb[max(rss_mb)]:.0f} MB)")
     print(f"load average: {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
-    # The same figures as the README's "Node throughput" table (paste it from here).
+    # The same figures as docs/benchmarks.md's "Throughput" table (paste it from here).
     print("\n| offered | sequencer | raw fan-out | sequencer / raw | fnl per node-CPU-s "
           "| node peak RSS |")
     print("|---|---|---|---|---|---|")

@@ -14,7 +14,7 @@ Prints a Markdown table (Θ, bound, overhead measured as (net - app) msgs/s per 
 dummy share of the wire, max latency from the network send to the last delivery (what
 analysis/qos.py judges), p50 and max application latency from `send`) and writes both charts
 (latency against Θ, latency against overhead) to one SVG (default
-docs/img/qos-theta-sweep.svg, linked from the README), drawn with analysis/plots.py.
+docs/img/qos-theta-sweep.svg, linked from docs/benchmarks.md), drawn with analysis/plots.py.
 """
 
 from __future__ import annotations

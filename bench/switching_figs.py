@@ -7,7 +7,7 @@ and draws, for a few seconds of each (`--from`, `--to`), three charts per mode a
 (`--node`): per-message final-delivery latency (Figs. 2.4/2.5), the time between consecutive
 deliveries (2.6/2.7), deliveries per 10 ms bin (2.8/2.9). The switch windows (first `start`
 to last `end` of an epoch over the nodes) are shaded. Writes docs/img/switching-figs.svg
-(README "Switching total order at run time") and prints the numbers the README quotes: per
+(docs/benchmarks.md "Switching total order at run time") and prints the numbers it quotes: per
 mode, inside the switch windows (and 400 ms after each) against outside, the latency p50 and
 max, the largest inter-delivery gap and the empty 10 ms bins.
 

@@ -31,7 +31,7 @@ Protocols the table does not know (a layer stack added later: give its `Proto` a
 types an entry in `ALLOWED`, and its payloads a rule here or in `nodes.wire.PAYLOAD_RULES`)
 get the generic checks only. Without authentication (`transport: udp-aead` or `tls`) a
 process that can reach the data plane can
-still forge a member's messages within these bounds; the README's "Security" section says
+still forge a member's messages within these bounds; docs/security.md says
 what that leaves open.
 """
 

@@ -10,7 +10,7 @@ another sender than the authenticated peer is refused (`rejected:peer`; RELAYED 
 keep their origin's header, excepted). Frames are a 4-byte
 big-endian length and the unchanged wire datagram, so protocols do not change at all.
 
-Changed semantics (README "Security"): TCP makes each channel reliable and FIFO, so loss
+Changed semantics (docs/security.md): TCP makes each channel reliable and FIFO, so loss
 applied below the node (netem) becomes delay; the protocols' NACK repair just never fires.
 Loss the node applies itself (the `inprocess` shaper, above the transport) still drops. A
 peer that is down (crashed) is redialled with backoff; what is sent meanwhile waits in a
