@@ -291,7 +291,7 @@ def run_testbed(spec: Path, out: Path, *extra: str) -> ps.Events:
 
 def test_primary_partition_experiment_on_the_simulator(tmp_path: Path) -> None:
     """experiments/primary-partition.yaml end to end on sim (the Spark verdict of the same
-    checks is in the README; here the plain-Python oracles)."""
+    checks is in docs/benchmarks.md; here the plain-Python oracles)."""
     events = run_testbed(ROOT / "experiments" / "primary-partition.yaml", tmp_path / "runs")
     run = run_dir_of(tmp_path / "runs")
     assert_total_order_stack_clean(events)

@@ -377,7 +377,7 @@ def test_the_smoke_suite_twice_makes_two_nights_and_a_trend_report(tmp_path: Pat
     """The real smoke suite's sim half (every protocol, and the faulty run) on a first night,
     and a second night of the same suite: two history files, one trend report with both
     nights. (Every protocol also runs on the local backend in tests/test_protocols.py; the
-    whole smoke suite's time is in the README.) The second night runs only the catalogue's
+    whole smoke suite's time is in docs/benchmarks.md.) The second night runs only the catalogue's
     faulty experiment (a catalogue folder holding the real index and smoke-faults.yaml): what
     it proves -- a second file, and a report judging both nights -- needs no second pass of
     every protocol, which cost the test suite 70 s. The catalogue's explore entries are left
