@@ -3,7 +3,7 @@
 `golden_digests()` runs each case of `CASES` on the simulator of the tree it is imported
 from and returns one SHA-256 per case over every node's `events.jsonl` (and the fault
 history); tests/sim_golden.json holds the digests the simulator of commit 6e9f135 (before
-issue 18 item 4) wrote, except `cbcast`, `lamport` and `sequencer-faults`, rewritten when a
+its compiled hot path) wrote, except `cbcast`, `lamport` and `sequencer-faults`, rewritten when a
 restarted process got new message ids and joined its peers' streams at a fresh message (their
 faulty cases restart host c; docs/protocols.md "Restarts").
 Regenerate only for an intended change of behaviour:

@@ -1,4 +1,4 @@
-"""Nodes survive hostile datagrams (issue 19, "Inputs nobody trusted").
+"""Nodes survive hostile datagrams (docs/security.md, "Hostile datagrams").
 
 Property-based (hypothesis): each protocol's node core is fed header-valid random messages --
 types, senders, origins, numbers and payload entries drawn near the values a real group uses,

@@ -1,4 +1,4 @@
-"""The Jolokia protocol as third-party clients speak it (issue 19): the `jolokia` package from
+"""The Jolokia protocol as third-party clients speak it (docs/faults.md): the `jolokia` package from
 PyPI (Python) and jolokia.js from npm (JavaScript, the Jolokia project's own client) each run a
 scripted session against a management server -- version, list with a path, search, read of
 one / several / all attributes over GET and POST, a pattern read, a path read, write, exec

@@ -1,4 +1,4 @@
-"""The link model on mininet (issue 14's link-model acceptance), shaped by the applier `auto`
+"""The link model on mininet (docs/link-model.md), shaped by the applier `auto`
 picks here (the userspace shaper, docs/platform.md).
 
 `reorder: false`, judged from the pcaps: a sequencer run over 10 ms +- 5 ms uniform jitter on

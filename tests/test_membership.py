@@ -1,5 +1,5 @@
 """Primary-partition membership (001 §4.1-4.3, docs/protocols.md "Primary partitions") on
-the deterministic simulator: the brief's scenarios (2|3 partition, three-way split, forced
+the deterministic simulator: 001 §4.1's scenarios (2|3 partition, three-way split, forced
 leave, ambiguous installation), `setPrimary` through the Jolokia handler, the checkers of
 analysis/membership.py with negative controls, and one short `local` backend run."""
 
@@ -135,7 +135,7 @@ def test_forced_leave_of_members_that_missed_a_primary(tmp_path: Path) -> None:
 
 
 def cut_c_at_install(sim: Simulator) -> None:
-    """The brief's ambiguous installation: when h1 coordinates {h1,h2,h3} and sends its
+    """001 §4.1's ambiguous installation: when h1 coordinates {h1,h2,h3} and sends its
     INSTALL, h3 is cut off from everyone before the INSTALL reaches it."""
     m = sim.cores[0].protocol.membership  # type: ignore[attr-defined]
     coordinate = m._coordinate

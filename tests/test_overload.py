@@ -1,4 +1,4 @@
-"""Graceful overload on the node runtime (issue 18 item 3; docs/architecture.md "Flow
+"""Graceful overload on the node runtime (docs/architecture.md "Flow
 control and overload"), and the plain-Python path (no uvloop) still running a cluster."""
 
 from __future__ import annotations

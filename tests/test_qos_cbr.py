@@ -1,6 +1,6 @@
 """qos-cbr (004 §4): Update's reconstruction, Theorem 1's bound on its tight set-up, the
-±1.5Γ negative control, in-band renegotiation (aligned keeps Δ+Γ, literal does not: brief
-§3.5's counterexample), reservations, bad specs, and one full `testbed run` on the sim."""
+±1.5Γ negative control, in-band renegotiation (aligned keeps Δ+Γ, literal does not:
+the counterexample of docs/qos.md), reservations, bad specs, and one `testbed run` on the sim."""
 
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ from tests import protosim
 from tests.inproc import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
-TIGHT = [[0, 10, 40], [10, 0, 10], [10, 10, 0]]  # a -> c = Δ = 40 ms (brief §3.8)
+TIGHT = [[0, 10, 40], [10, 0, 10], [10, 10, 0]]  # a -> c = Δ = 40 ms (Theorem 1's tight set-up)
 
 
 def test_update_gives_the_briefs_test_vectors() -> None:
-    # brief §3.5, processes 1-based as in the paper
+    # 004 Fig. 5 as reconstructed (docs/qos.md), processes 1-based as in the paper
     assert update([1, 1], 0, {1: 2, 2: 1}, 2, [1, 2], True)[0] == [1, 2, 1]
     assert update([1], 0, {1: 1, 2: 2}, 2, [1, 2], True)[0] == [1, 2, 2]
     p, _ = update([1] * 10, 0, {1: 10, 2: 100}, 2, [1, 2], True)
@@ -40,7 +40,7 @@ def test_update_gives_the_briefs_test_vectors() -> None:
 
 
 def test_porder_is_the_virtual_time_order_after_any_rate_changes() -> None:
-    """Invariant (brief §3.5): pairs (i, k), k < rate[i], sorted by k/rate[i], ties by the
+    """Invariant (004 §4.1 L206): pairs (i, k), k < rate[i], sorted by k/rate[i], ties by the
     insertion order (a process moves last each time its rate changes)."""
     rng = random.Random(4)
     for _ in range(200):
@@ -125,7 +125,7 @@ def test_renegotiation_keeps_one_porder_and_the_bound_with_aligned_cursor(
 
 
 def test_literal_cursor_exceeds_the_bound_after_an_off_grid_change(tmp_path: Path) -> None:
-    """The paper's Fig. 5 cursor rule (brief §0 #4): safe, but latency stays above Δ+Γ."""
+    """The paper's Fig. 5 cursor rule (docs/qos.md): safe, but latency stays above Δ+Γ."""
     ev, q = _renegotiate(tmp_path, "literal")
     assert protosim.total_order_pairs(ev) == 0
     assert q["above_bound"] > 0 and q["max_latency_ms"] > 100.0

@@ -150,7 +150,7 @@ def _wait_until(t_ns: int) -> None:
 
 @pytest.mark.root
 def test_qos_cbr_on_mininet_reserves_refuses_renegotiates_and_is_policed(tmp_path: Path) -> None:
-    """Issue 14's mininet acceptance with `qos-cbr` itself: experiments/qos-cbr-mininet.yaml
+    """Reservations on mininet with `qos-cbr` itself: experiments/qos-cbr-mininet.yaml
     as it is (its timed `newRate` faults), the classes read while the run is up."""
     out = Path(tempfile.mkdtemp(prefix="testbed-qoscbr-")) / "runs"
     proc = subprocess.Popen([sys.executable, "-m", "testbed", "run",

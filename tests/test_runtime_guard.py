@@ -1,4 +1,4 @@
-"""No exception escapes a node's runtime callbacks (issue 19): it becomes ev=error in the
+"""No exception escapes a node's runtime callbacks (docs/security.md): it becomes ev=error in the
 event log with its traceback on stderr, and the timer it belonged to is re-armed."""
 
 from __future__ import annotations

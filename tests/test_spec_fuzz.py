@@ -1,4 +1,4 @@
-"""Property-based fuzzing of topology and experiment specs (issue 19): whatever the file holds,
+"""Property-based fuzzing of topology and experiment specs (docs/security.md): whatever it holds,
 loading it either succeeds or raises SpecError whose every line is `file:line: field: message`;
 never a traceback, and nothing is created next to the spec. Bounded: seconds per test."""
 

@@ -2,7 +2,7 @@
 the deterministic simulator, its management operation, its spec checks, and one short full
 run on sim and on local.
 
-Why the oracles must hold (brief §1.6): every member's flag goes through the old instance,
+Why the properties hold (001 §2.1, Fig. 2.1): every member's flag goes through the old instance,
 which is total and FIFO, so the prefix of the old order delivered before the switch ends is
 the same everywhere; every message outside it was also sent on the new instance; the layer's
 watermark drops the second copy. So the per-node delivery sequences are identical, with no
@@ -135,7 +135,8 @@ def test_switching_between_a_sequencer_and_a_symmetric_protocol(tmp_path: Path,
 def test_early_deliveries_of_the_new_instance_are_kept_at_a_late_node(tmp_path: Path) -> None:
     """h5 is 40 ms from everyone, the others 1 ms apart: they finish each switch and send on
     the new instance long before h5 meets SWITCH, so h5 gets the new instance's datagrams
-    before it has created the instance (brief S5, fix #4). Dropping them would lose them."""
+    before it has created the instance (`switch_early`,
+    docs/protocols.md): dropping them would lose them."""
     far = 40.0
     matrix = [[0.0 if i == j else (far if 4 in (i, j) else 1.0) for j in range(5)]
               for i in range(5)]
@@ -438,7 +439,7 @@ def crash_in_switch_window(out: Path, patch: Any = None) -> protosim.Events:
 
 
 def test_a_crash_during_a_switch_does_not_block_its_end(tmp_path: Path) -> None:
-    """A member that crashes mid-switch never sends its flag (brief §1.7: the switch would
+    """A member that crashes mid-switch never sends its flag (Fig. 2.1 alone: the switch would
     never end, and no later switch could start). The survivors' failure detectors propose
     its exclusion through the old instance's order, so every survivor stops waiting for it
     at the same point of that order: the switch ends, the next one too, with one total

@@ -1,4 +1,4 @@
-"""HTTPS management (issue 19): the run's CA and node certificates (testbed/certs.py), nodes
+"""HTTPS management (docs/security.md): the run's CA and node certificates (testbed/certs.py), nodes
 serving /jolokia over TLS, clients that verify against the run's CA and refuse anything else;
 and the same end to end in a local run with `management: {tls: true}` and `transport:
 udp-aead`, driven through `testbed mgmt`."""

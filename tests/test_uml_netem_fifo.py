@@ -1,10 +1,10 @@
-"""`reorder: false` on real netem (qos-total-order brief §1.6 and §10.1): under user-mode-linux
+"""`reorder: false` on real netem (004 §2.1's FIFO links; docs/link-model.md): under user-mode-linux
 (docs/platform.md), h1 sends numbered UDP datagrams every 0.5 ms over 10 ms +- 5 ms uniform
 jitter to three hosts, each through the project's rendered plan:
 
 - h2: the FIFO plan (`reorder: false`: netem with a `rate`, testbed/shaping/netem.py);
 - h3: the same path with `reorder: true` (netem's default: jitter reorders);
-- h4: the brief's question, netem's documented alternative: `reorder: true` plus a child
+- h4: netem's documented alternative: `reorder: true` plus a child
   `pfifo` under the netem leaf.
 
 Receivers write the sequence numbers in arrival order. h2 must see none out of order and h3
