@@ -87,7 +87,7 @@ def test_token_ring_numbers_are_gap_free_and_unique_when_tokens_are_lost_and_res
     tmp_path: Path
 ) -> None:
     """D1 oracles: fnl seq is 1, 2, ... at every node, and no two messages share a number,
-    while lost tokens are resent (K4) and the resulting duplicates discarded."""
+    while lost tokens are resent (token_ring.py rule K4) and the resulting duplicates discarded."""
     sim = ps.run(ps.configs("token-ring", tmp_path, loss=0.10, jitter_ms=4.0, rate=30.0,
                             duration_s=4.0, drain_s=6.0, params={"token_retransmit_ms": 15}))
     events = ps.read_events(tmp_path)

@@ -101,8 +101,8 @@ def test_a_restarted_process_gets_new_ids_and_the_others_deliver_them(
 
 
 def test_a_restarted_token_ring_member_rejoins_the_ring(tmp_path: Path) -> None:
-    """The restarted member joins at the token its predecessor resends (K6) and the ring
-    carries its messages; no `token_loss` anywhere."""
+    """The restarted member joins at the token its predecessor resends (token_ring.py rule
+    K6) and the ring carries its messages; no `token_loss` anywhere."""
     ev = restart_run("token-ring", tmp_path)
     _, new = incarnations(ev["h3"])
     joins = [e for e in new if e["ev"] == "join"]
