@@ -172,7 +172,8 @@ def test_rates_are_consistent_and_net_burst_equals_app_burst(tmp_path: Path) -> 
 
 def test_start_reserves_net_avg_rate_and_refusal_is_logged() -> None:
     """Rule V2 of qos_vbr.py (Thm 3): NetAvgRate = avg + 1/Θ msgs/s, NetMaxBurst = max_burst,
-    as bits/s and burst bytes for n-1 unicast copies; a refused reservation is logged and the protocol runs on."""
+    as bits/s and burst bytes for n-1 unicast copies; a refused reservation is logged and the
+    protocol runs on."""
     layer = QosVbr(0, [0, 1, 2], {"theta": "20ms", "avg": {"h1": 30}, "max_burst": 5,
                                   "start_at_ns": 10**9, "member_names": {0: "h1"},
                                   "payload_size": 100})
