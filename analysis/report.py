@@ -159,7 +159,14 @@ def _facts(summary: dict[str, Any], spec: dict[str, Any]) -> str:
              f"duration {escape(str(exp.get('duration')))}" if exp.get("duration") else "",
              f"nodes {escape(', '.join(summary.get('nodes', [])))}",
              f"crashed {escape(', '.join(summary.get('crashed', [])) or 'none')}"]
-    return '<p class="facts">' + " · ".join(p for p in parts if p) + "</p>"
+    facts = '<p class="facts">' + " · ".join(p for p in parts if p) + "</p>"
+    source = (spec.get("topology") or {}).get("source")
+    if isinstance(source, dict) and source.get("dataset"):
+        # A measured topology (testbed topology import): where its delays come from.
+        keys = ("dataset", "url", "date", "statistic", "licence", "note")
+        said = " · ".join(f"{k} {escape(str(source[k]))}" for k in keys if source.get(k))
+        facts += f'<p class="facts source">measured topology: {said}</p>'
+    return facts
 
 
 def _bands(data: rd.RunData, lanes: bool = False) -> list[Band]:

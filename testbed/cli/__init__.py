@@ -15,6 +15,7 @@ from testbed.cli import analysis, doctor, explore, mgmt, run, runs, specs, up
 from testbed.cli.common import err
 from testbed.cli.fault import fault_app
 from testbed.cli.image import image_app
+from testbed.cli.topology import topology_app
 from testbed.lab import lab_app
 from testbed.nightly.command import nightly as nightly_command
 from testbed.spark import spark_app
@@ -33,6 +34,7 @@ app.command()(runs.status)
 app.command(name="teardown")(runs.teardown_cmd)
 app.add_typer(image_app, name="image")
 app.add_typer(fault_app, name="fault")
+app.add_typer(topology_app, name="topology")  # testbed/cli/topology.py: measured WANs
 app.command()(analysis.pcap)
 app.command()(runs.clean)
 app.command(name="analyze")(analysis.analyze_cmd)

@@ -207,9 +207,25 @@ class WanSpec(LinkSpec):
         return [(self.from_, self.to)]
 
 
+class SourceSpec(Strict):
+    """Where a measured topology's numbers come from (`testbed topology import`,
+    docs/topologies.md): copied into every run's spec.lock.yaml and shown in its report."""
+
+    dataset: str = Field(description="the measurement, e.g. `WonderProxy pings` or a URL")
+    url: str = ""
+    date: str = Field(default="", description="date or date range the measurements cover")
+    statistic: str = Field(default="", description="how the delays were derived, e.g. "
+                           "`median RTT / 2 per direction`")
+    licence: str = Field(default="", description="licence note of the dataset")
+    note: str = ""
+
+
 class TopologySpec(Strict):
     name: str
     description: str = ""
+    source: SourceSpec | None = Field(
+        default=None, description="measured topologies: the dataset, its date range, the "
+        "statistic and a licence note")
     sites: dict[str, SiteSpec] = {}
     hosts: list[HostSpec]
     wan: list[WanSpec] = []
