@@ -367,7 +367,7 @@ def render_comparison(runs: list[tuple[dict[str, Any], rd.RunData]]) -> str:
                      _td(state, bad=state == "FAIL", cls="ok" if state == "PASS" else ""),
                      f'<td class="l">{"<br>".join(escape(r) for r in reasons) or "–"}</td>',
                      _td(int((data.events["ev"] == "send").sum())), *[_td(q) for q in qs],
-                     _td(_min_rate(data)), _td(None if pooled is None else f"{pooled:.1%}")])
+                     _td(min_rate(data)), _td(None if pooled is None else f"{pooled:.1%}")])
         series.append(Series(label, *rd.cdf(values), plots.color(k)))
         if len(values):
             tails.append(float(np.quantile(values, 0.995)))
@@ -529,7 +529,7 @@ def _theta_html(summaries: list[dict[str, Any]], labels: list[str] | None = None
                     '<div class="grid">' + by_theta + by_over + "</div>")
 
 
-def _min_rate(data: rd.RunData) -> float:
+def min_rate(data: rd.RunData) -> float:
     """The slowest node's first fnl deliveries per second over its own first-to-last fnl span;
     0 for a node with no span (analysis/metrics.py `throughput`)."""
     ev = data.events

@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from testbed.cli import analysis, doctor, explore, mgmt, run, runs, specs, up
+from testbed.cli import analysis, doctor, explore, mgmt, run, runs, serve, specs, up
 from testbed.cli.common import err
 from testbed.cli.fault import fault_app
 from testbed.cli.image import image_app
@@ -45,6 +45,7 @@ app.command()(doctor.doctor)
 app.command()(mgmt.certs)
 app.command()(mgmt.mgmt)
 app.command(name="nightly")(nightly_command)
+app.command()(serve.serve)  # testbed/serve.py: runs, nightlies, explorations in the browser
 app.add_typer(lab_app, name="lab")  # testbed/lab.py: SSH hosts for the remote backend
 app.add_typer(spark_app, name="spark")  # testbed/spark.py: Spark standalone on those hosts
 
