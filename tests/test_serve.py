@@ -242,3 +242,36 @@ def test_chromium_loads_table_sorted_by_p99_and_a_report(local: str, runs: Path,
     browse(f"http://{local}/r/{run}/report.html", tmp_path / "report.png")
     for shot in ("runs-table.png", "report.png"):
         assert (tmp_path / shot).stat().st_size > 5000, shot
+
+
+def test_nightly_and_explore_pages(local: str, runs: Path) -> None:
+    """A trend report written by the nightly's writer (one night whose run is a served run)
+    and a real two-seed exploration, both found under the served folder and opened."""
+    from testbed.nightly.catalogue import load_catalogue
+    from testbed.nightly.detect import judge
+    from testbed.nightly.history import Outcome, read_history, write_night
+    from testbed.nightly.trend import write_trend
+
+    run = next(d for d in runs.iterdir() if "-mid-" in d.name)
+    history = runs.parent / "history"
+    outcome = Outcome("smoke.seto.sim", "reliable-nack", "sim", "pass", "",
+                      metrics={"latency.fnl.all.p50_ms": (10.0, "up")}, run_dir=str(run))
+    write_night(history, "2026-11-25", "smoke", [outcome], "ab" * 20, {"python": "3"},
+                {"cpus": 2})
+    catalogue = load_catalogue()
+    write_trend(judge(read_history(history), catalogue.thresholds, catalogue.index.flaky),
+                runs / "smoke" / "nightly.html")
+    proc = run_cli("explore", str(ROOT / "experiments" / "quickstart.yaml"), "--seeds", "2",
+                   "--duration", "2s", "--workers", "1", "--shrink", "0", "--out",
+                   str(runs / "explore" / "quick"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    status, page = get(local, "/nightly")
+    assert status == 200 and 'href="/r/smoke/nightly.html"' in page
+    status, page = get(local, "/r/smoke/nightly.html")
+    assert status == 200 and "smoke.seto.sim" in page
+    status, page = get(local, "/explore")
+    assert status == 200 and 'href="/r/explore/quick/index.html"' in page
+    status, page = get(local, "/r/explore/quick/index.html")
+    assert status == 200 and "seed" in page
+    # Neither is a run: the table still holds the three runs.
+    assert len(json.loads(get(local, "/api/runs")[1])) == 3
