@@ -23,7 +23,9 @@ testbed/certs.py (`testbed serve` does both).
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import collections
 import hmac
 import html
 import json
@@ -345,6 +347,209 @@ def safe_file(roots: list[Path], rel: str) -> Path | None:
     return None
 
 
+
+# --- the live view of a running run -----------------------------------------------------------
+
+NODE_MBEAN = "testbed:type=Node"
+LIVE_EVERY_S = 1.0
+LATENCY_WINDOW = 2000  # the last deliveries per node its quantiles are taken over
+
+
+def _finished(d: Path) -> bool:
+    journal = d / "journal.jsonl"
+    try:
+        text = journal.read_text(errors="replace")
+    except OSError:
+        return True
+    return '"op": "down"' in text or (d / "drain.json").is_file()
+
+
+class LiveRun:
+    """What a running run shows, polled about once a second: per node the `Progress` of its
+    management endpoint (messages sent, final deliveries), read over the control plane as the
+    drain reads it (testbed/drain.py), with the run's token when it has one; per node the
+    final-delivery latency quantiles of its last deliveries, from the delivery logs' new lines
+    (send time from the sender's log, first `fnl` from the receiver's); the fault records
+    (faults.jsonl) as they are written. Reads only."""
+
+    def __init__(self, d: Path):
+        self.d = d
+        plan = _read_json(d / "plan.json")
+        hosts = plan.get("hosts")
+        self.hosts: list[str] = ([str(h) for h in hosts] if isinstance(hosts, list) else
+                                 sorted(p.name for p in (d / "nodes").glob("*") if p.is_dir()))
+        token_file = d / "token"
+        self.token = token_file.read_text().strip() if token_file.is_file() else ""
+        self.offsets: dict[Path, int] = {}
+        self.send_t: dict[str, int] = {}
+        self.pending: list[tuple[str, str, int]] = []
+        self.seen: set[tuple[str, str]] = set()
+        self.latency: dict[str, collections.deque[float]] = {
+            h: collections.deque(maxlen=LATENCY_WINDOW) for h in self.hosts}
+        self.faults: list[dict[str, Any]] = []
+        self.t0: int | None = None
+        self.last: dict[str, dict[str, Any]] = {}  # a node's last answer (it stops at the end)
+
+    def _new_lines(self, path: Path) -> list[str]:
+        """Complete lines appended to `path` since the last call."""
+        try:
+            with path.open("rb") as f:
+                f.seek(self.offsets.get(path, 0))
+                data = f.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n") + 1
+        self.offsets[path] = self.offsets.get(path, 0) + end
+        return data[:end].decode(errors="replace").splitlines()
+
+    def _progress(self, host: str) -> dict[str, Any] | None:
+        from testbed.mgmt import MgmtClient, MgmtError
+
+        info = _read_json(self.d / "nodes" / host / "control.json")
+        if not info.get("port"):
+            return None
+        url = f"{info.get('scheme', 'http')}://{info.get('host')}:{info['port']}/jolokia"
+        ca = self.d / "certs" / "ca.pem"
+        cert = self.d / "certs" / "orchestrator.pem"
+        try:
+            client = MgmtClient(url, self.token, timeout_s=0.8,
+                                cafile=ca if ca.is_file() else None,
+                                client_cert=cert if cert.is_file() else None)
+            value = client.read(NODE_MBEAN, "Progress")
+        except (MgmtError, OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    def _read_logs(self) -> None:
+        fnls: list[tuple[str, str, int]] = []
+        for host in self.hosts:
+            for line in self._new_lines(self.d / "nodes" / host / "events.jsonl"):
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(rec, dict) or not isinstance(rec.get("t"), int):
+                    continue
+                if self.t0 is None or rec["t"] < self.t0:
+                    self.t0 = rec["t"]
+                mid = rec.get("mid")
+                if rec.get("ev") == "send" and isinstance(mid, str):
+                    self.send_t.setdefault(mid, rec["t"])
+                elif rec.get("ev") == "fnl" and isinstance(mid, str):
+                    fnls.append((host, mid, rec["t"]))
+        waiting = []
+        for host, mid, t in self.pending + fnls:
+            if (host, mid) in self.seen:
+                continue
+            sent = self.send_t.get(mid)
+            if sent is None:
+                waiting.append((host, mid, t))  # its send line is not in the logs yet
+                continue
+            self.seen.add((host, mid))
+            self.latency.setdefault(host, collections.deque(maxlen=LATENCY_WINDOW)).append(
+                (t - sent) / 1e6)
+        self.pending = waiting[-100_000:]
+
+    def poll(self) -> dict[str, Any]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        import numpy as np
+
+        with ThreadPoolExecutor(max(1, min(8, len(self.hosts)))) as pool:
+            progress = dict(zip(self.hosts, pool.map(self._progress, self.hosts), strict=True))
+        self._read_logs()
+        for line in self._new_lines(self.d / "faults.jsonl"):
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                self.faults.append(rec)
+        nodes = {}
+        for h in self.hosts:
+            p = progress.get(h)
+            if p is not None:
+                self.last[h] = p
+            reachable = p is not None
+            p = p or self.last.get(h)
+            delivered = p.get("delivered") if p else None
+            values = np.fromiter(self.latency.get(h, ()), float)
+            nodes[h] = {
+                "reachable": reachable,
+                "sent": p.get("sent") if p else None,
+                "delivered": (sum(v for v in delivered.values() if isinstance(v, int))
+                              if isinstance(delivered, dict) else None),
+                "p50": float(np.quantile(values, 0.5)) if len(values) else None,
+                "p99": float(np.quantile(values, 0.99)) if len(values) else None,
+            }
+        faults = []
+        for rec in self.faults:
+            t = rec.get("t")
+            at = (t - self.t0) / 1e9 if isinstance(t, int) and self.t0 is not None else None
+            faults.append({"at_s": at, "kind": str(rec.get("kind", "")),
+                           "phase": str(rec.get("phase", rec.get("op", ""))),
+                           "detail": json.dumps({k: v for k, v in rec.items()
+                                                 if k not in ("t", "kind", "phase", "op")})[:200]})
+        return {"nodes": nodes, "faults": faults, "finished": _finished(self.d)}
+
+
+_LIVE_JS = """
+const path = document.body.dataset.run;
+const es = new EventSource('/events/' + path.split('/').map(encodeURIComponent).join('/'));
+const fmt = v => v === null || v === undefined ? '\\u2013' :
+  (typeof v === 'number' && !Number.isInteger(v) ? v.toFixed(1) : String(v));
+let updates = 0;
+es.onmessage = (e) => {
+  const d = JSON.parse(e.data);
+  updates += 1;
+  for (const [h, n] of Object.entries(d.nodes)) {
+    for (const k of ['sent', 'delivered', 'p50', 'p99']) {
+      const cell = document.getElementById(k + '-' + h);
+      if (cell) cell.textContent = fmt(n[k]);
+    }
+    const row = document.getElementById('node-' + h);
+    if (row) row.className = n.reachable ? 'up' : 'down';
+  }
+  const list = document.getElementById('faults');
+  list.innerHTML = '';
+  for (const f of d.faults) {
+    const li = document.createElement('li');
+    li.textContent = (f.at_s === null ? '?' : f.at_s.toFixed(2) + ' s') + ' ' + f.kind + ' ' +
+      f.phase + ' ' + f.detail;
+    list.appendChild(li);
+  }
+  const total = Object.values(d.nodes).reduce((a, n) => a + (n.delivered || 0), 0);
+  const item = document.createElement('li');
+  item.dataset.delivered = total;
+  item.textContent = 'update ' + updates + ': ' + total + ' final deliveries';
+  const history = document.getElementById('history');
+  history.appendChild(item);
+  while (history.children.length > 120) history.removeChild(history.firstChild);
+  document.getElementById('status').textContent = 'running: update ' + updates;
+  document.getElementById('status').dataset.updates = updates;
+};
+es.addEventListener('end', () => {
+  es.close();
+  document.getElementById('status').textContent = 'finished after ' + updates + ' updates';
+});
+"""
+
+
+def live_page(rel: str, live: LiveRun) -> str:
+    rows = "".join(
+        f'<tr id="node-{html.escape(h)}"><td class="l">{html.escape(h)}</td>'
+        + "".join(f'<td id="{k}-{html.escape(h)}">–</td>' for k in ("sent", "delivered",
+                                                                       "p50", "p99"))
+        + "</tr>" for h in live.hosts)
+    return (f'<p><span id="status" data-updates="0">connecting</span> · '
+            f'<a href="{_href(rel + "/spec.lock.yaml")}">spec.lock.yaml</a></p>'
+            '<table id="live"><thead><tr><th class="l">node</th><th>sent</th>'
+            '<th>final-delivered</th><th>p50 ms</th><th>p99 ms</th></tr></thead>'
+            f'<tbody>{rows}</tbody></table><h2>Faults</h2><ul id="faults"></ul>'
+            '<h2>Updates</h2><ol id="history"></ol>'
+            f"<script>{_LIVE_JS}</script>")
+
+
 # --- pages ------------------------------------------------------------------------------------
 
 _CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
@@ -355,12 +560,13 @@ th a{color:#222;text-decoration:none}.PASS{color:#17803d;font-weight:600}
 form.filter{margin:.8em 0}small{color:#666}"""
 
 
-def _page(title: str, body: str) -> HTMLResponse:
+def _page(title: str, body: str, run: str = "") -> HTMLResponse:
     nav = ('<nav><a href="/">runs</a><a href="/nightly">nightly</a>'
            '<a href="/explore">explorations</a></nav>')
     return HTMLResponse(f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
                         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>"
-                        f"<body>{nav}<h1>{html.escape(title)}</h1>{body}</body></html>")
+                        f'<body data-run="{html.escape(run)}">{nav}<h1>{html.escape(title)}'
+                        f"</h1>{body}</body></html>")
 
 
 def _href(path: str) -> str:
@@ -380,6 +586,10 @@ def runs_table(rows: list[dict[str, Any]], sort: str, order: str, q: str, verdic
     for r in rows:
         link = (f'<a href="{_href(r["path"] + "/report.html")}">{html.escape(r["run"])}</a>'
                 if r["report"] else html.escape(r["run"]))
+        if r["verdict"] == "RUNNING":
+            live = "/live/" + urllib.parse.quote(r["path"])
+            link += f' · <a class="live" href="{live}">live</a>'
+
         why = html.escape("; ".join(r["reasons"]))
         kinds = html.escape(", ".join(r["fault_kinds"]))
         body.append(
@@ -465,7 +675,47 @@ def build_app(roots: list[Path], credentials: Credentials | None = None) -> Star
         ) or "<li>no explorations (seeds.parquet and index.html) under the folders</li>"
         return _page("explorations", f"<ul>{items}</ul>")
 
+    def run_dir(rel: str) -> Path | None:
+        lock = safe_file(roots, f"{rel}/spec.lock.yaml")
+        return lock.parent if lock is not None and _is_run(lock.parent) else None
+
+    async def live(request: Request) -> Response:
+        rel = request.path_params["path"].rstrip("/")
+        d = run_dir(rel)
+        if d is None:
+            return Response("not found\n", status_code=404, media_type="text/plain")
+        return _page(f"live: {d.name}", live_page(rel, LiveRun(d)), run=rel)
+
+    async def events(request: Request) -> Response:
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import StreamingResponse
+
+        rel = request.path_params["path"].rstrip("/")
+        d = run_dir(rel)
+        if d is None:
+            return Response("not found\n", status_code=404, media_type="text/plain")
+        watch = LiveRun(d)
+
+        async def stream() -> Any:
+            while True:
+                try:
+                    state = await run_in_threadpool(watch.poll)
+                except Exception as exc:  # noqa: BLE001 - a bad poll ends the stream, said
+                    yield f"event: end\ndata: {json.dumps({'error': str(exc)})}\n\n"
+                    return
+                yield f"data: {json.dumps(state)}\n\n"
+                if state["finished"]:
+                    yield "event: end\ndata: {}\n\n"
+                    return
+                if await request.is_disconnected():
+                    return
+                await asyncio.sleep(LIVE_EVERY_S)
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store"})
+
     routes = [Route("/", index), Route("/api/runs", api_runs), Route("/compare", compare),
+              Route("/live/{path:path}", live), Route("/events/{path:path}", events),
               Route("/nightly", nightly), Route("/explore", explore),
               Route("/r/{path:path}", file)]
     middleware = ([Middleware(AuthMiddleware, credentials=credentials)]

@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,6 +49,8 @@ protocol: {{name: reliable-nack}}
 workload: {{rate: 20/s, size: 100B, arrival: poisson}}
 """
 DELAYS = {"near": "5ms", "far": "60ms", "mid": "20ms"}
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +79,7 @@ def start(args: list[str], host: str, port: int, ssl_ctx: ssl.SSLContext | None 
           ) -> subprocess.Popen[str]:
     proc = subprocess.Popen([sys.executable, "-m", "testbed", "serve", *args, "--host", host,
                              "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                                [str(ROOT), os.environ.get("PYTHONPATH", "")])})
+                            stderr=subprocess.STDOUT, text=True, env=ENV)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
@@ -275,3 +276,86 @@ def test_nightly_and_explore_pages(local: str, runs: Path) -> None:
     assert status == 200 and "seed" in page
     # Neither is a run: the table still holds the three runs.
     assert len(json.loads(get(local, "/api/runs")[1])) == 3
+
+
+LIVE_EXP = """\
+name: live
+topology: topo.yaml
+backend: local
+duration: 6s
+drain: 1s
+seed: 4
+protocol: {name: reliable-nack}
+workload: {rate: 30/s, size: 100B, arrival: poisson}
+"""
+
+
+def test_live_view_of_a_running_local_run(tmp_path: Path) -> None:
+    """A run on the local backend (real node processes on loopback) while `serve` watches:
+    the table marks it RUNNING with a live link; the event stream pushes per-node counts from
+    the nodes' management endpoints that grow; in Chromium the page's final-delivery total
+    grows with each pushed update until the run ends; afterwards the run is no longer
+    running."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    (tmp_path / "topo.yaml").write_text(
+        "name: trio\nhosts: [{name: a}, {name: b}, {name: c}]\n"
+        "matrix: {a: {b: 2ms, c: 4ms}, b: {a: 2ms, c: 3ms}, c: {a: 4ms, b: 3ms}}\n")
+    (tmp_path / "live.yaml").write_text(LIVE_EXP)
+    port = free_port("127.0.0.1")
+    server = start(["--runs", str(root), "--state", str(tmp_path / "state")], "127.0.0.1",
+                   port)
+    base = f"127.0.0.1:{port}"
+    run = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(tmp_path / "live.yaml"),
+                            "--no-analyze", "--out", str(root)], cwd=ROOT, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            dirs = list(root.iterdir())
+            if dirs and len(list(dirs[0].glob("nodes/*/control.json"))) == 3:
+                break
+            assert run.poll() is None, run.stdout.read() if run.stdout else ""
+            time.sleep(0.2)
+        (d,) = root.iterdir()
+        (row,) = json.loads(get(base, "/api/runs")[1])
+        assert row["verdict"] == "RUNNING" and row["backend"] == "local"
+        assert f'href="/live/{d.name}"' in get(base, "/")[1]
+        # The event stream: two pushes about a second apart, counts from management.
+        host, p = base.split(":")
+        conn = http.client.HTTPConnection(host, int(p), timeout=30)
+        conn.request("GET", f"/events/{d.name}")
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.getheader("content-type", "").startswith(
+            "text/event-stream")
+        pushed: list[dict[str, Any]] = []
+        while len(pushed) < 3:
+            line = resp.readline().decode()
+            if line.startswith("data: "):
+                pushed.append(json.loads(line[6:]))
+        conn.close()
+        totals = [sum(n["delivered"] or 0 for n in e["nodes"].values()) for e in pushed]
+        assert all(n["reachable"] for n in pushed[-1]["nodes"].values())
+        assert totals[0] < totals[-1], totals
+        if CHROMIUM is not None:
+            # Chromium waits (virtual time) until the stream ends with the run.
+            with tempfile.TemporaryDirectory() as profile:
+                proc = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}",
+                                       "--virtual-time-budget=30000", "--dump-dom",
+                                       f"http://{base}/live/{d.name}"],
+                                      capture_output=True, text=True, timeout=90)
+            dom = proc.stdout
+            history = [int(x) for x in re.findall(r'<li data-delivered="(\d+)"', dom)]
+            assert len(history) >= 3, dom[-3000:]
+            assert history == sorted(history) and history[0] < history[-1], history
+            assert "finished after" in dom
+            final = re.search(r'<td id="delivered-a">(\d+)</td>', dom)
+            assert final and int(final[1]) > 0  # the last answer stays once a node stopped
+        assert run.wait(timeout=60) == 0, run.stdout.read() if run.stdout else ""
+        (row,) = json.loads(get(base, "/api/runs")[1])
+        assert row["verdict"] == "NOT ANALYSED" and row["p50"] is not None
+    finally:
+        if run.poll() is None:
+            run.terminate()
+            run.wait(timeout=30)
+        stop(server)
