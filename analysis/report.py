@@ -23,6 +23,7 @@ from analysis.liveness import liveness_line
 from analysis.plots import Arrow, Band, Series
 from analysis.qos import qos_html
 from analysis.switching import switch_windows
+from analysis.topology_view import topology_html
 from analysis.verdict import verdict as run_verdict
 
 REPORT = "report.html"
@@ -320,7 +321,8 @@ def render_report(summary: dict[str, Any], data: rd.RunData | None = None) -> st
     if data is not None and len(data.events):
         bands = _bands(data)
         lat = rd.latencies(data.events, data.t0)
-        parts += [_faults_html(data), _latency_plot(data, lat, bands),
+        parts += [_faults_html(data), topology_html(data.spec, data.faults),
+                  _latency_plot(data, lat, bands),
                   _timeline_plot(data), _throughput_plot(data, bands),
                   _bandwidth_plot(data, bands), _accuracy_plot(data, summary),
                   _spacetime_plot(data, lat)]

@@ -490,7 +490,13 @@ def build_topology(measured: Measured, sites: list[Site], *, name: str, statisti
             row[b.name] = entry
         matrix[a.name] = row
     problems.raise_if_any()
-    hosts = [{"name": s.name} for s in sites]
+    hosts: list[dict[str, Any]] = []
+    for s in sites:
+        host: dict[str, Any] = {"name": s.name}
+        if s.lat is not None and s.lon is not None and -90 <= s.lat <= 90 \
+                and -180 <= s.lon <= 180:
+            host["location"] = [s.lat, s.lon]
+        hosts.append(host)
     topo: dict[str, Any] = {
         "name": name,
         "description": f"{len(sites)} sites measured: " + ", ".join(s.label for s in sites),

@@ -167,6 +167,17 @@ class HostSpec(Strict):
     clock: ClockSpec = ClockSpec()
     qos: QoSSpec = QoSSpec()
     address: str | None = Field(default=None, description="data-plane IPv4 in 198.18.0.0/15")
+    location: tuple[float, float] | None = Field(
+        default=None, description="[latitude, longitude] in degrees, where the host is: the "
+        "report's topology view places it there (`testbed topology import` writes it)")
+
+    @field_validator("location")
+    @classmethod
+    def _location(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and not (-90 <= v[0] <= 90 and -180 <= v[1] <= 180):
+            raise ValueError(f"location {list(v)} is not [latitude -90..90, longitude "
+                             "-180..180]")
+        return v
 
     @field_validator("name")
     @classmethod
