@@ -16,7 +16,7 @@ from typing import Any
 from analysis import plots
 
 # Low to high one-way delay (viridis-like stops; readable with colour-vision deficiencies).
-SCALE = ("#440154", "#3b528b", "#21918c", "#5ec962", "#fde725")
+SCALE = ("#440154", "#3b528b", "#21918c", "#5ec962", "#c9b700")
 MAX_LINKED = 40  # more hosts than this: hosts only, links would be a solid blot
 MAX_PARTITION_VIEWS = 6
 

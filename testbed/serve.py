@@ -32,6 +32,7 @@ import json
 import os
 import re
 import secrets
+import socket
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -721,3 +722,27 @@ def build_app(roots: list[Path], credentials: Credentials | None = None) -> Star
     middleware = ([Middleware(AuthMiddleware, credentials=credentials)]
                   if credentials is not None else [])
     return Starlette(routes=routes, middleware=middleware)
+
+
+def serve_in_background(roots: list[Path], port: int, host: str = "127.0.0.1") -> Any:
+    """`testbed run --serve`: the same application on `host`:`port` (loopback only: no
+    credentials) in a daemon thread for the life of the run; returns a function that stops
+    it. OSError when the port is taken."""
+    import threading
+
+    import uvicorn
+
+    if not is_local(host):
+        raise ValueError("testbed run --serve binds loopback only; use testbed serve --host")
+    with socket.socket() as probe:  # a taken port: one sentence, not a thread dying later
+        probe.bind((host, port))
+    server = uvicorn.Server(uvicorn.Config(build_app(roots), host=host, port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, name="testbed-serve", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(timeout=5)
+
+    return stop

@@ -295,7 +295,7 @@ def test_live_view_of_a_running_local_run(tmp_path: Path) -> None:
     the table marks it RUNNING with a live link; the event stream pushes per-node counts from
     the nodes' management endpoints that grow; in Chromium the page's final-delivery total
     grows with each pushed update until the run ends; afterwards the run is no longer
-    running."""
+    running. The run itself is started with `--serve`: its own server lists it too."""
     root = tmp_path / "runs"
     root.mkdir()
     (tmp_path / "topo.yaml").write_text(
@@ -306,8 +306,10 @@ def test_live_view_of_a_running_local_run(tmp_path: Path) -> None:
     server = start(["--runs", str(root), "--state", str(tmp_path / "state")], "127.0.0.1",
                    port)
     base = f"127.0.0.1:{port}"
+    own = free_port("127.0.0.1")  # `testbed run --serve`: its own server beside the run
     run = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(tmp_path / "live.yaml"),
-                            "--no-analyze", "--out", str(root)], cwd=ROOT, text=True,
+                            "--no-analyze", "--out", str(root), "--serve", "--serve-port",
+                            str(own)], cwd=ROOT, text=True,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV)
     try:
         deadline = time.monotonic() + 60
@@ -320,6 +322,8 @@ def test_live_view_of_a_running_local_run(tmp_path: Path) -> None:
         (d,) = root.iterdir()
         (row,) = json.loads(get(base, "/api/runs")[1])
         assert row["verdict"] == "RUNNING" and row["backend"] == "local"
+        (row,) = json.loads(get(f"127.0.0.1:{own}", "/api/runs")[1])
+        assert row["verdict"] == "RUNNING"
         assert f'href="/live/{d.name}"' in get(base, "/")[1]
         # The event stream: two pushes about a second apart, counts from management.
         host, p = base.split(":")
@@ -352,6 +356,8 @@ def test_live_view_of_a_running_local_run(tmp_path: Path) -> None:
             final = re.search(r'<td id="delivered-a">(\d+)</td>', dom)
             assert final and int(final[1]) > 0  # the last answer stays once a node stopped
         assert run.wait(timeout=60) == 0, run.stdout.read() if run.stdout else ""
+        assert run.stdout is not None and f"live view: http://127.0.0.1:{own}/" in \
+            run.stdout.read()
         (row,) = json.loads(get(base, "/api/runs")[1])
         assert row["verdict"] == "NOT ANALYSED" and row["p50"] is not None
     finally:
@@ -359,3 +365,17 @@ def test_live_view_of_a_running_local_run(tmp_path: Path) -> None:
             run.terminate()
             run.wait(timeout=30)
         stop(server)
+
+
+def test_run_serve_on_a_taken_port_is_one_sentence(tmp_path: Path) -> None:
+    (tmp_path / "topo.yaml").write_text(TOPO.format(delay="5ms"))
+    (tmp_path / "x.yaml").write_text(EXP.format(name="x").replace("topo-x.yaml", "topo.yaml"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = run_cli("run", str(tmp_path / "x.yaml"), "--out", str(tmp_path / "runs"),
+                       "--serve", "--serve-port", str(port))
+    assert proc.returncode == 2
+    assert f"--serve: cannot listen on 127.0.0.1:{port}" in proc.stderr
+    assert not (tmp_path / "runs").exists()
