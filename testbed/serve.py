@@ -163,13 +163,14 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 def _walk(root: Path, depth: int = MAX_DEPTH) -> list[Path]:
     """Directories under `root` (itself included), `depth` levels deep, symlinks not
-    followed, in name order."""
+    followed, hidden ones skipped, in name order; a run directory's insides are not
+    entered."""
     out: list[Path] = []
     stack = [(root, 0)]
     while stack:
         d, level = stack.pop()
         out.append(d)
-        if level >= depth:
+        if level >= depth or _is_run(d):
             continue
         try:
             children = sorted((p for p in d.iterdir() if p.is_dir() and not p.is_symlink()),
@@ -191,6 +192,33 @@ def _fmt(value: Any, digits: int = 1) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)
+
+
+_ROWS: dict[Path, tuple[tuple[float, ...], dict[str, Any]]] = {}
+
+
+def _stamp(d: Path) -> tuple[float, ...]:
+    out: list[float] = []
+    for name in ("spec.lock.yaml", "summary.json", "journal.jsonl", "drain.json",
+                 "report.html"):
+        try:
+            st = (d / name).stat()
+            out += [st.st_mtime, float(st.st_size)]
+        except OSError:
+            out += [0.0, -1.0]
+    return tuple(out)
+
+
+def cached_row(root: Path, d: Path) -> dict[str, Any]:
+    """run_row, read again only when one of the run's files changed (a running run's row
+    is read on every request)."""
+    stamp = _stamp(d)
+    hit = _ROWS.get(d)
+    if hit is not None and hit[0] == stamp and hit[1]["verdict"] != "RUNNING":
+        return {**hit[1], "path": d.relative_to(root).as_posix()}
+    row = run_row(root, d)
+    _ROWS[d] = (stamp, row)
+    return row
 
 
 def run_row(root: Path, d: Path) -> dict[str, Any]:
@@ -296,7 +324,7 @@ def scan(roots: list[Path]) -> Found:
             if _is_run(d):
                 if rel not in seen:
                     seen.add(rel)
-                    runs.append(run_row(root, d))
+                    runs.append(cached_row(root, d))
                 continue
             if (d / "nightly.html").is_file():
                 nightly.append({"path": _join(rel, "nightly.html"), "name": rel})
