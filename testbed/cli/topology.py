@@ -49,8 +49,9 @@ def import_cmd(
     from testbed.spec import measured as m
 
     try:
+        wanted = [s for s in (select or "").split(",") if s.strip()] or None
         if fmt == "wonderproxy":
-            data = m.read_wonderproxy(file, servers)
+            data = m.read_wonderproxy(file, servers, wanted)
         elif fmt == "grid":
             data = m.read_grid(file)
         elif fmt == "matrix":
@@ -58,8 +59,7 @@ def import_cmd(
         else:
             raise m.MeasuredDataError([f"{file}:1: --format: {fmt!r} is not one of "
                                        f"{', '.join(m.FORMATS)}"])
-        sites = m.select_sites(data, [s for s in (select or "").split(",") if s.strip()]
-                               or None, file)
+        sites = m.select_sites(data, wanted, file)
         one_way = m.read_one_way(asymmetry) if asymmetry is not None else None
         topo_name = name or m.host_name(out.stem) or "measured"
         source = {

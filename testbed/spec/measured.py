@@ -25,12 +25,15 @@ nothing is written.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
+import itertools
 import json
 import math
 import re
 import statistics
 import unicodedata
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,7 +152,32 @@ def _csv_rows(text: str) -> list[tuple[int, list[str]]]:
 # --- WonderProxy ------------------------------------------------------------------------------
 
 
-def read_wonderproxy(pings: Path, servers: Path | None) -> Measured:
+def _stream_rows(path: Path, what: str) -> Iterator[tuple[int, list[str]]]:
+    """(line, cells) of every non-blank CSV row, read as the file goes (WonderProxy's pings
+    run to millions of rows)."""
+    try:
+        fh = path.open(encoding="utf-8-sig", newline="")
+    except FileNotFoundError:
+        raise MeasuredDataError([f"{path}:1: ({what}): no such file"]) from None
+    except OSError as exc:
+        raise MeasuredDataError([f"{path}:1: ({what}): cannot read: {exc.strerror}"]) from None
+    with fh:
+        reader = csv.reader(fh)
+        try:
+            for cells in reader:
+                if any(c.strip() for c in cells):
+                    yield reader.line_num, [c.strip() for c in cells]
+        except UnicodeDecodeError as exc:
+            raise MeasuredDataError([f"{path}:{reader.line_num + 1}: ({what}): not UTF-8 "
+                                     f"text ({exc.reason})"]) from None
+        except csv.Error as exc:
+            raise MeasuredDataError([f"{path}:{reader.line_num}: ({what}): {exc}"]) from None
+
+
+def read_wonderproxy(pings: Path, servers: Path | None, select: list[str] | None = None
+                     ) -> Measured:
+    """The pings among the servers `select` names (all without it; matched as
+    `select_sites` matches), streamed: rows of other servers are skipped unparsed."""
     problems = _Problems()
     if servers is None:
         raise MeasuredDataError([f"{pings}:1: --servers: the wonderproxy format needs the "
@@ -158,11 +186,16 @@ def read_wonderproxy(pings: Path, servers: Path | None) -> Measured:
     problems.raise_if_any()
     by_id = {s.key: s for s in sites}
     measured = Measured(pings, sites)
-    rows = _csv_rows(_read_text(pings, "pings"))
-    if not rows:
+    keep: set[str] | None = None
+    if select:
+        keep = {s.key for s in select_sites(Measured(pings, [dataclasses.replace(s)
+                                                             for s in sites]), select, pings)}
+    rows = _stream_rows(pings, "pings")
+    first_row = next(rows, None)
+    if first_row is None:
         raise MeasuredDataError([f"{pings}:1: (pings): no rows"])
     columns = list(PING_COLUMNS)
-    first_line, first = rows[0]
+    first_line, first = first_row
     if _number(first[0]) is None:  # a header row: find the columns by name
         header = [c.lower() for c in first]
         missing = [c for c in PING_COLUMNS if c not in header]
@@ -171,10 +204,13 @@ def read_wonderproxy(pings: Path, servers: Path | None) -> Measured:
                                      f"{', '.join(missing)}; WonderProxy's pings have "
                                      f"{', '.join(PING_COLUMNS)}"])
         columns = header
-        rows = rows[1:]
+        body: Iterable[tuple[int, list[str]]] = rows
+    else:
+        body = itertools.chain([first_row], rows)
     index = {c: columns.index(c) for c in PING_COLUMNS}
-    stamps: list[str] = []
-    for line, cells in rows:
+    first_stamp: str | None = None
+    last_stamp: str | None = None
+    for line, cells in body:
         if len(cells) < len(columns):
             problems.add(pings, line, "(row)", f"{len(cells)} columns, expected "
                          f"{len(columns)} ({', '.join(columns)})")
@@ -185,22 +221,26 @@ def read_wonderproxy(pings: Path, servers: Path | None) -> Measured:
             problems.add(pings, line, bad[0], f"server id {cells[index[bad[0]]]!r} is not in "
                          f"{servers}")
             continue
+        if src == dst or (keep is not None and not (src in keep and dst in keep)):
+            continue
         values = {k: _number(cells[index[k]]) for k in ("min", "avg", "max", "mdev")}
         wrong = [k for k, v in values.items() if v is None or v < 0]
         if wrong:
             problems.add(pings, line, wrong[0], f"{cells[index[wrong[0]]]!r} is not a "
                          "non-negative number of milliseconds")
             continue
-        if src == dst:
-            continue
         mn, avg, mdev = values["min"], values["avg"], values["mdev"]
         assert mn is not None and avg is not None and mdev is not None
         measured.samples.setdefault((src, dst), []).append(Sample(mn, avg, mdev))
         measured.lines.setdefault((src, dst), line)
-        stamps.append(cells[index["timestamp"]])
+        stamp = cells[index["timestamp"]]
+        first_stamp = stamp if first_stamp is None or stamp < first_stamp else first_stamp
+        last_stamp = stamp if last_stamp is None or stamp > last_stamp else last_stamp
+        if len(problems.lines) > MAX_PROBLEMS:
+            break
     problems.raise_if_any()
-    if stamps:
-        measured.dates = (min(stamps), max(stamps))
+    if first_stamp is not None and last_stamp is not None:
+        measured.dates = (first_stamp, last_stamp)
     return measured
 
 
