@@ -23,6 +23,7 @@ from analysis.liveness import liveness_line
 from analysis.plots import Arrow, Band, Series
 from analysis.qos import qos_html
 from analysis.switching import switch_windows
+from analysis.topology_view import topology_html
 from analysis.verdict import verdict as run_verdict
 
 REPORT = "report.html"
@@ -159,7 +160,14 @@ def _facts(summary: dict[str, Any], spec: dict[str, Any]) -> str:
              f"duration {escape(str(exp.get('duration')))}" if exp.get("duration") else "",
              f"nodes {escape(', '.join(summary.get('nodes', [])))}",
              f"crashed {escape(', '.join(summary.get('crashed', [])) or 'none')}"]
-    return '<p class="facts">' + " · ".join(p for p in parts if p) + "</p>"
+    facts = '<p class="facts">' + " · ".join(p for p in parts if p) + "</p>"
+    source = (spec.get("topology") or {}).get("source")
+    if isinstance(source, dict) and source.get("dataset"):
+        # A measured topology (testbed topology import): where its delays come from.
+        keys = ("dataset", "url", "date", "statistic", "licence", "note")
+        said = " · ".join(f"{k} {escape(str(source[k]))}" for k in keys if source.get(k))
+        facts += f'<p class="facts source">measured topology: {said}</p>'
+    return facts
 
 
 def _bands(data: rd.RunData, lanes: bool = False) -> list[Band]:
@@ -313,7 +321,8 @@ def render_report(summary: dict[str, Any], data: rd.RunData | None = None) -> st
     if data is not None and len(data.events):
         bands = _bands(data)
         lat = rd.latencies(data.events, data.t0)
-        parts += [_faults_html(data), _latency_plot(data, lat, bands),
+        parts += [_faults_html(data), topology_html(data.spec, data.faults),
+                  _latency_plot(data, lat, bands),
                   _timeline_plot(data), _throughput_plot(data, bands),
                   _bandwidth_plot(data, bands), _accuracy_plot(data, summary),
                   _spacetime_plot(data, lat)]
@@ -360,7 +369,7 @@ def render_comparison(runs: list[tuple[dict[str, Any], rd.RunData]]) -> str:
                      _td(state, bad=state == "FAIL", cls="ok" if state == "PASS" else ""),
                      f'<td class="l">{"<br>".join(escape(r) for r in reasons) or "–"}</td>',
                      _td(int((data.events["ev"] == "send").sum())), *[_td(q) for q in qs],
-                     _td(_min_rate(data)), _td(None if pooled is None else f"{pooled:.1%}")])
+                     _td(min_rate(data)), _td(None if pooled is None else f"{pooled:.1%}")])
         series.append(Series(label, *rd.cdf(values), plots.color(k)))
         if len(values):
             tails.append(float(np.quantile(values, 0.995)))
@@ -522,7 +531,7 @@ def _theta_html(summaries: list[dict[str, Any]], labels: list[str] | None = None
                     '<div class="grid">' + by_theta + by_over + "</div>")
 
 
-def _min_rate(data: rd.RunData) -> float:
+def min_rate(data: rd.RunData) -> float:
     """The slowest node's first fnl deliveries per second over its own first-to-last fnl span;
     0 for a node with no span (analysis/metrics.py `throughput`)."""
     ev = data.events

@@ -11,10 +11,11 @@ import sys
 
 import typer
 
-from testbed.cli import analysis, doctor, explore, mgmt, run, runs, specs, up
+from testbed.cli import analysis, doctor, explore, mgmt, run, runs, serve, specs, up
 from testbed.cli.common import err
 from testbed.cli.fault import fault_app
 from testbed.cli.image import image_app
+from testbed.cli.topology import topology_app
 from testbed.lab import lab_app
 from testbed.nightly.command import nightly as nightly_command
 from testbed.spark import spark_app
@@ -33,6 +34,7 @@ app.command()(runs.status)
 app.command(name="teardown")(runs.teardown_cmd)
 app.add_typer(image_app, name="image")
 app.add_typer(fault_app, name="fault")
+app.add_typer(topology_app, name="topology")  # testbed/cli/topology.py: measured WANs
 app.command()(analysis.pcap)
 app.command()(runs.clean)
 app.command(name="analyze")(analysis.analyze_cmd)
@@ -43,6 +45,7 @@ app.command()(doctor.doctor)
 app.command()(mgmt.certs)
 app.command()(mgmt.mgmt)
 app.command(name="nightly")(nightly_command)
+app.command()(serve.serve)  # testbed/serve.py: runs, nightlies, explorations in the browser
 app.add_typer(lab_app, name="lab")  # testbed/lab.py: SSH hosts for the remote backend
 app.add_typer(spark_app, name="spark")  # testbed/spark.py: Spark standalone on those hosts
 

@@ -34,6 +34,10 @@ def run(
         False),
     inventory: Annotated[Path | None, typer.Option(help="remote backend: hosts (docs/remote.md)"
                                                    )] = None,
+    serve: Annotated[bool, typer.Option(
+        "--serve", help="watch it live: testbed serve over --out on 127.0.0.1 while it runs "
+        "(docs/serve.md)")] = False,
+    serve_port: Annotated[int, typer.Option(help="the port of --serve")] = 8080,
 ) -> None:
     """Run an experiment end to end and judge it.
 
@@ -54,8 +58,13 @@ def run(
         if exp.backend == "remote" and (inventory is None or not inventory.is_file()):
             raise fail(f"the remote backend needs an inventory file ({inventory or 'none given'}"
                        "): --inventory hosts.yaml or `inventory:` in the experiment")
-        result = run_experiment(exp, topo, out, console, master=master, analyze=analyze,
-                                inventory=inventory)
+        stop_serving = start_serving(out, serve_port) if serve else None
+        try:
+            result = run_experiment(exp, topo, out, console, master=master, analyze=analyze,
+                                    inventory=inventory)
+        finally:
+            if stop_serving is not None:
+                stop_serving()
     except BackendError as exc:
         raise fail(str(exc)) from None
     if analyze:
@@ -70,6 +79,20 @@ def run(
     if analyze:
         print_verdict(result.summary)
     raise typer.Exit(0 if result.ok else 1)
+
+
+def start_serving(out: Path, port: int) -> Any:
+    """`--serve`: testbed serve (testbed/serve.py) over the runs folder for this run's life."""
+    from testbed.serve import serve_in_background
+
+    try:
+        stop = serve_in_background([out], port)
+    except OSError as exc:
+        raise fail(f"--serve: cannot listen on 127.0.0.1:{port} ({exc.strerror}); pick "
+                   "another with --serve-port") from None
+    console.print(f"live view: http://127.0.0.1:{port}/ (the run's row links to its live "
+                  "page)", highlight=False)
+    return stop
 
 
 def print_run_plan(exp: Any, topo: Any) -> None:

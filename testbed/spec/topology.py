@@ -167,6 +167,17 @@ class HostSpec(Strict):
     clock: ClockSpec = ClockSpec()
     qos: QoSSpec = QoSSpec()
     address: str | None = Field(default=None, description="data-plane IPv4 in 198.18.0.0/15")
+    location: tuple[float, float] | None = Field(
+        default=None, description="[latitude, longitude] in degrees, where the host is: the "
+        "report's topology view places it there (`testbed topology import` writes it)")
+
+    @field_validator("location")
+    @classmethod
+    def _location(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and not (-90 <= v[0] <= 90 and -180 <= v[1] <= 180):
+            raise ValueError(f"location {list(v)} is not [latitude -90..90, longitude "
+                             "-180..180]")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -207,9 +218,25 @@ class WanSpec(LinkSpec):
         return [(self.from_, self.to)]
 
 
+class SourceSpec(Strict):
+    """Where a measured topology's numbers come from (`testbed topology import`,
+    docs/topologies.md): copied into every run's spec.lock.yaml and shown in its report."""
+
+    dataset: str = Field(description="the measurement, e.g. `WonderProxy pings` or a URL")
+    url: str = ""
+    date: str = Field(default="", description="date or date range the measurements cover")
+    statistic: str = Field(default="", description="how the delays were derived, e.g. "
+                           "`median RTT / 2 per direction`")
+    licence: str = Field(default="", description="licence note of the dataset")
+    note: str = ""
+
+
 class TopologySpec(Strict):
     name: str
     description: str = ""
+    source: SourceSpec | None = Field(
+        default=None, description="measured topologies: the dataset, its date range, the "
+        "statistic and a licence note")
     sites: dict[str, SiteSpec] = {}
     hosts: list[HostSpec]
     wan: list[WanSpec] = []

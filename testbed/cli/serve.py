@@ -1,0 +1,54 @@
+"""`testbed serve`: the runs, nightly trend reports and explorations under some folders in the
+browser (testbed/serve.py, docs/serve.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from testbed.cli.common import console, fail
+from testbed.rundir import DEFAULT_RUNS
+
+
+def serve(
+    runs: Annotated[list[Path] | None, typer.Option(
+        "--runs", help="a folder of runs, nightlies or explorations (repeatable)")] = None,
+    port: Annotated[int, typer.Option(help="TCP port")] = 8080,
+    host: Annotated[str, typer.Option(
+        help="address to bind; any but 127.0.0.1/localhost/::1 needs the token and TLS")]
+    = "127.0.0.1",
+    state: Annotated[Path, typer.Option(
+        help="where the token, Basic credential and TLS certificates are kept")]
+    = Path(".testbed-serve"),
+) -> None:
+    """Browse every run (sortable, filterable table; reports; comparisons), nightly trend
+    report and exploration under the folders. Read-only.
+
+    Example: [bold]testbed serve --runs runs --port 8080[/]
+    """
+    import uvicorn
+
+    from testbed.serve import Credentials, build_app, is_local, server_certificate
+
+    folders = runs or [DEFAULT_RUNS]
+    missing = [str(f) for f in folders if not f.is_dir()]
+    if missing:
+        raise fail(f"not a folder: {', '.join(missing)}")
+    options: dict[str, object] = {}
+    credentials = None
+    scheme = "http"
+    if not is_local(host):
+        credentials = Credentials.load(state)
+        cert, key, ca = server_certificate(state, host)
+        options = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
+        scheme = "https"
+        console.print(f"TLS with {cert} (CA {ca}); every request needs the token in "
+                      f"{state / 'token'} (Authorization: Bearer, or ?token=) or the Basic "
+                      f"credential in {state / 'basic'}", highlight=False)
+    app = build_app(folders, credentials)
+    shown = f"[{host}]" if ":" in host else host
+    console.print(f"serving {', '.join(map(str, folders))} at {scheme}://{shown}:{port}/",
+                  highlight=False)
+    uvicorn.run(app, host=host, port=port, log_level="warning", **options)  # type: ignore[arg-type]
