@@ -149,7 +149,7 @@ def test_quick_init_keeps_the_frozen_dataclass_contract() -> None:
 
 # The hot value classes that were frozen dataclasses, now plain slotted classes (a native
 # __init__ when compiled): their constructors, as the dataclasses had them.
-SIGNATURES = {
+SIGNATURES: dict[str, list[tuple[str, object]]] = {
     "Send": [("dst", None), ("msg", None)],
     "Received": [("origin", None), ("mno", None), ("size", None), ("instance", "")],
     "FinalDeliver": [("origin", None), ("mno", None), ("seq", None), ("size", None),
