@@ -23,7 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.backends.mininet import DATA_NET, MininetBackend, data_addresses  # noqa: E402
+from testbed.backends.addressing import DATA_NET, data_addresses  # noqa: E402
+from testbed.backends.mininet import MininetBackend  # noqa: E402
 from testbed.rundir import RunDir  # noqa: E402
 from testbed.spec.topology import TopologySpec  # noqa: E402
 from testbed.teardown import teardown  # noqa: E402

@@ -12,6 +12,7 @@ from typing import Any
 
 from nodes.config import SIM_EPOCH_NS, NodeConfig
 from testbed.backends import BackendError, Capabilities, HostAddress, backend_class
+from testbed.backends.addressing import DATA_DEV, data_addresses
 from testbed.backends.base import STARTUP_NS
 from testbed.deploy import node_configs, security
 from testbed.faults.schedule import Action, correct_hosts, expand
@@ -94,8 +95,6 @@ class RunPlan:
 def shaping_plans(topo: TopologySpec, paths: PathMatrix) -> dict[str, HostPlan]:
     """Per host, the HTB + per-destination plan of backends that shape real interfaces, in the
     mininet addressing (docker renumbers the same classes into its subnet)."""
-    from testbed.backends.mininet import DATA_DEV, data_addresses
-
     return host_plans(topo, paths, data_addresses(topo), DATA_DEV)
 
 

@@ -79,7 +79,7 @@ def remove(entry: dict[str, Any]) -> str | None:
         if gone:
             return f"{kind} {entry['name']}"
     elif kind == "remote":  # a run's hosts over SSH: playbooks/teardown.yml (docs/remote.md)
-        from testbed.backends.remote import teardown_entry
+        from testbed.backends.ansible import teardown_entry
 
         return teardown_entry(entry)
     elif kind == "sysctl":

@@ -56,7 +56,7 @@ from testbed.faults.nodeside import NodeSideFaults
 from testbed.hosts.base import HostError
 from testbed.hosts.ssh import ClockSample, SSHHost, control_path
 from testbed.images import node_program
-from testbed.rundir import Journal, RunDir
+from testbed.rundir import RunDir
 from testbed.shaping import netem
 from testbed.shaping.plan import ClassPlan, HostPlan, change_link, host_plans
 from testbed.shaping.userspace import daemon_config, lane, nfqueue_rule
@@ -474,39 +474,6 @@ class RemoteBackend(Backend):
             from testbed.teardown import undo
 
             undo(self.run)
-
-
-def teardown_entry(entry: dict[str, Any]) -> str | None:
-    """The journal's `remote` entry undone: playbooks/teardown.yml on every host of the run
-    (testbed/teardown.py calls this). One line: what was removed, and which host could not
-    be reached (the others are still cleaned)."""
-    hosts = {h: InventoryHost(h, s["address"], s["user"], s["key"], s["data_interface"],
-                              s["control_address"], s.get("data_address", s["address"]),
-                              int(s.get("port", 22)))
-             for h, s in entry["hosts"].items()}
-    base = Path(entry["run_path"]) / "ansible"
-    if not base.parent.is_dir():
-        base = Path("/tmp") / f"tb-{entry['run_id']}-ansible"
-    base.mkdir(parents=True, exist_ok=True)
-    book = Playbooks(base, hosts, control_path(entry["run_id"]))
-    res = book.run("teardown", {h: {"tb_dir": entry["dir"], "tb_run_id": entry["run_id"],
-                                    "tb_data_dev": i.data_interface} for h, i in hosts.items()})
-    cleaned = sorted(h for h in hosts if h not in res.problems)
-    line = f"remote run {entry['run_id']} on {', '.join(cleaned) or 'no host'}"
-    if res.problems:
-        line += "; NOT cleaned: " + "; ".join(f"{h} ({m})" for h, m in
-                                              sorted(res.problems.items()))
-        left = {h: s for h, s in entry["hosts"].items() if h in res.problems}
-        if not left:  # the run itself failed ("*"): keep every host
-            left = entry["hosts"]
-        # What could not be cleaned stays in the journal under a new id, so the next
-        # `testbed teardown RUN` tries those hosts again.
-        journal = Journal(Path(entry["run_path"]) / "journal.jsonl")
-        if journal.path.parent.is_dir():
-            kept = {k: v for k, v in entry.items() if k not in ("op", "t", "id", "hosts")}
-            journal.append("create", **kept, hosts=left,
-                           id=f"remote:{entry['run_id']}:{'+'.join(sorted(left))}")
-    return line
 
 
 def ssh_check(host: SSHHost) -> subprocess.CompletedProcess[str]:
