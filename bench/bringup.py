@@ -85,7 +85,7 @@ def shaped_backend(topo: TopologySpec) -> dict[str, Any]:
     backend.applier.apply = timed_apply  # type: ignore[method-assign,assignment]
     try:
         t0 = time.monotonic()
-        addresses = backend.up()
+        addresses = backend.up().addresses
         up = time.monotonic() - t0
         first, last = topo.hosts[0].name, topo.hosts[-1].name
         want = (topo.paths().get(first, last).delay_ns + topo.paths().get(last, first).delay_ns)

@@ -92,28 +92,38 @@ def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: 
     return analyze_run(run, exp.expect, console, master)
 
 
-def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> None:
-    virtual = backend.capabilities.virtual_clock
-    addresses = backend.up()
-    plan.shaping = backend.shaping() or plan.shaping  # as realised (docker renumbers)
+def start_nodes(plan: RunPlan, run: RunDir, backend: Backend,
+                workload: bool = True) -> tuple[RunPlan, Nemesis | None]:
+    """The part of a run before its workload: the backend's `up()`, the plan as realised
+    (written to plan.json), the fault timeline handed to whoever times it, the nodes deployed.
+    `testbed up` is this with `workload=False` (nodes idle from now on, no workload); a run
+    then watches the nodes until they end (`run_experiment`)."""
+    realised = backend.up()
     # A backend whose start takes longer (remote: a playbook) says how long.
-    startup_ns = backend.startup_ns
-    start = plan.start_time(time.time_ns(), startup_ns)
-    configs = plan.node_configs(run, addresses, start)
+    start = (plan.start_time(time.time_ns(), backend.startup_ns) if workload
+             else time.time_ns())
+    # the shaping as applied (docker renumbers)
+    plan = plan.realise(run, realised, start, duration_ns=None if workload else 0)
     plan.write(run)
     # Fault timing: the simulator applies the timeline in virtual time; on the wall clock the
     # nemesis thread walks it from the workload's start and applies each primitive through
     # the backend's controls (backend.fault), recording faults.jsonl.
     nemesis = None
-    if virtual:
+    if backend.capabilities.virtual_clock:
         backend.schedule_faults(plan.actions, start)
     elif plan.actions:
         nemesis = Nemesis(plan.actions, start, run.path / "faults.jsonl", backend.fault)
-    backend.deploy(configs)
+    backend.deploy(plan.configs)
     if nemesis is not None:
         nemesis.start()
+    return plan, nemesis
+
+
+def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> None:
+    virtual = backend.capabilities.virtual_clock
+    plan, nemesis = start_nodes(plan, run, backend)
     try:
-        _watch(plan, run, backend, console, start, startup_ns)
+        _watch(plan, run, backend, console, plan.start_at_ns, backend.startup_ns)
     finally:
         if nemesis is not None:
             nemesis.stop()

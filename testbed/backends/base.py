@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from nodes.config import NodeConfig
@@ -48,6 +48,17 @@ class HostAddress:
     control: str  # control-plane address (never shaped)
 
 
+@dataclass(frozen=True)
+class Realised:
+    """What `up()` made: each host's addresses and, on a backend that shapes real interfaces,
+    the shaping plan each host's applier applied (docker renumbers the run plan's classes into
+    its subnet, remote names each host's own device and addresses); empty when the nodes
+    shape their own datagrams."""
+
+    addresses: dict[str, HostAddress]
+    shaping: dict[str, HostPlan] = field(default_factory=dict)
+
+
 class Backend(ABC):
     name: str
     capabilities: Capabilities = Capabilities()
@@ -70,18 +81,14 @@ class Backend(ABC):
         """True when path delays are applied by the node transport itself."""
         return self.capabilities.inprocess_shaping
 
-    def shaping(self) -> dict[str, HostPlan]:
-        """After up(): the shaping plan each host's applier realised (none when the nodes
-        shape their own datagrams)."""
-        return {}
-
     def stats(self) -> dict[str, Any]:
         """Backend-specific figures for the console (the simulator's event rate)."""
         return {}
 
     @abstractmethod
-    def up(self) -> dict[str, HostAddress]:
-        """Create the emulated network; return each host's addresses."""
+    def up(self) -> Realised:
+        """Create the emulated network; return what was made (the run plan is not changed:
+        the runner derives the realised plan from this)."""
 
     @abstractmethod
     def deploy(self, configs: list[NodeConfig]) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 from nodes.config import NodeConfig
 from nodes.faults import Controls
 from testbed.backends.addressing import DATA_DEV, DATA_NET, data_addresses
-from testbed.backends.base import STARTUP_NS, BackendError, Capabilities, HostAddress
+from testbed.backends.base import STARTUP_NS, BackendError, Capabilities, HostAddress, Realised
 from testbed.backends.bridges import allow_bridged
 from testbed.backends.nodeprocs import NodeProcesses
 from testbed.backends.reservations import reservations_as_htb
@@ -87,7 +87,7 @@ class MininetBackend(ShapedHosts):
         self.net: Any = None
 
     # -- up -----------------------------------------------------------------------------------
-    def up(self) -> dict[str, HostAddress]:
+    def up(self) -> Realised:
         if os.geteuid() != 0:
             raise BackendError("the mininet backend needs root; run with sudo or use --backend "
                                "local")
@@ -99,7 +99,7 @@ class MininetBackend(ShapedHosts):
                 raise
             raise BackendError(f"mininet bring-up failed and was rolled back: {exc}") from exc
 
-    def _up(self) -> dict[str, HostAddress]:
+    def _up(self) -> Realised:
         from mininet.log import setLogLevel
         from mininet.net import Mininet
         from mininet.nodelib import LinuxBridge
@@ -157,7 +157,7 @@ class MininetBackend(ShapedHosts):
         self.plans = host_plans(self.topology, self.paths, data_ip, DATA_DEV)
         for host, plan in self.plans.items():
             self.applier.apply(self.ns[host], plan, j)
-        return dict(self.addresses)
+        return Realised(dict(self.addresses), dict(self.plans))
 
     # -- nodes --------------------------------------------------------------------------------
     def deploy(self, configs: list[NodeConfig]) -> None:
@@ -224,7 +224,7 @@ def bring_up(run: RunDir, topology: TopologySpec, applier: str = "auto"
     """`testbed up TOPOLOGY --backend mininet`: the WAN up and left up, with the measured RTT
     matrix next to the configured one. The caller tears it down (testbed teardown)."""
     backend = MininetBackend(run, topology, topology.paths(), applier=applier)
-    addresses = backend.up()
+    addresses = backend.up().addresses
     try:
         report = rtt_report(backend.paths, backend.measure_rtt())
     except (OSError, subprocess.SubprocessError, HostError) as exc:

@@ -50,7 +50,7 @@ from testbed.backends.ansible import (
     StepResult,
     load_inventory,
 )
-from testbed.backends.base import Backend, BackendError, Capabilities, HostAddress
+from testbed.backends.base import Backend, BackendError, Capabilities, HostAddress, Realised
 from testbed.capture import CaptureOptions, pcap_span, tcpdump_argv
 from testbed.faults.nodeside import NodeSideFaults
 from testbed.hosts.base import HostError
@@ -142,7 +142,7 @@ class RemoteBackend(Backend):
         self.startup_ns = STARTUP_BASE_NS + STARTUP_PER_HOST_NS * len(paths.hosts)
 
     # -- up -----------------------------------------------------------------------------------
-    def up(self) -> dict[str, HostAddress]:
+    def up(self) -> Realised:
         try:
             inv = load_inventory(self.inventory_path)
         except InventoryError as exc:
@@ -175,11 +175,8 @@ class RemoteBackend(Backend):
         self.startup_ns = max(self.startup_ns, int(2e9 * shaped.elapsed_s) + 3_000_000_000)
         self.addresses = {h: HostAddress(i.data_address, DATA_PORT, i.control_address)
                           for h, i in self.inv.items()}
-        return dict(self.addresses)
-
-    def shaping(self) -> dict[str, HostPlan]:
-        """The plans as shaped on the hosts (their data interfaces and addresses)."""
-        return dict(self.plans)
+        # the plans as shaped on the hosts (their data interfaces and addresses)
+        return Realised(dict(self.addresses), dict(self.plans))
 
     def _step(self, step: str, hostvars: dict[str, dict[str, Any]]) -> StepResult:
         assert self.playbooks is not None

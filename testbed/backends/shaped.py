@@ -24,9 +24,6 @@ class ShapedHosts(Backend):
     addresses: dict[str, HostAddress]
     node_side: NodeSideFaults
 
-    def shaping(self) -> dict[str, HostPlan]:
-        return dict(self.plans)
-
     def exec(self, host: str, argv: list[str]) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run([*self.ns[host].command_prefix(), *argv], capture_output=True,
                               timeout=60)

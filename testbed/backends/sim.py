@@ -10,7 +10,7 @@ from typing import Any
 
 from nodes.config import NodeConfig
 from nodes.quiescence import DRAIN_FILE
-from testbed.backends.base import Backend, BackendError, Capabilities, HostAddress
+from testbed.backends.base import Backend, BackendError, Capabilities, HostAddress, Realised
 from testbed.faults.schedule import Action, correct_hosts
 from testbed.processes import spawn
 
@@ -19,10 +19,10 @@ class SimBackend(Backend):
     name = "sim"
     capabilities = Capabilities(virtual_clock=True, management=False)
 
-    def up(self) -> dict[str, HostAddress]:
+    def up(self) -> Realised:
         # Virtual hosts need addresses only to fill the node config; nothing is bound.
-        return {h: HostAddress(f"198.18.0.{i + 1}", 7000, "127.0.0.1")
-                for i, h in enumerate(self.paths.hosts)}
+        return Realised({h: HostAddress(f"198.18.0.{i + 1}", 7000, "127.0.0.1")
+                         for i, h in enumerate(self.paths.hosts)})
 
     def schedule_faults(self, actions: list[Action], start_at_ns: int) -> None:
         """The timeline travels inside sim.json: the simulator applies it in virtual time."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -71,7 +70,7 @@ def up(
 
 def _up_local(run_dir: RunDir, topo: Any, topology: Path, paths: Any, protocol: str,
               transport: str = "udp", mgmt_tls: bool = False) -> None:
-    from testbed.runner import write_lock
+    from testbed.runner import start_nodes, write_lock
     from testbed.runplan import RunPlan
     from testbed.spec.experiment import ExperimentSpec
 
@@ -82,12 +81,9 @@ def _up_local(run_dir: RunDir, topo: Any, topology: Path, paths: Any, protocol: 
     write_lock(run_dir, exp, topo, paths)
     plan = RunPlan.build(exp, topo)
     be = make_backend("local", run_dir, topo, plan.paths)
-    addresses = be.up()
-    configs = plan.node_configs(run_dir, addresses, time.time_ns(), duration_ns=0)
-    plan.write(run_dir)
-    be.deploy(configs)
+    plan, _ = start_nodes(plan, run_dir, be, workload=False)  # the runner, without a workload
     table = Table("host", "data address", "control", title=f"{topo.name} is up")
-    for host, addr in addresses.items():
+    for host, addr in plan.addresses.items():
         table.add_row(host, f"{addr.data}:{addr.port}", addr.control)
     console.print(table)
 
