@@ -198,10 +198,11 @@ def _dev_of(docker: Any, cid: str, ip: str) -> str:
 
 
 def ssh_argv(host: dict[str, Any], key: Path | str) -> list[str]:
-    from testbed.hosts.ssh import ssh_options
+    """The argv prefix that runs a command on a lab host (its inventory entry)."""
+    from testbed.hosts.ssh import SSHHost
 
-    return ["ssh", *ssh_options(str(key), int(host.get("port", 22)), 5),
-            f"{host['user']}@{host['address']}"]
+    return SSHHost(str(host.get("name", host["address"])), host["address"], host["user"],
+                   str(key), int(host.get("port", 22)), connect_timeout=5).command_prefix()
 
 
 def wait_ssh(inventory: dict[str, Any], key: Path) -> None:

@@ -56,3 +56,25 @@ def test_netns_host_runs_inside_its_namespace(tmp_path: Path) -> None:
         assert "198.18.200.2/24" in out
         with pytest.raises(HostError, match=r"^a: "):
             a.run(["ip", "link", "show", "no-such-dev"])
+
+
+def test_every_host_gives_its_argv_prefixes() -> None:
+    """The seam's prefixes, which callers use instead of building nsenter or ssh argv by hand:
+    a local host needs none, a namespace is entered by `nsenter -n` (what teardown uses for
+    a journaled namespace), an SSH host is `ssh ... user@address` (its `run` and the lab's
+    `ssh_argv` are that prefix)."""
+    from testbed.hosts.netns import NetnsHost
+    from testbed.hosts.ssh import SSHHost
+    from testbed.lab import ssh_argv
+
+    local: Host = LocalHost("h1")
+    assert local.prefix() == local.command_prefix() == []
+    ns: Host = NetnsHost("h2", os.getpid(), None)
+    assert ns.command_prefix() == ["nsenter", "-t", str(os.getpid()), "-n"]
+    ssh = SSHHost("h3", "198.19.0.3", "root", "/k", port=2222, connect_timeout=5)
+    as_host: Host = ssh
+    prefix = as_host.command_prefix()
+    assert prefix[0] == "ssh" and prefix[-1] == "root@198.19.0.3"
+    assert prefix[prefix.index("-p") + 1] == "2222" and "ConnectTimeout=5" in prefix
+    assert ssh.ssh_argv("true") == [*prefix, "true"]
+    assert ssh_argv({"address": "198.19.0.3", "user": "root", "port": 2222}, "/k") == prefix
