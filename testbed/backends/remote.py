@@ -54,6 +54,7 @@ from testbed.backends.base import Backend, BackendError, Capabilities, HostAddre
 from testbed.capture import CaptureOptions, pcap_span, tcpdump_argv
 from testbed.faults.nodeside import NodeSideFaults
 from testbed.hosts.base import HostError
+from testbed.hosts.partitions import Partitions
 from testbed.hosts.ssh import ClockSample, SSHHost, control_path
 from testbed.images import node_program
 from testbed.rundir import RunDir
@@ -130,7 +131,9 @@ class RemoteBackend(Backend):
         self.addresses: dict[str, HostAddress] = {}
         self.configs: dict[str, NodeConfig] = {}
         self.crashed: set[str] = set()
-        self.cuts: list[tuple[str, list[str]]] = []  # (host, iptables rule) of a partition
+        # partitions: iptables rules on the hosts (teardown.yml removes the run's by comment)
+        self.partitions = Partitions(run.run_id, lambda h: self.hosts[h],
+                                     lambda h: self.inv[h].data_address, timeout=20)
         self.running: dict[str, bool] = {}
         self.last_poll = 0.0
         self.collected = False
@@ -362,25 +365,16 @@ class RemoteBackend(Backend):
     # host's shaper.
     def block(self, cuts: list[tuple[str, str]]) -> Measured:
         """One DROP rule per cut (src, dst) first in src's OUTPUT chain (ahead of the delay
-        line's NFQUEUE rule), commented with the run id: the kernel drops the datagrams and the
-        nodes know nothing of it, as on mininet and docker; teardown.yml removes the run's
-        rules, also after a crash of the orchestrator."""
-        rules: dict[str, int] = {}
-        for src, dst in cuts:
-            rule = ["OUTPUT", "-d", self.inv[dst].data_address, "-j", "DROP", "-m", "comment",
-                    "--comment", f"tb-{self.run.run_id}"]
-            self.hosts[src].run(["iptables", "-w", "-I", rule[0], "1", *rule[1:]], timeout=20)
-            self.cuts.append((src, rule))
-            rules[src] = rules.get(src, 0) + 1
-        return {"drop_rules": rules}
+        line's NFQUEUE rule), commented with the run id (testbed/hosts/partitions.py), as on
+        mininet and docker; teardown.yml removes the run's rules, also after a crash of the
+        orchestrator."""
+        return self.partitions.block(cuts)
 
     def heal(self) -> Measured:
         """The probe (what each node's failure detector suspects, through the data plane),
         then the run's cut rules go."""
         measured = self.node_side.heal()
-        for src, rule in self.cuts:
-            self.hosts[src].run(["iptables", "-w", "-D", *rule], check=False, timeout=20)
-        self.cuts.clear()
+        self.partitions.heal()
         return measured
 
     def set_path(self, fault: SetPath) -> Measured:
