@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from analysis import deliverylog
 from analysis.checks import check_suite, log_claims, node_errors
 from analysis.fault_history import fault_history
 from analysis.ingest import EVENTS_PARQUET, ingest
@@ -27,25 +28,14 @@ def transport_section(run_dir: Path) -> dict[str, Any]:
     over restarts: malformed and rejected datagrams, and the counts per reason. A refused TLS
     handshake (a certificate from another CA) shows as `rejected:tls`."""
     out: dict[str, Any] = {}
-    for log in sorted((run_dir / "nodes").glob("*/events.jsonl")):
+    for host, stops in deliverylog.events(run_dir, ("stop",)).items():
         node: dict[str, Any] = {"malformed": 0, "rejected": 0, "drops": {}}
-        data = log.read_bytes()
-        at = data.find(b'"stop"')
-        while at >= 0:
-            start = data.rfind(b"\n", 0, at) + 1
-            end = data.find(b"\n", at)
-            end = end if end >= 0 else len(data)
-            try:
-                stop = json.loads(data[start:end])
-            except ValueError:
-                stop = {}  # a line cut short by a kill
-            if isinstance(stop, dict) and stop.get("ev") == "stop":
-                node["malformed"] += int(stop.get("malformed", 0))
-                node["rejected"] += int(stop.get("rejected", 0))
-                for reason, n in (stop.get("drops") or {}).items():
-                    node["drops"][reason] = node["drops"].get(reason, 0) + int(n)
-            at = data.find(b'"stop"', end)
-        out[log.parent.name] = node
+        for stop in stops:
+            node["malformed"] += int(stop.get("malformed", 0))
+            node["rejected"] += int(stop.get("rejected", 0))
+            for reason, n in (stop.get("drops") or {}).items():
+                node["drops"][reason] = node["drops"].get(reason, 0) + int(n)
+        out[host] = node
     return out
 
 

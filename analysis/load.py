@@ -11,35 +11,21 @@ The simulator never refuses (virtual time has no overload).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from analysis import deliverylog
+
 
 def refused_per_node(run_dir: Path) -> dict[str, int]:
     """Messages each node's workload refused: the sum of `n` over its `ev=refused` lines (at
     most ten a second, so a plain scan for them is cheap)."""
     out: dict[str, int] = {}
-    for log in sorted((Path(run_dir) / "nodes").glob("*/events.jsonl")):
-        data = log.read_bytes()
-        n = 0
-        at = data.find(b'"ev":"refused"')
-        while at >= 0:
-            start = data.rfind(b"\n", 0, at) + 1
-            end = data.find(b"\n", at)
-            end = end if end >= 0 else len(data)
-            try:
-                rec = json.loads(data[start:end])
-            except ValueError:
-                rec = {}  # a line cut short by a kill
-            if isinstance(rec, dict) and rec.get("ev") == "refused":
-                value = rec.get("n", 0)
-                n += value if isinstance(value, int) and value > 0 else 0
-            at = data.find(b'"ev":"refused"', end)
-        out[log.parent.name] = n
+    for node, evs in deliverylog.events(Path(run_dir), ("refused",)).items():
+        out[node] = sum(e["n"] for e in evs if isinstance(e.get("n"), int) and e["n"] > 0)
     return out
 
 

@@ -32,34 +32,22 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from analysis.revocation import drop_revoked
+from analysis import deliverylog
 from nodes.quiescence import connected_groups
 
 EXAMPLES = 5
 MEMBERSHIP_CHECKS = ("split_brain", "blocked_delivery", "minority_blocked", "notification_order",
                      "uniform")
-_WANTED = (b'"ev":"start"', b'"ev":"stop"', b'"ev":"view"', b'"ev":"blocked"',
-           b'"ev":"excluded"', b'"ev":"join"', b'"ev":"opt"', b'"ev":"fnl"', b'"ev":"ensured"',
-           b'"ev":"refused"', b'"ev":"set_primary"', b'"ev":"state"')
+_WANTED = ("start", "stop", "view", "blocked", "excluded", "join", "opt", "fnl", "ensured",
+           "refused", "set_primary", "state")
 
 Events = dict[str, list[dict[str, Any]]]
 
 
 def read_membership_events(run_dir: Path) -> Events:
-    """Per node, the events these checks read, sorted by ordinal `i`."""
-    out: Events = {}
-    for log in sorted((Path(run_dir) / "nodes").glob("*/events.jsonl")):
-        evs = []
-        with log.open("rb") as f:
-            for line in f:
-                if any(w in line for w in _WANTED):
-                    try:
-                        evs.append(json.loads(line))
-                    except ValueError:
-                        continue  # a line cut short by a kill
-        evs.sort(key=lambda e: e["i"])
-        out[log.parent.name] = drop_revoked([{**e, "node": log.parent.name} for e in evs])
-    return out
+    """Per node, the events these checks read, sorted by ordinal `i`, without the `fnl`s a
+    later state transfer revoked."""
+    return deliverylog.events(Path(run_dir), _WANTED, revoke=True)
 
 
 def _primary_views(events: Events) -> list[tuple[str, dict[str, Any]]]:
@@ -231,8 +219,8 @@ def minority_blocked(events: Events, partitions: list[Partition]) -> list[dict[s
 def membership_section(run_dir: Path) -> dict[str, Any]:
     """`checks` (the four above) and `membership` for summary.json; {} for a run without
     primary views (another protocol)."""
-    if not any(b'"ev":"view"' in log.read_bytes()  # a run of another protocol: no parsing
-               for log in (Path(run_dir) / "nodes").glob("*/events.jsonl")):
+    if not any(b'"view"' in log.read_bytes()  # a run of another protocol: no parsing
+               for _, log in deliverylog.log_paths(Path(run_dir))):
         return {}
     events = read_membership_events(run_dir)
     views = _primary_views(events)

@@ -28,6 +28,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from analysis import deliverylog
 from nodes.protocols import catalogue
 from nodes.protocols.qos_common import NS_PER_S, duration_ns
 
@@ -54,22 +55,12 @@ def read_events(run_dir: Path) -> tuple[Events, float]:
     """The QoS-relevant events per node, and max |lt - t| over all events (ns)."""
     events: Events = {}
     skew = 0.0
-    for log in sorted((run_dir / "nodes").glob("*/events.jsonl")):
-        mine: list[dict[str, Any]] = []
-        with log.open(encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue  # a line cut short by a kill: ingest counts it
-                if not isinstance(e, dict):
-                    continue
-                t, lt = e.get("t"), e.get("lt")
-                if isinstance(t, int) and isinstance(lt, int):
-                    skew = max(skew, abs(lt - t))
-                if e.get("ev") in WANTED:
-                    mine.append(e)
-        events[log.parent.name] = mine
+    for node, evs in deliverylog.events(run_dir).items():
+        for e in evs:
+            lt = e.get("lt")
+            if isinstance(lt, int):
+                skew = max(skew, abs(lt - e["t"]))
+        events[node] = [e for e in evs if e["ev"] in WANTED]
     return events, skew
 
 

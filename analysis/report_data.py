@@ -24,6 +24,7 @@ import pandas as pd
 import pyarrow.dataset as ds
 import yaml
 
+from analysis import deliverylog
 from analysis.ingest import EVENTS_PARQUET
 
 COLUMNS = ["t", "i", "node", "ev", "mid", "seq"]
@@ -58,7 +59,8 @@ class RunData:
 
 
 def read_events(run_dir: Path) -> pd.DataFrame:
-    """Delivery-log rows (COLUMNS); Parquet if present, else the jsonl, skipping broken lines."""
+    """Delivery-log rows (COLUMNS and `inc`); Parquet if present, else the jsonl, skipping
+    broken lines."""
     pq = run_dir / EVENTS_PARQUET
     if pq.is_dir() and any(pq.rglob("*.parquet")):
         dataset = ds.dataset(pq, format="parquet", partitioning="hive")
@@ -66,18 +68,11 @@ def read_events(run_dir: Path) -> pd.DataFrame:
         df = dataset.to_table(columns=wanted).to_pandas()
         df["node"] = df["node"].astype(str)
         return df if "inc" in df.columns else with_incarnations(df)
-    rows = []
-    for log in sorted((run_dir / "nodes").glob("*/events.jsonl")):
-        with log.open() as f:
-            for line in f:
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue  # a node killed mid-write leaves a truncated last line
-                if isinstance(e, dict) and "t" in e and "ev" in e:
-                    e.setdefault("node", log.parent.name)
-                    rows.append({k: e.get(k) for k in COLUMNS})
-    return with_incarnations(pd.DataFrame(rows, columns=COLUMNS))
+    # the plain reader applies what the ingest applies: intact lines, incarnations, revoked
+    # deliveries dropped (analysis/deliverylog.py)
+    rows = [{k: e.get(k) for k in (*COLUMNS, "inc")}
+            for e in deliverylog.iter_events(run_dir, revoke=True)]
+    return pd.DataFrame(rows, columns=[*COLUMNS, "inc"]).astype({"inc": "int64"})
 
 
 def with_incarnations(df: pd.DataFrame) -> pd.DataFrame:

@@ -26,25 +26,18 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from analysis import deliverylog
+
 PAD_NS = 200_000_000  # deliveries this long around a window count for its gap
 SCHEDULE_SLACK_NS = 1_000_000_000  # a schedule's switchTo reaches the node within this
 
 
+SWITCH_EVENTS = ("switch", "switch_rejected", "switch_policy")
+
+
 def switch_events(run_dir: Path) -> list[dict[str, Any]]:
     """The `switch`, `switch_rejected` and `switch_policy` events of every node."""
-    out: list[dict[str, Any]] = []
-    for log in sorted((Path(run_dir) / "nodes").glob("*/events.jsonl")):
-        with log.open("rb") as f:
-            for line in f:
-                if b'"switch' not in line:
-                    continue
-                try:
-                    ev = json.loads(line)
-                except ValueError:
-                    continue  # a line cut short by a kill
-                if isinstance(ev, dict):
-                    out.append(ev)
-    return out
+    return list(deliverylog.iter_events(Path(run_dir), SWITCH_EVENTS))
 
 
 def switching_section(events: Any, run_dir: Path) -> dict[str, Any]:

@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from analysis import deliverylog
+
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = 1024
 
@@ -39,8 +41,7 @@ def one_run(hosts: int, rate: int, seconds: int, transport: str, out: Path
     subprocess.run([sys.executable, "-m", "testbed", "run", str(spec), "--out", str(runs),
                     "--no-analyze"], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     run = next(runs.iterdir())
-    events = {log.parent.name: [json.loads(line) for line in log.read_text().splitlines()]
-              for log in sorted((run / "nodes").glob("*/events.jsonl"))}
+    events = deliverylog.events(run, ("send", "fnl"))
     sent = {e["mid"]: e["t"] for evs in events.values() for e in evs if e["ev"] == "send"}
     start = min(sent.values()) + 1_000_000_000
     end = start + (seconds - 1) * 1_000_000_000

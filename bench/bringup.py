@@ -23,7 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.backends.mininet import DATA_NET, MininetBackend, data_addresses  # noqa: E402
+from testbed.backends.addressing import DATA_NET, data_addresses  # noqa: E402
+from testbed.backends.mininet import MininetBackend  # noqa: E402
 from testbed.rundir import RunDir  # noqa: E402
 from testbed.spec.topology import TopologySpec  # noqa: E402
 from testbed.teardown import teardown  # noqa: E402
@@ -84,7 +85,7 @@ def shaped_backend(topo: TopologySpec) -> dict[str, Any]:
     backend.applier.apply = timed_apply  # type: ignore[method-assign,assignment]
     try:
         t0 = time.monotonic()
-        addresses = backend.up()
+        addresses = backend.up().addresses
         up = time.monotonic() - t0
         first, last = topo.hosts[0].name, topo.hosts[-1].name
         want = (topo.paths().get(first, last).delay_ns + topo.paths().get(last, first).delay_ns)

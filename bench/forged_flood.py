@@ -25,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from analysis import deliverylog
 from nodes.wire import HEADER, HEADER_SIZE, MAGIC, WIRE_VERSION, MsgType
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,8 +125,8 @@ def main() -> None:
         run = next(p for p in sorted(out.iterdir()) if p.is_dir())
         print(f"transport {args.transport}: sent {sum(sent.values())} forged datagrams "
               f"({args.rate}/s) to {sent}")
-        for log in sorted((run / "nodes").glob("*/events.jsonl")):
-            events = [json.loads(line) for line in log.read_text().splitlines()]
+        for host, log in deliverylog.log_paths(run):
+            events = deliverylog.read_node(log, host).events
             stop = events[-1] if events and events[-1]["ev"] == "stop" else {}
             errors = sum(1 for e in events if e["ev"] == "error")
             tracebacks = (log.parent / "node.log").read_text().count("Traceback")

@@ -20,11 +20,10 @@ from pathlib import Path
 
 from testbed.backends.docker import DockerBackend
 from testbed.backends.remote import RemoteBackend
-from testbed.deploy import node_configs
+from testbed.deploy import node_configs, security
 from testbed.lab import down as lab_down
 from testbed.lab import up as lab_up
 from testbed.rundir import RunDir
-from testbed.runner import security
 from testbed.spec.loader import load_experiment, load_topology
 from testbed.teardown import teardown
 
@@ -61,7 +60,7 @@ def timed(backend: RemoteBackend | DockerBackend, exp_path: Path, remote: bool) 
         began = time.perf_counter()
     else:
         began = time.perf_counter()
-        addresses = backend.up()
+        addresses = backend.up().addresses
         shape_s = 0.0
     start = time.time_ns() + 30_000_000_000
     configs = node_configs(exp, topo, paths, addresses, backend.run.path, start,

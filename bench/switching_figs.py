@@ -17,14 +17,13 @@ max, the largest inter-delivery gap and the empty 10 ms bins.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from analysis import plots
+from analysis import deliverylog, plots
 from analysis.switching import switch_windows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,9 +48,8 @@ def deliveries(run_dir: Path, node: str | None = None) -> tuple[
     fnl: list[tuple[int, str]] = []
     requests: list[dict[str, Any]] = []
     t0 = None
-    for log in sorted((run_dir / "nodes").glob("*/events.jsonl")):
-        for line in log.read_text().splitlines():
-            e = json.loads(line)
+    for evs in deliverylog.events(run_dir, ("start", "send", "fnl", "switch")).values():
+        for e in evs:
             if e["ev"] == "start":
                 t0 = e["t"] if t0 is None else min(t0, e["t"])
             elif e["ev"] == "send":

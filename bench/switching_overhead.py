@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from analysis import deliverylog
 from bench.local_throughput import machine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,8 +49,7 @@ def run(exp: dict[str, Any], out: Path) -> Path:
 
 
 def events_of(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    return {log.parent.name: [json.loads(x) for x in log.read_text().splitlines()]
-            for log in sorted((run_dir / "nodes").glob("*/events.jsonl"))}
+    return deliverylog.events(run_dir)
 
 
 def throughput(protocol: dict[str, Any], hosts: int, rate: int, seconds: int,

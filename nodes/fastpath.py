@@ -6,7 +6,9 @@ mypyc into native extension modules. Safety rules:
 
 - The artefacts never live next to the sources (a stale .so beside an edited .py would
   shadow it): `build()` writes them to `build/mypyc/<key>/`, where the key hashes every
-  compiled source, the Python ABI and the mypyc version; `activate()` loads them only from
+  compiled source, every module of `nodes/` they import (transitively: `closure()`; mypyc
+  compiles against those modules' types, so a changed `NodeConfig` field type must not load
+  an old build), the Python ABI and the mypyc version; `activate()` loads them only from
   the directory of the *current* sources' key, through an import hook for exactly those
   module names. No such build: pure Python, with a one-line note on stderr.
 - `TESTBED_PURE_PYTHON=1` forces the pure path (it also forces asyncio over uvloop,
@@ -25,6 +27,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -59,18 +62,92 @@ PURE_ENV = "TESTBED_PURE_PYTHON"
 _state: dict[str, bool] = {}
 
 
-def sources() -> list[Path]:
-    return [ROOT / (m.replace(".", "/") + ".py") for m in MODULES]
+def sources(root: Path = ROOT) -> list[Path]:
+    return [root / (m.replace(".", "/") + ".py") for m in MODULES]
 
 
-def key() -> str:
-    """Hash of the compiled sources, the interpreter's ABI and the compiler's version."""
+def _module_file(root: Path, name: str) -> Path | None:
+    """The source of module `name` under `root` (a package's `__init__.py`), or None."""
+    base = root / name.replace(".", "/")
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+# Import statements, found by a scan rather than a parse: the key is computed at every
+# simulator start, and parsing the ~50 modules of the closure with `ast` took 0.2 s; the scan
+# takes a few ms. It may see an import where there is none (a docstring line starting with
+# `import`): a module more in the key, never one less.
+_FROM = re.compile(rb"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]*)", re.M)
+_IMPORT = re.compile(rb"^[ \t]*import[ \t]+([^\n#]+)", re.M)
+
+
+def _imports(root: Path, name: str, path: Path) -> set[str]:
+    """The `nodes.*` modules that the source `path` of module `name` imports: every import
+    statement, at module level or inside a function or `if TYPE_CHECKING:` (mypyc compiles
+    against all of them), with each importing package's `__init__` too."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    data = path.read_bytes()
+    targets: list[str] = []
+    for m in _IMPORT.finditer(data):
+        targets += [w.split()[0] for w in m.group(1).decode().split(",") if w.split()]
+    for m in _FROM.finditer(data):
+        module = m.group(1).decode()
+        level = len(module) - len(module.lstrip("."))
+        if level:
+            parts = package.split(".")
+            parent = ".".join(parts[:len(parts) - level + 1])
+            module = f"{parent}.{module[level:]}" if module[level:] else parent
+        targets.append(module)
+        # `from nodes.protocols import catalogue` imports a module, not a name
+        names = re.sub(r"#[^\n]*", "", m.group(2).decode()).strip("()").replace("\\", " ")
+        for word in names.split(","):
+            alias = word.split()
+            if alias and _module_file(root, f"{module}.{alias[0]}") is not None:
+                targets.append(f"{module}.{alias[0]}")
+    found: set[str] = set()
+    for target in targets:
+        parts = target.split(".")
+        if parts[0] != "nodes":
+            continue
+        for i in range(1, len(parts) + 1):  # the packages on the way run too
+            if _module_file(root, ".".join(parts[:i])) is not None:
+                found.add(".".join(parts[:i]))
+    return found
+
+
+def closure(root: Path = ROOT) -> tuple[str, ...]:
+    """`MODULES` and every module of `nodes/` they import, directly or not, sorted."""
+    compiled = dict(zip(MODULES, sources(root), strict=True))
+    seen: set[str] = set()
+    todo = list(MODULES)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path = compiled.get(name) or _module_file(root, name)
+        if path is not None:
+            todo.extend(_imports(root, name, path) - seen)
+    return tuple(sorted(seen))
+
+
+def key(root: Path = ROOT) -> str:
+    """Hash of the compiled sources, of every `nodes/` module they import (`closure`), of the
+    interpreter's ABI and of the compiler's version."""
     h = hashlib.sha256()
     h.update(f"{sys.implementation.cache_tag} {sysconfig.get_config_var('EXT_SUFFIX')}\n"
              .encode())
     h.update(_mypyc_version().encode() + b"\n")
-    for name, path in zip(MODULES, sources(), strict=True):
+    for name, path in zip(MODULES, sources(root), strict=True):
         h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for name in closure(root):
+        if name in MODULES:
+            continue
+        imported = _module_file(root, name)
+        assert imported is not None  # closure() keeps only modules with a source
+        h.update(name.encode() + b"\0" + imported.read_bytes() + b"\0")
     return h.hexdigest()[:20]
 
 

@@ -25,7 +25,6 @@ import ipaddress
 import json
 import os
 import subprocess
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -36,31 +35,15 @@ import yaml
 from rich.console import Console
 
 from testbed.engine import EngineError, client, ensure_engine, short
-from testbed.images import ImageError, build
+from testbed.images import ImageError
+from testbed.labimage import LabError, lab_image
 from testbed.rundir import RunDir
 from testbed.teardown import teardown
 
 DEFAULT_DIR = Path("lab")
 LAB_LABEL = "org.testbed.lab"
-LAB_REPO = "testbed-lab"
 USER = "root"
 SSH_READY_S = 30.0
-LAB_DOCKERFILE = """\
-ARG NODE_IMAGE
-FROM ${NODE_IMAGE}
-# sshd for the remote backend's lab (testbed/lab.py); Debian's package, nothing else.
-RUN command -v sshd >/dev/null || (apt-get update \\
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
-       openssh-server && rm -rf /var/lib/apt/lists/*)
-RUN mkdir -p /run/sshd /root/.ssh && chmod 700 /root/.ssh
-# What `prepare` would otherwise install on a fresh host (it still checks): the node program's
-# venv with the NFQUEUE binding from the node image's wheel. Saves minutes on a loaded machine.
-RUN python3 -m venv --system-site-packages /opt/testbed-remote/venv \
-    && if ls /opt/testbed/wheels/*.whl >/dev/null 2>&1; then \
-         /opt/testbed-remote/venv/bin/pip install -q --no-index --no-cache-dir \
-           /opt/testbed/wheels/*.whl; fi
-LABEL org.testbed.image=lab
-"""
 # The container's command: the lab key is the only way in (no passwords), host keys are made
 # at first start.
 SSHD_CMD = ("printf '%s\\n' \"$TB_LAB_KEY\" > /root/.ssh/authorized_keys && "
@@ -72,53 +55,6 @@ lab_app = typer.Typer(help="A lab of SSH hosts (containers) for the remote backe
                       no_args_is_help=True)
 console = Console()
 err = Console(stderr=True)
-
-
-class LabError(Exception):
-    """The lab cannot be built or brought up; one sentence for the user."""
-
-
-def lab_image() -> str:
-    """The lab image's tag (built on first use on top of the node image)."""
-    import hashlib
-
-
-    node = build("debootstrap")
-    recipe = hashlib.sha256(LAB_DOCKERFILE.encode()).hexdigest()[:8]
-    tag = f"{LAB_REPO}:{node['tag'].split(':', 1)[1]}-{recipe}"
-    return build_once(tag, LAB_DOCKERFILE, {"NODE_IMAGE": node["tag"]}, "lab")
-
-
-def build_once(tag: str, dockerfile: str, buildargs: dict[str, str], label: str,
-               files: dict[str, Path] | None = None, timeout: int = 900) -> str:
-    """The image `tag`, built from `dockerfile` (plus `files` in its context, hard-linked
-    when possible) unless the engine already holds it: images are tagged by content, so a
-    tag that exists is the right image."""
-    import shutil
-
-    import docker as sdk
-
-    docker = client(timeout=timeout)
-    try:
-        try:
-            docker.images.get(tag)
-            return tag
-        except sdk.errors.ImageNotFound:
-            pass
-        with tempfile.TemporaryDirectory(prefix=f"tb-{label}-image-") as ctx:
-            (Path(ctx) / "Dockerfile").write_text(dockerfile)
-            for name, src in (files or {}).items():
-                try:
-                    (Path(ctx) / name).hardlink_to(src)
-                except OSError:
-                    shutil.copyfile(src, Path(ctx) / name)
-            docker.images.build(path=ctx, tag=tag, buildargs=buildargs, rm=True, forcerm=True,
-                                network_mode="host", labels={"org.testbed.image": label})
-        return tag
-    except (sdk.errors.BuildError, sdk.errors.APIError) as exc:
-        raise LabError(f"building the {label} image failed: {short(exc)}") from None
-    finally:
-        docker.close()
 
 
 def _free_subnets(docker: Any, second: int, count: int) -> list[ipaddress.IPv4Network]:
@@ -262,10 +198,11 @@ def _dev_of(docker: Any, cid: str, ip: str) -> str:
 
 
 def ssh_argv(host: dict[str, Any], key: Path | str) -> list[str]:
-    from testbed.hosts.ssh import ssh_options
+    """The argv prefix that runs a command on a lab host (its inventory entry)."""
+    from testbed.hosts.ssh import SSHHost
 
-    return ["ssh", *ssh_options(str(key), int(host.get("port", 22)), 5),
-            f"{host['user']}@{host['address']}"]
+    return SSHHost(str(host.get("name", host["address"])), host["address"], host["user"],
+                   str(key), int(host.get("port", 22)), connect_timeout=5).command_prefix()
 
 
 def wait_ssh(inventory: dict[str, Any], key: Path) -> None:

@@ -18,6 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from testbed.backends import Backend, BackendError, make_backend
 from testbed.drain import DrainWatch
+from testbed.faults.nemesis import Nemesis
 from testbed.rundir import RunDir
 from testbed.runplan import RunPlan
 from testbed.spec.experiment import ExperimentSpec
@@ -91,18 +92,53 @@ def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: 
     return analyze_run(run, exp.expect, console, master)
 
 
-def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> None:
-    exp, virtual = plan.experiment, backend.capabilities.virtual_clock
-    addresses = backend.up()
-    plan.shaping = backend.shaping() or plan.shaping  # as realised (docker renumbers)
+def start_nodes(plan: RunPlan, run: RunDir, backend: Backend,
+                workload: bool = True) -> tuple[RunPlan, Nemesis | None]:
+    """The part of a run before its workload: the backend's `up()`, the plan as realised
+    (written to plan.json), the fault timeline handed to whoever times it, the nodes deployed.
+    `testbed up` is this with `workload=False` (nodes idle from now on, no workload); a run
+    then watches the nodes until they end (`run_experiment`)."""
+    realised = backend.up()
     # A backend whose start takes longer (remote: a playbook) says how long.
-    startup_ns = backend.startup_ns
-    start = plan.start_time(time.time_ns(), startup_ns)
-    configs = plan.node_configs(run, addresses, start)
+    start = (plan.start_time(time.time_ns(), backend.startup_ns) if workload
+             else time.time_ns())
+    # the shaping as applied (docker renumbers)
+    plan = plan.realise(run, realised, start, duration_ns=None if workload else 0)
     plan.write(run)
-    backend.schedule_faults(plan.actions, start)
-    backend.deploy(configs)
-    backend.start_faults()
+    # Fault timing: the simulator applies the timeline in virtual time; on the wall clock the
+    # nemesis thread walks it from the workload's start and applies each primitive through
+    # the backend's controls (backend.fault), recording faults.jsonl.
+    nemesis = None
+    if backend.capabilities.virtual_clock:
+        backend.schedule_faults(plan.actions, start)
+    elif plan.actions:
+        nemesis = Nemesis(plan.actions, start, run.path / "faults.jsonl", backend.fault)
+    backend.deploy(plan.configs)
+    if nemesis is not None:
+        nemesis.start()
+    return plan, nemesis
+
+
+def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> None:
+    virtual = backend.capabilities.virtual_clock
+    plan, nemesis = start_nodes(plan, run, backend)
+    try:
+        _watch(plan, run, backend, console, plan.start_at_ns, backend.startup_ns)
+    finally:
+        if nemesis is not None:
+            nemesis.stop()
+    for problem in nemesis.errors if nemesis is not None else []:
+        console.print(f"[yellow]fault not applied:[/] {problem}")
+    if virtual:
+        stats = backend.stats()
+        console.print(f"simulated {stats.get('virtual_s', 0):.1f} s: "
+                      f"{stats.get('events', 0)} events at {stats.get('events_per_s', 0)}/s")
+
+
+def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console, start: int,
+           startup_ns: int) -> None:
+    """Until every node has exited: progress, and on the wall clock the drain watch."""
+    exp, virtual = plan.experiment, backend.capabilities.virtual_clock
     # Real nodes are watched during the drain and stopped once quiescent; the simulator does
     # the same in virtual time and writes drain.json itself.
     watch = None if virtual else DrainWatch(run, plan.hosts, plan.correct,
@@ -124,12 +160,6 @@ def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> 
                 raise BackendError(f"nodes did not finish within {cap_s + 30:.0f} s")
     if watch is not None:
         watch.write()
-    for problem in backend.stop_faults():
-        console.print(f"[yellow]fault not applied:[/] {problem}")
-    if virtual:
-        stats = backend.stats()
-        console.print(f"simulated {stats.get('virtual_s', 0):.1f} s: "
-                      f"{stats.get('events', 0)} events at {stats.get('events_per_s', 0)}/s")
 
 
 def analyze_run(run: RunDir, expect: list[str], console: Console,

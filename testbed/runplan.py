@@ -7,11 +7,12 @@ node configurations. The real run writes it to `plan.json` in the run directory,
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nodes.config import SIM_EPOCH_NS, NodeConfig
-from testbed.backends import BackendError, Capabilities, HostAddress, backend_class
+from testbed.backends import BackendError, Capabilities, HostAddress, Realised, backend_class
+from testbed.backends.addressing import DATA_DEV, data_addresses
 from testbed.backends.base import STARTUP_NS
 from testbed.deploy import node_configs, security
 from testbed.faults.schedule import Action, correct_hosts, expand
@@ -26,8 +27,12 @@ LOCAL_STARTUP_NS = STARTUP_NS  # a backend's own margin is Backend.startup_ns
 SIM_STARTUP_NS = 500_000_000
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunPlan:
+    """Immutable: `build` makes the plan from the spec; `realise` gives the plan as the
+    backend realised it (addresses, shaping as applied, the start, the node configs) as a new
+    plan."""
+
     experiment: ExperimentSpec
     topology: TopologySpec
     paths: PathMatrix
@@ -61,17 +66,21 @@ class RunPlan:
             return SIM_EPOCH_NS + SIM_STARTUP_NS
         return now_ns + startup_ns
 
-    def node_configs(self, run: RunDir, addresses: dict[str, HostAddress], start_at_ns: int,
-                     duration_ns: int | None = None) -> list[NodeConfig]:
-        """The nodes' configurations once the backend has given the hosts' addresses."""
-        caps = self.capabilities
-        self.start_at_ns, self.addresses = start_at_ns, dict(addresses)
-        self.configs = node_configs(
+    def realise(self, run: RunDir, realised: Realised | dict[str, HostAddress],
+                start_at_ns: int, duration_ns: int | None = None) -> RunPlan:
+        """The plan as the backend realised it (`Backend.up()`: the hosts' addresses, the
+        shaping as applied, which replaces the planned one when given), started at
+        `start_at_ns`, with the nodes' configurations."""
+        if not isinstance(realised, Realised):
+            realised = Realised(dict(realised))
+        caps, addresses = self.capabilities, dict(realised.addresses)
+        configs = node_configs(
             self.experiment, self.topology, self.paths, addresses, run.path, start_at_ns,
             caps.inprocess_shaping, duration_ns=duration_ns,
             control_port=0 if caps.management else None,
             **security(run, self.experiment, addresses, is_sim=not caps.management))
-        return self.configs
+        return replace(self, start_at_ns=start_at_ns, addresses=addresses, configs=configs,
+                       shaping=dict(realised.shaping) or self.shaping)
 
     def record(self) -> dict[str, Any]:
         return {
@@ -94,8 +103,6 @@ class RunPlan:
 def shaping_plans(topo: TopologySpec, paths: PathMatrix) -> dict[str, HostPlan]:
     """Per host, the HTB + per-destination plan of backends that shape real interfaces, in the
     mininet addressing (docker renumbers the same classes into its subnet)."""
-    from testbed.backends.mininet import DATA_DEV, data_addresses
-
     return host_plans(topo, paths, data_addresses(topo), DATA_DEV)
 
 

@@ -131,7 +131,7 @@ def spark_image() -> str:
     """The `testbed-lab-spark` image: the lab image plus a JRE and the bundle, tagged by the
     lab image, the recipe and the bundle's content key; built once per machine."""
 
-    from testbed.lab import build_once, lab_image
+    from testbed.labimage import build_once, lab_image
 
     lab = lab_image()
     recipe = hashlib.sha256(SPARK_DOCKERFILE.encode()).hexdigest()[:6]

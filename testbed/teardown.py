@@ -17,9 +17,11 @@ import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from testbed.hosts.netns import NetnsHost
 from testbed.processes import is_alive, run_processes, start_time, stop_pid
 from testbed.rundir import RunDir
 
@@ -36,61 +38,109 @@ def _in_ns(entry: dict[str, Any], argv: list[str]) -> bool | None:
     pid = entry.get("ns_pid")
     if pid is None:
         return _quiet(argv)
-    if not is_alive(pid, entry.get("ns_start")):
+    host = NetnsHost(str(entry.get("host", pid)), int(pid), entry.get("ns_start"))
+    if not host.alive():
         return None
-    return _quiet(["nsenter", "-t", str(pid), "-n", *argv])
+    return _quiet([*host.command_prefix(), *argv])
 
 
 def _link_exists(name: str) -> bool:
     return Path(f"/sys/class/net/{name}").exists()
 
 
-def remove(entry: dict[str, Any]) -> str | None:
-    """Remove one journaled resource; a line saying what was removed, or None if it was gone."""
-    kind, rid = entry.get("kind"), entry["id"]
-    if kind in ("process", "netns"):
-        # A namespace holder is an interactive shell (ignores SIGTERM) with no state to flush.
-        grace = 0.0 if kind == "netns" else 3.0
-        if stop_pid(entry["pid"], entry.get("starttime"), grace_s=grace):
-            return f"{kind} {rid} (pid {entry['pid']})"
-    elif kind == "qdisc":
-        if _in_ns(entry, ["tc", "qdisc", "del", "dev", entry["dev"], "root"]):
-            return f"qdisc {rid}"
-    elif kind == "qos":  # a node's reservations: clsact on the data device, the IFB device
-        gone = _in_ns(entry, ["tc", "qdisc", "del", "dev", entry["dev"], "clsact"])
-        if _in_ns(entry, ["ip", "link", "del", entry["ifb"]]) or gone:
-            return f"reservations {rid}"
-    elif kind == "iptables":
-        if _in_ns(entry, ["iptables", "-w", "-D", *entry["rule"]]):
-            return f"iptables rule {rid}"
-    elif kind == "iptables-chain":
-        chain, hook = entry["chain"], entry["hook"]
-        jumped = _quiet(["iptables", "-w", "-D", hook, "-j", chain])
-        _quiet(["iptables", "-w", "-F", chain])
-        if _quiet(["iptables", "-w", "-X", chain]) or jumped:
-            return f"iptables chain {chain}"
-    elif kind == "link":
-        if _link_exists(entry["name"]) and _quiet(["ip", "link", "del", entry["name"]]):
-            return f"link {entry['name']}"
-    elif kind in ("container", "docker-network"):
-        from testbed.docker_cleanup import remove_container, remove_network
+Entry = dict[str, Any]
 
-        gone = (remove_container if kind == "container" else remove_network)(entry["name"])
-        if gone:
-            return f"{kind} {entry['name']}"
-    elif kind == "remote":  # a run's hosts over SSH: playbooks/teardown.yml (docs/remote.md)
-        from testbed.backends.remote import teardown_entry
 
-        return teardown_entry(entry)
-    elif kind == "sysctl":
-        path = Path("/proc/sys") / entry["key"].replace(".", "/")
-        try:
-            if path.read_text().strip() != str(entry["old"]):
-                path.write_text(str(entry["old"]))
-                return f"sysctl {entry['key']}={entry['old']} (restored)"
-        except OSError:
-            return None
+def _process(entry: Entry) -> str | None:
+    # A namespace holder is an interactive shell (ignores SIGTERM) with no state to flush.
+    grace = 0.0 if entry["kind"] == "netns" else 3.0
+    if stop_pid(entry["pid"], entry.get("starttime"), grace_s=grace):
+        return f"{entry['kind']} {entry['id']} (pid {entry['pid']})"
     return None
+
+
+def _qdisc(entry: Entry) -> str | None:
+    if _in_ns(entry, ["tc", "qdisc", "del", "dev", entry["dev"], "root"]):
+        return f"qdisc {entry['id']}"
+    return None
+
+
+def _qos(entry: Entry) -> str | None:
+    """A node's reservations: clsact on the data device, the IFB device."""
+    gone = _in_ns(entry, ["tc", "qdisc", "del", "dev", entry["dev"], "clsact"])
+    if _in_ns(entry, ["ip", "link", "del", entry["ifb"]]) or gone:
+        return f"reservations {entry['id']}"
+    return None
+
+
+def _iptables(entry: Entry) -> str | None:
+    if _in_ns(entry, ["iptables", "-w", "-D", *entry["rule"]]):
+        return f"iptables rule {entry['id']}"
+    return None
+
+
+def _iptables_chain(entry: Entry) -> str | None:
+    chain, hook = entry["chain"], entry["hook"]
+    jumped = _quiet(["iptables", "-w", "-D", hook, "-j", chain])
+    _quiet(["iptables", "-w", "-F", chain])
+    if _quiet(["iptables", "-w", "-X", chain]) or jumped:
+        return f"iptables chain {chain}"
+    return None
+
+
+def _link(entry: Entry) -> str | None:
+    if _link_exists(entry["name"]) and _quiet(["ip", "link", "del", entry["name"]]):
+        return f"link {entry['name']}"
+    return None
+
+
+def _docker(entry: Entry) -> str | None:
+    from testbed.docker_cleanup import remove_container, remove_network
+
+    gone = (remove_container if entry["kind"] == "container" else remove_network)(entry["name"])
+    return f"{entry['kind']} {entry['name']}" if gone else None
+
+
+def _remote(entry: Entry) -> str | None:
+    """A run's hosts over SSH: playbooks/teardown.yml (docs/remote.md)."""
+    from testbed.backends.ansible import teardown_entry
+
+    return teardown_entry(entry)
+
+
+def _sysctl(entry: Entry) -> str | None:
+    path = Path("/proc/sys") / entry["key"].replace(".", "/")
+    try:
+        if path.read_text().strip() != str(entry["old"]):
+            path.write_text(str(entry["old"]))
+            return f"sysctl {entry['key']}={entry['old']} (restored)"
+    except OSError:
+        return None
+    return None
+
+
+# The resource kinds a journal holds (module docstring), each with how it is undone: a line
+# saying what was removed, or None when it was gone already.
+REMOVERS: dict[str, Callable[[Entry], str | None]] = {
+    "process": _process,
+    "netns": _process,
+    "qdisc": _qdisc,
+    "qos": _qos,
+    "iptables": _iptables,
+    "iptables-chain": _iptables_chain,
+    "link": _link,
+    "container": _docker,
+    "docker-network": _docker,
+    "remote": _remote,
+    "sysctl": _sysctl,
+}
+
+
+def remove(entry: Entry) -> str | None:
+    """Remove one journaled resource; a line saying what was removed, or None if it was gone
+    (or is of a kind that holds nothing to remove)."""
+    undo_one = REMOVERS.get(str(entry.get("kind")))
+    return undo_one(entry) if undo_one is not None else None
 
 
 def undo(run: RunDir) -> list[str]:

@@ -87,7 +87,7 @@ def test_gilbert_elliott_loss_on_mininet_inside_the_models_99pct_interval(tmp_pa
     backend = MininetBackend(run, topo, topo.paths(), seed=3)
     n = 4000
     try:
-        addresses = backend.up()
+        addresses = backend.up().addresses
         got = probe(backend.ns["h1"], backend.ns["h2"], addresses["h2"].data, rate=2000,
                     count=n, port=9200)
     finally:

@@ -107,7 +107,9 @@ def test_read_events_from_a_run_directory(tmp_path: Path) -> None:
     for node, evs in two_nodes(recv_at_ms=10, skew_ms=-3).items():
         d = tmp_path / "nodes" / node
         d.mkdir(parents=True)
-        (d / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evs)
+        # every intact line has its ordinal `i` (analysis/deliverylog.py)
+        (d / "events.jsonl").write_text("".join(json.dumps({**e, "i": k}) + "\n"
+                                                for k, e in enumerate(evs))
                                         + '{"t": 1, "lt"\n')  # a line cut short
     events, skew = qos.read_events(tmp_path)
     assert skew == 3 * MS and len(events["h1"]) == 5

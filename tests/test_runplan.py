@@ -4,6 +4,7 @@ says it can do, and written to plan.json for `testbed fault` and `testbed mgmt`.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,14 @@ def test_one_plan_serves_dry_run_and_run(backend: str, tmp_path: Path) -> None:
     run = RunDir.create(tmp_path, "plan")
     addresses = {h: HostAddress(f"198.18.0.{i + 1}", 7000, "127.0.0.1")
                  for i, h in enumerate(plan.hosts)}
-    configs = plan.node_configs(run, addresses, start)
+    planned = plan
+    plan = plan.realise(run, addresses, start)
+    configs = plan.configs
+    # the plan is immutable: realising it gives a new one and leaves the built one as it was
+    assert planned.configs == [] and planned.addresses == {} and planned.start_at_ns == 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.shaping = {}  # type: ignore[misc]
+    assert plan.shaping == planned.shaping and plan.start_at_ns == start
     assert [c.name for c in configs] == plan.hosts
     assert all(c.start_at_ns == start for c in configs)
     # In-process shaping puts the paths into the node configs; the simulator has no endpoint.

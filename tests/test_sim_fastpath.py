@@ -149,7 +149,7 @@ def test_quick_init_keeps_the_frozen_dataclass_contract() -> None:
 
 # The hot value classes that were frozen dataclasses, now plain slotted classes (a native
 # __init__ when compiled): their constructors, as the dataclasses had them.
-SIGNATURES = {
+SIGNATURES: dict[str, list[tuple[str, object]]] = {
     "Send": [("dst", None), ("msg", None)],
     "Received": [("origin", None), ("mno", None), ("size", None), ("instance", "")],
     "FinalDeliver": [("origin", None), ("mno", None), ("seq", None), ("size", None),
@@ -314,7 +314,7 @@ def test_a_build_of_other_sources_is_never_loaded(tmp_path: Path) -> None:
     script = ("import sys\nfrom pathlib import Path\nfrom nodes import fastpath\n"
               "before = fastpath.key()\nsrc = fastpath.sources()\n"
               f"src[fastpath.MODULES.index('nodes.core')] = Path({str(edited)!r})\n"
-              "fastpath.sources = lambda: src\n"
+              "fastpath.sources = lambda root=fastpath.ROOT: src\n"
               "assert fastpath.key() != before\n"
               "print(fastpath.activate(), 'nodes.core' in sys.modules)\n")
     stale = subprocess.run([sys.executable, "-c", script], env=_sim_env(pure=False), cwd=ROOT,
@@ -328,6 +328,51 @@ def test_a_build_of_other_sources_is_never_loaded(tmp_path: Path) -> None:
     fresh = subprocess.run([sys.executable, "-c", check], env=_sim_env(pure=False), cwd=ROOT,
                            capture_output=True, text=True, timeout=60, check=True)
     assert (pure.stdout.strip(), fresh.stdout.strip()) == ("False", "True")
+
+
+def test_the_key_covers_every_nodes_module_the_compiled_code_imports(tmp_path: Path) -> None:
+    """The build's key hashes the modules of `nodes/` that compiled code imports, not only the
+    compiled ones: a changed field type of `NodeConfig` (nodes/config.py, imported by the
+    compiled node core, never compiled itself) must not load the build of the old one."""
+    import shutil
+
+    from nodes import fastpath
+
+    names = fastpath.closure()
+    assert set(fastpath.MODULES) <= set(names)
+    # the key's quick scan of import lines misses nothing a parse of every import finds
+    from tests.test_import_cycles import import_graph
+
+    graph, reached, todo = import_graph(), set(), list(fastpath.MODULES)
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo += [m for m in graph[name] if m.startswith("nodes")]
+    assert reached <= set(names), sorted(reached - set(names))
+    # what the compiled code imports without being compiled: the config, the catalogue and
+    # the protocols it builds, a lazy import inside a function (the simulator's MBeans)
+    for imported in ("nodes.config", "nodes.protocols.catalogue", "nodes.protocols.seto",
+                     "nodes.management.node_mbeans", "nodes", "nodes.protocols"):
+        assert imported in names and imported not in fastpath.MODULES
+    # nothing the compiled code never imports: the real-time runtime, the TLS transport
+    for never in ("nodes.runtime", "nodes.tls_transport", "nodes.aead"):
+        assert never not in names
+    copy = tmp_path / "repo"
+    shutil.copytree(ROOT / "nodes", copy / "nodes",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    assert fastpath.key(copy) == fastpath.key()
+    config = copy / "nodes" / "config.py"
+    text = config.read_text()
+    assert "    seed: int" in text
+    config.write_text(text.replace("    seed: int", "    seed: float", 1))
+    changed = fastpath.key(copy)
+    assert changed != fastpath.key()
+    config.write_text(text)
+    assert fastpath.key(copy) == fastpath.key()
+    runtime = copy / "nodes" / "runtime.py"  # not imported by compiled code: same build
+    runtime.write_text(runtime.read_text() + "\n# edited\n")
+    assert fastpath.key(copy) == fastpath.key()
 
 
 def test_virtual_time_never_runs_backwards_after_a_resume(tmp_path: Path) -> None:

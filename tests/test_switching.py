@@ -384,7 +384,8 @@ def test_per_switch_metrics_measure_the_gap_and_the_switch_time(tmp_path: Path) 
     assert got["extra_bytes"] == 400 and got["max_latency_ms"] == 5.0
     node = tmp_path / "nodes" / "h1"
     node.mkdir(parents=True)
-    (node / "events.jsonl").write_text("\n".join(json.dumps(e) for e in sw) + "\n")
+    (node / "events.jsonl").write_text("\n".join(json.dumps({**e, "i": i})
+                                                for i, e in enumerate(sw)) + "\n")
     assert switch_windows(tmp_path) == {1: (1010 * ms, 1030 * ms)}
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed.backends.base import Backend, BackendError, Capabilities, HostAddress
+from testbed.backends.base import Backend, BackendError, Capabilities, HostAddress, Realised
 from testbed.rundir import RunDir
 from testbed.spec.topology import PathMatrix, TopologySpec
 
-__all__ = ["Backend", "BackendError", "Capabilities", "HostAddress", "backend_class",
-           "make_backend"]
+__all__ = ["Backend", "BackendError", "Capabilities", "HostAddress", "Realised",
+           "backend_class", "make_backend"]
 
 
 def backend_class(name: str) -> type[Backend]:

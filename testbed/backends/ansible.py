@@ -22,7 +22,8 @@ from typing import Any
 
 import yaml
 
-from testbed.hosts.ssh import SSHHost, ssh_options
+from testbed.hosts.ssh import SSHHost, control_path, ssh_options
+from testbed.rundir import Journal
 
 PLAYBOOKS = Path(__file__).resolve().parent.parent.parent / "playbooks"
 REQUIRED = ("address", "user", "key", "data_interface", "control_address")
@@ -202,3 +203,37 @@ def _tail(pdd: Path) -> str:
         errors = [ln for ln in lines if "ERROR" in ln]
         return (errors or lines or [""])[0][:200]
     return ""
+
+
+def teardown_entry(entry: dict[str, Any]) -> str | None:
+    """The journal's `remote` entry undone: playbooks/teardown.yml on every host of the run
+    (testbed/teardown.py calls this; it lives beside the playbooks, so that teardown and
+    the remote backend need not import each other). One line: what was removed, and which
+    host could not be reached (the others are still cleaned)."""
+    hosts = {h: InventoryHost(h, s["address"], s["user"], s["key"], s["data_interface"],
+                              s["control_address"], s.get("data_address", s["address"]),
+                              int(s.get("port", 22)))
+             for h, s in entry["hosts"].items()}
+    base = Path(entry["run_path"]) / "ansible"
+    if not base.parent.is_dir():
+        base = Path("/tmp") / f"tb-{entry['run_id']}-ansible"
+    base.mkdir(parents=True, exist_ok=True)
+    book = Playbooks(base, hosts, control_path(entry["run_id"]))
+    res = book.run("teardown", {h: {"tb_dir": entry["dir"], "tb_run_id": entry["run_id"],
+                                    "tb_data_dev": i.data_interface} for h, i in hosts.items()})
+    cleaned = sorted(h for h in hosts if h not in res.problems)
+    line = f"remote run {entry['run_id']} on {', '.join(cleaned) or 'no host'}"
+    if res.problems:
+        line += "; NOT cleaned: " + "; ".join(f"{h} ({m})" for h, m in
+                                              sorted(res.problems.items()))
+        left = {h: s for h, s in entry["hosts"].items() if h in res.problems}
+        if not left:  # the run itself failed ("*"): keep every host
+            left = entry["hosts"]
+        # What could not be cleaned stays in the journal under a new id, so the next
+        # `testbed teardown RUN` tries those hosts again.
+        journal = Journal(Path(entry["run_path"]) / "journal.jsonl")
+        if journal.path.parent.is_dir():
+            kept = {k: v for k, v in entry.items() if k not in ("op", "t", "id", "hosts")}
+            journal.append("create", **kept, hosts=left,
+                           id=f"remote:{entry['run_id']}:{'+'.join(sorted(left))}")
+    return line

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import subprocess
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from nodes.config import NodeConfig
 from nodes.faults import Controls, apply
-from testbed.faults.nemesis import Nemesis
 from testbed.faults.schedule import Action
 from testbed.rundir import RunDir
 from testbed.shaping.plan import HostPlan
@@ -29,8 +28,8 @@ class Capabilities:
     """What a backend does itself, so that the runner asks instead of testing its type.
 
     virtual_clock: nodes run in virtual time from SIM_EPOCH_NS inside the backend, which also
-      applies the fault timeline and the drain there (sim); else the wall clock, with the
-      runner's nemesis thread and drain watch.
+      applies the fault timeline (`schedule_faults`) and the drain there (sim); else the wall
+      clock, with the runner's nemesis thread and drain watch.
     inprocess_shaping: the node transport applies path delays itself (the inprocess applier).
     capture: tcpdump on the hosts' data interfaces (`capture:` in the experiment).
     management: nodes serve the management endpoint on their control address.
@@ -47,6 +46,17 @@ class HostAddress:
     data: str  # data-plane address (shaped)
     port: int
     control: str  # control-plane address (never shaped)
+
+
+@dataclass(frozen=True)
+class Realised:
+    """What `up()` made: each host's addresses and, on a backend that shapes real interfaces,
+    the shaping plan each host's applier applied (docker renumbers the run plan's classes into
+    its subnet, remote names each host's own device and addresses); empty when the nodes
+    shape their own datagrams."""
+
+    addresses: dict[str, HostAddress]
+    shaping: dict[str, HostPlan] = field(default_factory=dict)
 
 
 class Backend(ABC):
@@ -71,18 +81,14 @@ class Backend(ABC):
         """True when path delays are applied by the node transport itself."""
         return self.capabilities.inprocess_shaping
 
-    def shaping(self) -> dict[str, HostPlan]:
-        """After up(): the shaping plan each host's applier realised (none when the nodes
-        shape their own datagrams)."""
-        return {}
-
     def stats(self) -> dict[str, Any]:
         """Backend-specific figures for the console (the simulator's event rate)."""
         return {}
 
     @abstractmethod
-    def up(self) -> dict[str, HostAddress]:
-        """Create the emulated network; return each host's addresses."""
+    def up(self) -> Realised:
+        """Create the emulated network; return what was made (the run plan is not changed:
+        the runner derives the realised plan from this)."""
 
     @abstractmethod
     def deploy(self, configs: list[NodeConfig]) -> None:
@@ -103,23 +109,11 @@ class Backend(ABC):
         return apply(self.controls, action.primitive())
 
     def schedule_faults(self, actions: list[Action], start_at_ns: int) -> None:
-        """Take the fault timeline (before deploy)."""
-        self.fault_plan = (actions, start_at_ns)
-
-    def start_faults(self) -> None:
-        """After deploy: by default a real-time nemesis thread walks the timeline."""
-        actions, start_at_ns = getattr(self, "fault_plan", ([], 0))
-        if actions:
-            self.nemesis = Nemesis(actions, start_at_ns, self.run.path / "faults.jsonl",
-                                   self.fault)
-            self.nemesis.start()
-
-    def stop_faults(self) -> list[str]:
-        nemesis = getattr(self, "nemesis", None)
-        if nemesis is None:
-            return []
-        nemesis.stop()
-        return list(nemesis.errors)
+        """A backend with a virtual clock applies the fault timeline itself, in virtual time:
+        it takes the timeline here, before deploy. On the wall clock the runner's nemesis
+        (testbed/faults/nemesis.py) walks it and calls `fault` for each primitive."""
+        raise BackendError(f"the {self.name} backend has no timeline of its own; the runner's "
+                           "nemesis applies faults through its controls")
 
     def collect(self) -> None:  # noqa: B027 - optional hook, most backends write in place
         """Bring logs (and captures) into the run directory."""

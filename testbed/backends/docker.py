@@ -35,7 +35,7 @@ from rich.console import Console
 
 from nodes.config import NodeConfig
 from nodes.faults import Controls
-from testbed.backends.base import BackendError, Capabilities, HostAddress
+from testbed.backends.base import BackendError, Capabilities, HostAddress, Realised
 from testbed.backends.bridges import allow_bridged
 from testbed.backends.docker_net import (
     CONTROL,
@@ -94,7 +94,7 @@ class DockerBackend(ShapedHosts):
         self.docker: Any = None
 
     # -- up -----------------------------------------------------------------------------------
-    def up(self) -> dict[str, HostAddress]:
+    def up(self) -> Realised:
         if os.geteuid() != 0:
             raise BackendError("the docker backend needs root; run with sudo or use --backend "
                                "local")
@@ -138,7 +138,7 @@ class DockerBackend(ShapedHosts):
         _say(f"built {info['tag']}")
         return info["tag"], info["id"]
 
-    def _up(self) -> dict[str, HostAddress]:
+    def _up(self) -> Realised:
         j, rid = self.run.journal, self.run.run_id
         nets = pick_subnets(self.docker, self.topology, rid)
         data_ip = data_addresses(self.topology, nets.data)
@@ -161,7 +161,7 @@ class DockerBackend(ShapedHosts):
         for host, plan in plans.items():
             self.plans[host] = replace(plan, dev=data_dev[host])
             applier.apply(self.ns[host], self.plans[host], j)
-        return dict(self.addresses)
+        return Realised(dict(self.addresses), dict(self.plans))
 
     def _host(self, host: str, data_ip: str, ctl_ip: str) -> None:
         """The host's network sandbox (on both networks, started) and its node container."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from nodes.config import NodeConfig
 from nodes.faults import Controls
-from testbed.backends.base import Backend, HostAddress
+from testbed.backends.base import Backend, HostAddress, Realised
 from testbed.backends.nodeprocs import NodeProcesses
 from testbed.faults.nodeside import NodeSideFaults
 from testbed.rundir import RunDir
@@ -29,11 +29,11 @@ class LocalBackend(Backend):
         # The nodes shape their own datagrams, so the network control is theirs too.
         self.controls = Controls(process=self.nodes, network=node_side, node=node_side)
 
-    def up(self) -> dict[str, HostAddress]:
+    def up(self) -> Realised:
         n = int(self.run.run_id, 16)
         a, b = 100 + n % 100, (n // 100) % 250
-        return {h: HostAddress(f"127.{a}.{b}.{i + 1}", DATA_PORT, "127.0.0.1")
-                for i, h in enumerate(self.paths.hosts)}
+        return Realised({h: HostAddress(f"127.{a}.{b}.{i + 1}", DATA_PORT, "127.0.0.1")
+                         for i, h in enumerate(self.paths.hosts)})
 
     def deploy(self, configs: list[NodeConfig]) -> None:
         self.nodes.start_all(configs)

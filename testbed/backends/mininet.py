@@ -20,7 +20,8 @@ from typing import Any
 
 from nodes.config import NodeConfig
 from nodes.faults import Controls
-from testbed.backends.base import BackendError, Capabilities, HostAddress
+from testbed.backends.addressing import DATA_DEV, DATA_NET, data_addresses
+from testbed.backends.base import STARTUP_NS, BackendError, Capabilities, HostAddress, Realised
 from testbed.backends.bridges import allow_bridged
 from testbed.backends.nodeprocs import NodeProcesses
 from testbed.backends.reservations import reservations_as_htb
@@ -31,30 +32,21 @@ from testbed.hosts.base import HostError
 from testbed.hosts.netns import NetnsHost
 from testbed.processes import start_time
 from testbed.rundir import RUN_ENV, RunDir
-from testbed.runplan import LOCAL_STARTUP_NS
 from testbed.shaping.auto import make_applier
 from testbed.shaping.plan import HostPlan, host_plans
 from testbed.spec.topology import PathMatrix, TopologySpec
 from testbed.teardown import undo
 
 DATA_PORT = 7000
-DATA_DEV = "d0"
 CONTROL_DEV = "c0"
-NODE_BOOT_NS = 500_000_000  # per node, on top of LOCAL_STARTUP_NS (booting nodes share the cores)
+NODE_BOOT_NS = 500_000_000  # per node, on top of STARTUP_NS (booting nodes share the cores)
 IFNAMSIZ = 15
-DATA_NET = ipaddress.ip_network("198.18.0.0/16")
 
 
 def check_ifname(name: str) -> str:
     if len(name) > IFNAMSIZ:
         raise BackendError(f"interface name {name!r} is longer than the kernel's 15 characters")
     return name
-
-
-def data_addresses(topology: TopologySpec) -> dict[str, str]:
-    taken = {h.address for h in topology.hosts if h.address}
-    free = (str(ip) for ip in DATA_NET.hosts() if str(ip) not in taken)
-    return {h.name: h.address or next(free) for h in topology.hosts}
 
 
 def control_subnet(run_id: str) -> ipaddress.IPv4Network:
@@ -86,7 +78,7 @@ class MininetBackend(ShapedHosts):
         # up: 0.4-0.5 s a node on a loaded 2-core machine. The workload start leaves time for
         # all of them, so that a protocol with a common epoch (docs/qos.md) finds every peer
         # listening at the configured start.
-        self.startup_ns = LOCAL_STARTUP_NS + NODE_BOOT_NS * len(paths.hosts)
+        self.startup_ns = STARTUP_NS + NODE_BOOT_NS * len(paths.hosts)
         self.node_side = NodeSideFaults(run, paths.hosts, self.nodes.alive)
         # Process faults by signal; partitions with iptables in the host namespaces and link
         # changes through the shaper (ShapedHosts); clocks and management through the nodes'
@@ -95,7 +87,7 @@ class MininetBackend(ShapedHosts):
         self.net: Any = None
 
     # -- up -----------------------------------------------------------------------------------
-    def up(self) -> dict[str, HostAddress]:
+    def up(self) -> Realised:
         if os.geteuid() != 0:
             raise BackendError("the mininet backend needs root; run with sudo or use --backend "
                                "local")
@@ -107,7 +99,7 @@ class MininetBackend(ShapedHosts):
                 raise
             raise BackendError(f"mininet bring-up failed and was rolled back: {exc}") from exc
 
-    def _up(self) -> dict[str, HostAddress]:
+    def _up(self) -> Realised:
         from mininet.log import setLogLevel
         from mininet.net import Mininet
         from mininet.nodelib import LinuxBridge
@@ -165,7 +157,7 @@ class MininetBackend(ShapedHosts):
         self.plans = host_plans(self.topology, self.paths, data_ip, DATA_DEV)
         for host, plan in self.plans.items():
             self.applier.apply(self.ns[host], plan, j)
-        return dict(self.addresses)
+        return Realised(dict(self.addresses), dict(self.plans))
 
     # -- nodes --------------------------------------------------------------------------------
     def deploy(self, configs: list[NodeConfig]) -> None:
@@ -232,7 +224,7 @@ def bring_up(run: RunDir, topology: TopologySpec, applier: str = "auto"
     """`testbed up TOPOLOGY --backend mininet`: the WAN up and left up, with the measured RTT
     matrix next to the configured one. The caller tears it down (testbed teardown)."""
     backend = MininetBackend(run, topology, topology.paths(), applier=applier)
-    addresses = backend.up()
+    addresses = backend.up().addresses
     try:
         report = rtt_report(backend.paths, backend.measure_rtt())
     except (OSError, subprocess.SubprocessError, HostError) as exc:

@@ -50,13 +50,14 @@ from testbed.backends.ansible import (
     StepResult,
     load_inventory,
 )
-from testbed.backends.base import Backend, BackendError, Capabilities, HostAddress
+from testbed.backends.base import Backend, BackendError, Capabilities, HostAddress, Realised
 from testbed.capture import CaptureOptions, pcap_span, tcpdump_argv
 from testbed.faults.nodeside import NodeSideFaults
 from testbed.hosts.base import HostError
+from testbed.hosts.partitions import Partitions
 from testbed.hosts.ssh import ClockSample, SSHHost, control_path
 from testbed.images import node_program
-from testbed.rundir import Journal, RunDir
+from testbed.rundir import RunDir
 from testbed.shaping import netem
 from testbed.shaping.plan import ClassPlan, HostPlan, change_link, host_plans
 from testbed.shaping.userspace import daemon_config, lane, nfqueue_rule
@@ -130,7 +131,9 @@ class RemoteBackend(Backend):
         self.addresses: dict[str, HostAddress] = {}
         self.configs: dict[str, NodeConfig] = {}
         self.crashed: set[str] = set()
-        self.cuts: list[tuple[str, list[str]]] = []  # (host, iptables rule) of a partition
+        # partitions: iptables rules on the hosts (teardown.yml removes the run's by comment)
+        self.partitions = Partitions(run.run_id, lambda h: self.hosts[h],
+                                     lambda h: self.inv[h].data_address, timeout=20)
         self.running: dict[str, bool] = {}
         self.last_poll = 0.0
         self.collected = False
@@ -142,7 +145,7 @@ class RemoteBackend(Backend):
         self.startup_ns = STARTUP_BASE_NS + STARTUP_PER_HOST_NS * len(paths.hosts)
 
     # -- up -----------------------------------------------------------------------------------
-    def up(self) -> dict[str, HostAddress]:
+    def up(self) -> Realised:
         try:
             inv = load_inventory(self.inventory_path)
         except InventoryError as exc:
@@ -175,11 +178,8 @@ class RemoteBackend(Backend):
         self.startup_ns = max(self.startup_ns, int(2e9 * shaped.elapsed_s) + 3_000_000_000)
         self.addresses = {h: HostAddress(i.data_address, DATA_PORT, i.control_address)
                           for h, i in self.inv.items()}
-        return dict(self.addresses)
-
-    def shaping(self) -> dict[str, HostPlan]:
-        """The plans as shaped on the hosts (their data interfaces and addresses)."""
-        return dict(self.plans)
+        # the plans as shaped on the hosts (their data interfaces and addresses)
+        return Realised(dict(self.addresses), dict(self.plans))
 
     def _step(self, step: str, hostvars: dict[str, dict[str, Any]]) -> StepResult:
         assert self.playbooks is not None
@@ -365,25 +365,16 @@ class RemoteBackend(Backend):
     # host's shaper.
     def block(self, cuts: list[tuple[str, str]]) -> Measured:
         """One DROP rule per cut (src, dst) first in src's OUTPUT chain (ahead of the delay
-        line's NFQUEUE rule), commented with the run id: the kernel drops the datagrams and the
-        nodes know nothing of it, as on mininet and docker; teardown.yml removes the run's
-        rules, also after a crash of the orchestrator."""
-        rules: dict[str, int] = {}
-        for src, dst in cuts:
-            rule = ["OUTPUT", "-d", self.inv[dst].data_address, "-j", "DROP", "-m", "comment",
-                    "--comment", f"tb-{self.run.run_id}"]
-            self.hosts[src].run(["iptables", "-w", "-I", rule[0], "1", *rule[1:]], timeout=20)
-            self.cuts.append((src, rule))
-            rules[src] = rules.get(src, 0) + 1
-        return {"drop_rules": rules}
+        line's NFQUEUE rule), commented with the run id (testbed/hosts/partitions.py), as on
+        mininet and docker; teardown.yml removes the run's rules, also after a crash of the
+        orchestrator."""
+        return self.partitions.block(cuts)
 
     def heal(self) -> Measured:
         """The probe (what each node's failure detector suspects, through the data plane),
         then the run's cut rules go."""
         measured = self.node_side.heal()
-        for src, rule in self.cuts:
-            self.hosts[src].run(["iptables", "-w", "-D", *rule], check=False, timeout=20)
-        self.cuts.clear()
+        self.partitions.heal()
         return measured
 
     def set_path(self, fault: SetPath) -> Measured:
@@ -474,39 +465,6 @@ class RemoteBackend(Backend):
             from testbed.teardown import undo
 
             undo(self.run)
-
-
-def teardown_entry(entry: dict[str, Any]) -> str | None:
-    """The journal's `remote` entry undone: playbooks/teardown.yml on every host of the run
-    (testbed/teardown.py calls this). One line: what was removed, and which host could not
-    be reached (the others are still cleaned)."""
-    hosts = {h: InventoryHost(h, s["address"], s["user"], s["key"], s["data_interface"],
-                              s["control_address"], s.get("data_address", s["address"]),
-                              int(s.get("port", 22)))
-             for h, s in entry["hosts"].items()}
-    base = Path(entry["run_path"]) / "ansible"
-    if not base.parent.is_dir():
-        base = Path("/tmp") / f"tb-{entry['run_id']}-ansible"
-    base.mkdir(parents=True, exist_ok=True)
-    book = Playbooks(base, hosts, control_path(entry["run_id"]))
-    res = book.run("teardown", {h: {"tb_dir": entry["dir"], "tb_run_id": entry["run_id"],
-                                    "tb_data_dev": i.data_interface} for h, i in hosts.items()})
-    cleaned = sorted(h for h in hosts if h not in res.problems)
-    line = f"remote run {entry['run_id']} on {', '.join(cleaned) or 'no host'}"
-    if res.problems:
-        line += "; NOT cleaned: " + "; ".join(f"{h} ({m})" for h, m in
-                                              sorted(res.problems.items()))
-        left = {h: s for h, s in entry["hosts"].items() if h in res.problems}
-        if not left:  # the run itself failed ("*"): keep every host
-            left = entry["hosts"]
-        # What could not be cleaned stays in the journal under a new id, so the next
-        # `testbed teardown RUN` tries those hosts again.
-        journal = Journal(Path(entry["run_path"]) / "journal.jsonl")
-        if journal.path.parent.is_dir():
-            kept = {k: v for k, v in entry.items() if k not in ("op", "t", "id", "hosts")}
-            journal.append("create", **kept, hosts=left,
-                           id=f"remote:{entry['run_id']}:{'+'.join(sorted(left))}")
-    return line
 
 
 def ssh_check(host: SSHHost) -> subprocess.CompletedProcess[str]:

@@ -14,6 +14,7 @@ from nodes.faults import Measured, SetPath
 from testbed.backends.base import Backend, HostAddress
 from testbed.faults.nodeside import NodeSideFaults
 from testbed.hosts.netns import NetnsHost
+from testbed.hosts.partitions import Partitions
 from testbed.shaping.plan import HostPlan, change_link
 
 
@@ -24,41 +25,36 @@ class ShapedHosts(Backend):
     addresses: dict[str, HostAddress]
     node_side: NodeSideFaults
 
-    def shaping(self) -> dict[str, HostPlan]:
-        return dict(self.plans)
-
     def exec(self, host: str, argv: list[str]) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run([*self.ns[host].command_prefix(), *argv], capture_output=True,
                               timeout=60)
 
     # -- network control ----------------------------------------------------------------------
+    def _partitions(self) -> Partitions:
+        return Partitions(self.run.run_id, lambda h: self.ns[h],
+                          lambda h: self.addresses[h].data)
+
     def block(self, cuts: list[tuple[str, str]]) -> Measured:
         """One journaled DROP rule per cut (src, dst) in src's OUTPUT chain, tagged with the run
-        id."""
-        tag = ["-m", "comment", "--comment", f"tb-{self.run.run_id}"]
+        id (testbed/hosts/partitions.py)."""
         journal = self.run.journal
-        rules: dict[str, int] = {}
-        for src, dst in cuts:
+
+        def journaled(src: str, dst: str, rule: list[str]) -> None:
             ns = self.ns[src]
-            rule = ["OUTPUT", "-d", self.addresses[dst].data, "-j", "DROP", *tag]
-            rid = f"cut:{src}:{dst}"
-            journal.append("create", kind="iptables", id=rid, rule=rule, ns_pid=ns.pid,
-                           ns_start=ns.starttime)
-            # First in OUTPUT: ahead of the userspace shaper's NFQUEUE rule, whose daemon
-            # re-sends through a packet socket that iptables never sees.
-            ns.run(["iptables", "-w", "-I", *rule[:1], "1", *rule[1:]])
-            rules[src] = rules.get(src, 0) + 1
-        return {"drop_rules": rules}
+            journal.append("create", kind="iptables", id=f"cut:{src}:{dst}", rule=rule,
+                           ns_pid=ns.pid, ns_start=ns.starttime)
+
+        return self._partitions().block(cuts, before=journaled)
 
     def heal(self) -> Measured:
         """The probe (what each node's failure detector suspects, through the data plane), then
-        every cut rule of the run is removed."""
+        every cut rule of the run is removed (the journal's: also those another process,
+        `testbed fault`, made)."""
         measured = self.node_side.heal()  # reads the suspicions, clears node-side filters
-        journal = self.run.journal
+        journal, partitions = self.run.journal, self._partitions()
         for entry in journal.live():
             if entry.get("kind") == "iptables" and entry["id"].startswith("cut:"):
-                src = entry["id"].split(":")[1]
-                self.ns[src].run(["iptables", "-w", "-D", *entry["rule"]], check=False)
+                partitions.remove(entry["id"].split(":")[1], entry["rule"])
                 journal.append("remove", id=entry["id"])
         return measured
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from nodes.config import NodeConfig
 from nodes.quiescence import DRAIN_FILE
-from testbed.backends.base import Backend, BackendError, Capabilities, HostAddress
-from testbed.faults.schedule import correct_hosts
+from testbed.backends.base import Backend, BackendError, Capabilities, HostAddress, Realised
+from testbed.faults.schedule import Action, correct_hosts
 from testbed.processes import spawn
 
 
@@ -19,10 +19,14 @@ class SimBackend(Backend):
     name = "sim"
     capabilities = Capabilities(virtual_clock=True, management=False)
 
-    def up(self) -> dict[str, HostAddress]:
+    def up(self) -> Realised:
         # Virtual hosts need addresses only to fill the node config; nothing is bound.
-        return {h: HostAddress(f"198.18.0.{i + 1}", 7000, "127.0.0.1")
-                for i, h in enumerate(self.paths.hosts)}
+        return Realised({h: HostAddress(f"198.18.0.{i + 1}", 7000, "127.0.0.1")
+                         for i, h in enumerate(self.paths.hosts)})
+
+    def schedule_faults(self, actions: list[Action], start_at_ns: int) -> None:
+        """The timeline travels inside sim.json: the simulator applies it in virtual time."""
+        self.fault_plan = (actions, start_at_ns)
 
     def deploy(self, configs: list[NodeConfig]) -> None:
         actions, start = getattr(self, "fault_plan", ([], 0))
@@ -39,9 +43,6 @@ class SimBackend(Backend):
         self._proc = spawn(self.run.journal, self.run.run_id, "sim",
                            [sys.executable, "-m", "nodes.sim", "--config", str(path)],
                            self.run.path / "sim.log")
-
-    def start_faults(self) -> None:
-        """Nothing to start: the faults travel inside sim.json."""
 
     def wait(self, timeout_s: float) -> bool:
         try:

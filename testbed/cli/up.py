@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import subprocess
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,7 +21,7 @@ from testbed.teardown import teardown
 def up(
     topology: Annotated[Path, typer.Argument(help="topology YAML")],
     backend: Annotated[str, typer.Option(help="local (no root) or mininet (root)")] = "local",
-    protocol: Annotated[str, typer.Option(help="protocol the idle nodes run (local)")] = (
+    protocol: Annotated[str, typer.Option(help="protocol the idle nodes run")] = (
         "sequencer"),
     applier: Annotated[str, typer.Option(help="mininet shaping: auto, netem or userspace")] = (
         "auto"),
@@ -58,48 +58,52 @@ def up(
     run_dir = RunDir.create(out, topo.name)
     run_dir.journal.append("begin", topology=topo.name, backend=backend, mode="up")
     try:
-        if backend == "mininet":
-            _up_mininet(run_dir, topo, applier)
-        else:
-            _up_local(run_dir, topo, topology, paths, protocol, transport, mgmt_tls)
+        _up(run_dir, topo, topology, paths, backend, protocol, applier, transport, mgmt_tls)
     except BackendError as exc:
         teardown(run_dir)
         raise fail(str(exc)) from None
+    except BaseException:  # nothing stays up half made
+        teardown(run_dir)
+        raise
     console.print(f"run {run_dir.run_id} in {run_dir.path}; stop it with "
                   f"[bold]testbed teardown {run_dir.run_id}[/]")
 
 
-def _up_local(run_dir: RunDir, topo: Any, topology: Path, paths: Any, protocol: str,
-              transport: str = "udp", mgmt_tls: bool = False) -> None:
-    from testbed.runner import write_lock
+def _up(run_dir: RunDir, topo: Any, topology: Path, paths: Any, backend: str, protocol: str,
+        applier: str = "auto", transport: str = "udp", mgmt_tls: bool = False) -> None:
+    """The runner without a workload (testbed/runner.py `start_nodes`): the backend up, the
+    plan as realised in plan.json, idle nodes on every host (so `testbed mgmt` and `testbed
+    fault` work on it); on mininet then the measured RTT matrix beside the configured one."""
+    from testbed.runner import start_nodes, write_lock
     from testbed.runplan import RunPlan
     from testbed.spec.experiment import ExperimentSpec
 
     exp = ExperimentSpec.model_validate({
-        "name": topo.name, "topology": topology.name, "backend": "local", "duration": "1s",
+        "name": topo.name, "topology": topology.name, "backend": backend, "duration": "1s",
         "protocol": {"name": protocol}, "workload": {"senders": [], "rate": "1/s"},
         "transport": transport, "management": {"tls": mgmt_tls}})
     write_lock(run_dir, exp, topo, paths)
     plan = RunPlan.build(exp, topo)
-    be = make_backend("local", run_dir, topo, plan.paths)
-    addresses = be.up()
-    configs = plan.node_configs(run_dir, addresses, time.time_ns(), duration_ns=0)
-    plan.write(run_dir)
-    be.deploy(configs)
-    table = Table("host", "data address", "control", title=f"{topo.name} is up")
-    for host, addr in addresses.items():
+    options: dict[str, Any] = {"applier": applier, "capture": None} if backend == "mininet" else {}
+    be = make_backend(backend, run_dir, topo, plan.paths, **options)
+    plan, _ = start_nodes(plan, run_dir, be, workload=False)
+    title = f"{topo.name} is up" + (f" ({backend})" if backend != "local" else "")
+    table = Table("host", "data address", "control", title=title)
+    for host, addr in plan.addresses.items():
         table.add_row(host, f"{addr.data}:{addr.port}", addr.control)
     console.print(table)
+    if backend == "mininet":
+        _rtt_table(be)
 
 
-def _up_mininet(run_dir: RunDir, topo: Any, applier: str) -> None:
-    from testbed.backends.mininet import bring_up
+def _rtt_table(be: Any) -> None:
+    from testbed.backends.mininet import rtt_report
+    from testbed.hosts.base import HostError
 
-    _, addresses, report = bring_up(run_dir, topo, applier=applier)
-    table = Table("host", "data address", "control", title=f"{topo.name} is up (mininet)")
-    for host, addr in addresses.items():
-        table.add_row(host, addr.data, addr.control)
-    console.print(table)
+    try:
+        report = rtt_report(be.paths, be.measure_rtt())
+    except (OSError, subprocess.SubprocessError, HostError) as exc:
+        raise BackendError(f"measuring the RTT matrix failed: {exc}") from exc
     rtt = Table("pair", "configured RTT ms", "measured RTT ms", "",
                 title="ping all pairs (flagged: off by more than 10% + 1 ms)")
     for row in report:
@@ -108,5 +112,3 @@ def _up_mininet(run_dir: RunDir, topo: Any, applier: str) -> None:
                     "no reply" if measured is None else f"{measured:.2f}",
                     "[red]OFF[/]" if row["off"] else "ok")
     console.print(rtt)
-
-

@@ -277,7 +277,8 @@ def simulate(exp: Any, topo: Any, root: Path, max_events: int | None = None,
     addresses = {h: HostAddress(f"198.18.0.{i + 1}", 7000, "127.0.0.1")
                  for i, h in enumerate(plan.hosts)}
     start = plan.start_time(0)
-    configs = plan.node_configs(run, addresses, start)
+    plan = plan.realise(run, addresses, start)
+    configs = plan.configs
     plan.write(run)
     sim = Simulator(configs, seed=configs[0].seed)
     budget = event_budget(exp, configs) if max_events is None else max_events

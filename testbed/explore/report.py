@@ -9,6 +9,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from analysis import deliverylog
 from testbed.explore.generators import describe
 
 MS = 1_000_000
@@ -36,12 +37,9 @@ def write_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def _events(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for p in sorted((run_dir / "nodes").glob("*/events.jsonl")):
-        with p.open() as f:
-            out[p.parent.name] = [e for e in map(json.loads, f)
-                                  if e.get("ev") in ("send", "fnl")]
-    return out
+    """Each node's `send` and `fnl` events, as the checkers see them (revoked deliveries
+    dropped; analysis/deliverylog.py)."""
+    return deliverylog.events(run_dir, ("send", "fnl"), revoke=True)
 
 
 def first_divergence(events: dict[str, list[dict[str, Any]]]) -> int | None:

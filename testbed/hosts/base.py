@@ -16,6 +16,10 @@ class HostError(Exception):
 class Host(Protocol):
     name: str
 
+    def prefix(self) -> list[str]: ...   # argv prefix that starts a long-lived program there
+
+    def command_prefix(self) -> list[str]: ...   # argv prefix that runs a short command there
+
     def run(self, argv: list[str], *, check: bool = True, timeout: float | None = None,
             input: str | None = None) -> subprocess.CompletedProcess[str]: ...
 

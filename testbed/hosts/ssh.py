@@ -65,15 +65,27 @@ class SSHHost:
     key: str
     port: int = 22
     control: str | None = None  # ControlPath (control_path(run_id)), or no multiplexing
+    connect_timeout: int = CONNECT_TIMEOUT_S
     _clock: ClockSample | None = field(default=None, repr=False)
 
     @property
     def target(self) -> str:
         return f"{self.user}@{self.address}"
 
+    def command_prefix(self) -> list[str]:
+        """argv prefix that runs a command on the host: ssh joins the words after it with
+        spaces for the remote shell, so quote words that hold spaces or shell syntax
+        (`run` does: shlex.join)."""
+        return ["ssh", *ssh_options(self.key, self.port, self.connect_timeout, self.control),
+                self.target]
+
+    def prefix(self) -> list[str]:
+        """argv prefix that starts a long-lived program on the host (the ssh session lasts
+        as long as it; `spawn` detaches one instead)."""
+        return self.command_prefix()
+
     def ssh_argv(self, command: str) -> list[str]:
-        return ["ssh", *ssh_options(self.key, self.port, control=self.control), self.target,
-                command]
+        return [*self.command_prefix(), command]
 
     def run(self, argv: list[str], *, check: bool = True, timeout: float | None = 60,
             input: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -110,7 +122,7 @@ class SSHHost:
         self._scp([f"{self.target}:{remote}", str(local)])
 
     def _scp(self, args: list[str]) -> None:
-        opts = ssh_options(self.key, self.port, control=self.control)
+        opts = ssh_options(self.key, self.port, self.connect_timeout, self.control)
         opts[opts.index("-p")] = "-P"  # scp spells the port option differently
         proc = subprocess.run(["scp", "-q", "-r", *opts, *args], capture_output=True,
                               text=True, timeout=300)
