@@ -46,6 +46,8 @@ from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Respon
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from analysis.deliverylog import parse_line
+
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 MAX_DEPTH = 4  # how deep under a folder runs, nightlies and explorations are looked for
 COLUMNS = (("date", "date"), ("experiment", "experiment"), ("backend", "backend"),
@@ -453,11 +455,8 @@ class LiveRun:
         fnls: list[tuple[str, str, int]] = []
         for host in self.hosts:
             for line in self._new_lines(self.d / "nodes" / host / "events.jsonl"):
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if not isinstance(rec, dict) or not isinstance(rec.get("t"), int):
+                rec = parse_line(line, host)  # the delivery log's one parsing
+                if rec is None:
                     continue
                 if self.t0 is None or rec["t"] < self.t0:
                     self.t0 = rec["t"]
