@@ -94,7 +94,9 @@ class Agent:
         rng = random.Random(f"{cfg.seed}:{cfg.node_id}:links")
         self.links = {self.names[d]: LinkModel(p, rng) for d, p in cfg.paths.items()}
         self.fifo_at: dict[str, float] = {}
-        self.log = EventLog(Path(cfg.log_path), cfg.name, "maelstrom", buffer_lines=64)
+        # Every line reaches the file at once: the clients live in the agent, and a `kill`
+        # SIGKILLs it; their history must survive that (Maelstrom's clients never die).
+        self.log = EventLog(Path(cfg.log_path), cfg.name, "maelstrom", buffer_lines=1)
         self.counters: Counter[str] = Counter()
         self.in_types: Counter[str] = Counter()
         self.out_types: Counter[str] = Counter()

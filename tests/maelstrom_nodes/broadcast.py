@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Maelstrom broadcast: every value reaches every node, by gossip with retries until each peer
 acknowledges it. `--no-forward` keeps each value at the node that got it (values are lost:
 the checker must say invalid)."""

@@ -1,3 +1,4 @@
+#!/usr/bin/env node
 // Maelstrom echo in JavaScript: answers every echo with the same text.
 "use strict";
 const readline = require("readline");

@@ -1,3 +1,4 @@
+#!/usr/bin/env node
 // Maelstrom g-counter in JavaScript: a state-based CRDT. Each node counts its own adds and
 // gossips its whole map to every other node every 100 ms; maps merge by maximum.
 "use strict";

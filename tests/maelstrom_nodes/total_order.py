@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """The total-order workload: `read` returns the values this node delivered, in delivery
 order. `--mode arrival` delivers each value when it arrives (orders differ across nodes under
 jitter: invalid); `--mode sequencer` sends each value to n1, which numbers it and sends the

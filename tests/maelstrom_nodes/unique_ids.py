@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Maelstrom unique-ids: an id is the node's name and a counter (`--collide`: the counter
 alone, so two nodes hand out the same ids: invalid)."""
 
