@@ -51,11 +51,14 @@ from nodes.maelstrom import (
 )
 from nodes.management.mbeans import MBean, MBeanRegistry
 from nodes.management.server import ManagementServer
+from nodes.runtime import _grow_buffers
 
 READ_CHUNK = 1 << 16
 INIT_TIMEOUT_S = 10.0
 MALFORMED_LOGGED = 1000  # lines logged in full; beyond, only counted
 STDIN_HIGH_WATER = 64 << 20  # bytes queued to a program that does not read: then dropped
+FRAGMENT_BURST = 64  # datagrams of one message sent back to back
+HELD_MAX = 10_000  # node messages kept for a program that has not answered init yet
 
 
 def _die_with_parent() -> None:
@@ -110,6 +113,10 @@ class Agent:
         self.msg_ids: Counter[str] = Counter()
         self.done = asyncio.Event()
         self.finished = False  # final reads answered (or given up): the drain may stop us
+        # Node-to-node messages that arrive before the program answered `init` wait here
+        # (a program must know its name before it hears from its peers).
+        self.initialised = False
+        self.held: list[tuple[str, bytes]] = []
         host_index = cfg.node_id
         self.gen = Generator(self.workload, host_index, len(cfg.members), cfg.incarnation,
                              random.Random(f"{cfg.seed}:{cfg.node_id}:{cfg.incarnation}:ops"))
@@ -125,6 +132,7 @@ class Agent:
     async def run(self) -> None:
         self.transport, _ = await self.loop.create_datagram_endpoint(
             lambda: _Datagrams(self), local_addr=self.addrs[self.me])
+        _grow_buffers(self.transport)  # a fragmented message arrives as one burst
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self.done.set)
         self.loop.set_exception_handler(self._loop_exception)
@@ -199,6 +207,10 @@ class Agent:
         ok = reply is not None and reply.get("type") == "init_ok"
         self.event("init", ok=ok, node_ids=names,
                    **({} if ok else {"reply": str(reply)[:200]}))
+        self.initialised = True
+        held, self.held = self.held, []
+        for src, line in held:
+            self._deliver(src, line)
         if self.topology is not None:
             reply = await self._request(CONTROL_CLIENT, {"type": "topology",
                                                          "topology": self.topology},
@@ -349,7 +361,21 @@ class Agent:
             self.counters["blocked_out"] += 1
             return
         self.number += 1
-        for frag in fragments(self.number, line):
+        frags = fragments(self.number, line)
+        for k in range(0, len(frags), FRAGMENT_BURST):
+            # A large message leaves in bursts a millisecond apart, so that it does not
+            # overflow the receiver's socket buffer at once.
+            burst = frags[k:k + FRAGMENT_BURST]
+            if k == 0:
+                self._send_burst(dest, burst)
+            else:
+                self.loop.call_later(k // FRAGMENT_BURST * 1e-3, self._send_burst, dest, burst)
+
+    def _send_burst(self, dest: str, frags: list[bytes]) -> None:
+        if dest in self.blocked_out:  # a partition that began while the message left
+            self.counters["blocked_out"] += 1
+            return
+        for frag in frags:
             self._send_datagram(dest, frag)
 
     def _send_datagram(self, dest: str, data: bytes) -> None:
@@ -392,8 +418,14 @@ class Agent:
             except ValueError:
                 self.counters["bad_datagrams"] += 1
                 return
-            if line is not None:
+            if line is None:
+                return
+            if self.initialised:
                 self._deliver(src, line)
+            elif len(self.held) < HELD_MAX:
+                self.held.append((src, line))
+            else:
+                self.counters["dropped_before_init"] += 1
         except Exception as exc:
             self._error("datagram", exc)
 
