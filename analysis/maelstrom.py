@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from analysis.lockfile import read_lock
+
 MAX_EXAMPLES = 5
 
 
@@ -45,8 +47,8 @@ class Operation:
 def maelstrom_workload(run_dir: Path) -> str | None:
     """The run's Maelstrom workload from spec.lock.yaml, None for a protocol run."""
     try:
-        lock = yaml.safe_load((run_dir / "spec.lock.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
+        lock = read_lock(run_dir)
+    except yaml.YAMLError:
         return None
     exp = lock.get("experiment") or {}
     if not exp.get("node"):
