@@ -324,6 +324,7 @@ def maelstrom_checks(run_dir: Path, workload: str) -> tuple[dict[str, Any], dict
         "msgs_per_op": {"servers": round(nsend / n, 3),
                         "all": round((nsend + 2 * len(ops)) / n, 3)},
         "server_messages": nsend,
+        "transit_ms": transit(logs),
         "malformed": max(malformed, counted.get("malformed", 0)),
         "program_exits": sum(1 for rows in logs.values() for r in rows
                              if r.get("ev") == "program-exit"),
@@ -335,6 +336,26 @@ def maelstrom_checks(run_dir: Path, workload: str) -> tuple[dict[str, Any], dict
     section.setdefault("unexpected", 0)
     section.setdefault("stable_latency_ms", {})
     return checks, section
+
+
+def transit(logs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """One-way node-to-node latency per ordered pair (`nsend` at the sender to `nrecv` at the
+    receiver, matched by source, destination and `msg_id`; messages without one, and
+    repeated ids after a restart beyond the first, are not matched): quantiles in ms."""
+    sent: dict[tuple[str, str, int], int] = {}
+    for rows in logs.values():
+        for r in rows:
+            if r.get("ev") == "nsend" and isinstance(r.get("msg_id"), int):
+                sent.setdefault((str(r["src"]), str(r["dest"]), r["msg_id"]), int(r["t"]))
+    per: dict[str, list[int]] = defaultdict(list)
+    for rows in logs.values():
+        for r in rows:
+            if r.get("ev") != "nrecv" or not isinstance(r.get("msg_id"), int):
+                continue
+            t0 = sent.pop((str(r["src"]), str(r["dest"]), r["msg_id"]), None)
+            if t0 is not None:
+                per[f"{r['src']}->{r['dest']}"].append(int(r["t"]) - t0)
+    return {pair: quantiles_ms(v) for pair, v in sorted(per.items())}
 
 
 def agent_errors(run_dir: Path) -> dict[str, Any]:

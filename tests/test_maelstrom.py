@@ -230,6 +230,24 @@ def test_total_order_with_a_sequencer_is_valid(tmp_path: Path) -> None:
     assert s["maelstrom"]["acknowledged"] > 10
 
 
+@pytest.mark.timing
+def test_messages_between_nodes_follow_the_wan(tmp_path: Path) -> None:
+    """--net two-sites: 0.5 ms within a site, 10 ms between the sites (one way)."""
+    net = Path(__file__).resolve().parents[1] / "topologies" / "two-sites.yaml"
+    code, s, _, out = _test(tmp_path, "-w", "broadcast", "--bin", str(NODES / "broadcast.py"),
+                            "--net", str(net), "--time-limit", "2", "--rate", "40")
+    assert code == 0, out
+    transit = s["maelstrom"]["transit_ms"]
+    sites = {"n1": "a", "n2": "a", "n3": "b", "n4": "b"}
+    wan = [q["p50"] for pair, q in transit.items()
+           if sites[pair[:2]] != sites[pair[-2:]]]
+    lan = [q["p50"] for pair, q in transit.items()
+           if sites[pair[:2]] == sites[pair[-2:]]]
+    assert len(wan) == 8 and len(lan) == 4, transit
+    assert min(wan) >= 10.0  # never faster than the WAN's delay
+    assert max(lan) < 5.0  # and the agents add little to a LAN hop
+
+
 @needs_node
 def test_g_counter_in_javascript(tmp_path: Path) -> None:
     code, s, _, out = _test(tmp_path, "-w", "g-counter", "--bin", str(NODES / "g_counter.js"),
