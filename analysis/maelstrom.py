@@ -57,31 +57,80 @@ def maelstrom_workload(run_dir: Path) -> str | None:
     return str(w) if w else None
 
 
+def parse_lines(lines: list[bytes] | list[str]) -> tuple[list[dict[str, Any]], int]:
+    """The intact events of log lines (JSON objects with an integer `i`) and how many were
+    not."""
+    rows, bad = [], 0
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("i"), int):
+            rows.append(rec)
+        else:
+            bad += 1
+    return rows, bad
+
+
+def by_ordinal(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One host's events by ordinal, each with `inc` (its `start` lines so far, less one)."""
+    rows.sort(key=lambda r: r["i"])
+    inc = -1
+    for r in rows:
+        if r.get("ev") == "start":
+            inc += 1
+        r["inc"] = max(inc, 0)
+    return rows
+
+
 def read_logs(run_dir: Path) -> tuple[dict[str, list[dict[str, Any]]], int]:
-    """Each host's events by ordinal, with `inc` (start lines so far, less one), and the count
-    of lines that are not JSON objects."""
+    """Each host's events by ordinal (`by_ordinal`) and the count of unreadable lines."""
     out: dict[str, list[dict[str, Any]]] = {}
     bad = 0
     for path in sorted((run_dir / "nodes").glob("*/events.jsonl")):
-        rows = []
-        for line in path.read_bytes().splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                bad += 1
-                continue
-            if isinstance(rec, dict) and isinstance(rec.get("i"), int):
-                rows.append(rec)
-            else:
-                bad += 1
-        rows.sort(key=lambda r: r["i"])
-        inc = -1
-        for r in rows:
-            if r.get("ev") == "start":
-                inc += 1
-            r["inc"] = max(inc, 0)
-        out[path.parent.name] = rows
+        rows, n = parse_lines(path.read_bytes().splitlines())
+        bad += n
+        out[path.parent.name] = by_ordinal(rows)
     return out, bad
+
+
+def spark_logs(run_dir: Path, master: str | None = None
+               ) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """`read_logs` with Spark (the Spark job's driver, analysis/job.py): every host's log read
+    and parsed by the executors, the rows the checkers read (client operations, node
+    messages, lifecycle) collected; what the checkers then do is this module's, shared with
+    the in-process judge."""
+    from analysis.session import spark_session
+
+    paths = sorted(str(p) for p in (run_dir / "nodes").glob("*/events.jsonl")
+                   if p.stat().st_size)
+    if not paths:
+        return {}, 0
+    spark = spark_session(master, app=f"testbed-maelstrom-{run_dir.name}")
+    wanted = {"op", "nsend", "nrecv", "start", "stop", "malformed", "program-exit", "error"}
+
+    def parse(rows: Any) -> Any:
+        for row in rows:
+            host = Path(row.path.removeprefix("file:")).parent.name
+            got, bad = parse_lines([row.value])
+            if bad:
+                yield host, None
+            elif got[0].get("ev") in wanted:
+                yield host, json.dumps(got[0])
+
+    from pyspark.sql.functions import input_file_name
+
+    frame = spark.read.text(paths).withColumn("path", input_file_name())
+    out: dict[str, list[dict[str, Any]]] = {Path(p).parent.name: [] for p in paths}
+    bad = 0
+    for host, text in frame.rdd.mapPartitions(parse).collect():
+        if text is None:
+            bad += 1
+        else:
+            out[host].append(json.loads(text))
+    return {h: by_ordinal(rows) for h, rows in out.items()}, bad
 
 
 def history(logs: dict[str, list[dict[str, Any]]]) -> list[Operation]:
@@ -285,9 +334,12 @@ def check_unique_ids(ops: list[Operation]) -> tuple[dict[str, Any], dict[str, An
             {"ids": sum(seen.values()), "duplicated": len(dup)})
 
 
-def maelstrom_checks(run_dir: Path, workload: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(checks, the summary's `maelstrom` section) of a Maelstrom run."""
-    logs, bad = read_logs(run_dir)
+def maelstrom_checks(run_dir: Path, workload: str,
+                     read: tuple[dict[str, list[dict[str, Any]]], int] | None = None
+                     ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(checks, the summary's `maelstrom` section) of a Maelstrom run, from its logs as
+    `read_logs` (default) or `spark_logs` gives them."""
+    logs, bad = read if read is not None else read_logs(run_dir)
     hosts = sorted(logs)
     ops = history(logs)
     if workload == "broadcast":
@@ -358,9 +410,10 @@ def transit(logs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]
     return {pair: quantiles_ms(v) for pair, v in sorted(per.items())}
 
 
-def agent_errors(run_dir: Path) -> dict[str, Any]:
+def agent_errors(run_dir: Path, logs: dict[str, list[dict[str, Any]]] | None = None
+                 ) -> dict[str, Any]:
     """`ev=error` lines of the agents (a bug of the agent: fails the verdict)."""
-    logs, _ = read_logs(run_dir)
+    logs = logs if logs is not None else read_logs(run_dir)[0]
     per = {h: sum(1 for r in rows if r.get("ev") == "error") for h, rows in logs.items()}
     per = {h: n for h, n in per.items() if n}
     return {"total": sum(per.values()), "per_node": per}
