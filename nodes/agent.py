@@ -18,7 +18,7 @@ The agent
   delivers raises out of a callback.
 The management endpoint serves `testbed:type=Node` (`Progress`, `stop`, for the drain),
 `testbed:type=Network` (`block`, `heal`: partitions on the local backend) and
-`testbed:type=Agent` (counters)."""
+`testbed:type=Agent` (counters; `pause` and `resume` the program)."""
 
 from __future__ import annotations
 
@@ -117,6 +117,7 @@ class Agent:
         # (a program must know its name before it hears from its peers).
         self.initialised = False
         self.held: list[tuple[str, bytes]] = []
+        self.paused = False
         host_index = cfg.node_id
         self.gen = Generator(self.workload, host_index, len(cfg.members), cfg.incarnation,
                              random.Random(f"{cfg.seed}:{cfg.node_id}:{cfg.incarnation}:ops"))
@@ -170,6 +171,9 @@ class Agent:
         proc = self.proc
         if proc is None or proc.returncode is not None:
             return
+        if self.paused:  # a stopped program would not see SIGTERM
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGCONT)
         with contextlib.suppress(ProcessLookupError):
             proc.terminate()
         try:
@@ -488,7 +492,12 @@ class Agent:
             .attribute("Counters", "dict", lambda: dict(self.counters))
             .attribute("MessagesIn", "dict", lambda: dict(self.in_types))
             .attribute("MessagesOut", "dict", lambda: dict(self.out_types))
-            .attribute("Incarnation", "int", lambda: cfg.incarnation))
+            .attribute("Incarnation", "int", lambda: cfg.incarnation)
+            .attribute("Paused", "bool", lambda: self.paused)
+            .operation("pause", lambda: self._signal(signal.SIGSTOP), [], "str",
+                       "SIGSTOP the program (the agent keeps its clients and the network)")
+            .operation("resume", lambda: self._signal(signal.SIGCONT), [], "str",
+                       "SIGCONT the program"))
         server = ManagementServer(registry, cfg.control_host, cfg.control_port, cfg.mgmt_token,
                                   basic=cfg.mgmt_basic)
         await server.start()
@@ -496,6 +505,18 @@ class Agent:
         where.write_text(json.dumps({"host": cfg.control_host, "port": server.port,
                                      "scheme": "http"}))
         return server
+
+    def _signal(self, sig: signal.Signals) -> str:
+        """Pause or resume the program (the `pause` nemesis): its clients keep running in
+        the agent and see their requests time out, as Maelstrom's do."""
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
+            return "no program"
+        os.kill(proc.pid, sig)
+        self.paused = sig == signal.SIGSTOP
+        self.counters["pauses" if self.paused else "resumes"] += 1
+        self.event("pause" if self.paused else "resume")
+        return "paused" if self.paused else "running"
 
     def _node_of(self, host: str) -> str:
         """A testbed host name (the topology's) to its Maelstrom node name."""

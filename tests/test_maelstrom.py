@@ -145,7 +145,7 @@ def test_a_maelstrom_workload_needs_a_program(tmp_path: Path) -> None:
 # -- the CLI -----------------------------------------------------------------------------------
 def test_bad_input_exits_2_and_dry_run_prints_the_experiment(tmp_path: Path) -> None:
     bin_ = str(NODES / "broadcast.py")
-    for args in (["-w", "kafka"], ["-w", "echo", "--nemesis", "pause"],
+    for args in (["-w", "kafka"], ["-w", "echo", "--nemesis", "clock"],
                  ["-w", "echo", "--latency-dist", "exponential"],
                  ["-w", "echo", "--concurrency", "x"]):
         r = run_cli("maelstrom", "test", "--bin", bin_, "--out", str(tmp_path), *args)
@@ -260,10 +260,10 @@ def test_g_counter_in_javascript(tmp_path: Path) -> None:
 
 
 @needs_node
-def test_echo_in_javascript_survives_kill_with_a_fresh_init(tmp_path: Path) -> None:
+def test_echo_in_javascript_survives_kill_and_pause(tmp_path: Path) -> None:
     code, s, run, out = _test(tmp_path, "-w", "echo", "--bin", str(NODES / "echo.js"),
-                              "--node-count", "2", "--time-limit", "3", "--rate", "30",
-                              "--nemesis", "kill", "--nemesis-interval", "2")
+                              "--node-count", "2", "--time-limit", "3.2", "--rate", "30",
+                              "--nemesis", "kill,pause", "--nemesis-interval", "1.5")
     assert code == 0, out
     faults = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
     killed = faults[0]["hosts"][0]
@@ -271,8 +271,12 @@ def test_echo_in_javascript_survives_kill_with_a_fresh_init(tmp_path: Path) -> N
     rows = [json.loads(x) for x in (run / "nodes" / killed / "events.jsonl").read_text()
             .splitlines()]
     assert [r["incarnation"] for r in rows if r["ev"] == "start"] == [0, 1]
-    assert sum(1 for r in rows if r["ev"] == "init" and r["ok"]) == 2
+    assert sum(1 for r in rows if r["ev"] == "init" and r["ok"]) == 2  # a fresh init
     assert s["maelstrom"]["restarts"] == 1 and s["maelstrom"]["ops"]["ok"] > 10
+    paused = [f for f in faults if f["kind"] == "mgmt"]
+    assert [f["measured"]["value"] for f in paused] == ["paused", "running"]
+    # An echo waiting on the stopped program took about as long as the pause (0.75 s).
+    assert s["maelstrom"]["latency_ms"]["max"] > 300
 
 
 def test_malformed_output_is_counted_and_large_messages_arrive(tmp_path: Path) -> None:

@@ -22,7 +22,8 @@ from testbed.spec.loader import SpecError, load_experiment
 
 maelstrom_app = typer.Typer(no_args_is_help=True, help="Run a node program written for "
                             "Maelstrom on the emulated WAN (docs/maelstrom.md).")
-BUILT_NEMESES = ("partition", "kill")
+BUILT_NEMESES = ("partition", "kill", "pause")
+AGENT = "testbed:type=Agent"
 GOOD = "Everything looks good! ヽ(‘ー`)ノ"
 BAD = "Analysis invalid! (ﾉಥ益ಥ）ﾉ ┻━┻"
 
@@ -53,6 +54,12 @@ def _faults(nemesis: list[str], interval_s: float, duration_s: float, hosts: lis
         if kind == "partition":
             out.append({"kind": "partition", "shape": "halves", "seed": k, "at": f"{at:g}s",
                         "for": span})
+        elif kind == "pause":  # SIGSTOP the program through its agent, SIGCONT later
+            host = rng.choice(hosts)
+            out.append({"kind": "mgmt", "host": host, "mbean": AGENT, "exec": ["pause"],
+                        "at": f"{at:g}s"})
+            out.append({"kind": "mgmt", "host": host, "mbean": AGENT, "exec": ["resume"],
+                        "at": f"{at + interval_s / 2:g}s"})
         else:  # kill: SIGKILL the program (and its agent), restart it with a fresh init
             out.append({"kind": "crash", "host": rng.choice(hosts), "at": f"{at:g}s",
                         "restart_after": span})
@@ -141,7 +148,7 @@ def test(
     topology: Annotated[str, typer.Option("--topology", help="broadcast's neighbour map: "
                                           + ", ".join(TOPOLOGIES))] = "grid",
     nemesis: Annotated[str, typer.Option("--nemesis", help="faults, comma-separated: "
-                                         "partition, kill")] = "",
+                                         "partition, kill, pause")] = "",
     nemesis_interval: Annotated[float, typer.Option("--nemesis-interval",
                                                     help="seconds between faults")] = 10.0,
     net: Annotated[Path | None, typer.Option("--net", help="a topology YAML (our WAN model);"

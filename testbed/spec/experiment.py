@@ -390,9 +390,12 @@ def _check_maelstrom(exp: ExperimentSpec) -> list[tuple[Loc, str]]:
     if exp.transport != "udp":
         problems.append((("transport",), "the host agent carries messages over udp only"))
     for i, f in enumerate(exp.faults):
-        if f.kind not in ("partition", "heal", "crash", "restart"):
+        if f.kind not in ("partition", "heal", "crash", "restart", "mgmt"):
+            hint = " (pause the program with a mgmt fault: testbed:type=Agent exec [pause])" \
+                if f.kind in ("pause", "resume") else ""
             problems.append((("faults", i, "kind"), f"{f.kind} faults on Maelstrom programs "
-                             "are not built yet (partition, heal, crash, restart are)"))
+                             f"are not built yet (partition, heal, crash, restart, mgmt are)"
+                             + hint))
     return problems
 
 
