@@ -189,10 +189,12 @@ def _as_list(v: Any) -> list[Any]:
     return list(v) if isinstance(v, list) else []
 
 
-def check_broadcast(ops: list[Operation], hosts: list[str]) -> tuple[dict[str, Any],
-                                                                      dict[str, Any]]:
-    attempted = {op.value for op in ops if op.f == "broadcast"}
-    acked = {op.value: op for op in ops if op.f == "broadcast" and op.type == "ok"}
+def check_broadcast(ops: list[Operation], hosts: list[str], write: str = "broadcast"
+                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """broadcast (and g-set, whose `add` writes an element): nothing acknowledged lost,
+    nothing read that was never written, every node's final read, stable latency."""
+    attempted = {op.value for op in ops if op.f == write}
+    acked = {op.value: op for op in ops if op.f == write and op.type == "ok"}
     finals, missing = _final_reads(ops, hosts)
     lost: dict[Any, list[str]] = defaultdict(list)
     for host, read in finals.items():
@@ -294,29 +296,35 @@ def _testbed_checks(ops: list[Operation], finals: dict[str, Operation], hosts: l
     return {name: {**found[name], "claimed": True} for name in keep if name in found}
 
 
-def check_g_counter(ops: list[Operation], hosts: list[str]) -> tuple[dict[str, Any],
-                                                                      dict[str, Any]]:
-    lower = sum(int(op.value) for op in ops if op.f == "add" and op.type == "ok")
-    upper = sum(int(op.value) for op in ops if op.f == "add" and op.type in ("ok", "info"))
+def check_counter(ops: list[Operation], hosts: list[str]) -> tuple[dict[str, Any],
+                                                                    dict[str, Any]]:
+    """g-counter and pn-counter: a final read counts every acknowledged add and any subset
+    of those of unknown outcome, so it lies between the acknowledged sum plus the negative
+    unknown ones and the acknowledged sum plus the positive ones."""
+    acked = sum(int(op.value) for op in ops if op.f == "add" and op.type == "ok")
+    unknown = [int(op.value) for op in ops if op.f == "add" and op.type == "info"]
+    lower = acked + sum(d for d in unknown if d < 0)
+    upper = acked + sum(d for d in unknown if d > 0)
     finals, missing = _final_reads(ops, hosts)
     wrong_final = [{"node": h, "value": r.result, "expected": [lower, upper]}
                    for h, r in sorted(finals.items())
                    if not (isinstance(r.result, int) and lower <= r.result <= upper)]
-    # Any read (the counter is only eventually consistent): never negative, never more
-    # than what was added (ok or info) before the read completed.
-    adds = [op for op in ops if op.f == "add"]
+    # Any read (the counter is only eventually consistent): between the negative and the
+    # positive adds (ok or info) invoked before the read completed.
+    adds = [op for op in ops if op.f == "add" and op.type in ("ok", "info")]
     bad_reads = []
     for op in ops:
         if op.f != "read" or op.type != "ok" or op.final:
             continue
         end = op.complete_t or op.invoke_t
-        hi = sum(int(a.value) for a in adds if a.type in ("ok", "info") and a.invoke_t <= end)
-        if not (isinstance(op.result, int) and 0 <= op.result <= hi):
-            bad_reads.append({"node": op.node, "value": op.result, "expected": [0, hi]})
+        before = [int(a.value) for a in adds if a.invoke_t <= end]
+        lo, hi = sum(d for d in before if d < 0), sum(d for d in before if d > 0)
+        if not (isinstance(op.result, int) and lo <= op.result <= hi):
+            bad_reads.append({"node": op.node, "value": op.result, "expected": [lo, hi]})
     checks = {"maelstrom_final_value": _check(len(wrong_final), wrong_final),
               "maelstrom_read_bounds": _check(len(bad_reads), bad_reads),
               "maelstrom_final_reads": _check(len(missing), missing)}
-    return checks, {"acknowledged_sum": lower, "possible_sum": upper,
+    return checks, {"acknowledged_sum": acked, "possible": [lower, upper],
                     "final_values": {h: r.result for h, r in sorted(finals.items())}}
 
 
@@ -346,8 +354,10 @@ def maelstrom_checks(run_dir: Path, workload: str,
         checks, section = check_broadcast(ops, hosts)
     elif workload == "total-order":
         checks, section = check_total_order(ops, hosts, run_dir)
-    elif workload == "g-counter":
-        checks, section = check_g_counter(ops, hosts)
+    elif workload == "g-set":
+        checks, section = check_broadcast(ops, hosts, write="add")
+    elif workload in ("g-counter", "pn-counter"):
+        checks, section = check_counter(ops, hosts)
     elif workload == "echo":
         checks, section = check_echo(ops)
     elif workload == "unique-ids":

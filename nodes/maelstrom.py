@@ -17,7 +17,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-WORKLOADS = ("echo", "broadcast", "g-counter", "unique-ids", "total-order")
+WORKLOADS = ("echo", "broadcast", "g-set", "g-counter", "pn-counter", "unique-ids",
+             "total-order")
 TOPOLOGIES = ("grid", "line", "total", "tree2", "tree3", "tree4")
 LATENCY_DISTS = ("constant", "uniform", "exponential")
 NEMESES = ("partition", "kill", "pause", "clock")
@@ -114,10 +115,17 @@ class Generator:
                 return Op("read", {"type": "read"})
             value = ((self.incarnation << 20) + self.counter) * self.hosts + self.host_index
             return Op("broadcast", {"type": "broadcast", "message": value}, value)
-        if w == "g-counter":
+        if w == "g-set":
+            if self.rng.random() < 0.5:
+                return Op("read", {"type": "read"})
+            value = ((self.incarnation << 20) + self.counter) * self.hosts + self.host_index
+            return Op("add", {"type": "add", "element": value}, value)
+        if w in ("g-counter", "pn-counter"):
             if self.rng.random() < 0.5:
                 return Op("read", {"type": "read"})
             delta = self.rng.randrange(1, 6)
+            if w == "pn-counter" and self.rng.random() < 0.5:
+                delta = -delta
             return Op("add", {"type": "add", "delta": delta}, delta)
         if w == "unique-ids":
             return Op("generate", {"type": "generate"})
@@ -125,7 +133,7 @@ class Generator:
 
     def final(self) -> Op | None:
         """The read every node answers once the network has settled (None: no final read)."""
-        if self.workload in ("broadcast", "total-order", "g-counter"):
+        if self.workload in ("broadcast", "total-order", "g-set", "g-counter", "pn-counter"):
             return Op("read", {"type": "read"})
         return None
 

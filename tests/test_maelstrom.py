@@ -257,6 +257,7 @@ def test_g_counter_in_javascript(tmp_path: Path) -> None:
     assert code == 0, out
     assert m["acknowledged_sum"] > 0
     assert set(m["final_values"].values()) == {m["acknowledged_sum"]}
+    assert s["checks"]["maelstrom_read_bounds"]["violations"] == 0
 
 
 @needs_node
@@ -338,6 +339,39 @@ def test_g_counter_checker_judges_final_values(tmp_path: Path) -> None:
         _log(tmp_path / str(final), "g-counter", run(final))
         got = judge_run(tmp_path / str(final))["checks"]["maelstrom_final_value"]
         assert (got["violations"] == 0) == ok, final
+
+
+def test_pn_counter_checker_bounds_reads_by_negative_and_positive_adds(tmp_path: Path) -> None:
+    fin = {"final": True}
+
+    def run(mid: int, final: int) -> dict[str, list[Any]]:
+        return {"h1": [("invoke", "add", 4, {}), ("ok", "add", 4, {}),
+                       ("invoke", "add", -3, {}), ("info", "add", -3, {}),
+                       ("invoke", "read", None, {}), ("ok", "read", mid, {}),
+                       ("invoke", "read", None, fin), ("ok", "read", final, fin)]}
+
+    # acknowledged 4, maybe -3: a final read of 1 or 4 (or between); any read in [-3, 4]
+    for (mid, final), ok in (((-3, 1), True), ((4, 4), True), ((0, 5), False),
+                             ((5, 4), False), ((-4, 1), False)):
+        path = tmp_path / f"{mid}_{final}"
+        _log(path, "pn-counter", run(mid, final))
+        assert judge_run(path)["ok"] == ok, (mid, final)
+
+
+def test_g_set_checker_flags_a_lost_and_an_invented_element(tmp_path: Path) -> None:
+    fin = {"final": True}
+
+    def run(read: list[int]) -> dict[str, list[Any]]:
+        return {"h1": [("invoke", "add", 1, {}), ("ok", "add", 1, {}),
+                       ("invoke", "add", 2, {}), ("fail", "add", 2, {}),
+                       ("invoke", "read", None, fin), ("ok", "read", read, fin)]}
+
+    for read, lost, invented in (([1], 0, 0), ([1, 2], 0, 0), ([], 1, 0), ([1, 7], 0, 1)):
+        path = tmp_path / "-".join(map(str, read or [0]))
+        _log(path, "g-set", run(read))
+        checks = judge_run(path)["checks"]
+        assert checks["maelstrom_lost"]["violations"] == lost, read
+        assert checks["maelstrom_unexpected"]["violations"] == invented, read
 
 
 @pytest.mark.spark

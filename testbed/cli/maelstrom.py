@@ -129,8 +129,7 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
                                          "ignore_unknown_options": True})
 def test(
     ctx: typer.Context,
-    workload: Annotated[str, typer.Option("-w", "--workload", help="echo, broadcast, "
-                                          "g-counter, unique-ids, total-order")],
+    workload: Annotated[str, typer.Option("-w", "--workload", help=", ".join(WORKLOADS))],
     bin_: Annotated[str, typer.Option("--bin", help="the node program; its arguments after "
                                       "`--`")],
     node_count: Annotated[int, typer.Option("--node-count", help="nodes n1..nN (with --net: "

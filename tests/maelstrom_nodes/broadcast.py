@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Maelstrom broadcast: every value reaches every node, by gossip with retries until each peer
-acknowledges it. `--no-forward` keeps each value at the node that got it (values are lost:
-the checker must say invalid)."""
+"""Maelstrom broadcast (and g-set: `add` an element): every value reaches every node, by
+gossip with retries until each peer acknowledges it. `--no-forward` keeps each value at the
+node that got it (values are lost: the checker must say invalid)."""
 
 from __future__ import annotations
 
@@ -49,8 +49,20 @@ def retry() -> None:
             node.rpc(peer, {"type": "gossip", "values": sorted(values)[:200]})
 
 
+def on_add(msg: dict[str, Any]) -> None:
+    learn(msg["body"]["element"])
+    node.reply(msg, {"type": "add_ok"})
+    retry()
+
+
+def on_read(msg: dict[str, Any]) -> None:
+    values = sorted(seen)
+    node.reply(msg, {"type": "read_ok", "messages": values, "value": values})
+
+
 node.on("broadcast", on_broadcast)
-node.on("read", lambda m: node.reply(m, {"type": "read_ok", "messages": sorted(seen)}))
+node.on("add", on_add)
+node.on("read", on_read)
 node.on("topology", lambda m: node.reply(m, {"type": "topology_ok"}))
 node.on("gossip", on_gossip)
 node.on("gossip_ok", on_gossip_ok)
