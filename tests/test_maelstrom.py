@@ -280,6 +280,31 @@ def test_echo_in_javascript_survives_kill_and_pause(tmp_path: Path) -> None:
     assert s["maelstrom"]["latency_ms"]["max"] > 300
 
 
+def test_testbed_run_takes_the_same_experiment(tmp_path: Path) -> None:
+    """`testbed run EXP.yaml` with `node:` and `workload.maelstrom` (a program path relative
+    to the experiment file), judged like `testbed maelstrom test`."""
+    import os
+
+    exp = tmp_path / "exp.yaml"
+    program = os.path.relpath(NODES / "unique_ids.py", tmp_path)
+    exp.write_text(yaml.safe_dump({
+        "name": "ids", "backend": "local", "duration": "1s", "drain": "500ms",
+        "topology": {"name": "flat", "sites": {"s": {"lan": {"delay": "1ms"}}},
+                     "hosts": [{"name": f"h{i}", "site": "s"} for i in (1, 2, 3)]},
+        "node": {"program": ["python3", program], "speaks": "maelstrom"},
+        "workload": {"maelstrom": "unique-ids", "rate": "30/s", "concurrency": 6},
+        "expect": ["maelstrom.ops.ok > 10"]}))
+    r = run_cli("run", str(exp), "--out", str(tmp_path / "runs"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = next((tmp_path / "runs").iterdir())
+    s = json.loads((run / "summary.json").read_text())
+    assert s["checks"]["maelstrom_unique"]["violations"] == 0 and s["maelstrom"]["ids"] > 10
+    assert s["expectations"][0]["ok"]
+    config = json.loads((run / "nodes" / "h1" / "node.json").read_text())["maelstrom"]
+    assert config["clients"] == ["c1", "c4"] and config["rate"] == 10.0
+    assert config["program"][1] == str((NODES / "unique_ids.py").resolve())
+
+
 def test_malformed_output_is_counted_and_large_messages_arrive(tmp_path: Path) -> None:
     code, s, run, out = _test(tmp_path, "-w", "echo", "--bin", str(NODES / "hostile.py"),
                               "--node-count", "2", "--time-limit", "1", "--rate", "10")
