@@ -364,6 +364,11 @@ def maelstrom_checks(run_dir: Path, workload: str,
         checks, section = check_unique_ids(ops)
     else:
         raise ValueError(f"no checker for Maelstrom workload {workload!r}")
+    # A program that exits on its own crashed (the agent's stop and a `kill` end it without
+    # an `ev=program-exit`): Maelstrom reports that as an error of the test, so do we.
+    exits = [{"node": h, "code": r.get("code"), "error": r.get("error")}
+             for h, rows in logs.items() for r in rows if r.get("ev") == "program-exit"]
+    checks["program_exits"] = _check(len(exits), exits)
     by_type = Counter(op.type for op in ops)
     nsend = sum(1 for rows in logs.values() for r in rows if r.get("ev") == "nsend")
     malformed = sum(1 for rows in logs.values() for r in rows if r.get("ev") == "malformed")
@@ -388,8 +393,7 @@ def maelstrom_checks(run_dir: Path, workload: str,
         "server_messages": nsend,
         "transit_ms": transit(logs),
         "malformed": max(malformed, counted.get("malformed", 0)),
-        "program_exits": sum(1 for rows in logs.values() for r in rows
-                             if r.get("ev") == "program-exit"),
+        "program_exits": len(exits),
         "restarts": sum(max(0, rows[-1]["inc"]) for rows in logs.values() if rows),
         "unreadable_log_lines": bad,
         **{k: v for k, v in section.items()},

@@ -527,7 +527,9 @@ class Agent:
 
     def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
-        if isinstance(exc, Exception):
+        if isinstance(exc, OSError):  # a pipe to a program that died: the program's doing
+            self.counters["io_errors"] += 1
+        elif isinstance(exc, Exception):
             self._error(f"asyncio: {context.get('message', '')}", exc)
         else:
             loop.default_exception_handler(context)

@@ -341,6 +341,16 @@ def _log(run: Path, workload: str, hosts: dict[str, list[Any]]) -> None:
             (x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
 
 
+def test_a_program_that_exits_fails_the_run(tmp_path: Path) -> None:
+    _log(tmp_path / "r", "echo", {"h1": [("invoke", "echo", "a", {}), ("ok", "echo", "a", {})]})
+    assert judge_run(tmp_path / "r")["ok"]
+    with (tmp_path / "r" / "nodes" / "h1" / "events.jsonl").open("a") as f:
+        f.write(json.dumps({"t": 99, "i": 9, "node": "h1", "ev": "program-exit", "code": 3})
+                + "\n")
+    s = judge_run(tmp_path / "r")
+    assert not s["ok"] and s["checks"]["program_exits"]["examples"][0]["code"] == 3
+
+
 def test_unique_ids_checker_flags_a_duplicate_and_passes_distinct_ids(tmp_path: Path) -> None:
     def ids(a: Any, b: Any) -> dict[str, list[Any]]:
         return {"h1": [("invoke", "generate", None, {}), ("ok", "generate", a, {})],
