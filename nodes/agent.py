@@ -39,6 +39,7 @@ from typing import Any
 from nodes.config import NodeConfig
 from nodes.eventlog import EventLog
 from nodes.linkmodel import LinkModel
+from nodes.loop import loop_factory
 from nodes.maelstrom import (
     CLIENT_TIMEOUT_NS,
     CONTROL_CLIENT,
@@ -97,9 +98,7 @@ class Agent:
         rng = random.Random(f"{cfg.seed}:{cfg.node_id}:links")
         self.links = {self.names[d]: LinkModel(p, rng) for d, p in cfg.paths.items()}
         self.fifo_at: dict[str, float] = {}
-        # Every line reaches the file at once: the clients live in the agent, and a `kill`
-        # SIGKILLs it; their history must survive that (Maelstrom's clients never die).
-        self.log = EventLog(Path(cfg.log_path), cfg.name, "maelstrom", buffer_lines=1)
+        self.log = EventLog(Path(cfg.log_path), cfg.name, "maelstrom", buffer_lines=256)
         self.counters: Counter[str] = Counter()
         self.in_types: Counter[str] = Counter()
         self.out_types: Counter[str] = Counter()
@@ -126,9 +125,15 @@ class Agent:
     def now(self) -> int:
         return time.time_ns()
 
-    def event(self, ev: str, **fields: Any) -> None:
+    def event(self, ev: str, durable: bool = True, **fields: Any) -> None:
+        """One events.jsonl line. Durable lines reach the file at once: the clients live in
+        the agent, and a `kill` SIGKILLs it, so their history must survive that (Maelstrom's
+        clients never die). Node-message lines (statistics) wait for the next durable line
+        or a full buffer."""
         t = self.now()
         self.log.write(t, t, ev, **fields)
+        if durable:
+            self.log.flush()
 
     async def run(self) -> None:
         self.transport, _ = await self.loop.create_datagram_endpoint(
@@ -209,8 +214,8 @@ class Agent:
         body = {"type": "init", "node_id": self.me, "node_ids": names}
         reply = await self._request(CONTROL_CLIENT, body, INIT_TIMEOUT_S)
         ok = reply is not None and reply.get("type") == "init_ok"
-        self.event("init", ok=ok, node_ids=names,
-                   **({} if ok else {"reply": str(reply)[:200]}))
+        why: dict[str, Any] = {} if ok else {"reply": str(reply)[:200]}
+        self.event("init", ok=ok, node_ids=names, **why)
         self.initialised = True
         held, self.held = self.held, []
         for src, line in held:
@@ -232,7 +237,7 @@ class Agent:
             await asyncio.sleep(max(0.0, rng.expovariate(1 / period_s) - spent))
 
     async def _operation(self, client: str, op: Op, final: bool = False) -> None:
-        extra = {"final": True} if final else {}
+        extra: dict[str, Any] = {"final": True} if final else {}
         self.event("op", client=client, type="invoke", f=op.f, value=op.value, **extra)
         self.counters["ops"] += 1
         reply = await self._request(client, dict(op.body), CLIENT_TIMEOUT_NS / 1e9)
@@ -241,8 +246,8 @@ class Agent:
         else:
             kind, value, note = completion(op, reply)
         self.counters[f"ops_{kind}"] += 1
-        self.event("op", client=client, type=kind, f=op.f, value=value,
-                   **({"error": note} if note else {}), **extra)
+        more: dict[str, Any] = {"error": note} if note else {}
+        self.event("op", client=client, type=kind, f=op.f, value=value, **more, **extra)
 
     async def _request(self, client: str, body: dict[str, Any],
                        timeout_s: float) -> dict[str, Any] | None:
@@ -352,8 +357,9 @@ class Agent:
         body = msg["body"]
         mtype = str(body.get("type"))[:64]
         self.out_types[mtype] += 1
-        self.event("nsend", src=self.me, dest=dest, type=mtype, msg_id=_int(body.get("msg_id")),
-                   in_reply_to=_int(body.get("in_reply_to")), size=len(line))
+        self.event("nsend", durable=False, src=self.me, dest=dest, type=mtype,
+                   msg_id=_int(body.get("msg_id")), in_reply_to=_int(body.get("in_reply_to")),
+                   size=len(line))
         if msg.get("src") != self.me:
             # The agent stamps the true sender: a program cannot speak for another node.
             msg = {**msg, "src": self.me}
@@ -442,8 +448,9 @@ class Agent:
             self.counters["bad_messages"] += 1
             return
         self.in_types[mtype] += 1
-        self.event("nrecv", src=src, dest=self.me, type=mtype, msg_id=_int(body.get("msg_id")),
-                   in_reply_to=_int(body.get("in_reply_to")), size=len(line))
+        self.event("nrecv", durable=False, src=src, dest=self.me, type=mtype,
+                   msg_id=_int(body.get("msg_id")), in_reply_to=_int(body.get("in_reply_to")),
+                   size=len(line))
         self._to_program(line)
 
     # -- management ---------------------------------------------------------------------------
@@ -550,7 +557,8 @@ def run_agent(cfg: NodeConfig) -> None:
     async def main() -> None:
         await Agent(cfg).run()
 
-    print(f"agent {cfg.name}: program {cfg.maelstrom.get('program')}", file=sys.stderr,
-          flush=True)
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    asyncio.run(main())
+    factory = loop_factory(tls=False)
+    print(f"agent {cfg.name}: program {cfg.maelstrom.get('program')}, event loop "
+          f"{'uvloop' if factory else 'asyncio'}", file=sys.stderr, flush=True)
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main())
