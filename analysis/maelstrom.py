@@ -392,6 +392,9 @@ def maelstrom_checks(run_dir: Path, workload: str,
                         "all": round((nsend + 2 * len(ops)) / n, 3)},
         "server_messages": nsend,
         "transit_ms": transit(logs),
+        # the hosts' Maelstrom names (n1..nN in the topology's order), as transit_ms uses them
+        "names": {h: r["node_id"] for h, rows in sorted(logs.items()) for r in rows[:1]
+                  if r.get("ev") == "start" and "node_id" in r},
         "malformed": max(malformed, counted.get("malformed", 0)),
         "program_exits": len(exits),
         "restarts": sum(max(0, rows[-1]["inc"]) for rows in logs.values() if rows),

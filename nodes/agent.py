@@ -143,7 +143,7 @@ class Agent:
             self.loop.add_signal_handler(sig, self.done.set)
         self.loop.set_exception_handler(self._loop_exception)
         server = await self._start_management()
-        self.event("start", incarnation=self.cfg.incarnation, program=self.argv,
+        self.event("start", incarnation=self.cfg.incarnation, node_id=self.me, program=self.argv,
                    workload=self.workload, clients=self.clients)
         tasks: list[asyncio.Task[Any]] = []
         try:

@@ -238,6 +238,7 @@ def test_messages_between_nodes_follow_the_wan(tmp_path: Path) -> None:
                             "--net", str(net), "--time-limit", "2", "--rate", "40")
     assert code == 0, out
     transit = s["maelstrom"]["transit_ms"]
+    assert s["maelstrom"]["names"] == {"h1": "n1", "h2": "n2", "h3": "n3", "h4": "n4"}
     sites = {"n1": "a", "n2": "a", "n3": "b", "n4": "b"}
     wan = [q["p50"] for pair, q in transit.items()
            if sites[pair[:2]] != sites[pair[-2:]]]
