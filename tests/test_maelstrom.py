@@ -197,6 +197,10 @@ def test_broadcast_with_retries_is_valid_under_partition(tmp_path: Path) -> None
     assert sum(st["counters"].get("blocked_out", 0) for st in stops) > 0
     lock = yaml.safe_load((run / "spec.lock.yaml").read_text())
     assert lock["experiment"]["node"]["speaks"] == "maelstrom"
+    report = (run / "report.html").read_text()
+    for part in ("Maelstrom workload", "Client operation latency over time", "partition",
+                 "Node-to-node messages"):
+        assert part in report, part
 
 
 def test_broadcast_that_never_forwards_loses_values(tmp_path: Path) -> None:
