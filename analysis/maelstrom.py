@@ -397,7 +397,9 @@ def maelstrom_checks(run_dir: Path, workload: str,
                   if r.get("ev") == "start" and "node_id" in r},
         "malformed": max(malformed, counted.get("malformed", 0)),
         "program_exits": len(exits),
-        "restarts": sum(max(0, rows[-1]["inc"]) for rows in logs.values() if rows),
+        # programs started again: by their agent (the kill nemesis) or with it (a crash)
+        "restarts": sum(max(0, rows[-1]["inc"]) for rows in logs.values() if rows)
+        + sum(1 for rows in logs.values() for r in rows if r.get("ev") == "restart"),
         "unreadable_log_lines": bad,
         **{k: v for k, v in section.items()},
     }

@@ -117,6 +117,10 @@ class Agent:
         self.initialised = False
         self.held: list[tuple[str, bytes]] = []
         self.paused = False
+        self.down = False  # killed by the kill nemesis, not started again yet
+        self.expected_exit: asyncio.subprocess.Process | None = None
+        self.reader: asyncio.Task[None] | None = None
+        self.restarting: asyncio.Task[None] | None = None
         host_index = cfg.node_id
         self.gen = Generator(self.workload, host_index, len(cfg.members), cfg.incarnation,
                              random.Random(f"{cfg.seed}:{cfg.node_id}:{cfg.incarnation}:ops"))
@@ -146,20 +150,12 @@ class Agent:
         self.event("start", incarnation=self.cfg.incarnation, node_id=self.me, program=self.argv,
                    workload=self.workload, clients=self.clients)
         tasks: list[asyncio.Task[Any]] = []
-        try:
-            self.proc = await asyncio.create_subprocess_exec(
-                *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=sys.stderr.fileno(), preexec_fn=_die_with_parent)
-        except OSError as exc:
-            self.counters["spawn_errors"] += 1
-            self.event("program-exit", code=None, error=f"{type(exc).__name__}: {exc}"[:300])
-            print(f"agent {self.me}: cannot start {self.argv}: {exc}", file=sys.stderr)
-        if self.proc is not None:
-            tasks.append(asyncio.create_task(self._read_program()))
+        if await self._spawn():
             tasks.append(asyncio.create_task(self._drive()))
         if self.cfg.duration_ns > 0:
             self.loop.call_later(max(0.0, (self.cfg.end_ns - self.now()) / 1e9), self.done.set)
         await self.done.wait()
+        tasks += [t for t in (self.reader, self.restarting) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -171,6 +167,59 @@ class Agent:
             await server.stop()
         if self.transport is not None:
             self.transport.close()
+
+    async def _spawn(self) -> bool:
+        """Start the program and the reader of its output; False when it cannot start."""
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=sys.stderr.fileno(), preexec_fn=_die_with_parent)
+        except OSError as exc:
+            self.counters["spawn_errors"] += 1
+            self.event("program-exit", code=None, error=f"{type(exc).__name__}: {exc}"[:300])
+            print(f"agent {self.me}: cannot start {self.argv}: {exc}", file=sys.stderr)
+            return False
+        self.reader = asyncio.create_task(self._read_program(self.proc))
+        return True
+
+    # -- the kill nemesis: the program dies and comes back, the clients live on -------------
+    def kill_program(self) -> str:
+        """SIGKILL the program; it stays down until `start_program`. Requests in flight
+        complete as `info` (error 13, crash), peers' messages to it are dropped."""
+        proc = self.proc
+        if proc is None or proc.returncode is not None or self.down:
+            return "not running"
+        self.down = True
+        self.expected_exit = proc
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        self.paused = False
+        for (client, _), fut in list(self.waiting.items()):
+            if client != CONTROL_CLIENT and not fut.done():
+                fut.set_result({"type": "error", "code": 13, "text": "node killed"})
+        self.counters["kills"] += 1
+        self.event("kill")
+        return "killed"
+
+    def start_program(self) -> str:
+        """Start the killed program again, with a fresh `init` (and `topology`)."""
+        if not self.down or self.restarting is not None:
+            return "not down"
+        self.restarting = asyncio.create_task(self._restart())
+        return "starting"
+
+    async def _restart(self) -> None:
+        try:
+            self.initialised = False
+            if await self._spawn():
+                self.down = False
+                self.counters["restarts"] += 1
+                self.event("restart")
+                await self._handshake()
+        except Exception as exc:
+            self._error("restart", exc)
+        finally:
+            self.restarting = None
 
     async def _stop_program(self) -> None:
         proc = self.proc
@@ -251,6 +300,8 @@ class Agent:
 
     async def _request(self, client: str, body: dict[str, Any],
                        timeout_s: float) -> dict[str, Any] | None:
+        if self.down and client != CONTROL_CLIENT:
+            return {"type": "error", "code": 13, "text": "node down"}  # info, at once
         self.msg_ids[client] += 1
         msg_id = self.msg_ids[client]
         body["msg_id"] = msg_id
@@ -265,9 +316,8 @@ class Agent:
             self.waiting.pop((client, msg_id), None)
 
     # -- the program's output -----------------------------------------------------------------
-    async def _read_program(self) -> None:
-        proc = self.proc
-        assert proc is not None and proc.stdout is not None
+    async def _read_program(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
         buf = bytearray()
         skipping = False  # inside a line already found too long
         while True:
@@ -297,6 +347,9 @@ class Agent:
                 except Exception as exc:
                     self._error("program output", exc)
         code = await proc.wait()
+        if proc is self.expected_exit:  # the kill nemesis: not the program's crash
+            self.event("killed", code=code)
+            return
         self.counters["program_exits"] += 1
         self.event("program-exit", code=code)
         print(f"agent {self.me}: program exited with {code}", file=sys.stderr, flush=True)
@@ -504,7 +557,11 @@ class Agent:
             .operation("pause", lambda: self._signal(signal.SIGSTOP), [], "str",
                        "SIGSTOP the program (the agent keeps its clients and the network)")
             .operation("resume", lambda: self._signal(signal.SIGCONT), [], "str",
-                       "SIGCONT the program"))
+                       "SIGCONT the program")
+            .operation("kill", self.kill_program, [], "str",
+                       "SIGKILL the program; it stays down until `start`")
+            .operation("start", self.start_program, [], "str",
+                       "start the killed program again with a fresh init"))
         server = ManagementServer(registry, cfg.control_host, cfg.control_port, cfg.mgmt_token,
                                   basic=cfg.mgmt_basic)
         await server.start()

@@ -272,17 +272,45 @@ def test_echo_in_javascript_survives_kill_and_pause(tmp_path: Path) -> None:
                               "--nemesis", "kill,pause", "--nemesis-interval", "1.5")
     assert code == 0, out
     faults = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
+    assert [(f["params"]["exec"][0], f["measured"]["value"]) for f in faults] == [
+        ("kill", "killed"), ("start", "starting"), ("pause", "paused"), ("resume", "running")]
     killed = faults[0]["hosts"][0]
-    assert faults[0]["kind"] == "crash" and faults[0]["measured"]["exit"] == -9
     rows = [json.loads(x) for x in (run / "nodes" / killed / "events.jsonl").read_text()
             .splitlines()]
-    assert [r["incarnation"] for r in rows if r["ev"] == "start"] == [0, 1]
-    assert sum(1 for r in rows if r["ev"] == "init" and r["ok"]) == 2  # a fresh init
-    assert s["maelstrom"]["restarts"] == 1 and s["maelstrom"]["ops"]["ok"] > 10
-    paused = [f for f in faults if f["kind"] == "mgmt"]
-    assert [f["measured"]["value"] for f in paused] == ["paused", "running"]
+    evs = [r["ev"] for r in rows if r["ev"] in ("init", "kill", "killed", "restart")]
+    assert evs == ["init", "kill", "killed", "restart", "init"]  # a fresh init
+    assert [r["code"] for r in rows if r["ev"] == "killed"] == [-9]
+    m = s["maelstrom"]
+    assert m["restarts"] == 1 and m["program_exits"] == 0 and m["ops"]["ok"] > 10
+    assert m["ops"]["info"] > 0  # operations while the program was down
     # An echo waiting on the stopped program took about as long as the pause (0.75 s).
-    assert s["maelstrom"]["latency_ms"]["max"] > 300
+    assert m["latency_ms"]["max"] > 300
+
+
+def test_a_crash_restarts_the_agent_and_its_program(tmp_path: Path) -> None:
+    """`kind: crash` in an experiment: SIGKILL to the agent, whose program dies with it
+    (PR_SET_PDEATHSIG); the restart is a new incarnation with a fresh init. The unique-ids
+    program counts in memory, so the restarted one hands out its ids again: the checker
+    must catch that."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(yaml.safe_dump({
+        "name": "crash", "backend": "local", "duration": "3s", "drain": "500ms",
+        "topology": {"name": "flat", "sites": {"s": {"lan": {"delay": "1ms"}}},
+                     "hosts": [{"name": "h1", "site": "s"}, {"name": "h2", "site": "s"}]},
+        "node": {"program": [str(NODES / "unique_ids.py")], "speaks": "maelstrom"},
+        "workload": {"maelstrom": "unique-ids", "rate": "20/s"},
+        "faults": [{"kind": "crash", "host": "h2", "at": "400ms", "restart_after": "300ms"}]}))
+    r = run_cli("run", str(exp), "--out", str(tmp_path / "runs"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    run = next((tmp_path / "runs").iterdir())
+    rows = [json.loads(x) for x in (run / "nodes" / "h2" / "events.jsonl").read_text()
+            .splitlines()]
+    assert [r["incarnation"] for r in rows if r["ev"] == "start"] == [0, 1]
+    assert sum(1 for r in rows if r["ev"] == "init" and r["ok"]) == 2
+    s = json.loads((run / "summary.json").read_text())
+    assert s["maelstrom"]["restarts"] == 1 and s["maelstrom"]["program_exits"] == 0
+    dup = s["checks"]["maelstrom_unique"]["examples"]
+    assert dup and all(str(d).startswith("n2-") for d in dup)  # the restarted node's ids
 
 
 def test_testbed_run_takes_the_same_experiment(tmp_path: Path) -> None:

@@ -43,7 +43,9 @@ def _concurrency(text: str, nodes: int) -> int:
 def _faults(nemesis: list[str], interval_s: float, duration_s: float, hosts: list[str],
             seed: int) -> list[dict[str, Any]]:
     """Maelstrom's nemesis schedule: every interval one fault of the given kinds in turn, on
-    for half the interval and over before the workload ends."""
+    for half the interval and over before the workload ends. `kill` and `pause` act on the
+    program through its agent (`testbed:type=Agent`), so the clients, which live in the
+    agent, see the node go and come back as Maelstrom's clients do."""
     rng = random.Random(f"{seed}:maelstrom-nemesis")
     out: list[dict[str, Any]] = []
     k = 0
@@ -54,15 +56,13 @@ def _faults(nemesis: list[str], interval_s: float, duration_s: float, hosts: lis
         if kind == "partition":
             out.append({"kind": "partition", "shape": "halves", "seed": k, "at": f"{at:g}s",
                         "for": span})
-        elif kind == "pause":  # SIGSTOP the program through its agent, SIGCONT later
+        else:  # pause: SIGSTOP, then SIGCONT; kill: SIGKILL, then a fresh start and init
+            down, up = ("pause", "resume") if kind == "pause" else ("kill", "start")
             host = rng.choice(hosts)
-            out.append({"kind": "mgmt", "host": host, "mbean": AGENT, "exec": ["pause"],
+            out.append({"kind": "mgmt", "host": host, "mbean": AGENT, "exec": [down],
                         "at": f"{at:g}s"})
-            out.append({"kind": "mgmt", "host": host, "mbean": AGENT, "exec": ["resume"],
+            out.append({"kind": "mgmt", "host": host, "mbean": AGENT, "exec": [up],
                         "at": f"{at + interval_s / 2:g}s"})
-        else:  # kill: SIGKILL the program (and its agent), restart it with a fresh init
-            out.append({"kind": "crash", "host": rng.choice(hosts), "at": f"{at:g}s",
-                        "restart_after": span})
         k += 1
         at += interval_s
     return out
