@@ -126,6 +126,8 @@ def test_spec_takes_a_program_and_a_workload(tmp_path: Path) -> None:
     ({"workload": {"maelstrom": "kafka", "rate": "1/s"}}, "workload.maelstrom", "broadcast"),
     ({"faults": [{"kind": "pause", "host": "h1", "at": "1s"}]}, "faults.0.kind",
      "not built yet"),
+    ({"management": {"tls": True}}, "management.tls", "HTTP only"),
+    ({"transport": "tls"}, "transport", "udp only"),
 ])
 def test_spec_errors_are_located(tmp_path: Path, over: dict[str, Any], field: str,
                                  says: str) -> None:

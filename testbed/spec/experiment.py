@@ -389,6 +389,9 @@ def _check_maelstrom(exp: ExperimentSpec) -> list[tuple[Loc, str]]:
                          f"{', '.join(MAELSTROM_BACKENDS)} so far, not {exp.backend}"))
     if exp.transport != "udp":
         problems.append((("transport",), "the host agent carries messages over udp only"))
+    if exp.management.tls:
+        problems.append((("management", "tls"), "the host agent serves management over "
+                         "HTTP only (with the run's token) so far"))
     for i, f in enumerate(exp.faults):
         if f.kind not in ("partition", "heal", "crash", "restart", "mgmt"):
             hint = " (pause the program with a mgmt fault: testbed:type=Agent exec [pause])" \
