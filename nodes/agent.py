@@ -32,7 +32,7 @@ import signal
 import sys
 import time
 import traceback
-from collections import Counter
+from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,8 @@ INIT_TIMEOUT_S = 10.0
 MALFORMED_LOGGED = 1000  # lines logged in full; beyond, only counted
 STDIN_HIGH_WATER = 64 << 20  # bytes queued to a program that does not read: then dropped
 FRAGMENT_BURST = 64  # datagrams of one message sent back to back
+STDERR_TAIL = 20  # the program's last stderr lines `testbed:type=Agent` shows
+MAX_STDERR_LINE = 1000
 HELD_MAX = 10_000  # node messages kept for a program that has not answered init yet
 
 
@@ -120,6 +122,9 @@ class Agent:
         self.down = False  # killed by the kill nemesis, not started again yet
         self.expected_exit: asyncio.subprocess.Process | None = None
         self.reader: asyncio.Task[None] | None = None
+        self.stderr_reader: asyncio.Task[None] | None = None
+        self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
+        self._stderr_partial = b""
         self.restarting: asyncio.Task[None] | None = None
         host_index = cfg.node_id
         self.gen = Generator(self.workload, host_index, len(cfg.members), cfg.incarnation,
@@ -155,7 +160,8 @@ class Agent:
         if self.cfg.duration_ns > 0:
             self.loop.call_later(max(0.0, (self.cfg.end_ns - self.now()) / 1e9), self.done.set)
         await self.done.wait()
-        tasks += [t for t in (self.reader, self.restarting) if t is not None]
+        tasks += [t for t in (self.reader, self.stderr_reader, self.restarting)
+                  if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -173,14 +179,31 @@ class Agent:
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=sys.stderr.fileno(), preexec_fn=_die_with_parent)
+                stderr=asyncio.subprocess.PIPE, preexec_fn=_die_with_parent)
         except OSError as exc:
             self.counters["spawn_errors"] += 1
             self.event("program-exit", code=None, error=f"{type(exc).__name__}: {exc}"[:300])
             print(f"agent {self.me}: cannot start {self.argv}: {exc}", file=sys.stderr)
             return False
         self.reader = asyncio.create_task(self._read_program(self.proc))
+        self.stderr_reader = asyncio.create_task(self._read_stderr(self.proc))
         return True
+
+    async def _read_stderr(self, proc: asyncio.subprocess.Process) -> None:
+        """The program's stderr into node.log, its last lines kept for `testbed:type=Agent`
+        `StderrTail`."""
+        assert proc.stderr is not None
+        out = sys.stderr.buffer
+        while True:
+            chunk = await proc.stderr.read(READ_CHUNK)
+            if not chunk:
+                return
+            out.write(chunk)
+            out.flush()
+            lines = (self._stderr_partial + chunk).split(b"\n")
+            self._stderr_partial = lines.pop()[-MAX_STDERR_LINE:]
+            for line in lines:
+                self.stderr_tail.append(line[:MAX_STDERR_LINE].decode("utf-8", "replace"))
 
     # -- the kill nemesis: the program dies and comes back, the clients live on -------------
     def kill_program(self) -> str:
@@ -554,6 +577,8 @@ class Agent:
             .attribute("MessagesOut", "dict", lambda: dict(self.out_types))
             .attribute("Incarnation", "int", lambda: cfg.incarnation)
             .attribute("Paused", "bool", lambda: self.paused)
+            .attribute("StderrTail", "list", lambda: list(self.stderr_tail),
+                       description="the program's last stderr lines")
             .operation("pause", lambda: self._signal(signal.SIGSTOP), [], "str",
                        "SIGSTOP the program (the agent keeps its clients and the network)")
             .operation("resume", lambda: self._signal(signal.SIGCONT), [], "str",

@@ -461,3 +461,46 @@ def test_the_spark_job_judges_like_the_in_process_judge(tmp_path: Path, spark: A
     assert bad["checks"]["maelstrom_final_value"]["violations"] == 1 and not bad["ok"]
     assert good["ok"] and good["maelstrom"]["final_values"] == {"h1": 3, "h2": 3}
     assert json.loads((tmp_path / "good" / "summary.json").read_text())["ok"]
+
+
+def test_agent_in_process_keeps_the_programs_stderr_tail(tmp_path: Path) -> None:
+    """The agent alone (no orchestrator): one host, the hostile program, whose 300 kB
+    message to itself comes back through the agent; its stderr reaches node.log (the agent's
+    stderr) and `StderrTail`."""
+    import asyncio
+    import socket
+    import time as _time
+
+    from nodes.agent import Agent
+    from nodes.config import Member, NodeConfig
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = NodeConfig(
+        node_id=0, name="h1", members=[Member(0, "h1", "127.0.0.1", port)],
+        protocol="maelstrom", params={}, log_path=str(tmp_path / "events.jsonl"), seed=1,
+        start_at_ns=_time.time_ns() + 300_000_000, duration_ns=500_000_000,
+        drain_ns=200_000_000,
+        maelstrom={"program": [str(NODES / "hostile.py")], "workload": "echo",
+                   "clients": ["c1"], "rate": 20.0})
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        agent = Agent(cfg)
+
+        async def peek() -> None:
+            await asyncio.sleep(0.9)
+            seen["tail"] = list(agent.stderr_tail)
+            seen["counters"] = dict(agent.counters)
+
+        await asyncio.gather(agent.run(), peek())
+
+    asyncio.run(main())
+    assert any("got big from n1: 300000 bytes" in line for line in seen["tail"]), seen
+    assert seen["counters"]["malformed"] == 5 and seen["counters"]["ops_ok"] >= 3
+    rows = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    evs = [r["ev"] for r in rows]
+    assert evs[0] == "start" and evs[-1] == "stop" and evs.count("init") == 1
+    # the message to itself waited for init_ok, then reached the program
+    assert evs.index("nrecv") > evs.index("init")
