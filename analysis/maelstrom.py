@@ -185,6 +185,11 @@ def _final_reads(ops: list[Operation], hosts: list[str]) -> tuple[dict[str, Oper
     return finals, [h for h in hosts if h not in finals]
 
 
+def _every_final_read(ops: list[Operation]) -> list[Operation]:
+    """Every client's final read that succeeded (Maelstrom: one per client)."""
+    return [op for op in ops if op.final and op.f == "read" and op.type == "ok"]
+
+
 def _as_list(v: Any) -> list[Any]:
     return list(v) if isinstance(v, list) else []
 
@@ -195,13 +200,13 @@ def check_broadcast(ops: list[Operation], hosts: list[str], write: str = "broadc
     nothing read that was never written, every node's final read, stable latency."""
     attempted = {op.value for op in ops if op.f == write}
     acked = {op.value: op for op in ops if op.f == write and op.type == "ok"}
-    finals, missing = _final_reads(ops, hosts)
-    lost: dict[Any, list[str]] = defaultdict(list)
-    for host, read in finals.items():
+    _, missing = _final_reads(ops, hosts)
+    lost: dict[Any, set[str]] = defaultdict(set)
+    for read in _every_final_read(ops):
         have = set(_hashable(v) for v in _as_list(read.result))
         for v in acked:
             if v not in have:
-                lost[v].append(host)
+                lost[v].add(f"{read.node}/{read.client}")
     reads = sorted((op for op in ops if op.f == "read" and op.type == "ok"),
                    key=lambda o: o.invoke_t)
     unexpected = sorted({_hashable(v) for op in reads for v in _as_list(op.result)}
@@ -306,8 +311,8 @@ def check_counter(ops: list[Operation], hosts: list[str]) -> tuple[dict[str, Any
     lower = acked + sum(d for d in unknown if d < 0)
     upper = acked + sum(d for d in unknown if d > 0)
     finals, missing = _final_reads(ops, hosts)
-    wrong_final = [{"node": h, "value": r.result, "expected": [lower, upper]}
-                   for h, r in sorted(finals.items())
+    wrong_final = [{"node": r.node, "client": r.client, "value": r.result,
+                    "expected": [lower, upper]} for r in _every_final_read(ops)
                    if not (isinstance(r.result, int) and lower <= r.result <= upper)]
     # Any read (the counter is only eventually consistent): between the negative and the
     # positive adds (ok or info) invoked before the read completed.

@@ -272,9 +272,10 @@ class Agent:
                 await asyncio.gather(*(self._client(c, end, per_client) for c in self.clients))
             await asyncio.sleep(max(0.0, (end + self.settle_ns - self.now()) / 1e9))
             final = self.gen.final()
-            if final is not None:
-                await self._operation(self.clients[0] if self.clients else CONTROL_CLIENT,
-                                      final, final=True)
+            if final is not None:  # every client reads once more (Maelstrom: each thread)
+                await asyncio.gather(*(self._operation(c, Op(final.f, dict(final.body)),
+                                                       final=True)
+                                       for c in (self.clients or [CONTROL_CLIENT])))
         except asyncio.CancelledError:
             raise
         except Exception as exc:

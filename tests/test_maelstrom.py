@@ -170,7 +170,8 @@ def test_bad_input_exits_2_and_dry_run_prints_the_experiment(tmp_path: Path) -> 
 
 
 def _test(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], Path, str]:
-    r = run_cli("maelstrom", "test", "--out", str(tmp_path), *args)
+    # A short settle before the final reads (Maelstrom's 10 s): these programs gossip often.
+    r = run_cli("maelstrom", "test", "--out", str(tmp_path), "--settle", "1", *args)
     runs = sorted(p for p in tmp_path.iterdir() if p.is_dir())
     assert runs, r.stdout + r.stderr
     run = runs[-1]

@@ -71,7 +71,7 @@ def _faults(nemesis: list[str], interval_s: float, duration_s: float, hosts: lis
 def build(workload: str, program: list[str], node_count: int, time_limit: float, rate: float,
           concurrency: str, latency: float, latency_dist: str, topology: str,
           nemesis: list[str], interval: float, net: Path | None, backend: str,
-          seed: int) -> dict[str, Any]:
+          seed: int, settle: float = 10.0) -> dict[str, Any]:
     """The experiment (with its topology inline, or the `--net` file) the flags describe."""
     if workload not in WORKLOADS:
         raise fail(f"-w {workload!r}: not a workload; known: {', '.join(WORKLOADS)}")
@@ -88,9 +88,9 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
         if kind not in BUILT_NEMESES:
             raise fail(f"--nemesis {kind} is not built yet for Maelstrom programs "
                        f"({', '.join(BUILT_NEMESES)} are)")
-    if time_limit <= 0 or rate <= 0 or interval <= 0 or latency < 0:
+    if time_limit <= 0 or rate <= 0 or interval <= 0 or latency < 0 or settle < 0:
         raise fail("--time-limit, --rate and --nemesis-interval must be positive, --latency "
-                   "not negative")
+                   "and --settle not negative")
     topo: Any
     if net is not None:
         try:
@@ -115,7 +115,7 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
         "topology": topo,
         "backend": backend,
         "duration": f"{time_limit:g}s",
-        "drain": "1s",
+        "drain": f"{settle:g}s",
         "seed": seed,
         "node": {"program": program, "speaks": "maelstrom"},
         "workload": {"maelstrom": workload, "rate": f"{rate:g}/s",
@@ -157,6 +157,9 @@ def test(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the experiment, run "
                                           "nothing")] = False,
     seed: Annotated[int, typer.Option("--seed", help="random seed")] = 1,
+    settle: Annotated[float, typer.Option("--settle", help="seconds from the workload's end "
+                                          "(faults healed) to the final reads; Maelstrom "
+                                          "waits 10")] = 10.0,
 ) -> None:
     """Test a Maelstrom node program; exit 0 valid, 1 invalid, 2 bad input.
 
@@ -170,7 +173,7 @@ def test(
     if not (node_count or net):
         node_count = 1
     spec = build(workload, program, node_count, time_limit, rate, concurrency, latency,
-                 latency_dist, topology, kinds, nemesis_interval, net, backend, seed)
+                 latency_dist, topology, kinds, nemesis_interval, net, backend, seed, settle)
     text = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
     with tempfile.TemporaryDirectory(prefix="testbed-maelstrom-") as tmp:
         path = Path(tmp) / "maelstrom.yaml"
