@@ -29,7 +29,8 @@ NODES = ROOT / "tests" / "maelstrom_nodes"
 
 
 def _test(out: Path, *args: str) -> dict[str, object]:
-    subprocess.run([sys.executable, "-m", "testbed", "maelstrom", "test", "--out", str(out),
+    subprocess.run([sys.executable, "-m", "testbed", "maelstrom", "test", "--settle", "1",
+                    "--out", str(out),
                     *args], cwd=ROOT, stdout=subprocess.DEVNULL, check=False)
     run = sorted(p for p in out.iterdir() if p.is_dir())[-1]
     summary: dict[str, object] = json.loads((run / "summary.json").read_text())["maelstrom"]
