@@ -11,8 +11,9 @@ from analysis import deliverylog
 from analysis.checks import check_suite, log_claims, node_errors
 from analysis.fault_history import fault_history
 from analysis.ingest import EVENTS_PARQUET, ingest
-from analysis.judge import crosscheck, crosscheck_enabled
+from analysis.judge import crosscheck, crosscheck_enabled, judge_maelstrom
 from analysis.load import load_section
+from analysis.maelstrom import maelstrom_workload, spark_logs
 from analysis.metrics import clock_offsets, fnl_latency, message_counts, recovery, throughput
 from analysis.optimistic import optimistic_section
 from analysis.session import EVENT_LINE_BYTES, spark_session
@@ -62,6 +63,14 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
     if not (run_dir / "nodes").is_dir():
         raise FileNotFoundError(f"{run_dir} has no nodes/ folder; is it a run directory?")
     started = time.monotonic()
+    workload = maelstrom_workload(run_dir)
+    if workload is not None:  # a user's Maelstrom program (docs/maelstrom.md)
+        judged = judge_maelstrom(run_dir, workload, spark_logs(run_dir, master))
+        if crosscheck_enabled():
+            crosscheck(run_dir, judged)
+        judged["analysis_s"] = round(time.monotonic() - started, 3)
+        (run_dir / SUMMARY).write_text(json.dumps(judged, indent=2) + "\n")
+        return judged
     logs = sum(p.stat().st_size for p in (run_dir / "nodes").glob("*/events.jsonl"))
     spark = spark_session(master, app=f"testbed-analyze-{run_dir.name}",
                           events=logs // EVENT_LINE_BYTES)

@@ -22,6 +22,7 @@ from typing import Any
 from analysis.checks import log_claims, node_errors, table_check_suite
 from analysis.fault_history import fault_history
 from analysis.ingest import crashed_hosts, node_names, read_faults, read_tables
+from analysis.maelstrom import agent_errors, maelstrom_checks, maelstrom_workload, read_logs
 from analysis.optimistic import optimistic_section
 from analysis.verdict import finish
 
@@ -37,6 +38,9 @@ def judge_run(run_dir: Path) -> dict[str, Any]:
     run_dir = Path(run_dir)
     if not (run_dir / "nodes").is_dir():
         raise FileNotFoundError(f"{run_dir} has no nodes/ folder; is it a run directory?")
+    workload = maelstrom_workload(run_dir)
+    if workload is not None:
+        return judge_maelstrom(run_dir, workload)
     events, malformed = read_tables(run_dir)
     nodes = node_names(run_dir)
     faults = read_faults(run_dir)
@@ -52,6 +56,31 @@ def judge_run(run_dir: Path) -> dict[str, Any]:
         "ingest": {"malformed_lines": malformed},
     }
     return finish(summary, run_dir, history, log_claims(events))
+
+
+def judge_maelstrom(run_dir: Path, workload: str,
+                    read: tuple[dict[str, list[dict[str, Any]]], int] | None = None
+                    ) -> dict[str, Any]:
+    """A run of a user's Maelstrom program (docs/maelstrom.md): the workload's checkers
+    (analysis/maelstrom.py) instead of the delivery-log suite, the same `finish`. `read`:
+    the logs as the Spark job read them (analysis/maelstrom.py `spark_logs`); default: read
+    here."""
+    nodes = node_names(run_dir)
+    faults = read_faults(run_dir)
+    history = fault_history(nodes, faults)
+    read = read if read is not None else read_logs(run_dir)
+    checks, section = maelstrom_checks(run_dir, workload, read)
+    summary: dict[str, Any] = {
+        "run": run_dir.name,
+        "nodes": nodes,
+        "crashed": sorted(crashed_hosts(faults)),
+        "partitioned_at_end": sorted(history.partitioned_at_end),
+        "checks": checks,
+        "node_errors": agent_errors(run_dir, read[0]),
+        "maelstrom": section,
+        "ingest": {"malformed_lines": section["unreadable_log_lines"]},
+    }
+    return finish(summary, run_dir, history, frozenset())
 
 
 def crosscheck_enabled() -> bool:

@@ -315,9 +315,16 @@ def render_report(summary: dict[str, Any], data: rd.RunData | None = None) -> st
     else:
         banner = f'<div class="banner fail">FAIL<small>{len(reasons)} problem(s)</small></div>'
     parts = [_head(run), f"<h1>{escape(run)}</h1>", banner,
-             f"<ul>{why}</ul>" if why else "", _facts(summary, data.spec if data else {}),
-             _cards(summary), _expectations_html(summary), _checks_html(summary),
-             qos_html(summary)]
+             f"<ul>{why}</ul>" if why else "", _facts(summary, data.spec if data else {})]
+    if "maelstrom" in summary:  # a user's Maelstrom program: no deliveries to plot
+        from analysis.report_maelstrom import maelstrom_html
+
+        parts += [_expectations_html(summary), _checks_html(summary),
+                  _faults_html(data) if data is not None else "",
+                  maelstrom_html(summary, data), "</body></html>\n"]
+        return "".join(parts)
+    parts += [_cards(summary), _expectations_html(summary), _checks_html(summary),
+              qos_html(summary)]
     if data is not None and len(data.events):
         bands = _bands(data)
         lat = rd.latencies(data.events, data.t0)

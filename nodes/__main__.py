@@ -1,4 +1,5 @@
-"""`python -m nodes --config node.json`: run one protocol node (see nodes/config.py)."""
+"""`python -m nodes --config node.json`: run one protocol node, or the host agent of a
+Maelstrom node program (see nodes/config.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, TypeError, KeyError) as exc:
         print(f"nodes: cannot read {args.config}: {exc}", file=sys.stderr)
         return 2
+    if cfg.maelstrom:
+        from nodes.agent import run_agent  # a user's Maelstrom program (docs/maelstrom.md)
+
+        run_agent(cfg)
+        return 0
     run_node(cfg)
     return 0
 

@@ -142,6 +142,12 @@ class NodeConfig:
     # token bucket in the node's own send path, local and sim).
     qos_capacity_bps: int | None = None
     qos_dev: str = ""
+    # A user's node program that speaks Maelstrom's protocol (docs/maelstrom.md): `program`
+    # (argv), `workload`, `clients` (the client names on this host), `rate` (this host's
+    # operations per second), `topology` (broadcast's neighbour map), `settle_ns` (from the
+    # workload's end to the final read). Non-empty: `python -m nodes` runs the host agent
+    # (nodes/agent.py) instead of a protocol node.
+    maelstrom: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

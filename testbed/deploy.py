@@ -7,6 +7,7 @@ from typing import Any
 
 from nodes.config import ClockConfig, Member, NodeConfig, PathConfig, WorkloadConfig
 from testbed.backends.base import HostAddress
+from testbed.maelstrom import agent_sections
 from testbed.rundir import RunDir
 from testbed.spec.experiment import ExperimentSpec
 from testbed.spec.topology import PathMatrix, TopologySpec
@@ -40,6 +41,7 @@ def node_configs(
     members = [Member(i, h, addresses[h].data, addresses[h].port) for i, h in enumerate(hosts)]
     senders = set(hosts if exp.workload.senders == "all" else exp.workload.senders)
     params = dict(exp.protocol.params)  # host params default to the first host (member 0)
+    agents = agent_sections(exp, hosts) if exp.maelstrom else {}
     configs = []
     for i, host in enumerate(topo.hosts):
         shaping = {}
@@ -76,6 +78,7 @@ def node_configs(
             mgmt_mutual=exp.management.tls and exp.management.mutual,
             log_arrivals=exp.capture.arrivals,
             qos_capacity_bps=host.qos.rate,
+            maelstrom=agents.get(host.name, {}),
         ))
     return configs
 

@@ -166,10 +166,18 @@ def analyze_run(run: RunDir, expect: list[str], console: Console,
                 master: str | None = None) -> RunResult:
     from analysis.expect import evaluate, parse_expectation
     from analysis.job import analyze
+    from analysis.maelstrom import maelstrom_workload
     from analysis.report import write_report
 
-    with console.status("analysing with Spark"):
-        summary = analyze(run.path, master=master)
+    # A Maelstrom program's run is judged in-process (analysis/judge.py, docs/maelstrom.md).
+    maelstrom = maelstrom_workload(run.path) is not None
+    with console.status("judging" if maelstrom else "analysing with Spark"):
+        if maelstrom:
+            from analysis.judge import judge_run
+
+            summary = judge_run(run.path)
+        else:
+            summary = analyze(run.path, master=master)
         results = evaluate([parse_expectation(e) for e in expect], summary)
         summary["expectations"] = [r.as_dict() for r in results]
         (run.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

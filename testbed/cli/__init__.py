@@ -15,6 +15,7 @@ from testbed.cli import analysis, doctor, explore, mgmt, run, runs, serve, specs
 from testbed.cli.common import err
 from testbed.cli.fault import fault_app
 from testbed.cli.image import image_app
+from testbed.cli.maelstrom import maelstrom_app
 from testbed.cli.topology import topology_app
 from testbed.lab import lab_app
 from testbed.nightly.command import nightly as nightly_command
@@ -46,6 +47,7 @@ app.command()(mgmt.certs)
 app.command()(mgmt.mgmt)
 app.command(name="nightly")(nightly_command)
 app.command()(serve.serve)  # testbed/serve.py: runs, nightlies, explorations in the browser
+app.add_typer(maelstrom_app, name="maelstrom")  # Maelstrom node programs, docs/maelstrom.md
 app.add_typer(lab_app, name="lab")  # testbed/lab.py: SSH hosts for the remote backend
 app.add_typer(spark_app, name="spark")  # testbed/spark.py: Spark standalone on those hosts
 

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from analysis.expect import parse_expectation
+from nodes.maelstrom import TOPOLOGIES, WORKLOADS
 from nodes.protocols import catalogue
 from testbed.faults.schedule import check_faults
 from testbed.faults.spec import FaultSpec, MgmtFault
@@ -15,6 +16,10 @@ from testbed.spec.topology import Loc, Strict, TopologySpec
 from testbed.spec.units import Bandwidth, Duration, Fraction, Frequency, Size
 
 BACKENDS = ("sim", "local", "mininet", "docker", "remote")
+# `protocol` of an experiment whose hosts run a user's program speaking Maelstrom's protocol
+# (`node: {program, speaks: maelstrom}`, docs/maelstrom.md): filled in when `node` is given.
+MAELSTROM = "maelstrom"
+MAELSTROM_BACKENDS = ("local",)
 Backend = Literal["sim", "local", "mininet", "docker", "remote"]
 
 
@@ -40,7 +45,7 @@ class ProtocolSpec(Strict):
     @field_validator("name")
     @classmethod
     def _known(cls, v: str) -> str:
-        if catalogue.find(v) is None:
+        if catalogue.find(v) is None and v != MAELSTROM:
             raise ValueError(f"unknown protocol {v!r}; known: {', '.join(catalogue.names())}")
         return v
 
@@ -101,6 +106,16 @@ class SendWindowSpec(Strict):
 
 
 class WorkloadSpec(Strict):
+    # A Maelstrom workload (docs/maelstrom.md): the agents act as its clients against the
+    # hosts' programs; `rate` is then the whole run's operations per second.
+    maelstrom: Literal[WORKLOADS] | None = Field(  # type: ignore[valid-type]
+        default=None, description="the Maelstrom workload run against `node.program`: "
+        + ", ".join(WORKLOADS))
+    concurrency: int | None = Field(default=None, ge=1, description="Maelstrom clients in "
+                                    "all (default: one per host), placed on hosts in turn")
+    topology: Literal[TOPOLOGIES] = Field(  # type: ignore[valid-type]
+        default="grid", description="broadcast workloads: the neighbour map sent to the "
+        "nodes (" + ", ".join(TOPOLOGIES) + ")")
     senders: Literal["all"] | list[str] = "all"
     rate: Frequency | None = Field(
         default=None, description="messages per second, per sender, e.g. 50/s (for vbr the "
@@ -254,6 +269,15 @@ class ExploreSpec(Strict):
         return v
 
 
+class NodeSpec(Strict):
+    """A user's node program on every host instead of a protocol of the catalogue."""
+
+    program: list[str] = Field(min_length=1, description="argv of the node program, e.g. "
+                               "[python3, node.py] (relative paths: from the experiment file)")
+    speaks: Literal["maelstrom"] = Field(description="the program's protocol: maelstrom "
+                                         "(JSON lines on stdin and stdout)")
+
+
 class ExperimentSpec(Strict):
     name: str
     description: str = ""
@@ -267,6 +291,8 @@ class ExperimentSpec(Strict):
     drain_max: Duration = 30_000_000_000
     seed: int = 1
     protocol: ProtocolSpec
+    node: NodeSpec | None = Field(default=None, description="run a user's node program "
+                                  "(docs/maelstrom.md); `protocol` is then left out")
     workload: WorkloadSpec
     faults: list[FaultSpec] = []
     capture: CaptureSpec = CaptureSpec()
@@ -289,6 +315,19 @@ class ExperimentSpec(Strict):
         "run a protocol with a latency bound outside its model (FIFO links, no loss, its "
         "failures, clocks within Γ/2): measure each assumption and judge the bound only "
         "when all held"))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _node_protocol(cls, data: Any) -> Any:
+        """With `node:`, the protocol is the program's own: `protocol` is filled in."""
+        if isinstance(data, dict) and data.get("node") is not None and "protocol" not in data:
+            data = {**data, "protocol": {"name": MAELSTROM}}
+        return data
+
+    @property
+    def maelstrom(self) -> bool:
+        """True when the hosts run a user's Maelstrom program (docs/maelstrom.md)."""
+        return self.node is not None and self.node.speaks == "maelstrom"
 
     @field_validator("expect")
     @classmethod
@@ -324,6 +363,42 @@ def _check_switch_targets(exp: ExperimentSpec) -> list[tuple[Loc, str]]:
         if call and call[0] == "switchTo" and (len(call) != 2 or str(call[1]) not in names):
             problems.append((("faults", k, "exec"), f"switchTo needs one instance name of "
                              f"{', '.join(names)}; got {call[1:]}"))
+    return problems
+
+
+def _check_maelstrom(exp: ExperimentSpec) -> list[tuple[Loc, str]]:
+    """A Maelstrom program run (docs/maelstrom.md): node, workload and protocol agree, on a
+    backend and with faults the host agent supports."""
+    problems: list[tuple[Loc, str]] = []
+    if exp.protocol.name == MAELSTROM and exp.node is None:
+        problems.append((("protocol", "name"), "protocol maelstrom is a user's program: give "
+                         "`node: {program: [...], speaks: maelstrom}`"))
+    if exp.node is None:
+        if exp.workload.maelstrom is not None:
+            problems.append((("workload", "maelstrom"), "a Maelstrom workload needs `node: "
+                             "{program: [...], speaks: maelstrom}`"))
+        return problems
+    if exp.protocol.name != MAELSTROM:
+        problems.append((("protocol",), "a run with `node:` runs the program's own protocol; "
+                         "leave `protocol` out"))
+    if exp.workload.maelstrom is None:
+        problems.append((("workload", "maelstrom"), "a Maelstrom program needs a workload: "
+                         f"maelstrom: one of {', '.join(WORKLOADS)}"))
+    if exp.backend not in MAELSTROM_BACKENDS:
+        problems.append((("backend",), f"Maelstrom programs run on "
+                         f"{', '.join(MAELSTROM_BACKENDS)} so far, not {exp.backend}"))
+    if exp.transport != "udp":
+        problems.append((("transport",), "the host agent carries messages over udp only"))
+    if exp.management.tls:
+        problems.append((("management", "tls"), "the host agent serves management over "
+                         "HTTP only (with the run's token) so far"))
+    for i, f in enumerate(exp.faults):
+        if f.kind not in ("partition", "heal", "crash", "restart", "mgmt"):
+            hint = " (pause the program with a mgmt fault: testbed:type=Agent exec [pause])" \
+                if f.kind in ("pause", "resume") else ""
+            problems.append((("faults", i, "kind"), f"{f.kind} faults on Maelstrom programs "
+                             f"are not built yet (partition, heal, crash, restart, mgmt are)"
+                             + hint))
     return problems
 
 
@@ -364,6 +439,7 @@ def check_experiment(exp: ExperimentSpec, topo: TopologySpec) -> list[tuple[Loc,
                              "udp-aead"))
     problems += check_faults(exp.faults, hosts, exp.duration)
     problems += _check_switch_targets(exp)
+    problems += _check_maelstrom(exp)
     if exp.transport != "udp" and exp.backend == "sim":
         problems.append((("transport",), f"transport {exp.transport} needs real sockets; the "
                          "sim backend delivers in-process (use local, mininet or docker)"))

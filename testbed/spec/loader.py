@@ -188,6 +188,32 @@ def load_experiment(
         cross += [doc.error(loc, msg, ("topology",)) for loc, msg in unrealisable]
     else:
         cross += [topo_doc.error(loc, msg) for loc, msg in unrealisable]
+    if exp.node is not None and not cross:
+        exp, problems = _resolve_program(doc, exp)
+        cross += problems
     if cross:
         raise SpecError(cross)
     return exp, topo
+
+
+def _resolve_program(doc: Document, exp: ExperimentSpec) -> tuple[ExperimentSpec, list[str]]:
+    """`node.program` arguments that name files next to the experiment become absolute (the
+    program runs from the run's working directory); the program itself must exist, as a file
+    there or as a command on PATH (docs/maelstrom.md)."""
+    import shutil
+
+    assert exp.node is not None
+    argv = list(exp.node.program)
+    for i, arg in enumerate(argv):
+        try:
+            near = (doc.path.parent / arg)
+            if not Path(arg).is_absolute() and arg and near.is_file():
+                argv[i] = str(near.resolve())
+        except (OSError, ValueError):
+            continue
+    exe = argv[0]
+    if not (Path(exe).is_file() if "/" in exe else shutil.which(exe)):
+        return exp, [doc.error(("node", "program", 0), f"no program {exe!r} (not a file "
+                               "next to the experiment, not a command on PATH)")]
+    node = exp.node.model_copy(update={"program": argv})
+    return exp.model_copy(update={"node": node}), []

@@ -1,0 +1,443 @@
+"""The checkers of Maelstrom workloads (docs/maelstrom.md), over the host agents' logs.
+
+The agents (nodes/agent.py) log each client operation as `ev=op` lines (`client`, `type`
+invoke/ok/fail/info, `f`, `value`, `final` for the read after the network settled) and each
+node-to-node message as `ev=nsend` / `ev=nrecv`. `maelstrom_checks(run_dir)` rebuilds the
+history (an invoke without a completion, as when its host was killed, is `info`), judges it by
+the workload's rules and returns the `checks` entries (all claimed) and the summary's
+`maelstrom` section. `total-order` is judged by the testbed's own checkers (total order,
+agreement, validity, integrity: analysis/checks.py) over the nodes' final reads taken as
+deliveries, plus one rule of its own: every read is a prefix of its node's final read.
+
+The in-process judge (analysis/judge.py) calls it for a run whose spec runs a Maelstrom
+program; it never imports pyspark.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from analysis.lockfile import read_lock
+
+MAX_EXAMPLES = 5
+
+
+@dataclass
+class Operation:
+    node: str  # the testbed host whose agent ran the client
+    inc: int
+    client: str
+    f: str
+    value: Any  # what the client asked (broadcast's message, add's delta, echo's text)
+    invoke_t: int
+    type: str = "info"  # ok, fail or info
+    result: Any = None  # what the node answered (read's messages or value, generate's id)
+    complete_t: int | None = None
+    final: bool = False
+    error: str = ""
+
+
+def maelstrom_workload(run_dir: Path) -> str | None:
+    """The run's Maelstrom workload from spec.lock.yaml, None for a protocol run."""
+    try:
+        lock = read_lock(run_dir)
+    except yaml.YAMLError:
+        return None
+    exp = lock.get("experiment") or {}
+    if not exp.get("node"):
+        return None
+    w = (exp.get("workload") or {}).get("maelstrom")
+    return str(w) if w else None
+
+
+def parse_lines(lines: list[bytes] | list[str]) -> tuple[list[dict[str, Any]], int]:
+    """The intact events of log lines (JSON objects with an integer `i`) and how many were
+    not."""
+    rows, bad = [], 0
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("i"), int):
+            rows.append(rec)
+        else:
+            bad += 1
+    return rows, bad
+
+
+def by_ordinal(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One host's events by ordinal, each with `inc` (its `start` lines so far, less one)."""
+    rows.sort(key=lambda r: r["i"])
+    inc = -1
+    for r in rows:
+        if r.get("ev") == "start":
+            inc += 1
+        r["inc"] = max(inc, 0)
+    return rows
+
+
+def read_logs(run_dir: Path) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """Each host's events by ordinal (`by_ordinal`) and the count of unreadable lines."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    bad = 0
+    for path in sorted((run_dir / "nodes").glob("*/events.jsonl")):
+        rows, n = parse_lines(path.read_bytes().splitlines())
+        bad += n
+        out[path.parent.name] = by_ordinal(rows)
+    return out, bad
+
+
+def spark_logs(run_dir: Path, master: str | None = None
+               ) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """`read_logs` with Spark (the Spark job's driver, analysis/job.py): every host's log read
+    and parsed by the executors, the rows the checkers read (client operations, node
+    messages, lifecycle) collected; what the checkers then do is this module's, shared with
+    the in-process judge."""
+    from analysis.session import spark_session
+
+    paths = sorted(str(p) for p in (run_dir / "nodes").glob("*/events.jsonl")
+                   if p.stat().st_size)
+    if not paths:
+        return {}, 0
+    spark = spark_session(master, app=f"testbed-maelstrom-{run_dir.name}")
+    wanted = {"op", "nsend", "nrecv", "start", "stop", "malformed", "program-exit", "error"}
+
+    def parse(rows: Any) -> Any:
+        for row in rows:
+            host = Path(row.path.removeprefix("file:")).parent.name
+            got, bad = parse_lines([row.value])
+            if bad:
+                yield host, None
+            elif got[0].get("ev") in wanted:
+                yield host, json.dumps(got[0])
+
+    from pyspark.sql.functions import input_file_name
+
+    frame = spark.read.text(paths).withColumn("path", input_file_name())
+    out: dict[str, list[dict[str, Any]]] = {Path(p).parent.name: [] for p in paths}
+    bad = 0
+    for host, text in frame.rdd.mapPartitions(parse).collect():
+        if text is None:
+            bad += 1
+        else:
+            out[host].append(json.loads(text))
+    return {h: by_ordinal(rows) for h, rows in out.items()}, bad
+
+
+def history(logs: dict[str, list[dict[str, Any]]]) -> list[Operation]:
+    """Client operations, paired per (host, incarnation, client): each completion closes the
+    client's open invoke; an invoke left open is info."""
+    ops: list[Operation] = []
+    for node, rows in logs.items():
+        open_: dict[tuple[int, str], Operation] = {}
+        for r in rows:
+            if r.get("ev") != "op":
+                continue
+            key = (r["inc"], str(r.get("client")))
+            if r.get("type") == "invoke":
+                op = Operation(node, r["inc"], key[1], str(r.get("f")), r.get("value"),
+                               int(r["t"]), final=bool(r.get("final")))
+                ops.append(op)
+                open_[key] = op
+            else:
+                got = open_.pop(key, None)
+                if got is not None:
+                    got.type = str(r.get("type"))
+                    got.result = r.get("value")
+                    got.complete_t = int(r["t"])
+                    got.error = str(r.get("error", ""))
+    return ops
+
+
+def quantiles_ms(values_ns: list[int]) -> dict[str, float]:
+    if not values_ns:
+        return {}
+    s = sorted(values_ns)
+
+    def q(p: float) -> float:
+        return round(s[min(len(s) - 1, max(0, math.ceil(p * len(s)) - 1))] / 1e6, 3)
+
+    return {"p0": q(0), "p50": q(0.5), "p95": q(0.95), "p99": q(0.99), "max": q(1.0)}
+
+
+def _check(violations: int, examples: list[Any], **extra: Any) -> dict[str, Any]:
+    return {"violations": violations, "claimed": True, "examples": examples[:MAX_EXAMPLES],
+            **extra}
+
+
+def _final_reads(ops: list[Operation], hosts: list[str]) -> tuple[dict[str, Operation],
+                                                                   list[str]]:
+    """Each host's last final read that succeeded, and the hosts without one."""
+    finals: dict[str, Operation] = {}
+    for op in ops:
+        if op.final and op.f == "read" and op.type == "ok" and (
+                op.node not in finals or op.invoke_t > finals[op.node].invoke_t):
+            finals[op.node] = op
+    return finals, [h for h in hosts if h not in finals]
+
+
+def _every_final_read(ops: list[Operation]) -> list[Operation]:
+    """Every client's final read that succeeded (Maelstrom: one per client)."""
+    return [op for op in ops if op.final and op.f == "read" and op.type == "ok"]
+
+
+def _as_list(v: Any) -> list[Any]:
+    return list(v) if isinstance(v, list) else []
+
+
+def check_broadcast(ops: list[Operation], hosts: list[str], write: str = "broadcast"
+                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """broadcast (and g-set, whose `add` writes an element): nothing acknowledged lost,
+    nothing read that was never written, every node's final read, stable latency."""
+    attempted = {op.value for op in ops if op.f == write}
+    acked = {op.value: op for op in ops if op.f == write and op.type == "ok"}
+    _, missing = _final_reads(ops, hosts)
+    lost: dict[Any, set[str]] = defaultdict(set)
+    for read in _every_final_read(ops):
+        have = set(_hashable(v) for v in _as_list(read.result))
+        for v in acked:
+            if v not in have:
+                lost[v].add(f"{read.node}/{read.client}")
+    reads = sorted((op for op in ops if op.f == "read" and op.type == "ok"),
+                   key=lambda o: o.invoke_t)
+    unexpected = sorted({_hashable(v) for op in reads for v in _as_list(op.result)}
+                        - {_hashable(v) for v in attempted}, key=str)
+    stable = []
+    never_stable = 0
+    read_sets = [set(_hashable(v) for v in _as_list(op.result)) for op in reads]
+    for v, op in acked.items():
+        if v in lost or op.complete_t is None:
+            continue
+        last_without = -1
+        for k, s in enumerate(read_sets):
+            if v not in s:
+                last_without = k
+        if last_without + 1 >= len(reads):
+            never_stable += 1
+            continue
+        stable.append(max(0, reads[last_without + 1].invoke_t - op.complete_t))
+    checks = {
+        "maelstrom_lost": _check(len(lost), [{"value": v, "missing_at": sorted(h)}
+                                             for v, h in sorted(lost.items(), key=str)]),
+        "maelstrom_unexpected": _check(len(unexpected), unexpected),
+        "maelstrom_final_reads": _check(len(missing), missing),
+    }
+    section = {"attempted": len(attempted), "acknowledged": len(acked), "lost": len(lost),
+               "unexpected": len(unexpected), "never_stable": never_stable,
+               "stable_latency_ms": quantiles_ms(stable)}
+    return checks, section
+
+
+def _hashable(v: Any) -> Any:
+    return json.dumps(v, sort_keys=True) if isinstance(v, list | dict) else v
+
+
+def check_total_order(ops: list[Operation], hosts: list[str],
+                      run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    checks, section = check_broadcast(ops, hosts)
+    finals, _ = _final_reads(ops, hosts)
+    bad_prefix = []
+    for op in ops:
+        if op.f != "read" or op.type != "ok" or op.node not in finals:
+            continue
+        mine = _as_list(op.result)
+        final = _as_list(finals[op.node].result)
+        if op.inc == finals[op.node].inc and final[:len(mine)] != mine:
+            bad_prefix.append({"node": op.node, "read": mine[:20], "final": final[:20]})
+    checks["read_prefix"] = _check(len(bad_prefix), bad_prefix)
+    checks.update(_testbed_checks(ops, finals, hosts, run_dir))
+    return checks, section
+
+
+def _testbed_checks(ops: list[Operation], finals: dict[str, Operation], hosts: list[str],
+                    run_dir: Path) -> dict[str, Any]:
+    """The testbed's total order, agreement, validity and integrity checkers over the final
+    reads taken as deliveries: each acknowledged broadcast is a message `send` by the host
+    that took it, each value in a final read a final delivery at that host, in read order."""
+    import pyarrow as pa
+
+    from analysis.checks import table_check_suite
+    from analysis.fault_history import fault_history
+    from analysis.ingest import ARROW_SCHEMA, read_faults
+
+    mid_of: dict[Any, str] = {}
+    rows: list[dict[str, Any]] = []
+    counter: Counter[str] = Counter()
+    ordinal: Counter[str] = Counter()
+    for op in sorted(ops, key=lambda o: o.invoke_t):
+        if op.f == "broadcast" and op.type == "ok" and op.complete_t is not None:
+            counter[op.node] += 1
+            mid = mid_of[op.value] = f"{op.node}:{counter[op.node]}"
+            rows.append({"t": op.complete_t, "lt": op.complete_t, "i": ordinal[op.node],
+                         "node": op.node, "ev": "send", "mid": mid, "proto": "maelstrom",
+                         "size": 0, "inc": 0})
+            ordinal[op.node] += 1
+    unknown = 0
+    for host, read in finals.items():
+        for pos, v in enumerate(_as_list(read.result)):
+            known = mid_of.get(_hashable(v))
+            if known is None:
+                unknown += 1
+            mid = known if known is not None else f"unknown:{_hashable(v)}"
+            rows.append({"t": read.complete_t or read.invoke_t, "lt": 0, "i": ordinal[host],
+                         "node": host, "ev": "fnl", "mid": mid, "seq": pos + 1,
+                         "proto": "maelstrom", "size": 0, "inc": 0})
+            ordinal[host] += 1
+    table = pa.Table.from_pylist(rows, schema=ARROW_SCHEMA)
+    hist = fault_history(hosts, read_faults(run_dir))
+    # Reads after a kill come from a fresh program: judged as the host's one process.
+    hist.crashed = set()
+    found = table_check_suite(table, hist)
+    keep = ("total_order", "agreement", "validity", "integrity")
+    return {name: {**found[name], "claimed": True} for name in keep if name in found}
+
+
+def check_counter(ops: list[Operation], hosts: list[str]) -> tuple[dict[str, Any],
+                                                                    dict[str, Any]]:
+    """g-counter and pn-counter: a final read counts every acknowledged add and any subset
+    of those of unknown outcome, so it lies between the acknowledged sum plus the negative
+    unknown ones and the acknowledged sum plus the positive ones."""
+    acked = sum(int(op.value) for op in ops if op.f == "add" and op.type == "ok")
+    unknown = [int(op.value) for op in ops if op.f == "add" and op.type == "info"]
+    lower = acked + sum(d for d in unknown if d < 0)
+    upper = acked + sum(d for d in unknown if d > 0)
+    finals, missing = _final_reads(ops, hosts)
+    wrong_final = [{"node": r.node, "client": r.client, "value": r.result,
+                    "expected": [lower, upper]} for r in _every_final_read(ops)
+                   if not (isinstance(r.result, int) and lower <= r.result <= upper)]
+    # Any read (the counter is only eventually consistent): between the negative and the
+    # positive adds (ok or info) invoked before the read completed.
+    adds = [op for op in ops if op.f == "add" and op.type in ("ok", "info")]
+    bad_reads = []
+    for op in ops:
+        if op.f != "read" or op.type != "ok" or op.final:
+            continue
+        end = op.complete_t or op.invoke_t
+        before = [int(a.value) for a in adds if a.invoke_t <= end]
+        lo, hi = sum(d for d in before if d < 0), sum(d for d in before if d > 0)
+        if not (isinstance(op.result, int) and lo <= op.result <= hi):
+            bad_reads.append({"node": op.node, "value": op.result, "expected": [lo, hi]})
+    checks = {"maelstrom_final_value": _check(len(wrong_final), wrong_final),
+              "maelstrom_read_bounds": _check(len(bad_reads), bad_reads),
+              "maelstrom_final_reads": _check(len(missing), missing)}
+    return checks, {"acknowledged_sum": acked, "possible": [lower, upper],
+                    "final_values": {h: r.result for h, r in sorted(finals.items())}}
+
+
+def check_echo(ops: list[Operation]) -> tuple[dict[str, Any], dict[str, Any]]:
+    bad = [{"node": op.node, "sent": op.value, "got": op.result} for op in ops
+           if op.f == "echo" and op.type == "ok" and op.result != op.value]
+    return {"maelstrom_echo": _check(len(bad), bad)}, {}
+
+
+def check_unique_ids(ops: list[Operation]) -> tuple[dict[str, Any], dict[str, Any]]:
+    seen: Counter[Any] = Counter(_hashable(op.result) for op in ops
+                                 if op.f == "generate" and op.type == "ok")
+    dup = sorted((k for k, n in seen.items() if n > 1), key=str)
+    return ({"maelstrom_unique": _check(len(dup), dup, duplicated_ids=len(dup))},
+            {"ids": sum(seen.values()), "duplicated": len(dup)})
+
+
+def maelstrom_checks(run_dir: Path, workload: str,
+                     read: tuple[dict[str, list[dict[str, Any]]], int] | None = None
+                     ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(checks, the summary's `maelstrom` section) of a Maelstrom run, from its logs as
+    `read_logs` (default) or `spark_logs` gives them."""
+    logs, bad = read if read is not None else read_logs(run_dir)
+    hosts = sorted(logs)
+    ops = history(logs)
+    if workload == "broadcast":
+        checks, section = check_broadcast(ops, hosts)
+    elif workload == "total-order":
+        checks, section = check_total_order(ops, hosts, run_dir)
+    elif workload == "g-set":
+        checks, section = check_broadcast(ops, hosts, write="add")
+    elif workload in ("g-counter", "pn-counter"):
+        checks, section = check_counter(ops, hosts)
+    elif workload == "echo":
+        checks, section = check_echo(ops)
+    elif workload == "unique-ids":
+        checks, section = check_unique_ids(ops)
+    else:
+        raise ValueError(f"no checker for Maelstrom workload {workload!r}")
+    # A program that exits on its own crashed (the agent's stop and a `kill` end it without
+    # an `ev=program-exit`): Maelstrom reports that as an error of the test, so do we.
+    exits = [{"node": h, "code": r.get("code"), "error": r.get("error")}
+             for h, rows in logs.items() for r in rows if r.get("ev") == "program-exit"]
+    checks["program_exits"] = _check(len(exits), exits)
+    by_type = Counter(op.type for op in ops)
+    nsend = sum(1 for rows in logs.values() for r in rows if r.get("ev") == "nsend")
+    malformed = sum(1 for rows in logs.values() for r in rows if r.get("ev") == "malformed")
+    counted: dict[str, int] = {}
+    for rows in logs.values():  # the agents' own counts, from each incarnation's stop line
+        for r in rows:
+            if r.get("ev") == "stop":
+                for k, v in (r.get("counters") or {}).items():
+                    counted[k] = counted.get(k, 0) + int(v)
+    latencies = [op.complete_t - op.invoke_t for op in ops
+                 if op.type == "ok" and op.complete_t is not None]
+    n = max(1, len(ops))
+    section = {
+        "valid": not any(c["violations"] for c in checks.values()),
+        "workload": workload,
+        "ops": {"total": len(ops), "ok": by_type["ok"], "fail": by_type["fail"],
+                "info": by_type["info"]},
+        "availability": round(by_type["ok"] / n, 4),
+        "latency_ms": quantiles_ms(latencies),
+        "msgs_per_op": {"servers": round(nsend / n, 3),
+                        "all": round((nsend + 2 * len(ops)) / n, 3)},
+        "server_messages": nsend,
+        "transit_ms": transit(logs),
+        # the hosts' Maelstrom names (n1..nN in the topology's order), as transit_ms uses them
+        "names": {h: r["node_id"] for h, rows in sorted(logs.items()) for r in rows[:1]
+                  if r.get("ev") == "start" and "node_id" in r},
+        "malformed": max(malformed, counted.get("malformed", 0)),
+        "program_exits": len(exits),
+        # programs started again: by their agent (the kill nemesis) or with it (a crash)
+        "restarts": sum(max(0, rows[-1]["inc"]) for rows in logs.values() if rows)
+        + sum(1 for rows in logs.values() for r in rows if r.get("ev") == "restart"),
+        "unreadable_log_lines": bad,
+        **{k: v for k, v in section.items()},
+    }
+    section.setdefault("lost", 0)
+    section.setdefault("unexpected", 0)
+    section.setdefault("stable_latency_ms", {})
+    return checks, section
+
+
+def transit(logs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """One-way node-to-node latency per ordered pair (`nsend` at the sender to `nrecv` at the
+    receiver, matched by source, destination and `msg_id`; messages without one, and
+    repeated ids after a restart beyond the first, are not matched): quantiles in ms."""
+    sent: dict[tuple[str, str, int], int] = {}
+    for rows in logs.values():
+        for r in rows:
+            if r.get("ev") == "nsend" and isinstance(r.get("msg_id"), int):
+                sent.setdefault((str(r["src"]), str(r["dest"]), r["msg_id"]), int(r["t"]))
+    per: dict[str, list[int]] = defaultdict(list)
+    for rows in logs.values():
+        for r in rows:
+            if r.get("ev") != "nrecv" or not isinstance(r.get("msg_id"), int):
+                continue
+            t0 = sent.pop((str(r["src"]), str(r["dest"]), r["msg_id"]), None)
+            if t0 is not None:
+                per[f"{r['src']}->{r['dest']}"].append(int(r["t"]) - t0)
+    return {pair: quantiles_ms(v) for pair, v in sorted(per.items())}
+
+
+def agent_errors(run_dir: Path, logs: dict[str, list[dict[str, Any]]] | None = None
+                 ) -> dict[str, Any]:
+    """`ev=error` lines of the agents (a bug of the agent: fails the verdict)."""
+    logs = logs if logs is not None else read_logs(run_dir)[0]
+    per = {h: sum(1 for r in rows if r.get("ev") == "error") for h, rows in logs.items()}
+    per = {h: n for h, n in per.items() if n}
+    return {"total": sum(per.values()), "per_node": per}

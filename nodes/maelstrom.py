@@ -1,0 +1,221 @@
+"""Maelstrom's node protocol as the host agent speaks it (docs/maelstrom.md): node names, the
+broadcast workload's neighbour maps, error codes, the workloads' client operations and the
+datagram framing of node-to-node messages.
+
+A message is one JSON object on one line, `{"src", "dest", "body": {"type", "msg_id",
+"in_reply_to", ...}}`; nodes are `n1..nN`, clients `c1, c2, ...`; an error is
+`{"type": "error", "in_reply_to", "code", "text"}`. This module is pure (no I/O): the agent
+(nodes/agent.py) drives it, the orchestrator and the checkers (analysis/maelstrom.py) read
+its constants.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+WORKLOADS = ("echo", "broadcast", "g-set", "g-counter", "pn-counter", "unique-ids",
+             "total-order")
+TOPOLOGIES = ("grid", "line", "total", "tree2", "tree3", "tree4")
+LATENCY_DISTS = ("constant", "uniform", "exponential")
+NEMESES = ("partition", "kill", "pause", "clock")
+
+MAX_LINE = 1 << 20  # a program's output line longer than this is malformed (1 MiB)
+CONTROL_CLIENT = "c0"  # the agent's own client: init and topology
+CLIENT_TIMEOUT_NS = 5_000_000_000  # a request unanswered this long completes as `info`
+
+# Maelstrom's error codes: name and whether the error is definite (the operation certainly
+# did not happen: the client records `fail`) or not (`info`: it may have happened).
+ERRORS: dict[int, tuple[str, bool]] = {
+    0: ("timeout", False),
+    1: ("node-not-found", True),
+    10: ("not-supported", True),
+    11: ("temporarily-unavailable", True),
+    12: ("malformed-request", True),
+    13: ("crash", False),
+    14: ("abort", True),
+    20: ("key-does-not-exist", True),
+    21: ("key-already-exists", True),
+    22: ("precondition-failed", True),
+    30: ("txn-conflict", True),
+}
+
+
+def node_names(n: int) -> list[str]:
+    return [f"n{i + 1}" for i in range(n)]
+
+
+def neighbours(names: list[str], kind: str) -> dict[str, list[str]]:
+    """The broadcast workload's `topology` message: each node's neighbours, as Maelstrom
+    means its `--topology` values (grid: a square lattice, row-major; line: a path; total:
+    everyone; treeK: a K-ary tree in name order, parent and children)."""
+    n = len(names)
+    out: dict[str, list[str]] = {a: [] for a in names}
+    if kind == "total":
+        return {a: [b for b in names if b != a] for a in names}
+    if kind == "line":
+        for i, a in enumerate(names):
+            out[a] = [names[j] for j in (i - 1, i + 1) if 0 <= j < n]
+        return out
+    if kind == "grid":
+        width = max(1, math.ceil(math.sqrt(n)))
+        for i, a in enumerate(names):
+            row, col = divmod(i, width)
+            cand = [(row - 1, col), (row + 1, col), (row, col - 1), (row, col + 1)]
+            for r, c in cand:
+                j = r * width + c
+                if r >= 0 and 0 <= c < width and j < n:
+                    out[a].append(names[j])
+        return out
+    if kind.startswith("tree") and kind[4:].isdigit():
+        k = int(kind[4:])
+        for i, a in enumerate(names):
+            if i > 0:
+                parent = names[(i - 1) // k]
+                out[a].append(parent)
+                out[parent].append(a)
+        return out
+    raise ValueError(f"unknown topology {kind!r}; known: {', '.join(TOPOLOGIES)}")
+
+
+@dataclass
+class Op:
+    """One client operation: `f` (Maelstrom's name), the request body, the value logged."""
+
+    f: str
+    body: dict[str, Any]
+    value: Any = None
+
+
+@dataclass
+class Generator:
+    """The client operations of one workload on one host. Values that must be unique in the
+    run (broadcast messages) come from this host's index and incarnation, so no two hosts or
+    incarnations ever pick the same one."""
+
+    workload: str
+    host_index: int
+    hosts: int
+    incarnation: int
+    rng: random.Random
+    counter: int = 0
+    added: int = field(default=0)
+
+    def next(self) -> Op:
+        self.counter += 1
+        w = self.workload
+        if w == "echo":
+            text = f"Please echo {self.rng.randrange(128)}"
+            return Op("echo", {"type": "echo", "echo": text}, text)
+        if w in ("broadcast", "total-order"):
+            if self.rng.random() < 0.5:
+                return Op("read", {"type": "read"})
+            value = ((self.incarnation << 20) + self.counter) * self.hosts + self.host_index
+            return Op("broadcast", {"type": "broadcast", "message": value}, value)
+        if w == "g-set":
+            if self.rng.random() < 0.5:
+                return Op("read", {"type": "read"})
+            value = ((self.incarnation << 20) + self.counter) * self.hosts + self.host_index
+            return Op("add", {"type": "add", "element": value}, value)
+        if w in ("g-counter", "pn-counter"):
+            if self.rng.random() < 0.5:
+                return Op("read", {"type": "read"})
+            delta = self.rng.randrange(1, 6)
+            if w == "pn-counter" and self.rng.random() < 0.5:
+                delta = -delta
+            return Op("add", {"type": "add", "delta": delta}, delta)
+        if w == "unique-ids":
+            return Op("generate", {"type": "generate"})
+        raise ValueError(f"unknown workload {w!r}")
+
+    def final(self) -> Op | None:
+        """The read every node answers once the network has settled (None: no final read)."""
+        if self.workload in ("broadcast", "total-order", "g-set", "g-counter", "pn-counter"):
+            return Op("read", {"type": "read"})
+        return None
+
+
+def completion(op: Op, reply: dict[str, Any]) -> tuple[str, Any, str]:
+    """(type, value, note) of an operation's completion from the node's reply body: `ok`
+    with the value the workload reads from the reply, `fail` for a definite error, `info`
+    for an indefinite one or a reply of the wrong type (the checker counts those)."""
+    rtype = reply.get("type")
+    if rtype == "error":
+        code = reply.get("code")
+        name, definite = ERRORS.get(code, ("unknown", False)) if isinstance(code, int) \
+            else ("unknown", False)
+        return ("fail" if definite else "info"), op.value, f"error {code} {name}: " \
+            f"{str(reply.get('text', ''))[:200]}"
+    if rtype != f"{op.body['type']}_ok":
+        return "info", op.value, f"unexpected reply type {str(rtype)[:40]!r}"
+    if op.f == "echo":
+        return "ok", reply.get("echo"), ""
+    if op.f == "read":
+        key = "value" if "value" in reply else "messages"
+        return "ok", reply.get(key), ""
+    if op.f == "generate":
+        return "ok", reply.get("id"), ""
+    return "ok", op.value, ""
+
+
+# -- node-to-node datagrams -------------------------------------------------------------------
+# A message from the program to another node travels as one or more datagrams: a 16-byte
+# header (magic "TM", version, 0, the sender's message number, fragment index and count, all
+# network byte order), then a slice of the message's line. The receiver reassembles; a
+# message is never dropped for its size.
+FRAME = struct.Struct("!2sBBQHH")
+MAGIC = b"TM"
+FRAME_VERSION = 1
+CHUNK = 1200  # payload bytes per datagram: one Ethernet frame on every backend's network
+
+
+def fragments(number: int, data: bytes, chunk: int = CHUNK) -> list[bytes]:
+    count = max(1, -(-len(data) // chunk))
+    if count > 0xFFFF:
+        raise ValueError(f"message of {len(data)} bytes needs more than 65535 fragments")
+    return [FRAME.pack(MAGIC, FRAME_VERSION, 0, number, i, count) + data[i * chunk:
+                                                                          (i + 1) * chunk]
+            for i in range(count)]
+
+
+class Reassembly:
+    """Fragments in, whole messages out; incomplete ones expire (a lost fragment loses the
+    message, as a lost datagram would)."""
+
+    def __init__(self, max_pending: int = 4096, expire_ns: int = 30_000_000_000):
+        self.pending: dict[tuple[str, int], tuple[int, dict[int, bytes]]] = {}
+        self.max_pending = max_pending
+        self.expire_ns = expire_ns
+        self.expired = 0
+
+    def add(self, sender: str, datagram: bytes, now_ns: int) -> bytes | None:
+        """The whole message once its last fragment arrived; ValueError for a bad frame."""
+        if len(datagram) < FRAME.size:
+            raise ValueError("short datagram")
+        magic, version, _, number, index, count = FRAME.unpack_from(datagram)
+        if magic != MAGIC or version != FRAME_VERSION or count == 0 or index >= count:
+            raise ValueError("bad frame header")
+        body = datagram[FRAME.size:]
+        if count == 1:
+            return body
+        key = (sender, number)
+        first, parts = self.pending.get(key, (now_ns, {}))
+        parts[index] = body
+        if len(parts) < count:
+            self.pending[key] = (first, parts)
+            if len(self.pending) > self.max_pending:
+                self._expire(now_ns, force=True)
+            return None
+        self.pending.pop(key, None)
+        return b"".join(parts[i] for i in range(count))
+
+    def _expire(self, now_ns: int, force: bool = False) -> None:
+        old = [k for k, (first, _) in self.pending.items() if now_ns - first > self.expire_ns]
+        if force and not old:
+            old = sorted(self.pending, key=lambda k: self.pending[k][0])[:len(self.pending) // 2]
+        for k in old:
+            del self.pending[k]
+        self.expired += len(old)

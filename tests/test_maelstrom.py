@@ -1,0 +1,507 @@
+"""Maelstrom node programs on the local backend (docs/maelstrom.md): the protocol pieces, the
+spec, `testbed maelstrom test` end to end with this project's own node programs in Python and
+JavaScript (tests/maelstrom_nodes/), and the checkers on logs they must flag and must not."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from analysis.judge import judge_run
+from nodes.maelstrom import (
+    CHUNK,
+    Generator,
+    Op,
+    Reassembly,
+    completion,
+    fragments,
+    neighbours,
+    node_names,
+)
+from testbed.spec.loader import SpecError, load_experiment
+from tests.inproc import run_cli
+
+NODES = Path(__file__).resolve().parent / "maelstrom_nodes"
+needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="Node.js not installed")
+
+
+# -- protocol pieces ------------------------------------------------------------------------
+def test_neighbour_maps_follow_maelstrom_topologies() -> None:
+    names = node_names(9)
+    grid = neighbours(names, "grid")  # 3x3: the centre has four neighbours, a corner two
+    assert sorted(grid["n5"]) == ["n2", "n4", "n6", "n8"]
+    assert sorted(grid["n1"]) == ["n2", "n4"]
+    assert neighbours(names, "line")["n1"] == ["n2"]
+    assert sorted(neighbours(names, "line")["n5"]) == ["n4", "n6"]
+    assert len(neighbours(names, "total")["n3"]) == 8
+    tree = neighbours(names, "tree2")
+    assert sorted(tree["n1"]) == ["n2", "n3"] and sorted(tree["n2"]) == ["n1", "n4", "n5"]
+    for kind in ("grid", "line", "tree3", "tree4"):
+        m = neighbours(names, kind)
+        assert all(a in m[b] for a in names for b in m[a]), kind  # symmetric
+    with pytest.raises(ValueError):
+        neighbours(names, "ring")
+
+
+def test_fragments_reassemble_in_any_order_and_bad_frames_are_refused() -> None:
+    data = bytes(random.Random(1).randrange(256) for _ in range(5 * CHUNK + 7))
+    frags = fragments(42, data)
+    assert len(frags) == 6
+    random.Random(2).shuffle(frags)
+    r = Reassembly()
+    got = [r.add("n1", f, 0) for f in frags]
+    assert [g for g in got if g is not None] == [data]
+    assert r.pending == {}
+    with pytest.raises(ValueError):
+        r.add("n1", b"XX" + frags[0][2:], 0)
+    with pytest.raises(ValueError):
+        r.add("n1", b"TM", 0)
+
+
+def test_error_codes_make_fail_or_info() -> None:
+    op = Op("broadcast", {"type": "broadcast", "message": 7}, 7)
+    assert completion(op, {"type": "broadcast_ok"})[:2] == ("ok", 7)
+    assert completion(op, {"type": "error", "code": 11})[0] == "fail"  # definite
+    assert completion(op, {"type": "error", "code": 0})[0] == "info"  # timeout: maybe
+    assert completion(op, {"type": "error", "code": 13})[0] == "info"  # crash: maybe
+    assert completion(op, {"type": "read_ok"})[0] == "info"  # a reply of the wrong type
+    read = Op("read", {"type": "read"})
+    assert completion(read, {"type": "read_ok", "messages": [1, 2]})[1] == [1, 2]
+
+
+def test_broadcast_values_never_repeat_across_hosts_and_incarnations() -> None:
+    seen: set[Any] = set()
+    for host in range(3):
+        for inc in range(2):
+            g = Generator("broadcast", host, 3, inc, random.Random(host))
+            for _ in range(200):
+                op = g.next()
+                if op.f == "broadcast":
+                    assert op.value not in seen
+                    seen.add(op.value)
+
+
+# -- the spec --------------------------------------------------------------------------------
+def _spec(tmp_path: Path, **over: Any) -> Path:
+    data: dict[str, Any] = {
+        "name": "m", "backend": "local", "duration": "2s",
+        "topology": {"name": "flat", "sites": {"s": {"lan": {"delay": "1ms"}}},
+                     "hosts": [{"name": "h1", "site": "s"}, {"name": "h2", "site": "s"}]},
+        "node": {"program": ["python3", "node.py"], "speaks": "maelstrom"},
+        "workload": {"maelstrom": "broadcast", "rate": "10/s"},
+    }
+    data.update(over)
+    (tmp_path / "node.py").write_text("")
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _problem(path: Path) -> str:
+    with pytest.raises(SpecError) as info:
+        load_experiment(path)
+    return str(info.value)
+
+
+def test_spec_takes_a_program_and_a_workload(tmp_path: Path) -> None:
+    exp, topo = load_experiment(_spec(tmp_path))
+    assert exp.maelstrom and exp.protocol.name == "maelstrom"
+    assert exp.node is not None
+    assert exp.node.program == ["python3", str((tmp_path / "node.py").resolve())]
+    assert exp.workload.maelstrom == "broadcast" and exp.workload.topology == "grid"
+
+
+@pytest.mark.parametrize(("over", "field", "says"), [
+    ({"protocol": {"name": "sequencer"}}, "protocol", "leave `protocol` out"),
+    ({"backend": "sim"}, "backend", "run on local"),
+    ({"workload": {"rate": "10/s"}}, "workload.maelstrom", "needs a workload"),
+    ({"node": {"program": ["./nope"], "speaks": "maelstrom"}}, "node.program.0", "no program"),
+    ({"node": {"program": ["python3"], "speaks": "erlang"}}, "node.speaks", "maelstrom"),
+    ({"workload": {"maelstrom": "kafka", "rate": "1/s"}}, "workload.maelstrom", "broadcast"),
+    ({"faults": [{"kind": "pause", "host": "h1", "at": "1s"}]}, "faults.0.kind",
+     "not built yet"),
+    ({"management": {"tls": True}}, "management.tls", "HTTP only"),
+    ({"transport": "tls"}, "transport", "udp only"),
+])
+def test_spec_errors_are_located(tmp_path: Path, over: dict[str, Any], field: str,
+                                 says: str) -> None:
+    text = _problem(_spec(tmp_path, **over))
+    assert f": {field}: " in text and says in text, text
+    assert text.startswith(str(tmp_path / "exp.yaml") + ":")
+
+
+def test_a_maelstrom_workload_needs_a_program(tmp_path: Path) -> None:
+    path = _spec(tmp_path, protocol={"name": "sequencer"})
+    data = yaml.safe_load(path.read_text())
+    del data["node"]
+    path.write_text(yaml.safe_dump(data))
+    assert ": workload.maelstrom: a Maelstrom workload needs `node:" in _problem(path)
+
+
+# -- the CLI -----------------------------------------------------------------------------------
+def test_bad_input_exits_2_and_dry_run_prints_the_experiment(tmp_path: Path) -> None:
+    bin_ = str(NODES / "broadcast.py")
+    for args in (["-w", "kafka"], ["-w", "echo", "--nemesis", "clock"],
+                 ["-w", "echo", "--latency-dist", "exponential"],
+                 ["-w", "echo", "--concurrency", "x"]):
+        r = run_cli("maelstrom", "test", "--bin", bin_, "--out", str(tmp_path), *args)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+    r = run_cli("maelstrom", "test", "-w", "broadcast", "--bin", bin_, "--node-count", "5",
+                "--time-limit", "20", "--rate", "10", "--concurrency", "2n", "--latency",
+                "30", "--latency-dist", "uniform", "--topology", "line", "--nemesis",
+                "partition,kill", "--nemesis-interval", "4", "--dry-run", "--out",
+                str(tmp_path), "--", "--no-forward")
+    assert r.returncode == 0, r.stdout + r.stderr
+    spec = yaml.safe_load(r.stdout.split("dry run")[0])
+    assert spec["node"]["program"] == [bin_, "--no-forward"]
+    assert spec["workload"] == {"maelstrom": "broadcast", "rate": "10/s", "concurrency": 10,
+                                "topology": "line"}
+    assert spec["topology"]["sites"]["net"]["lan"] == {"delay": "30ms", "jitter": "30ms",
+                                                       "jitter_dist": "uniform"}
+    assert [(f["kind"], f.get("exec")) for f in spec["faults"]] == [
+        ("partition", None), ("mgmt", ["kill"]), ("mgmt", ["start"])] * 2
+    assert list(tmp_path.iterdir()) == []  # nothing created
+
+
+def _test(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], Path, str]:
+    # A short settle before the final reads (Maelstrom's 10 s): these programs gossip often.
+    r = run_cli("maelstrom", "test", "--out", str(tmp_path), "--settle", "1", *args)
+    runs = sorted(p for p in tmp_path.iterdir() if p.is_dir())
+    assert runs, r.stdout + r.stderr
+    run = runs[-1]
+    summary = json.loads((run / "summary.json").read_text())
+    return r.returncode, summary, run, r.stdout
+
+
+# -- end to end, with this project's node programs ------------------------------------------
+def test_broadcast_with_retries_is_valid_under_partition(tmp_path: Path) -> None:
+    code, s, run, out = _test(tmp_path, "-w", "broadcast", "--bin",
+                              str(NODES / "broadcast.py"), "--node-count", "4",
+                              "--time-limit", "3", "--rate", "20", "--nemesis", "partition",
+                              "--nemesis-interval", "2", "--latency", "2")
+    m = s["maelstrom"]
+    assert code == 0, out
+    assert out.rstrip().splitlines()[-1].startswith("Everything looks good!")
+    assert m["valid"] and m["lost"] == 0 and m["unexpected"] == 0
+    assert m["acknowledged"] > 5 and m["stable_latency_ms"]["max"] > 0
+    assert m["msgs_per_op"]["servers"] > 0
+    faults = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
+    assert [(f["kind"], f["phase"]) for f in faults] == [("partition", "start"),
+                                                         ("partition", "stop")]
+    stops = [json.loads(x) for h in ("n1", "n2", "n3", "n4")
+             for x in (run / "nodes" / h / "events.jsonl").read_text().splitlines()
+             if '"ev":"stop"' in x]
+    # The partition really cut messages that the retries then carried across.
+    assert sum(st["counters"].get("blocked_out", 0) for st in stops) > 0
+    lock = yaml.safe_load((run / "spec.lock.yaml").read_text())
+    assert lock["experiment"]["node"]["speaks"] == "maelstrom"
+    report = (run / "report.html").read_text()
+    for part in ("Maelstrom workload", "Client operation latency over time", "partition",
+                 "Node-to-node messages"):
+        assert part in report, part
+
+
+def test_broadcast_that_never_forwards_loses_values(tmp_path: Path) -> None:
+    code, s, _, out = _test(tmp_path, "-w", "broadcast", "--bin", str(NODES / "broadcast.py"),
+                            "--node-count", "3", "--time-limit", "2", "--rate", "20", "--",
+                            "--no-forward")
+    assert code == 1
+    assert out.rstrip().splitlines()[-1].startswith("Analysis invalid!")
+    assert s["maelstrom"]["lost"] > 0 and s["checks"]["maelstrom_lost"]["violations"] > 0
+    assert s["checks"]["maelstrom_unexpected"]["violations"] == 0
+
+
+def test_total_order_in_arrival_order_is_invalid_under_jitter(tmp_path: Path) -> None:
+    code, s, _, _ = _test(tmp_path, "-w", "total-order", "--bin", str(NODES / "total_order.py"),
+                          "--node-count", "3", "--time-limit", "2", "--rate", "40",
+                          "--latency", "30", "--latency-dist", "uniform", "--", "--mode",
+                          "arrival")
+    assert code == 1
+    assert s["checks"]["total_order"]["violations"] > 0  # the testbed's own checker
+    assert s["checks"]["maelstrom_lost"]["violations"] == 0  # nothing lost: only the order
+
+
+def test_total_order_with_a_sequencer_is_valid(tmp_path: Path) -> None:
+    code, s, _, out = _test(tmp_path, "-w", "total-order", "--bin",
+                            str(NODES / "total_order.py"), "--node-count", "3",
+                            "--time-limit", "2", "--rate", "40", "--latency", "30",
+                            "--latency-dist", "uniform", "--", "--mode", "sequencer")
+    assert code == 0, out
+    for name in ("total_order", "agreement", "validity", "integrity", "read_prefix"):
+        assert s["checks"][name]["violations"] == 0 and s["checks"][name]["claimed"], name
+    assert s["maelstrom"]["acknowledged"] > 10
+
+
+@pytest.mark.timing
+def test_messages_between_nodes_follow_the_wan(tmp_path: Path) -> None:
+    """--net two-sites: 0.5 ms within a site, 10 ms between the sites (one way)."""
+    net = Path(__file__).resolve().parents[1] / "topologies" / "two-sites.yaml"
+    code, s, _, out = _test(tmp_path, "-w", "broadcast", "--bin", str(NODES / "broadcast.py"),
+                            "--net", str(net), "--time-limit", "2", "--rate", "40")
+    assert code == 0, out
+    transit = s["maelstrom"]["transit_ms"]
+    assert s["maelstrom"]["names"] == {"h1": "n1", "h2": "n2", "h3": "n3", "h4": "n4"}
+    sites = {"n1": "a", "n2": "a", "n3": "b", "n4": "b"}
+    wan = [q["p50"] for pair, q in transit.items()
+           if sites[pair[:2]] != sites[pair[-2:]]]
+    lan = [q["p50"] for pair, q in transit.items()
+           if sites[pair[:2]] == sites[pair[-2:]]]
+    assert len(wan) == 8 and len(lan) == 4, transit
+    assert min(wan) >= 10.0  # never faster than the WAN's delay
+    assert max(lan) < 5.0  # and the agents add little to a LAN hop
+
+
+@needs_node
+def test_g_counter_in_javascript(tmp_path: Path) -> None:
+    code, s, _, out = _test(tmp_path, "-w", "g-counter", "--bin", str(NODES / "g_counter.js"),
+                            "--node-count", "3", "--time-limit", "2", "--rate", "20",
+                            "--latency", "5")
+    m = s["maelstrom"]
+    assert code == 0, out
+    assert m["acknowledged_sum"] > 0
+    assert set(m["final_values"].values()) == {m["acknowledged_sum"]}
+    assert s["checks"]["maelstrom_read_bounds"]["violations"] == 0
+
+
+@needs_node
+def test_echo_in_javascript_survives_kill_and_pause(tmp_path: Path) -> None:
+    code, s, run, out = _test(tmp_path, "-w", "echo", "--bin", str(NODES / "echo.js"),
+                              "--node-count", "2", "--time-limit", "3.2", "--rate", "30",
+                              "--nemesis", "kill,pause", "--nemesis-interval", "1.5")
+    assert code == 0, out
+    faults = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
+    assert [(f["params"]["exec"][0], f["measured"]["value"]) for f in faults] == [
+        ("kill", "killed"), ("start", "starting"), ("pause", "paused"), ("resume", "running")]
+    killed = faults[0]["hosts"][0]
+    rows = [json.loads(x) for x in (run / "nodes" / killed / "events.jsonl").read_text()
+            .splitlines()]
+    evs = [r["ev"] for r in rows if r["ev"] in ("init", "kill", "killed", "restart")]
+    assert evs == ["init", "kill", "killed", "restart", "init"]  # a fresh init
+    assert [r["code"] for r in rows if r["ev"] == "killed"] == [-9]
+    m = s["maelstrom"]
+    assert m["restarts"] == 1 and m["program_exits"] == 0 and m["ops"]["ok"] > 10
+    assert m["ops"]["info"] > 0  # operations while the program was down
+    # An echo waiting on the stopped program took about as long as the pause (0.75 s).
+    assert m["latency_ms"]["max"] > 300
+
+
+def test_a_crash_restarts_the_agent_and_its_program(tmp_path: Path) -> None:
+    """`kind: crash` in an experiment: SIGKILL to the agent, whose program dies with it
+    (PR_SET_PDEATHSIG); the restart is a new incarnation with a fresh init. The unique-ids
+    program counts in memory, so the restarted one hands out its ids again: the checker
+    must catch that."""
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(yaml.safe_dump({
+        "name": "crash", "backend": "local", "duration": "3s", "drain": "500ms",
+        "topology": {"name": "flat", "sites": {"s": {"lan": {"delay": "1ms"}}},
+                     "hosts": [{"name": "h1", "site": "s"}, {"name": "h2", "site": "s"}]},
+        "node": {"program": [str(NODES / "unique_ids.py")], "speaks": "maelstrom"},
+        "workload": {"maelstrom": "unique-ids", "rate": "20/s"},
+        "faults": [{"kind": "crash", "host": "h2", "at": "400ms", "restart_after": "300ms"}]}))
+    r = run_cli("run", str(exp), "--out", str(tmp_path / "runs"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    run = next((tmp_path / "runs").iterdir())
+    rows = [json.loads(x) for x in (run / "nodes" / "h2" / "events.jsonl").read_text()
+            .splitlines()]
+    assert [r["incarnation"] for r in rows if r["ev"] == "start"] == [0, 1]
+    assert sum(1 for r in rows if r["ev"] == "init" and r["ok"]) == 2
+    s = json.loads((run / "summary.json").read_text())
+    assert s["maelstrom"]["restarts"] == 1 and s["maelstrom"]["program_exits"] == 0
+    dup = s["checks"]["maelstrom_unique"]["examples"]
+    assert dup and all(str(d).startswith("n2-") for d in dup)  # the restarted node's ids
+
+
+def test_testbed_run_takes_the_same_experiment(tmp_path: Path) -> None:
+    """`testbed run EXP.yaml` with `node:` and `workload.maelstrom` (a program path relative
+    to the experiment file), judged like `testbed maelstrom test`."""
+    import os
+
+    exp = tmp_path / "exp.yaml"
+    program = os.path.relpath(NODES / "unique_ids.py", tmp_path)
+    exp.write_text(yaml.safe_dump({
+        "name": "ids", "backend": "local", "duration": "2s", "drain": "500ms",
+        "topology": {"name": "flat", "sites": {"s": {"lan": {"delay": "1ms"}}},
+                     "hosts": [{"name": f"h{i}", "site": "s"} for i in (1, 2, 3)]},
+        "node": {"program": ["python3", program], "speaks": "maelstrom"},
+        "workload": {"maelstrom": "unique-ids", "rate": "30/s", "concurrency": 6},
+        "expect": ["maelstrom.ops.ok > 5"]}))
+    r = run_cli("run", str(exp), "--out", str(tmp_path / "runs"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = next((tmp_path / "runs").iterdir())
+    s = json.loads((run / "summary.json").read_text())
+    assert s["checks"]["maelstrom_unique"]["violations"] == 0 and s["maelstrom"]["ids"] > 5
+    assert s["expectations"][0]["ok"]
+    config = json.loads((run / "nodes" / "h1" / "node.json").read_text())["maelstrom"]
+    assert config["clients"] == ["c1", "c4"] and config["rate"] == 10.0
+    assert config["program"][1] == str((NODES / "unique_ids.py").resolve())
+
+
+def test_malformed_output_is_counted_and_large_messages_arrive(tmp_path: Path) -> None:
+    code, s, run, out = _test(tmp_path, "-w", "echo", "--bin", str(NODES / "hostile.py"),
+                              "--node-count", "2", "--time-limit", "1", "--rate", "10")
+    assert code == 0, out
+    assert s["maelstrom"]["malformed"] == 10  # five kinds on each of two hosts
+    reasons = sorted(json.loads(x)["reason"] for x in
+                     (run / "nodes" / "n1" / "events.jsonl").read_text().splitlines()
+                     if '"ev":"malformed"' in x)
+    assert reasons == ["line over 1 MiB", "no dest", "not JSON", "not a JSON object",
+                       "unknown dest"]
+    # The 300 kB message went in fragments and reached the program whole.
+    assert "got big from n2: 300000 bytes" in (run / "nodes" / "n1" / "node.log").read_text()
+
+
+# -- checkers on logs they must flag and must not ------------------------------------------
+def _log(run: Path, workload: str, hosts: dict[str, list[Any]]) -> None:
+    run.mkdir(parents=True)
+    (run / "spec.lock.yaml").write_text(yaml.safe_dump(
+        {"experiment": {"node": {"program": ["x"], "speaks": "maelstrom"},
+                        "protocol": {"name": "maelstrom"},
+                        "workload": {"maelstrom": workload}}}))
+    for host, ops in hosts.items():
+        d = run / "nodes" / host
+        d.mkdir(parents=True)
+        lines: list[Any] = [{"t": 1, "i": 0, "node": host, "ev": "start", "incarnation": 0}]
+        for k, op in enumerate(ops):
+            if isinstance(op, str):  # a line cut short, as by a kill
+                lines.append(op)
+                continue
+            kind, f, value, extra = op
+            lines.append({"t": 10 + k, "i": k + 1, "node": host, "ev": "op", "client": "c1",
+                          "type": kind, "f": f, "value": value, **extra})
+        (d / "events.jsonl").write_text("".join(
+            (x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+
+
+def test_a_program_that_exits_fails_the_run(tmp_path: Path) -> None:
+    _log(tmp_path / "r", "echo", {"h1": [("invoke", "echo", "a", {}), ("ok", "echo", "a", {})]})
+    assert judge_run(tmp_path / "r")["ok"]
+    with (tmp_path / "r" / "nodes" / "h1" / "events.jsonl").open("a") as f:
+        f.write(json.dumps({"t": 99, "i": 9, "node": "h1", "ev": "program-exit", "code": 3})
+                + "\n")
+    s = judge_run(tmp_path / "r")
+    assert not s["ok"] and s["checks"]["program_exits"]["examples"][0]["code"] == 3
+
+
+def test_unique_ids_checker_flags_a_duplicate_and_passes_distinct_ids(tmp_path: Path) -> None:
+    def ids(a: Any, b: Any) -> dict[str, list[Any]]:
+        return {"h1": [("invoke", "generate", None, {}), ("ok", "generate", a, {})],
+                "h2": [("invoke", "generate", None, {}), ("ok", "generate", b, {})]}
+
+    _log(tmp_path / "bad", "unique-ids", ids(7, 7))
+    _log(tmp_path / "good", "unique-ids", ids("n1-0", "n2-0"))
+    assert judge_run(tmp_path / "bad")["checks"]["maelstrom_unique"]["violations"] == 1
+    assert judge_run(tmp_path / "good")["ok"]
+
+
+def test_g_counter_checker_judges_final_values(tmp_path: Path) -> None:
+    def run(final: int) -> dict[str, list[Any]]:
+        fin = {"final": True}
+        return {"h1": [("invoke", "add", 3, {}), ("ok", "add", 3, {}),
+                       ("invoke", "add", 2, {}), ("info", "add", 2, {}),
+                       ("invoke", "read", None, fin), ("ok", "read", final, fin)]}
+
+    # 3 acknowledged, 2 more that may have happened: a final read of 3 to 5 is valid.
+    for final, ok in ((3, True), (4, True), (5, True), (6, False), (2, False)):
+        _log(tmp_path / str(final), "g-counter", run(final))
+        got = judge_run(tmp_path / str(final))["checks"]["maelstrom_final_value"]
+        assert (got["violations"] == 0) == ok, final
+
+
+def test_pn_counter_checker_bounds_reads_by_negative_and_positive_adds(tmp_path: Path) -> None:
+    fin = {"final": True}
+
+    def run(mid: int, final: int) -> dict[str, list[Any]]:
+        return {"h1": [("invoke", "add", 4, {}), ("ok", "add", 4, {}),
+                       ("invoke", "add", -3, {}), ("info", "add", -3, {}),
+                       ("invoke", "read", None, {}), ("ok", "read", mid, {}),
+                       ("invoke", "read", None, fin), ("ok", "read", final, fin)]}
+
+    # acknowledged 4, maybe -3: a final read of 1 or 4 (or between); any read in [-3, 4]
+    for (mid, final), ok in (((-3, 1), True), ((4, 4), True), ((0, 5), False),
+                             ((5, 4), False), ((-4, 1), False)):
+        path = tmp_path / f"{mid}_{final}"
+        _log(path, "pn-counter", run(mid, final))
+        assert judge_run(path)["ok"] == ok, (mid, final)
+
+
+def test_g_set_checker_flags_a_lost_and_an_invented_element(tmp_path: Path) -> None:
+    fin = {"final": True}
+
+    def run(read: list[int]) -> dict[str, list[Any]]:
+        return {"h1": [("invoke", "add", 1, {}), ("ok", "add", 1, {}),
+                       ("invoke", "add", 2, {}), ("fail", "add", 2, {}),
+                       ("invoke", "read", None, fin), ("ok", "read", read, fin)]}
+
+    for read, lost, invented in (([1], 0, 0), ([1, 2], 0, 0), ([], 1, 0), ([1, 7], 0, 1)):
+        path = tmp_path / "-".join(map(str, read or [0]))
+        _log(path, "g-set", run(read))
+        checks = judge_run(path)["checks"]
+        assert checks["maelstrom_lost"]["violations"] == lost, read
+        assert checks["maelstrom_unexpected"]["violations"] == invented, read
+
+
+@pytest.mark.spark
+def test_the_spark_job_judges_like_the_in_process_judge(tmp_path: Path, spark: Any) -> None:
+    """analysis/job.py on a Maelstrom run: Spark reads the logs, the shared checkers judge
+    (TESTBED_CROSSCHECK=1 makes `analyze` compare with judge_run and raise on a difference)."""
+    from analysis.job import analyze
+
+    fin = {"final": True}
+    for name, final in (("bad", 9), ("good", 3)):
+        _log(tmp_path / name, "g-counter", {
+            "h1": [("invoke", "add", 3, {}), ("ok", "add", 3, {}),
+                   ("invoke", "read", None, fin), ("ok", "read", final, fin)],
+            "h2": [("invoke", "read", None, fin), ("ok", "read", 3, fin), "not json"]})
+    bad, good = analyze(tmp_path / "bad"), analyze(tmp_path / "good")
+    assert bad["checks"]["maelstrom_final_value"]["violations"] == 1 and not bad["ok"]
+    assert good["ok"] and good["maelstrom"]["final_values"] == {"h1": 3, "h2": 3}
+    assert json.loads((tmp_path / "good" / "summary.json").read_text())["ok"]
+
+
+def test_agent_in_process_keeps_the_programs_stderr_tail(tmp_path: Path) -> None:
+    """The agent alone (no orchestrator): one host, the hostile program, whose 300 kB
+    message to itself comes back through the agent; its stderr reaches node.log (the agent's
+    stderr) and `StderrTail`."""
+    import asyncio
+    import socket
+    import time as _time
+
+    from nodes.agent import Agent
+    from nodes.config import Member, NodeConfig
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = NodeConfig(
+        node_id=0, name="h1", members=[Member(0, "h1", "127.0.0.1", port)],
+        protocol="maelstrom", params={}, log_path=str(tmp_path / "events.jsonl"), seed=1,
+        start_at_ns=_time.time_ns() + 300_000_000, duration_ns=500_000_000,
+        drain_ns=200_000_000,
+        maelstrom={"program": [str(NODES / "hostile.py")], "workload": "echo",
+                   "clients": ["c1"], "rate": 20.0})
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        agent = Agent(cfg)
+
+        async def peek() -> None:
+            await asyncio.sleep(0.9)
+            seen["tail"] = list(agent.stderr_tail)
+            seen["counters"] = dict(agent.counters)
+
+        await asyncio.gather(agent.run(), peek())
+
+    asyncio.run(main())
+    assert any("got big from n1: 300000 bytes" in line for line in seen["tail"]), seen
+    assert seen["counters"]["malformed"] == 5 and seen["counters"]["ops_ok"] >= 3
+    rows = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    evs = [r["ev"] for r in rows]
+    assert evs[0] == "start" and evs[-1] == "stop" and evs.count("init") == 1
+    # the message to itself waited for init_ok, then reached the program
+    assert evs.index("nrecv") > evs.index("init")
