@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from analysis import deliverylog
+from analysis.deliverylog import parse_line
 from analysis.lockfile import read_lock
 
 MAX_EXAMPLES = 5
@@ -57,20 +59,17 @@ def maelstrom_workload(run_dir: Path) -> str | None:
     return str(w) if w else None
 
 
-def parse_lines(lines: list[bytes] | list[str]) -> tuple[list[dict[str, Any]], int]:
-    """The intact events of log lines (JSON objects with an integer `i`) and how many were
-    not."""
+def parse_lines(lines: list[bytes] | list[str], node: str = ""
+                ) -> tuple[list[dict[str, Any]], int]:
+    """The intact events of log lines and how many were not, by the delivery log's one
+    parsing (analysis/deliverylog.py `parse_line`)."""
     rows, bad = [], 0
     for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
+        rec = parse_line(line, node)
+        if rec is None:
             bad += 1
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("i"), int):
-            rows.append(rec)
         else:
-            bad += 1
+            rows.append(rec)
     return rows, bad
 
 
@@ -86,14 +85,11 @@ def by_ordinal(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def read_logs(run_dir: Path) -> tuple[dict[str, list[dict[str, Any]]], int]:
-    """Each host's events by ordinal (`by_ordinal`) and the count of unreadable lines."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    bad = 0
-    for path in sorted((run_dir / "nodes").glob("*/events.jsonl")):
-        rows, n = parse_lines(path.read_bytes().splitlines())
-        bad += n
-        out[path.parent.name] = by_ordinal(rows)
-    return out, bad
+    """Each host's events by ordinal, with `inc` (analysis/deliverylog.py), and the count of
+    unreadable lines."""
+    logs = deliverylog.read_logs(run_dir)
+    return ({h: log.events for h, log in logs.items()},
+            sum(log.malformed for log in logs.values()))
 
 
 def spark_logs(run_dir: Path, master: str | None = None
@@ -114,7 +110,7 @@ def spark_logs(run_dir: Path, master: str | None = None
     def parse(rows: Any) -> Any:
         for row in rows:
             host = Path(row.path.removeprefix("file:")).parent.name
-            got, bad = parse_lines([row.value])
+            got, bad = parse_lines([row.value], host)
             if bad:
                 yield host, None
             elif got[0].get("ev") in wanted:
