@@ -74,6 +74,9 @@ class Gate:
         # as mypyc (nodes/fastpath.py) checks this annotation at run time.
         self.proto: int | None = proto if isinstance(proto, Proto) else None
         self.allowed = ALLOWED.get(self.proto) if self.proto is not None else None
+        # The reliable multicast under the protocol (the `layer` of its `Below`, nodes/
+        # protocols/reliable.py), whose windows bound the numbers a datagram may carry.
+        self.rm: Any = getattr(getattr(protocol, "rm", None), "layer", None)
 
     def check(self, msg: Message) -> str | None:
         h = msg.header
@@ -93,7 +96,7 @@ class Gate:
     # -- helpers ------------------------------------------------------------------------------
     def _reliable(self, h: Header) -> str | None:
         """A reliable-multicast number inside the receiver's window for that sender."""
-        rm = getattr(self.protocol, "rm", None)
+        rm = self.rm
         stream = None if rm is None else rm.streams.get(h.sender)
         if stream is None:
             return None
@@ -107,7 +110,7 @@ class Gate:
         return None if 1 <= h.rseq <= base + RSEQ_WINDOW else "window"
 
     def _sent_range(self, first: int, last: int) -> str | None:
-        rm = getattr(self.protocol, "rm", None)
+        rm = self.rm
         if rm is None:
             return None
         return None if last <= rm.next_rseq - 1 and first <= last else "range"

@@ -243,6 +243,12 @@ class Layer(Protocol):
         `testbed:type=QoS` management operation `newRate`."""
         ...
 
+    def retag(self, proto: int) -> bool:
+        """Stamp `proto` in the header of every datagram sent from now on (a container's
+        instance tag, nodes/protocols/switching.py); False: this layer cannot, and the
+        container re-stamps its datagrams itself."""
+        ...
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by other protocols
 class LayerBase:
@@ -260,6 +266,9 @@ class LayerBase:
 
     def on_new_rate(self, rates: dict[str, float], now: int) -> list[Action]:
         return []
+
+    def retag(self, proto: int) -> bool:
+        return False
 
 
 class ProtocolError(Exception):

@@ -45,12 +45,10 @@ from typing import Any
 from nodes.protocols.base import (
     Action,
     FinalDeliver,
-    LayerBase,
     Log,
-    RDeliver,
     Received,
 )
-from nodes.protocols.reliable import ReliableMulticast, reliable_kwargs
+from nodes.protocols.reliable import Below, OnReliable
 from nodes.protocols.sequencer import INCARNATION_SPAN
 from nodes.wire import Header, Message, MsgType
 
@@ -76,7 +74,7 @@ def unpack_deps(payload: bytes) -> tuple[list[Id], int] | None:
     return [ENTRY.unpack_from(payload, COUNT.size + j * ENTRY.size) for j in range(k)], end
 
 
-class Psync(LayerBase):
+class Psync(OnReliable):
     name = "psync"
     wire_id = WIRE_ID
 
@@ -84,8 +82,7 @@ class Psync(LayerBase):
                  scope: str = "rm"):
         self.me = me
         self.members = sorted(members)
-        self.rm = ReliableMulticast(me, members, proto=self.wire_id, scope=scope,
-                                    **reliable_kwargs(params))
+        self.rm = Below(me, members, params, self.wire_id, self._r_deliver, scope)
         self.scope = scope
         self.instance = "" if scope == "rm" else f"{self.name}#{scope}"
         self.in_g = dict.fromkeys(self.members, 0)  # G: the prefix of each sender's chain
@@ -101,21 +98,9 @@ class Psync(LayerBase):
         self.dep_bytes = 0  # deps-list bytes sent (the overhead against CBCAST's 4n)
 
     # -- Layer interface ----------------------------------------------------------------------
-    def start(self, now: int) -> list[Action]:
-        return self.rm.start(now)
-
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
         out: list[Action] = [Log("send", {"mno": self.next_n + 1, "size": len(payload)})]
         return out + self._multicast(MsgType.DATA, payload, now)
-
-    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
-        return self._up(self.rm.on_message(src, msg, now), now)
-
-    def on_timer(self, key: str, now: int) -> list[Action]:
-        return self._up(self.rm.on_timer(key, now), now)
-
-    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
-        return self._up(self.rm.on_suspect(member, suspected, now), now)
 
     # -- the algorithm ------------------------------------------------------------------------
     def _multicast(self, mtype: MsgType, payload: bytes, now: int) -> list[Action]:
@@ -126,19 +111,14 @@ class Psync(LayerBase):
         prefix = pack_deps(deps)
         self.dep_bytes += len(prefix)
         header = Header(mtype, origin=self.me, mno=self.next_n, ts=now)
-        out = self._up(self.rm.multicast(header, prefix + payload, now), now)
+        out = self.rm.multicast(header, prefix + payload, now)
         return out + self._enter(mid, deps, mtype, len(payload), now)
 
-    def _up(self, actions: list[Action], now: int) -> list[Action]:
-        out: list[Action] = []
-        for a in actions:
-            if type(a) is not RDeliver:
-                out.append(a)
-                continue
-            h = a.msg.header
-            if h.origin != self.me and h.type in (MsgType.DATA, MsgType.DUMMY):
-                out += self._receive(a.msg, now)
-        return out
+    def _r_deliver(self, src: int, msg: Message, now: int) -> list[Action]:
+        h = msg.header
+        if h.origin == self.me or h.type not in (MsgType.DATA, MsgType.DUMMY):
+            return []
+        return self._receive(msg, now)
 
     def _receive(self, msg: Message, now: int) -> list[Action]:
         """C2."""

@@ -31,16 +31,14 @@ from typing import Any
 from nodes.protocols.base import (
     Action,
     FinalDeliver,
-    LayerBase,
     Log,
     OptDeliver,
-    RDeliver,
     Received,
     Send,
     SetTimer,
 )
 from nodes.protocols.params import SequencerParams as SequencerParams  # re-exported
-from nodes.protocols.reliable import ReliableMulticast, reliable_kwargs
+from nodes.protocols.reliable import Below, OnReliable
 from nodes.wire import Flag, Header, Message, MsgType, Proto, mypyc_attr
 
 ORDER_ENTRY = struct.Struct("!HI")  # origin, mno
@@ -121,7 +119,7 @@ class SeenMessages:
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by other protocols
-class Sequencer(LayerBase):
+class Sequencer(OnReliable):
     proto = Proto.SEQUENCER
 
     def __init__(self, me: int, members: list[int], params: dict[str, Any]):
@@ -129,8 +127,7 @@ class Sequencer(LayerBase):
         self.members = members
         self.sequencer: int = params.get("sequencer_id", min(members))
         self.optimistic = bool(params.get("optimistic", False))
-        self.rm = ReliableMulticast(me, members, proto=self.proto,
-                                    **reliable_kwargs(params))
+        self.rm = Below(me, members, params, self.proto, self._r_deliver_from)
         # A restarted process numbers its messages in a fresh range so mids stay unique, and
         # joins the order at the first ORDER it sees (its pre-crash history is gone).
         self.incarnation = int(params.get("incarnation", 0))
@@ -155,15 +152,12 @@ class Sequencer(LayerBase):
         self.blocked_since: int | None = None  # when the next ORDER's data went missing
 
     # -- Layer interface ----------------------------------------------------------------------
-    def start(self, now: int) -> list[Action]:
-        return self.rm.start(now)
-
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
         """TO-multicast(m): R-multicast the data message (Fig. 1)."""
         self.mno += 1
         header = Header(MsgType.DATA, origin=self.me, mno=self.mno, ts=now, hint=self._hint_us())
         out: list[Action] = [Log("send", {"mno": self.mno, "size": len(payload)})]
-        return out + self._up(self.rm.multicast(header, payload, now), now)
+        return out + self.rm.multicast(header, payload, now)
 
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
         h = msg.header
@@ -176,28 +170,16 @@ class Sequencer(LayerBase):
             # The common case, fused: reliable FIFO would hand just this message up
             # (`ReliableMulticast.next_in_order`); no RDeliver, no lists in between.
             return self._r_deliver(msg, now)
-        return self._up(self.rm.on_message(src, msg, now), now)
-
-    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
-        """The failure detector's verdict: suspects do not hold flow control."""
-        return self._up(self.rm.on_suspect(member, suspected, now), now)
+        return self.rm.on_message(src, msg, now)
 
     def on_timer(self, key: str, now: int) -> list[Action]:
         if key == FLUSH:
             return self._flush_orders(now)
-        return self._up(self.rm.on_timer(key, now), now) + self._fetch_missing(now)
+        return self.rm.on_timer(key, now) + self._fetch_missing(now)
 
     # -- the algorithm ------------------------------------------------------------------------
-    def _up(self, actions: list[Action], now: int) -> list[Action]:
-        if not actions:
-            return []
-        out: list[Action] = []
-        for a in actions:
-            if type(a) is RDeliver:
-                out += self._r_deliver(a.msg, now)
-            else:
-                out.append(a)
-        return out
+    def _r_deliver_from(self, src: int, msg: Message, now: int) -> list[Action]:
+        return self._r_deliver(msg, now)
 
     def _r_deliver(self, msg: Message, now: int) -> list[Action]:
         h = msg.header
@@ -289,24 +271,24 @@ class Sequencer(LayerBase):
             return []
         first = self.g + 1
         self.g += len(entries)
-        backlog = self.rm.backlog
-        if backlog:
+        tail = self.rm.queued_tail()
+        if tail is not None:
             # Reliable multicast holds our messages back (its window is full): the new
             # numbers join the ORDER waiting at the backlog's tail, whose range they continue,
             # instead of queueing one more ORDER behind it. Under overload the sequencer then
             # spends one window slot per batch, not per flush -- tiny ORDERs had filled the
             # window, and the delivered rate fell with the offered one (issue 18).
-            header, payload = backlog[-1]
+            header, payload = tail
             if (header.type == _ORDER and len(payload) < ORDER_COALESCE_BYTES
                     and header.seq + len(payload) // ORDER_ENTRY.size == first):
                 room = (ORDER_COALESCE_BYTES - len(payload)) // ORDER_ENTRY.size
-                backlog[-1] = (header, payload + pack_orders(entries[:room]))
+                self.rm.replace_queued_tail(header, payload + pack_orders(entries[:room]))
                 first += len(entries[:room])
                 entries = entries[room:]
                 if not entries:
                     return []
         header = Header(MsgType.ORDER, seq=first, origin=self.me)
-        return self._up(self.rm.multicast(header, pack_orders(entries), now), now)
+        return self.rm.multicast(header, pack_orders(entries), now)
 
     def _try_deliver(self) -> list[Action]:
         out: list[Action] = []

@@ -485,9 +485,7 @@ class Switching(LayerBase):
                         tagged_ok=entry.name in TAGGED_OK)
         if inst.tagged_ok:
             gate.proto = TAG_BASE + tag  # type: ignore[assignment]  # the full checks stay
-            rm = getattr(layer, "rm", None)
-            if rm is not None and isinstance(getattr(rm, "proto", None), int):
-                rm.proto = TAG_BASE + tag  # its reliable layer stamps the tag itself
+            layer.retag(TAG_BASE + tag)  # a layer that can stamps the tag itself
         if entry.wire_id in RULED_PROTOS:
             inst.rules = PAYLOAD_RULES
         actions = layer.start(now)
