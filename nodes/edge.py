@@ -54,7 +54,7 @@ _SIGNED = struct.Struct("!Hi")
 
 _SEQUENCER_TYPES = frozenset({MsgType.DATA, MsgType.ORDER, MsgType.NACK, MsgType.ACK,
                               MsgType.HEARTBEAT, MsgType.FETCH})
-ALLOWED: dict[Proto, frozenset[MsgType]] = {
+ALLOWED: dict[int, frozenset[MsgType]] = {
     Proto.SEQUENCER: _SEQUENCER_TYPES,
     Proto.SETO: _SEQUENCER_TYPES,
     Proto.FAST_SETO: _SEQUENCER_TYPES | {MsgType.PING, MsgType.PONG, MsgType.ESTIMATE,
@@ -70,9 +70,9 @@ class Gate:
         self.members = frozenset(members)
         self.protocol = protocol
         proto = getattr(protocol, "proto", None)
-        # A Proto member, or any wire id (nodes/protocols/switching.py sets its tags): an int,
-        # as mypyc (nodes/fastpath.py) checks this annotation at run time.
-        self.proto: int | None = proto if isinstance(proto, Proto) else None
+        # Any wire id (nodes/protocols/switching.py sets its tags): an int, as mypyc
+        # (nodes/fastpath.py) checks this annotation at run time.
+        self.proto: int | None = int(proto) if isinstance(proto, int) else None
         self.allowed = ALLOWED.get(self.proto) if self.proto is not None else None
         # The reliable multicast under the protocol (the `layer` of its `Below`, nodes/
         # protocols/reliable.py), whose windows bound the numbers a datagram may carry.

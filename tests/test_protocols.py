@@ -251,7 +251,7 @@ def psync_total_without_waves(nid: int, layer: Layer) -> None:
         layer.to_delivered += 1
         return [FinalDeliver(mid[0], mid[1], layer.to_delivered, size)]
 
-    layer._causal = causal  # type: ignore[method-assign]
+    layer.causal.up = causal  # psync hands its causal deliveries to this instead
 
 
 def test_psync_context_is_smaller_than_a_vector_and_total_waits_for_every_sender(

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from nodes import wire
 from nodes.protocols import (
     cbcast,
+    fast_seto,
     fifo,
     lamport,
     leader,
@@ -42,16 +43,15 @@ from nodes.protocols import (
     qos_common,
     qos_vbr,
     reliable_ack,
+    seto,
     switching,
     timestamp_leader,
     token_ring,
 )
 from nodes.protocols.base import CommonParams, Layer
-from nodes.protocols.fast_seto import FastSeto, FastSetoParams
 from nodes.protocols.reliable import ReliableParams
 from nodes.protocols.reliable_nack import ReliableNack
 from nodes.protocols.sequencer import Sequencer, SequencerParams
-from nodes.protocols.seto import Seto, SetoParams
 from nodes.wire import Proto
 
 if TYPE_CHECKING:
@@ -300,12 +300,12 @@ CATALOGUE: tuple[Entry, ...] = (
                             note="000 §2.1: the sequencer numbers every message and none "
                                  "takes its place"),
           summary="fixed-sequencer total order over reliable FIFO (000 sec. 2.1, Fig. 1)"),
-    Entry("seto", Proto.SETO, Seto, SetoParams, SEQUENCER_TOTAL, optimistic=True,
+    Entry("seto", Proto.SETO, seto.build, seto.SetoParams, SEQUENCER_TOTAL, optimistic=True,
           liveness=Liveness(RELIABLE_LIVE, roles=("sequencer",),
                             note="000 §2.1: the sequencer numbers every message and none "
                                  "takes its place"),
           summary="optimistic total order with delay compensation (000 sec. 3, Fig. 4)"),
-    Entry("fast-seto", Proto.FAST_SETO, FastSeto, FastSetoParams, SEQUENCER_TOTAL,
+    Entry("fast-seto", Proto.FAST_SETO, fast_seto.build, fast_seto.FastSetoParams, SEQUENCER_TOTAL,
           optimistic=True,
           liveness=Liveness(RELIABLE_LIVE, roles=("sequencer",),
                             note="000 §2.1: the sequencer numbers every message and none "

@@ -40,6 +40,7 @@ a total order on this causal one.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from nodes.protocols.base import (
@@ -74,17 +75,23 @@ def unpack_deps(payload: bytes) -> tuple[list[Id], int] | None:
     return [ENTRY.unpack_from(payload, COUNT.size + j * ENTRY.size) for j in range(k)], end
 
 
-class Psync(OnReliable):
-    name = "psync"
-    wire_id = WIRE_ID
+# A layer over Psync's causal order (psync-total): each message as it enters the context
+# graph, NULLs included -- (id, deps, message type, payload size, now) -> its actions.
+CausalUp = Callable[[Id, list[Id], int, int, int], list[Action]]
 
+
+class Psync(OnReliable):
     def __init__(self, me: int, members: list[int], params: dict[str, Any],
-                 scope: str = "rm"):
+                 scope: str = "rm", name: str = "psync", wire_id: int = WIRE_ID,
+                 up: CausalUp | None = None):
+        """`name` and `wire_id` are those of the protocol the stack is (`psync`, or the
+        layer above: `psync-total`), `up` that layer's handler of causal deliveries (None:
+        psync delivers them itself)."""
         self.me = me
         self.members = sorted(members)
-        self.rm = Below(me, members, params, self.wire_id, self._r_deliver, scope)
-        self.scope = scope
-        self.instance = "" if scope == "rm" else f"{self.name}#{scope}"
+        self.rm = Below(me, members, params, wire_id, self._r_deliver, scope)
+        self.up = up
+        self.instance = "" if scope == "rm" else f"{name}#{scope}"
         self.in_g = dict.fromkeys(self.members, 0)  # G: the prefix of each sender's chain
         self.leaves: set[Id] = set()
         self.held: list[tuple[Id, list[Id], Message, int]] = []  # H: (id, deps, msg, offset)
@@ -101,6 +108,11 @@ class Psync(OnReliable):
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
         out: list[Action] = [Log("send", {"mno": self.next_n + 1, "size": len(payload)})]
         return out + self._multicast(MsgType.DATA, payload, now)
+
+    def multicast_null(self, now: int) -> list[Action]:
+        """Multicast a NULL: it enters the context graph like any message but is never
+        delivered (psync-total's W1)."""
+        return self._multicast(MsgType.DUMMY, b"", now)
 
     # -- the algorithm ------------------------------------------------------------------------
     def _multicast(self, mtype: MsgType, payload: bytes, now: int) -> list[Action]:
@@ -170,7 +182,10 @@ class Psync(OnReliable):
 
     def _causal(self, mid: Id, deps: list[Id], mtype: int, size: int, now: int
                 ) -> list[Action]:
-        """m is causally delivered: psync delivers it (psync-total orders it first)."""
+        """m is causally delivered: psync delivers it (the layer above, if any, orders it
+        first)."""
+        if self.up is not None:
+            return self.up(mid, deps, mtype, size, now)
         if mtype != MsgType.DATA:
             return []
         self.delivered += 1

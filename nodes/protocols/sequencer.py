@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Protocol
 
 from nodes.protocols.base import (
     Action,
@@ -39,7 +39,7 @@ from nodes.protocols.base import (
 )
 from nodes.protocols.params import SequencerParams as SequencerParams  # re-exported
 from nodes.protocols.reliable import Below, OnReliable
-from nodes.wire import Flag, Header, Message, MsgType, Proto, mypyc_attr
+from nodes.wire import Flag, Header, Message, MsgType, Proto
 
 ORDER_ENTRY = struct.Struct("!HI")  # origin, mno
 FLUSH = "seq:flush"
@@ -118,16 +118,52 @@ class SeenMessages:
         return len(self.ranges) + len(self.extra)
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by other protocols
-class Sequencer(OnReliable):
-    proto = Proto.SEQUENCER
+class OrderPolicy(Protocol):
+    """When the sequencer opt-delivers and numbers the data messages it receives: the plain
+    sequencer (no policy) does both at receipt, in receive order (000 Fig. 1); SETO's delay
+    compensation (nodes/protocols/seto.py `SetoDelays`, 000 Fig. 4) postpones both. The
+    policy is bound to its sequencer (`bind`) and may read it and call its public methods
+    (`enqueue_order`), never write its fields; its own datagrams and timers come to it
+    first (`on_message`, `on_timer`: None when they are not its own)."""
 
-    def __init__(self, me: int, members: list[int], params: dict[str, Any]):
+    def bind(self, seq: Sequencer) -> None: ...
+
+    def start(self, now: int) -> list[Action]: ...
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action] | None: ...
+
+    def on_timer(self, key: str, now: int) -> list[Action] | None: ...
+
+    def hint_us(self) -> int:
+        """The delay hint piggybacked on our DATA messages (000 Fig. 4 line 10)."""
+        ...
+
+    def on_data(self, msg: Message, now: int) -> list[Action]:
+        """A data message was received (and recorded in R)."""
+        ...
+
+    def before_order(self, msg: Message, now: int) -> None:
+        """An ORDER from the sequencer is about to be recorded."""
+        ...
+
+    def after_order(self, msg: Message, now: int) -> list[Action]:
+        """That ORDER was recorded and what it made deliverable was delivered."""
+        ...
+
+    def before_fnl(self, fnl: FinalDeliver) -> list[Action]:
+        """What goes out just before the final delivery `fnl`."""
+        ...
+
+
+class Sequencer(OnReliable):
+    def __init__(self, me: int, members: list[int], params: dict[str, Any],
+                 wire_id: int = Proto.SEQUENCER, policy: OrderPolicy | None = None):
         self.me = me
         self.members = members
+        self.proto = wire_id
         self.sequencer: int = params.get("sequencer_id", min(members))
         self.optimistic = bool(params.get("optimistic", False))
-        self.rm = Below(me, members, params, self.proto, self._r_deliver_from)
+        self.rm = Below(me, members, params, wire_id, self._r_deliver_from)
         # A restarted process numbers its messages in a fresh range so mids stay unique, and
         # joins the order at the first ORDER it sees (its pre-crash history is gone).
         self.incarnation = int(params.get("incarnation", 0))
@@ -150,8 +186,15 @@ class Sequencer(OnReliable):
         self.store_limit = int(params.get("relay_store", 16384))
         self.fetch_after_ns = round(float(params.get("fetch_after_ms", 200)) * 1e6)
         self.blocked_since: int | None = None  # when the next ORDER's data went missing
+        self.policy = policy
+        if policy is not None:
+            policy.bind(self)
 
     # -- Layer interface ----------------------------------------------------------------------
+    def start(self, now: int) -> list[Action]:
+        out = self.rm.start(now)
+        return out if self.policy is None else out + self.policy.start(now)
+
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
         """TO-multicast(m): R-multicast the data message (Fig. 1)."""
         self.mno += 1
@@ -170,11 +213,19 @@ class Sequencer(OnReliable):
             # The common case, fused: reliable FIFO would hand just this message up
             # (`ReliableMulticast.next_in_order`); no RDeliver, no lists in between.
             return self._r_deliver(msg, now)
+        if self.policy is not None:
+            own = self.policy.on_message(src, msg, now)
+            if own is not None:
+                return own
         return self.rm.on_message(src, msg, now)
 
     def on_timer(self, key: str, now: int) -> list[Action]:
         if key == FLUSH:
             return self._flush_orders(now)
+        if self.policy is not None:
+            own = self.policy.on_timer(key, now)
+            if own is not None:
+                return own
         return self.rm.on_timer(key, now) + self._fetch_missing(now)
 
     # -- the algorithm ------------------------------------------------------------------------
@@ -199,6 +250,9 @@ class Sequencer(OnReliable):
             out += self._try_deliver()
             return out
         if typ == _ORDER and h.sender == self.sequencer:
+            policy = self.policy
+            if policy is not None:
+                policy.before_order(msg, now)
             if self.joining:
                 self.joining = False
                 self.next_deliver = h.seq
@@ -209,20 +263,24 @@ class Sequencer(OnReliable):
             for i in range(0, len(payload), ORDER_ENTRY.size):  # unpack_orders, inlined
                 order[seq] = unpack(payload, i)
                 seq += 1
+            if policy is not None:
+                return self._try_deliver() + policy.after_order(msg, now)
             return self._try_deliver()
         return []
 
     def _on_data(self, msg: Message, now: int) -> list[Action]:
         """A data message was received (and recorded in R). The plain sequencer opt-delivers it
         at once when optimistic and, at the sequencer, orders it in this spontaneous receive
-        order (Fig. 1). Delay-compensating subclasses (SETO) postpone both."""
+        order (Fig. 1). An order policy (SETO) decides instead."""
+        if self.policy is not None:
+            return self.policy.on_data(msg, now)
         h = msg.header
         out: list[Action] = []
         if self.optimistic:
             self.opt_delivered += 1
             out.append(OptDeliver(h.origin, h.mno, len(msg.payload)))
         if self.me == self.sequencer:
-            out += self._enqueue_order((h.origin, h.mno))
+            out += self.enqueue_order((h.origin, h.mno))
         return out
 
     def _fetch_missing(self, now: int) -> list[Action]:
@@ -252,7 +310,7 @@ class Sequencer(OnReliable):
                 out.append(Send(src, Message(h, data.payload)))
         return out
 
-    def _enqueue_order(self, key: tuple[int, int]) -> list[Action]:
+    def enqueue_order(self, key: tuple[int, int]) -> list[Action]:
         """The sequencer numbers `key` next; the ORDER goes out at the end of the current
         instant, batched with any others."""
         out: list[Action] = []
@@ -263,7 +321,7 @@ class Sequencer(OnReliable):
 
     def _hint_us(self) -> int:
         """The delay hint piggybacked on our DATA messages (0: none; SETO's is 000 Fig. 4)."""
-        return 0
+        return 0 if self.policy is None else self.policy.hint_us()
 
     def _flush_orders(self, now: int) -> list[Action]:
         entries, self.pending_orders = self.pending_orders, []
@@ -302,4 +360,12 @@ class Sequencer(OnReliable):
         if out:
             self.fnl_delivered += len(out)
             self.next_deliver = n
+            policy = self.policy
+            if policy is not None:
+                told: list[Action] = []
+                for a in out:
+                    if isinstance(a, FinalDeliver):
+                        told += policy.before_fnl(a)
+                    told.append(a)
+                return told
         return out
