@@ -78,6 +78,11 @@ class Gate:
         # protocols/reliable.py), whose windows bound the numbers a datagram may carry.
         self.rm: Any = getattr(getattr(protocol, "rm", None), "layer", None)
 
+    def expect(self, proto: int) -> None:
+        """Datagrams carry `proto` (a container's instance tag, nodes/protocols/stack.py)
+        instead of the protocol's wire id; every other check stays."""
+        self.proto = proto
+
     def check(self, msg: Message) -> str | None:
         h = msg.header
         if h.sender == self.me or h.sender not in self.members:

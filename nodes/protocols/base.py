@@ -249,6 +249,11 @@ class Layer(Protocol):
         container re-stamps its datagrams itself."""
         ...
 
+    def renumber(self, last: int) -> bool:
+        """Number the next broadcast `last + 1` (a container that numbers the application's
+        messages itself, as `primary` does across its views); False: this layer cannot."""
+        ...
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by other protocols
 class LayerBase:
@@ -268,6 +273,9 @@ class LayerBase:
         return []
 
     def retag(self, proto: int) -> bool:
+        return False
+
+    def renumber(self, last: int) -> bool:
         return False
 
 

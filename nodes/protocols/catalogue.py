@@ -276,6 +276,10 @@ class Entry:
     model: Model | None = None
     # The documented hazards (Hazard above): schedules under which some claims are not made.
     hazards: tuple[Hazard, ...] = ()
+    # Its receive path never reads a received header's `proto` (checked: grep `h.proto`), so
+    # a container (nodes/protocols/stack.py) hands it datagrams under the container's tag as
+    # they are; the others get a copy with their wire id put back.
+    tagged_ok: bool = False
 
     def host_params(self) -> tuple[str, ...]:
         """Parameters that name a host: specs check them, nodes get the member id
@@ -299,17 +303,20 @@ CATALOGUE: tuple[Entry, ...] = (
           liveness=Liveness(RELIABLE_LIVE, roles=("sequencer",),
                             note="000 §2.1: the sequencer numbers every message and none "
                                  "takes its place"),
+          tagged_ok=True,
           summary="fixed-sequencer total order over reliable FIFO (000 sec. 2.1, Fig. 1)"),
     Entry("seto", Proto.SETO, seto.build, seto.SetoParams, SEQUENCER_TOTAL, optimistic=True,
           liveness=Liveness(RELIABLE_LIVE, roles=("sequencer",),
                             note="000 §2.1: the sequencer numbers every message and none "
                                  "takes its place"),
+          tagged_ok=True,
           summary="optimistic total order with delay compensation (000 sec. 3, Fig. 4)"),
     Entry("fast-seto", Proto.FAST_SETO, fast_seto.build, fast_seto.FastSetoParams, SEQUENCER_TOTAL,
           optimistic=True,
           liveness=Liveness(RELIABLE_LIVE, roles=("sequencer",),
                             note="000 §2.1: the sequencer numbers every message and none "
                                  "takes its place"),
+          tagged_ok=True,
           summary="SETO with planned delays (003 sec. 4.3, Fig. 7)"),
     Entry("reliable-nack", Proto.RELIABLE, ReliableNack, ReliableParams, RELIABLE_FIFO,
           liveness=Liveness(RELIABLE_LIVE, note="002: a gap is NACKed until retransmitted; "
@@ -333,12 +340,14 @@ CATALOGUE: tuple[Entry, ...] = (
           SEQUENCER_TOTAL,
           liveness=Liveness(LINK_LIVE, note="Totem: a crashed member breaks the ring "
                                             "(membership out of scope)"),
+          tagged_ok=True,
           summary="total order by a rotating token carrying the sequence number (002 "
                   "L379-384, Totem single ring)"),
     Entry("lamport", lamport.WIRE_ID, lamport.Lamport, lamport.LamportParams, SEQUENCER_TOTAL,
           liveness=Liveness(LINK_LIVE, note="Lamport 1978: delivery waits for a later "
                                             "message of every member; a crash stops it"),
           hazards=SENDER_REPAIR_HAZARDS,
+          tagged_ok=True,
           summary="symmetric total order by Lamport timestamps and acknowledgements (002 "
                   "L366-369, Lamport 1978)"),
     Entry("moving-sequencer", moving_sequencer.WIRE_ID, moving_sequencer.MovingSequencer,
@@ -346,6 +355,7 @@ CATALOGUE: tuple[Entry, ...] = (
           liveness=Liveness(LINK_LIVE, note="Chang-Maxemchuk: no token-site reformation, a "
                                             "crashed site stops the order"),
           hazards=MOVING_SEQUENCER_HAZARDS + SENDER_REPAIR_HAZARDS,
+          tagged_ok=True,
           summary="total order by a sequencer role rotating with a token (001 L130, "
                   "Chang-Maxemchuk)"),
     Entry("psync", psync.WIRE_ID, psync.Psync, ReliableParams, RELIABLE_FIFO | {"causal_order"},

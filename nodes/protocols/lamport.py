@@ -113,6 +113,10 @@ class Lamport(OnReliable):
         out = self.rm.multicast(header, b"", now)
         return out + [SetTimer(self.join_key, JOIN_RETRY_NS)]
 
+    def renumber(self, last: int) -> bool:
+        self.mno = last
+        return True
+
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
         """L1 (held while joining, L0)."""
         self.mno += 1

@@ -195,6 +195,10 @@ class Sequencer(OnReliable):
         out = self.rm.start(now)
         return out if self.policy is None else out + self.policy.start(now)
 
+    def renumber(self, last: int) -> bool:
+        self.mno = last
+        return True
+
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
         """TO-multicast(m): R-multicast the data message (Fig. 1)."""
         self.mno += 1

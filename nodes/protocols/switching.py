@@ -117,6 +117,7 @@ from nodes.protocols.base import (
     ms,
     param,
 )
+from nodes.protocols.stack import Hosted, TimerKeys, fan_out
 from nodes.wire import (
     PAYLOAD_RULES,
     RULED_PROTOS,
@@ -145,11 +146,6 @@ RETIRED_LIMIT = 8  # old instances kept for members that have not finished their
 TAG_BASE, TAGS = 128, 127
 for _tag in range(1, TAGS + 1):
     register_proto(TAG_BASE + _tag, f"switching-tag-{_tag}")
-# Protocols whose receive path never reads a header's `proto` (checked: grep `h.proto` in
-# nodes/protocols/): their instances get tagged datagrams as they are. Others (the QoS
-# protocols, leader, timestamp-leader, primary) get the header rebuilt with their wire id.
-TAGGED_OK = frozenset({"sequencer", "seto", "fast-seto", "lamport", "token-ring",
-                       "moving-sequencer"})
 # The last datagram restored in this process, by the identity of the received message: the
 # simulator delivers one decoded message to every receiver (nodes/sim.py), so the receivers
 # after the first reuse the first one's (frozen, so sharing is safe).
@@ -257,18 +253,11 @@ class Instance:
     index: int  # into the configured instances
     name: str
     epoch: int
-    layer: Layer
-    gate: Any  # nodes.edge.Gate over the instance's own stack
-    wire_id: int
+    host: Hosted  # the instance's layer, edge gate and timer namespace (its tag)
     # (origin, instance mno) -> (flags, sn, size, control body): what the instance will
     # deliver, read from its data messages as they arrive (or are sent).
     ids: dict[tuple[int, int], tuple[int, int, int, bytes]] = field(default_factory=dict)
     label: str = ""  # deliveries' `proto`: switching#<name>, the instance that ordered them
-    # The instance's protocol never compares a received header's `proto` (TAGGED_OK): it
-    # gets the datagram as received, tag and all, and its gate checks for the tag (saves
-    # building a second header per datagram).
-    tagged_ok: bool = False
-    timers: dict[SetTimer, SetTimer] = field(default_factory=dict)  # the instance's, namespaced
     # nodes/wire.py's payload shapes when the instance's wire id is one they describe (the
     # node decoded the datagram under the tag, so they were not applied)
     rules: dict[MsgType, tuple[int, int, int]] | None = None
@@ -341,7 +330,7 @@ class Switching(LayerBase):
         self.last_old = (0, 0)  # the last delivery (origin, sn): `last_old` at a switch's end
         # (0, 0): none yet
         self.rejects: dict[str, int] = {}
-        self.timer_keys: dict[str, tuple[int, str]] = {}  # "tag|key" -> (tag, key)
+        self.timer_keys = TimerKeys()  # "tag|key" -> (tag, key)
         # Members taken out of "every member" by an EXCLUDE delivered in the current order
         # (a crash during a switch must not block its end: `_on_membership`), and the
         # members this node's failure detector suspects now.
@@ -411,43 +400,33 @@ class Switching(LayerBase):
             return out + [SetTimer(TICK, self.tick_ns)]
         if key == NULL_KEY:
             return self._send_null(now)
-        parsed = self.timer_keys.get(key)
-        if parsed is None:
-            tag, _, inner_key = key.partition("|")
-            if not tag.isdigit():
-                return []
-            if len(self.timer_keys) > 4096:
-                self.timer_keys.clear()
-            parsed = self.timer_keys[key] = (int(tag), inner_key)
-        inst = self._by_tag(parsed[0])
+        parsed = self.timer_keys.parse(key)
+        if parsed is None or not parsed[0].isdigit():
+            return []
+        inst = self._by_tag(int(parsed[0]))
         return [] if inst is None else \
-            self._lift(inst, inst.layer.on_timer(parsed[1], now), now)
+            self._lift(inst, inst.host.layer.on_timer(parsed[1], now), now)
 
     def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
-        out = self._suspicion(member, suspected, now)
-        for inst in self._live():
-            out += self._lift(inst, inst.layer.on_suspect(member, suspected, now), now)
-        return out
+        return self._suspicion(member, suspected, now) + self._each(
+            lambda layer: layer.on_suspect(member, suspected, now), now)
 
     def on_view(self, members: list[int], now: int) -> list[Action]:
-        out: list[Action] = []
-        for inst in self._live():
-            out += self._lift(inst, inst.layer.on_view(members, now), now)
-        return out
+        return self._each(lambda layer: layer.on_view(members, now), now)
 
     def on_reserve_result(self, key: str, granted: bool, rate_bps: float, reason: str,
                           now: int) -> list[Action]:
-        out: list[Action] = []
-        for inst in self._live():
-            out += self._lift(inst, inst.layer.on_reserve_result(key, granted, rate_bps,
-                                                                 reason, now), now)
-        return out
+        return self._each(
+            lambda layer: layer.on_reserve_result(key, granted, rate_bps, reason, now), now)
 
     def on_new_rate(self, rates: dict[str, float], now: int) -> list[Action]:
-        out: list[Action] = []
-        for inst in self._live():
-            out += self._lift(inst, inst.layer.on_new_rate(rates, now), now)
-        return out
+        return self._each(lambda layer: layer.on_new_rate(rates, now), now)
+
+    def _each(self, event: Callable[[Layer], list[Action]], now: int) -> list[Action]:
+        """`event` on every live instance, its actions lifted."""
+        instances = {inst.host: inst for inst in self._live()}
+        return fan_out(list(instances), event,
+                       lambda host, actions: self._lift(instances[host], actions, now))
 
     # -- instances ------------------------------------------------------------------------------
     @staticmethod
@@ -469,25 +448,18 @@ class Switching(LayerBase):
 
     def _create(self, index: int, epoch: int, now: int) -> tuple[Instance, list[Action]]:
         """A fresh instance of configured instance `index` for `epoch` (brief §1.2)."""
-        from nodes.edge import Gate
-        from nodes.protocols import catalogue
-
         spec = self.specs[index]
-        entry = catalogue.get(spec["protocol"])
         sub = {**(spec.get("params") or {}), "incarnation": self.incarnation}
-        layer = entry.factory(self.me, self.members, sub)
-        if entry.wire_id >= TAG_BASE:
-            raise ValueError(f"{entry.name}: wire id {entry.wire_id} collides with the "
-                             f"switching tags ({TAG_BASE + 1}..{TAG_BASE + TAGS})")
         tag = self._tag(epoch)
-        gate = Gate(self.me, self.members, layer)
-        inst = Instance(tag, index, self.names[index], epoch, layer, gate, entry.wire_id,
-                        tagged_ok=entry.name in TAGGED_OK)
-        if inst.tagged_ok:
-            gate.proto = TAG_BASE + tag  # type: ignore[assignment]  # the full checks stay
-            layer.retag(TAG_BASE + tag)  # a layer that can stamps the tag itself
-        if entry.wire_id in RULED_PROTOS:
+        host = Hosted(spec["protocol"], self.me, self.members, sub, str(tag))
+        if host.wire_id >= TAG_BASE:
+            raise ValueError(f"{host.entry.name}: wire id {host.wire_id} collides with the "
+                             f"switching tags ({TAG_BASE + 1}..{TAG_BASE + TAGS})")
+        inst = Instance(tag, index, self.names[index], epoch, host)
+        host.tag(TAG_BASE + tag)
+        if host.wire_id in RULED_PROTOS:
             inst.rules = PAYLOAD_RULES
+        layer = host.layer
         actions = layer.start(now)
         # What the failure detector says now, which a fresh instance would otherwise never
         # hear (it reports changes only): a member suspected before this epoch (crashed)
@@ -509,18 +481,18 @@ class Switching(LayerBase):
             if rule is not None and not _shape_ok(rule, len(msg.payload)):
                 return self._reject("sw:payload",
                                     f"{h.type.name} payload of {len(msg.payload)} bytes")
-        if inst.tagged_ok:
+        if inst.host.tagged:
             inner = msg  # the instance never reads `proto`; its gate expects the tag
         else:
             last = _LAST[0]
             if last is not None and last[0] is msg:
                 inner = last[1]
             else:
-                inner = Message(Header(h.type, inst.wire_id, h.flags, h.sender, h.rseq,
+                inner = Message(Header(h.type, inst.host.wire_id, h.flags, h.sender, h.rseq,
                                        h.origin, h.mno, h.seq, h.hint, h.slot, h.ts, h.aux,
                                        h.length), msg.payload)
                 _LAST[0] = (msg, inner)
-        reason = inst.gate.check(inner)
+        reason = inst.host.gate.check(inner)
         if reason is not None:
             return self._reject(f"sw:rejected:{reason}", f"{h.type.name} from {h.sender}")
         if h.type is DATA:
@@ -537,7 +509,7 @@ class Switching(LayerBase):
             if inst is self.new and self.payload_once and \
                     not parsed[0] & (STUB | NULL | CTRL):
                 self.payloads[(h.origin, parsed[1])] = parsed[2]
-        out = self._lift(inst, inst.layer.on_message(src, inner, now), now)
+        out = self._lift(inst, inst.host.layer.on_message(src, inner, now), now)
         if self.held and self.payloads:
             out += self._release_held(now)
         return out
@@ -632,12 +604,7 @@ class Switching(LayerBase):
                 # at once) or held the sequence: the rest of the batch takes the full route.
                 plain = inst is self.cur and self.new is None and not self.held
             elif kind is SetTimer:
-                timer = inst.timers.get(a)  # frozen, so the namespaced one is reused
-                if timer is None:
-                    if len(inst.timers) > 1024:
-                        inst.timers.clear()
-                    timer = inst.timers[a] = SetTimer(f"{inst.tag}|{a.key}", a.delay_ns)
-                out.append(timer)
+                out.append(inst.host.timer(a))
             elif kind is OptDeliver:
                 opt = a
                 known = ids.get((opt.origin, opt.mno))
@@ -652,7 +619,7 @@ class Switching(LayerBase):
 
     # -- sending (Fig. 2.1 l.18-21) ---------------------------------------------------------------
     def _to_send(self, inst: Instance, flags: int, sn: int, body: bytes, now: int) -> list[Action]:
-        actions = inst.layer.broadcast(PREFIX.pack(flags, sn) + body, now)
+        actions = inst.host.layer.broadcast(PREFIX.pack(flags, sn) + body, now)
         for a in actions:
             if isinstance(a, Log) and a.ev == "send":
                 size = 0 if flags & CTRL else len(body)
