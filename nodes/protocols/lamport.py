@@ -1,7 +1,7 @@
 """`lamport`: symmetric total order with Lamport timestamps and acknowledgements (the
 timestamp-based family of the lecture notes 002 L366-369; 001 sec. 2 L132 "logical clocks
 [13]"; Lamport, CACM 1978). *Reconstructed*: the notes give no rules; these are the standard
-ones (rule numbers L1-L4 of the brief), over reliable FIFO multicast (the NACK layer), since
+ones (numbered L1-L4 here), over reliable FIFO multicast (the NACK layer), since
 the delivery rule needs per-pair FIFO channels without loss.
 
 State: the Lamport clock L, a queue Q ordered by (ts, origin), and last[q], the highest

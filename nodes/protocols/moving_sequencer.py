@@ -1,7 +1,7 @@
 """`moving-sequencer`: total order by a sequencer role that rotates around the ring (001 sec. 2
 L130: "the sequencer role is rotated among processes"; Chang and Maxemchuk, *Reliable
 broadcast protocols*, TOCS 2(3), 1984). *Reconstructed*: 002 has no rules for it; these are
-the brief's M1-M4, over reliable FIFO multicast (the NACK layer) as the fixed sequencer is.
+the rules M1-M4 below, over reliable FIFO multicast (the NACK layer) as the fixed sequencer is.
 
 - M1 broadcast m: R-multicast DATA(origin, mno, payload), as sequencer.py does;
 - M2 the token site T, once it holds the token and its unsequenced set U (received, not yet

@@ -4,13 +4,13 @@ IPC*, TOCS 7, 1989), over reliable FIFO multicast (the NACK layer, L347's recove
 
 Message ids are <sender, n> (L335-336). The context graph G holds the delivered messages,
 with an edge from each message to those sent in its context; `leaves(G)` are the messages no
-delivered message depends on yet. The rules (the brief's C1-C2):
+delivered message depends on yet. The rules, numbered here:
 - C1 multicast m (L338-339): deps := leaves(G); attach deps; add m to G (an edge from every
   leaf to m, so m is now the only leaf of that context); deliver m to self;
 - C2 receive m (L340-341): once every id in deps is in G, add m to G and deliver it; until
   then hold it, and retry the held messages whenever a message enters G.
 
-G is kept compact (the brief's C4, answering L360 "When can a message be purged from context
+G is kept compact (C4, answering L360 "When can a message be purged from context
 graph?"): delivery is causal, so what G holds of each sender's chain is a prefix, and G is one
 number per sender plus the current leaves; nothing else needs keeping. Recovery of a lost
 dependency (C3) is the reliable layer's. The trade-off against CBCAST (002 L324): a deps list

@@ -2,7 +2,7 @@
 L386-390: "Total order is constructed from causal order", citing Psync; 001 sec. 2 L132: the
 symmetric family delivers "according to their partial order and concurrent messages are
 totally ordered using some deterministic algorithm", with latency close to D + t).
-*Reconstructed*: the notes give two lines; this is the wave algorithm of the brief (W0-W3).
+*Reconstructed*: the notes give two lines; this is a wave algorithm (rules W0-W3 below).
 
 - W0 U := the causally delivered (nodes/protocols/psync.py) but not yet totally delivered
   messages, NULLs included, with their causal edges (each message's deps);

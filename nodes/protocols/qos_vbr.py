@@ -28,13 +28,14 @@ exactly once on both sides):
   messages of j for slot s that arrived are delivered; if j's slot is incomplete, j is removed
   from slot s+1 on (`remove`). With a crash the bound becomes Δ + 2Γ + Θ (Thm 5, L610-617).
 - F3 a restarted process (new incarnation, carried in `aux`) joins: Smax = floor((c_w - E + Δ +
-  Γ)/Θ) + 1 (fix #14), JOIN(Smax, max_burst), sending from slot Smax starting with its RATE
-  message; it delivers from Smax, each process's messages once its TAG(Smax) arrived, those
-  without a TAG by D(Smax) being outside Act(Smax).
+  Γ)/Θ) + 1 (ours: the first slot that starts more than Δ + Γ from now), JOIN(Smax,
+  max_burst), sending from slot Smax starting with its RATE message; it delivers from Smax,
+  each process's messages once its TAG(Smax) arrived, those without a TAG by D(Smax) being
+  outside Act(Smax).
 - F4/F5 on JOIN the others end the old incarnation, add j from Smax (`add`) and TAG their own
   first message of slot Smax (hint = their burst for that slot).
 - F6-F8 merge (partitions, §6.6): a slot message from a process that is not active (it was
-  removed while cut off) starts a MERGE at Smax = floor((clock_i - E + Δ + Γ)/Θ) + 1 (fix #15),
+  removed while cut off) starts a MERGE at Smax = floor((clock_i - E + Δ + Γ)/Θ) + 1 (as F3),
   answered by a MERGE REPLY; both sides take the larger Smax.
 
 §7 message loss (`loss_tolerance` x > 0): slot numbers in headers are authoritative (L635);
