@@ -49,8 +49,9 @@ class Send:
     Send, Received and FinalDeliver are built once or twice per simulated event, so like
     `RDeliver` they are plain slotted classes rather than frozen dataclasses: compiled
     (nodes/fastpath.py), a dataclass's `__init__` stays interpreted Python, these are native
-    (issue 18 item 4). Same constructor (parameters, defaults), equal and hashable by value as
-    the dataclasses were; the fields are `Final`, so mypy rejects an assignment to one."""
+    (docs/architecture.md, "Compiled hot path"). Same constructor (parameters, defaults),
+    equal and hashable by value as the dataclasses were; the fields are `Final`, so mypy
+    rejects an assignment to one."""
 
     __slots__ = ("dst", "msg")
 

@@ -49,7 +49,7 @@ from nodes.wire import Flag, Header, Message, MsgType, Proto, mypyc_attr
 
 TICK = "rm:tick"
 # Enum members as module constants: `MsgType.NACK` is a slow class-attribute lookup, and
-# on_message runs once per datagram (issue 18 item 4).
+# on_message runs once per datagram.
 _NACK, _ACK, _HEARTBEAT = MsgType.NACK, MsgType.ACK, MsgType.HEARTBEAT
 RETRANSMIT = int(Flag.RETRANSMIT)  # IntFlag arithmetic is slow on a hot path
 

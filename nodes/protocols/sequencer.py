@@ -49,7 +49,7 @@ INCARNATION_SPAN = 1_000_000
 ORDER_COALESCE_BYTES = 1400 - 44
 RELAYED = int(Flag.RELAYED)  # IntFlag arithmetic is slow on the receive path
 # Enum members as module constants: `MsgType.DATA` is a slow class-attribute lookup on the
-# per-datagram path (issue 18 item 4).
+# per-datagram path.
 _DATA, _ORDER, _FETCH = MsgType.DATA, MsgType.ORDER, MsgType.FETCH
 
 
@@ -66,8 +66,8 @@ class SeenMessages:
     bounded memory: per origin and incarnation, the contiguous range of mnos seen (reliable
     FIFO delivers an origin's messages in order, so the range just grows at its top), plus a
     set of the few seen outside it (relayed copies that arrived ahead of, or behind, the
-    FIFO stream). A plain set of keys grew by one entry per message for the whole run
-    (issue 18 item 3). Incarnations have ranges of their own: a restarted origin numbers
+    FIFO stream). A plain set of keys grew by one entry per message for the whole run.
+    Incarnations have ranges of their own: a restarted origin numbers
     from `incarnation * INCARNATION_SPAN` on, far above its old range."""
 
     __slots__ = ("ranges", "extra")
@@ -181,7 +181,7 @@ class Sequencer(OnReliable):
         self.seen = SeenMessages()
         # Oldest first. An OrderedDict, not a dict: evicting a plain dict's first key
         # (`next(iter(d))`) walks the deleted slots at its front, O(store) per message --
-        # 22 % of a node's time under load (py-spy, issue 18).
+        # 22 % of a node's time under load (py-spy).
         self.store: OrderedDict[tuple[int, int], Message] = OrderedDict()
         self.store_limit = int(params.get("relay_store", 16384))
         self.fetch_after_ns = round(float(params.get("fetch_after_ms", 200)) * 1e6)
@@ -339,7 +339,7 @@ class Sequencer(OnReliable):
             # numbers join the ORDER waiting at the backlog's tail, whose range they continue,
             # instead of queueing one more ORDER behind it. Under overload the sequencer then
             # spends one window slot per batch, not per flush -- tiny ORDERs had filled the
-            # window, and the delivered rate fell with the offered one (issue 18).
+            # window, and the delivered rate fell with the offered one.
             header, payload = tail
             if (header.type == _ORDER and len(payload) < ORDER_COALESCE_BYTES
                     and header.seq + len(payload) // ORDER_ENTRY.size == first):
