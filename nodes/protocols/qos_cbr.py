@@ -409,7 +409,7 @@ class QosCbr(LayerBase):
             item = q.popleft()
             if kind == "lost" and item[1] > 1:
                 q.appendleft(("lost", item[1] - 1))  # one entry per lost message
-            if kind == "rate":  # change-rate (Fig. 4 L260-270, fixes #5, #6)
+            if kind == "rate":  # change-rate (Fig. 4 L260-270; the cursor wraps, C8)
                 self.rate[j] = item[1]
                 self.order, cur = update(order, self.current, self.rate, j, self.members,
                                          self.aligned)
