@@ -19,9 +19,12 @@ from analysis.optimistic import optimistic_section
 from analysis.session import EVENT_LINE_BYTES, spark_session
 from analysis.switching import switching_section
 from analysis.transit import transit_section
-from analysis.verdict import finish
+from analysis.verdict import finish, run_sections
 
 SUMMARY = "summary.json"
+# The analysis sections a protocol's catalogue entry names (`Entry.sections`) that need the
+# Spark events; analysis/verdict.py `SECTIONS` has the others.
+SPARK_SECTIONS = {"switching": switching_section}
 
 
 def transport_section(run_dir: Path) -> dict[str, Any]:
@@ -99,9 +102,10 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
                 "parquet": str(EVENTS_PARQUET / ""),
             },
         }
-        switching = switching_section(events, run_dir)
-        if switching:
-            summary["switching"] = switching
+        for key in run_sections(run_dir):
+            section = SPARK_SECTIONS[key](events, run_dir) if key in SPARK_SECTIONS else None
+            if section:
+                summary[key] = section
         network = transit_section(spark, run_dir, events, data.nodes)
         if network:
             summary["network"] = network

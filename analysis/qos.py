@@ -32,8 +32,6 @@ from analysis import deliverylog
 from nodes.protocols import catalogue
 from nodes.protocols.qos_common import NS_PER_S, duration_ns
 
-BOUND_BY_NAME = {"qos-cbr": "cbr", "qos-vbr": "vbr", "leader": "leader",
-                 "timestamp-leader": "timestamp-leader"}
 # The events analysis reads; the others only count for Γ (lt - t).
 WANTED = frozenset({"send", "fnl", "net", "netrecv", "recv", "reserve", "relay",
                     "grant", "late", "start", "porder"})
@@ -45,10 +43,10 @@ Events = dict[str, list[dict[str, Any]]]
 
 
 def bound_kind(protocol: str) -> str:
+    """The latency bound protocol `protocol` claims: its catalogue entry's `bound` ("" for
+    none, or a protocol the catalogue does not know)."""
     entry = catalogue.find(protocol)
-    if entry is not None and entry.bound:
-        return entry.bound
-    return BOUND_BY_NAME.get(protocol, "")
+    return entry.bound if entry is not None else ""
 
 
 def read_events(run_dir: Path) -> tuple[Events, float]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -387,28 +388,54 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
     return {"ok": ok, "safety": safety, "liveness": liveness, "reasons": reasons}
 
 
-def finish(summary: dict[str, Any], run_dir: Path, history: FaultHistory,
-           claims: frozenset[str]) -> dict[str, Any]:
-    """Complete `summary` (counted checks in `checks`, `local_order` at top level when the
-    run opt-delivers) in place: membership, QoS, liveness, verdict and `ok`; return it."""
-    membership = membership_section(run_dir)  # primary views (001 4.1) and notifications
+def add_membership(summary: dict[str, Any], run_dir: Path, history: FaultHistory) -> None:
+    """`membership`: primary views (001 §4.1) and notifications, and their checks."""
+    membership = membership_section(run_dir)
     if membership:
         summary["checks"].update(membership["checks"])
         summary["membership"] = membership["membership"]
-    if "local_order" in summary:
-        summary["checks"]["local_order"] = summary.pop("local_order")
-        summary["checks"]["local_order"]["claimed"] = "local_order" in claims
+
+
+def add_qos(summary: dict[str, Any], run_dir: Path, history: FaultHistory) -> None:
+    """`qos`: 004's bounds (docs/qos.md). A latency above the bound fails the run only when
+    the run met the bound's assumptions; a run with gaps (§7) is held to Def. 2 instead of
+    agreement and validity."""
     qos = qos_for_run(run_dir, history, history.correct)
     if qos:
-        # 004's bounds (docs/qos.md): a latency above the bound fails the run only when the
-        # run met the bound's assumptions; a run with gaps (§7) is held to Def. 2 instead of
-        # agreement and validity.
         summary["qos"] = qos
         summary["checks"]["latency_bound"] = {**latency_check(qos), "claimed": True}
         if "gaps" in qos:
             summary["checks"]["gap_liveness"] = {**qos["gaps"], "claimed": True}
             for name in ("agreement", "validity"):
                 summary["checks"][name]["claimed"] = False
+
+
+# The analysis sections a protocol's catalogue entry names (`Entry.sections`, by key) that
+# judging completes, in this order; `switching` needs the Spark events (analysis/job.py).
+SECTIONS: dict[str, Callable[[dict[str, Any], Path, FaultHistory], None]] = {
+    "membership": add_membership,
+    "qos": add_qos,
+}
+
+
+def run_sections(run_dir: Path) -> tuple[str, ...]:
+    """The analysis sections of the run's protocol (nodes/protocols/catalogue.py
+    `sections`)."""
+    return catalogue.sections(*run_protocol(run_dir))
+
+
+def finish(summary: dict[str, Any], run_dir: Path, history: FaultHistory,
+           claims: frozenset[str]) -> dict[str, Any]:
+    """Complete `summary` (counted checks in `checks`, `local_order` at top level when the
+    run opt-delivers) in place: the sections the run's protocol adds (membership, QoS),
+    liveness, verdict and `ok`; return it."""
+    wanted = run_sections(run_dir)
+    if "local_order" in summary:
+        summary["checks"]["local_order"] = summary.pop("local_order")
+        summary["checks"]["local_order"]["claimed"] = "local_order" in claims
+    for key, add in SECTIONS.items():
+        if key in wanted:
+            add(summary, run_dir, history)
     summary["liveness"] = liveness_section(read_drain(run_dir), summary["checks"])
     promise = run_promise(run_dir, history)
     if promise is not None:

@@ -27,12 +27,12 @@ protocols they protect:
   for every other member; DELAY only from the designated process and with one delay per
   member; delays between 0 and `HINT_MAX_US`.
 
-Protocols the table does not know (a layer stack added later: give its `Proto` and message
-types an entry in `ALLOWED`, and its payloads a rule here or in `nodes.wire.PAYLOAD_RULES`)
-get the generic checks only. Without authentication (`transport: udp-aead` or `tls`) a
-process that can reach the data plane can
-still forge a member's messages within these bounds; docs/security.md says
-what that leaves open.
+Which message types a protocol's datagrams may carry is its catalogue entry's `edge`
+(nodes/protocols/catalogue.py `EdgeRules`, looked up by the protocol's wire id); a protocol
+without one (a layer stack added later: give it `edge` rules, and its payloads a rule here or
+in `nodes.wire.PAYLOAD_RULES`) gets the generic checks only. Without authentication
+(`transport: udp-aead` or `tls`) a process that can reach the data plane can still forge a
+member's messages within these bounds; docs/security.md says what that leaves open.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from nodes.protocols.fast_seto import RATE_ID
 from nodes.wire import Flag, Header, Message, MsgType, Proto
 
 RSEQ_WINDOW = 1 << 16  # reliable numbers ahead of the last delivered from that sender
@@ -52,14 +51,6 @@ RELAYED = int(Flag.RELAYED)
 _ENTRY = struct.Struct("!HI")  # (origin, mno) and (member, us): both 6 bytes
 _SIGNED = struct.Struct("!Hi")
 
-_SEQUENCER_TYPES = frozenset({MsgType.DATA, MsgType.ORDER, MsgType.NACK, MsgType.ACK,
-                              MsgType.HEARTBEAT, MsgType.FETCH})
-ALLOWED: dict[Proto, frozenset[MsgType]] = {
-    Proto.SEQUENCER: _SEQUENCER_TYPES,
-    Proto.SETO: _SEQUENCER_TYPES,
-    Proto.FAST_SETO: _SEQUENCER_TYPES | {MsgType.PING, MsgType.PONG, MsgType.ESTIMATE,
-                                         MsgType.DELAY},
-}
 
 
 class Gate:
@@ -70,10 +61,24 @@ class Gate:
         self.members = frozenset(members)
         self.protocol = protocol
         proto = getattr(protocol, "proto", None)
-        # A Proto member, or any wire id (nodes/protocols/switching.py sets its tags): an int,
-        # as mypyc (nodes/fastpath.py) checks this annotation at run time.
-        self.proto: int | None = proto if isinstance(proto, Proto) else None
-        self.allowed = ALLOWED.get(self.proto) if self.proto is not None else None
+        # Any wire id (nodes/protocols/switching.py sets its tags): an int, as mypyc
+        # (nodes/fastpath.py) checks this annotation at run time.
+        self.proto: int | None = int(proto) if isinstance(proto, int) else None
+        # The protocol's edge rules are its catalogue entry's (`Entry.edge`).
+        from nodes.protocols.catalogue import find_wire
+
+        entry = find_wire(self.proto) if self.proto is not None else None
+        rules = entry.edge if entry is not None else None
+        self.allowed: frozenset[MsgType] | None = rules.types if rules is not None else None
+        self.rate_id: int | None = rules.rate_id if rules is not None else None
+        # The reliable multicast under the protocol (the `layer` of its `Below`, nodes/
+        # protocols/reliable.py), whose windows bound the numbers a datagram may carry.
+        self.rm: Any = getattr(getattr(protocol, "rm", None), "layer", None)
+
+    def expect(self, proto: int) -> None:
+        """Datagrams carry `proto` (a container's instance tag, nodes/protocols/stack.py)
+        instead of the protocol's wire id; every other check stays."""
+        self.proto = proto
 
     def check(self, msg: Message) -> str | None:
         h = msg.header
@@ -93,7 +98,7 @@ class Gate:
     # -- helpers ------------------------------------------------------------------------------
     def _reliable(self, h: Header) -> str | None:
         """A reliable-multicast number inside the receiver's window for that sender."""
-        rm = getattr(self.protocol, "rm", None)
+        rm = self.rm
         stream = None if rm is None else rm.streams.get(h.sender)
         if stream is None:
             return None
@@ -107,7 +112,7 @@ class Gate:
         return None if 1 <= h.rseq <= base + RSEQ_WINDOW else "window"
 
     def _sent_range(self, first: int, last: int) -> str | None:
-        rm = getattr(self.protocol, "rm", None)
+        rm = self.rm
         if rm is None:
             return None
         return None if last <= rm.next_rseq - 1 and first <= last else "range"
@@ -126,7 +131,7 @@ class Gate:
             if member in seen:
                 return "entries"
             seen.add(member)
-            if rate and member == RATE_ID:
+            if rate and member == self.rate_id:
                 if value < 0:
                     return "value"
                 continue

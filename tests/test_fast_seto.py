@@ -11,7 +11,9 @@ import pytest
 
 from nodes.config import PathConfig
 from nodes.planner import mol_cost, optimal_plan, order_residual
-from nodes.protocols.fast_seto import FastSeto, pack_vector, unpack_vector
+from nodes.protocols.fast_seto import DelayPlanner, build, pack_vector, unpack_vector
+from nodes.protocols.sequencer import Sequencer
+from nodes.protocols.seto import SetoDelays
 from nodes.sim import SIM_EPOCH_NS, Simulator
 from tests.test_seto import (
     OMEGA,
@@ -38,9 +40,10 @@ def applied_delta(sim: Simulator, omega_ms: list[list[float]]) -> np.ndarray:
     x = np.zeros((n, n))
     for nid, core in sim.cores.items():
         proto = core.protocol
-        assert isinstance(proto, FastSeto) and not proto.adaptive
+        assert isinstance(proto, Sequencer) and isinstance(proto.policy, SetoDelays)
+        assert isinstance(proto.policy.planner, DelayPlanner) and not proto.policy.adaptive
         for k in range(n):
-            x[k, nid] = proto.delay[k] / 1e6
+            x[k, nid] = proto.policy.delay[k] / 1e6
     return np.array(omega_ms, dtype=float) + x
 
 
@@ -50,7 +53,7 @@ def test_delay_vectors_survive_the_wire_in_microseconds() -> None:
 
 def test_unknown_planner_is_refused() -> None:
     with pytest.raises(ValueError, match="planner"):
-        FastSeto(0, [0, 1], {"planner": "simplex"})
+        build(0, [0, 1], {"planner": "simplex"})
 
 
 @pytest.mark.parametrize("planner", ["optimal", "heuristic"])

@@ -191,7 +191,7 @@ def test_forged_ack_cannot_purge_the_send_buffer() -> None:
     core = make_core("sequencer", 1)
     core.start(T0)
     core.broadcast(T0)
-    rm = core.protocol.rm  # type: ignore[attr-defined]
+    rm = core.protocol.rm.layer  # type: ignore[attr-defined]
     assert list(rm.send_buffer) == [1]
     for peer in (0, 2, 3):
         core.receive(_from(peer, MsgType.ACK, Proto.SEQUENCER, rseq=1000), T0)

@@ -124,7 +124,8 @@ def test_lamport_immediate_acks_cost_one_ack_per_message_per_receiver(tmp_path: 
 # -- negative controls: deliver on receipt ----------------------------------------------------
 def nack_on_receipt(nid: int, layer: Layer) -> None:
     assert isinstance(layer, ReliableNack)
-    rm, original, seen = layer.rm, layer.rm._receive, set()
+    rm = layer.rm.layer  # the reliable multicast under the layer
+    original, seen = rm._receive, set()
 
     def receive(stream: Any, msg: Message, now: int) -> list[Any]:
         kept = [a for a in original(stream, msg, now) if type(a) is not RDeliver]
@@ -250,7 +251,7 @@ def psync_total_without_waves(nid: int, layer: Layer) -> None:
         layer.to_delivered += 1
         return [FinalDeliver(mid[0], mid[1], layer.to_delivered, size)]
 
-    layer._causal = causal  # type: ignore[method-assign]
+    layer.causal.up = causal  # psync hands its causal deliveries to this instead
 
 
 def test_psync_context_is_smaller_than_a_vector_and_total_waits_for_every_sender(

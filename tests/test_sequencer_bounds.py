@@ -79,7 +79,7 @@ def test_orders_behind_a_full_window_coalesce_into_one_consecutive_order() -> No
     for n in range(1, 301):  # other members' messages, each flushed on its own
         seq.on_message(2, _data(2, n), 1 + n)
         seq.on_timer("seq:flush", 1 + n)
-    backlog = list(seq.rm.backlog)
+    backlog = list(seq.rm.layer.backlog)
     assert [h.type for h, _ in backlog] == [MsgType.ORDER, MsgType.ORDER]
     entries = [unpack_orders(p) for _, p in backlog]
     assert len(backlog[0][1]) <= ORDER_COALESCE_BYTES

@@ -20,7 +20,8 @@ from analysis.session import spark_session
 from nodes.config import Member, NodeConfig, PathConfig, WorkloadConfig
 from nodes.planner import seto_plan
 from nodes.protocols.base import FinalDeliver, OptDeliver, Send, SetTimer
-from nodes.protocols.seto import OPT, Seto
+from nodes.protocols.sequencer import Sequencer
+from nodes.protocols.seto import OPT, SetoDelays, build
 from nodes.sim import SIM_EPOCH_NS, Simulator
 from nodes.wire import Header, Message, MsgType
 from testbed.backends.base import HostAddress
@@ -115,9 +116,15 @@ def assert_local_and_total_order(events: Events) -> None:
 
 
 # -- the protocol -----------------------------------------------------------------------------
+def delays(layer: object) -> SetoDelays:
+    """The SETO order policy of a `seto` stack (a sequencer)."""
+    assert isinstance(layer, Sequencer) and isinstance(layer.policy, SetoDelays)
+    return layer.policy
+
+
 def test_fnl_before_the_optimistic_delay_expires_opt_delivers_just_before_it() -> None:
-    p = Seto(1, [0, 1, 2], {"sequencer_id": 0})
-    p.delay[2] = 50_000_000
+    p = build(1, [0, 1, 2], {"sequencer_id": 0})
+    delays(p).delay[2] = 50_000_000
     data = Message(Header(MsgType.DATA, origin=2, mno=1, sender=2, rseq=1), b"x" * 8)
     out = p.on_message(2, data, now=1_000_000)
     assert not [a for a in out if isinstance(a, OptDeliver)]
@@ -131,28 +138,27 @@ def test_fnl_before_the_optimistic_delay_expires_opt_delivers_just_before_it() -
 
 
 def test_sequencer_delays_its_own_messages_by_the_largest_hint() -> None:
-    s = Seto(0, [0, 1, 2], {"sequencer_id": 0})
+    s = build(0, [0, 1, 2], {"sequencer_id": 0})
     for origin, hint_us in ((1, 7000), (2, 3000)):
         msg = Message(Header(MsgType.DATA, origin=origin, mno=1, sender=origin, rseq=1,
                              hint=hint_us), b"")
         s.on_message(origin, msg, now=0)
-    assert s.delay[0] == 7_000_000
+    assert delays(s).delay[0] == 7_000_000
     sent = [a for a in s.broadcast(b"", now=1) if isinstance(a, Send)]
     assert sent and all(a.msg.header.hint == 0 for a in sent)
 
 
 def test_seto_rejects_an_inertia_factor_outside_zero_one() -> None:
     with pytest.raises(ValueError, match="alpha"):
-        Seto(0, [0, 1], {"alpha": 1.0})
+        build(0, [0, 1], {"alpha": 1.0})
 
 
 def test_seto_converges_to_the_steady_state_the_planner_predicts(tmp_path: Path) -> None:
     sim = run_sim(matrix_configs(OMEGA, "seto", {"sequencer_id": 0, "alpha": 0.9}, tmp_path))
     plan = seto_plan(OMEGA, sequencer=0)
     for nid, core in sim.cores.items():
-        proto = core.protocol
-        assert isinstance(proto, Seto)
-        measured = [proto.delay[k] / 1e6 for k in range(len(OMEGA))]
+        policy = delays(core.protocol)
+        measured = [policy.delay[k] / 1e6 for k in range(len(OMEGA))]
         expected = plan.delays_at(nid)
         assert all(abs(m - e) < 1.0 for m, e in zip(measured, expected, strict=True)), \
             f"node {nid}: delays {measured} ms, planner says {expected}"

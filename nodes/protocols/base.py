@@ -49,8 +49,9 @@ class Send:
     Send, Received and FinalDeliver are built once or twice per simulated event, so like
     `RDeliver` they are plain slotted classes rather than frozen dataclasses: compiled
     (nodes/fastpath.py), a dataclass's `__init__` stays interpreted Python, these are native
-    (issue 18 item 4). Same constructor (parameters, defaults), equal and hashable by value as
-    the dataclasses were; the fields are `Final`, so mypy rejects an assignment to one."""
+    (docs/architecture.md, "Compiled hot path"). Same constructor (parameters, defaults),
+    equal and hashable by value as the dataclasses were; the fields are `Final`, so mypy
+    rejects an assignment to one."""
 
     __slots__ = ("dst", "msg")
 
@@ -243,6 +244,17 @@ class Layer(Protocol):
         `testbed:type=QoS` management operation `newRate`."""
         ...
 
+    def retag(self, proto: int) -> bool:
+        """Stamp `proto` in the header of every datagram sent from now on (a container's
+        instance tag, nodes/protocols/switching.py); False: this layer cannot, and the
+        container re-stamps its datagrams itself."""
+        ...
+
+    def renumber(self, last: int) -> bool:
+        """Number the next broadcast `last + 1` (a container that numbers the application's
+        messages itself, as `primary` does across its views); False: this layer cannot."""
+        ...
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by other protocols
 class LayerBase:
@@ -260,6 +272,12 @@ class LayerBase:
 
     def on_new_rate(self, rates: dict[str, float], now: int) -> list[Action]:
         return []
+
+    def retag(self, proto: int) -> bool:
+        return False
+
+    def renumber(self, last: int) -> bool:
+        return False
 
 
 class ProtocolError(Exception):

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from nodes import wire
 from nodes.protocols import (
     cbcast,
+    fast_seto,
     fifo,
     lamport,
     leader,
@@ -42,17 +43,16 @@ from nodes.protocols import (
     qos_common,
     qos_vbr,
     reliable_ack,
+    seto,
     switching,
     timestamp_leader,
     token_ring,
 )
 from nodes.protocols.base import CommonParams, Layer
-from nodes.protocols.fast_seto import FastSeto, FastSetoParams
 from nodes.protocols.reliable import ReliableParams
 from nodes.protocols.reliable_nack import ReliableNack
 from nodes.protocols.sequencer import Sequencer, SequencerParams
-from nodes.protocols.seto import Seto, SetoParams
-from nodes.wire import Proto
+from nodes.wire import MsgType, Proto
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -248,6 +248,28 @@ PSYNC_HAZARDS = SENDER_REPAIR_HAZARDS + (
                   "mid-way without the context of what it skipped"),
 )
 
+@dataclass(frozen=True)
+class EdgeRules:
+    """What the edge gate (nodes/edge.py) admits of a protocol's datagrams beyond the generic
+    checks: the message types they may carry under its wire id (each checked by the gate's
+    rule for that type, nodes/edge.py `CHECKS`), and, for an ESTIMATE, the entry id that
+    carries the sender's own send rate instead of a delay (003 Fig. 7, fast_seto.py)."""
+
+    types: frozenset[MsgType]
+    rate_id: int | None = None
+
+
+# The fixed sequencer's messages (000 Fig. 1) over reliable FIFO (002), with the relay's FETCH.
+SEQUENCER_EDGE = EdgeRules(frozenset({MsgType.DATA, MsgType.ORDER, MsgType.NACK, MsgType.ACK,
+                                      MsgType.HEARTBEAT, MsgType.FETCH}))
+FAST_SETO_EDGE = EdgeRules(SEQUENCER_EDGE.types | {MsgType.PING, MsgType.PONG,
+                                                   MsgType.ESTIMATE, MsgType.DELAY},
+                           rate_id=fast_seto.RATE_ID)
+# The analysis sections a protocol can add to summary.json, by key: analysis maps each key to
+# the function that computes it (analysis/verdict.py `SECTIONS`, analysis/job.py
+# `SPARK_SECTIONS`); a protocol with a latency bound adds `qos` (004) whatever it names.
+SECTIONS = ("membership", "switching", "qos")
+
 Factory = Callable[[int, list[int], dict[str, Any]], Layer]
 # A protocol whose params nest other protocols (switching's instances) checks and resolves
 # them itself: (params, topology hosts) -> [(location, message)], (params, {host: id}) -> params.
@@ -276,6 +298,15 @@ class Entry:
     model: Model | None = None
     # The documented hazards (Hazard above): schedules under which some claims are not made.
     hazards: tuple[Hazard, ...] = ()
+    # Its receive path never reads a received header's `proto` (checked: grep `h.proto`), so
+    # a container (nodes/protocols/stack.py) hands it datagrams under the container's tag as
+    # they are; the others get a copy with their wire id put back.
+    tagged_ok: bool = False
+    # What the edge gate admits beyond the generic checks (EdgeRules above; None: generic
+    # checks only).
+    edge: EdgeRules | None = None
+    # The analysis sections (SECTIONS above) a run of it adds to summary.json.
+    sections: tuple[str, ...] = ()
 
     def host_params(self) -> tuple[str, ...]:
         """Parameters that name a host: specs check them, nodes get the member id
@@ -296,20 +327,25 @@ class Entry:
 
 CATALOGUE: tuple[Entry, ...] = (
     Entry("sequencer", Proto.SEQUENCER, Sequencer, SequencerParams, SEQUENCER_TOTAL,
+          edge=SEQUENCER_EDGE,
           liveness=Liveness(RELIABLE_LIVE, roles=("sequencer",),
                             note="000 §2.1: the sequencer numbers every message and none "
                                  "takes its place"),
+          tagged_ok=True,
           summary="fixed-sequencer total order over reliable FIFO (000 sec. 2.1, Fig. 1)"),
-    Entry("seto", Proto.SETO, Seto, SetoParams, SEQUENCER_TOTAL, optimistic=True,
+    Entry("seto", Proto.SETO, seto.build, seto.SetoParams, SEQUENCER_TOTAL, optimistic=True,
+          edge=SEQUENCER_EDGE,
           liveness=Liveness(RELIABLE_LIVE, roles=("sequencer",),
                             note="000 §2.1: the sequencer numbers every message and none "
                                  "takes its place"),
+          tagged_ok=True,
           summary="optimistic total order with delay compensation (000 sec. 3, Fig. 4)"),
-    Entry("fast-seto", Proto.FAST_SETO, FastSeto, FastSetoParams, SEQUENCER_TOTAL,
-          optimistic=True,
+    Entry("fast-seto", Proto.FAST_SETO, fast_seto.build, fast_seto.FastSetoParams,
+          SEQUENCER_TOTAL, optimistic=True, edge=FAST_SETO_EDGE,
           liveness=Liveness(RELIABLE_LIVE, roles=("sequencer",),
                             note="000 §2.1: the sequencer numbers every message and none "
                                  "takes its place"),
+          tagged_ok=True,
           summary="SETO with planned delays (003 sec. 4.3, Fig. 7)"),
     Entry("reliable-nack", Proto.RELIABLE, ReliableNack, ReliableParams, RELIABLE_FIFO,
           liveness=Liveness(RELIABLE_LIVE, note="002: a gap is NACKed until retransmitted; "
@@ -333,12 +369,14 @@ CATALOGUE: tuple[Entry, ...] = (
           SEQUENCER_TOTAL,
           liveness=Liveness(LINK_LIVE, note="Totem: a crashed member breaks the ring "
                                             "(membership out of scope)"),
+          tagged_ok=True,
           summary="total order by a rotating token carrying the sequence number (002 "
                   "L379-384, Totem single ring)"),
     Entry("lamport", lamport.WIRE_ID, lamport.Lamport, lamport.LamportParams, SEQUENCER_TOTAL,
           liveness=Liveness(LINK_LIVE, note="Lamport 1978: delivery waits for a later "
                                             "message of every member; a crash stops it"),
           hazards=SENDER_REPAIR_HAZARDS,
+          tagged_ok=True,
           summary="symmetric total order by Lamport timestamps and acknowledgements (002 "
                   "L366-369, Lamport 1978)"),
     Entry("moving-sequencer", moving_sequencer.WIRE_ID, moving_sequencer.MovingSequencer,
@@ -346,6 +384,7 @@ CATALOGUE: tuple[Entry, ...] = (
           liveness=Liveness(LINK_LIVE, note="Chang-Maxemchuk: no token-site reformation, a "
                                             "crashed site stops the order"),
           hazards=MOVING_SEQUENCER_HAZARDS + SENDER_REPAIR_HAZARDS,
+          tagged_ok=True,
           summary="total order by a sequencer role rotating with a token (001 L130, "
                   "Chang-Maxemchuk)"),
     Entry("psync", psync.WIRE_ID, psync.Psync, ReliableParams, RELIABLE_FIFO | {"causal_order"},
@@ -372,6 +411,7 @@ CATALOGUE: tuple[Entry, ...] = (
                   "<= delta+gamma+theta, delta+2gamma+theta with a crash; total order with "
                   "gaps when loss_tolerance > 0 (004 secs. 5-7)"),
     Entry("primary", primary.WIRE_ID, primary.Primary, primary.PrimaryParams, SEQUENCER_TOTAL,
+          sections=("membership",),
           liveness=Liveness(RELIABLE_LIVE, quorum=True,
                             note="001 §4.1: views exclude crashed members while a majority "
                                  "remains; a cut-off minority rejoins by state transfer"),
@@ -404,6 +444,7 @@ CATALOGUE: tuple[Entry, ...] = (
           summary="switches between total-order instances without stopping the flow, or by "
                   "the RABP and stop-the-flow baselines (001 ch. 2, Fig. 2.1)",
           check_params=switching.check_params, resolve_hosts=switching.resolve_hosts,
+          sections=("switching",),
           liveness=Liveness(RELIABLE_LIVE, nested="instances",
                             note="001 §2.2: a member crashed during a switch is excluded; "
                                  "each instance must itself survive the fault plan")),
@@ -414,27 +455,44 @@ CATALOGUE: tuple[Entry, ...] = (
           summary="FIFO without reliability, late messages dropped (002 L54-66)"),
 )
 
-_BY_NAME = {e.name: e for e in CATALOGUE}
-_BY_WIRE = {e.wire_id: e for e in CATALOGUE}
-if len(_BY_NAME) != len(CATALOGUE) or len(_BY_WIRE) != len(CATALOGUE):
-    raise RuntimeError("protocol catalogue: names and wire ids must be unique")
-for _e in CATALOGUE:
-    if not _e.claims <= set(CHECKS):
-        raise RuntimeError(f"protocol {_e.name!r} claims unknown checks "
-                           f"{sorted(_e.claims - set(CHECKS))}")
-    if not _e.liveness.tolerates <= set(FAULT_KINDS):
-        raise RuntimeError(f"protocol {_e.name!r}: unknown fault kinds in its liveness claim")
-    for _h in _e.hazards:
-        if not _h.voids or not _h.voids <= set(VOIDABLE) or not _h.faults <= set(HAZARD_FAULTS):
-            raise RuntimeError(f"protocol {_e.name!r}: a hazard voids unknown checks or names "
+_BY_NAME: dict[str, Entry] = {}
+_BY_WIRE: dict[int, Entry] = {}
+
+
+def register(entry: Entry) -> Entry:
+    """Add `entry` to the catalogue after checking it against everything above (unique name
+    and wire id, known checks, fault kinds, hazards and sections, a model exactly for a
+    bound); its wire id is then accepted in decoded headers. Every entry of CATALOGUE is
+    registered so; a protocol added later needs nothing else (docs/architecture.md, "Adding a
+    protocol"). RuntimeError, with the catalogue unchanged, for an entry that does not hold."""
+    e = entry
+    if e.name in _BY_NAME or e.wire_id in _BY_WIRE:
+        raise RuntimeError("protocol catalogue: names and wire ids must be unique "
+                           f"({e.name!r}, {e.wire_id})")
+    if not e.claims <= set(CHECKS):
+        raise RuntimeError(f"protocol {e.name!r} claims unknown checks "
+                           f"{sorted(e.claims - set(CHECKS))}")
+    if not e.liveness.tolerates <= set(FAULT_KINDS):
+        raise RuntimeError(f"protocol {e.name!r}: unknown fault kinds in its liveness claim")
+    for h in e.hazards:
+        if not h.voids or not h.voids <= set(VOIDABLE) or not h.faults <= set(HAZARD_FAULTS):
+            raise RuntimeError(f"protocol {e.name!r}: a hazard voids unknown checks or names "
                                "unknown fault kinds")
-        if not {k for k, _ in _h.params} <= {f.name for f in fields(_e.params)} or not _h.reason:
-            raise RuntimeError(f"protocol {_e.name!r}: a hazard names unknown params or has "
+        if not {k for k, _ in h.params} <= {f.name for f in fields(e.params)} or not h.reason:
+            raise RuntimeError(f"protocol {e.name!r}: a hazard names unknown params or has "
                                "no reason")
-    if bool(_e.bound) != (_e.model is not None):
-        raise RuntimeError(f"protocol {_e.name!r}: a latency bound needs a model, and only "
+    if not set(e.sections) <= set(SECTIONS):
+        raise RuntimeError(f"protocol {e.name!r}: unknown analysis sections")
+    if bool(e.bound) != (e.model is not None):
+        raise RuntimeError(f"protocol {e.name!r}: a latency bound needs a model, and only "
                            "a bound has one")
-    wire.register_proto(_e.wire_id, _e.name)
+    wire.register_proto(e.wire_id, e.name)
+    _BY_NAME[e.name] = _BY_WIRE[e.wire_id] = e
+    return e
+
+
+for _e in CATALOGUE:
+    register(_e)
 wire.register_proto(membership.WIRE_ID, "membership")  # the primary layer's membership
 
 
@@ -452,6 +510,28 @@ def get(name: str) -> Entry:
 
 def find(name: str) -> Entry | None:
     return _BY_NAME.get(name)
+
+
+def find_wire(wire_id: int) -> Entry | None:
+    """The entry whose wire id is `wire_id` (None: no protocol's)."""
+    return _BY_WIRE.get(wire_id)
+
+
+def sections(name: str, params: dict[str, Any]) -> tuple[str, ...]:
+    """The analysis sections a run of protocol `name` with `params` adds to summary.json: its
+    entry's, `qos` for a latency bound, and those of the protocols it nests (switching's
+    instances), in SECTIONS order; every section for a protocol the catalogue does not know
+    (each finds nothing to say where its events are absent)."""
+    entry = find(name)
+    if entry is None:
+        return SECTIONS
+    wanted = set(entry.sections) | ({"qos"} if entry.bound else set())
+    if entry.liveness.nested:
+        nested = params.get(entry.liveness.nested) or switching.instance_specs({})
+        for spec in nested if isinstance(nested, list) else []:
+            if isinstance(spec, dict) and find(str(spec.get("protocol"))) is not None:
+                wanted |= set(sections(str(spec["protocol"]), dict(spec.get("params") or {})))
+    return tuple(k for k in SECTIONS if k in wanted)
 
 
 def build(name: str, me: int, members: list[int], params: dict[str, Any]) -> Layer:

@@ -39,22 +39,15 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from nodes.protocols.base import (
-    Action,
-    FinalDeliver,
-    LayerBase,
-    Log,
-    RDeliver,
-    Received,
-)
-from nodes.protocols.reliable import ReliableMulticast, reliable_kwargs
+from nodes.protocols.base import Action, FinalDeliver, Log, Received
+from nodes.protocols.reliable import Below, OnReliable
 from nodes.protocols.sequencer import INCARNATION_SPAN
 from nodes.wire import Header, Message, MsgType
 
 WIRE_ID = 7
 
 
-class Cbcast(LayerBase):
+class Cbcast(OnReliable):
     def __init__(self, me: int, members: list[int], params: dict[str, Any],
                  scope: str = "rm"):
         self.me = me
@@ -62,8 +55,7 @@ class Cbcast(LayerBase):
         self.members = sorted(members)
         self.index = {m: k for k, m in enumerate(self.members)}
         self.vt_format = struct.Struct(f"!{len(self.members)}I")
-        self.rm = ReliableMulticast(me, members, proto=WIRE_ID, scope=scope,
-                                    **reliable_kwargs(params))
+        self.rm = Below(me, members, params, WIRE_ID, self._r_deliver, scope)
         self.vt = [0] * len(self.members)  # VT_j
         incarnation = int(params.get("incarnation", 0))
         self.vt[self.index[me]] = incarnation * INCARNATION_SPAN  # B4: mnos continue
@@ -74,9 +66,6 @@ class Cbcast(LayerBase):
         self.max_held = 0
 
     # -- Layer interface ----------------------------------------------------------------------
-    def start(self, now: int) -> list[Action]:
-        return self.rm.start(now)
-
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
         """B1."""
         i = self.index[self.me]
@@ -87,30 +76,15 @@ class Cbcast(LayerBase):
         sent = self.rm.multicast(header, self.vt_format.pack(*self.vt) + payload, now)
         self.delivered += 1
         out.append(FinalDeliver(self.me, mno, self.delivered, len(payload), self.instance))
-        # The own R-delivery is skipped in _up (it is delivered above, at once).
-        return out + self._up(sent)
-
-    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
-        return self._up(self.rm.on_message(src, msg, now))
-
-    def on_timer(self, key: str, now: int) -> list[Action]:
-        return self._up(self.rm.on_timer(key, now))
-
-    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
-        return self._up(self.rm.on_suspect(member, suspected, now))
+        # The own R-delivery is skipped in _r_deliver (it is delivered above, at once).
+        return out + sent
 
     # -- the algorithm ------------------------------------------------------------------------
-    def _up(self, actions: list[Action]) -> list[Action]:
-        out: list[Action] = []
-        for a in actions:
-            if type(a) is not RDeliver:
-                out.append(a)
-                continue
-            h = a.msg.header
-            if h.type != MsgType.DATA or h.origin == self.me:
-                continue
-            out += self._receive(a.msg)
-        return out
+    def _r_deliver(self, src: int, msg: Message, now: int) -> list[Action]:
+        h = msg.header
+        if h.type != MsgType.DATA or h.origin == self.me:
+            return []
+        return self._receive(msg)
 
     def _receive(self, msg: Message) -> list[Action]:
         """B2: discard a duplicate, deliver what the conditions allow, hold the rest."""

@@ -36,7 +36,8 @@ import numpy as np
 
 from nodes.planner import Plan, heuristic_plan, optimal_plan
 from nodes.protocols.base import Action, Log, Send, SetTimer, ms, param
-from nodes.protocols.seto import Seto, SetoParams
+from nodes.protocols.sequencer import Sequencer
+from nodes.protocols.seto import SetoDelays, SetoParams
 from nodes.wire import Header, Message, MsgType, Proto
 
 PROBE = "fs:probe"
@@ -73,11 +74,22 @@ def unpack_vector(payload: bytes) -> dict[int, int]:
     return {m: us * 1000 for m, us in entries}
 
 
-class FastSeto(Seto):
+def build(me: int, members: list[int], params: dict[str, Any]) -> Sequencer:
+    """The `fast-seto` stack: the fixed sequencer over reliable FIFO, with SETO's order
+    policy, whose delays this planner plans."""
+    delays = SetoDelays(me, members, params, planner=DelayPlanner(me, members, params))
+    return Sequencer(me, members, params, Proto.FAST_SETO, delays)
+
+
+class DelayPlanner:
+    """Fast SETO's four steps (module docstring), as SETO's planner
+    (`nodes.protocols.seto.Planner`)."""
+
     proto = Proto.FAST_SETO
 
     def __init__(self, me: int, members: list[int], params: dict[str, Any]):
-        super().__init__(me, members, params)
+        self.me = me
+        self.members = members
         planner = str(params.get("planner", "optimal"))
         if planner not in PLANNERS:
             raise ValueError(f"Fast SETO planner must be one of {sorted(PLANNERS)}, "
@@ -103,15 +115,18 @@ class FastSeto(Seto):
         self.planned: dict[int, dict[int, int]] = {}
         self.rows: dict[int, dict[int, int]] = {}
 
-    # -- Layer interface ----------------------------------------------------------------------
-    def start(self, now: int) -> list[Action]:
-        self.sent_at.append((now, self.mno))
-        return super().start(now) + [SetTimer(PROBE, 0), SetTimer(ESTIMATE, self.estimate_ns)]
+    # -- the planner's events (nodes.protocols.seto.Planner) ---------------------------------
+    def bind(self, seto: SetoDelays) -> None:
+        self.seto = seto
 
-    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
+    def start(self, now: int) -> list[Action]:
+        self.sent_at.append((now, self.seto.sent()))
+        return [SetTimer(PROBE, 0), SetTimer(ESTIMATE, self.estimate_ns)]
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action] | None:
         h = msg.header
         if h.type not in _CONTROL:
-            return super().on_message(src, msg, now)
+            return None
         if h.type == MsgType.PING:
             return [Send(src, self._control(MsgType.PONG, ts=h.ts))]
         if h.type == MsgType.PONG:
@@ -126,14 +141,14 @@ class FastSeto(Seto):
             return self._apply_row(h.aux, unpack_vector(msg.payload))
         return []
 
-    def on_timer(self, key: str, now: int) -> list[Action]:
+    def on_timer(self, key: str, now: int) -> list[Action] | None:
         if key == PROBE:
             return [Send(None, self._control(MsgType.PING, ts=now)),
                     SetTimer(PROBE, self.probe_ns)]
         if key == ESTIMATE:
-            self.sent_at.append((now, self.mno))
+            self.sent_at.append((now, self.seto.sent()))
             return self._update_delays() + [SetTimer(ESTIMATE, self.estimate_ns)]
-        return super().on_timer(key, now)
+        return None
 
     # -- steps 1-2: estimate and report (updateDelays, lines 13-14) --------------------------
     def tdelay(self) -> dict[int, int] | None:
@@ -216,8 +231,7 @@ class FastSeto(Seto):
         if round_ == self.applied_round or set(row) != set(self.members):
             return []
         self.applied_round = round_
-        self.adaptive = False
-        self.delay = dict(row)
+        self.seto.apply_plan(row)
         return [Log("plan", {"round": round_,
                              "delay_us": [round(row[m] / 1000) for m in self.members]})]
 

@@ -1,7 +1,7 @@
 """`lamport`: symmetric total order with Lamport timestamps and acknowledgements (the
 timestamp-based family of the lecture notes 002 L366-369; 001 sec. 2 L132 "logical clocks
 [13]"; Lamport, CACM 1978). *Reconstructed*: the notes give no rules; these are the standard
-ones (rule numbers L1-L4 of the brief), over reliable FIFO multicast (the NACK layer), since
+ones (numbered L1-L4 here), over reliable FIFO multicast (the NACK layer), since
 the delivery rule needs per-pair FIFO channels without loss.
 
 State: the Lamport clock L, a queue Q ordered by (ts, origin), and last[q], the highest
@@ -50,16 +50,14 @@ from typing import Any, Literal
 from nodes.protocols.base import (
     Action,
     FinalDeliver,
-    LayerBase,
     Log,
-    RDeliver,
     Received,
     SetTimer,
     ms,
     param,
     typed_params,
 )
-from nodes.protocols.reliable import ReliableMulticast, ReliableParams, reliable_kwargs
+from nodes.protocols.reliable import Below, OnReliable, ReliableParams
 from nodes.protocols.sequencer import INCARNATION_SPAN
 from nodes.wire import Header, Message, MsgType
 
@@ -75,14 +73,13 @@ class LamportParams(ReliableParams):
     ack_delay_ms: float = ms("how long a delayed acknowledgement waits for own traffic", 10)
 
 
-class Lamport(LayerBase):
+class Lamport(OnReliable):
     def __init__(self, me: int, members: list[int], params: dict[str, Any],
                  scope: str = "rm"):
         p = typed_params(LamportParams, params)
         self.me = me
         self.others = [m for m in members if m != me]
-        self.rm = ReliableMulticast(me, members, proto=WIRE_ID, scope=scope,
-                                    **reliable_kwargs(params))
+        self.rm = Below(me, members, params, WIRE_ID, self._r_deliver, scope)
         self.immediate = p.ack_mode == "immediate"
         self.ack_delay_ns = round(p.ack_delay_ms * 1e6)
         self.ack_key = f"lamport:{scope}:ack"
@@ -113,8 +110,12 @@ class Lamport(LayerBase):
         if not self.joining:
             return []
         header = Header(MsgType.DUMMY, origin=self.me, seq=self.clock, ts=now, slot=JOIN)
-        out = self._up(self.rm.multicast(header, b"", now), now)
+        out = self.rm.multicast(header, b"", now)
         return out + [SetTimer(self.join_key, JOIN_RETRY_NS)]
+
+    def renumber(self, last: int) -> bool:
+        self.mno = last
+        return True
 
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
         """L1 (held while joining, L0)."""
@@ -130,11 +131,8 @@ class Lamport(LayerBase):
         self.sent_since_receipt = True
         header = Header(MsgType.DATA, origin=self.me, mno=mno, seq=self.clock, ts=now)
         out: list[Action] = [Log("send", {"mno": mno, "size": len(payload)})] if log else []
-        out += self._up(self.rm.multicast(header, payload, now), now)
+        out += self.rm.multicast(header, payload, now)
         return out + self._deliver()
-
-    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
-        return self._up(self.rm.on_message(src, msg, now), now)
 
     def on_timer(self, key: str, now: int) -> list[Action]:
         if key == self.join_key:
@@ -144,23 +142,14 @@ class Lamport(LayerBase):
             if self.sent_since_receipt:
                 return []
             return self._ack(now)
-        return self._up(self.rm.on_timer(key, now), now)
-
-    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
-        return self._up(self.rm.on_suspect(member, suspected, now), now)
+        return self.rm.on_timer(key, now)
 
     # -- the algorithm ------------------------------------------------------------------------
-    def _up(self, actions: list[Action], now: int) -> list[Action]:
-        out: list[Action] = []
-        for a in actions:
-            if type(a) is not RDeliver:
-                out.append(a)
-                continue
-            h = a.msg.header
-            if h.origin == self.me and h.sender == self.me:
-                continue  # our own R-delivery: queued at L1 already
-            out += self._receive(h.sender, a.msg, now)
-        return out
+    def _r_deliver(self, src: int, msg: Message, now: int) -> list[Action]:
+        h = msg.header
+        if h.origin == self.me and h.sender == self.me:
+            return []  # our own R-delivery: queued at L1 already
+        return self._receive(h.sender, msg, now)
 
     def _receive(self, q: int, msg: Message, now: int) -> list[Action]:
         h = msg.header
@@ -201,7 +190,7 @@ class Lamport(LayerBase):
         else:
             header = Header(MsgType.DUMMY, origin=self.me, seq=self.clock, ts=now,
                             slot=WELCOME, hint=welcome[0], mno=welcome[1])
-        return self._up(self.rm.multicast(header, b"", now), now)
+        return self.rm.multicast(header, b"", now)
 
     def _joined(self, now: int) -> list[Action]:
         """L0 done: the clock is past every WELCOME; send what was held, in order."""

@@ -1,5 +1,5 @@
 """`leader`: leader-based broadcast with reserved rates (004 §8.1, L665-683; rules rebuilt
-from the description, brief §7.1).
+from the description; numbered LB1-LB5 here).
 
 - LB1 broadcast(m) at i != L: unicast FWD(origin=i, mno) to the leader L; at L: LB2 at once.
 - LB2 the leader appends each FWD (and its own messages) to its relay queue and relays them in

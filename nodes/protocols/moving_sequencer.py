@@ -1,7 +1,7 @@
 """`moving-sequencer`: total order by a sequencer role that rotates around the ring (001 sec. 2
 L130: "the sequencer role is rotated among processes"; Chang and Maxemchuk, *Reliable
 broadcast protocols*, TOCS 2(3), 1984). *Reconstructed*: 002 has no rules for it; these are
-the brief's M1-M4, over reliable FIFO multicast (the NACK layer) as the fixed sequencer is.
+the rules M1-M4 below, over reliable FIFO multicast (the NACK layer) as the fixed sequencer is.
 
 - M1 broadcast m: R-multicast DATA(origin, mno, payload), as sequencer.py does;
 - M2 the token site T, once it holds the token and its unsequenced set U (received, not yet
@@ -53,15 +53,13 @@ from typing import Any
 from nodes.protocols.base import (
     Action,
     FinalDeliver,
-    LayerBase,
     Log,
-    RDeliver,
     Received,
     SetTimer,
     ms,
     typed_params,
 )
-from nodes.protocols.reliable import ReliableMulticast, ReliableParams, reliable_kwargs
+from nodes.protocols.reliable import Below, OnReliable, ReliableParams
 from nodes.protocols.sequencer import INCARNATION_SPAN, pack_orders, unpack_orders
 from nodes.wire import Header, Message, MsgType
 
@@ -73,15 +71,14 @@ class MovingSequencerParams(ReliableParams):
     token_hold_ms: float = ms("how long an idle token site waits before passing the token", 20)
 
 
-class MovingSequencer(LayerBase):
+class MovingSequencer(OnReliable):
     def __init__(self, me: int, members: list[int], params: dict[str, Any],
                  scope: str = "rm"):
         p = typed_params(MovingSequencerParams, params)
         self.me = me
         ring = sorted(members)
         self.succ = ring[(ring.index(me) + 1) % len(ring)]
-        self.rm = ReliableMulticast(me, members, proto=WIRE_ID, scope=scope,
-                                    **reliable_kwargs(params))
+        self.rm = Below(me, members, params, WIRE_ID, self._r_deliver, scope)
         self.hold_ns = round(p.token_hold_ms * 1e6)
         self.flush_key, self.hold_key = f"ms:{scope}:flush", f"ms:{scope}:hold"
         self.instance = "" if scope == "rm" else f"moving-sequencer#{scope}"
@@ -121,10 +118,7 @@ class MovingSequencer(LayerBase):
         self.mno += 1
         header = Header(MsgType.DATA, origin=self.me, mno=self.mno, ts=now)
         out: list[Action] = [Log("send", {"mno": self.mno, "size": len(payload)})]
-        return out + self._up(self.rm.multicast(header, payload, now), now)
-
-    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
-        return self._up(self.rm.on_message(src, msg, now), now)
+        return out + self.rm.multicast(header, payload, now)
 
     def on_timer(self, key: str, now: int) -> list[Action]:
         if key in (self.flush_key, self.hold_key):
@@ -133,26 +127,19 @@ class MovingSequencer(LayerBase):
             if not self.site or (key == self.hold_key and self.unordered):
                 return []  # not ours, or a flush is due anyway
             return self._issue_order(now)
-        return self._up(self.rm.on_timer(key, now), now)
-
-    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
-        return self._up(self.rm.on_suspect(member, suspected, now), now)
+        return self.rm.on_timer(key, now)
 
     # -- the algorithm ------------------------------------------------------------------------
-    def _up(self, actions: list[Action], now: int) -> list[Action]:
+    def _r_deliver(self, src: int, msg: Message, now: int) -> list[Action]:
+        h = msg.header
         out: list[Action] = []
-        for a in actions:
-            if type(a) is not RDeliver:
-                out.append(a)
-                continue
-            h = a.msg.header
-            if h.sender == self.succ and h.aux > self.succ_inc:
-                self.succ_inc = h.aux
-                out += self._repass(now)
-            if h.type == MsgType.DATA:
-                out += self._on_data(a.msg)
-            elif h.type == MsgType.ORDER:
-                out += self._on_order(a.msg)
+        if h.sender == self.succ and h.aux > self.succ_inc:
+            self.succ_inc = h.aux
+            out += self._repass(now)
+        if h.type == MsgType.DATA:
+            out += self._on_data(msg)
+        elif h.type == MsgType.ORDER:
+            out += self._on_order(msg)
         return out
 
     def _on_data(self, msg: Message) -> list[Action]:
@@ -251,8 +238,8 @@ class MovingSequencer(LayerBase):
             return []
         self.orders_sent += 1
         header = Header(MsgType.ORDER, origin=self.me, seq=self.g + 1, slot=self.succ)
-        return [Log("token_repass", {"to": self.succ, "seq": self.g + 1})] + self._up(
-            self.rm.multicast(header, b"", now), now)
+        return [Log("token_repass", {"to": self.succ, "seq": self.g + 1}),
+                *self.rm.multicast(header, b"", now)]
 
     def _issue_order(self, now: int) -> list[Action]:
         """M2: number U and pass the token to succ."""
@@ -270,4 +257,4 @@ class MovingSequencer(LayerBase):
         self.passed_at = first + len(entries) - 1
         header = Header(MsgType.ORDER, origin=self.me, seq=first, slot=self.succ)
         # Our own ORDER comes back as an R-delivery at once and is recorded there (M3).
-        return self._up(self.rm.multicast(header, pack_orders(entries), now), now)
+        return self.rm.multicast(header, pack_orders(entries), now)

@@ -4,13 +4,13 @@ IPC*, TOCS 7, 1989), over reliable FIFO multicast (the NACK layer, L347's recove
 
 Message ids are <sender, n> (L335-336). The context graph G holds the delivered messages,
 with an edge from each message to those sent in its context; `leaves(G)` are the messages no
-delivered message depends on yet. The rules (the brief's C1-C2):
+delivered message depends on yet. The rules, numbered here:
 - C1 multicast m (L338-339): deps := leaves(G); attach deps; add m to G (an edge from every
   leaf to m, so m is now the only leaf of that context); deliver m to self;
 - C2 receive m (L340-341): once every id in deps is in G, add m to G and deliver it; until
   then hold it, and retry the held messages whenever a message enters G.
 
-G is kept compact (the brief's C4, answering L360 "When can a message be purged from context
+G is kept compact (C4, answering L360 "When can a message be purged from context
 graph?"): delivery is causal, so what G holds of each sender's chain is a prefix, and G is one
 number per sender plus the current leaves; nothing else needs keeping. Recovery of a lost
 dependency (C3) is the reliable layer's. The trade-off against CBCAST (002 L324): a deps list
@@ -40,17 +40,16 @@ a total order on this causal one.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from nodes.protocols.base import (
     Action,
     FinalDeliver,
-    LayerBase,
     Log,
-    RDeliver,
     Received,
 )
-from nodes.protocols.reliable import ReliableMulticast, reliable_kwargs
+from nodes.protocols.reliable import Below, OnReliable
 from nodes.protocols.sequencer import INCARNATION_SPAN
 from nodes.wire import Header, Message, MsgType
 
@@ -76,18 +75,23 @@ def unpack_deps(payload: bytes) -> tuple[list[Id], int] | None:
     return [ENTRY.unpack_from(payload, COUNT.size + j * ENTRY.size) for j in range(k)], end
 
 
-class Psync(LayerBase):
-    name = "psync"
-    wire_id = WIRE_ID
+# A layer over Psync's causal order (psync-total): each message as it enters the context
+# graph, NULLs included -- (id, deps, message type, payload size, now) -> its actions.
+CausalUp = Callable[[Id, list[Id], int, int, int], list[Action]]
 
+
+class Psync(OnReliable):
     def __init__(self, me: int, members: list[int], params: dict[str, Any],
-                 scope: str = "rm"):
+                 scope: str = "rm", name: str = "psync", wire_id: int = WIRE_ID,
+                 up: CausalUp | None = None):
+        """`name` and `wire_id` are those of the protocol the stack is (`psync`, or the
+        layer above: `psync-total`), `up` that layer's handler of causal deliveries (None:
+        psync delivers them itself)."""
         self.me = me
         self.members = sorted(members)
-        self.rm = ReliableMulticast(me, members, proto=self.wire_id, scope=scope,
-                                    **reliable_kwargs(params))
-        self.scope = scope
-        self.instance = "" if scope == "rm" else f"{self.name}#{scope}"
+        self.rm = Below(me, members, params, wire_id, self._r_deliver, scope)
+        self.up = up
+        self.instance = "" if scope == "rm" else f"{name}#{scope}"
         self.in_g = dict.fromkeys(self.members, 0)  # G: the prefix of each sender's chain
         self.leaves: set[Id] = set()
         self.held: list[tuple[Id, list[Id], Message, int]] = []  # H: (id, deps, msg, offset)
@@ -101,21 +105,14 @@ class Psync(LayerBase):
         self.dep_bytes = 0  # deps-list bytes sent (the overhead against CBCAST's 4n)
 
     # -- Layer interface ----------------------------------------------------------------------
-    def start(self, now: int) -> list[Action]:
-        return self.rm.start(now)
-
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
         out: list[Action] = [Log("send", {"mno": self.next_n + 1, "size": len(payload)})]
         return out + self._multicast(MsgType.DATA, payload, now)
 
-    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
-        return self._up(self.rm.on_message(src, msg, now), now)
-
-    def on_timer(self, key: str, now: int) -> list[Action]:
-        return self._up(self.rm.on_timer(key, now), now)
-
-    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
-        return self._up(self.rm.on_suspect(member, suspected, now), now)
+    def multicast_null(self, now: int) -> list[Action]:
+        """Multicast a NULL: it enters the context graph like any message but is never
+        delivered (psync-total's W1)."""
+        return self._multicast(MsgType.DUMMY, b"", now)
 
     # -- the algorithm ------------------------------------------------------------------------
     def _multicast(self, mtype: MsgType, payload: bytes, now: int) -> list[Action]:
@@ -126,19 +123,14 @@ class Psync(LayerBase):
         prefix = pack_deps(deps)
         self.dep_bytes += len(prefix)
         header = Header(mtype, origin=self.me, mno=self.next_n, ts=now)
-        out = self._up(self.rm.multicast(header, prefix + payload, now), now)
+        out = self.rm.multicast(header, prefix + payload, now)
         return out + self._enter(mid, deps, mtype, len(payload), now)
 
-    def _up(self, actions: list[Action], now: int) -> list[Action]:
-        out: list[Action] = []
-        for a in actions:
-            if type(a) is not RDeliver:
-                out.append(a)
-                continue
-            h = a.msg.header
-            if h.origin != self.me and h.type in (MsgType.DATA, MsgType.DUMMY):
-                out += self._receive(a.msg, now)
-        return out
+    def _r_deliver(self, src: int, msg: Message, now: int) -> list[Action]:
+        h = msg.header
+        if h.origin == self.me or h.type not in (MsgType.DATA, MsgType.DUMMY):
+            return []
+        return self._receive(msg, now)
 
     def _receive(self, msg: Message, now: int) -> list[Action]:
         """C2."""
@@ -190,7 +182,10 @@ class Psync(LayerBase):
 
     def _causal(self, mid: Id, deps: list[Id], mtype: int, size: int, now: int
                 ) -> list[Action]:
-        """m is causally delivered: psync delivers it (psync-total orders it first)."""
+        """m is causally delivered: psync delivers it (the layer above, if any, orders it
+        first)."""
+        if self.up is not None:
+            return self.up(mid, deps, mtype, size, now)
         if mtype != MsgType.DATA:
             return []
         self.delivered += 1

@@ -2,7 +2,7 @@
 L386-390: "Total order is constructed from causal order", citing Psync; 001 sec. 2 L132: the
 symmetric family delivers "according to their partial order and concurrent messages are
 totally ordered using some deterministic algorithm", with latency close to D + t).
-*Reconstructed*: the notes give two lines; this is the wave algorithm of the brief (W0-W3).
+*Reconstructed*: the notes give two lines; this is a wave algorithm (rules W0-W3 below).
 
 - W0 U := the causally delivered (nodes/protocols/psync.py) but not yet totally delivered
   messages, NULLs included, with their causal edges (each message's deps);
@@ -35,10 +35,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nodes.protocols.base import Action, FinalDeliver, Log, SetTimer, ms, typed_params
+from nodes.protocols.base import (
+    Action,
+    FinalDeliver,
+    LayerBase,
+    Log,
+    SetTimer,
+    ms,
+    typed_params,
+)
 from nodes.protocols.psync import Id, Psync
-from nodes.protocols.reliable import ReliableParams
-from nodes.wire import MsgType
+from nodes.protocols.reliable import Below, ReliableParams
+from nodes.wire import Message, MsgType
 
 WIRE_ID = 12
 
@@ -48,13 +56,15 @@ class PsyncTotalParams(ReliableParams):
     null_interval_ms: float = ms("silence after which a process multicasts a NULL (W1)", 100)
 
 
-class PsyncTotal(Psync):
-    name = "psync-total"
-    wire_id = WIRE_ID
+class PsyncTotal(LayerBase):
+    """A layer over Psync's causal order (`causal`), which hands it every message as it
+    enters the context graph (W0)."""
 
     def __init__(self, me: int, members: list[int], params: dict[str, Any],
                  scope: str = "rm"):
-        super().__init__(me, members, params, scope)
+        self.members = sorted(members)
+        self.causal = Psync(me, members, params, scope, "psync-total", WIRE_ID, self._causal)
+        self.instance = self.causal.instance
         p = typed_params(PsyncTotalParams, params)
         self.null_ns = round(p.null_interval_ms * 1e6)
         self.null_key = f"pt:{scope}:null"
@@ -66,9 +76,15 @@ class PsyncTotal(Psync):
         self.to_delivered = 0
         self.delivers = int(params.get("incarnation", 0)) == 0  # W4
 
+    @property
+    def rm(self) -> Below:
+        """The reliable multicast at the bottom of the stack (the Transport MBean's
+        retransmissions, the edge gate's windows)."""
+        return self.causal.rm
+
     def start(self, now: int) -> list[Action]:
         self.last_multicast = now
-        out = super().start(now) + [SetTimer(self.null_key, self.null_ns)]
+        out = self.causal.start(now) + [SetTimer(self.null_key, self.null_ns)]
         if not self.delivers:
             out.append(Log("no_delivery", {"reason": "restarted: joined the chains mid-wave "
                                                      "and cannot learn the others' waves"}))
@@ -76,17 +92,26 @@ class PsyncTotal(Psync):
 
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
         self.last_multicast = now
-        return super().broadcast(payload, now)
+        return self.causal.broadcast(payload, now)
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
+        return self.causal.on_message(src, msg, now)
+
+    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
+        return self.causal.on_suspect(member, suspected, now)
+
+    def retag(self, proto: int) -> bool:
+        return self.causal.retag(proto)
 
     def on_timer(self, key: str, now: int) -> list[Action]:
         if key != self.null_key:
-            return super().on_timer(key, now)
+            return self.causal.on_timer(key, now)
         out: list[Action] = []
         idle = now - self.last_multicast
         if idle >= self.null_ns:  # W1
             self.last_multicast = now
             self.nulls_sent += 1
-            out += self._multicast(MsgType.DUMMY, b"", now)
+            out += self.causal.multicast_null(now)
             idle = 0
         return out + [SetTimer(self.null_key, self.null_ns - idle)]
 

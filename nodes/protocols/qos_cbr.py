@@ -8,25 +8,26 @@ fraction k/r_j, ties in insertion order (§4.1 L206). Message K of j fills j's K
 (modulo the cycle), so the delivery order depends only on the rates, and the latency from a
 message's tick to its delivery at every process is at most Δ+Γ (Theorem 1, L345-349).
 
-Rules (brief §3.4, with the paper's lines):
+Rules (numbered here, with the paper's lines):
 - C1 init-rate at start, ahead of E: reserve, multicast RATE(init, r) out of the tick grid;
   ticks from E.
 - C3 a RATE(init) at the head of Rqueue[j] sets rate[j] (Fig. 4 update-rate, L240-243).
 - C4 start-deliver once every rate is known: Porder of process 0, then Update inserts the
   others one by one (Fig. 4 L248-257).
 - C6 at each tick: the head of Squeue, or a DUMMY (Fig. 4 net-mcast L271-276, dummy L280-283
-  with the precondition "Squeue is empty", brief fix #7). The next deadline is computed from
-  the previous *deadline*, never from the clock reading at which the timer fired.
+  with the precondition "Squeue is empty", ours: the figure omits it). The next deadline is
+  computed from the previous *deadline*, never from the clock reading at which the timer
+  fired.
 - C8 deliver / handle-dummy / change-rate at Porder[current] (Fig. 4 L218-270): a new-rate
   message uses up one entry of its sender and runs Update with `current` on it; then
-  `current := cur mod total` (brief fix #5).
+  `current := cur mod total` (ours: Fig. 4 leaves the cursor past the cycle's end).
 - C9 new-rate: queued in Squeue, in FIFO with data, reserved at once (Fig. 4 L242-258).
-- Update (Fig. 5, reconstructed: the lost `else` branch, brief fixes #1-#5) with the cursor
-  rule `update_cursor`: `aligned` (default) counts a new j entry as done when its *start*
-  fraction is before the rate message's, `literal` keeps the paper's end-fraction rule and
-  its extra latency after an off-grid renegotiation (brief §3.5 counterexample). After a rate
-  change the sender ticks on the new grid from the cycle start, first point not before the
-  rate message's tick (brief §3.6.2), or, with `literal`, every 1/r_new after it.
+- Update (Fig. 5, reconstructed: the lost `else` branch and the repairs marked in `update`)
+  with the cursor rule `update_cursor`: `aligned` (default) counts a new j entry as done when
+  its *start* fraction is before the rate message's, `literal` keeps the paper's end-fraction
+  rule and its extra latency after an off-grid renegotiation (docs/qos.md). After a rate change the
+  sender ticks on the new grid from the cycle start, first point not before the rate
+  message's tick (ours), or, with `literal`, every 1/r_new after it.
 
 It runs over the unreliable per-pair FIFO channel (no retransmission) and assumes no loss,
 no failures and FIFO links whose one-way delay is at most Δ (§4 L163). Under loss it stays
@@ -34,7 +35,7 @@ safe (docs/qos.md): message K fills its sender's entry K, a gap becomes `lost` e
 lost rate message halts that sender's stream rather than letting Porders diverge. A reservation the
 network refuses is logged (`refused`) and the bound is no longer claimed for the run.
 
-Log events (brief §9): `net` at every send (kind data|dummy|rate, K, rseq, rate), `netrecv` at
+Log events (docs/qos.md): `net` at every send (kind data|dummy|rate, K, rseq, rate), `netrecv` at
 every accepted datagram (member, rseq, kind) for the empirical Δ, `reserve`, `refused`,
 `porder` (hash, current, cycle) at start-deliver and every change-rate, `late` for a datagram
 the FIFO channel drops, `reject` for one that breaks the protocol.
@@ -99,7 +100,7 @@ class QosCbrParams(CommonParams):
 
 def update(order: list[int], cur: int, rate: dict[int, int], j: int, included: list[int],
            aligned: bool) -> tuple[list[int], int]:
-    """004 Fig. 5 `Update`, reconstructed (brief §3.5): re-insert process j into the schedule
+    """004 Fig. 5 `Update`, reconstructed (docs/qos.md): re-insert process j into the schedule
     with its new rate and move the cursor to j's first entry still to come."""
     delivered_j = order[:cur].count(j)  # appearances of j in P until cur
     prate_j = order.count(j)  # j's previous rate
@@ -111,10 +112,10 @@ def update(order: list[int], cur: int, rate: dict[int, int], j: int, included: l
     old_index = 0
     rj = rate[j]
     for _ in range(total):
-        i = old[old_index] if old_index < len(old) else None  # fix #2
+        i = old[old_index] if old_index < len(old) else None  # ours: past the old entries
         if i is None or count[j] * rate[i] < count[i] * rj:  # ties: the old entry first
             temp.append(j)
-            if prate_j:  # fix #3: at startup nothing of j was delivered
+            if prate_j:  # ours: at startup nothing of j was delivered
                 if aligned and count[j] * prate_j < delivered_j * rj:
                     cur += 1  # start fraction k/r_new before f = deliveredJ/PrateJ
                 count[j] += 1
@@ -122,7 +123,7 @@ def update(order: list[int], cur: int, rate: dict[int, int], j: int, included: l
                     cur += 1  # the paper's rule: end fraction (k+1)/r_new <= f
             else:
                 count[j] += 1
-        else:  # the lost `else` branch (fix #1)
+        else:  # the lost `else` branch
             temp.append(i)
             count[i] += 1
             old_index += 1
@@ -300,7 +301,7 @@ class QosCbr(LayerBase):
         return acts + self._process()
 
     def _regrid(self, this_tick: int, r_new: int) -> None:
-        """Brief §3.6.2: after the rate message at tick T, tick on the new grid."""
+        """After the rate message at tick T, tick on the new grid (ours, module docstring)."""
         if self.aligned:
             cycles, k_in = divmod(self.seg_k, self.seg_rate)
             self.seg_base += cycles * NS_PER_S  # the start of T's cycle
@@ -408,7 +409,7 @@ class QosCbr(LayerBase):
             item = q.popleft()
             if kind == "lost" and item[1] > 1:
                 q.appendleft(("lost", item[1] - 1))  # one entry per lost message
-            if kind == "rate":  # change-rate (Fig. 4 L260-270, fixes #5, #6)
+            if kind == "rate":  # change-rate (Fig. 4 L260-270; the cursor wraps, C8)
                 self.rate[j] = item[1]
                 self.order, cur = update(order, self.current, self.rate, j, self.members,
                                          self.aligned)

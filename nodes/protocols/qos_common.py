@@ -3,8 +3,8 @@ Lynch): the common epoch, integer tick arithmetic, durations given as numbers or
 the unreliable per-pair FIFO channel they sit on, and the rate-message flags.
 
 Decisions (docs/qos.md "Model"):
-- **Common epoch E** (004 §2.2, brief decision "common epoch"): one local-clock value shared
-  by all nodes, the run's configured start plus `epoch_ms`, read by each node on its own
+- **Common epoch E** (004 §2.2; one common epoch is our choice): one local-clock value
+  shared by all nodes, the run's configured start plus `epoch_ms`, read by each node on its own
   clock. Node i reaches it at true time `E - offset_i`, within Γ/2 of E: exactly §2.2's model.
 - **Ticks** are `E + (K * 10**9) // r` ns, computed with integers so every node agrees.
 - **Channel**: the QoS layers sit directly on an unreliable per-pair FIFO channel (002 "FIFO
@@ -49,7 +49,7 @@ def duration_ns(value: Any) -> int:
 
 def epoch_ns(params: dict[str, Any]) -> int:
     """E: the run's configured start (`start_at_ns`, added by the node core) plus `epoch_ms`,
-    on the local clock (brief §1.6)."""
+    on the local clock."""
     return int(params.get("start_at_ns", 0)) + duration_ns(params.get("epoch_ms", 100))
 
 
@@ -80,7 +80,7 @@ class FifoChannel:
     """The unreliable per-pair FIFO channel under a QoS layer (002 A0.1/A0.2, L54-66).
 
     A restarted sender numbers its datagrams from 1 again under a higher incarnation (header
-    `aux`, brief §2 "Joins"): its first datagram of the new incarnation resets V[sender];
+    `aux`, 004 §6 joins): its first datagram of the new incarnation resets V[sender];
     datagrams of an older incarnation are dropped."""
 
     def __init__(self, me: int, members: list[int]):
@@ -112,7 +112,7 @@ class FifoChannel:
 
 def wire_rate_bps(n: int, msgs_per_s: float, wire_bytes: int) -> float:
     """Egress bits/s of a multicast at `msgs_per_s` without IP multicast: n-1 unicasts of
-    `wire_bytes` each (brief §1.6 "Reservation")."""
+    `wire_bytes` each (004 §3 reservations)."""
     return float((n - 1) * msgs_per_s * wire_bytes * 8)
 
 

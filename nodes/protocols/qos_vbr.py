@@ -10,11 +10,12 @@ slot process by process in index order, each process's messages of that slot in 
 and a message waits at most for the end of its slot at the slowest clock plus Δ: AppLatency
 <= Δ + Γ + Θ (Thm 2, L537-545).
 
-Rules (Fig. 7, with the reconciliations of 004 OCR damage #9/#10: the rate message is counted
-exactly once on both sides):
+Rules (Fig. 7, numbered here; where the figure is damaged, reconciled so that the rate message
+is counted exactly once on both sides):
 - V1/V2 init and reserve: at the start of slot 0 (and of the slot after a `new_rate`) the
   process reserves NetAvgRate = avg + 1/Θ and NetMaxBurst = max_burst (Thm 3) and sends a RATE
   message first in the slot; it counts as one of the slot's `max_burst` messages.
+- V5 app-mcast: the message joins Squeue (a recovering process sends only from its join slot).
 - V6 net-mcast: queued application messages go out at once while the slot has room; the rest
   wait for the next slot.
 - V7/V8 dummy, next-slot: at the slot's end a DUMMY if the slot is not full; the next deadline
@@ -22,19 +23,21 @@ exactly once on both sides):
 - V10/V11/V13 deliver: the receiver attributes messages to slots by counting (`count` against
   `maxRate[j]`) and cross-checks the header's `slot`; a mismatch is counted (`crosscheck`) and
   logged as `late` (it means a bug or a violated assumption).
+- V12 new-rate(avg, max): applies from the process's next slot, which opens with a RATE.
 
 §6 failures and joins (always on; nothing fires while the assumptions hold, Lemma 6.1):
 - F2 slot-deadline detector: at local D(s) = E + (s+1)Θ + Δ + Γ (+1 ns: "more than", §6.2) the
   messages of j for slot s that arrived are delivered; if j's slot is incomplete, j is removed
   from slot s+1 on (`remove`). With a crash the bound becomes Δ + 2Γ + Θ (Thm 5, L610-617).
 - F3 a restarted process (new incarnation, carried in `aux`) joins: Smax = floor((c_w - E + Δ +
-  Γ)/Θ) + 1 (fix #14), JOIN(Smax, max_burst), sending from slot Smax starting with its RATE
-  message; it delivers from Smax, each process's messages once its TAG(Smax) arrived, those
-  without a TAG by D(Smax) being outside Act(Smax).
+  Γ)/Θ) + 1 (ours: the first slot that starts more than Δ + Γ from now), JOIN(Smax,
+  max_burst), sending from slot Smax starting with its RATE message; it delivers from Smax,
+  each process's messages once its TAG(Smax) arrived, those without a TAG by D(Smax) being
+  outside Act(Smax).
 - F4/F5 on JOIN the others end the old incarnation, add j from Smax (`add`) and TAG their own
   first message of slot Smax (hint = their burst for that slot).
 - F6-F8 merge (partitions, §6.6): a slot message from a process that is not active (it was
-  removed while cut off) starts a MERGE at Smax = floor((clock_i - E + Δ + Γ)/Θ) + 1 (fix #15),
+  removed while cut off) starts a MERGE at Smax = floor((clock_i - E + Δ + Γ)/Θ) + 1 (as F3),
   answered by a MERGE REPLY; both sides take the larger Smax.
 
 §7 message loss (`loss_tolerance` x > 0): slot numbers in headers are authoritative (L635);
@@ -207,7 +210,7 @@ class QosVbr(LayerBase):
         return self.epoch + (s + 1) * self.theta + self.delta + self.gamma
 
     def _join_slot(self, now: int) -> int:
-        """Smax = floor((clock - E + Δ + Γ)/Θ) + 1 (004 §6.3 L586, fixes #14 and #15)."""
+        """Smax = floor((clock - E + Δ + Γ)/Θ) + 1 (004 §6.3 L586; F3, F6-F8)."""
         return (now - self.epoch + self.delta + self.gamma) // self.theta + 1
 
     def _active(self, j: int, s: int) -> bool:
@@ -342,7 +345,7 @@ class QosVbr(LayerBase):
             self.own_hist.append((self.slot, self.my_max))
             acts += self._reserve()
             if self.x == 0:
-                self.my_count = 1  # ★ counted here, once (004 damage #9)
+                self.my_count = 1  # ★ counted here, once (Fig. 7 reconciled: Rules above)
                 acts += self._slot_send("rate", now)
             else:
                 self.piggy, self.piggy_left = (self.slot, self.my_max), self.x + 1

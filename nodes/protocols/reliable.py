@@ -39,16 +39,17 @@ longer count until it has joined.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from nodes.protocols.base import Action, RDeliver, Send, SetTimer
+from nodes.protocols.base import Action, LayerBase, RDeliver, Send, SetTimer
 from nodes.protocols.params import ReliableParams as ReliableParams  # re-exported
-from nodes.wire import Flag, Header, Message, MsgType, Proto
+from nodes.wire import Flag, Header, Message, MsgType, Proto, mypyc_attr
 
 TICK = "rm:tick"
 # Enum members as module constants: `MsgType.NACK` is a slow class-attribute lookup, and
-# on_message runs once per datagram (issue 18 item 4).
+# on_message runs once per datagram.
 _NACK, _ACK, _HEARTBEAT = MsgType.NACK, MsgType.ACK, MsgType.HEARTBEAT
 RETRANSMIT = int(Flag.RETRANSMIT)  # IntFlag arithmetic is slow on a hot path
 
@@ -222,6 +223,19 @@ class ReliableMulticast:
                     out.append(Send(sender, self._control(MsgType.ACK, rseq=stream.delivered)))
         return out
 
+    def queued_tail(self) -> tuple[Header, bytes] | None:
+        """The newest multicast still waiting for the window (None: nothing waits)."""
+        return self.backlog[-1] if self.backlog else None
+
+    def replace_queued_tail(self, header: Header, payload: bytes) -> None:
+        """Rewrite the newest waiting multicast before it is numbered and sent (the sequencer
+        coalesces ORDERs into it)."""
+        self.backlog[-1] = (header, payload)
+
+    def retag(self, proto: int) -> None:
+        """Stamp `proto` on every datagram sent from now on (a container's instance tag)."""
+        self.proto = proto
+
     def next_in_order(self, msg: Message) -> bool:
         """`on_message`'s common case for a message that carries an upper layer's data (not
         NACK, ACK or HEARTBEAT), taken by an upper layer that fuses it with its own receive
@@ -331,3 +345,93 @@ class ReliableMulticast:
     def _control(self, mtype: MsgType, rseq: int = 0, seq: int = 0) -> Message:
         return Message(Header(mtype, self.proto, sender=self.me, rseq=rseq, seq=seq,
                               aux=self.incarnation))
+
+
+# An upper layer's handler of one R-delivery: (sender, message, now) -> its actions.
+Up = Callable[[int, Message, int], list[Action]]
+
+
+class Below:
+    """An upper layer's one handle on the reliable FIFO multicast below it (docs/architecture.md,
+    "Protocol stack"): it builds the lower layer for the upper one's wire id and timer scope,
+    hands every R-delivery to the upper layer's `up(sender, message, now)` and passes every
+    other action upwards unchanged. What an upper layer needs of the lower one beyond events
+    is a method here; no upper layer touches the lower layer's fields."""
+
+    def __init__(self, me: int, members: list[int], params: dict[str, Any], wire_id: int,
+                 up: Up, scope: str = "rm"):
+        self.layer = ReliableMulticast(me, members, proto=wire_id, scope=scope,
+                                       **reliable_kwargs(params))
+        self.up = up
+
+    def lift(self, actions: list[Action], now: int) -> list[Action]:
+        """The lower layer's actions as the upper layer's: R-deliveries handed to `up`."""
+        out: list[Action] = []
+        if not actions:
+            return out
+        up = self.up
+        for a in actions:
+            if type(a) is RDeliver:
+                out += up(a.src, a.msg, now)
+            else:
+                out.append(a)
+        return out
+
+    def start(self, now: int) -> list[Action]:
+        return self.layer.start(now)
+
+    def multicast(self, header: Header, payload: bytes, now: int) -> list[Action]:
+        return self.lift(self.layer.multicast(header, payload, now), now)
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
+        return self.lift(self.layer.on_message(src, msg, now), now)
+
+    def on_timer(self, key: str, now: int) -> list[Action]:
+        return self.lift(self.layer.on_timer(key, now), now)
+
+    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
+        return self.lift(self.layer.on_suspect(member, suspected, now), now)
+
+    def owns(self, key: str) -> bool:
+        """Whether timer `key` is the lower layer's (its keys are scoped `<scope>:...`)."""
+        return key == self.layer.tick_key
+
+    def next_in_order(self, msg: Message) -> bool:
+        return self.layer.next_in_order(msg)
+
+    def queued_tail(self) -> tuple[Header, bytes] | None:
+        return self.layer.queued_tail()
+
+    def replace_queued_tail(self, header: Header, payload: bytes) -> None:
+        self.layer.replace_queued_tail(header, payload)
+
+    def retag(self, proto: int) -> None:
+        self.layer.retag(proto)
+
+    @property
+    def retransmissions(self) -> int:
+        return self.layer.retransmissions
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)  # the base of every layer on reliable multicast
+class OnReliable(LayerBase):
+    """The events a layer on reliable multicast does not handle itself, passed to the layer
+    below through its `Below` (`rm`). Not a protocol: it has no `broadcast`."""
+
+    rm: Below
+
+    def start(self, now: int) -> list[Action]:
+        return self.rm.start(now)
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
+        return self.rm.on_message(src, msg, now)
+
+    def on_timer(self, key: str, now: int) -> list[Action]:
+        return self.rm.on_timer(key, now)
+
+    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
+        return self.rm.on_suspect(member, suspected, now)
+
+    def retag(self, proto: int) -> bool:
+        self.rm.retag(proto)
+        return True

@@ -2,7 +2,7 @@
 on timeout (lecture notes 002, "Reliable FIFO: Positive Acknowledgement", L120-181).
 
 The notes give one sender and one receiver; for multicast every receiver acknowledges each
-message and a message is purged once all receivers have (rule numbers of the brief):
+message and a message is purged once all receivers have (rules numbered here):
 - A1 send m (L130-137): attach <i, C_i>, C_i += 1, keep m in the send buffer with the set of
   receivers that have not acknowledged it and a deadline; multicast m and deliver it to self;
 - A2 receive m = <i, c> at j (L141-149): *always* acknowledge <i, c> first (L142 comes
@@ -36,7 +36,7 @@ and discarded them as duplicates of the old incarnation's, and their mids collid
   in the log.
 
 Deadlines are served by one periodic scan (`tick`), not a timer per message: cheaper, and the
-outcome is the same (the brief, A.4). Timer keys carry the layer instance's `scope`, so two
+outcome is the same. Timer keys carry the layer instance's `scope`, so two
 instances can run side by side in one node. The ACK is selective, per message (L123: "the ack
 contains the sequence number of the message received"); it reuses MsgType.ACK under this
 protocol's wire id, so it is never confused with the NACK layer's cumulative ACK.

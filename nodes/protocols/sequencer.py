@@ -26,22 +26,20 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Protocol
 
 from nodes.protocols.base import (
     Action,
     FinalDeliver,
-    LayerBase,
     Log,
     OptDeliver,
-    RDeliver,
     Received,
     Send,
     SetTimer,
 )
 from nodes.protocols.params import SequencerParams as SequencerParams  # re-exported
-from nodes.protocols.reliable import ReliableMulticast, reliable_kwargs
-from nodes.wire import Flag, Header, Message, MsgType, Proto, mypyc_attr
+from nodes.protocols.reliable import Below, OnReliable
+from nodes.wire import Flag, Header, Message, MsgType, Proto
 
 ORDER_ENTRY = struct.Struct("!HI")  # origin, mno
 FLUSH = "seq:flush"
@@ -51,7 +49,7 @@ INCARNATION_SPAN = 1_000_000
 ORDER_COALESCE_BYTES = 1400 - 44
 RELAYED = int(Flag.RELAYED)  # IntFlag arithmetic is slow on the receive path
 # Enum members as module constants: `MsgType.DATA` is a slow class-attribute lookup on the
-# per-datagram path (issue 18 item 4).
+# per-datagram path.
 _DATA, _ORDER, _FETCH = MsgType.DATA, MsgType.ORDER, MsgType.FETCH
 
 
@@ -68,8 +66,8 @@ class SeenMessages:
     bounded memory: per origin and incarnation, the contiguous range of mnos seen (reliable
     FIFO delivers an origin's messages in order, so the range just grows at its top), plus a
     set of the few seen outside it (relayed copies that arrived ahead of, or behind, the
-    FIFO stream). A plain set of keys grew by one entry per message for the whole run
-    (issue 18 item 3). Incarnations have ranges of their own: a restarted origin numbers
+    FIFO stream). A plain set of keys grew by one entry per message for the whole run.
+    Incarnations have ranges of their own: a restarted origin numbers
     from `incarnation * INCARNATION_SPAN` on, far above its old range."""
 
     __slots__ = ("ranges", "extra")
@@ -120,17 +118,52 @@ class SeenMessages:
         return len(self.ranges) + len(self.extra)
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by other protocols
-class Sequencer(LayerBase):
-    proto = Proto.SEQUENCER
+class OrderPolicy(Protocol):
+    """When the sequencer opt-delivers and numbers the data messages it receives: the plain
+    sequencer (no policy) does both at receipt, in receive order (000 Fig. 1); SETO's delay
+    compensation (nodes/protocols/seto.py `SetoDelays`, 000 Fig. 4) postpones both. The
+    policy is bound to its sequencer (`bind`) and may read it and call its public methods
+    (`enqueue_order`), never write its fields; its own datagrams and timers come to it
+    first (`on_message`, `on_timer`: None when they are not its own)."""
 
-    def __init__(self, me: int, members: list[int], params: dict[str, Any]):
+    def bind(self, seq: Sequencer) -> None: ...
+
+    def start(self, now: int) -> list[Action]: ...
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action] | None: ...
+
+    def on_timer(self, key: str, now: int) -> list[Action] | None: ...
+
+    def hint_us(self) -> int:
+        """The delay hint piggybacked on our DATA messages (000 Fig. 4 line 10)."""
+        ...
+
+    def on_data(self, msg: Message, now: int) -> list[Action]:
+        """A data message was received (and recorded in R)."""
+        ...
+
+    def before_order(self, msg: Message, now: int) -> None:
+        """An ORDER from the sequencer is about to be recorded."""
+        ...
+
+    def after_order(self, msg: Message, now: int) -> list[Action]:
+        """That ORDER was recorded and what it made deliverable was delivered."""
+        ...
+
+    def before_fnl(self, fnl: FinalDeliver) -> list[Action]:
+        """What goes out just before the final delivery `fnl`."""
+        ...
+
+
+class Sequencer(OnReliable):
+    def __init__(self, me: int, members: list[int], params: dict[str, Any],
+                 wire_id: int = Proto.SEQUENCER, policy: OrderPolicy | None = None):
         self.me = me
         self.members = members
+        self.proto = wire_id
         self.sequencer: int = params.get("sequencer_id", min(members))
         self.optimistic = bool(params.get("optimistic", False))
-        self.rm = ReliableMulticast(me, members, proto=self.proto,
-                                    **reliable_kwargs(params))
+        self.rm = Below(me, members, params, wire_id, self._r_deliver_from)
         # A restarted process numbers its messages in a fresh range so mids stay unique, and
         # joins the order at the first ORDER it sees (its pre-crash history is gone).
         self.incarnation = int(params.get("incarnation", 0))
@@ -148,22 +181,30 @@ class Sequencer(LayerBase):
         self.seen = SeenMessages()
         # Oldest first. An OrderedDict, not a dict: evicting a plain dict's first key
         # (`next(iter(d))`) walks the deleted slots at its front, O(store) per message --
-        # 22 % of a node's time under load (py-spy, issue 18).
+        # 22 % of a node's time under load (py-spy).
         self.store: OrderedDict[tuple[int, int], Message] = OrderedDict()
         self.store_limit = int(params.get("relay_store", 16384))
         self.fetch_after_ns = round(float(params.get("fetch_after_ms", 200)) * 1e6)
         self.blocked_since: int | None = None  # when the next ORDER's data went missing
+        self.policy = policy
+        if policy is not None:
+            policy.bind(self)
 
     # -- Layer interface ----------------------------------------------------------------------
     def start(self, now: int) -> list[Action]:
-        return self.rm.start(now)
+        out = self.rm.start(now)
+        return out if self.policy is None else out + self.policy.start(now)
+
+    def renumber(self, last: int) -> bool:
+        self.mno = last
+        return True
 
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
         """TO-multicast(m): R-multicast the data message (Fig. 1)."""
         self.mno += 1
         header = Header(MsgType.DATA, origin=self.me, mno=self.mno, ts=now, hint=self._hint_us())
         out: list[Action] = [Log("send", {"mno": self.mno, "size": len(payload)})]
-        return out + self._up(self.rm.multicast(header, payload, now), now)
+        return out + self.rm.multicast(header, payload, now)
 
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
         h = msg.header
@@ -176,28 +217,24 @@ class Sequencer(LayerBase):
             # The common case, fused: reliable FIFO would hand just this message up
             # (`ReliableMulticast.next_in_order`); no RDeliver, no lists in between.
             return self._r_deliver(msg, now)
-        return self._up(self.rm.on_message(src, msg, now), now)
-
-    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
-        """The failure detector's verdict: suspects do not hold flow control."""
-        return self._up(self.rm.on_suspect(member, suspected, now), now)
+        if self.policy is not None:
+            own = self.policy.on_message(src, msg, now)
+            if own is not None:
+                return own
+        return self.rm.on_message(src, msg, now)
 
     def on_timer(self, key: str, now: int) -> list[Action]:
         if key == FLUSH:
             return self._flush_orders(now)
-        return self._up(self.rm.on_timer(key, now), now) + self._fetch_missing(now)
+        if self.policy is not None:
+            own = self.policy.on_timer(key, now)
+            if own is not None:
+                return own
+        return self.rm.on_timer(key, now) + self._fetch_missing(now)
 
     # -- the algorithm ------------------------------------------------------------------------
-    def _up(self, actions: list[Action], now: int) -> list[Action]:
-        if not actions:
-            return []
-        out: list[Action] = []
-        for a in actions:
-            if type(a) is RDeliver:
-                out += self._r_deliver(a.msg, now)
-            else:
-                out.append(a)
-        return out
+    def _r_deliver_from(self, src: int, msg: Message, now: int) -> list[Action]:
+        return self._r_deliver(msg, now)
 
     def _r_deliver(self, msg: Message, now: int) -> list[Action]:
         h = msg.header
@@ -217,6 +254,9 @@ class Sequencer(LayerBase):
             out += self._try_deliver()
             return out
         if typ == _ORDER and h.sender == self.sequencer:
+            policy = self.policy
+            if policy is not None:
+                policy.before_order(msg, now)
             if self.joining:
                 self.joining = False
                 self.next_deliver = h.seq
@@ -227,20 +267,24 @@ class Sequencer(LayerBase):
             for i in range(0, len(payload), ORDER_ENTRY.size):  # unpack_orders, inlined
                 order[seq] = unpack(payload, i)
                 seq += 1
+            if policy is not None:
+                return self._try_deliver() + policy.after_order(msg, now)
             return self._try_deliver()
         return []
 
     def _on_data(self, msg: Message, now: int) -> list[Action]:
         """A data message was received (and recorded in R). The plain sequencer opt-delivers it
         at once when optimistic and, at the sequencer, orders it in this spontaneous receive
-        order (Fig. 1). Delay-compensating subclasses (SETO) postpone both."""
+        order (Fig. 1). An order policy (SETO) decides instead."""
+        if self.policy is not None:
+            return self.policy.on_data(msg, now)
         h = msg.header
         out: list[Action] = []
         if self.optimistic:
             self.opt_delivered += 1
             out.append(OptDeliver(h.origin, h.mno, len(msg.payload)))
         if self.me == self.sequencer:
-            out += self._enqueue_order((h.origin, h.mno))
+            out += self.enqueue_order((h.origin, h.mno))
         return out
 
     def _fetch_missing(self, now: int) -> list[Action]:
@@ -270,7 +314,7 @@ class Sequencer(LayerBase):
                 out.append(Send(src, Message(h, data.payload)))
         return out
 
-    def _enqueue_order(self, key: tuple[int, int]) -> list[Action]:
+    def enqueue_order(self, key: tuple[int, int]) -> list[Action]:
         """The sequencer numbers `key` next; the ORDER goes out at the end of the current
         instant, batched with any others."""
         out: list[Action] = []
@@ -281,7 +325,7 @@ class Sequencer(LayerBase):
 
     def _hint_us(self) -> int:
         """The delay hint piggybacked on our DATA messages (0: none; SETO's is 000 Fig. 4)."""
-        return 0
+        return 0 if self.policy is None else self.policy.hint_us()
 
     def _flush_orders(self, now: int) -> list[Action]:
         entries, self.pending_orders = self.pending_orders, []
@@ -289,24 +333,24 @@ class Sequencer(LayerBase):
             return []
         first = self.g + 1
         self.g += len(entries)
-        backlog = self.rm.backlog
-        if backlog:
+        tail = self.rm.queued_tail()
+        if tail is not None:
             # Reliable multicast holds our messages back (its window is full): the new
             # numbers join the ORDER waiting at the backlog's tail, whose range they continue,
             # instead of queueing one more ORDER behind it. Under overload the sequencer then
             # spends one window slot per batch, not per flush -- tiny ORDERs had filled the
-            # window, and the delivered rate fell with the offered one (issue 18).
-            header, payload = backlog[-1]
+            # window, and the delivered rate fell with the offered one.
+            header, payload = tail
             if (header.type == _ORDER and len(payload) < ORDER_COALESCE_BYTES
                     and header.seq + len(payload) // ORDER_ENTRY.size == first):
                 room = (ORDER_COALESCE_BYTES - len(payload)) // ORDER_ENTRY.size
-                backlog[-1] = (header, payload + pack_orders(entries[:room]))
+                self.rm.replace_queued_tail(header, payload + pack_orders(entries[:room]))
                 first += len(entries[:room])
                 entries = entries[room:]
                 if not entries:
                     return []
         header = Header(MsgType.ORDER, seq=first, origin=self.me)
-        return self._up(self.rm.multicast(header, pack_orders(entries), now), now)
+        return self.rm.multicast(header, pack_orders(entries), now)
 
     def _try_deliver(self) -> list[Action]:
         out: list[Action] = []
@@ -320,4 +364,12 @@ class Sequencer(LayerBase):
         if out:
             self.fnl_delivered += len(out)
             self.next_deliver = n
+            policy = self.policy
+            if policy is not None:
+                told: list[Action] = []
+                for a in out:
+                    if isinstance(a, FinalDeliver):
+                        told += policy.before_fnl(a)
+                    told.append(a)
+                return told
         return out

@@ -60,11 +60,11 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from nodes.protocols.base import Action, FinalDeliver, OptDeliver, SetTimer, param
 from nodes.protocols.sequencer import ORDER_ENTRY, Sequencer, SequencerParams
-from nodes.wire import Message, MsgType, Proto
+from nodes.wire import Message, Proto
 
 OPT = "seto:opt"
 _HINT_MAX_US = 2**31 - 1
@@ -77,12 +77,34 @@ class SetoParams(SequencerParams):
     alpha: float = param(0.5, "inertia factor of adjust() (000 Fig. 4 lines 33-39)", ge=0, lt=1)
 
 
-class Seto(Sequencer):
-    proto = Proto.SETO
+class Planner(Protocol):
+    """What plans SETO's delays instead of adjust() (Fast SETO, nodes/protocols/fast_seto.py):
+    its own datagrams, timers and start actions come to it, and it hands a planned row of
+    delays to `SetoDelays.apply_plan`."""
 
-    def __init__(self, me: int, members: list[int], params: dict[str, Any]):
-        super().__init__(me, members, params)
-        self.optimistic = True
+    def bind(self, seto: SetoDelays) -> None: ...
+
+    def start(self, now: int) -> list[Action]: ...
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action] | None: ...
+
+    def on_timer(self, key: str, now: int) -> list[Action] | None: ...
+
+
+def build(me: int, members: list[int], params: dict[str, Any]) -> Sequencer:
+    """The `seto` stack: the fixed sequencer over reliable FIFO, with SETO's order policy."""
+    return Sequencer(me, members, params, Proto.SETO, SetoDelays(me, members, params))
+
+
+class SetoDelays:
+    """SETO's order policy (`nodes.protocols.sequencer.OrderPolicy`): Fig. 4's delays decide
+    when the sequencer opt-delivers and numbers each data message."""
+
+    def __init__(self, me: int, members: list[int], params: dict[str, Any],
+                 planner: Planner | None = None):
+        self.me = me
+        self.planner = planner
+        self.incarnation = int(params.get("incarnation", 0))
         self.alpha = float(params.get("alpha", 0.5))
         if not 0.0 <= self.alpha < 1.0:
             raise ValueError(f"SETO inertia factor alpha must be in [0, 1), got {self.alpha}")
@@ -104,19 +126,42 @@ class Seto(Sequencer):
         self.opt_from: dict[int, int] | None = {} if self.incarnation > 0 else None
         self.parked: dict[Key, int] = {}  # key -> o
         self.opt_skipped = 0
+        self.opt_delivered = 0
 
-    # -- Layer interface ----------------------------------------------------------------------
-    def on_timer(self, key: str, now: int) -> list[Action]:
+    # -- the order policy's events (nodes.protocols.sequencer.OrderPolicy) ------------------
+    def bind(self, seq: Sequencer) -> None:
+        self.seq = seq
+        self.sequencer = seq.sequencer
+        if self.planner is not None:
+            self.planner.bind(self)
+
+    def start(self, now: int) -> list[Action]:
+        return [] if self.planner is None else self.planner.start(now)
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action] | None:
+        return None if self.planner is None else self.planner.on_message(src, msg, now)
+
+    def on_timer(self, key: str, now: int) -> list[Action] | None:
         if key == OPT:
             return self._release(now)
-        return super().on_timer(key, now)
+        return None if self.planner is None else self.planner.on_timer(key, now)
+
+    def sent(self) -> int:
+        """The number of this process's last TO-multicast (its sequencer's counter)."""
+        return self.seq.mno
+
+    def apply_plan(self, row: dict[int, int]) -> None:
+        """A planned row of delays replaces the adjusted ones from now on (003 Fig. 7 lines
+        7-11), the sequencer's own delay included."""
+        self.adaptive = False
+        self.delay = dict(row)
 
     # -- optimistic delivery (Fig. 4 lines 9-20) ----------------------------------------------
-    def _hint_us(self) -> int:
+    def hint_us(self) -> int:
         spread = max(self.delay.values()) - self.delay[self.sequencer]
         return min(max(spread // 1000, 0), _HINT_MAX_US)
 
-    def _on_data(self, msg: Message, now: int) -> list[Action]:
+    def on_data(self, msg: Message, now: int) -> list[Action]:
         h = msg.header
         key = (h.origin, h.mno)
         o = max(now + self.delay[h.origin], self.last_o.get(h.origin, 0))
@@ -151,7 +196,7 @@ class Seto(Sequencer):
             self.opt_from[origin] = mno
             for key in [k for k in self.parked if k[0] == origin]:
                 o = self.parked.pop(key)
-                if key[1] < mno and key not in self.order.values():
+                if key[1] < mno and key not in self.seq.order.values():
                     out += self._skip_opt(key)
                 elif key in self.hint:
                     self.arrivals += 1
@@ -166,7 +211,7 @@ class Seto(Sequencer):
             _, _, key = heapq.heappop(self.waiting)
             if key not in self.hint:
                 continue  # already opt-delivered just before its fnl-delivery
-            out += self._opt_deliver(key, self.received[key])
+            out += self._opt_deliver(key, self.seq.received[key])
         if self.waiting:
             out.append(SetTimer(OPT, self.waiting[0][0] - now))
         return out
@@ -179,32 +224,24 @@ class Seto(Sequencer):
             if self.adaptive:
                 self.r_delay[key[0]] = d
                 self.delay[self.me] = max(self.r_delay.values())
-            out += self._enqueue_order(key)
+            out += self.seq.enqueue_order(key)
         return out
 
     # -- final delivery (Fig. 4 lines 21-32) --------------------------------------------------
-    def _r_deliver(self, msg: Message, now: int) -> list[Action]:
+    def before_order(self, msg: Message, now: int) -> None:
         h = msg.header
-        if h.type == MsgType.ORDER and h.sender == self.sequencer:
-            for i in range(len(msg.payload) // ORDER_ENTRY.size):
-                self.seq_at[h.seq + i] = now
-            if self.opt_from is not None:
-                # Delivered first (the join happens there), then the origins it names.
-                out = super()._r_deliver(msg, now)
-                entries = [ORDER_ENTRY.unpack_from(msg.payload, i)
-                           for i in range(0, len(msg.payload), ORDER_ENTRY.size)]
-                return out + self._named(entries, now)
-        return super()._r_deliver(msg, now)
+        for i in range(len(msg.payload) // ORDER_ENTRY.size):
+            self.seq_at[h.seq + i] = now
 
-    def _try_deliver(self) -> list[Action]:
-        out: list[Action] = []
-        for a in super()._try_deliver():
-            if isinstance(a, FinalDeliver):
-                out += self._before_fnl(a)
-            out.append(a)
-        return out
+    def after_order(self, msg: Message, now: int) -> list[Action]:
+        if self.opt_from is None:
+            return []
+        # Delivered first (the join happens there), then the origins it names.
+        entries = [ORDER_ENTRY.unpack_from(msg.payload, i)
+                   for i in range(0, len(msg.payload), ORDER_ENTRY.size)]
+        return self._named(entries, now)
 
-    def _before_fnl(self, fnl: FinalDeliver) -> list[Action]:
+    def before_fnl(self, fnl: FinalDeliver) -> list[Action]:
         key = (fnl.origin, fnl.mno)
         out: list[Action] = []
         if key in self.hint:

@@ -16,16 +16,16 @@ registered with nodes/wire.py so that the node decodes them; catalogue wire ids 
 `TAG_BASE`). The receiving layer puts the instance's wire id back and hands the datagram to
 that instance's edge gate (nodes/edge.py), then to the instance: one decode and one full gate
 check per datagram, as for a protocol on its own (an encapsulating header decoded and checked
-twice halved the throughput: issue 15 Performance, bench/switching_overhead.py). Instances
+twice halved the throughput: bench/switching_overhead.py). Instances
 are created per switch epoch (tag = epoch mod TAGS + 1), so traffic of a torn-down instance is
 recognised by its tag alone (a datagram delayed across TAGS switches would be taken for the
 current instance's: its reliable layer and gate then judge it); datagrams for the next
 epoch's tag that arrive before this node has created that instance are kept and replayed
-(brief rule S5, fix #4: early deliveries are buffered, not dropped).
+(S5: early deliveries are buffered, not dropped).
 
 Control: the switch request (`SWITCH`) and the end-of-switch notice (`DONE`) are
 TO-broadcast on the current instance (001 Fig. 2.1 l.8 uses a reliable broadcast; Appia and
-the brief's fix #5 allow the current TO instead). Every node so meets SWITCH at the same point
+this layer use the current TO instead). Every node so meets SWITCH at the same point
 of the current instance's order, concurrent requests are settled by that order (the first
 SWITCH(epoch+1) wins, the others are `switch_rejected` everywhere), and "every node has
 finished the previous switch" (001 L197: no concurrent adaptations) is the same decision
@@ -34,11 +34,11 @@ everywhere: DONE(e) from every member delivered before the next SWITCH.
 Modes:
 - `live` (Fig. 2.1): on SWITCH, broadcast on both instances; the first message on the old
   instance after the switch (or a NULL after `null_timeout_ms`, prose L193) is flagged; the
-  new instance's deliveries wait, in order, in `undeliv` (fix #3); once every member's flag
-  is delivered from the old instance, the layer delivers `undeliv` and continues on the new
-  instance (l.28-35). Later old-instance deliveries are discarded (fix #4, prose L193).
+  new instance's deliveries wait in `undeliv`, in the new instance's order; once every
+  member's flag is delivered from the old instance, the layer delivers `undeliv` and continues
+  on the new instance (l.28-35). Later old-instance deliveries are discarded (prose L193).
 - `rabp` (001 §2.2.2 L232-234, Rütti et al.): at CHANGE the node stops using the old
-  instance and re-issues its own undelivered messages, same ids, on the new one (brief R0-R5).
+  instance and re-issues its own undelivered messages, same ids, on the new one (R0-R4 below).
   Everything the old instance orders after the CHANGE is discarded (R4), also when it comes
   up in the same batch as the CHANGE (one ORDER names several messages): `_lift` once took
   "current instance, nothing switching, nothing held" for the whole batch, so a node
@@ -49,7 +49,7 @@ Modes:
   the member sent before it is delivered too) it sends the queue on the new instance (T1-T5,
   with the confirmations ordered by the old instance instead of collected by a coordinator).
 
-`payload_once` (§2.2.1 L218, brief S10): while switching, the old instance carries a STUB
+`payload_once` (§2.2.1 L218, S10): while switching, the old instance carries a STUB
 (the id only) and the new one the payload; a STUB delivery waits until the new instance has
 received the payload (logged as `stub_wait`), and so does every later delivery of the old
 instance (`held`), the rest of the STUB's own batch included. The batch that carries the
@@ -58,13 +58,24 @@ judged "nothing switching, nothing held" at its start), so a node delivered late
 ahead of the STUB under loss plus duplication. Whether a delivery may skip Fig. 2.1's
 routing is now decided again after every control or held delivery in a batch.
 
-Failures (ours; brief §1.7): a member that crashes while a switch is under way never sends
+Rule labels used below. Live mode: S1-S2 the first SWITCH(epoch+1) in the current order
+wins, once every member finished the previous switch; S3 the first old-instance message after
+SWITCH is flagged; S4 without one within `null_timeout_ms`, a flagged NULL; S5 datagrams for
+the next epoch's instance that arrive before it exists are kept and replayed; S8 the old
+instance is torn down once every member said DONE; S10 `payload_once`'s STUB waits for its
+payload. RABP: R0 a node keeps its own undelivered messages (`mine`); R1 each broadcast joins
+them; R3 at CHANGE they are re-issued, same ids and in order, on the new instance; R4 the old
+instance's later deliveries are discarded. Stop: T1-T5 as described under `stop` above (T2 new
+messages wait in a queue, confirmed by a flagged NULL; T4 the queue goes out on the new
+instance).
+
+Failures (ours): a member that crashes while a switch is under way never sends
 its flag, so Fig. 2.1 alone never ends the switch. When the node's failure detector has
 suspected a member for `exclude_after_ms` while a switch waits for that member's flag or DONE,
 the node TO-broadcasts EXCLUDE(member) on the current instance; every node applies it at the
 same point of that order and stops waiting for the member's flag (l.16) and DONE (S8) from
 there on, so all nodes end the switch at one switch point (a local, unagreed exclusion
-would not: brief §1.7). INCLUDE undoes it when the member is heard again. The old instance
+would not). INCLUDE undoes it when the member is heard again. The old instance
 must itself survive the crash (a sequencer instance whose sequencer crashed orders nothing
 more). Failure-detector changes go to every running instance, and a new instance is told who
 is suspected when it is created: it would otherwise never hear of a member that crashed
@@ -117,6 +128,7 @@ from nodes.protocols.base import (
     ms,
     param,
 )
+from nodes.protocols.stack import Hosted, TimerKeys, fan_out
 from nodes.wire import (
     PAYLOAD_RULES,
     RULED_PROTOS,
@@ -128,7 +140,7 @@ from nodes.wire import (
 
 WIRE_ID = 17
 MODES = ("live", "rabp", "stop")
-# Prefix flags (brief §1.4): FLAG marks a member's first old-instance message after SWITCH;
+# Prefix flags: FLAG marks a member's first old-instance message after SWITCH;
 # NULL carries no application message; STUB is the id of a payload sent on the new instance;
 # CTRL carries a SWITCH or DONE body instead of an application payload.
 FLAG, NULL, STUB, CTRL = 1, 2, 4, 8
@@ -145,11 +157,6 @@ RETIRED_LIMIT = 8  # old instances kept for members that have not finished their
 TAG_BASE, TAGS = 128, 127
 for _tag in range(1, TAGS + 1):
     register_proto(TAG_BASE + _tag, f"switching-tag-{_tag}")
-# Protocols whose receive path never reads a header's `proto` (checked: grep `h.proto` in
-# nodes/protocols/): their instances get tagged datagrams as they are. Others (the QoS
-# protocols, leader, timestamp-leader, primary) get the header rebuilt with their wire id.
-TAGGED_OK = frozenset({"sequencer", "seto", "fast-seto", "lamport", "token-ring",
-                       "moving-sequencer"})
 # The last datagram restored in this process, by the identity of the received message: the
 # simulator delivers one decoded message to every receiver (nodes/sim.py), so the receivers
 # after the first reuse the first one's (frozen, so sharing is safe).
@@ -257,18 +264,11 @@ class Instance:
     index: int  # into the configured instances
     name: str
     epoch: int
-    layer: Layer
-    gate: Any  # nodes.edge.Gate over the instance's own stack
-    wire_id: int
+    host: Hosted  # the instance's layer, edge gate and timer namespace (its tag)
     # (origin, instance mno) -> (flags, sn, size, control body): what the instance will
     # deliver, read from its data messages as they arrive (or are sent).
     ids: dict[tuple[int, int], tuple[int, int, int, bytes]] = field(default_factory=dict)
     label: str = ""  # deliveries' `proto`: switching#<name>, the instance that ordered them
-    # The instance's protocol never compares a received header's `proto` (TAGGED_OK): it
-    # gets the datagram as received, tag and all, and its gate checks for the tag (saves
-    # building a second header per datagram).
-    tagged_ok: bool = False
-    timers: dict[SetTimer, SetTimer] = field(default_factory=dict)  # the instance's, namespaced
     # nodes/wire.py's payload shapes when the instance's wire id is one they describe (the
     # node decoded the datagram under the tag, so they were not applied)
     rules: dict[MsgType, tuple[int, int, int]] | None = None
@@ -301,7 +301,7 @@ class Switching(LayerBase):
         initial = params.get("initial") or self.names[0]
         self.initial = self.names.index(initial)
         self.incarnation = int(params.get("incarnation", 0))
-        # Fig. 2.1 l.1-7 in the implementation forms of brief §1.3.
+        # Fig. 2.1 l.1-7.
         self.epoch = 0
         self.cur: Instance | None = None
         self.new: Instance | None = None
@@ -341,7 +341,7 @@ class Switching(LayerBase):
         self.last_old = (0, 0)  # the last delivery (origin, sn): `last_old` at a switch's end
         # (0, 0): none yet
         self.rejects: dict[str, int] = {}
-        self.timer_keys: dict[str, tuple[int, str]] = {}  # "tag|key" -> (tag, key)
+        self.timer_keys = TimerKeys()  # "tag|key" -> (tag, key)
         # Members taken out of "every member" by an EXCLUDE delivered in the current order
         # (a crash during a switch must not block its end: `_on_membership`), and the
         # members this node's failure detector suspects now.
@@ -411,43 +411,33 @@ class Switching(LayerBase):
             return out + [SetTimer(TICK, self.tick_ns)]
         if key == NULL_KEY:
             return self._send_null(now)
-        parsed = self.timer_keys.get(key)
-        if parsed is None:
-            tag, _, inner_key = key.partition("|")
-            if not tag.isdigit():
-                return []
-            if len(self.timer_keys) > 4096:
-                self.timer_keys.clear()
-            parsed = self.timer_keys[key] = (int(tag), inner_key)
-        inst = self._by_tag(parsed[0])
+        parsed = self.timer_keys.parse(key)
+        if parsed is None or not parsed[0].isdigit():
+            return []
+        inst = self._by_tag(int(parsed[0]))
         return [] if inst is None else \
-            self._lift(inst, inst.layer.on_timer(parsed[1], now), now)
+            self._lift(inst, inst.host.layer.on_timer(parsed[1], now), now)
 
     def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
-        out = self._suspicion(member, suspected, now)
-        for inst in self._live():
-            out += self._lift(inst, inst.layer.on_suspect(member, suspected, now), now)
-        return out
+        return self._suspicion(member, suspected, now) + self._each(
+            lambda layer: layer.on_suspect(member, suspected, now), now)
 
     def on_view(self, members: list[int], now: int) -> list[Action]:
-        out: list[Action] = []
-        for inst in self._live():
-            out += self._lift(inst, inst.layer.on_view(members, now), now)
-        return out
+        return self._each(lambda layer: layer.on_view(members, now), now)
 
     def on_reserve_result(self, key: str, granted: bool, rate_bps: float, reason: str,
                           now: int) -> list[Action]:
-        out: list[Action] = []
-        for inst in self._live():
-            out += self._lift(inst, inst.layer.on_reserve_result(key, granted, rate_bps,
-                                                                 reason, now), now)
-        return out
+        return self._each(
+            lambda layer: layer.on_reserve_result(key, granted, rate_bps, reason, now), now)
 
     def on_new_rate(self, rates: dict[str, float], now: int) -> list[Action]:
-        out: list[Action] = []
-        for inst in self._live():
-            out += self._lift(inst, inst.layer.on_new_rate(rates, now), now)
-        return out
+        return self._each(lambda layer: layer.on_new_rate(rates, now), now)
+
+    def _each(self, event: Callable[[Layer], list[Action]], now: int) -> list[Action]:
+        """`event` on every live instance, its actions lifted."""
+        instances = {inst.host: inst for inst in self._live()}
+        return fan_out(list(instances), event,
+                       lambda host, actions: self._lift(instances[host], actions, now))
 
     # -- instances ------------------------------------------------------------------------------
     @staticmethod
@@ -468,28 +458,19 @@ class Switching(LayerBase):
         return None
 
     def _create(self, index: int, epoch: int, now: int) -> tuple[Instance, list[Action]]:
-        """A fresh instance of configured instance `index` for `epoch` (brief §1.2)."""
-        from nodes.edge import Gate
-        from nodes.protocols import catalogue
-
+        """A fresh instance of configured instance `index` for `epoch` (its tag the epoch's)."""
         spec = self.specs[index]
-        entry = catalogue.get(spec["protocol"])
         sub = {**(spec.get("params") or {}), "incarnation": self.incarnation}
-        layer = entry.factory(self.me, self.members, sub)
-        if entry.wire_id >= TAG_BASE:
-            raise ValueError(f"{entry.name}: wire id {entry.wire_id} collides with the "
-                             f"switching tags ({TAG_BASE + 1}..{TAG_BASE + TAGS})")
         tag = self._tag(epoch)
-        gate = Gate(self.me, self.members, layer)
-        inst = Instance(tag, index, self.names[index], epoch, layer, gate, entry.wire_id,
-                        tagged_ok=entry.name in TAGGED_OK)
-        if inst.tagged_ok:
-            gate.proto = TAG_BASE + tag  # type: ignore[assignment]  # the full checks stay
-            rm = getattr(layer, "rm", None)
-            if rm is not None and isinstance(getattr(rm, "proto", None), int):
-                rm.proto = TAG_BASE + tag  # its reliable layer stamps the tag itself
-        if entry.wire_id in RULED_PROTOS:
+        host = Hosted(spec["protocol"], self.me, self.members, sub, str(tag))
+        if host.wire_id >= TAG_BASE:
+            raise ValueError(f"{host.entry.name}: wire id {host.wire_id} collides with the "
+                             f"switching tags ({TAG_BASE + 1}..{TAG_BASE + TAGS})")
+        inst = Instance(tag, index, self.names[index], epoch, host)
+        host.tag(TAG_BASE + tag)
+        if host.wire_id in RULED_PROTOS:
             inst.rules = PAYLOAD_RULES
+        layer = host.layer
         actions = layer.start(now)
         # What the failure detector says now, which a fresh instance would otherwise never
         # hear (it reports changes only): a member suspected before this epoch (crashed)
@@ -511,18 +492,18 @@ class Switching(LayerBase):
             if rule is not None and not _shape_ok(rule, len(msg.payload)):
                 return self._reject("sw:payload",
                                     f"{h.type.name} payload of {len(msg.payload)} bytes")
-        if inst.tagged_ok:
+        if inst.host.tagged:
             inner = msg  # the instance never reads `proto`; its gate expects the tag
         else:
             last = _LAST[0]
             if last is not None and last[0] is msg:
                 inner = last[1]
             else:
-                inner = Message(Header(h.type, inst.wire_id, h.flags, h.sender, h.rseq,
+                inner = Message(Header(h.type, inst.host.wire_id, h.flags, h.sender, h.rseq,
                                        h.origin, h.mno, h.seq, h.hint, h.slot, h.ts, h.aux,
                                        h.length), msg.payload)
                 _LAST[0] = (msg, inner)
-        reason = inst.gate.check(inner)
+        reason = inst.host.gate.check(inner)
         if reason is not None:
             return self._reject(f"sw:rejected:{reason}", f"{h.type.name} from {h.sender}")
         if h.type is DATA:
@@ -539,7 +520,7 @@ class Switching(LayerBase):
             if inst is self.new and self.payload_once and \
                     not parsed[0] & (STUB | NULL | CTRL):
                 self.payloads[(h.origin, parsed[1])] = parsed[2]
-        out = self._lift(inst, inst.layer.on_message(src, inner, now), now)
+        out = self._lift(inst, inst.host.layer.on_message(src, inner, now), now)
         if self.held and self.payloads:
             out += self._release_held(now)
         return out
@@ -580,7 +561,7 @@ class Switching(LayerBase):
         wm = self.wm
         tagged = TAG_BASE + inst.tag
         # Not switching, nothing held, this instance current: a plain delivery needs none of
-        # Fig. 2.1's routing (the common case, inlined: issue 15 Performance).
+        # Fig. 2.1's routing (the common case, inlined for speed).
         plain = inst is self.cur and self.new is None and not self.held
         for a in cast(list[Any], actions):  # the receive path's hot loop: `type(a) is`
             kind = type(a)
@@ -634,12 +615,7 @@ class Switching(LayerBase):
                 # at once) or held the sequence: the rest of the batch takes the full route.
                 plain = inst is self.cur and self.new is None and not self.held
             elif kind is SetTimer:
-                timer = inst.timers.get(a)  # frozen, so the namespaced one is reused
-                if timer is None:
-                    if len(inst.timers) > 1024:
-                        inst.timers.clear()
-                    timer = inst.timers[a] = SetTimer(f"{inst.tag}|{a.key}", a.delay_ns)
-                out.append(timer)
+                out.append(inst.host.timer(a))
             elif kind is OptDeliver:
                 opt = a
                 known = ids.get((opt.origin, opt.mno))
@@ -654,7 +630,7 @@ class Switching(LayerBase):
 
     # -- sending (Fig. 2.1 l.18-21) ---------------------------------------------------------------
     def _to_send(self, inst: Instance, flags: int, sn: int, body: bytes, now: int) -> list[Action]:
-        actions = inst.layer.broadcast(PREFIX.pack(flags, sn) + body, now)
+        actions = inst.host.layer.broadcast(PREFIX.pack(flags, sn) + body, now)
         for a in actions:
             if isinstance(a, Log) and a.ev == "send":
                 size = 0 if flags & CTRL else len(body)
@@ -730,12 +706,12 @@ class Switching(LayerBase):
                 return self._release_held(now)
             return self._from_cur(inst, e, now)
         if inst is self.new:
-            self.undeliv.append(e)  # l.26-27, kept in the new instance's order (fix #3)
+            self.undeliv.append(e)  # l.26-27, kept in the new instance's order
         elif e[1] & CTRL and self.retired:
             kind, epoch, _ = CONTROL.unpack(e[4])
             if kind == DONE:
                 self._retired_done(e[0], epoch)  # bookkeeping only, no order depends on it
-        return []  # an instance already left: its later deliveries are discarded (fix #4)
+        return []  # an instance already left: its later deliveries are discarded (L193)
 
     def _release_held(self, now: int) -> list[Action]:
         out: list[Action] = []
@@ -837,17 +813,17 @@ class Switching(LayerBase):
                 del self.retired[epoch]
 
     def _on_membership(self, kind: int, member: int, now: int) -> list[Action]:
-        """EXCLUDE/INCLUDE delivered by the current instance (ours; brief §1.7): every node
+        """EXCLUDE/INCLUDE delivered by the current instance (ours): every node
         meets it at the same point of that instance's order, so every node takes the crashed
         member out of "every member's flag" (Fig. 2.1 l.16) and "every member is done" (S8)
         at the same point, and a switch stuck on a crashed member ends at one switch point
         everywhere. (Dropping suspects locally, without this agreement, ends the switch at
-        different points and breaks total order: brief §1.7.)"""
+        different points and breaks total order.)"""
         if kind == EXCLUDE:
             # Applied by every node alike, the excluded one too if it is alive (a false
             # suspicion): its flag is no longer awaited, and a message it sent on the old
             # instance only, after the switch point, is discarded everywhere (order and
-            # integrity hold; the view-synchronous remedy is brief §1.7's).
+            # integrity hold; the remedy is a view-synchronous membership, 001 §4.1).
             if member in self.excluded:
                 return []
             self.excluded.add(member)

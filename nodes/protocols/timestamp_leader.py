@@ -1,5 +1,5 @@
 """`timestamp-leader`: total order by blocks of timestamps a leader grants (004 §8.2,
-L685-703; rules rebuilt from the description, brief §7.2).
+L685-703; rules rebuilt from the description, numbered TS1-TS5 here).
 
 - TS1 a sender with no open block, on its first message: block := next req_no; unicast
   REQ(i, req_no, k = max_burst) to the leader L and at once multicast the message as
@@ -7,8 +7,8 @@ L685-703; rules rebuilt from the description, brief §7.2).
 - TS2 further messages of the block take idx 1..k-1. A block closes when its k timestamps are
   used or at its deadline, the end of the sender's current local slot of Θ (L687). At the
   deadline with idx < k the sender multicasts ONE DUMMY(req_no, from=first unused idx) that
-  releases the rest of the block (brief fix #17). A message after a closed block opens a new
-  one (a new REQ).
+  releases the rest of the block (ours: L687 leaves unused timestamps open). A message after
+  a closed block opens a new one (a new REQ).
 - TS3 the leader on REQ(i, req_no, k): grant [first = g+1, k], g += k, multicast
   GRANT(i, req_no, first, k) (logged as `grant` with the time it waited, pO). The leader's own
   blocks are granted the same way.
