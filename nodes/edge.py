@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from nodes.wire import Flag, Header, Message, MsgType, Proto
@@ -53,10 +54,22 @@ _SIGNED = struct.Struct("!Hi")
 
 
 
+@dataclass(frozen=True)
+class EdgeRules:
+    """What the edge gate (below) admits of a protocol's datagrams beyond the generic
+    checks: the message types they may carry under its wire id (each checked by the gate's
+    rule for that type, nodes/edge.py `CHECKS`), and, for an ESTIMATE, the entry id that
+    carries the sender's own send rate instead of a delay (003 Fig. 7, fast_seto.py)."""
+
+    types: frozenset[MsgType]
+    rate_id: int | None = None
+
+
 class Gate:
     """The checks for one node; `check(msg)` returns None or the reason to reject it."""
 
-    def __init__(self, me: int, members: list[int], protocol: Any):
+    def __init__(self, me: int, members: list[int], protocol: Any,
+                 rules: EdgeRules | None):
         self.me = me
         self.members = frozenset(members)
         self.protocol = protocol
@@ -64,11 +77,9 @@ class Gate:
         # Any wire id (nodes/protocols/switching.py sets its tags): an int, as mypyc
         # (nodes/fastpath.py) checks this annotation at run time.
         self.proto: int | None = int(proto) if isinstance(proto, int) else None
-        # The protocol's edge rules are its catalogue entry's (`Entry.edge`).
-        from nodes.protocols.catalogue import find_wire
-
-        entry = find_wire(self.proto) if self.proto is not None else None
-        rules = entry.edge if entry is not None else None
+        # `rules`: the protocol's catalogue entry's (`Entry.edge`, nodes/protocols/
+        # catalogue.py `edge_rules`), given by whoever builds the gate (the node core, a
+        # container for its instances): the gate knows no catalogue.
         self.allowed: frozenset[MsgType] | None = rules.types if rules is not None else None
         self.rate_id: int | None = rules.rate_id if rules is not None else None
         # The reliable multicast under the protocol (the `layer` of its `Below`, nodes/

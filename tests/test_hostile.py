@@ -224,7 +224,7 @@ def test_gate_leaves_unknown_protocols_to_generic_checks() -> None:
     class Other:
         proto = "not-in-the-table"
 
-    gate = Gate(0, [0, 1], Other())
+    gate = Gate(0, [0, 1], Other(), None)
     msg = Message(Header(MsgType.DUMMY, Proto.RAW, sender=1))
     assert gate.check(msg) is None
     assert gate.check(Message(Header(MsgType.DUMMY, Proto.RAW, sender=5))) == "sender"

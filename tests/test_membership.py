@@ -9,7 +9,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -383,10 +383,11 @@ def test_a_restart_faster_than_the_failure_detector_rejoins_by_join(tmp_path: Pa
 def test_malformed_view_messages_are_counted_not_raised() -> None:
     """Nothing from the network is trusted: bad probes, state transfers, membership lists
     and forged inner senders are refused (`ev=drop`, RejectedMessages), never raised."""
+    from nodes.protocols import catalogue
     from nodes.protocols import primary as pv
     from nodes.wire import Header, Message, MsgType, encode
 
-    layer = Primary(1, [0, 1, 2], {**FAST_FD})
+    layer = cast(Primary, catalogue.build("primary", 1, [0, 1, 2], {**FAST_FD}))
     layer.start(0)
 
     def msg(proto: int, aux: int, payload: bytes, seq: int = 1) -> Message:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -167,11 +167,12 @@ def test_an_answered_probe_is_not_answered_again() -> None:
     answered the answer too: two decided members played ping-pong for ever and every
     duplicated datagram started one more game. An answer is marked (rseq 1), never answered;
     a plain probe still is (a member that missed something of the view asks that way)."""
+    from nodes.protocols import catalogue
     from nodes.protocols import primary as pv
     from nodes.protocols.base import Send
     from nodes.wire import Header, Message, MsgType
 
-    layer = pv.Primary(1, [0, 1, 2], {})
+    layer = cast(pv.Primary, catalogue.build("primary", 1, [0, 1, 2], {}))
     layer.start(0)
     assert layer.held is not None
     layer.decided = True

@@ -28,6 +28,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import TYPE_CHECKING, Annotated, Any
 
 from nodes import wire
+from nodes.edge import EdgeRules
 from nodes.protocols import (
     cbcast,
     fast_seto,
@@ -248,16 +249,6 @@ PSYNC_HAZARDS = SENDER_REPAIR_HAZARDS + (
                   "mid-way without the context of what it skipped"),
 )
 
-@dataclass(frozen=True)
-class EdgeRules:
-    """What the edge gate (nodes/edge.py) admits of a protocol's datagrams beyond the generic
-    checks: the message types they may carry under its wire id (each checked by the gate's
-    rule for that type, nodes/edge.py `CHECKS`), and, for an ESTIMATE, the entry id that
-    carries the sender's own send rate instead of a delay (003 Fig. 7, fast_seto.py)."""
-
-    types: frozenset[MsgType]
-    rate_id: int | None = None
-
 
 # The fixed sequencer's messages (000 Fig. 1) over reliable FIFO (002), with the relay's FETCH.
 SEQUENCER_EDGE = EdgeRules(frozenset({MsgType.DATA, MsgType.ORDER, MsgType.NACK, MsgType.ACK,
@@ -271,6 +262,17 @@ FAST_SETO_EDGE = EdgeRules(SEQUENCER_EDGE.types | {MsgType.PING, MsgType.PONG,
 SECTIONS = ("membership", "switching", "qos")
 
 Factory = Callable[[int, list[int], dict[str, Any]], Layer]
+
+
+def _hosting(cls: Callable[..., Layer]) -> Factory:
+    """The factory of a container of inner protocol instances (`switching`, `primary`): it
+    gets the catalogue's lookup (`get`) from here, so that no protocol module imports the
+    catalogue (which imports them all)."""
+    def factory(me: int, members: list[int], params: dict[str, Any]) -> Layer:
+        return cls(me, members, params, lookup=get)
+    factory.__name__ = factory.__qualname__ = cls.__name__
+    factory.__doc__ = cls.__doc__
+    return factory
 # A protocol whose params nest other protocols (switching's instances) checks and resolves
 # them itself: (params, topology hosts) -> [(location, message)], (params, {host: id}) -> params.
 ParamsCheck = Callable[[dict[str, Any], list[str]], list[tuple[tuple[Any, ...], str]]]
@@ -302,7 +304,7 @@ class Entry:
     # a container (nodes/protocols/stack.py) hands it datagrams under the container's tag as
     # they are; the others get a copy with their wire id put back.
     tagged_ok: bool = False
-    # What the edge gate admits beyond the generic checks (EdgeRules above; None: generic
+    # What the edge gate admits beyond the generic checks (nodes/edge.py EdgeRules; None: generic
     # checks only).
     edge: EdgeRules | None = None
     # The analysis sections (SECTIONS above) a run of it adds to summary.json.
@@ -410,7 +412,8 @@ CATALOGUE: tuple[Entry, ...] = (
           summary="QoS-preserving total order for variable bit rate: slots of theta, latency "
                   "<= delta+gamma+theta, delta+2gamma+theta with a crash; total order with "
                   "gaps when loss_tolerance > 0 (004 secs. 5-7)"),
-    Entry("primary", primary.WIRE_ID, primary.Primary, primary.PrimaryParams, SEQUENCER_TOTAL,
+    Entry("primary", primary.WIRE_ID, _hosting(primary.Primary), primary.PrimaryParams,
+          SEQUENCER_TOTAL,
           sections=("membership",),
           liveness=Liveness(RELIABLE_LIVE, quorum=True,
                             note="001 §4.1: views exclude crashed members while a majority "
@@ -439,11 +442,13 @@ CATALOGUE: tuple[Entry, ...] = (
           model=Model(clocks=False, source="004 §2.1, §8 (no failures, L663)"),
           summary="blocks of timestamps granted by a leader, latency <= Δ+max(Δ+pO, Θ) (004 "
                   "§8.2)"),
-    Entry("switching", switching.WIRE_ID, switching.Switching, switching.SwitchingParams,
+    Entry("switching", switching.WIRE_ID, _hosting(switching.Switching), switching.SwitchingParams,
           SEQUENCER_TOTAL,
           summary="switches between total-order instances without stopping the flow, or by "
                   "the RABP and stop-the-flow baselines (001 ch. 2, Fig. 2.1)",
-          check_params=switching.check_params, resolve_hosts=switching.resolve_hosts,
+          check_params=lambda params, hosts: switching.check_params(params, hosts, find,
+                                                                     params_model),
+          resolve_hosts=lambda params, ids: switching.resolve_hosts(params, ids, find),
           sections=("switching",),
           liveness=Liveness(RELIABLE_LIVE, nested="instances",
                             note="001 §2.2: a member crashed during a switch is excluded; "
@@ -515,6 +520,14 @@ def find(name: str) -> Entry | None:
 def find_wire(wire_id: int) -> Entry | None:
     """The entry whose wire id is `wire_id` (None: no protocol's)."""
     return _BY_WIRE.get(wire_id)
+
+
+def edge_rules(layer: object) -> EdgeRules | None:
+    """What the edge gate admits of `layer`'s datagrams: the edge rules of the entry whose
+    wire id the layer carries (None: generic checks only)."""
+    proto = getattr(layer, "proto", None)
+    entry = _BY_WIRE.get(int(proto)) if isinstance(proto, int) else None
+    return entry.edge if entry is not None else None
 
 
 def sections(name: str, params: dict[str, Any]) -> tuple[str, ...]:

@@ -111,6 +111,7 @@ from nodes.protocols.base import (
 from nodes.protocols.membership import WIRE_ID as MEMBERSHIP_WIRE_ID
 from nodes.protocols.membership import Membership, View, pack_members, unpack_members
 from nodes.protocols.reliable import ReliableParams
+from nodes.protocols.stack import Lookup
 from nodes.wire import Header, Message, MsgType, WireError, decode, encode
 
 WIRE_ID = 18
@@ -213,8 +214,9 @@ def _members_field(members: tuple[int, ...]) -> bytes:
 
 
 class Primary(LayerBase):
-    def __init__(self, me: int, members: list[int], params: dict[str, Any]):
+    def __init__(self, me: int, members: list[int], params: dict[str, Any], lookup: Lookup):
         p = typed_params(PrimaryParams, params)
+        self.lookup = lookup  # the catalogue's `get` (catalogue.py `_hosting`)
         self.me = me
         self.all = tuple(sorted(members))
         self.member_set = frozenset(members)
@@ -703,7 +705,6 @@ class Primary(LayerBase):
     # -- the total-order instance ------------------------------------------------------------
     def _start_instance(self, now: int) -> list[Action]:
         from nodes.edge import Gate
-        from nodes.protocols import catalogue
 
         assert self.held is not None
         members = list(self.held.members)
@@ -713,8 +714,9 @@ class Primary(LayerBase):
         self.epoch = self.counter
         self.cur_iid = instance_id(self.counter, self.held.vid, self.held.members)
         self.inst_members = self.held.members
-        self.inner = catalogue.build(self.inner_name, self.me, members, params)
-        self.gate = Gate(self.me, members, self.inner)
+        entry = self.lookup(self.inner_name)
+        self.inner = entry.factory(self.me, members, params)
+        self.gate = Gate(self.me, members, self.inner, entry.edge)
         self.vectors = {}
         out = self._lift(self.inner.start(now) + self.inner.on_view(members, now), now)
         self.unsent.clear()

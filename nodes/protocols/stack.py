@@ -27,16 +27,33 @@ itself; it never writes an inner layer's fields, and asks the layer through a me
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from nodes.edge import EdgeRules, Gate
 from nodes.protocols.base import Action, Layer, SetTimer
-
-if TYPE_CHECKING:
-    from nodes.edge import Gate
-    from nodes.protocols.catalogue import Entry
 
 TIMER_CACHE = 1024  # namespaced timers kept per instance before the cache starts again
 ROUTE_CACHE = 4096  # fired keys parsed and kept per container
+
+
+class HostedEntry(Protocol):
+    """What a container needs of an inner protocol's catalogue entry (nodes/protocols/
+    catalogue.py `Entry`): containers get entries through the `lookup` the catalogue gives
+    their factory, and never import the catalogue, which imports them."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def wire_id(self) -> int: ...
+    @property
+    def factory(self) -> Callable[[int, list[int], dict[str, Any]], Layer]: ...
+    @property
+    def edge(self) -> EdgeRules | None: ...
+    @property
+    def tagged_ok(self) -> bool: ...
+
+
+Lookup = Callable[[str], HostedEntry]  # a protocol's entry by name (catalogue.py `get`)
 
 
 class Hosted:
@@ -45,14 +62,11 @@ class Hosted:
 
     __slots__ = ("entry", "layer", "gate", "scope", "wire_id", "tagged", "_timers")
 
-    def __init__(self, protocol: str, me: int, members: list[int], params: dict[str, Any],
-                 scope: str):
-        from nodes.edge import Gate
-        from nodes.protocols import catalogue
-
-        self.entry: Entry = catalogue.get(protocol)
-        self.layer: Layer = self.entry.factory(me, members, params)
-        self.gate: Gate = Gate(me, members, self.layer)
+    def __init__(self, entry: HostedEntry, me: int, members: list[int],
+                 params: dict[str, Any], scope: str):
+        self.entry = entry
+        self.layer: Layer = entry.factory(me, members, params)
+        self.gate = Gate(me, members, self.layer, entry.edge)
         self.scope = scope
         self.wire_id = self.entry.wire_id
         self.tagged = False  # takes datagrams under the container's tag as they are

@@ -128,7 +128,7 @@ from nodes.protocols.base import (
     ms,
     param,
 )
-from nodes.protocols.stack import Hosted, TimerKeys, fan_out
+from nodes.protocols.stack import Hosted, Lookup, TimerKeys, fan_out
 from nodes.wire import (
     PAYLOAD_RULES,
     RULED_PROTOS,
@@ -194,14 +194,14 @@ def instance_specs(params: dict[str, Any]) -> list[dict[str, Any]]:
     return list(params.get("instances") or DEFAULT_INSTANCES)
 
 
-def check_params(params: dict[str, Any], hosts: list[str]) -> list[tuple[tuple[Any, ...], str]]:
+def check_params(params: dict[str, Any], hosts: list[str], find: Callable[[str], Any],
+                 params_model: Callable[[str], Any]) -> list[tuple[tuple[Any, ...], str]]:
     """Spec-time checks of the nested instances (001 §2.2.1: switching needs two or more):
     names unique, protocols from the catalogue (not `switching` itself), their params against
     that protocol's model, host-naming params against the topology; `initial` and the policy
-    targets name instances."""
+    targets name instances. `find` and `params_model` are the catalogue's, which passes them
+    (no protocol module imports the catalogue)."""
     from pydantic import ValidationError
-
-    from nodes.protocols import catalogue
 
     problems: list[tuple[tuple[Any, ...], str]] = []
     specs = instance_specs(params)
@@ -218,13 +218,13 @@ def check_params(params: dict[str, Any], hosts: list[str]) -> list[tuple[tuple[A
         if name in names:
             problems.append(((*base, i, "name"), f"duplicate instance name {name!r}"))
         names.append(name)
-        entry = catalogue.find(proto)
+        entry = find(proto)
         if entry is None or proto == "switching":
             problems.append(((*base, i, "protocol"), f"unknown total-order protocol {proto!r}"))
             continue
         sub = spec.get("params") or {}
         try:
-            catalogue.params_model(proto).model_validate(sub)
+            params_model(proto).model_validate(sub)
         except ValidationError as exc:
             for err in exc.errors():
                 msg = "unknown parameter" if err["type"] == "extra_forbidden" else err["msg"]
@@ -240,15 +240,14 @@ def check_params(params: dict[str, Any], hosts: list[str]) -> list[tuple[tuple[A
     return problems
 
 
-def resolve_hosts(params: dict[str, Any], ids: dict[str, int]) -> dict[str, Any]:
+def resolve_hosts(params: dict[str, Any], ids: dict[str, int],
+                  find: Callable[[str], Any]) -> dict[str, Any]:
     """The instances' host-naming params as member ids (`<name>_id`), as the node core does for
-    a top-level protocol (nodes/core.py `resolve_params`)."""
-    from nodes.protocols import catalogue
-
+    a top-level protocol (nodes/core.py `resolve_params`); `find` is the catalogue's."""
     specs = []
     for spec in instance_specs(params):
         sub = dict(spec.get("params") or {})
-        entry = catalogue.find(spec["protocol"])
+        entry = find(spec["protocol"])
         for key in entry.host_params() if entry is not None else ():
             if sub.get(key) is not None:
                 sub[f"{key}_id"] = ids[sub.pop(key)]
@@ -283,7 +282,8 @@ Entry = tuple[int, int, int, int, bytes]  # origin, flags, sn, size, control bod
 class Switching(LayerBase):
     proto = WIRE_ID
 
-    def __init__(self, me: int, members: list[int], params: dict[str, Any]):
+    def __init__(self, me: int, members: list[int], params: dict[str, Any], lookup: Lookup):
+        self.lookup = lookup  # the catalogue's `get` (catalogue.py `_hosting`)
         self.me, self.members = me, list(members)
         self.all = frozenset(members)
         self.params = params
@@ -462,7 +462,7 @@ class Switching(LayerBase):
         spec = self.specs[index]
         sub = {**(spec.get("params") or {}), "incarnation": self.incarnation}
         tag = self._tag(epoch)
-        host = Hosted(spec["protocol"], self.me, self.members, sub, str(tag))
+        host = Hosted(self.lookup(spec["protocol"]), self.me, self.members, sub, str(tag))
         if host.wire_id >= TAG_BASE:
             raise ValueError(f"{host.entry.name}: wire id {host.wire_id} collides with the "
                              f"switching tags ({TAG_BASE + 1}..{TAG_BASE + TAGS})")
