@@ -40,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from testbed.spec.loader import SpecError
 from testbed.spec.topology import NAME, TopologySpec, check_topology
 
 FORMATS = ("wonderproxy", "grid", "matrix")
@@ -48,12 +49,8 @@ PING_COLUMNS = ("source", "destination", "timestamp", "min", "avg", "max", "mdev
 MAX_PROBLEMS = 20
 
 
-class MeasuredDataError(Exception):
+class MeasuredDataError(SpecError):
     """Located problems in measured data; one `file:line: field: message` per problem."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
 
 
 @dataclass(frozen=True)
