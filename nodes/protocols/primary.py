@@ -63,6 +63,19 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
   sequencer, still waiting for its state transfer, dropped them (no instance yet) and,
   the workload over, nothing told it they existed. Instance traffic of a later counter is
   now kept (bounded) and replayed when that instance starts.
+  Cause once seen (liveness under a minority crash, 001 §4.1.2: a restarted member rejoins
+  with the primary's state): the view's instance inherited the process's incarnation, so
+  at a restarted member its reliable FIFO and sequencer took each stream "from the
+  present", the rule for a process restarting into an instance that ran before it. This
+  instance starts with the view: the first messages the others broadcast on it, reordered
+  by jitter or lost, were skipped, never delivered and never repaired (explore seed 20030).
+  Every member now starts the instance as new (incarnation 0): every stream from its first
+  message, gaps repaired; mids stay unique by the layer's own sn (below).
+  Cause once seen (liveness under a minority crash with loss, 001 §4.1): the instance's
+  sequencer answers a FETCH for a crashed origin's message with a relayed copy, which
+  keeps the origin as sender; the layer dropped every inner message whose sender was not
+  the datagram's source, so a member that had lost the origin's message waited on its
+  ORDER for the rest of the view (explore seed 20176). A relayed DATA copy now passes.
 - P8 install: counter + 1, last primary := V, a fresh total-order instance; own messages
   not yet delivered are broadcast again on it (`view`, primary=true).
 - P9 `setPrimary` (management): a blocked member with a view becomes primary with it and
@@ -111,7 +124,7 @@ from nodes.protocols.base import (
 from nodes.protocols.membership import WIRE_ID as MEMBERSHIP_WIRE_ID
 from nodes.protocols.membership import Membership, View, pack_members, unpack_members
 from nodes.protocols.reliable import ReliableParams
-from nodes.wire import Header, Message, MsgType, WireError, decode, encode
+from nodes.wire import Flag, Header, Message, MsgType, WireError, decode, encode
 
 WIRE_ID = 18
 TICK = "pv:tick"
@@ -710,6 +723,9 @@ class Primary(LayerBase):
         params = dict(self.params)
         params.pop("bootstrap_id", None)
         params["sequencer_id"] = members[0]
+        # the instance is new at every member, a restarted process's included: it takes
+        # every stream from its first message, as the others do (see P8 in the docstring)
+        params["incarnation"] = 0
         self.epoch = self.counter
         self.cur_iid = instance_id(self.counter, self.held.vid, self.held.members)
         self.inst_members = self.held.members
@@ -744,7 +760,9 @@ class Primary(LayerBase):
         if self.inner is None or epoch != self.epoch or src not in self.inst_members:
             return []  # an instance that is gone (or not ours)
         msg = decode(payload)
-        if msg.header.sender != src:
+        if msg.header.sender != src and not (msg.header.type == MsgType.DATA
+                                             and msg.header.flags & Flag.RELAYED):
+            # a relayed copy (the sequencer answering a FETCH) keeps its origin as sender
             raise ValueError(f"inner message from {src} names sender {msg.header.sender}")
         reason = self.gate.check(msg)
         if reason is not None:
