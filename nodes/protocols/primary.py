@@ -28,6 +28,15 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
   membership view in which I installed my primary (membership's M5, `View.prev`): then
   none of them can have taken part in a primary I missed; otherwise V is probed (P3), and
   the member that missed the intermediate primary is excluded (P7).
+  Cause once seen (agreement and total order under a crash of the view's sequencer with
+  loss): the shortcut stands on view synchrony (001 §4.1 L414-416: members that move
+  together delivered the same in the old view), but membership installs after
+  `flush_timeout` without it. Members the dead sequencer's last ORDERs had reached unevenly
+  installed at once with different histories; nobody transferred state to the one behind,
+  its own pending messages went out again on the new instance after the others had
+  delivered them in the old one (order lost), and the others' were never delivered there.
+  The shortcut now also needs the flush to have agreed (membership's `View.synced`);
+  otherwise V is probed and the members behind get the leader's history (P6).
   Hazard, not claimed: under flapping partitions this immediate installation is ambiguous
   (a member cut off right after the coordinator's INSTALL still holds the old last primary)
   and two primaries take the same counter (split brain); what one of them delivered, even
@@ -502,7 +511,7 @@ class Primary(LayerBase):
             if not strict_majority(v, self.lp):
                 out += self._block("no majority of the last primary")  # P2
             elif (self.rule == "majority" and set(v) <= set(self.lp)
-                  and len(self.held.prev) == len(v)
+                  and len(self.held.prev) == len(v) and self.held.synced
                   and all(p == self.primary_vid for p in self.held.prev)):
                 return out + self._install(self.counter, now)  # P2, the paper's shortcut
         if any(m not in self.probes for m in v):
