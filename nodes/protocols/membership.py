@@ -30,6 +30,15 @@ process's *reachable set* is itself plus every member it does not suspect. Rules
 - a proposal whose member becomes suspected is abandoned: the next tick proposes anew; so is
   one a member REJECTs because it installed that view id already (on another side of a
   partition): the coordinator proposes again above it;
+- M6 a member that is not in one view with the lowest process it reaches (it is not the
+  coordinator) sends that process JOIN every `retry`, which makes it propose a view with
+  both. Cause once seen (liveness, 001 §4.1 L414-416: the membership supports join): a
+  clock jump made h3's detector suspect everyone, h3 installed the view {h3} and blocked;
+  when it unsuspected them, the lowest process had never suspected h3 and its view was
+  still everyone's, so no one proposed and h3 stayed alone for good (explore seed 40869).
+  Only the coordinator's absence from my view counts: asking whenever my view lacks some
+  process I reach would make a new view every `retry` under a non-transitive partition
+  (the coordinator cannot reach that process, so each new view lacks it again).
 - M4 a flush once started ends in a view: the coordinator installs one even when its
   reachable set is back to the installed view's, and a member whose flush coordinator is no
   longer the lowest it reaches drops that flush and sends JOIN to the one that is. Cause once
@@ -182,6 +191,10 @@ class Membership:
             self.proposal = None  # no longer the coordinator, or nothing left to change
         if self.view.vid == 0 and self.accepted is None:
             out += [self._msg(m, JOIN, 0, b"") for m in reach if m != self.me]
+        elif self.accepted is None and reach[0] != self.me and reach[0] not in self.view.members:
+            # M6: the lowest I reach is not in my view and may never notice (it suspected
+            # nobody): I ask it for a view with me
+            out.append(self._msg(reach[0], JOIN, self.view.vid, b""))
         if self.accepted is not None and self.accepted[1] != self.me:
             state = self.flush_state()
             out.append(self._msg(self.accepted[1], FLUSH_OK, self.accepted[0], state,
