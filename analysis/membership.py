@@ -18,8 +18,8 @@ lines in ordinal (`i`) order. Checks (keys of summary.json `checks`, claimed by 
   majority of the last primary before the partition logs no delivery and no primary view
   from its first membership view after the partition started (detection and flush done)
   until the heal; a group where an operator installed a primary (`setPrimary`) is exempt.
-- `notification_order`: per node and message, opt <= fnl <= ensured by ordinal, none
-  repeated, no `ensured` without `fnl` (4.3).
+- `notification_order`: per process (node and incarnation) and message, opt <= fnl <=
+  ensured by ordinal, none repeated, no `ensured` without `fnl` (4.3).
 - `uniform`: an `ensured` (service uniform) at node n is logged only once every correct
   member of n's current primary view has logged `fnl` of the message, in true time (a node
   that crashed, or restarted and adopted the state it missed, is not held to it).
@@ -113,11 +113,17 @@ def blocked_delivery(events: Events) -> list[dict[str, Any]]:
 def notification_order(events: Events) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     for node, evs in events.items():
-        seen: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+        # per process: a restarted incarnation is a process of its own (its state is the
+        # primary's, adopted), so what an earlier one was notified of is no repeat
+        seen: dict[tuple[int, str], dict[str, list[int]]] = defaultdict(
+            lambda: defaultdict(list))
+        inc = 0
         for e in evs:
-            if e["ev"] in ("opt", "fnl", "ensured") and e.get("mid"):
-                seen[e["mid"]][e["ev"]].append(e["i"])
-        for mid, by in seen.items():
+            if e["ev"] == "start":
+                inc = int(e.get("incarnation", 0))
+            elif e["ev"] in ("opt", "fnl", "ensured") and e.get("mid"):
+                seen[(inc, e["mid"])][e["ev"]].append(e["i"])
+        for (_, mid), by in seen.items():
             why = None
             if any(len(v) > 1 for v in by.values()):
                 why = "repeated notification"

@@ -539,3 +539,19 @@ def test_a_relayed_copy_passes_the_inner_sender_check() -> None:
                                              seq=layer.epoch, aux=pv.INNER), encode(copy)), 1)
     assert not [a for a in out if getattr(a, "ev", None) == "drop"], out
     assert layer.rejected == 0
+
+
+def test_notification_order_is_per_process() -> None:
+    """A restarted incarnation is a process of its own (it adopts the primary's state): its
+    fnl of a message an earlier incarnation was notified of is no repeat; within one
+    incarnation a second fnl still is."""
+    def log(*evs: tuple[str, str | None, int]) -> checks.Events:
+        return {"h1": [{"ev": ev, "mid": mid, "i": i, "t": i, "node": "h1",
+                        **({"incarnation": 1} if ev == "start" and i else {})}
+                       for ev, mid, i in evs]}
+
+    restarted = log(("start", None, 0), ("fnl", "h2:1", 1), ("start", None, 2),
+                    ("fnl", "h2:1", 3))
+    assert checks.notification_order(restarted) == []
+    again = log(("start", None, 0), ("fnl", "h2:1", 1), ("fnl", "h2:1", 3))
+    assert [f["why"] for f in checks.notification_order(again)] == ["repeated notification"]
