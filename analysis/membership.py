@@ -16,8 +16,10 @@ lines in ordinal (`i`) order. Checks (keys of summary.json `checks`, claimed by 
 - `minority_blocked` (the brief's oracle, from the fault history rather than the nodes' own
   `blocked`): during each partition of faults.jsonl, a connected group holding no strict
   majority of the last primary before the partition logs no delivery and no primary view
-  from its first membership view after the partition started (detection and flush done)
-  until the heal; a group where an operator installed a primary (`setPrimary`) is exempt.
+  from its first membership view after the partition started that holds no member outside
+  the group (detection and flush done: a view whose flush began before the cut may install
+  after it with the others still in) until the heal; a group where an operator installed a
+  primary (`setPrimary`) is exempt.
 - `notification_order`: per process (node and incarnation) and message, opt <= fnl <=
   ensured by ordinal, none repeated, no `ensured` without `fnl` (4.3).
 - `uniform`: an `ensured` (service uniform) at node n is logged only once every correct
@@ -220,8 +222,12 @@ def minority_blocked(events: Events, partitions: list[Partition]) -> list[dict[s
                 continue  # an operator chose this side (P9)
             for node in group:
                 evs = events.get(node, [])
+                # the first view that reflects the cut (no member outside the group): a view
+                # a flush begun before the cut installs after it still holds the others, and
+                # until the detector fires the node is a member of that view as before
                 since = next((e["t"] for e in evs if e["ev"] == "view"
-                              and e.get("layer") == "membership" and e["t"] > start), None)
+                              and e.get("layer") == "membership" and e["t"] > start
+                              and set(e.get("members") or ()) <= set(group)), None)
                 if since is None:
                     continue
                 for e in evs:

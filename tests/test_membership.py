@@ -555,3 +555,23 @@ def test_notification_order_is_per_process() -> None:
     assert checks.notification_order(restarted) == []
     again = log(("start", None, 0), ("fnl", "h2:1", 1), ("fnl", "h2:1", 3))
     assert [f["why"] for f in checks.notification_order(again)] == ["repeated notification"]
+
+
+def test_minority_oracle_starts_at_the_view_that_reflects_the_cut() -> None:
+    """h3 is cut off alone at t=10, but the view {h3,h4} of a flush begun before the cut
+    installs at t=12: h3 is a member of that primary view until its detector fires, and its
+    deliveries then are not a minority's (explore seed 43622). Once it installs a view of
+    the group alone ({h3}, t=20), a delivery is flagged."""
+    def ev(ev: str, t: int, **kw: Any) -> dict[str, Any]:
+        return {"ev": ev, "t": t, "i": t, "node": "h3", **kw}
+
+    last = ev("view", 1, primary=True, counter=2, members=["h1", "h3", "h4"])
+    before_detection = {"h3": [last, ev("view", 12, layer="membership", members=["h3", "h4"]),
+                               ev("view", 12, primary=True, counter=3, members=["h3", "h4"]),
+                               ev("fnl", 15, mid="h3:1")]}
+    cut: list[checks.Partition] = [(10, 30.0, [["h3"], ["h1", "h4"]])]
+    assert checks.minority_blocked(before_detection, cut) == []
+    detected = {"h3": before_detection["h3"] + [
+        ev("view", 20, layer="membership", members=["h3"]), ev("fnl", 25, mid="h3:2")]}
+    found = checks.minority_blocked(detected, cut)
+    assert [(f["node"], f["mid"]) for f in found] == [("h3", "h3:2")]
