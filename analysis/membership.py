@@ -16,10 +16,12 @@ lines in ordinal (`i`) order. Checks (keys of summary.json `checks`, claimed by 
 - `minority_blocked` (001 §4.1's majority rule, judged from the fault history rather than the
   nodes' own `blocked`): during each partition of faults.jsonl, a connected group holding no strict
   majority of the last primary before the partition logs no delivery and no primary view
-  from its first membership view after the partition started (detection and flush done)
-  until the heal; a group where an operator installed a primary (`setPrimary`) is exempt.
-- `notification_order`: per node and message, opt <= fnl <= ensured by ordinal, none
-  repeated, no `ensured` without `fnl` (4.3).
+  from its first membership view after the partition started that holds no member outside
+  the group (detection and flush done: a view whose flush began before the cut may install
+  after it with the others still in) until the heal; a group where an operator installed a
+  primary (`setPrimary`) is exempt.
+- `notification_order`: per process (node and incarnation) and message, opt <= fnl <=
+  ensured by ordinal, none repeated, no `ensured` without `fnl` (4.3).
 - `uniform`: an `ensured` (service uniform) at node n is logged only once every correct
   member of n's current primary view has logged `fnl` of the message, in true time (a node
   that crashed, or restarted and adopted the state it missed, is not held to it).
@@ -101,11 +103,17 @@ def blocked_delivery(events: Events) -> list[dict[str, Any]]:
 def notification_order(events: Events) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     for node, evs in events.items():
-        seen: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+        # per process: a restarted incarnation is a process of its own (its state is the
+        # primary's, adopted), so what an earlier one was notified of is no repeat
+        seen: dict[tuple[int, str], dict[str, list[int]]] = defaultdict(
+            lambda: defaultdict(list))
+        inc = 0
         for e in evs:
-            if e["ev"] in ("opt", "fnl", "ensured") and e.get("mid"):
-                seen[e["mid"]][e["ev"]].append(e["i"])
-        for mid, by in seen.items():
+            if e["ev"] == "start":
+                inc = int(e.get("incarnation", 0))
+            elif e["ev"] in ("opt", "fnl", "ensured") and e.get("mid"):
+                seen[(inc, e["mid"])][e["ev"]].append(e["i"])
+        for (_, mid), by in seen.items():
             why = None
             if any(len(v) > 1 for v in by.values()):
                 why = "repeated notification"
@@ -202,8 +210,12 @@ def minority_blocked(events: Events, partitions: list[Partition]) -> list[dict[s
                 continue  # an operator chose this side (P9)
             for node in group:
                 evs = events.get(node, [])
+                # the first view that reflects the cut (no member outside the group): a view
+                # a flush begun before the cut installs after it still holds the others, and
+                # until the detector fires the node is a member of that view as before
                 since = next((e["t"] for e in evs if e["ev"] == "view"
-                              and e.get("layer") == "membership" and e["t"] > start), None)
+                              and e.get("layer") == "membership" and e["t"] > start
+                              and set(e.get("members") or ()) <= set(group)), None)
                 if since is None:
                     continue
                 for e in evs:

@@ -240,14 +240,50 @@ def apply(controls: Controls, fault: Primitive) -> Measured:
 
 class FaultHistory:
     """`faults.jsonl`: every applied primitive with the true time it took effect and what was
-    measured afterwards."""
+    measured afterwards.
+
+    Cuts add up (a block adds its cuts to those still on) and a heal lifts them all, so a
+    heal stops every partition then on, not only the fault it belongs to: each of those gets
+    its own stop record (same time and measurement, `params.healed_by` the fault whose heal
+    it was), and a reader pairing starts and stops by fault id sees the partition end when
+    the network did. The partitions still on are read back from the file, so a history
+    appended by several writers (`testbed fault` calls on one run) stays right."""
 
     def __init__(self, path: Path):
         self.path = path
+        self._open: set[Any] | None = None  # fault ids of the partitions on, once read
 
     def append(self, fault: Primitive, t: int, measured: Measured, index: int = 0
                ) -> dict[str, Any]:
         record = fault.record(t, measured, index)
+        records = [record]
+        if isinstance(fault, Heal):
+            records += [{**record, "fault": other, "params": {"healed_by": index}}
+                        for other in sorted(self._partitions_on() - {index}, key=str)]
+            self._partitions_on().clear()
+        elif isinstance(fault, Block):
+            self._partitions_on().add(index)
         with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+            for r in records:
+                f.write(json.dumps(r) + "\n")
         return record
+
+    def _partitions_on(self) -> set[Any]:
+        if self._open is None:
+            self._open = set()
+            try:
+                lines = self.path.read_text(encoding="utf-8").splitlines()
+            except OSError:
+                lines = []
+            for line in lines:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short
+                if not isinstance(r, dict) or r.get("kind") != "partition":
+                    continue
+                if r.get("phase", "start") == "start":
+                    self._open.add(r.get("fault"))
+                else:
+                    self._open.discard(r.get("fault"))
+        return self._open

@@ -63,3 +63,30 @@ def test_primitives_parse_to_the_typed_values() -> None:
     assert primitive("clock", {"host": "a", "drift_ppm": 5}) == SetClock("a", drift_ppm=5)
     mgmt = primitive("mgmt", {"host": "a", "mbean": "m", "write": None, "exec": ["jump", 5]})
     assert mgmt == Management("a", "m", None, ("jump", 5))
+
+
+def test_a_heal_stops_every_partition_then_on_in_the_history(tmp_path: Path) -> None:
+    """Cuts add up and a heal lifts them all: a partition another partition's heal ended gets
+    its stop at that heal, so readers pairing by fault id see it end when the network did
+    (explore seed 20025 of primary: the first partition seemed to last to the end)."""
+    from analysis.fault_history import intervals
+    from analysis.membership import read_partitions
+
+    path = tmp_path / "faults.jsonl"
+    history = FaultHistory(path)
+    cut = (("h2", "h3"), ("h3", "h2"))
+    history.append(Block(cut), 100, {}, 0)
+    history.append(Block(cut), 200, {}, 1)
+    history.append(Heal(), 300, {"m": 1}, 1)
+    later = FaultHistory(path)  # another writer (`testbed fault`) reads what is on back
+    later.append(Block(cut), 400, {}, 2)
+    later.append(Heal(), 500, {}, 3)  # a `heal` fault of its own
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    stops = [(r["fault"], r["t"], r["params"]) for r in lines if r["phase"] == "stop"]
+    assert stops == [(1, 300, {}), (0, 300, {"healed_by": 1}), (3, 500, {}),
+                     (2, 500, {"healed_by": 3})]
+    spans = intervals(lines)
+    assert [(f.fault, f.start, f.stop) for f in spans] == [(0, 100, 300), (1, 200, 300),
+                                                           (2, 400, 500)]
+    assert [(s, e) for s, e, _ in read_partitions(tmp_path, ["h2", "h3"])] == [
+        (100, 300), (200, 300), (400, 500)]

@@ -90,8 +90,16 @@ def test_hazards_match_only_their_params_and_every_fault_kind() -> None:
     assert names("primary", {}, faults("partition", odd=True))
     assert names("primary", {"primary_rule": "majority"}, faults("partition", "loss", odd=True))
     assert not names("primary", {"primary_rule": "attempt"}, faults("partition", odd=True))
-    assert not names("primary", {}, faults("partition", "crash", "loss"))  # disjoint groups
+    assert not names("primary", {}, faults("partition", "loss"))  # disjoint groups
     assert not names("primary", {}, [])
+    # primary: a crashed sequencer's last fnl (regular, not uniform) beside loss or a cut,
+    # under either rule; a crash alone, or loss and a cut without one, keep every claim
+    for rule in ("majority", "attempt"):
+        for cut in ("loss", "partition"):
+            (only,) = matching_hazards(catalogue.get("primary"), {"primary_rule": rule},
+                                       faults("crash", cut))
+            assert only[0].voids == {"total_order", "causal_order"}
+    assert not names("primary", {}, faults("crash", "pause", "clock", "duplicate", "reorder"))
     # crash plus loss, both needed
     assert names("moving-sequencer", {}, faults("crash"))
     for proto in ("moving-sequencer", "psync-total"):
@@ -142,7 +150,7 @@ def test_schema_shows_the_hazards_per_protocol() -> None:
     proc = run_cli("schema", "experiment")
     assert proc.returncode == 0, proc.stderr
     protos = json.loads(proc.stdout)["$defs"]["ProtocolSpec"]["x-protocols"]
-    (h,) = protos["primary"]["hazards"]
+    (h,) = [h for h in protos["primary"]["hazards"] if h["params"]]
     assert h["params"] == {"primary_rule": "majority"}
     assert h["faults"] == [catalogue.NONTRANSITIVE] and "split_brain" in h["voids"]
     assert protos["sequencer"]["hazards"] == []

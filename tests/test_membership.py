@@ -484,3 +484,95 @@ def test_majority_rule_serves_a_blocked_member_behind_a_view_installed_at_once(
     assert_total_order_stack_clean(events)
     assert judged(tmp_path) == dict.fromkeys(checks.MEMBERSHIP_CHECKS, 0)
     assert_reformed(events, flaps[-1][0], fd_timeout_ms=150)
+
+
+def test_install_says_whether_the_flush_agreed() -> None:
+    """M3: after `flush_timeout` the INSTALL carries `hint` 1 and the view is not `synced`
+    (view synchrony does not hold for it, P2 must probe); an agreed flush installs a synced
+    view; a member takes the flag from INSTALL, and a flag other than 0 or 1 is dropped."""
+    from nodes.protocols.base import Send
+    from nodes.wire import Header, Message, MsgType
+
+    def flush_ok(vid: int, state: bytes) -> Message:
+        return Message(Header(MsgType.DATA, mb.WIRE_ID, sender=1, seq=vid, mno=1,
+                              aux=mb.FLUSH_OK), state)
+
+    for other, timeout_at, synced in ((b"\x00\x00\x00\x02same", 1, True),
+                                      (b"\x00\x00\x00\x02diff", 2 * S, False)):
+        coord = mb.Membership(0, [0, 1], lambda: b"\x00\x00\x00\x02same",
+                              flush_timeout_ns=S)
+        coord.on_suspect(1, True, 0)
+        coord.on_timer(0)  # proposes {0}
+        coord.on_suspect(1, False, 0)
+        coord.on_timer(0)  # proposes {0, 1}
+        assert coord.proposal is not None
+        coord.on_message(1, flush_ok(coord.proposal.vid, other), 0)
+        out = coord.on_timer(1) + coord.on_timer(timeout_at)
+        installs = [a.msg for a in out if isinstance(a, Send) and a.msg.header.aux == mb.INSTALL]
+        assert [m.header.hint for m in installs] == [int(not synced)], out
+        assert coord.view.members == (0, 1) and coord.view.synced is synced
+        member = mb.Membership(1, [0, 1], lambda: b"\x00\x00\x00\x02same")
+        member.on_message(0, Message(Header(MsgType.DATA, mb.WIRE_ID, sender=0,
+                                            seq=coord.view.vid, aux=mb.PROPOSE),
+                                     mb.pack_members((0, 1))), 0)
+        member.on_message(0, installs[0], 0)
+        assert member.view.vid == coord.view.vid and member.view.synced is synced
+    bad = installs[0].header.with_(hint=2)
+    out = mb.Membership(1, [0, 1], lambda: b"").on_message(0, Message(bad, installs[0].payload),
+                                                            0)
+    assert [getattr(a, "ev", None) for a in out] == ["drop"]
+
+
+def test_a_relayed_copy_passes_the_inner_sender_check() -> None:
+    """The sequencer answers a FETCH with the stored copy flagged RELAYED, naming its origin
+    as sender: accepted from another member (a plain message naming another sender is not,
+    test_malformed_view_messages_are_counted_not_raised)."""
+    from nodes.protocols import primary as pv
+    from nodes.wire import Flag, Header, Message, MsgType, encode
+
+    layer = Primary(1, [0, 1, 2], {**FAST_FD})
+    layer.start(0)
+    layer.status, layer.inner_name = pv.PRIMARY, "sequencer"
+    layer._start_instance(0)
+    copy = Message(Header(MsgType.DATA, 2, flags=int(Flag.RELAYED), sender=2, rseq=1,
+                          origin=2, mno=1), b"x")
+    out = layer.on_message(0, Message(Header(MsgType.DATA, pv.WIRE_ID, sender=0,
+                                             seq=layer.epoch, aux=pv.INNER), encode(copy)), 1)
+    assert not [a for a in out if getattr(a, "ev", None) == "drop"], out
+    assert layer.rejected == 0
+
+
+def test_notification_order_is_per_process() -> None:
+    """A restarted incarnation is a process of its own (it adopts the primary's state): its
+    fnl of a message an earlier incarnation was notified of is no repeat; within one
+    incarnation a second fnl still is."""
+    def log(*evs: tuple[str, str | None, int]) -> checks.Events:
+        return {"h1": [{"ev": ev, "mid": mid, "i": i, "t": i, "node": "h1",
+                        **({"incarnation": 1} if ev == "start" and i else {})}
+                       for ev, mid, i in evs]}
+
+    restarted = log(("start", None, 0), ("fnl", "h2:1", 1), ("start", None, 2),
+                    ("fnl", "h2:1", 3))
+    assert checks.notification_order(restarted) == []
+    again = log(("start", None, 0), ("fnl", "h2:1", 1), ("fnl", "h2:1", 3))
+    assert [f["why"] for f in checks.notification_order(again)] == ["repeated notification"]
+
+
+def test_minority_oracle_starts_at_the_view_that_reflects_the_cut() -> None:
+    """h3 is cut off alone at t=10, but the view {h3,h4} of a flush begun before the cut
+    installs at t=12: h3 is a member of that primary view until its detector fires, and its
+    deliveries then are not a minority's (explore seed 43622). Once it installs a view of
+    the group alone ({h3}, t=20), a delivery is flagged."""
+    def ev(ev: str, t: int, **kw: Any) -> dict[str, Any]:
+        return {"ev": ev, "t": t, "i": t, "node": "h3", **kw}
+
+    last = ev("view", 1, primary=True, counter=2, members=["h1", "h3", "h4"])
+    before_detection = {"h3": [last, ev("view", 12, layer="membership", members=["h3", "h4"]),
+                               ev("view", 12, primary=True, counter=3, members=["h3", "h4"]),
+                               ev("fnl", 15, mid="h3:1")]}
+    cut: list[checks.Partition] = [(10, 30.0, [["h3"], ["h1", "h4"]])]
+    assert checks.minority_blocked(before_detection, cut) == []
+    detected = {"h3": before_detection["h3"] + [
+        ev("view", 20, layer="membership", members=["h3"]), ev("fnl", 25, mid="h3:2")]}
+    found = checks.minority_blocked(detected, cut)
+    assert [(f["node"], f["mid"]) for f in found] == [("h3", "h3:2")]

@@ -203,12 +203,24 @@ RELIABLE_FIFO_ACK_LIVE = frozenset(LINK_FAULTS) | {"crash", "clock"}
 # group (two sides holding one counter with different members never agree on a lineage).
 SPLIT_BRAIN_VOIDS = frozenset({"split_brain", "total_order", "causal_order", "agreement",
                                "uniform", "notification_order", "liveness"})
+# 001 §4.3: `fnl` is the regular total order, `ensured` the uniform one. The view's sequencer
+# final-delivers what it orders at once; when it crashes before loss or a cut let its last
+# ORDERs reach anyone, the next primary orders those messages anew (their senders broadcast
+# them again, P8), maybe in another order: the crashed process's last `fnl` are no prefix of
+# the survivors' order (the survivors agree with each other: P6 gives the ones behind the
+# longest history). Its restarted incarnation adopts the primary's state and delivers them
+# in the new order.
 PRIMARY_HAZARDS = (
     Hazard(SPLIT_BRAIN_VOIDS, frozenset({NONTRANSITIVE}), (("primary_rule", "majority"),),
            reason="001 §4.1.2 P2 installs a majority view at once: under a non-transitive "
                   "partition a member misses the INSTALL and two primaries take one counter "
                   "(split brain); `primary_rule: attempt` claims it"),
-)
+) + tuple(
+    Hazard(frozenset({"total_order", "causal_order"}), frozenset({"crash", cut}),
+           reason="001 §4.3 makes `fnl` regular, not uniform (`ensured` is): a crashed "
+                  "sequencer's last deliveries, whose ORDERs loss or a cut kept from the "
+                  "others, are ordered anew by the next primary (explore seed 42913)")
+    for cut in ("loss", "partition"))
 # Chang-Maxemchuk without its reformation phase: after a crash the predecessor re-passes the
 # token to the restarted member (M7); an ORDER the crashed member issued that, through loss,
 # reached some members only is then numbered again (nodes/protocols/moving_sequencer.py).

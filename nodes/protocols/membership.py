@@ -15,7 +15,10 @@ process's *reachable set* is itself plus every member it does not suspect. Rules
   flush states of members of one old view agree (the members that move together delivered
   the same messages: view synchrony), or after `flush_timeout` (logged `flush_timeout`);
   it multicasts INSTALL, answers any later FLUSH_OK for an installed view with the INSTALL
-  again, and a member installs the highest view it accepted;
+  again, and a member installs the highest view it accepted. INSTALL says whether the flush
+  agreed (`View.synced`): after a timeout the members that moved together may have delivered
+  different messages, view synchrony does not hold for that view, and the owner must not
+  act as if it did (the primary layer's P2);
 - M5 transitional set (view synchrony's "moved together"): FLUSH_OK carries the view its
   sender is in, and INSTALL the view each member comes from (`View.prev`). A member
   installs only the view of its latest FLUSH_OK (from that proposal's coordinator) and
@@ -27,6 +30,15 @@ process's *reachable set* is itself plus every member it does not suspect. Rules
 - a proposal whose member becomes suspected is abandoned: the next tick proposes anew; so is
   one a member REJECTs because it installed that view id already (on another side of a
   partition): the coordinator proposes again above it;
+- M6 a member that is not in one view with the lowest process it reaches (it is not the
+  coordinator) sends that process JOIN every `retry`, which makes it propose a view with
+  both. Cause once seen (liveness, 001 §4.1 L414-416: the membership supports join): a
+  clock jump made h3's detector suspect everyone, h3 installed the view {h3} and blocked;
+  when it unsuspected them, the lowest process had never suspected h3 and its view was
+  still everyone's, so no one proposed and h3 stayed alone for good (explore seed 40869).
+  Only the coordinator's absence from my view counts: asking whenever my view lacks some
+  process I reach would make a new view every `retry` under a non-transitive partition
+  (the coordinator cannot reach that process, so each new view lacks it again).
 - M4 a flush once started ends in a view: the coordinator installs one even when its
   reachable set is back to the installed view's, and a member whose flush coordinator is no
   longer the lowest it reaches drops that flush and sends JOIN to the one that is. Cause once
@@ -41,8 +53,8 @@ never noticed the crash.
 
 Wire (id 19, `membership`): type DATA, the kind in `aux`, the view id in `seq`; PROPOSE
 carries the members as u16s, INSTALL a u16 count, the members as u16s and the view each
-comes from as u32s; FLUSH_OK the sender's view id in `mno` and the owner's opaque flush
-state.
+comes from as u32s, `hint` 1 when the flush timed out (states not agreed); FLUSH_OK the
+sender's view id in `mno` and the owner's opaque flush state.
 """
 
 from __future__ import annotations
@@ -99,6 +111,9 @@ class View:
     # M5: per member, the view id it installed this view from (0: none, the configured or a
     # restarted process's first view)
     prev: tuple[int, ...] = ()
+    # M3: the flush states of the members that moved together agreed (False: installed after
+    # `flush_timeout`, view synchrony does not hold for this view)
+    synced: bool = True
 
 
 @dataclass
@@ -176,6 +191,10 @@ class Membership:
             self.proposal = None  # no longer the coordinator, or nothing left to change
         if self.view.vid == 0 and self.accepted is None:
             out += [self._msg(m, JOIN, 0, b"") for m in reach if m != self.me]
+        elif self.accepted is None and reach[0] != self.me and reach[0] not in self.view.members:
+            # M6: the lowest I reach is not in my view and may never notice (it suspected
+            # nobody): I ask it for a view with me
+            out.append(self._msg(reach[0], JOIN, self.view.vid, b""))
         if self.accepted is not None and self.accepted[1] != self.me:
             state = self.flush_state()
             out.append(self._msg(self.accepted[1], FLUSH_OK, self.accepted[0], state,
@@ -207,8 +226,8 @@ class Membership:
         out: list[Action] = []
         if not agreed:
             out.append(Log("flush_timeout", {"vid": p.vid}))
-        view = View(p.vid, p.members, tuple(p.prevs[m] for m in p.members))
-        out.append(self._msg(None, INSTALL, p.vid, pack_install(view.members, view.prev)))
+        view = View(p.vid, p.members, tuple(p.prevs[m] for m in p.members), agreed)
+        out.append(self._install_msg(None, view))
         self.proposal = None
         return out + self._install(view)
 
@@ -221,7 +240,10 @@ class Membership:
             if kind == FLUSH_OK:
                 return self._on_flush_ok(src, h.seq, h.mno, msg.payload)
             if kind == INSTALL:
-                return self._on_install(src, h.seq, *unpack_install(msg.payload))
+                if h.hint not in (0, 1):
+                    raise ValueError(f"install flush flag {h.hint}")
+                return self._on_install(src, h.seq, *unpack_install(msg.payload),
+                                        synced=not h.hint)
             if kind == JOIN:
                 self.joiners.add(src)
                 return []
@@ -265,12 +287,11 @@ class Membership:
             return []
         if (vid == self.view.vid and src in self.view.members and self.view.members[0] == self.me
                 and self.view.prev):
-            return [self._msg(src, INSTALL, vid, pack_install(self.view.members,
-                                                              self.view.prev))]  # M3 resend
+            return [self._install_msg(src, self.view)]  # M3 resend
         return []
 
     def _on_install(self, src: int, vid: int, members: tuple[int, ...],
-                    prev: tuple[int, ...]) -> list[Action]:
+                    prev: tuple[int, ...], synced: bool = True) -> list[Action]:
         self.max_vid = max(self.max_vid, vid)
         if (self.me not in members or src != members[0] or vid <= self.view.vid
                 or (vid, src) != self.flushed):
@@ -278,7 +299,7 @@ class Membership:
         if prev[members.index(self.me)] != self.view.vid:
             raise ValueError(f"install says I come from view {prev[members.index(self.me)]}, "
                              f"I am in {self.view.vid}")
-        return self._install(View(vid, members, prev))
+        return self._install(View(vid, members, prev, synced))
 
     def _install(self, view: View) -> list[Action]:
         self.view = view
@@ -288,6 +309,11 @@ class Membership:
         return [Log("view", {"layer": "membership", "vid": view.vid,
                              "members": list(view.members)})]
 
-    def _msg(self, dst: int | None, kind: int, vid: int, payload: bytes, mno: int = 0) -> Send:
+    def _msg(self, dst: int | None, kind: int, vid: int, payload: bytes, mno: int = 0,
+             hint: int = 0) -> Send:
         return Send(dst, Message(Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=vid,
-                                        mno=mno, aux=kind), payload))
+                                        mno=mno, hint=hint, aux=kind), payload))
+
+    def _install_msg(self, dst: int | None, view: View) -> Send:
+        return self._msg(dst, INSTALL, view.vid, pack_install(view.members, view.prev),
+                         hint=int(not view.synced))

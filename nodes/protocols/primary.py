@@ -28,6 +28,15 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
   membership view in which I installed my primary (membership's M5, `View.prev`): then
   none of them can have taken part in a primary I missed; otherwise V is probed (P3), and
   the member that missed the intermediate primary is excluded (P7).
+  Cause once seen (agreement and total order under a crash of the view's sequencer with
+  loss): the shortcut stands on view synchrony (001 §4.1 L414-416: members that move
+  together delivered the same in the old view), but membership installs after
+  `flush_timeout` without it. Members the dead sequencer's last ORDERs had reached unevenly
+  installed at once with different histories; nobody transferred state to the one behind,
+  its own pending messages went out again on the new instance after the others had
+  delivered them in the old one (order lost), and the others' were never delivered there.
+  The shortcut now also needs the flush to have agreed (membership's `View.synced`);
+  otherwise V is probed and the members behind get the leader's history (P6).
   Hazard, not claimed: under flapping partitions this immediate installation is ambiguous
   (a member cut off right after the coordinator's INSTALL still holds the old last primary)
   and two primaries take the same counter (split brain); what one of them delivered, even
@@ -63,6 +72,19 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
   sequencer, still waiting for its state transfer, dropped them (no instance yet) and,
   the workload over, nothing told it they existed. Instance traffic of a later counter is
   now kept (bounded) and replayed when that instance starts.
+  Cause once seen (liveness under a minority crash, 001 §4.1.2: a restarted member rejoins
+  with the primary's state): the view's instance inherited the process's incarnation, so
+  at a restarted member its reliable FIFO and sequencer took each stream "from the
+  present", the rule for a process restarting into an instance that ran before it. This
+  instance starts with the view: the first messages the others broadcast on it, reordered
+  by jitter or lost, were skipped, never delivered and never repaired (explore seed 20030).
+  Every member now starts the instance as new (incarnation 0): every stream from its first
+  message, gaps repaired; mids stay unique by the layer's own sn (below).
+  Cause once seen (liveness under a minority crash with loss, 001 §4.1): the instance's
+  sequencer answers a FETCH for a crashed origin's message with a relayed copy, which
+  keeps the origin as sender; the layer dropped every inner message whose sender was not
+  the datagram's source, so a member that had lost the origin's message waited on its
+  ORDER for the rest of the view (explore seed 20176). A relayed DATA copy now passes.
 - P8 install: counter + 1, last primary := V, a fresh total-order instance; own messages
   not yet delivered are broadcast again on it (`view`, primary=true).
 - P9 `setPrimary` (management): a blocked member with a view becomes primary with it and
@@ -112,7 +134,7 @@ from nodes.protocols.membership import WIRE_ID as MEMBERSHIP_WIRE_ID
 from nodes.protocols.membership import Membership, View, pack_members, unpack_members
 from nodes.protocols.reliable import ReliableParams
 from nodes.protocols.stack import Lookup
-from nodes.wire import Header, Message, MsgType, WireError, decode, encode
+from nodes.wire import Flag, Header, Message, MsgType, WireError, decode, encode
 
 WIRE_ID = 18
 TICK = "pv:tick"
@@ -491,7 +513,7 @@ class Primary(LayerBase):
             if not strict_majority(v, self.lp):
                 out += self._block("no majority of the last primary")  # P2
             elif (self.rule == "majority" and set(v) <= set(self.lp)
-                  and len(self.held.prev) == len(v)
+                  and len(self.held.prev) == len(v) and self.held.synced
                   and all(p == self.primary_vid for p in self.held.prev)):
                 return out + self._install(self.counter, now)  # P2, the paper's shortcut
         if any(m not in self.probes for m in v):
@@ -711,6 +733,9 @@ class Primary(LayerBase):
         params = dict(self.params)
         params.pop("bootstrap_id", None)
         params["sequencer_id"] = members[0]
+        # the instance is new at every member, a restarted process's included: it takes
+        # every stream from its first message, as the others do (see P8 in the docstring)
+        params["incarnation"] = 0
         self.epoch = self.counter
         self.cur_iid = instance_id(self.counter, self.held.vid, self.held.members)
         self.inst_members = self.held.members
@@ -746,7 +771,9 @@ class Primary(LayerBase):
         if self.inner is None or epoch != self.epoch or src not in self.inst_members:
             return []  # an instance that is gone (or not ours)
         msg = decode(payload)
-        if msg.header.sender != src:
+        if msg.header.sender != src and not (msg.header.type == MsgType.DATA
+                                             and msg.header.flags & Flag.RELAYED):
+            # a relayed copy (the sequencer answering a FETCH) keeps its origin as sender
             raise ValueError(f"inner message from {src} names sender {msg.header.sender}")
         reason = self.gate.check(msg)
         if reason is not None:
