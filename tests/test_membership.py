@@ -527,10 +527,11 @@ def test_a_relayed_copy_passes_the_inner_sender_check() -> None:
     """The sequencer answers a FETCH with the stored copy flagged RELAYED, naming its origin
     as sender: accepted from another member (a plain message naming another sender is not,
     test_malformed_view_messages_are_counted_not_raised)."""
+    from nodes.protocols import catalogue
     from nodes.protocols import primary as pv
     from nodes.wire import Flag, Header, Message, MsgType, encode
 
-    layer = Primary(1, [0, 1, 2], {**FAST_FD})
+    layer = cast(Primary, catalogue.build("primary", 1, [0, 1, 2], {**FAST_FD}))
     layer.start(0)
     layer.status, layer.inner_name = pv.PRIMARY, "sequencer"
     layer._start_instance(0)
