@@ -133,7 +133,7 @@ from nodes.protocols.base import (
 from nodes.protocols.membership import WIRE_ID as MEMBERSHIP_WIRE_ID
 from nodes.protocols.membership import Membership, View, pack_members, unpack_members
 from nodes.protocols.reliable import ReliableParams
-from nodes.protocols.stack import Lookup
+from nodes.protocols.stack import Hosted, Lookup
 from nodes.wire import Flag, Header, Message, MsgType, WireError, decode, encode
 
 WIRE_ID = 18
@@ -280,6 +280,7 @@ class Primary(LayerBase):
         # the total-order instance of the current primary view
         self.inner: Any = None
         self.gate: Any = None
+        self.host: Any = None  # the instance's Hosted (nodes/protocols/stack.py)
         self.epoch = 0
         self.inst_members: tuple[int, ...] = ()
         # deliveries: the exact delivered set (a sender's sns are not a prefix once a
@@ -372,7 +373,7 @@ class Primary(LayerBase):
             return self.membership.on_timer(now) + self._views(now)
         if key == TICK:
             return [SetTimer(TICK, self.stable_ns)] + self._tick(now)
-        scope, _, inner_key = key.partition(":")
+        scope, _, inner_key = key.partition("|")  # the instance's namespace (Hosted.timer)
         if self.inner is not None and scope == f"pv{self.epoch}":
             return self._lift(self.inner.on_timer(inner_key, now), now)
         return []  # a timer of an instance that is gone
@@ -726,8 +727,6 @@ class Primary(LayerBase):
 
     # -- the total-order instance ------------------------------------------------------------
     def _start_instance(self, now: int) -> list[Action]:
-        from nodes.edge import Gate
-
         assert self.held is not None
         members = list(self.held.members)
         params = dict(self.params)
@@ -739,9 +738,11 @@ class Primary(LayerBase):
         self.epoch = self.counter
         self.cur_iid = instance_id(self.counter, self.held.vid, self.held.members)
         self.inst_members = self.held.members
-        entry = self.lookup(self.inner_name)
-        self.inner = entry.factory(self.me, members, params)
-        self.gate = Gate(self.me, members, self.inner, entry.edge)
+        # the container's instance (nodes/protocols/stack.py): its own edge gate, its timers
+        # in the view's namespace `pv<counter>`
+        self.host = Hosted(self.lookup(self.inner_name), self.me, members, params,
+                           f"pv{self.epoch}")
+        self.inner, self.gate = self.host.layer, self.host.gate
         self.vectors = {}
         out = self._lift(self.inner.start(now) + self.inner.on_view(members, now), now)
         self.unsent.clear()
@@ -760,7 +761,7 @@ class Primary(LayerBase):
         return out
 
     def _inner_broadcast(self, sn: int, payload: bytes, now: int) -> list[Action]:
-        self.inner.mno = sn - 1
+        self.inner.renumber(sn - 1)  # P8: the primary's numbering, across views
         return self._lift(self.inner.broadcast(payload, now), now)
 
     def _on_inner(self, src: int, epoch: int, payload: bytes, now: int) -> list[Action]:
@@ -788,7 +789,7 @@ class Primary(LayerBase):
                 h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=epoch, aux=INNER)
                 out.append(Send(a.dst, Message(h, encode(a.msg))))
             elif isinstance(a, SetTimer):
-                out.append(SetTimer(f"pv{epoch}:{a.key}", a.delay_ns))
+                out.append(self.host.timer(a))
             elif isinstance(a, FinalDeliver):
                 out += self._deliver(a.origin, a.mno, a.size)
             elif isinstance(a, OptDeliver):
