@@ -189,9 +189,24 @@ def up(n: int, root: Path = DEFAULT_DIR, spark: bool = False) -> Path:
         docker.close()
 
 
-def _dev_of(docker: Any, cid: str, ip: str) -> str:
-    out = docker.api.exec_start(docker.api.exec_create(cid, ["ip", "-j", "-4", "addr"])["Id"])
-    for link in json.loads(out):
+def _dev_of(docker: Any, cid: str, ip: str, tries: int = 20) -> str:
+    """The container's interface holding `ip`. Asked until it answers with JSON: an exec into
+    a container that has only just started (or that the engine is restarting, see the restart
+    policy above) can return an error text or nothing."""
+    links: Any = None
+    for attempt in range(tries):
+        try:
+            out = docker.api.exec_start(
+                docker.api.exec_create(cid, ["ip", "-j", "-4", "addr"])["Id"])
+            links = json.loads(out)
+        except Exception:  # noqa: BLE001 - not running yet / restarting: ask again
+            time.sleep(0.25 * (attempt + 1))
+            continue
+        if isinstance(links, list):
+            break
+    if not isinstance(links, list):
+        raise LabError(f"container {cid[:12]} never listed its interfaces (`ip -j addr`)")
+    for link in links:
         if any(a.get("local") == ip for a in link.get("addr_info", [])):
             return str(link["ifname"])
     raise LabError(f"no interface of container {cid[:12]} holds {ip}")
