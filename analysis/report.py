@@ -9,6 +9,7 @@ opens offline and can be archived with the run.
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 from html import escape
@@ -48,7 +49,12 @@ td.bad{color:#c62828;font-weight:600}td.ok{color:#2e7d32}code{font-size:.9em}
 .grid{display:grid;grid-template-columns:1fr 1fr;gap:.5em}
 svg text{font-family:system-ui,sans-serif}.tick{font-size:11px;fill:#555}
 .axis{font-size:12px;fill:#333}.legend{font-size:11px;fill:#333}.flabel{font-size:11px}
+.scroll{max-height:28em;overflow:auto}summary{cursor:pointer;color:#555}
 """
+# The run directory's full path tables (testbed/pathcheck.py writes them): every ordered pair's
+# configured one-way path, and the measured-vs-configured RTT check of `testbed up`.
+PATHS_CSV = "paths.csv"
+CHECK_CSV = "check.csv"
 
 
 def _fmt(value: Any) -> str:
@@ -193,6 +199,54 @@ def _faults_html(data: rd.RunData) -> str:
     return "<h2>Faults</h2>" + _table(["fault", "start s", "stop s", "measured"], rows)
 
 
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        return []
+    try:
+        with path.open(newline="") as f:
+            return list(csv.DictReader(f))
+    except (OSError, csv.Error, UnicodeDecodeError):
+        log.warning("report: %s unreadable, left out", path)
+        return []
+
+
+def _scroll_table(summary: str, header: list[str], rows: list[list[str]]) -> str:
+    """A table of any length, collapsed: its summary line, opened on a click, scrolls."""
+    return (f"<details><summary>{escape(summary)}</summary><div class=\"scroll\">"
+            f"{_table(header, rows)}</div></details>")
+
+
+def _paths_html(run_dir: Path) -> str:
+    """The configured paths (paths.csv) and the RTT check (check.csv), every row, collapsed."""
+    out = ""
+    paths = _csv_rows(run_dir / PATHS_CSV)
+    if paths:
+        keys = ["src", "dst", "delay_ms", "jitter_ms", "loss", "bandwidth_bps"]
+        rows = [[f'<td class="l">{escape(r.get(k) or "")}</td>' if i < 2
+                 else _td(r.get(k) or "") for i, k in enumerate(keys)] for r in paths]
+        out += _section("Paths", f"one-way path per ordered pair as configured "
+                        f"(<code>{PATHS_CSV}</code>)",
+                        _scroll_table(f"{len(paths)} ordered pairs", keys, rows))
+    check = _csv_rows(run_dir / CHECK_CSV)
+    if check:
+        flagged = [r for r in check if r.get("off") == "1"]
+        keys = ["src", "dst", "src_site", "dst_site", "configured_ms", "measured_ms"]
+
+        def row(r: dict[str, str]) -> list[str]:
+            cells = [f'<td class="l">{escape(r.get(k) or "")}</td>' for k in keys[:4]]
+            cells += [_td(r.get("configured_ms")), _td(r.get("measured_ms") or "no reply")]
+            return cells + [_td("OFF", bad=True) if r.get("off") == "1" else _td("ok", cls="ok")]
+
+        out += _section(
+            "Measured against configured RTT",
+            f"{len(check)} pairs pinged, {len(flagged)} flagged (off by more than 10% + 1 ms)"
+            f" (<code>{CHECK_CSV}</code>)",
+            (_table([*keys, ""], [row(r) for r in flagged]) if flagged else "")
+            + _scroll_table(f"every checked pair ({len(check)})", [*keys, ""],
+                            [row(r) for r in check]))
+    return out
+
+
 def _section(title: str, caption: str, body: str) -> str:
     return f'<h2>{escape(title)}</h2><p class="cap">{caption}</p>{body}'
 
@@ -334,7 +388,7 @@ def render_report(summary: dict[str, Any], data: rd.RunData | None = None) -> st
                   _bandwidth_plot(data, bands), _accuracy_plot(data, summary),
                   _spacetime_plot(data, lat)]
     t0 = data.t0 if data is not None else None
-    parts += [_switching_html([summary]), _switches_html(summary, t0),
+    parts += [_paths_html(data.path) if data is not None else "", _switching_html([summary]), _switches_html(summary, t0),
               _membership_html(summary, t0), _theta_html([summary]),
               "<h2>Final-delivery latency (ms)</h2>", _latency_html(summary),
               "<h2>Throughput</h2>", _throughput_html(summary), "</body></html>\n"]

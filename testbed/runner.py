@@ -19,6 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from testbed.backends import Backend, BackendError, make_backend
 from testbed.drain import DrainWatch
 from testbed.faults.nemesis import Nemesis
+from testbed.pathcheck import sites_of, write_paths_csv
 from testbed.rundir import RunDir
 from testbed.runplan import RunPlan
 from testbed.spec.experiment import ExperimentSpec
@@ -60,6 +61,7 @@ def write_lock(run: RunDir, exp: ExperimentSpec, topo: TopologySpec, paths: Path
         "versions": versions(),
     }
     (run.path / "spec.lock.yaml").write_text(yaml.safe_dump(lock, sort_keys=False))
+    write_paths_csv(run.path, paths, sites_of(topo))  # the console may show it per site pair
 
 
 def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: Console,

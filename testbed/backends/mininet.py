@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import statistics
 import subprocess
+from collections.abc import Sequence
 from typing import Any
 
 from nodes.config import NodeConfig
@@ -30,6 +30,7 @@ from testbed.capture import Capture, CaptureOptions
 from testbed.faults.nodeside import NodeSideFaults
 from testbed.hosts.base import HostError
 from testbed.hosts.netns import NetnsHost
+from testbed.pathcheck import PING_WORKERS, ping_pairs
 from testbed.processes import start_time
 from testbed.rundir import RUN_ENV, RunDir
 from testbed.shaping.auto import make_applier
@@ -182,30 +183,16 @@ class MininetBackend(ShapedHosts):
         undo(self.run)
 
     # -- measurement --------------------------------------------------------------------------
-    def measure_rtt(self, count: int = 5, interval_s: float = 0.05) -> dict[tuple[str, str],
-                                                                             float | None]:
-        """Median ping RTT in ms for every ordered pair (None when no reply came back);
-        pings run concurrently, one process per pair."""
-        procs = {}
-        for a in self.paths.hosts:
-            for b in self.paths.hosts:
-                if a != b:
-                    procs[(a, b)] = subprocess.Popen(
-                        [*self.ns[a].command_prefix(), "ping", "-n",
-                         "-c", str(count), "-i", str(interval_s), "-W", "3",
-                         self.addresses[b].data], stdout=subprocess.PIPE, text=True)
-        out: dict[tuple[str, str], float | None] = {}
-        for pair, p in procs.items():
-            text, _ = p.communicate(timeout=60)
-            out[pair] = parse_ping_median(text)
-        return out
-
-
-def parse_ping_median(text: str) -> float | None:
-    """Median of the per-reply `time=` values: robust to the first echo's one-off costs."""
-    rtts = sorted(float(line.split("time=")[1].split()[0]) for line in text.splitlines()
-                  if "time=" in line)
-    return statistics.median(rtts) if rtts else None
+    def measure_rtt(self, count: int = 5, interval_s: float = 0.05,
+                    pairs: Sequence[tuple[str, str]] | None = None,
+                    workers: int = PING_WORKERS) -> dict[tuple[str, str], float | None]:
+        """Median ping RTT in ms for every ordered pair, or for `pairs` (None when no reply
+        came back); at most `workers` ping processes at once (testbed/pathcheck.py)."""
+        if pairs is None:
+            pairs = [(a, b) for a in self.paths.hosts for b in self.paths.hosts if a != b]
+        return ping_pairs(pairs, lambda h: self.ns[h].command_prefix(),
+                          {h: addr.data for h, addr in self.addresses.items()},
+                          count=count, interval_s=interval_s, workers=workers)
 
 
 def rtt_report(paths: PathMatrix, measured: dict[tuple[str, str], float | None],

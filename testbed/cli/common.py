@@ -4,13 +4,23 @@ acts on, and the tables `run` and `analyze` print."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from testbed.pathcheck import (
+    CONSOLE_HOSTS,
+    PATHS_CSV,
+    collapses,
+    path_cell,
+    site_matrix,
+    span,
+)
 from testbed.rundir import RunDir, find_runs, resolve_run
 from testbed.spec.loader import SpecError
 from testbed.teardown import is_active
@@ -50,25 +60,45 @@ def cli_value(text: str) -> Any:
         return text
 
 
-def print_paths(paths: Any) -> None:
+def print_paths(paths: Any, sites: Mapping[str, str | None] | None = None) -> None:
+    """The one-way delay matrix: per host up to CONSOLE_HOSTS hosts, above per site pair
+    (testbed/pathcheck.py `site_matrix`; the full table is the run directory's paths.csv)."""
+    if collapses(paths.hosts):
+        grouped = site_matrix(paths, sites or {})
+        if len(grouped.sites) > CONSOLE_HOSTS:  # no sites to group by: the ranges only
+            delays = [p.delay_ns / 1e6 for p in paths.paths.values()]
+            console.print(f"one-way delays of {len(paths.hosts)} hosts: "
+                          f"{span(min(delays), max(delays), ' ms')}, jitter "
+                          f"{span(*grouped.jitter_ms, ' ms')}, loss "
+                          f"{span(*grouped.loss, '%', 100)} (every pair in {PATHS_CSV} of the "
+                          "run)", highlight=False)
+            return
+        console.print(f"one-way delay (ms) per site pair, {len(paths.hosts)} hosts in "
+                      f"{len(grouped.sites)} sites: row sends to column; a..b: the site "
+                      "pair's host pairs differ", highlight=False)
+        short = [site[:5] for site in grouped.sites]  # the columns: the sites' first letters
+        if len(set(short)) < len(short):
+            short = [str(i) for i, _ in enumerate(grouped.sites, 1)]
+        table = Table(box=box.SIMPLE_HEAD, padding=0, pad_edge=False, show_edge=False)
+        table.add_column("from \\ to", no_wrap=True)
+        table.add_column("hosts", justify="right", no_wrap=True)
+        for name in short:
+            table.add_column(name, justify="right", no_wrap=True)
+        for a, name in zip(grouped.sites, short, strict=True):
+            label = a if name == a[:5] else f"{name} {a}"
+            table.add_row(label, str(grouped.counts[a]),
+                          *(grouped.cells.get((a, b), "-") for b in grouped.sites))
+        console.print(table)
+        console.print(f"jitter {span(*grouped.jitter_ms, ' ms')}, loss "
+                      f"{span(*grouped.loss, '%', 100)}; every pair in {PATHS_CSV} of the run",
+                      highlight=False)
+        return
     table = Table(title="one-way delay matrix (ms): row sends to column")
     table.add_column("from \\ to")
     for h in paths.hosts:
         table.add_column(h, justify="right")
     for a in paths.hosts:
-        cells = []
-        for b in paths.hosts:
-            if a == b:
-                cells.append("-")
-                continue
-            p = paths.get(a, b)
-            cell = f"{p.delay_ns / 1e6:g}"
-            if p.jitter_ns:
-                cell += f"±{p.jitter_ns / 1e6:g}"
-            if p.loss:
-                cell += f" {p.loss * 100:g}%"
-            cells.append(cell)
-        table.add_row(a, *cells)
+        table.add_row(a, *("-" if a == b else path_cell(paths.get(a, b)) for b in paths.hosts))
     console.print(table)
 
 

@@ -19,6 +19,7 @@ from testbed.cli.common import (
     print_verdict,
     spec_errors,
 )
+from testbed.pathcheck import collapses, sites_of
 from testbed.rundir import DEFAULT_RUNS
 from testbed.shaping.plan import HostPlan
 from testbed.spec.loader import SpecError, load_experiment
@@ -103,19 +104,29 @@ def print_run_plan(exp: Any, topo: Any) -> None:
     console.print(f"{exp.name}: {exp.protocol.name} on {len(paths.hosts)} {exp.backend} hosts, "
                   f"{exp.duration / 1e9:g} s of {exp.workload.rate:g} msgs/s per sender "
                   f"({exp.workload.arrival}), seed {exp.seed}")
+    among = ", ".join(plan.correct)
+    if collapses(paths.hosts):  # the correct hosts by what the timeline leaves out
+        left = [h for h in paths.hosts if h not in plan.correct]
+        among = (f"{len(plan.correct)} of {len(paths.hosts)} hosts"
+                 + (f" (all but {', '.join(left)})" if left else ""))
     console.print(f"then drain {exp.drain / 1e9:g} s, up to {max(exp.drain, exp.drain_max) / 1e9:g}"
-                  f" s until quiescent among {', '.join(plan.correct)}")
+                  f" s until quiescent among {among}")
     mgmt = exp.management
     console.print(f"transport {exp.transport}; management "
                   f"{'HTTPS' + (' (mutual TLS)' if mgmt.mutual else '') if mgmt.tls else 'HTTP'}"
                   + (f", certificates {mgmt.key}" if mgmt.tls or exp.transport == "tls" else ""))
-    print_paths(paths)
+    print_paths(paths, sites_of(topo))
     if plan.shaping:
         print_shaping_plan(plan.shaping)
     if plan.actions:
         t = Table("at s", "action", "parameters", title="fault timeline")
         for a in plan.actions:
-            t.add_row(f"{a.at_ns / 1e9:g}", a.op, json.dumps(a.params))
+            text = json.dumps(a.params)
+            if collapses(paths.hosts) and len(text) > 160:  # e.g. a partition's N^2 cuts
+                cuts = a.params.get("cuts")
+                text = text[:150] + "…" + (f" ({len(cuts)} cuts)" if isinstance(cuts, list)
+                                           else "")
+            t.add_row(f"{a.at_ns / 1e9:g}", a.op, text)
         console.print(t)
     console.print("dry run: nothing created")
 
