@@ -388,7 +388,8 @@ def render_report(summary: dict[str, Any], data: rd.RunData | None = None) -> st
                   _bandwidth_plot(data, bands), _accuracy_plot(data, summary),
                   _spacetime_plot(data, lat)]
     t0 = data.t0 if data is not None else None
-    parts += [_paths_html(data.path) if data is not None else "", _switching_html([summary]), _switches_html(summary, t0),
+    parts += [_paths_html(data.path) if data is not None else "", _switching_html([summary]),
+              _switches_html(summary, t0),
               _membership_html(summary, t0), _theta_html([summary]),
               "<h2>Final-delivery latency (ms)</h2>", _latency_html(summary),
               "<h2>Throughput</h2>", _throughput_html(summary), "</body></html>\n"]

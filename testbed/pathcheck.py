@@ -81,7 +81,10 @@ def check_pairs(hosts: Sequence[str], sites: Mapping[str, str | None],
         return min(candidates, key=lambda h: uses[h], default=None)
 
     for sa, srcs in members.items():
-        for sb, dsts in members.items():
+        # The site to itself first: its least-used destination is then never the source, so
+        # equal sites end with each host once a source and once a destination.
+        for sb in sorted(members, key=lambda s: s != sa):
+            dsts = members[sb]
             if sa == sb and len(srcs) < 2:
                 continue
             a = least(srcs, as_src)

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from nodes.planner import Plan, heuristic_plan, optimal_plan, seto_plans
+from testbed.pathcheck import CONSOLE_HOSTS
 
 _WIDTH = 160
 
@@ -39,6 +41,35 @@ def _matrix_table(hosts: Sequence[str], matrix: Sequence[Sequence[float]] | np.n
     return table
 
 
+def _collapsed(hosts: Sequence[str], matrix: Sequence[Sequence[float]] | np.ndarray,
+               sites: Mapping[str, str | None]) -> Table:
+    """A host matrix per site pair (above CONSOLE_HOSTS hosts): the site pair's value, or the
+    min..max of its host pairs (the diagonal's zeros left out)."""
+    m = np.asarray(matrix, dtype=float)
+    group = [sites.get(h) or h for h in hosts]
+    order = list(dict.fromkeys(group))
+    idx = {s: [i for i, g in enumerate(group) if g == s] for s in order}
+    short = [s[:5] for s in order]  # the columns: the sites' first letters
+    if len(set(short)) < len(short):
+        short = [str(i) for i, _ in enumerate(order, 1)]
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 0, 0, 1), pad_edge=False)
+    table.add_column("from \\ to", style="bold", no_wrap=True)
+    table.add_column("hosts", justify="right", no_wrap=True)
+    for name in short:
+        table.add_column(name, justify="right", no_wrap=True)
+    for a, name in zip(order, short, strict=True):
+        cells = []
+        for b in order:
+            vals = [m[i, j] for i in idx[a] for j in idx[b] if i != j]
+            if not vals:
+                cells.append("-")
+                continue
+            lo, hi = round(min(vals), 2), round(max(vals), 2)
+            cells.append(f"{lo:g}" if lo == hi else f"{lo:g}..{hi:g}")
+        table.add_row(a if name == a[:5] else f"{name} {a}", str(len(idx[a])), *cells)
+    return table
+
+
 def _plans(
     omega_ms: Sequence[Sequence[float]], rates: Sequence[float] | None
 ) -> tuple[list[Plan], Plan, Plan]:
@@ -51,11 +82,14 @@ def plan_report(
     omega_ms: list[list[float]],
     rates: list[float] | None,
     as_json: bool,
+    sites: Mapping[str, str | None] | None = None,
 ) -> str:
     """Plans for one topology, as rich tables (text) or one JSON object.
 
     ``omega_ms[i][j]`` is the one-way delay from ``hosts[i]`` to ``hosts[j]``; ``rates`` are
-    the hosts' sending rates (equal when None), which weight the OAL and the optimum.
+    the hosts' sending rates (equal when None), which weight the OAL and the optimum. Above
+    CONSOLE_HOSTS hosts the text shows the matrices per site pair of `sites` (host -> site)
+    and the best CONSOLE_HOSTS candidate sequencers; the JSON is always per host.
     """
     if len(omega_ms) != len(hosts) or any(len(row) != len(hosts) for row in omega_ms):
         raise ValueError(f"omega_ms must be {len(hosts)} x {len(hosts)} for hosts {hosts}")
@@ -80,8 +114,18 @@ def plan_report(
 
     out = io.StringIO()
     console = Console(file=out, width=_WIDTH, force_terminal=False, color_system=None)
-    _titled(console, "one-way delay omega (ms)", _matrix_table(hosts, omega_ms))
-    if rates is not None:
+    big = len(hosts) > CONSOLE_HOSTS
+
+    def matrix(values: Sequence[Sequence[float]] | np.ndarray) -> Table:
+        return _collapsed(hosts, values, sites or {}) if big else _matrix_table(hosts, values)
+
+    per = " per site pair, min..max where its host pairs differ" if big else ""
+    _titled(console, f"one-way delay omega (ms){per}", matrix(omega_ms))
+    if rates is not None and big:
+        lo, hi = min(rates), max(rates)
+        console.print(f"sending rates (msg/s): {lo:g}" + ("" if lo == hi else f"..{hi:g}"),
+                      markup=False)
+    elif rates is not None:
         rate_table = Table()
         for h in hosts:
             rate_table.add_column(h, justify="right")
@@ -91,11 +135,13 @@ def plan_report(
     candidates = Table()
     candidates.add_column("sequencer", style="bold")
     candidates.add_column("OAL (ms)", justify="right")
-    for p in setos:
+    shown = sorted(setos, key=lambda p: p.oal)[:CONSOLE_HOSTS] if big else setos
+    for p in shown:
         assert p.sequencer is not None
         mark = " (best)" if p is best else ""
         candidates.add_row(hosts[p.sequencer] + mark, f"{p.oal:.2f}")
-    _titled(console, "SETO: OAL per candidate sequencer", candidates)
+    _titled(console, "SETO: OAL per candidate sequencer" + (
+        f", the best {len(shown)} of {len(setos)}" if big else ""), candidates)
 
     named = [
         (f"SETO, sequencer {hosts[best.sequencer]}", best),
@@ -103,8 +149,8 @@ def plan_report(
         ("optimum (MOL linear program)", optimal),
     ]
     for label, plan in named:
-        title = f"{label}: delivery latency delta = omega + x (ms), OAL {plan.oal:.2f} ms"
-        _titled(console, title, _matrix_table(hosts, plan.delta))
+        title = f"{label}: delivery latency delta = omega + x (ms){per}, OAL {plan.oal:.2f} ms"
+        _titled(console, title, matrix(plan.delta))
 
     summary = Table()
     summary.add_column("planner", style="bold")

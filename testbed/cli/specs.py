@@ -37,6 +37,7 @@ def plan(
 
     Example: [bold]testbed plan topologies/two-sites.yaml --json[/]
     """
+    from testbed.pathcheck import sites_of
     from testbed.plan import plan_report
 
     try:
@@ -52,6 +53,6 @@ def plan(
             raise fail(f"--rates must be numbers separated by commas, got {rates!r}") from None
         if len(rate_list) != len(paths.hosts):
             raise fail(f"--rates has {len(rate_list)} values for {len(paths.hosts)} hosts")
-    print(plan_report(paths.hosts, paths.delay_ms(), rate_list, as_json))
+    print(plan_report(paths.hosts, paths.delay_ms(), rate_list, as_json, sites_of(topo)))
 
 

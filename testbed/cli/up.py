@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -132,10 +133,10 @@ def print_check(report: list[dict[str, Any]], hosts: int) -> None:
     """Every checked pair up to CONSOLE_HOSTS hosts' worth of rows, else the summary and the
     worst few (the full table is check.csv)."""
     summary = check_summary(report, hosts)
-    rows = report
+    rows: Sequence[Mapping[str, Any]] = report
     title = "ping all pairs (flagged: off by more than 10% + 1 ms)"
     if len(report) > CONSOLE_HOSTS * (CONSOLE_HOSTS - 1):
-        rows = list(summary.worst)
+        rows = summary.worst
         title = (f"the {len(rows)} furthest off of {len(report)} checked pairs (flagged: off by "
                  f"more than 10% + 1 ms; all in {CHECK_CSV})")
     rtt = Table("pair", "configured RTT ms", "measured RTT ms", "", title=title)
