@@ -160,6 +160,13 @@ def test_the_console_collapses_a_hundred_hosts_and_keeps_a_small_matrix() -> Non
     assert "h4" in small.stdout
     bad = run_cli("up", str(TWO_SITES), "--dry-run", "--check", "some")
     assert bad.returncode == 2 and "--check must be" in bad.stderr
+    bad = run_cli("up", str(TWO_SITES), "--dry-run", "--check", "all")
+    assert bad.returncode == 2 and "mininet backend only" in bad.stderr
+    for check, n in (("sample", 100), ("all", 9900)):
+        plan = run_cli("up", str(REGIONS), "--dry-run", "--backend", "mininet", "--check", check)
+        assert plan.returncode == 0, plan.stderr
+        assert f"would start 100 mininet hosts and ping {n} pairs (--check {check})" \
+            in plan.stdout.replace("\n", " ")
 
 
 def test_paths_csv_and_check_csv_hold_every_row_and_the_report_shows_them(

@@ -55,6 +55,8 @@ def up(
     """
     if check not in CHECK_MODES:
         raise fail(f"--check must be {', '.join(CHECK_MODES)}, not {check!r}")
+    if check != "sample" and backend != "mininet":
+        raise fail("--check applies to the mininet backend only")
     if transport not in ("udp", "udp-aead", "tls"):
         raise fail(f"--transport must be udp, udp-aead or tls, not {transport!r}")
     if backend != "local" and (transport != "udp" or mgmt_tls):
@@ -70,7 +72,10 @@ def up(
     if dry_run:
         if backend == "mininet":
             print_shaping_plan(shaping_plans(topo, paths))
-        console.print(f"dry run: would start {len(paths.hosts)} {backend} hosts; nothing changed")
+        pinged = (f" and ping {len(check_pairs(paths.hosts, sites_of(topo), check))} pairs "
+                  f"(--check {check})" if backend == "mininet" else "")
+        console.print(f"dry run: would start {len(paths.hosts)} {backend} hosts{pinged}; "
+                      "nothing changed", highlight=False)
         return
     run_dir = RunDir.create(out, topo.name)
     run_dir.journal.append("begin", topology=topo.name, backend=backend, mode="up")
