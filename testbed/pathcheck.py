@@ -136,9 +136,12 @@ def ping_pairs(pairs: Sequence[tuple[str, str]], prefix: Callable[[str], list[st
 
     if not pairs:
         return {}
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(pairs))),
-                            thread_name_prefix="ping") as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(pairs))),
+                              thread_name_prefix="ping")
+    try:
         return dict(zip(pairs, pool.map(one, pairs), strict=True))
+    finally:  # interrupted (Ctrl-C): the pings not started never start
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 # -- the matrix per site pair --------------------------------------------------------------------

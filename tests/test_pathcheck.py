@@ -123,6 +123,25 @@ def test_ping_pairs_runs_at_most_workers_pings_at_once(tmp_path: Path) -> None:
     assert peak <= 2
 
 
+def test_a_failing_ping_stops_the_pings_not_yet_started(tmp_path: Path) -> None:
+    """An error (or Ctrl-C) while the check runs: the queued pings are dropped, not run."""
+    if shutil.which("ping") is None:
+        pytest.skip("no ping on this machine")
+    log = tmp_path / "starts"
+    hosts = [f"h{i}" for i in range(6)]
+    address = {h: "127.0.0.1" for h in hosts}
+    pairs = [(a, b) for a in hosts for b in hosts if a != b]  # 30
+
+    def prefix(host: str) -> list[str]:
+        if host == "h0" and log.exists() and len(log.read_text().split()) >= 2:
+            raise KeyError("h0's namespace is gone")
+        return ["sh", "-c", f'echo s >> {log}; "$@"', "sh"]
+
+    with pytest.raises(KeyError):
+        ping_pairs(pairs, prefix, address, count=1, interval_s=0.2, workers=1)
+    assert len(log.read_text().split()) <= 4  # not the 30 the pool was given
+
+
 def test_parse_ping_median() -> None:
     text = ("64 bytes from 198.18.0.2: icmp_seq=1 ttl=64 time=25.1 ms\n"
             "64 bytes from 198.18.0.2: icmp_seq=2 ttl=64 time=20.3 ms\n"
