@@ -4,7 +4,8 @@ graticule), every pair's link coloured by its one-way delay,
 and one small copy per partition fault with the hosts coloured by the group they were cut into.
 
 Inline SVG like analysis/plots.py (`<svg class="topo" data-view=NAME>`; hosts are
-`<g class="host" data-host=H>`, links `<line class="link" data-pair="A-B" data-delay-ms=D>`),
+`<g class="host" data-host=H>`, links `<line class="link" data-pair="A-B" data-delay-ms=D
+data-a=A data-b=B>`; the live page of testbed/serve.py recolours them during a partition),
 from the run's spec.lock.yaml (`topology`, `paths_ms`) and its fault spans. No JavaScript.
 """
 
@@ -282,9 +283,10 @@ def topology_svg(lock: dict[str, Any], width: int = plots.WIDTH, height: int = 4
         for (a, b), (mean, ab, ba) in sorted(means.items(), key=lambda kv: -kv[1][0]):
             (x1, y1), (x2, y2) = pos[a], pos[b]
             body.append(
-                f'<line class="link" data-pair="{escape(a)}-{escape(b)}" data-a="{escape(a)}" '
-                f'data-b="{escape(b)}" data-delay-ms="{mean:.3f}" x1="{x1:.1f}" y1="{y1:.1f}" '
-                f'x2="{x2:.1f}" y2="{y2:.1f}" stroke="{_scale(mean, lo, hi)}" '
+                f'<line class="link" data-pair="{escape(a)}-{escape(b)}" '
+                f'data-delay-ms="{mean:.3f}" data-a="{escape(a)}" data-b="{escape(b)}" '
+                f'x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" '
+                f'stroke="{_scale(mean, lo, hi)}" '
                 f'stroke-width="1.6" stroke-opacity="0.75"><title>{escape(a)} -> {escape(b)} '
                 f"{ab} ms, {escape(b)} -> {escape(a)} {ba} ms</title></line>")
     body += _hosts(pos, {}, small=False)
