@@ -283,12 +283,12 @@ LIVE_EXP = """\
 name: live
 topology: topo.yaml
 backend: local
-duration: 8s
+duration: 10s
 drain: 1s
 seed: 4
 protocol: {name: reliable-nack}
 workload: {rate: 30/s, size: 100B, arrival: poisson}
-faults: [{kind: partition, isolate: c, at: 2s, for: 3s}]
+faults: [{kind: partition, isolate: c, at: 2s, for: 4s}]
 """
 
 
@@ -412,8 +412,9 @@ def test_live_view_of_a_running_local_run(tmp_path: Path) -> None:
     live page's final-delivered count, read twice while the run is running, grows; the page
     draws the partition on the topology (the isolated host in its own group, its links
     dashed) and its heal; once the run ends the page says so, its per-update totals never
-    fell. Screenshots: live-running.png, live-partition.png, live-finished.png. The run is
-    started with `--serve`: its own server lists it too."""
+    fell. Screenshots: live-running.png, live-partition.png (when caught during the
+    partition), live-healed.png, live-finished.png. The run is started with `--serve`: its own
+    server lists it too."""
     root = tmp_path / "runs"
     root.mkdir()
     (tmp_path / "topo.yaml").write_text(
