@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -517,9 +518,14 @@ def test_live_view_of_a_running_local_run(tmp_path: Path) -> None:
     finally:
         if browser is not None:
             browser.close()
-        if run.poll() is None:
-            run.terminate()
-            run.wait(timeout=30)
+        if run.poll() is None:  # a failed check: interrupt the run, undo what it made
+            run.send_signal(signal.SIGINT)
+            try:
+                run.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                run.kill()
+                run.wait()
+            run_cli("teardown", "--runs", str(root))
         stop(server)
 
 
