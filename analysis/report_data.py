@@ -107,18 +107,9 @@ def load_run(run_dir: Path) -> RunData:
 
 def _partition_label(params: dict[str, Any], nodes: list[str]) -> str:
     """'partition h4 | h1 h2 h3': the sides are the groups still connected once the cuts hold."""
-    cut = {tuple(c) for c in params.get("cuts", [])}
-    side: dict[str, int] = {}
-    for n in nodes:
-        if n not in side:
-            side[n] = len(set(side.values()))
-            for m in nodes:
-                if m not in side and (n, m) not in cut and (m, n) not in cut:
-                    side[m] = side[n]
-    groups: dict[int, list[str]] = {}
-    for n, g in side.items():
-        groups.setdefault(g, []).append(n)
-    parts = sorted(groups.values(), key=len)
+    from analysis.topology_view import groups_after
+
+    parts = groups_after({(str(a), str(b)) for a, b in params.get("cuts", [])}, nodes)
     return "partition " + " | ".join(" ".join(g) for g in parts) if len(parts) > 1 \
         else "partition"
 

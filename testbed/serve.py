@@ -418,6 +418,8 @@ class LiveRun:
         self.latency: dict[str, collections.deque[float]] = {
             h: collections.deque(maxlen=LATENCY_WINDOW) for h in self.hosts}
         self.faults: list[dict[str, Any]] = []
+        self.cuts: set[tuple[str, str]] = set()  # the partition's one-way cuts in force
+        self.cut_since: int | None = None
         self.t0: int | None = None
         self.last: dict[str, dict[str, Any]] = {}  # a node's last answer (it stops at the end)
 
@@ -493,6 +495,7 @@ class LiveRun:
                 continue
             if isinstance(rec, dict):
                 self.faults.append(rec)
+                self._partition(rec)
         nodes = {}
         for h in self.hosts:
             p = progress.get(h)
@@ -518,7 +521,36 @@ class LiveRun:
                            "phase": str(rec.get("phase", rec.get("op", ""))),
                            "detail": json.dumps({k: v for k, v in rec.items()
                                                  if k not in ("t", "kind", "phase", "op")})[:200]})
-        return {"nodes": nodes, "faults": faults, "finished": _finished(self.d)}
+        partition = None
+        if self.cuts:
+            from analysis.topology_view import groups_after
+
+            since = self.cut_since
+            partition = {"groups": groups_after(self.cuts, self.hosts),
+                         "cuts": sorted([a, b] for a, b in self.cuts),
+                         "since_s": ((since - self.t0) / 1e9 if since is not None
+                                     and self.t0 is not None else None)}
+        return {"nodes": nodes, "faults": faults, "partition": partition,
+                "finished": _finished(self.d)}
+
+    def _partition(self, rec: dict[str, Any]) -> None:
+        """Follow the partition in force: a `block` (partition start) adds its cuts, a `heal`
+        (its stop) lifts them all, as the nodes and the simulator do (nodes/agent.py,
+        nodes/sim.py)."""
+        if rec.get("kind") != "partition":
+            return
+        if rec.get("phase") == "stop":
+            self.cuts, self.cut_since = set(), None
+            return
+        params = rec.get("params")
+        cuts = params.get("cuts") if isinstance(params, dict) else None
+        if not isinstance(cuts, list):
+            return
+        self.cuts |= {(c[0], c[1]) for c in cuts if isinstance(c, list) and len(c) == 2
+                      and all(isinstance(h, str) for h in c)}
+        t = rec.get("t")
+        if self.cut_since is None and isinstance(t, int):
+            self.cut_since = t
 
 
 _LIVE_JS = """
@@ -546,6 +578,7 @@ es.onmessage = (e) => {
       f.phase + ' ' + f.detail;
     list.appendChild(li);
   }
+  drawPartition(d.partition);
   const total = Object.values(d.nodes).reduce((a, n) => a + (n.delivered || 0), 0);
   const item = document.createElement('li');
   item.dataset.delivered = total;
@@ -556,6 +589,43 @@ es.onmessage = (e) => {
   document.getElementById('status').textContent = 'running: update ' + updates;
   document.getElementById('status').dataset.updates = updates;
 };
+let drawn = 'null';
+const drawPartition = (p) => {
+  const now = JSON.stringify(p ? p.groups : null);
+  if (now === drawn) return;
+  drawn = now;
+  const log = document.createElement('li');
+  log.dataset.groups = p ? JSON.stringify(p.groups) : '';
+  log.textContent = 'update ' + updates + ': ' + (p ? 'partition ' +
+    p.groups.map(g => g.join(' ')).join(' | ') : 'healed');
+  document.getElementById('partitions').appendChild(log);
+  const svg = document.querySelector('svg.topo');
+  const group = {};
+  if (p) p.groups.forEach((g, i) => g.forEach(h => { group[h] = i; }));
+  const cut = new Set(p ? p.cuts.map(c => c[0] + ' ' + c[1]) : []);
+  if (svg) {
+    svg.querySelectorAll('g.host').forEach(g => {
+      const i = group[g.dataset.host];
+      g.dataset.group = i === undefined ? '' : String(i);
+      g.querySelector('circle').setAttribute('fill', i === undefined ? '#333' :
+        GROUPS[i % GROUPS.length]);
+    });
+    svg.querySelectorAll('line.link').forEach(l => {
+      const a = l.dataset.a, b = l.dataset.b;
+      l.classList.toggle('cut', cut.has(a + ' ' + b) || cut.has(b + ' ' + a));
+    });
+    svg.dataset.partition = p ? p.groups.map(g => g.join(' ')).join(' | ') : '';
+    log.dataset.cut = [...svg.querySelectorAll('line.link.cut')].map(l => l.dataset.a + '-' +
+      l.dataset.b).sort().join(' ');
+    log.dataset.hosts = [...svg.querySelectorAll('g.host')].map(g => g.dataset.host + ':' +
+      g.dataset.group).sort().join(' ');
+  }
+  const say = document.getElementById('partition');
+  say.textContent = p ? 'partition since ' + (p.since_s === null ? '?' : p.since_s.toFixed(2) +
+    ' s') + ': ' + p.groups.map(g => g.join(' ')).join(' | ') : 'no partition';
+  say.dataset.groups = p ? JSON.stringify(p.groups) : '';
+};
+es.addEventListener('partition', (e) => drawPartition(JSON.parse(e.data)));
 es.addEventListener('end', () => {
   es.close();
   document.getElementById('status').textContent = 'finished after ' + updates + ' updates';
@@ -564,6 +634,20 @@ es.addEventListener('end', () => {
 
 
 def live_page(rel: str, live: LiveRun) -> str:
+    from analysis import plots
+    from analysis.topology_view import topology_svg
+
+    try:
+        lock = yaml.safe_load((live.d / "spec.lock.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        lock = None
+    svg, caption = topology_svg(lock if isinstance(lock, dict) else {}, 760, 380)
+    topology = (f'<h2>Topology</h2><p id="partition" data-groups="">no partition</p>{svg}'
+                f"<p><small>{caption}; during a partition the hosts take the colour of their "
+                "group and the cut links are dashed</small></p>") if svg else (
+                    '<p id="partition" data-groups="">no partition</p>')
+    topology += '<h3>Partitions drawn</h3><ol id="partitions"></ol>'
+    groups = json.dumps([plots.color(i) for i in range(len(plots.PALETTE))])
     rows = "".join(
         f'<tr id="node-{html.escape(h)}"><td class="l">{html.escape(h)}</td>'
         + "".join(f'<td id="{k}-{html.escape(h)}">–</td>' for k in ("sent", "delivered",
@@ -574,8 +658,8 @@ def live_page(rel: str, live: LiveRun) -> str:
             '<table id="live"><thead><tr><th class="l">node</th><th>sent</th>'
             '<th>final-delivered</th><th>p50 ms</th><th>p99 ms</th></tr></thead>'
             f'<tbody>{rows}</tbody></table><h2>Faults</h2><ul id="faults"></ul>'
-            '<h2>Updates</h2><ol id="history"></ol>'
-            f"<script>{_LIVE_JS}</script>")
+            f'{topology}<h2>Updates</h2><ol id="history"></ol>'
+            f"<script>const GROUPS = {groups};\n{_LIVE_JS}</script>")
 
 
 # --- pages ------------------------------------------------------------------------------------
@@ -585,7 +669,8 @@ table{border-collapse:collapse}th,td{padding:.25em .6em;border-bottom:1px solid 
 text-align:right;white-space:nowrap}th{background:#f4f4f4}td.l,th.l{text-align:left}
 th a{color:#222;text-decoration:none}.PASS{color:#17803d;font-weight:600}
 .FAIL{color:#b91c1c;font-weight:600}.RUNNING{color:#1d4ed8}nav a{margin-right:1em}
-form.filter{margin:.8em 0}small{color:#666}"""
+form.filter{margin:.8em 0}small{color:#666}
+svg.topo line.link.cut{stroke:#D55E00;stroke-dasharray:6 4;stroke-opacity:1;stroke-width:2}"""
 
 
 def _page(title: str, body: str, run: str = "") -> HTMLResponse:
@@ -725,12 +810,17 @@ def build_app(roots: list[Path], credentials: Credentials | None = None) -> Star
         watch = LiveRun(d)
 
         async def stream() -> Any:
+            partition = "null"
             while True:
                 try:
                     state = await run_in_threadpool(watch.poll)
                 except Exception as exc:  # noqa: BLE001 - a bad poll ends the stream, said
                     yield f"event: end\ndata: {json.dumps({'error': str(exc)})}\n\n"
                     return
+                drawn = json.dumps(state["partition"])
+                if drawn != partition:  # the partition in force changed: say so at once
+                    partition = drawn
+                    yield f"event: partition\ndata: {drawn}\n\n"
                 yield f"data: {json.dumps(state)}\n\n"
                 if state["finished"]:
                     yield "event: end\ndata: {}\n\n"

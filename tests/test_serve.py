@@ -6,11 +6,13 @@ headless Chromium loads the table and a report (screenshots in the test's tmp fo
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
 import os
 import re
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -282,20 +284,138 @@ LIVE_EXP = """\
 name: live
 topology: topo.yaml
 backend: local
-duration: 6s
+duration: 10s
 drain: 1s
 seed: 4
 protocol: {name: reliable-nack}
 workload: {rate: 30/s, size: 100B, arrival: poisson}
+faults: [{kind: partition, isolate: c, at: 2s, for: 4s}]
 """
 
 
+class DevTools:
+    """Headless Chromium driven over the DevTools protocol on a pipe
+    (`--remote-debugging-pipe`: JSON messages ending in NUL, commands on the browser's fd 3,
+    answers and events on its fd 4), so no websocket client is needed: open a page, evaluate
+    JavaScript in it, take screenshots of it while it runs."""
+
+    def __init__(self) -> None:
+        assert CHROMIUM
+        self.profile = tempfile.TemporaryDirectory()
+        import fcntl
+
+        def high(fd: int) -> int:  # clear of 3 and 4, which bash below redirects
+            moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+            os.close(fd)
+            return moved
+
+        to_browser, self.commands = map(high, os.pipe())
+        self.answers, from_browser = map(high, os.pipe())
+        self.proc = subprocess.Popen(
+            ["bash", "-c", f'exec "$0" "$@" 3<&{to_browser} 4>&{from_browser}', CHROMIUM, *FLAGS,
+             f"--user-data-dir={self.profile.name}", "--remote-debugging-pipe",
+             "--window-size=1200,1400", "about:blank"],
+            pass_fds=(to_browser, from_browser), stdout=subprocess.DEVNULL,
+            stderr=(Path(self.profile.name) / "stderr").open("wb"))
+        os.close(to_browser)
+        os.close(from_browser)
+        self.buffer = b""
+        self.next_id = 0
+        self.session = ""
+
+    def call(self, method: str, params: dict[str, Any] | None = None, session: bool = True,
+             timeout: float = 60) -> dict[str, Any]:
+        import select
+
+        self.next_id += 1
+        msg: dict[str, Any] = {"id": self.next_id, "method": method, "params": params or {}}
+        if session and self.session:
+            msg["sessionId"] = self.session
+        os.write(self.commands, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\0" in self.buffer:
+                raw, self.buffer = self.buffer.split(b"\0", 1)
+                answer = json.loads(raw)
+                if answer.get("id") == self.next_id:
+                    assert "error" not in answer, (method, answer)
+                    result: dict[str, Any] = answer["result"]
+                    return result
+            left = deadline - time.monotonic()
+            assert left > 0, f"no answer to {method} from Chromium"
+            if select.select([self.answers], [], [], left)[0]:
+                chunk = os.read(self.answers, 1 << 20)
+                assert chunk, "Chromium closed its DevTools pipe"
+                self.buffer += chunk
+
+    def open(self, url: str) -> None:
+        target = self.call("Target.createTarget", {"url": url}, session=False)["targetId"]
+        self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True},
+                                 session=False)["sessionId"]
+
+    def eval(self, expression: str) -> Any:
+        return self.call("Runtime.evaluate", {"expression": expression,
+                                              "returnByValue": True})["result"].get("value")
+
+    def wait(self, expression: str, timeout: float = 60) -> Any:
+        """The first truthy value of `expression`, evaluated every 0.1 s."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = self.eval(expression)
+            if value:
+                return value
+            time.sleep(0.1)
+        raise AssertionError(f"never true in the page: {expression}")
+
+    def screenshot(self, path: Path) -> None:
+        data = self.call("Page.captureScreenshot", {"format": "png"})["data"]
+        path.write_bytes(base64.b64decode(data))
+
+    def close(self) -> None:
+        with contextlib.suppress(AssertionError, OSError):
+            self.call("Browser.close", session=False, timeout=10)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.commands)
+        os.close(self.answers)
+        self.profile.cleanup()
+
+
+# The page's state in one read: the final-delivery total of the node table, the status line,
+# the partition drawn on the topology (hosts' groups, cut links) and the partitions' log.
+PAGE_STATE = """(() => {
+  const cells = [...document.querySelectorAll('td[id^="delivered-"]')];
+  const svg = document.querySelector('svg.topo[data-view="topology"]');
+  return {
+    total: cells.reduce((a, c) => a + (parseInt(c.textContent) || 0), 0),
+    updates: parseInt(document.getElementById('status').dataset.updates),
+    status: document.getElementById('status').textContent,
+    drawn: svg ? (svg.dataset.partition || '') : null,
+    cut: svg ? [...svg.querySelectorAll('line.link.cut')].map(l => l.dataset.a + '-' +
+      l.dataset.b).sort() : [],
+    groups: svg ? Object.fromEntries([...svg.querySelectorAll('g.host')].map(
+      g => [g.dataset.host, g.dataset.group])) : {},
+    log: [...document.querySelectorAll('#partitions li')].map(li => ({groups: li.dataset.groups,
+      cut: li.dataset.cut, hosts: li.dataset.hosts})),
+    history: [...document.querySelectorAll('#history li')].map(li => +li.dataset.delivered),
+  };
+})()"""
+
+
 def test_live_view_of_a_running_local_run(tmp_path: Path) -> None:
-    """A run on the local backend (real node processes on loopback) while `serve` watches:
-    the table marks it RUNNING with a live link; the event stream pushes per-node counts from
-    the nodes' management endpoints that grow; in Chromium the page's final-delivery total
-    grows with each pushed update until the run ends; afterwards the run is no longer
-    running. The run itself is started with `--serve`: its own server lists it too."""
+    """A run on the local backend (real node processes on loopback) with a partition while
+    `serve` watches: the table marks it RUNNING with a live link; the event stream pushes
+    per-node counts from the nodes' management endpoints that grow, and the partition (its
+    groups and cuts) as an event when it starts and when it heals. In headless Chromium the
+    live page's final-delivered count, read twice while the run is running, grows; the page
+    draws the partition on the topology (the isolated host in its own group, its links
+    dashed) and its heal; once the run ends the page says so, its per-update totals never
+    fell. Screenshots: live-running.png, live-partition.png (when caught during the
+    partition), live-healed.png, live-finished.png. The run is started with `--serve`: its own
+    server lists it too."""
     root = tmp_path / "runs"
     root.mkdir()
     (tmp_path / "topo.yaml").write_text(
@@ -306,6 +426,7 @@ def test_live_view_of_a_running_local_run(tmp_path: Path) -> None:
     server = start(["--runs", str(root), "--state", str(tmp_path / "state")], "127.0.0.1",
                    port)
     base = f"127.0.0.1:{port}"
+    browser = DevTools() if CHROMIUM is not None else None  # starts while the run does
     own = free_port("127.0.0.1")  # `testbed run --serve`: its own server beside the run
     run = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(tmp_path / "live.yaml"),
                             "--no-analyze", "--out", str(root), "--serve", "--serve-port",
@@ -318,52 +439,93 @@ def test_live_view_of_a_running_local_run(tmp_path: Path) -> None:
             if dirs and len(list(dirs[0].glob("nodes/*/control.json"))) == 3:
                 break
             assert run.poll() is None, run.stdout.read() if run.stdout else ""
-            time.sleep(0.2)
+            time.sleep(0.1)
         (d,) = root.iterdir()
-        (row,) = json.loads(get(base, "/api/runs")[1])
-        assert row["verdict"] == "RUNNING" and row["backend"] == "local"
-        (row,) = json.loads(get(f"127.0.0.1:{own}", "/api/runs")[1])
-        assert row["verdict"] == "RUNNING"
-        assert f'href="/live/{d.name}"' in get(base, "/")[1]
-        # The event stream: two pushes about a second apart, counts from management.
+        if browser is not None:
+            browser.open(f"http://{base}/live/{d.name}")
         host, p = base.split(":")
         conn = http.client.HTTPConnection(host, int(p), timeout=30)
         conn.request("GET", f"/events/{d.name}")
         resp = conn.getresponse()
         assert resp.status == 200 and resp.getheader("content-type", "").startswith(
             "text/event-stream")
+        (row,) = json.loads(get(base, "/api/runs")[1])
+        assert row["verdict"] == "RUNNING" and row["backend"] == "local"
+        (row,) = json.loads(get(f"127.0.0.1:{own}", "/api/runs")[1])
+        assert row["verdict"] == "RUNNING"
+        assert f'href="/live/{d.name}"' in get(base, "/")[1]
+        running = d / "drain.json"  # written once the run stops sending
+        if browser is not None:
+            # Two reads of the page while the run runs: the count pushed to it grows.
+            first = browser.wait(f"(s => s.updates >= 1 && s.total > 0 && s)({PAGE_STATE})")
+            assert not running.exists() and first["status"].startswith("running"), first
+            browser.screenshot(tmp_path / "live-running.png")
+            second = browser.wait(f"(s => s.total > {first['total']} && s)({PAGE_STATE})")
+            assert not running.exists() and second["status"].startswith("running"), second
+            assert second["updates"] > first["updates"]
+            # The partition as drawn while in force (a picture only: the log below is the check).
+            during = browser.wait(f"(s => s.log.length >= 1 && s)({PAGE_STATE})")
+            if len(during["log"]) == 1:
+                assert during["drawn"] == "c | a b" and during["cut"] == ["a-c", "b-c"], during
+                browser.screenshot(tmp_path / "live-partition.png")
+        # The event stream (opened before the partition, read below): counts from management
+        # that grow, the partition as it happens.
         pushed: list[dict[str, Any]] = []
-        while len(pushed) < 3:
+        partitions: list[Any] = []
+        event = "message"
+        while len(partitions) < 2 or len(pushed) < 3:
             line = resp.readline().decode()
-            if line.startswith("data: "):
-                pushed.append(json.loads(line[6:]))
+            assert line, (pushed[-1:], partitions)  # the stream ended first
+            if line.startswith("event: "):
+                event = line[7:].strip()
+            elif line.startswith("data: "):
+                data = json.loads(line[6:])
+                if event == "partition":
+                    partitions.append(data)
+                elif event == "message":
+                    pushed.append(data)
+                    assert data["partition"] == (partitions[-1] if partitions else None)
+            elif not line.strip():
+                event = "message"
         conn.close()
+        assert partitions[0]["groups"] == [["c"], ["a", "b"]], partitions
+        assert sorted(map(tuple, partitions[0]["cuts"])) == [
+            ("a", "c"), ("b", "c"), ("c", "a"), ("c", "b")]
+        assert partitions[0]["since_s"] > 0 and partitions[1] is None  # then healed
         totals = [sum(n["delivered"] or 0 for n in e["nodes"].values()) for e in pushed]
-        assert all(n["reachable"] for n in pushed[-1]["nodes"].values())
         assert totals[0] < totals[-1], totals
-        if CHROMIUM is not None:
-            # Chromium waits (virtual time) until the stream ends with the run.
-            with tempfile.TemporaryDirectory() as profile:
-                proc = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}",
-                                       "--virtual-time-budget=30000", "--dump-dom",
-                                       f"http://{base}/live/{d.name}"],
-                                      capture_output=True, text=True, timeout=90)
-            dom = proc.stdout
-            history = [int(x) for x in re.findall(r'<li data-delivered="(\d+)"', dom)]
-            assert len(history) >= 3, dom[-3000:]
-            assert history == sorted(history) and history[0] < history[-1], history
-            assert "finished after" in dom
-            final = re.search(r'<td id="delivered-a">(\d+)</td>', dom)
-            assert final and int(final[1]) > 0  # the last answer stays once a node stopped
+        if browser is not None:
+            # The page drew the partition when it came and its heal: each entry of its log
+            # says what the topology showed just after drawing (c in a group of its own, its
+            # two links dashed; then no group and no cut link).
+            state = browser.wait(f"(s => s.log.length >= 2 && s)({PAGE_STATE})")
+            assert state["log"][:2] == [{"groups": '[["c"],["a","b"]]', "cut": "a-c b-c",
+                                         "hosts": "a:1 b:1 c:0"},
+                                        {"groups": "", "cut": "", "hosts": "a: b: c:"}], state
+            assert state["drawn"] == "" and state["cut"] == [], state
+            browser.screenshot(tmp_path / "live-healed.png")
+            final = browser.wait(f"(s => s.status.startsWith('finished') && s)({PAGE_STATE})")
+            history = final["history"]
+            assert len(history) >= 3 and history == sorted(history), history
+            browser.screenshot(tmp_path / "live-finished.png")
+            for shot in ("live-running.png", "live-finished.png"):
+                assert (tmp_path / shot).stat().st_size > 5000, shot
         assert run.wait(timeout=60) == 0, run.stdout.read() if run.stdout else ""
         assert run.stdout is not None and f"live view: http://127.0.0.1:{own}/" in \
             run.stdout.read()
         (row,) = json.loads(get(base, "/api/runs")[1])
         assert row["verdict"] == "NOT ANALYSED" and row["p50"] is not None
     finally:
-        if run.poll() is None:
-            run.terminate()
-            run.wait(timeout=30)
+        if browser is not None:
+            browser.close()
+        if run.poll() is None:  # a failed check: interrupt the run, undo what it made
+            run.send_signal(signal.SIGINT)
+            try:
+                run.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                run.kill()
+                run.wait()
+            run_cli("teardown", "--runs", str(root))
         stop(server)
 
 

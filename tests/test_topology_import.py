@@ -274,9 +274,15 @@ def test_shipped_cloud_regions(tmp_path: Path) -> None:
                             "--url", source["url"], "--date", source["date"],
                             "--values", "the monthly P95 round trip between the regions "
                             "(Azure's internal probes every minute)",
-                            "--licence", source["licence"], "--out", str(out)])
+                            "--licence", source["licence"], "--locations",
+                            str(ROOT / "topologies" / "measured" / "azure-region-locations.csv"),
+                            "--out", str(out)])
     assert code == 0, output
     assert yaml.safe_load(out.read_text()) == data
+    # Every region where its city is (the topology view draws them on a world map).
+    located = {h.name: h.location for h in topo.hosts if h.location is not None}
+    assert len(located) == len(topo.hosts) and located["east-us"] == (37.54, -77.44)
+    assert located["australia-east"][0] < 0 < located["sweden-central"][0]
     # Spot values of the published table: East US -> West Europe 89 ms, Japan East -> Korea
     # Central 35 ms, South Africa North -> UAE North 104 ms (RTTs; one way is half).
     got = matrix_ms(shipped)
@@ -301,3 +307,27 @@ def test_cloud_regions_short_sim_run(tmp_path: Path) -> None:
     summary = judge_run(run_dir)
     assert summary["verdict"]["ok"], summary["verdict"]
     assert summary["checks"]["total_order"]["violations"] == 0
+
+
+def test_locations_file(tmp_path: Path) -> None:
+    """`--locations` gives grid sites coordinates (by label or host name; rows for other sites
+    skipped); a bad latitude is one line at its row, exit 2, nothing written."""
+    (tmp_path / "grid.csv").write_text("Source,East US,West Europe\nEast US,,89\n"
+                                       "West Europe,91,\n")
+    (tmp_path / "where.csv").write_text("site,latitude,longitude,place\n"
+                                        "east-us,37.54,-77.44,Richmond\n"
+                                        "West Europe,52.37,4.90,Amsterdam\n"
+                                        "Mars Central,1,1,nowhere\n")
+    out = tmp_path / "two.yaml"
+    code, output = run_cli(["topology", "import", "--format", "grid", str(tmp_path / "grid.csv"),
+                            "--locations", str(tmp_path / "where.csv"), "--out", str(out)])
+    assert code == 0, output
+    hosts = {h["name"]: h.get("location") for h in yaml.safe_load(out.read_text())["hosts"]}
+    assert hosts == {"east-us": [37.54, -77.44], "west-europe": [52.37, 4.9]}
+    (tmp_path / "bad.csv").write_text("site,latitude,longitude\neast-us,97.5,-77.44\n")
+    out = tmp_path / "bad.yaml"
+    code, output = run_cli(["topology", "import", "--format", "grid", str(tmp_path / "grid.csv"),
+                            "--locations", str(tmp_path / "bad.csv"), "--out", str(out)])
+    assert code == 2 and f"{tmp_path / 'bad.csv'}:2: latitude: '97.5' is not a latitude" in \
+        output, output
+    assert not out.exists()

@@ -30,6 +30,9 @@ def import_cmd(
         help="over a pair's samples: median, min or p90 (wonderproxy)")] = "median",
     asymmetry: Annotated[Path | None, typer.Option(
         help="measured one-way delays (a grid of ms) to use instead of RTT/2")] = None,
+    locations: Annotated[Path | None, typer.Option(
+        help="a CSV of site, latitude, longitude: where the sites are (a grid or a matrix has "
+        "no coordinates); hosts get `location:`")] = None,
     unit: Annotated[str, typer.Option(help="matrix: us or ms")] = "ms",
     values: Annotated[str, typer.Option(
         help="grid, matrix: what the numbers are, for source.statistic (e.g. 'monthly P95 "
@@ -60,6 +63,8 @@ def import_cmd(
             raise m.MeasuredDataError([f"{file}:1: --format: {fmt!r} is not one of "
                                        f"{', '.join(m.FORMATS)}"])
         sites = m.select_sites(data, wanted, file)
+        if locations is not None:
+            m.read_locations(locations, sites)
         one_way = m.read_one_way(asymmetry) if asymmetry is not None else None
         topo_name = name or m.host_name(out.stem) or "measured"
         source = {

@@ -444,6 +444,45 @@ def select_sites(measured: Measured, select: list[str] | None, where: Path) -> l
     return out
 
 
+def read_locations(path: Path, sites: list[Site]) -> None:
+    """`--locations`: a CSV with a header row naming `site`, `latitude` and `longitude` (more
+    columns are kept for the reader, e.g. the city); each row gives the selected site it names
+    (by label, id or host name, case-insensitively) its location. A row naming no selected site
+    is skipped (the file may list more regions than are imported); a bad number, a latitude
+    outside -90..90 or a longitude outside -180..180 is a problem at its line."""
+    rows = _csv_rows(_read_text(path, "locations"))
+    if not rows:
+        raise MeasuredDataError([f"{path}:1: (locations): no rows"])
+    line, first = rows[0]
+    header = [c.strip().lower() for c in first]
+    if not {"site", "latitude", "longitude"} <= set(header):
+        raise MeasuredDataError([f"{path}:{line}: (header): the locations CSV needs a header "
+                                 "row with site, latitude and longitude"])
+    col = {c: header.index(c) for c in ("site", "latitude", "longitude")}
+    by_name: dict[str, Site] = {}
+    for site in sites:
+        for key in (site.label.lower(), site.key.lower(), site.name, *site.aliases):
+            by_name.setdefault(key, site)
+    problems = _Problems()
+    for line, cells in rows[1:]:
+        if len(cells) <= max(col.values()):
+            problems.add(path, line, "(row)", f"{len(cells)} columns, expected {len(header)}")
+            continue
+        named = by_name.get(cells[col["site"]].strip().lower())
+        if named is None:
+            continue
+        lat, lon = _number(cells[col["latitude"]]), _number(cells[col["longitude"]])
+        if lat is None or not -90 <= lat <= 90:
+            problems.add(path, line, "latitude", f"{cells[col['latitude']]!r} is not a "
+                         "latitude (-90..90)")
+        elif lon is None or not -180 <= lon <= 180:
+            problems.add(path, line, "longitude", f"{cells[col['longitude']]!r} is not a "
+                         "longitude (-180..180)")
+        else:
+            named.lat, named.lon = lat, lon
+    problems.raise_if_any()
+
+
 def _statistic(samples: list[Sample], statistic: str) -> float:
     if statistic == "min":
         return min(s.min for s in samples)
