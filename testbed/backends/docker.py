@@ -53,6 +53,7 @@ from testbed.faults.nodeside import NodeSideFaults
 from testbed.hosts.base import HostError
 from testbed.hosts.container import ContainerHost
 from testbed.images import ImageError, build, expected_tag, image_id, record_in_lock
+from testbed.maelstrom import program_binds
 from testbed.processes import start_time
 from testbed.rundir import RunDir
 from testbed.shaping.auto import make_applier
@@ -237,7 +238,8 @@ class DockerBackend(ShapedHosts):
             name=name, labels=self._labels(host, "node"), working_dir=MOUNT,
             host_config=api.create_host_config(
                 cap_add=["NET_ADMIN"], network_mode=f"container:{sandbox_id}",
-                binds={str(self.run.path.resolve()): {"bind": MOUNT, "mode": "rw"}}, **limits),
+                binds={str(self.run.path.resolve()): {"bind": MOUNT, "mode": "rw"},
+                       **program_binds(self.run.path)}, **limits),
         )["Id"])
 
     def _host_spec(self, host: str) -> Any:

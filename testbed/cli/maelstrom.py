@@ -152,7 +152,7 @@ def test(
                                                     help="seconds between faults")] = 10.0,
     net: Annotated[Path | None, typer.Option("--net", help="a topology YAML (our WAN model);"
                                              " its hosts are n1..nN in order")] = None,
-    backend: Annotated[str, typer.Option("--backend", help="local")] = "local",
+    backend: Annotated[str, typer.Option("--backend", help="local, mininet or docker")] = "local",
     out: Annotated[Path, typer.Option("--out", help="runs directory")] = DEFAULT_RUNS,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the experiment, run "
                                           "nothing")] = False,
