@@ -10,6 +10,8 @@ from typing import Any
 from nodes.maelstrom import neighbours, node_names
 from testbed.spec.experiment import ExperimentSpec
 
+AGENT = "testbed:type=Agent"
+
 
 def clients_of(concurrency: int, hosts: int) -> list[list[str]]:
     """Client names per host index: c1, c2, ... placed on the hosts in turn."""
@@ -30,10 +32,18 @@ def agent_sections(exp: ExperimentSpec, hosts: list[str]) -> dict[str, dict[str,
     topology = neighbours(names, w.topology) \
         if w.maelstrom in ("broadcast", "total-order") else None
     total = w.msgs_per_s
+    clock = has_clock_faults(exp)
     return {h: {"program": list(exp.node.program), "workload": w.maelstrom,
                 "clients": clients[i], "rate": total * len(clients[i]) / concurrency,
-                "topology": topology, "settle_ns": exp.drain}
+                "topology": topology, "settle_ns": exp.drain, "clock": clock}
             for i, h in enumerate(hosts)}
+
+
+def has_clock_faults(exp: ExperimentSpec) -> bool:
+    """Whether the run skews programs' clocks (`mgmt` faults calling the agents' `skew`):
+    then the agents preload libfaketime into their programs (docs/maelstrom.md)."""
+    return any(getattr(f, "mbean", None) == AGENT and (getattr(f, "exec_", None) or [""])[0]
+               == "skew" for f in exp.faults)
 
 
 # Host directories never bound into a container: the image's own system (and anything

@@ -22,7 +22,7 @@ from testbed.spec.loader import SpecError, load_experiment
 
 maelstrom_app = typer.Typer(no_args_is_help=True, help="Run a node program written for "
                             "Maelstrom on the emulated WAN (docs/maelstrom.md).")
-BUILT_NEMESES = ("partition", "kill", "pause")
+BUILT_NEMESES = ("partition", "kill", "pause", "clock")
 AGENT = "testbed:type=Agent"
 GOOD = "Everything looks good! ヽ(‘ー`)ノ"
 BAD = "Analysis invalid! (ﾉಥ益ಥ）ﾉ ┻━┻"
@@ -56,6 +56,13 @@ def _faults(nemesis: list[str], interval_s: float, duration_s: float, hosts: lis
         if kind == "partition":
             out.append({"kind": "partition", "shape": "halves", "seed": k, "at": f"{at:g}s",
                         "for": span})
+        elif kind == "clock":  # one program's wall clock off by up to a minute, then back
+            host = rng.choice(hosts)
+            skew = rng.choice((-1, 1)) * rng.randint(1_000, 60_000)
+            out.append({"kind": "mgmt", "host": host, "mbean": AGENT, "exec": ["skew", skew],
+                        "at": f"{at:g}s"})
+            out.append({"kind": "mgmt", "host": host, "mbean": AGENT, "exec": ["skew", 0],
+                        "at": f"{at + interval_s / 2:g}s"})
         else:  # pause: SIGSTOP, then SIGCONT; kill: SIGKILL, then a fresh start and init
             down, up = ("pause", "resume") if kind == "pause" else ("kill", "start")
             host = rng.choice(hosts)
@@ -147,7 +154,7 @@ def test(
     topology: Annotated[str, typer.Option("--topology", help="broadcast's neighbour map: "
                                           + ", ".join(TOPOLOGIES))] = "grid",
     nemesis: Annotated[str, typer.Option("--nemesis", help="faults, comma-separated: "
-                                         "partition, kill, pause")] = "",
+                                         "partition, kill, pause, clock")] = "",
     nemesis_interval: Annotated[float, typer.Option("--nemesis-interval",
                                                     help="seconds between faults")] = 10.0,
     net: Annotated[Path | None, typer.Option("--net", help="a topology YAML (our WAN model);"
