@@ -322,6 +322,7 @@ def test_clock_nemesis_skews_the_programs_wall_clock(tmp_path: Path) -> None:
               for _, w, m in [line.split()]]
     assert theirs and max(theirs) - min(theirs) < 0.1  # the other program kept true time
     assert s["maelstrom"]["clock"]["skews"] == 2 and s["maelstrom"]["clock"]["faked"] == [host]
+    assert "Go&#x27;s runtime" in (run / "report.html").read_text()  # what is not skewed
 
 
 def test_a_crash_restarts_the_agent_and_its_program(tmp_path: Path) -> None:
