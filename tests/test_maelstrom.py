@@ -149,10 +149,16 @@ def test_a_maelstrom_workload_needs_a_program(tmp_path: Path) -> None:
 def test_bad_input_exits_2_and_dry_run_prints_the_experiment(tmp_path: Path) -> None:
     bin_ = str(NODES / "broadcast.py")
     for args in (["-w", "kafka"], ["-w", "echo", "--nemesis", "clocks"],
-                 ["-w", "echo", "--latency-dist", "exponential"],
+                 ["-w", "echo", "--latency-dist", "poisson"],
                  ["-w", "echo", "--concurrency", "x"]):
         r = run_cli("maelstrom", "test", "--bin", bin_, "--out", str(tmp_path), *args)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
+    # --latency-dist exponential: delay = jitter, exponential jitter (docs/link-model.md)
+    r = run_cli("maelstrom", "test", "-w", "echo", "--bin", bin_, "--latency", "20",
+                "--latency-dist", "exponential", "--dry-run", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    lan = yaml.safe_load(r.stdout.split("dry run")[0])["topology"]["sites"]["net"]["lan"]
+    assert lan == {"delay": "20ms", "jitter": "20ms", "jitter_dist": "exponential"}
     # The docker node image has no Node.js: refused before anything runs.
     r = run_cli("maelstrom", "test", "-w", "echo", "--bin", str(NODES / "echo.js"),
                 "--backend", "docker", "--out", str(tmp_path))

@@ -86,9 +86,6 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
         raise fail(f"--topology {topology!r}: known: {', '.join(TOPOLOGIES)}")
     if latency_dist not in LATENCY_DISTS:
         raise fail(f"--latency-dist {latency_dist!r}: known: {', '.join(LATENCY_DISTS)}")
-    if latency_dist == "exponential":
-        raise fail("--latency-dist exponential is not built yet (the link model has no "
-                   "exponential jitter); use constant or uniform")
     for kind in nemesis:
         if kind not in NEMESES:
             raise fail(f"--nemesis {kind!r}: known: {', '.join(NEMESES)}")
@@ -113,8 +110,10 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
             raise fail("--node-count must be at least 1")
         hosts = node_names(node_count)
         lan: dict[str, Any] = {"delay": f"{latency:g}ms"}
-        if latency_dist == "uniform" and latency > 0:
-            lan.update(jitter=f"{latency:g}ms", jitter_dist="uniform")
+        if latency_dist in ("uniform", "exponential") and latency > 0:
+            # uniform: between 0 and twice --latency; exponential: delay + jitter x (E - 1)
+            # with delay = jitter, so an exponential delay of mean --latency (link-model.md)
+            lan.update(jitter=f"{latency:g}ms", jitter_dist=latency_dist)
         topo = {"name": "maelstrom-flat", "sites": {"net": {"lan": lan}},
                 "hosts": [{"name": h, "site": "net"} for h in hosts]}
     return {
@@ -149,8 +148,9 @@ def test(
                                              "Kn (K per node)")] = "1n",
     latency: Annotated[float, typer.Option("--latency", help="one-way ms between nodes "
                                            "(a flat network; ignored with --net)")] = 0.0,
-    latency_dist: Annotated[str, typer.Option("--latency-dist", help="constant or uniform "
-                                              "(0 to 2x --latency)")] = "constant",
+    latency_dist: Annotated[str, typer.Option("--latency-dist", help="constant, uniform "
+                                              "(0 to 2x --latency) or exponential (mean "
+                                              "--latency)")] = "constant",
     topology: Annotated[str, typer.Option("--topology", help="broadcast's neighbour map: "
                                           + ", ".join(TOPOLOGIES))] = "grid",
     nemesis: Annotated[str, typer.Option("--nemesis", help="faults, comma-separated: "
