@@ -75,3 +75,49 @@ def test_broadcast_follows_the_wan_on_every_backend(tmp_path: Path, backend: str
     assert sum(captured.values()) >= sum(sent.values()), (captured, sent)
     assert set(captured) - {None} == {"gossip", "gossip_ok"}, captured
     assert captured["gossip"] >= sent["gossip"] // 2, (captured, sent)
+
+
+@pytest.mark.root
+@pytest.mark.timing
+@pytest.mark.parametrize("backend", ["mininet", "docker"])
+def test_partition_kill_and_pause_reach_programs_on_emulated_hosts(tmp_path: Path,
+                                                                   backend: str) -> None:
+    """The nemeses as on local: a partition (iptables in the namespaces) cuts the program's
+    messages between the halves and its retries carry them across after; `kill` and `pause`
+    act on the program through its agent, whose clients see it go and come back."""
+    pytest.importorskip(NEEDS[backend])
+    r = run_cli("maelstrom", "test", "-w", "broadcast", "--bin", str(NODES / "broadcast.py"),
+                "--node-count", "4", "--time-limit", "4", "--rate", "20", "--settle", "2",
+                "--nemesis", "partition", "--nemesis-interval", "2.5", "--backend", backend,
+                "--out", str(tmp_path / "p"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = sorted((tmp_path / "p").iterdir())[-1]
+    faults = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
+    start, stop = (next(f["t"] for f in faults if f["phase"] == phase)
+                   for phase in ("start", "stop"))
+    sent: set[tuple[str, str, int, int]] = set()
+    got: set[tuple[str, str, int, int]] = set()
+    for events in (run / "nodes").glob("*/events.jsonl"):
+        for line in events.read_text().splitlines():
+            ev = json.loads(line)
+            if ev["ev"] in ("nsend", "nrecv") and ev.get("msg_id") is not None and \
+                    ev["src"] != ev["dest"]:
+                (sent if ev["ev"] == "nsend" else got).add(
+                    (ev["src"], ev["dest"], ev["msg_id"], ev["t"] if ev["ev"] == "nsend" else 0))
+    during = {(s, d, m) for s, d, m, t in sent if start + 50_000_000 < t < stop}
+    arrived = {(s, d, m) for s, d, m, _ in got}
+    assert during - arrived, "the partition cut nothing"  # messages between the halves lost
+    summary = json.loads((run / "summary.json").read_text())["maelstrom"]
+    assert summary["valid"] and summary["lost"] == 0  # ... and the retries made up for them
+
+    r = run_cli("maelstrom", "test", "-w", "echo", "--bin", str(NODES / "clock.py"),
+                "--node-count", "2", "--time-limit", "3.2", "--rate", "30", "--settle", "1",
+                "--nemesis", "kill,pause", "--nemesis-interval", "1.5", "--backend", backend,
+                "--out", str(tmp_path / "k"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = sorted((tmp_path / "k").iterdir())[-1]
+    faults = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
+    assert [(f["params"]["exec"][0], f["measured"]["value"]) for f in faults] == [
+        ("kill", "killed"), ("start", "starting"), ("pause", "paused"), ("resume", "running")]
+    m = json.loads((run / "summary.json").read_text())["maelstrom"]
+    assert m["restarts"] == 1 and m["program_exits"] == 0 and m["ops"]["info"] > 0
