@@ -110,7 +110,7 @@ def spark_logs(run_dir: Path, master: str | None = None
         return {}, 0
     spark = spark_session(master, app=f"testbed-maelstrom-{run_dir.name}")
     wanted = {"op", "nsend", "nrecv", "start", "stop", "malformed", "program-exit", "error",
-              "clock"}
+              "clock", "late"}
 
     def parse(rows: Any) -> Any:
         for row in rows:
@@ -375,6 +375,10 @@ def maelstrom_checks(run_dir: Path, workload: str,
     exits = [{"node": h, "code": r.get("code"), "error": r.get("error")}
              for h, rows in logs.items() for r in rows if r.get("ev") == "program-exit"]
     checks["program_exits"] = _check(len(exits), exits)
+    # An agent that came up after the workload's end ran none of its clients' operations.
+    late = [{"node": h, "late_ms": r.get("by_ms")}
+            for h, rows in logs.items() for r in rows if r.get("ev") == "late"]
+    checks["maelstrom_workload_ran"] = _check(len(late), late)
     by_type = Counter(op.type for op in ops)
     nsend = sum(1 for rows in logs.values() for r in rows if r.get("ev") == "nsend")
     malformed = sum(1 for rows in logs.values() for r in rows if r.get("ev") == "malformed")

@@ -428,6 +428,21 @@ def test_a_program_that_exits_fails_the_run(tmp_path: Path) -> None:
     assert not s["ok"] and s["checks"]["program_exits"]["examples"][0]["code"] == 3
 
 
+def test_an_agent_up_after_the_workload_fails_the_run(tmp_path: Path) -> None:
+    """Only final reads (the agents came up after the workload's end, on an overloaded
+    machine): consistent, but nothing was tested."""
+    fin = {"final": True}
+    _log(tmp_path / "r", "broadcast", {"h1": [("invoke", "read", None, fin),
+                                              ("ok", "read", [], fin)]})
+    assert judge_run(tmp_path / "r")["ok"]
+    with (tmp_path / "r" / "nodes" / "h1" / "events.jsonl").open("a") as f:
+        f.write(json.dumps({"t": 2, "i": 9, "node": "h1", "ev": "late", "by_ms": 4100.0})
+                + "\n")
+    s = judge_run(tmp_path / "r")
+    assert not s["ok"] and s["checks"]["maelstrom_workload_ran"]["examples"] == [
+        {"node": "h1", "late_ms": 4100.0}]
+
+
 def test_unique_ids_checker_flags_a_duplicate_and_passes_distinct_ids(tmp_path: Path) -> None:
     def ids(a: Any, b: Any) -> dict[str, list[Any]]:
         return {"h1": [("invoke", "generate", None, {}), ("ok", "generate", a, {})],
