@@ -11,7 +11,8 @@ IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 
 # Debian packages the tests need (docs/platform.md); installed only when root and missing.
 TEST_DEBS := openjdk-17-jre-headless iproute2 iptables tcpdump tshark mininet bridge-utils \
-	iputils-ping libnetfilter-queue-dev user-mode-linux docker.io debootstrap chromium
+	iputils-ping libnetfilter-queue-dev user-mode-linux docker.io debootstrap chromium \
+	faketime libfaketime
 # Node.js and npm for the jolokia.js client test (tests/clients/, `npm ci` on first use): taken
 # from Debian only when no `npm` is on PATH (machines that ship their own Node.js have npm
 # outside dpkg, and Debian's npm package conflicts with it).

@@ -46,6 +46,10 @@ class Operation:
     error: str = ""
 
 
+# What the clock nemesis can and cannot reach; the summary and the report say it.
+CLOCK_NOTE = ("clocks skewed through libfaketime: a program that reads the time without libc "
+              "(Go's runtime) is not skewed; monotonic clocks are never skewed")
+
 def maelstrom_workload(run_dir: Path) -> str | None:
     """The run's Maelstrom workload from spec.lock.yaml, None for a protocol run."""
     try:
@@ -105,7 +109,8 @@ def spark_logs(run_dir: Path, master: str | None = None
     if not paths:
         return {}, 0
     spark = spark_session(master, app=f"testbed-maelstrom-{run_dir.name}")
-    wanted = {"op", "nsend", "nrecv", "start", "stop", "malformed", "program-exit", "error"}
+    wanted = {"op", "nsend", "nrecv", "start", "stop", "malformed", "program-exit", "error",
+              "clock", "late"}
 
     def parse(rows: Any) -> Any:
         for row in rows:
@@ -370,6 +375,10 @@ def maelstrom_checks(run_dir: Path, workload: str,
     exits = [{"node": h, "code": r.get("code"), "error": r.get("error")}
              for h, rows in logs.items() for r in rows if r.get("ev") == "program-exit"]
     checks["program_exits"] = _check(len(exits), exits)
+    # An agent that came up after the workload's end ran none of its clients' operations.
+    late = [{"node": h, "late_ms": r.get("by_ms")}
+            for h, rows in logs.items() for r in rows if r.get("ev") == "late"]
+    checks["maelstrom_workload_ran"] = _check(len(late), late)
     by_type = Counter(op.type for op in ops)
     nsend = sum(1 for rows in logs.values() for r in rows if r.get("ev") == "nsend")
     malformed = sum(1 for rows in logs.values() for r in rows if r.get("ev") == "malformed")
@@ -404,6 +413,13 @@ def maelstrom_checks(run_dir: Path, workload: str,
         "unreadable_log_lines": bad,
         **{k: v for k, v in section.items()},
     }
+    clocks = [(h, r) for h, rows in logs.items() for r in rows if r.get("ev") == "clock"]
+    if clocks:  # the clock nemesis ran (docs/maelstrom.md)
+        section["clock"] = {
+            "skews": sum(1 for _, r in clocks if r.get("faked")),
+            "faked": sorted({h for h, r in clocks if r.get("faked")}),
+            "not_faked": sorted({h for h, r in clocks if not r.get("faked")}),
+            "note": CLOCK_NOTE}
     section.setdefault("lost", 0)
     section.setdefault("unexpected", 0)
     section.setdefault("stable_latency_ms", {})

@@ -9,7 +9,9 @@ payloads. Damaged files are read as far as they are intact: the damage is counte
 so also lands in the Parquet footer.
 
 Columns: ts_ns, src, dst, proto, sport, dport, ip_len, frame_len, cap_len, ip_version,
-link_type, iface, then `WIRE_COLUMNS` (tb_version, tb_type, ..., tb_length). A field that a
+link_type, iface, then `WIRE_COLUMNS` (tb_version, tb_type, ..., tb_length), then
+`AGENT_COLUMNS` (tm_number, tm_fragment, tm_count, tm_type: the Maelstrom host agent's
+frames, docs/maelstrom.md). A field that a
 packet does not have (a port of an ICMP packet, the wire header of a TCP segment, the
 timestamp of a pcapng Simple Packet Block) is null. Unsigned header fields are widened to
 signed types that Spark reads natively; the one 64-bit field, tb_ts (ns), is int64, exact

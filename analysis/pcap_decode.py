@@ -8,6 +8,7 @@ is guarded by the capture length, so a snapped packet yields nulls, never garbag
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import struct
@@ -16,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from analysis.pcap_formats import CaptureStats, Records, gather, take
-from nodes import wire
+from nodes import maelstrom, wire
 
 # Link types (https://www.tcpdump.org/linktypes.html).
 LINKTYPE_NULL = 0
@@ -78,6 +79,14 @@ _MAGIC_INT = int.from_bytes(wire.MAGIC, "big")
 _WIDEN: dict[str, type[np.generic]] = {"u1": np.int16, "u2": np.int32, "u4": np.int64,
                                        "i4": np.int32, "u8": np.int64}
 WIRE_COLUMNS = tuple(f"tb_{name}" for name in ("version", *wire.FIELDS))
+# The host agent's datagrams (nodes/maelstrom.py FRAME: a Maelstrom program's node-to-node
+# message, or a fragment of it): message number, fragment index and count, and the type of
+# the message's body where the capture holds the whole message.
+AGENT_COLUMNS = ("tm_number", "tm_fragment", "tm_count", "tm_type")
+_AGENT_L4 = np.dtype([("sport", ">u2"), ("dport", ">u2"), ("ulen", ">u2"), ("usum", ">u2"),
+                      ("magic", "S2"), ("version", "u1"), ("zero", "u1"), ("number", ">u8"),
+                      ("index", ">u2"), ("count", ">u2")])
+assert _AGENT_L4.itemsize == 8 + maelstrom.FRAME.size
 
 
 def arrow(values: np.ndarray, valid: np.ndarray | None = None,
@@ -189,6 +198,7 @@ def decode(buf: np.ndarray, rec: Records, stats: CaptureStats) -> dict[str, pa.A
     cols["link_type"] = arrow(rec.link_type, dtype=np.int32)
     cols["iface"] = arrow(rec.iface, dtype=np.int32)
     cols.update(_wire_columns(buf, l4, proto, end, stats, pr, pl["wire"]))
+    cols.update(_agent_columns(buf, l4, proto, end, stats))
     return cols
 
 
@@ -354,3 +364,50 @@ def _wire_columns(buf: np.ndarray, l4: np.ndarray, proto: np.ndarray, end: np.nd
             values[rows] = field
         out[col] = arrow(values, present, np_typ)
     return out
+
+
+def agent_message_type(payload: bytes, whole: bool) -> str | None:
+    """The `type` of a captured agent message's body: only from a whole message (one
+    fragment, not cut by the capture's snap length) that parses as Maelstrom's JSON."""
+    if not whole:
+        return None
+    try:
+        body = json.loads(payload).get("body")
+        mtype = body.get("type") if isinstance(body, dict) else None
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        return None
+    return mtype[:64] if isinstance(mtype, str) else None
+
+
+def _agent_columns(buf: np.ndarray, l4: np.ndarray, proto: np.ndarray, end: np.ndarray,
+                   stats: CaptureStats) -> dict[str, pa.Array]:
+    """The agent's frame header where a UDP payload starts with it (magic and version)."""
+    count = len(l4)
+    rows = np.flatnonzero((l4 >= 0) & (proto == IPPROTO_UDP) & (l4 + _AGENT_L4.itemsize <= end))
+    number = np.zeros(count, dtype=np.int64)
+    index = np.zeros(count, dtype=np.int32)
+    total = np.zeros(count, dtype=np.int32)
+    present = np.zeros(count, dtype=bool)
+    types: list[str | None] = [None] * count
+    if len(rows):
+        h = gather(buf, l4[rows], _AGENT_L4)
+        ok = (h["magic"] == maelstrom.MAGIC) & (h["version"] == maelstrom.FRAME_VERSION)
+        rows, h = rows[ok], take(h, ok)
+        present[rows] = True
+        number[rows] = h["number"].astype(np.int64)
+        index[rows] = h["index"]
+        total[rows] = h["count"]
+        stats.agent_frames += len(rows)
+        for r, ulen, k, n in zip(rows.tolist(), h["ulen"].tolist(), h["index"].tolist(),
+                                 h["count"].tolist(), strict=True):
+            if k == 0:
+                start = int(l4[r]) + _AGENT_L4.itemsize
+                # Up to the UDP length: an Ethernet frame's padding is no payload.
+                payload = buf[start:min(int(end[r]), int(l4[r]) + ulen)].tobytes()
+                types[r] = agent_message_type(
+                    payload, n == 1 and len(payload) == ulen - _AGENT_L4.itemsize)
+    valid = present if not present.all() else None
+    return {"tm_number": arrow(number, valid, np.int64),
+            "tm_fragment": arrow(index, valid, np.int32),
+            "tm_count": arrow(total, valid, np.int32),
+            "tm_type": pa.array(types, type=pa.string())}

@@ -41,10 +41,11 @@ class CaptureStats:
     non_ip: int = 0  # intact frames of a known link type that carry neither IPv4 nor IPv6
     snapped: int = 0  # IP packets whose headers were cut by the capture length
     wire_headers: int = 0  # UDP datagrams that carry a testbed wire header
+    agent_frames: int = 0  # UDP datagrams of the Maelstrom host agent (nodes/maelstrom.py)
 
     def merge(self, other: CaptureStats) -> None:
         for name in ("packets", "truncated_records", "corrupt_records", "skipped_bytes",
-                     "non_ip", "snapped", "wire_headers"):
+                     "non_ip", "snapped", "wire_headers", "agent_frames"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for lt, n in other.unknown_link_types.items():
             self.unknown_link_types[lt] = self.unknown_link_types.get(lt, 0) + n

@@ -34,6 +34,13 @@ def _table(m: dict[str, Any]) -> str:
             ("malformed lines", m.get("malformed")),
             ("program exits", m.get("program_exits")), ("restarts", m.get("restarts")),
             ("node names", m.get("names"))]
+    clock = m.get("clock")
+    if clock:  # the clock nemesis: which programs it skewed, and what it cannot reach
+        faked = ", ".join(clock.get("faked") or []) or "no program"
+        missed = ", ".join(clock.get("not_faked") or [])
+        rows += [("clock skews", f"{clock.get('skews', 0)} on {faked}"
+                  + (f"; not skewed (no libfaketime): {missed}" if missed else "")),
+                 ("clock note", clock.get("note"))]
     return ("<h2>Maelstrom workload</h2><table>" + "".join(_row(k, v) for k, v in rows)
             + "</table>")
 

@@ -32,7 +32,8 @@ from scapy.layers.inet6 import IPv6, _IPv6ExtHdr
 from scapy.packet import Packet, bind_bottom_up
 from scapy.utils import PcapNgReader, PcapReader
 
-from nodes import wire
+from analysis.pcap_decode import AGENT_COLUMNS, agent_message_type
+from nodes import maelstrom, wire
 
 _MSG_TYPES = {int(t): t.name for t in wire.MsgType}
 _PROTOS = {int(p): p.name for p in wire.Proto}
@@ -63,7 +64,11 @@ class TestbedWire(Packet):
 
     @classmethod
     def dispatch_hook(cls, _pkt: bytes | None = None, *args: Any, **kargs: Any) -> type:
-        # Bound under UDP for every port, so refuse payloads that are not ours.
+        # Bound under UDP for every port, so refuse payloads that are not ours; the host
+        # agent's frames are the other kind of ours.
+        if _pkt is not None and len(_pkt) >= maelstrom.FRAME.size and _pkt[:3] == (
+                maelstrom.MAGIC + bytes([maelstrom.FRAME_VERSION])):
+            return AgentFrame
         if _pkt is not None and (len(_pkt) < wire.HEADER_SIZE
                                  or _pkt[:3] != wire.MAGIC + bytes([wire.WIRE_VERSION])):
             return conf.raw_layer  # type: ignore[no-any-return]
@@ -79,6 +84,24 @@ class TestbedWire(Packet):
 
     def mysummary(self) -> str:
         return str(self.sprintf("TestbedWire %type% %proto% %origin%:%mno% seq=%seq%"))
+
+
+class AgentFrame(Packet):
+    """The Maelstrom host agent's 16-byte frame header (nodes/maelstrom.py FRAME), then a
+    slice of the message's JSON line."""
+
+    name = "AgentFrame"
+    fields_desc = [
+        StrFixedLenField("magic", maelstrom.MAGIC, 2),
+        ByteField("version", maelstrom.FRAME_VERSION),
+        ByteField("zero", 0),
+        LongField("number", 0),
+        ShortField("index", 0),
+        ShortField("count", 1),
+    ]
+
+    def mysummary(self) -> str:
+        return str(self.sprintf("AgentFrame %number% %index%/%count%"))
 
 
 # No field constraint: tried for every UDP port that scapy has no binding for.
@@ -110,6 +133,7 @@ def packet_row(pkt: Packet) -> dict[str, Any]:
         "ip_len": None, "ip_version": None,
     }
     row.update(dict.fromkeys(f"tb_{name}" for name in WIRE_FIELDS))
+    row.update(dict.fromkeys(AGENT_COLUMNS))
     l4: Packet | None = None
     if IP in pkt:
         ip = pkt[IP]
@@ -130,6 +154,15 @@ def packet_row(pkt: Packet) -> dict[str, Any]:
         tb = l4[TestbedWire]
         for name in WIRE_FIELDS:
             row[f"tb_{name}"] = int(tb.getfieldval(name))
+    if isinstance(l4, UDP) and AgentFrame in l4:
+        fr = l4[AgentFrame]
+        index = int(fr.getfieldval("index"))
+        row.update(tm_number=fr.number, tm_fragment=index, tm_count=fr.count)
+        if index == 0:
+            payload = bytes(fr.payload)
+            whole = fr.count == 1 and l4.len is not None and \
+                len(payload) == l4.len - 8 - maelstrom.FRAME.size
+            row["tm_type"] = agent_message_type(payload, whole)
     return row
 
 

@@ -62,6 +62,20 @@ FRAGMENT_BURST = 64  # datagrams of one message sent back to back
 STDERR_TAIL = 20  # the program's last stderr lines `testbed:type=Agent` shows
 MAX_STDERR_LINE = 1000
 HELD_MAX = 10_000  # node messages kept for a program that has not answered init yet
+# libfaketime (Debian's `libfaketime`), preloaded into the program for the clock nemesis.
+FAKETIME_LIBS = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+                 "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+                 "/usr/lib/faketime/libfaketime.so.1", "/usr/local/lib/faketime/libfaketime.so.1")
+
+
+def libfaketime() -> str | None:
+    """Where libfaketime is on this host (None: not installed)."""
+    return next((p for p in FAKETIME_LIBS if os.path.exists(p)), None)
+
+
+def faketime_offset(ms: float) -> str:
+    """libfaketime's relative offset (`FAKETIME_TIMESTAMP_FILE`) for a skew of `ms`."""
+    return f"{'+' if ms >= 0 else '-'}{abs(ms) / 1000:.3f}s"
 
 
 def _die_with_parent() -> None:
@@ -126,6 +140,12 @@ class Agent:
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
         self._stderr_partial = b""
         self.restarting: asyncio.Task[None] | None = None
+        # The clock nemesis: the program's wall clock through libfaketime, its offset in a
+        # file the preloaded library reads at every call (monotonic clocks are not skewed).
+        self.clock = bool(m.get("clock"))
+        self.faketime = libfaketime() if self.clock else None
+        self.skew_ms = 0.0
+        self.skew_file = Path(cfg.log_path).parent / "faketime.rc"
         host_index = cfg.node_id
         self.gen = Generator(self.workload, host_index, len(cfg.members), cfg.incarnation,
                              random.Random(f"{cfg.seed}:{cfg.node_id}:{cfg.incarnation}:ops"))
@@ -153,7 +173,8 @@ class Agent:
         self.loop.set_exception_handler(self._loop_exception)
         server = await self._start_management()
         self.event("start", incarnation=self.cfg.incarnation, node_id=self.me, program=self.argv,
-                   workload=self.workload, clients=self.clients)
+                   workload=self.workload, clients=self.clients,
+                   **self._clock_fields())
         tasks: list[asyncio.Task[Any]] = []
         if await self._spawn():
             tasks.append(asyncio.create_task(self._drive()))
@@ -179,7 +200,7 @@ class Agent:
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, preexec_fn=_die_with_parent)
+                stderr=asyncio.subprocess.PIPE, preexec_fn=_die_with_parent, env=self._env())
         except OSError as exc:
             self.counters["spawn_errors"] += 1
             self.event("program-exit", code=None, error=f"{type(exc).__name__}: {exc}"[:300])
@@ -188,6 +209,40 @@ class Agent:
         self.reader = asyncio.create_task(self._read_program(self.proc))
         self.stderr_reader = asyncio.create_task(self._read_stderr(self.proc))
         return True
+
+    def _clock_fields(self) -> dict[str, Any]:
+        """For the `start` line of a run with clock faults: where libfaketime is (or None)."""
+        return {"faketime": self.faketime} if self.clock else {}
+
+    def _env(self) -> dict[str, str] | None:
+        """The program's environment: this one, with libfaketime preloaded when the run has
+        clock faults (the offset file is written before the program starts)."""
+        if self.faketime is None:
+            return None
+        self.skew_file.write_text(faketime_offset(self.skew_ms) + "\n")
+        env = dict(os.environ)
+        env["LD_PRELOAD"] = " ".join(x for x in (self.faketime, env.get("LD_PRELOAD")) if x)
+        env.update(FAKETIME_TIMESTAMP_FILE=str(self.skew_file), FAKETIME_NO_CACHE="1",
+                   DONT_FAKE_MONOTONIC="1")
+        return env
+
+    def skew(self, offset_ms: float) -> str:
+        """The clock nemesis: the program's wall clock runs `offset_ms` off from now on (0:
+        back to true time). Through libfaketime, so a program that reads the time without
+        libc (Go's runtime) is not skewed."""
+        if self.faketime is None:
+            self.event("clock", offset_ms=offset_ms, faked=False,
+                       why="no clock faults in the run" if not self.clock
+                       else "libfaketime is not installed")
+            return "not skewed: libfaketime " + ("not preloaded" if not self.clock
+                                                 else "not installed")
+        self.skew_ms = float(offset_ms)
+        tmp = self.skew_file.with_suffix(".tmp")
+        tmp.write_text(faketime_offset(self.skew_ms) + "\n")
+        tmp.replace(self.skew_file)  # the library never reads half a line
+        self.counters["skews"] += 1
+        self.event("clock", offset_ms=self.skew_ms, faked=True)
+        return f"skewed {faketime_offset(self.skew_ms)}"
 
     async def _read_stderr(self, proc: asyncio.subprocess.Process) -> None:
         """The program's stderr into node.log, its last lines kept for `testbed:type=Agent`
@@ -267,6 +322,10 @@ class Agent:
             start = self.cfg.start_at_ns
             end = start + self.cfg.duration_ns
             await asyncio.sleep(max(0.0, (start - self.now()) / 1e9))
+            if self.clients and self.rate > 0 and self.now() >= end:
+                # Up only after the workload's end (a machine loaded far beyond its cores):
+                # its clients made no operation, which the checker must not take for valid.
+                self.event("late", by_ms=round((self.now() - start) / 1e6, 1))
             if self.clients and self.rate > 0:
                 per_client = len(self.clients) / self.rate
                 await asyncio.gather(*(self._client(c, end, per_client) for c in self.clients))
@@ -587,7 +646,10 @@ class Agent:
             .operation("kill", self.kill_program, [], "str",
                        "SIGKILL the program; it stays down until `start`")
             .operation("start", self.start_program, [], "str",
-                       "start the killed program again with a fresh init"))
+                       "start the killed program again with a fresh init")
+            .attribute("ClockSkewMs", "float", lambda: self.skew_ms)
+            .operation("skew", self.skew, [("offsetMs", "float")], "str",
+                       "run the program's wall clock offsetMs off (libfaketime; 0: true time)"))
         server = ManagementServer(registry, cfg.control_host, cfg.control_port, cfg.mgmt_token,
                                   basic=cfg.mgmt_basic)
         await server.start()

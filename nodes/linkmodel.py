@@ -27,6 +27,7 @@ net/sched/sch_netem.c): duplicate, loss, corrupt, queue limit, then the delay li
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections.abc import Callable
 from statistics import NormalDist
@@ -68,7 +69,8 @@ class LinkModel:
         # logs).
         self.simple = not (path.jitter_corr or path.fifo or path.loss_corr or path.gemodel
                            or path.duplicate or path.corrupt or path.reorder or path.limit
-                           or path.rate_bps or path.distribution in ("pareto", "paretonormal"))
+                           or path.rate_bps
+                           or path.distribution in ("pareto", "paretonormal", "exponential"))
         # The common case -- no loss, no bandwidth limit, normal jitter -- as (delay, jitter,
         # rng.gauss), for the simulator's inlined copy of transit(); None otherwise.
         self.plain: tuple[int, int, Callable[[float, float], float]] | None = (
@@ -202,6 +204,8 @@ class LinkModel:
                 return 2.0 * u - 1.0
             if dist == "normal":
                 return _NORMAL.inv_cdf(min(max(u, _EPS), 1.0 - _EPS))
+        if dist == "exponential":  # by its inverse CDF, standardised (mean 0, spread 1)
+            return -math.log(1.0 - min(u, 1.0 - _EPS)) - 1.0
         # pareto (alpha 3) by its inverse CDF, standardised; paretonormal mixes it with a
         # normal as iproute2's paretonormal table does (a quarter normal, three quarters pareto)
         pareto = ((1.0 - u) ** (-1.0 / 3.0) - 1.5) / 0.8660254

@@ -4,10 +4,13 @@ experiment and a topology."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from nodes.maelstrom import neighbours, node_names
 from testbed.spec.experiment import ExperimentSpec
+
+AGENT = "testbed:type=Agent"
 
 
 def clients_of(concurrency: int, hosts: int) -> list[list[str]]:
@@ -29,7 +32,80 @@ def agent_sections(exp: ExperimentSpec, hosts: list[str]) -> dict[str, dict[str,
     topology = neighbours(names, w.topology) \
         if w.maelstrom in ("broadcast", "total-order") else None
     total = w.msgs_per_s
+    clock = has_clock_faults(exp)
     return {h: {"program": list(exp.node.program), "workload": w.maelstrom,
                 "clients": clients[i], "rate": total * len(clients[i]) / concurrency,
-                "topology": topology, "settle_ns": exp.drain}
+                "topology": topology, "settle_ns": exp.drain, "clock": clock}
             for i, h in enumerate(hosts)}
+
+
+def has_clock_faults(exp: ExperimentSpec) -> bool:
+    """Whether the run skews programs' clocks (`mgmt` faults calling the agents' `skew`):
+    then the agents preload libfaketime into their programs (docs/maelstrom.md)."""
+    return any(getattr(f, "mbean", None) == AGENT and (getattr(f, "exec_", None) or [""])[0]
+               == "skew" for f in exp.faults)
+
+
+# Host directories never bound into a container: the image's own system (and anything
+# below it), and the top-level directories themselves.
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc",
+           "/sys", "/dev", "/boot", "/opt/testbed", "/run/testbed")
+_TOP = ("/", "/opt", "/run", "/var", "/tmp", "/home", "/root", "/srv", "/mnt", "/media")
+
+
+def program_dirs(program: list[str]) -> list[str]:
+    """The host directories a container needs to run `program` (docs/maelstrom.md, docker):
+    the directory of every argument that is an absolute path to a file (the spec made the
+    files next to the experiment absolute), or the directory itself, outside the system's
+    own directories; the docker backend binds each read-only at the same path, so the
+    program, its modules next to it and its arguments resolve as on the host."""
+    out: list[str] = []
+    for arg in program:
+        p = Path(arg)
+        if not p.is_absolute():
+            continue
+        try:
+            d = p if p.is_dir() else p.parent if p.is_file() else None
+        except OSError:
+            continue
+        if d is None or str(d) in _TOP or any(d.is_relative_to(s) for s in _SYSTEM):
+            continue
+        if str(d) not in out:
+            out.append(str(d))
+    # A directory inside another bound one comes with it.
+    return [d for d in out if not any(d != o and Path(d).is_relative_to(o) for o in out)]
+
+
+def program_of_run(run_path: Path) -> list[str]:
+    """The Maelstrom program a run's spec.lock.yaml names (empty for protocol nodes)."""
+    import yaml
+
+    try:
+        lock = yaml.safe_load((run_path / "spec.lock.yaml").read_text()) or {}
+        node = (lock.get("experiment") or {}).get("node") or {}
+        return [str(a) for a in node.get("program") or []]
+    except (OSError, yaml.YAMLError, AttributeError):
+        return []
+
+
+def program_binds(run_path: Path) -> dict[str, dict[str, str]]:
+    """The docker backend's read-only binds for a run's Maelstrom program (none for protocol
+    nodes): each of `program_dirs` at the same path inside the node container."""
+    return {d: {"bind": d, "mode": "ro"} for d in program_dirs(program_of_run(run_path))}
+
+
+def is_nodejs(program: list[str]) -> bool:
+    """Whether the program runs on Node.js (`node PROG.js`, or a file whose `#!` names node):
+    the docker backend's node image has no Node.js."""
+    if not program:
+        return False
+    if Path(program[0]).name in ("node", "nodejs"):
+        return True
+    try:
+        with open(program[0], "rb") as f:
+            first = f.readline(200)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and any(
+        w in (b"node", b"nodejs") or w.endswith((b"/node", b"/nodejs"))
+        for w in first[2:].split())

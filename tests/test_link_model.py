@@ -185,6 +185,51 @@ def test_every_key_reaches_the_path_and_the_netem_leaf() -> None:
     assert netem.netem_args(plan.class_for("b"))[-2:] == ["rate", "1000000000bit"]
 
 
+def test_exponential_jitter_is_an_exponential_delay_in_the_model_and_in_netem(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`jitter_dist: exponential` with delay = jitter (Maelstrom's `--latency-dist
+    exponential`): delay ~ exponential with that mean, in the model and in netem's table."""
+    mean = 10 * MS
+    n = 20_000
+    model = LinkModel(PathConfig(delay_ns=mean, jitter_ns=mean, distribution="exponential"),
+                      random.Random(7))
+    d = [model.transit(0, 100) for _ in range(n)]
+    assert all(x is not None and x >= 0 for x in d)
+    got = sum(x for x in d if x is not None) / n
+    # the exponential's mean within its 99% interval over n draws (sd = mean)
+    assert abs(got - mean) < Z99 * mean / math.sqrt(n), got
+    over = sum(1 for x in d if x is not None and x > 2 * mean) / n
+    assert abs(over - math.exp(-2)) < 0.01, over  # P(delay > 2 mean) = e^-2
+    # netem's correlated draws (not uniform any more) still never give a negative delay
+    corr = LinkModel(PathConfig(delay_ns=mean, jitter_ns=mean, distribution="exponential",
+                                jitter_corr=0.25), random.Random(7))
+    assert all((x or 0) >= 0 for x in (corr.transit(0, 100) for _ in range(2000)))
+    flat = TopologySpec.model_validate({
+        "name": "x", "hosts": [{"name": "a", "site": "s"}, {"name": "b", "site": "s"}],
+        "sites": {"s": {"lan": {"delay": "10ms", "jitter": "10ms",
+                                "jitter_dist": "exponential"}}}})
+    plan = host_plans(flat, flat.paths(), {"a": "198.18.0.1", "b": "198.18.0.2"}, "d0")["a"]
+    args = netem.netem_args(plan.class_for("b"))
+    assert args[args.index("distribution") + 1] == "exponential"
+    table = netem.exponential_table()
+    assert table == sorted(table) and len(table) == netem.DIST_SIZE
+    assert abs(sum(table) / len(table)) < 0.01 * netem.DIST_SCALE  # mean 0 ...
+    assert table[0] == round(-netem.DIST_SCALE * (1 + math.log(1 - 0.5 / netem.DIST_SIZE)))
+    monkeypatch.setattr(netem, "TC_LIB", tmp_path / "tc")
+    env = netem.tc_env(plan)
+    assert env == ["env", f"TC_LIB_DIR={tmp_path / 'tc'}"]
+    written = (tmp_path / "tc" / "exponential.dist").read_text().split("\n", 1)[1].split()
+    assert [int(v) for v in written] == table
+    assert (tmp_path / "tc" / "normal.dist").exists()  # iproute2's own tables beside it
+    assert netem.tc_env(host_plans(topo_ab("1ms"), topo_ab("1ms").paths(),
+                                   {"a": "198.18.0.1", "b": "198.18.0.2"}, "d0")["a"]) == []
+
+
+def topo_ab(link: str) -> TopologySpec:
+    return TopologySpec.model_validate({"name": "ab", "hosts": [{"name": "a"}, {"name": "b"}],
+                                        "matrix": {"a": {"b": link}, "b": {"a": link}}})
+
+
 def test_schema_lists_every_link_key() -> None:
     out = subprocess.run([sys.executable, "-m", "testbed", "schema", "topology"], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from analysis.judge import judge_run
+from nodes.agent import libfaketime
 from nodes.maelstrom import (
     CHUNK,
     Generator,
@@ -147,11 +148,21 @@ def test_a_maelstrom_workload_needs_a_program(tmp_path: Path) -> None:
 # -- the CLI -----------------------------------------------------------------------------------
 def test_bad_input_exits_2_and_dry_run_prints_the_experiment(tmp_path: Path) -> None:
     bin_ = str(NODES / "broadcast.py")
-    for args in (["-w", "kafka"], ["-w", "echo", "--nemesis", "clock"],
-                 ["-w", "echo", "--latency-dist", "exponential"],
+    for args in (["-w", "kafka"], ["-w", "echo", "--nemesis", "clocks"],
+                 ["-w", "echo", "--latency-dist", "poisson"],
                  ["-w", "echo", "--concurrency", "x"]):
         r = run_cli("maelstrom", "test", "--bin", bin_, "--out", str(tmp_path), *args)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
+    # --latency-dist exponential: delay = jitter, exponential jitter (docs/link-model.md)
+    r = run_cli("maelstrom", "test", "-w", "echo", "--bin", bin_, "--latency", "20",
+                "--latency-dist", "exponential", "--dry-run", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    lan = yaml.safe_load(r.stdout.split("dry run")[0])["topology"]["sites"]["net"]["lan"]
+    assert lan == {"delay": "20ms", "jitter": "20ms", "jitter_dist": "exponential"}
+    # The docker node image has no Node.js: refused before anything runs.
+    r = run_cli("maelstrom", "test", "-w", "echo", "--bin", str(NODES / "echo.js"),
+                "--backend", "docker", "--out", str(tmp_path))
+    assert r.returncode == 2 and "no Node.js" in r.stdout + r.stderr, r.stdout + r.stderr
     r = run_cli("maelstrom", "test", "-w", "broadcast", "--bin", bin_, "--node-count", "5",
                 "--time-limit", "20", "--rate", "10", "--concurrency", "2n", "--latency",
                 "30", "--latency-dist", "uniform", "--topology", "line", "--nemesis",
@@ -291,6 +302,35 @@ def test_echo_in_javascript_survives_kill_and_pause(tmp_path: Path) -> None:
     assert m["latency_ms"]["max"] > 300
 
 
+@pytest.mark.skipif(libfaketime() is None, reason="libfaketime not installed (make installs it)")
+def test_clock_nemesis_skews_the_programs_wall_clock(tmp_path: Path) -> None:
+    code, s, run, out = _test(tmp_path, "-w", "echo", "--bin", str(NODES / "clock.py"),
+                              "--node-count", "2", "--time-limit", "3", "--rate", "40",
+                              "--nemesis", "clock", "--nemesis-interval", "2")
+    assert code == 0, out
+    faults = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
+    assert [f["params"]["exec"][0] for f in faults] == ["skew", "skew"]
+    skew_ms = faults[0]["params"]["exec"][1]
+    assert abs(skew_ms) >= 1000 and faults[1]["params"]["exec"][1] == 0
+    host = faults[0]["hosts"][0]
+    # The program's wall clock minus its monotonic clock: constant but for the skew.
+    offsets = [float(w) - float(m) for line in (run / "nodes" / host / "node.log")
+               .read_text().splitlines() if line.startswith("clock ")
+               for _, w, m in [line.split()]]
+    assert len(offsets) > 8
+    # The last requests came after the fault (true time again): the others, relative to them.
+    shifts = [round((o - offsets[-1]) * 1000) for o in offsets]
+    assert any(abs(d - skew_ms) < 100 for d in shifts), (skew_ms, shifts)  # skewed ...
+    assert all(abs(d - skew_ms) < 100 or abs(d) < 100 for d in shifts), shifts  # ... or not
+    other = next(h for h in ("n1", "n2") if h != host)
+    theirs = [float(w) - float(m) for line in (run / "nodes" / other / "node.log")
+              .read_text().splitlines() if line.startswith("clock ")
+              for _, w, m in [line.split()]]
+    assert theirs and max(theirs) - min(theirs) < 0.1  # the other program kept true time
+    assert s["maelstrom"]["clock"]["skews"] == 2 and s["maelstrom"]["clock"]["faked"] == [host]
+    assert "Go&#x27;s runtime" in (run / "report.html").read_text()  # what is not skewed
+
+
 def test_a_crash_restarts_the_agent_and_its_program(tmp_path: Path) -> None:
     """`kind: crash` in an experiment: SIGKILL to the agent, whose program dies with it
     (PR_SET_PDEATHSIG); the restart is a new incarnation with a fresh init. The unique-ids
@@ -386,6 +426,21 @@ def test_a_program_that_exits_fails_the_run(tmp_path: Path) -> None:
                 + "\n")
     s = judge_run(tmp_path / "r")
     assert not s["ok"] and s["checks"]["program_exits"]["examples"][0]["code"] == 3
+
+
+def test_an_agent_up_after_the_workload_fails_the_run(tmp_path: Path) -> None:
+    """Only final reads (the agents came up after the workload's end, on an overloaded
+    machine): consistent, but nothing was tested."""
+    fin = {"final": True}
+    _log(tmp_path / "r", "broadcast", {"h1": [("invoke", "read", None, fin),
+                                              ("ok", "read", [], fin)]})
+    assert judge_run(tmp_path / "r")["ok"]
+    with (tmp_path / "r" / "nodes" / "h1" / "events.jsonl").open("a") as f:
+        f.write(json.dumps({"t": 2, "i": 9, "node": "h1", "ev": "late", "by_ms": 4100.0})
+                + "\n")
+    s = judge_run(tmp_path / "r")
+    assert not s["ok"] and s["checks"]["maelstrom_workload_ran"]["examples"] == [
+        {"node": "h1", "late_ms": 4100.0}]
 
 
 def test_unique_ids_checker_flags_a_duplicate_and_passes_distinct_ids(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import shutil
@@ -26,7 +27,7 @@ from scapy.utils import EDecimal, PcapWriter
 from analysis import scapy_wire
 from analysis.pcap import PcapFormatError, capture_stats, pcap_to_parquet, read_pcap
 from analysis.scapy_wire import packet_row, scapy_rows
-from nodes import wire
+from nodes import maelstrom, wire
 
 T0 = 1_700_000_000_123_456_789
 T0_US = T0 // 1000 * 1000  # what a microsecond pcap can hold
@@ -322,6 +323,16 @@ def crafted_packets(count: int, rng: random.Random) -> list[Packet]:
                                  hint=rng.randrange(-2**31, 2**31), ts=rng.randrange(2**63),
                                  seq=rng.randrange(2**32))
             l4 = UDP(sport=sport, dport=dport) / Raw(payload)
+        elif kind < 0.7:
+            # The Maelstrom host agent's frames: whole messages, fragments, a wrong version.
+            line = json.dumps({"src": "n1", "dest": "n2", "body": {
+                "type": rng.choice(["gossip", "broadcast_ok", "read"]), "msg_id": k,
+                "message": "x" * rng.randrange(0, 90)}}).encode()
+            frags = maelstrom.fragments(k, line, chunk=rng.choice([1200, 40]))
+            frame = frags[rng.randrange(len(frags))]
+            if k % 7 == 0:
+                frame = frame[:2] + b"\x09" + frame[3:]
+            l4 = UDP(sport=sport, dport=dport) / Raw(frame)
         elif kind < 0.8:
             l4 = UDP(sport=sport, dport=dport) / Raw(bytes(rng.randrange(0, 80)))
         else:
@@ -350,6 +361,10 @@ def test_scapy_and_fast_path_agree_field_by_field(tmp_path: Path, nano: bool) ->
         for name, value in theirs.items():
             assert ours[name] == value, (k, name, ours[name], value)
     assert sum(r["tb_mno"] is not None for r in fast) > count // 2
+    agent = [r for r in fast if r["tm_number"] is not None]
+    assert len(agent) > count // 20
+    assert {r["tm_type"] for r in agent} >= {"gossip", "broadcast_ok", "read", None}
+    assert any(r["tm_count"] > 1 for r in agent)
 
 
 def test_cooked_capture_agrees_with_scapy(tmp_path: Path) -> None:

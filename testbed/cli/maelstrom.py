@@ -22,7 +22,7 @@ from testbed.spec.loader import SpecError, load_experiment
 
 maelstrom_app = typer.Typer(no_args_is_help=True, help="Run a node program written for "
                             "Maelstrom on the emulated WAN (docs/maelstrom.md).")
-BUILT_NEMESES = ("partition", "kill", "pause")
+BUILT_NEMESES = ("partition", "kill", "pause", "clock")
 AGENT = "testbed:type=Agent"
 GOOD = "Everything looks good! ヽ(‘ー`)ノ"
 BAD = "Analysis invalid! (ﾉಥ益ಥ）ﾉ ┻━┻"
@@ -56,6 +56,13 @@ def _faults(nemesis: list[str], interval_s: float, duration_s: float, hosts: lis
         if kind == "partition":
             out.append({"kind": "partition", "shape": "halves", "seed": k, "at": f"{at:g}s",
                         "for": span})
+        elif kind == "clock":  # one program's wall clock off by up to a minute, then back
+            host = rng.choice(hosts)
+            skew = rng.choice((-1, 1)) * rng.randint(1_000, 60_000)
+            out.append({"kind": "mgmt", "host": host, "mbean": AGENT, "exec": ["skew", skew],
+                        "at": f"{at:g}s"})
+            out.append({"kind": "mgmt", "host": host, "mbean": AGENT, "exec": ["skew", 0],
+                        "at": f"{at + interval_s / 2:g}s"})
         else:  # pause: SIGSTOP, then SIGCONT; kill: SIGKILL, then a fresh start and init
             down, up = ("pause", "resume") if kind == "pause" else ("kill", "start")
             host = rng.choice(hosts)
@@ -79,9 +86,6 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
         raise fail(f"--topology {topology!r}: known: {', '.join(TOPOLOGIES)}")
     if latency_dist not in LATENCY_DISTS:
         raise fail(f"--latency-dist {latency_dist!r}: known: {', '.join(LATENCY_DISTS)}")
-    if latency_dist == "exponential":
-        raise fail("--latency-dist exponential is not built yet (the link model has no "
-                   "exponential jitter); use constant or uniform")
     for kind in nemesis:
         if kind not in NEMESES:
             raise fail(f"--nemesis {kind!r}: known: {', '.join(NEMESES)}")
@@ -106,8 +110,10 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
             raise fail("--node-count must be at least 1")
         hosts = node_names(node_count)
         lan: dict[str, Any] = {"delay": f"{latency:g}ms"}
-        if latency_dist == "uniform" and latency > 0:
-            lan.update(jitter=f"{latency:g}ms", jitter_dist="uniform")
+        if latency_dist in ("uniform", "exponential") and latency > 0:
+            # uniform: between 0 and twice --latency; exponential: delay + jitter x (E - 1)
+            # with delay = jitter, so an exponential delay of mean --latency (link-model.md)
+            lan.update(jitter=f"{latency:g}ms", jitter_dist=latency_dist)
         topo = {"name": "maelstrom-flat", "sites": {"net": {"lan": lan}},
                 "hosts": [{"name": h, "site": "net"} for h in hosts]}
     return {
@@ -142,17 +148,18 @@ def test(
                                              "Kn (K per node)")] = "1n",
     latency: Annotated[float, typer.Option("--latency", help="one-way ms between nodes "
                                            "(a flat network; ignored with --net)")] = 0.0,
-    latency_dist: Annotated[str, typer.Option("--latency-dist", help="constant or uniform "
-                                              "(0 to 2x --latency)")] = "constant",
+    latency_dist: Annotated[str, typer.Option("--latency-dist", help="constant, uniform "
+                                              "(0 to 2x --latency) or exponential (mean "
+                                              "--latency)")] = "constant",
     topology: Annotated[str, typer.Option("--topology", help="broadcast's neighbour map: "
                                           + ", ".join(TOPOLOGIES))] = "grid",
     nemesis: Annotated[str, typer.Option("--nemesis", help="faults, comma-separated: "
-                                         "partition, kill, pause")] = "",
+                                         "partition, kill, pause, clock")] = "",
     nemesis_interval: Annotated[float, typer.Option("--nemesis-interval",
                                                     help="seconds between faults")] = 10.0,
     net: Annotated[Path | None, typer.Option("--net", help="a topology YAML (our WAN model);"
                                              " its hosts are n1..nN in order")] = None,
-    backend: Annotated[str, typer.Option("--backend", help="local")] = "local",
+    backend: Annotated[str, typer.Option("--backend", help="local, mininet or docker")] = "local",
     out: Annotated[Path, typer.Option("--out", help="runs directory")] = DEFAULT_RUNS,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the experiment, run "
                                           "nothing")] = False,

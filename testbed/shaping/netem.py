@@ -11,13 +11,60 @@ Runtime changes touch only the leaf (`tc qdisc change`), so queued packets stay 
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
 from testbed.hosts.netns import NetnsHost
 from testbed.rundir import Journal
 from testbed.shaping import ShapingError
 from testbed.shaping.plan import ClassPlan, HostPlan
 
-#: netem distribution names; netem's default (no `distribution`) is uniform.
-NETEM_DISTRIBUTIONS = {"normal": "normal", "pareto": "pareto", "paretonormal": "paretonormal"}
+#: netem distribution names; netem's default (no `distribution`) is uniform. iproute2 ships
+#: the tables of the first three in /usr/lib/tc; the exponential one is made here
+#: (`dist_dir`) and handed to tc with TC_LIB_DIR.
+NETEM_DISTRIBUTIONS = {"normal": "normal", "pareto": "pareto", "paretonormal": "paretonormal",
+                       "exponential": "exponential"}
+TC_LIB = Path("/var/cache/testbed/tc")
+DIST_SCALE = 8192  # iproute2's NETEM_DIST_SCALE: a table value is a draw times this
+DIST_SIZE = 4096  # entries, as iproute2's own tables (maketable's TABLESIZE)
+
+
+def exponential_table(size: int = DIST_SIZE) -> list[int]:
+    """netem's table for the standardised exponential (E - 1, mean 0, spread 1): its inverse
+    CDF at the middle of `size` equal steps, scaled, cut to the table's 16-bit range (about
+    four spreads, the tail iproute2's tables also cut)."""
+    out = []
+    for i in range(size):
+        x = -math.log(1.0 - (i + 0.5) / size) - 1.0
+        out.append(max(-32768, min(32767, round(x * DIST_SCALE))))
+    return out
+
+
+def dist_dir() -> Path:
+    """A TC_LIB_DIR holding iproute2's tables (links) and the exponential one; made once."""
+    table = TC_LIB / "exponential.dist"
+    if not table.exists():
+        TC_LIB.mkdir(parents=True, exist_ok=True)
+        tables = sorted(Path("/usr/lib").glob("*/tc/normal.dist")) + sorted(
+            Path("/usr/lib/tc").glob("normal.dist"))  # Debian's multiarch place, or the plain one
+        for src in tables[0].parent.glob("*.dist") if tables else []:
+            link = TC_LIB / src.name
+            if not link.exists():
+                link.symlink_to(src)
+        values = exponential_table()
+        tmp = table.with_suffix(".tmp")
+        tmp.write_text("# netem table: standardised exponential (testbed/shaping/netem.py)\n"
+                       + "\n".join(" ".join(str(v) for v in values[k:k + 8])
+                                   for k in range(0, len(values), 8)) + "\n")
+        tmp.replace(table)
+    return TC_LIB
+
+
+def tc_env(plan: HostPlan, *more: ClassPlan) -> list[str]:
+    """`env TC_LIB_DIR=...` before tc when a class needs the exponential table."""
+    if any(c.jitter_ns and c.distribution == "exponential" for c in (*plan.classes, *more)):
+        return ["env", f"TC_LIB_DIR={dist_dir()}"]
+    return []
 
 
 def rate(bps: int) -> str:
@@ -137,7 +184,7 @@ def apply_tree(ns: NetnsHost, plan: HostPlan, journal: Journal, leaves: bool) ->
     # One `tc -batch` per host: a 30-host full mesh is ~90 commands a host, and a process per
     # command dominated bring-up. `-force` is off, so the first failing line stops the batch.
     batch = "\n".join(" ".join(cmd[1:]) for cmd in commands(plan, leaves)) + "\n"
-    ns.run(["tc", "-batch", "-"], input=batch)
+    ns.run([*tc_env(plan), "tc", "-batch", "-"], input=batch)
 
 
 def unrealisable(plan: HostPlan) -> str | None:
@@ -164,7 +211,7 @@ class NetemApplier:
 
     def change(self, ns: NetnsHost, plan: HostPlan, c: ClassPlan) -> None:
         for cmd in change_commands(plan, c):
-            ns.run(cmd)
+            ns.run([*tc_env(plan, c), *cmd] if cmd[:2] == ["tc", "qdisc"] else cmd)
 
     def remove(self, ns: NetnsHost, plan: HostPlan, journal: Journal) -> None:
         ns.run(["tc", "qdisc", "del", "dev", plan.dev, "root"], check=False)

@@ -215,5 +215,12 @@ def _resolve_program(doc: Document, exp: ExperimentSpec) -> tuple[ExperimentSpec
     if not (Path(exe).is_file() if "/" in exe else shutil.which(exe)):
         return exp, [doc.error(("node", "program", 0), f"no program {exe!r} (not a file "
                                "next to the experiment, not a command on PATH)")]
+    if exp.backend == "docker":
+        from testbed.maelstrom import is_nodejs
+
+        if is_nodejs(argv):
+            return exp, [doc.error(("node", "program", 0), "the docker backend's node image "
+                                   "has no Node.js; run JavaScript programs on local or "
+                                   "mininet")]
     node = exp.node.model_copy(update={"program": argv})
     return exp.model_copy(update={"node": node}), []

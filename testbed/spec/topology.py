@@ -48,7 +48,7 @@ def _check_name(value: str, what: str) -> str:
     return value
 
 
-Distribution = Literal["normal", "uniform", "pareto", "paretonormal"]
+Distribution = Literal["normal", "uniform", "pareto", "paretonormal", "exponential"]
 
 
 class ReorderSpec(Strict):
@@ -89,7 +89,8 @@ class LinkSpec(Strict):
     jitter_dist: Distribution = Field(
         default="normal", validation_alias=AliasChoices("jitter_dist", "distribution"),
         description="jitter distribution; `uniform` is the bounded one (delay +- jitter); "
-        "`distribution` is accepted as an older name")
+        "`exponential` adds jitter x (E - 1), E exponential with mean 1 (delay = jitter: an "
+        "exponential delay); `distribution` is accepted as an older name")
     jitter_correlation: Fraction = Field(
         default=0.0, description="netem's delay correlation: each jitter draw leans this much "
         "on the previous one")
