@@ -2,6 +2,11 @@
 in one run (root).
 
     sudo python -m bench.bringup --hosts 10 30 100 [--repeat 1]
+    sudo python -m bench.bringup --hosts 100 --kill 5   # crash safety at that size
+
+`--kill K`: K times, a child process brings the shaped backend up and is killed with SIGKILL
+at a random point of its bring-up; teardown from the journal must then leave no interface,
+iptables rule, process or live journal entry of that run.
 
 The topology is topologies/regions-100.yaml cut to N/10 hosts a region (per-pair delays from
 its region matrix, so a full N x (N-1) shaping plan). For each N, interleaved on the same
@@ -22,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -136,15 +143,71 @@ def leftovers(run_ids: list[str]) -> list[str]:
             if any(f"tb{r}" in line for r in run_ids)]
 
 
+def _up_forever(hosts: int, out: str) -> None:
+    """The child of a kill trial: the shaped backend up, then wait to be killed."""
+    topo = topology(hosts)
+    run = RunDir.create(Path(out), "bringupkill")
+    print(run.path, flush=True)
+    MininetBackend(run, topo, topo.paths(), applier="userspace").up()
+    print("up", flush=True)
+    time.sleep(3600)
+
+
+def kill_trials(hosts: int, trials: int, up_s: float) -> int:
+    """SIGKILL at a random point of a bring-up, then teardown; the number of trials that left
+    something behind."""
+    from testbed.processes import run_processes
+
+    bad = 0
+    rng = random.Random(hosts)
+    out = Path("/tmp/tb-bench/kill")
+    for i in range(trials):
+        after = rng.uniform(0.5, up_s)
+        child = subprocess.Popen([sys.executable, "-m", "bench.bringup", "--child", str(hosts),
+                                  str(out)], stdout=subprocess.PIPE, text=True,
+                                 start_new_session=True)
+        assert child.stdout is not None
+        run_path = Path(child.stdout.readline().strip())
+        time.sleep(after)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        run = RunDir.open(run_path)
+        t = time.monotonic()
+        teardown(run)
+        down = time.monotonic() - t
+        time.sleep(0.2)
+        rules = subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
+        left = leftovers([run.run_id]) + [r for r in rules.splitlines()
+                                          if f"tb{run.run_id}" in r]
+        procs = run_processes(run.run_id)
+        live = run.journal.live()
+        ok = not left and not procs and not live
+        bad += not ok
+        print(f"kill {i + 1}: {hosts} hosts, SIGKILL after {after:.1f} s, teardown {down:.2f} s: "
+              f"{'nothing left' if ok else f'LEFT {left} procs {procs} live {len(live)}'}",
+              flush=True)
+    return bad
+
+
 def main() -> int:
+    if len(sys.argv) == 4 and sys.argv[1] == "--child":
+        _up_forever(int(sys.argv[2]), sys.argv[3])
+        return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--hosts", type=int, nargs="+", default=[10, 30, 100])
     p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--kill", type=int, default=0, metavar="K",
+                   help="instead: K bring-ups killed with SIGKILL at a random point, each "
+                   "then torn down and checked for leftovers")
+    p.add_argument("--kill-window", type=float, default=30.0,
+                   help="seconds of bring-up the kill point is drawn from")
     args = p.parse_args()
     if os.geteuid() != 0:
         print("bench.bringup needs root (Mininet)", file=sys.stderr)
         return 2
     subprocess.run(["iptables", "-w", "-L", "-n"], capture_output=True)  # load xtables first
+    if args.kill:
+        return 1 if sum(kill_trials(n, args.kill, args.kill_window) for n in args.hosts) else 0
     rows = []
     for n in args.hosts:
         topo = topology(n)
