@@ -154,6 +154,12 @@ class MininetBackend(ShapedHosts):
                     records.append({"op": "create", "kind": "link", "id": f"link:{port}",
                                     "name": port, "netns": f"netns:{host}"})
             j.append_many(records)
+            # The shaping daemons need only their namespaces: they start while the links are
+            # built (an applier without `launch` does everything in apply_all below).
+            self.plans = host_plans(self.topology, self.paths, data_ip, DATA_DEV)
+            launch = getattr(self.applier, "launch", None)
+            if launch is not None:
+                launch([(self.ns[host], self.plans[host]) for host in hosts], j)
             for i, host in enumerate(hosts):
                 net.addLink(mn_hosts[host], sd, intfName1=DATA_DEV,
                             intfName2=check_ifname(f"{data_br}{i}"))
@@ -185,7 +191,6 @@ class MininetBackend(ShapedHosts):
             scripts[host] = lines
             self.addresses[host] = HostAddress(data_ip[host], DATA_PORT, str(ctl_ips[i]))
         configure_hosts(self.run, mn_hosts, scripts)
-        self.plans = host_plans(self.topology, self.paths, data_ip, DATA_DEV)
         self.applier.apply_all([(self.ns[host], self.plans[host]) for host in hosts], j)
         return Realised(dict(self.addresses), dict(self.plans))
 

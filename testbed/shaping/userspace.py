@@ -66,6 +66,9 @@ class UserspaceApplier:
         self.run = run
         self.seed = seed
         self.sockets: dict[str, str] = {}
+        self.launched: dict[str, str] = {}  # host -> control socket of a launched daemon
+        # launchers whose daemons are not journaled yet: (process, argv, host -> socket)
+        self.launching: list[tuple[subprocess.Popen[bytes], list[str], dict[str, str]]] = []
 
     def script(self, plan: HostPlan) -> str:
         rule = " ".join(["iptables", "-A", *nfqueue_rule(plan.dev)])
@@ -93,11 +96,11 @@ class UserspaceApplier:
                        rule=rule, ns_pid=ns.pid, ns_start=ns.starttime)
         ns.run(["iptables", "-w", "-A", *rule])
 
-    def apply_all(self, hosts: list[tuple[NetnsHost, HostPlan]], journal: Any) -> None:
-        """Every host at once: the daemons forked from one launcher (`--launch`: one Python
-        start-up instead of one a host), waited for together, then each host's HTB tree and
-        NFQUEUE rule in one shell a host, side by side, their journal entries in one batch
-        before any of them is made."""
+    def launch(self, hosts: list[tuple[NetnsHost, HostPlan]], journal: Any) -> None:
+        """Start the hosts' daemons, forked from one launcher (`--launch`: one Python start-up
+        instead of one a host), without waiting for them: a daemon needs only its namespace,
+        so a backend may call this as soon as the namespaces exist and build links while the
+        daemons start. `apply_all` waits for them."""
         if not hosts:
             return
         d = self.run.path / "shaping"
@@ -121,16 +124,37 @@ class UserspaceApplier:
                                     start_new_session=True)
         journal.append("create", kind="process", id="shaper-launcher", pid=proc.pid,
                        starttime=start_time(proc.pid), argv=argv)
-        assert proc.stdout is not None
-        forked = [line.split() for line in proc.stdout.read().decode().splitlines()]
-        proc.wait()
-        journal.append_many([{"op": "create", "kind": "process", "id": f"shaper:{host}",
-                              "pid": int(pid), "starttime": start_time(int(pid)),
-                              "argv": [*argv[:-2], "--config", f"shaping/{host}.json"]}
-                             for pid, host in forked])
-        if len(forked) != len(hosts):
-            raise ShapingError(f"the shaping launcher forked {len(forked)} of {len(hosts)} "
-                               f"daemons: {(d / 'launch.log').read_text()[-300:].strip()}")
+        self.launching.append((proc, argv, socks))
+
+    def _collect(self, journal: Any) -> None:
+        """Journal the daemons the launchers forked (until then their run id names them)."""
+        d = self.run.path / "shaping"
+        while self.launching:
+            proc, argv, socks = self.launching.pop(0)
+            assert proc.stdout is not None
+            forked = [line.split() for line in proc.stdout.read().decode().splitlines()]
+            proc.wait()
+            journal.append_many([{"op": "create", "kind": "process", "id": f"shaper:{host}",
+                                  "pid": int(pid), "starttime": start_time(int(pid)),
+                                  "argv": [*argv[:-2], "--config", f"shaping/{host}.json"]}
+                                 for pid, host in forked])
+            if len(forked) != len(socks):
+                raise ShapingError(f"the shaping launcher forked {len(forked)} of {len(socks)}"
+                                   f" daemons: {(d / 'launch.log').read_text()[-300:].strip()}")
+            self.launched.update(socks)
+
+    def apply_all(self, hosts: list[tuple[NetnsHost, HostPlan]], journal: Any) -> None:
+        """Every host at once: the daemons (`launch`, unless already launched) waited for
+        together, then each host's HTB tree and NFQUEUE rule in one shell a host, side by
+        side, their journal entries in one batch before any of them is made."""
+        if not hosts:
+            return
+        d = self.run.path / "shaping"
+        pending = {h for _, _, socks in self.launching for h in socks}
+        self.launch([(ns, plan) for ns, plan in hosts
+                     if plan.host not in self.launched and plan.host not in pending], journal)
+        self._collect(journal)
+        socks = {plan.host: self.launched[plan.host] for _, plan in hosts}
         self._wait_all_ready(socks, d, timeout_s=READY_TIMEOUT_S + 0.1 * len(hosts))
         self.sockets.update(socks)
         files = {plan.host: netem.tree_file(plan, d, leaves=False) for _, plan in hosts}
