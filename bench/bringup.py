@@ -1,49 +1,66 @@
-"""Bring-up time of a 30-host, 3-site WAN on the mininet backend with a full per-pair shaping
-plan (the userspace applier: 30 HTB trees with 29 classes each, 30 delay-line daemons), next to
-plain Mininet bringing up the same 30 hosts on one LinuxBridge with no controller and the same
-data addresses, in one run (root). Prints both times, the shaping share of the backend's time
-and the ratio, then tears everything down.
+"""Bring-up and teardown of the mininet backend at N hosts in 10 regions, next to plain Mininet,
+in one run (root).
 
-    sudo .venv/bin/python bench/bringup.py [--hosts 30] [--repeat 1]
+    sudo python -m bench.bringup --hosts 10 30 100 [--repeat 1]
+    sudo python -m bench.bringup --hosts 100 --kill 5   # crash safety at that size
 
-Plain Mininet here is hosts + one bridge + links, as `mn --switch lxbr --controller none` does;
-the backend also builds the unshaped control plane (second bridge, addresses), journals every
-resource and checks the result, so the ratio is the price of all of that, not of shaping alone.
+`--kill K`: K times, a child process brings the shaped backend up and is killed with SIGKILL
+at a random point of its bring-up; teardown from the journal must then leave no interface,
+iptables rule, process or live journal entry of that run.
+
+The topology is topologies/regions-100.yaml cut to N/10 hosts a region (per-pair delays from
+its region matrix, so a full N x (N-1) shaping plan). For each N, interleaved on the same
+machine load:
+  plain    Mininet's own start and stop: hosts + one LinuxBridge + links, no controller, no
+           static ARP (`mn --switch lxbr --controller none --topo single,N`), the same data
+           addresses;
+  bare     `MininetBackend.up()` with shaping left out (an applier that applies nothing):
+           both bridges, control plane, static neighbours, the journal;
+  shaped   `MininetBackend.up()` with the userspace applier (this kernel has no sch_netem):
+           N HTB trees of N-1 classes and filters, N delay-line daemons, N NFQUEUE rules;
+           then one shaped WAN pair pinged, and the backend's teardown (`down` = undo).
+Ratios are against plain Mininet's start (up) and stop (down). Node processes and the
+measured-vs-configured check are not in these times (they follow `up()` in `testbed up`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import random
 import secrets
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import yaml
 
-from testbed.backends.addressing import DATA_NET, data_addresses  # noqa: E402
-from testbed.backends.mininet import MininetBackend  # noqa: E402
-from testbed.rundir import RunDir  # noqa: E402
-from testbed.spec.topology import TopologySpec  # noqa: E402
-from testbed.teardown import teardown  # noqa: E402
+from testbed.backends.addressing import DATA_NET, data_addresses
+from testbed.backends.mininet import MininetBackend
+from testbed.hosts.netns import NetnsHost
+from testbed.rundir import Journal, RunDir
+from testbed.shaping.plan import HostPlan
+from testbed.spec.topology import TopologySpec
+from testbed.teardown import teardown
 
-SITES = ("lisbon", "boston", "tokyo")
-WAN_MS = {("lisbon", "boston"): 40, ("lisbon", "tokyo"): 120, ("boston", "tokyo"): 80}
+ROOT = Path(__file__).resolve().parents[1]
+REGIONS = ROOT / "topologies" / "regions-100.yaml"
 
 
 def topology(hosts: int) -> TopologySpec:
-    return TopologySpec.model_validate({
-        "name": f"bringup{hosts}",
-        "sites": {s: {"lan": {"delay": "0.5ms"}} for s in SITES},
-        "wan": [{"between": list(pair), "delay": f"{ms}ms"} for pair, ms in WAN_MS.items()],
-        "hosts": [{"name": f"h{i + 1}", "site": SITES[i * len(SITES) // hosts]}
-                  for i in range(hosts)]})
+    """regions-100 with `hosts` // 10 hosts in each of its 10 regions."""
+    spec = yaml.safe_load(REGIONS.read_text())
+    per = max(1, hosts // len(spec["sites"]))
+    spec["hosts"] = [h for h in spec["hosts"] if int(h["name"][2:]) <= per]
+    spec["name"] = f"bringup{len(spec['hosts'])}"
+    return TopologySpec.model_validate(spec)
 
 
 def plain_mininet(topo: TopologySpec) -> tuple[float, float]:
-    """Seconds to build and to stop plain Mininet with the same hosts and data addresses."""
+    """Seconds for plain Mininet to build and to stop the same hosts and data addresses."""
     from mininet.log import setLogLevel
     from mininet.net import Mininet
     from mininet.nodelib import LinuxBridge
@@ -53,7 +70,7 @@ def plain_mininet(topo: TopologySpec) -> tuple[float, float]:
     br = f"tbb{secrets.token_hex(3)}"
     t0 = time.monotonic()
     net = Mininet(topo=None, switch=LinuxBridge, controller=None, build=False,
-                  autoSetMacs=True, autoStaticArp=True, waitConnected=False)
+                  autoSetMacs=True, autoStaticArp=False, waitConnected=False)
     try:
         sw = net.addSwitch(br, dpid="1")
         for i, h in enumerate(topo.hosts):
@@ -68,62 +85,158 @@ def plain_mininet(topo: TopologySpec) -> tuple[float, float]:
     return up, time.monotonic() - t1
 
 
-def shaped_backend(topo: TopologySpec) -> dict[str, Any]:
-    """Seconds for MininetBackend.up() with the userspace applier, the part of it spent applying
-    shaping plans, a check that a WAN pair is shaped, and the teardown time."""
+class NoShaping:
+    """An applier that applies nothing: the backend's bring-up without its shaping step."""
+
+    name = "none"
+
+    def apply_all(self, hosts: list[tuple[NetnsHost, HostPlan]], journal: Journal) -> None:
+        return None
+
+
+def backend_run(topo: TopologySpec, shaped: bool) -> dict[str, Any]:
     run = RunDir.create(Path("/tmp/tb-bench"), "bringup")
     backend = MininetBackend(run, topo, topo.paths(), applier="userspace")
+    if not shaped:
+        backend.applier = NoShaping()
     shaping = 0.0
-    apply = backend.applier.apply
+    if shaped:
+        apply_all = backend.applier.apply_all
 
-    def timed_apply(*args: Any) -> None:
-        nonlocal shaping
-        t = time.monotonic()
-        apply(*args)
-        shaping += time.monotonic() - t
+        def timed(*args: Any) -> None:
+            nonlocal shaping
+            t = time.monotonic()
+            apply_all(*args)
+            shaping += time.monotonic() - t
 
-    backend.applier.apply = timed_apply  # type: ignore[method-assign,assignment]
+        backend.applier.apply_all = timed  # type: ignore[method-assign]
+    out: dict[str, Any] = {"classes": 0, "rtt": None}
     try:
         t0 = time.monotonic()
-        addresses = backend.up().addresses
-        up = time.monotonic() - t0
-        first, last = topo.hosts[0].name, topo.hosts[-1].name
-        want = (topo.paths().get(first, last).delay_ns + topo.paths().get(last, first).delay_ns)
-        ping = backend.exec(first, ["ping", "-n", "-c", "3", "-i", "0.2",
-                                    addresses[last].data]).stdout.decode()
-        rtt = float(ping.split("min/avg/max")[1].split("=")[1].split("/")[0]) if "min/" in ping \
-            else None
-        classes = sum(len(p.classes) for p in backend.plans.values())
+        realised = backend.up()
+        out["up_s"] = time.monotonic() - t0
+        out["shaping_s"] = shaping
+        out["classes"] = sum(len(p.classes) for p in backend.plans.values()) if shaped else 0
+        if shaped:
+            first, last = topo.hosts[0].name, topo.hosts[-1].name
+            paths = topo.paths()
+            out["want"] = (paths.get(first, last).delay_ns + paths.get(last, first).delay_ns) / 1e6
+            ping = backend.exec(first, ["ping", "-n", "-c", "3", "-i", "0.2",
+                                        realised.addresses[last].data]).stdout.decode()
+            if "min/" in ping:
+                out["rtt"] = float(ping.split("min/avg/max")[1].split("=")[1].split("/")[0])
+            out["pair"] = f"{first}->{last}"
     finally:
         t1 = time.monotonic()
         backend.down()
         teardown(run)
-        down = time.monotonic() - t1
-    leftover = [e for e in run.journal.live()]
-    return {"up_s": up, "shaping_s": shaping, "down_s": down, "classes": classes,
-            "check": f"{first}->{last} min RTT {rtt} ms (configured {want / 1e6:g} ms)",
-            "leftover": len(leftover)}
+        out["down_s"] = time.monotonic() - t1
+    out["leftover"] = len(run.journal.live())
+    out["run_id"] = run.run_id
+    return out
+
+
+def leftovers(run_ids: list[str]) -> list[str]:
+    """Interfaces, namespaces' holders or processes of these runs still present."""
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    return [line.split(": ")[1] for line in links.splitlines()
+            if any(f"tb{r}" in line for r in run_ids)]
+
+
+def _up_forever(hosts: int, out: str) -> None:
+    """The child of a kill trial: the shaped backend up, then wait to be killed."""
+    topo = topology(hosts)
+    run = RunDir.create(Path(out), "bringupkill")
+    print(run.path, flush=True)
+    MininetBackend(run, topo, topo.paths(), applier="userspace").up()
+    print("up", flush=True)
+    time.sleep(3600)
+
+
+def kill_trials(hosts: int, trials: int, up_s: float) -> int:
+    """SIGKILL at a random point of a bring-up, then teardown; the number of trials that left
+    something behind."""
+    from testbed.processes import run_processes
+
+    bad = 0
+    rng = random.Random(hosts)
+    out = Path("/tmp/tb-bench/kill")
+    for i in range(trials):
+        after = rng.uniform(0.5, up_s)
+        child = subprocess.Popen([sys.executable, "-m", "bench.bringup", "--child", str(hosts),
+                                  str(out)], stdout=subprocess.PIPE, text=True,
+                                 start_new_session=True)
+        assert child.stdout is not None
+        run_path = Path(child.stdout.readline().strip())
+        time.sleep(after)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        run = RunDir.open(run_path)
+        t = time.monotonic()
+        teardown(run)
+        down = time.monotonic() - t
+        time.sleep(0.2)
+        rules = subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
+        left = leftovers([run.run_id]) + [r for r in rules.splitlines()
+                                          if f"tb{run.run_id}" in r]
+        procs = run_processes(run.run_id)
+        live = run.journal.live()
+        ok = not left and not procs and not live
+        bad += not ok
+        print(f"kill {i + 1}: {hosts} hosts, SIGKILL after {after:.1f} s, teardown {down:.2f} s: "
+              f"{'nothing left' if ok else f'LEFT {left} procs {procs} live {len(live)}'}",
+              flush=True)
+    return bad
 
 
 def main() -> int:
+    if len(sys.argv) == 4 and sys.argv[1] == "--child":
+        _up_forever(int(sys.argv[2]), sys.argv[3])
+        return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--hosts", type=int, default=30)
+    p.add_argument("--hosts", type=int, nargs="+", default=[10, 30, 100])
     p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--kill", type=int, default=0, metavar="K",
+                   help="instead: K bring-ups killed with SIGKILL at a random point, each "
+                   "then torn down and checked for leftovers")
+    p.add_argument("--kill-window", type=float, default=30.0,
+                   help="seconds of bring-up the kill point is drawn from")
     args = p.parse_args()
-    topo = topology(args.hosts)
+    if os.geteuid() != 0:
+        print("bench.bringup needs root (Mininet)", file=sys.stderr)
+        return 2
     subprocess.run(["iptables", "-w", "-L", "-n"], capture_output=True)  # load xtables first
-    for i in range(args.repeat):
-        plain_up, plain_down = plain_mininet(topo)
-        shaped = shaped_backend(topo)
-        print(f"run {i + 1}: {args.hosts} hosts, {len(SITES)} sites")
-        print(f"  plain Mininet (LinuxBridge, no controller): up {plain_up:6.2f} s, "
-              f"stop {plain_down:6.2f} s")
-        print(f"  mininet backend + userspace shaping:        up {shaped['up_s']:6.2f} s "
-              f"(shaping {shaped['shaping_s']:.2f} s, {shaped['classes']} classes), "
-              f"down {shaped['down_s']:6.2f} s")
-        print(f"  ratio up: {shaped['up_s'] / plain_up:.2f}x   "
-              f"without shaping: {(shaped['up_s'] - shaped['shaping_s']) / plain_up:.2f}x")
-        print(f"  {shaped['check']}; journal entries left: {shaped['leftover']}")
+    if args.kill:
+        return 1 if sum(kill_trials(n, args.kill, args.kill_window) for n in args.hosts) else 0
+    rows = []
+    for n in args.hosts:
+        topo = topology(n)
+        for i in range(args.repeat):
+            load = os.getloadavg()[0]
+            plain_up, plain_down = plain_mininet(topo)
+            bare = backend_run(topo, shaped=False)
+            shaped = backend_run(topo, shaped=True)
+            left = leftovers([bare["run_id"], shaped["run_id"]])
+            rows.append((n, plain_up, plain_down, bare, shaped, load))
+            print(f"{len(topo.hosts)} hosts, run {i + 1} (load {load:.1f}): "
+                  f"plain Mininet up {plain_up:.2f} s stop {plain_down:.2f} s | "
+                  f"backend unshaped up {bare['up_s']:.2f} s ({bare['up_s'] / plain_up:.2f}x) "
+                  f"down {bare['down_s']:.2f} s | shaped up {shaped['up_s']:.2f} s "
+                  f"({shaped['up_s'] / plain_up:.2f}x; shaping {shaped['shaping_s']:.2f} s, "
+                  f"{shaped['classes']} classes) down {shaped['down_s']:.2f} s "
+                  f"({shaped['down_s'] / plain_down:.2f}x) | {shaped.get('pair')} RTT "
+                  f"{shaped['rtt']} ms (configured {shaped.get('want')}) | journal left "
+                  f"{bare['leftover'] + shaped['leftover']}, links left {len(left)}",
+                  flush=True)
+    print()
+    print("| hosts | load | plain Mininet up / stop (s) | unshaped up (s) | shaped up (s) "
+          "| shaping (s) | down (s) | up ratio unshaped / shaped | down ratio |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, pu, pd, bare, shaped, load in rows:
+        print(f"| {n} | {load:.1f} | {pu:.2f} / {pd:.2f} | {bare['up_s']:.2f} | "
+              f"{shaped['up_s']:.2f} | {shaped['shaping_s']:.2f} | {shaped['down_s']:.2f} | "
+              f"{bare['up_s'] / pu:.2f}x / {shaped['up_s'] / pu:.2f}x | "
+              f"{shaped['down_s'] / pd:.2f}x |")
     return 0
 
 

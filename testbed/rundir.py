@@ -113,10 +113,20 @@ class Journal:
         self.path = path
 
     def append(self, op: str, **fields: Any) -> None:
-        rec = {"t": time.time_ns(), "op": op, **fields}
-        # Bring-up creates hosts from several threads: one whole line per append.
+        self.append_many([{"op": op, **fields}])
+
+    def append_many(self, records: list[dict[str, Any]]) -> None:
+        """Several entries with one write and one fsync: at 100 hosts bring-up journals ~1,000
+        resources, and an fsync each was seconds. Each record still lands before the resources
+        it names are made (the caller makes them after this returns); a kill mid-write cuts at
+        most the last line, which `entries` skips."""
+        if not records:
+            return
+        now = time.time_ns()
+        text = "".join(json.dumps({"t": now, **rec}, sort_keys=True) + "\n" for rec in records)
+        # Bring-up creates hosts from several threads: whole lines per append.
         with _APPEND, self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(rec, sort_keys=True) + "\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
 

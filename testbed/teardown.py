@@ -17,6 +17,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -143,31 +144,126 @@ def remove(entry: Entry) -> str | None:
     return undo_one(entry) if undo_one is not None else None
 
 
+#: How long teardown waits for the kernel to free the veth ends of namespaces it removed
+#: (namespace cleanup runs in a kernel work queue, after the last process left).
+NETNS_GONE_S = 10.0
+#: Grace for journaled processes between SIGTERM and SIGKILL (nodes flush logs, tcpdump its
+#: pcap); all of them share it rather than each waiting its own.
+PROCESS_GRACE_S = 3.0
+
+
 def undo(run: RunDir) -> list[str]:
-    """Remove every live resource of the run (a rollback; the run is not marked down)."""
+    """Remove every live resource of the run (a rollback; the run is not marked down).
+
+    At the kernel's speed: every process of the run is stopped together (one grace period for
+    all); then the namespace holders, whose exit makes the kernel remove each namespace with
+    its veths, qdiscs, rules and sockets. Entries that only a removed namespace held (a
+    `qdisc`, `iptables` or `qos` entry whose `ns_pid` is that holder, a `link` whose `netns`
+    names it) are marked removed (`by` the namespace), not replayed one command each. The
+    rest (bridges, root-namespace rules, containers, ...) are undone in reverse creation order
+    as before. Idempotent, and safe to repeat after a kill at any point: marks are written
+    only once what they claim is true, and an unmarked entry is simply undone again."""
     journal = run.journal
-    removed = []
+    removed: list[str] = []
     live = journal.live()
-    # Processes die before anything they live in (they were created after it), so they may
-    # all be asked to stop at once; the ordered pass below then finds them exiting or gone.
-    signalled = set()
-    for entry in live:
-        if entry.get("kind") == "process" and is_alive(entry["pid"], entry.get("starttime")):
-            with contextlib.suppress(OSError):
-                os.kill(entry["pid"], signal.SIGTERM)
-                signalled.add(entry["id"])
-    for entry in reversed(live):
-        line = remove(entry)
-        if line is None and entry["id"] in signalled:
-            line = f"process {entry['id']} (pid {entry['pid']})"
-        if line:
-            removed.append(line)
-        journal.append("remove", id=entry["id"])
-    # A kill between spawn() and its journal line leaves a process only its environment names.
-    for pid in run_processes(run.run_id):
-        if stop_pid(pid, start_time(pid)):
-            removed.append(f"process pid {pid} (found by run id)")
+    marks: list[dict[str, Any]] = []
+
+    def mark(entry: Entry, by: str | None = None) -> None:
+        marks.append({"op": "remove", "id": entry["id"], **({"by": by} if by else {})})
+
+    # 1. Every process at once: journaled ones, and any only the run id in its environment
+    #    names (a kill between spawn() and its journal line). Namespace holders last.
+    # A Mininet shell (a namespace holder, a switch's shell) ignores SIGTERM and has nothing
+    # to flush: it goes with the holders, killed without a grace period.
+    holders = [e for e in live if e.get("kind") == "netns"
+               or (e.get("kind") == "process" and str(e["id"]).startswith("shell:"))]
+    procs = [e for e in live if e.get("kind") == "process" and e not in holders]
+    holder_pids = {e["pid"] for e in holders}
+    journaled = {e["pid"] for e in procs} | holder_pids
+    strays = [pid for pid in run_processes(run.run_id) if pid not in journaled]
+    for line in _stop_together([(e["pid"], e.get("starttime"), e["id"]) for e in procs]
+                               + [(pid, start_time(pid), None) for pid in strays],
+                               PROCESS_GRACE_S):
+        removed.append(line)
+    for e in procs:
+        mark(e)
+    journal.append_many(marks)
+    marks.clear()
+    # 2. The namespaces: their holders (interactive shells, no state) killed together.
+    gone_ns: dict[tuple[int, int | None], str] = {}
+    for line in _stop_together([(e["pid"], e.get("starttime"), e["id"]) for e in holders], 0.0):
+        removed.append(line.replace("process netns:", "netns "))
+    for e in holders:
+        if e.get("kind") == "netns":
+            gone_ns[(e["pid"], e.get("starttime"))] = e["id"]
+        mark(e)
+    journal.append_many(marks)
+    marks.clear()
+    gone_ids = set(gone_ns.values())
+    # 3. What the namespaces held went with them: marked. Their veth ends in the root
+    #    namespace go once the kernel has freed each namespace; wait for that (bounded).
+    rest = [e for e in live if e.get("kind") not in ("process", "netns")]
+    ends = [e for e in rest if e.get("kind") == "link" and e.get("netns") in gone_ids]
+    deadline = time.monotonic() + NETNS_GONE_S
+    while ends and any(_link_exists(e["name"]) for e in ends) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    inside = 0
+    for e in rest:
+        ns_key = (e.get("ns_pid"), e.get("ns_start"))
+        if e.get("kind") in ("qdisc", "iptables", "qos") and ns_key in gone_ns:
+            mark(e, by=gone_ns[ns_key])
+            inside += 1
+        elif e in ends and not _link_exists(e["name"]):
+            mark(e, by=e["netns"])
+            inside += 1
+    if inside:
+        removed.append(f"{inside} resource(s) inside {len(gone_ids)} namespace(s), removed "
+                       "with them")
+    journal.append_many(marks)
+    marks.clear()
+    # 4. Everything else, newest first.
+    for entry in reversed(rest):
+        if entry in ends and not _link_exists(entry["name"]):
+            continue
+        ns_key = (entry.get("ns_pid"), entry.get("ns_start"))
+        if entry.get("kind") in ("qdisc", "iptables", "qos") and ns_key in gone_ns:
+            continue
+        undone = remove(entry)
+        if undone:
+            removed.append(undone)
+        mark(entry)
+    journal.append_many(marks)
     return removed
+
+
+def _stop_together(procs: list[tuple[int, int | None, str | None]], grace_s: float) -> list[str]:
+    """SIGTERM to every live one, one shared grace period, SIGKILL to what is left; a line per
+    process that was running."""
+    running = [(pid, st, rid) for pid, st, rid in procs if is_alive(pid, st)]
+    for pid, _, _ in running:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
+    deadline = time.monotonic() + grace_s
+    pending = list(running)
+    killed = False
+    while pending:
+        for pid, _, _ in pending:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+        pending = [p for p in pending if is_alive(p[0], p[1])]
+        if not pending:
+            break
+        if time.monotonic() >= deadline:
+            if killed and time.monotonic() > deadline + 5:
+                break
+            if not killed:
+                for pid, _, _ in pending:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+                killed = True
+        time.sleep(0.02)
+    return [f"process {rid} (pid {pid})" if rid else f"process pid {pid} (found by run id)"
+            for pid, _, rid in running]
 
 
 def teardown(run: RunDir) -> list[str]:

@@ -83,3 +83,34 @@ def test_failed_bring_up_rolls_itself_back(tmp_path: Path) -> None:
     time.sleep(0.2)
     assert leftovers(run) == []
     assert run.journal.live() == []
+
+
+def test_teardown_marks_what_each_namespace_took_with_it(tmp_path: Path) -> None:
+    """A host's qdisc, NFQUEUE rule and veth ends go with its namespace: teardown marks them
+    removed by that namespace instead of undoing each; the bridges and the root namespace's
+    chain it removes itself; a second teardown finds nothing."""
+    run = RunDir.create(tmp_path, "mnmark")
+    topo = load_topology(TOPO)
+    backend = MininetBackend(run, topo, topo.paths(), applier="userspace")
+    try:
+        backend.up()
+        assert len(list((run.path / "hosts").glob("*.ip"))) == 4  # the hosts' ip -batch files
+        ping = backend.exec("h1", ["ping", "-n", "-c", "2", "-i", "0.2",
+                                   backend.addresses["h3"].data]).stdout.decode()
+        assert "2 received" in ping
+    finally:
+        removed = teardown(run)
+    time.sleep(0.2)
+    assert leftovers(run) == []
+    created = {e["id"]: e for e in run.journal.entries() if e["op"] == "create"}
+    by = {e["id"]: e.get("by") for e in run.journal.entries() if e["op"] == "remove"}
+    inside = [i for i, e in created.items() if e["kind"] in ("qdisc", "iptables")
+              or (e["kind"] == "link" and "netns" in e)]
+    assert len(inside) == 4 * 4  # per host: qdisc, NFQUEUE rule, two veth ends
+    assert all(by.get(i) == f"netns:{created[i].get('host') or created[i]['netns'][6:]}"
+               for i in inside), {i: by.get(i) for i in inside}
+    bridges = [i for i, e in created.items() if e["kind"] == "link" and "netns" not in e]
+    assert len(bridges) == 2 and all(i in by and by[i] is None for i in bridges)
+    assert any("removed with them" in line for line in removed)
+    assert run.journal.live() == []
+    assert teardown(run) == []

@@ -15,11 +15,26 @@ from testbed.rundir import RunDir
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _record_kind(node: ast.AST) -> str | None:
+    """The kind of a `{"op": "create", "kind": "..."}` record (what `journal.append_many`
+    takes), else None."""
+    if not isinstance(node, ast.Dict):
+        return None
+    fields = {k.value: v.value for k, v in zip(node.keys, node.values, strict=True)
+              if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)}
+    return str(fields["kind"]) if fields.get("op") == "create" and "kind" in fields else None
+
+
 def journaled_kinds() -> dict[str, str]:
-    """kind -> where: every `journal.append("create", kind="...")` in testbed/."""
+    """kind -> where: every `journal.append("create", kind="...")` and every create record
+    for `append_many` in testbed/."""
     out: dict[str, str] = {}
     for path in sorted((ROOT / "testbed").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
+            kind = _record_kind(node)
+            if kind is not None:
+                out.setdefault(kind, f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}")
+                continue
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr == "append" and node.args
                     and isinstance(node.args[0], ast.Constant)

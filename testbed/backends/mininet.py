@@ -101,6 +101,12 @@ class MininetBackend(ShapedHosts):
             raise BackendError(f"mininet bring-up failed and was rolled back: {exc}") from exc
 
     def _up(self) -> Realised:
+        """Hosts and data links through Mininet (its cost is plain Mininet's); the control
+        veths in one `ip -batch` of the root namespace; each host's own configuration (control
+        address, static neighbours, no IPv6) as one script that every host's shell runs side
+        by side; the shaping plans through the applier's `apply_all` (all hosts at once).
+        Journal entries go in batches, each batch before the resources it names exist (a
+        namespace's pid the instant after; its shell carries the run id until then)."""
         from mininet.log import setLogLevel
         from mininet.net import Mininet
         from mininet.nodelib import LinuxBridge
@@ -112,32 +118,52 @@ class MininetBackend(ShapedHosts):
         ctl_net = control_subnet(self.run.run_id)
         ctl_ips = list(ctl_net.hosts())
         data_ip = data_addresses(self.topology)
+        hosts = self.paths.hosts
         # Mininet's shells and the commands it runs inherit the run id, so a kill mid-build
         # still leaves them findable by teardown (processes.run_processes).
         old_env = os.environ.get(RUN_ENV)
         os.environ[RUN_ENV] = self.run.run_id
         try:
+            # No autoStaticArp: Mininet's runs one `arp -s` shell round trip per ordered pair
+            # (9,900 at 100 hosts, most of the old bring-up); each host's script below sets its
+            # neighbours in one `ip -batch`.
             net = Mininet(topo=None, switch=LinuxBridge, controller=None, build=False,
-                          autoSetMacs=True, autoStaticArp=True, waitConnected=False)
+                          autoSetMacs=True, autoStaticArp=False, waitConnected=False)
             self.net = net
-            for br in (data_br, ctl_br):
-                j.append("create", kind="link", id=f"link:{br}", name=br)
+            j.append_many([{"op": "create", "kind": "link", "id": f"link:{br}", "name": br}
+                           for br in (data_br, ctl_br)])
             allow_bridged(j, prefix, [data_br, ctl_br])
             sd = net.addSwitch(data_br, dpid="1")
             sc = net.addSwitch(ctl_br, dpid="2")
-            for sw in (sd, sc):
-                j.append("create", kind="process", id=f"shell:{sw.name}", pid=sw.pid,
-                         starttime=start_time(sw.pid), argv=["mininet switch shell"])
-            for i, host in enumerate(self.paths.hosts):
+            j.append_many([{"op": "create", "kind": "process", "id": f"shell:{sw.name}",
+                            "pid": sw.pid, "starttime": start_time(sw.pid),
+                            "argv": ["mininet switch shell"]} for sw in (sd, sc)])
+            mn_hosts = {}
+            for host in hosts:
                 h = net.addHost(host, ip=f"{data_ip[host]}/{DATA_NET.prefixlen}")
-                ns = NetnsHost(host, h.pid, start_time(h.pid))
-                j.append("create", kind="netns", id=f"netns:{host}", pid=ns.pid,
-                         starttime=ns.starttime, host=host)
-                self.ns[host] = ns
-                for br, dev, sw in ((data_br, DATA_DEV, sd), (ctl_br, CONTROL_DEV, sc)):
+                mn_hosts[host] = h
+                self.ns[host] = NetnsHost(host, h.pid, start_time(h.pid))
+            # The namespaces (the instant after their holders exist), then every veth end
+            # before any is made. A veth's `netns` names the namespace whose removal also
+            # removes it (teardown marks it instead of deleting it).
+            records = [{"op": "create", "kind": "netns", "id": f"netns:{host}",
+                        "pid": self.ns[host].pid, "starttime": self.ns[host].starttime,
+                        "host": host} for host in hosts]
+            for i, host in enumerate(hosts):
+                for br in (data_br, ctl_br):
                     port = check_ifname(f"{br}{i}")
-                    j.append("create", kind="link", id=f"link:{port}", name=port)
-                    net.addLink(h, sw, intfName1=dev, intfName2=port)
+                    records.append({"op": "create", "kind": "link", "id": f"link:{port}",
+                                    "name": port, "netns": f"netns:{host}"})
+            j.append_many(records)
+            # The shaping daemons need only their namespaces: they start while the links are
+            # built (an applier without `launch` does everything in apply_all below).
+            self.plans = host_plans(self.topology, self.paths, data_ip, DATA_DEV)
+            launch = getattr(self.applier, "launch", None)
+            if launch is not None:
+                launch([(self.ns[host], self.plans[host]) for host in hosts], j)
+            for i, host in enumerate(hosts):
+                net.addLink(mn_hosts[host], sd, intfName1=DATA_DEV,
+                            intfName2=check_ifname(f"{data_br}{i}"))
             net.build()
             for sw in (sd, sc):
                 sw.start([])
@@ -146,18 +172,27 @@ class MininetBackend(ShapedHosts):
                 os.environ.pop(RUN_ENV, None)
             else:
                 os.environ[RUN_ENV] = old_env
+        # The control plane: one veth a host, the host end moved into its namespace as it is
+        # made, all in one `ip -batch` (Mininet's addLink is several commands a link).
         gw = f"{ctl_ips[-1]}/{ctl_net.prefixlen}"
-        subprocess.run(["ip", "addr", "add", gw, "dev", ctl_br], check=True, capture_output=True)
-        for i, host in enumerate(self.paths.hosts):
-            ns = self.ns[host]
-            ns.run(["ip", "addr", "add", f"{ctl_ips[i]}/{ctl_net.prefixlen}", "dev",
-                    CONTROL_DEV])
-            ns.run(["ip", "link", "set", CONTROL_DEV, "up"])
-            ns.run(["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"], check=False)
+        batch = [f"addr add {gw} dev {ctl_br}"]
+        for i, host in enumerate(hosts):
+            port = f"{ctl_br}{i}"
+            batch += [f"link add {port} type veth peer name {CONTROL_DEV} netns "
+                      f"{self.ns[host].pid}",
+                      f"link set {port} master {ctl_br} up"]
+        _ip_batch(batch)
+        macs = {host: mn_hosts[host].MAC() for host in hosts}
+        scripts = {}
+        for i, host in enumerate(hosts):
+            lines = [f"addr add {ctl_ips[i]}/{ctl_net.prefixlen} dev {CONTROL_DEV}",
+                     f"link set {CONTROL_DEV} up"]
+            lines += [f"neigh replace {data_ip[dst]} lladdr {macs[dst]} dev {DATA_DEV} "
+                      "nud permanent" for dst in hosts if dst != host and macs[dst]]
+            scripts[host] = lines
             self.addresses[host] = HostAddress(data_ip[host], DATA_PORT, str(ctl_ips[i]))
-        self.plans = host_plans(self.topology, self.paths, data_ip, DATA_DEV)
-        for host, plan in self.plans.items():
-            self.applier.apply(self.ns[host], plan, j)
+        configure_hosts(self.run, mn_hosts, scripts)
+        self.applier.apply_all([(self.ns[host], self.plans[host]) for host in hosts], j)
         return Realised(dict(self.addresses), dict(self.plans))
 
     # -- nodes --------------------------------------------------------------------------------
@@ -193,6 +228,32 @@ class MininetBackend(ShapedHosts):
         return ping_pairs(pairs, lambda h: self.ns[h].command_prefix(),
                           {h: addr.data for h, addr in self.addresses.items()},
                           count=count, interval_s=interval_s, workers=workers)
+
+
+def _ip_batch(lines: list[str]) -> None:
+    proc = subprocess.run(["ip", "-batch", "-"], input="\n".join(lines) + "\n",
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BackendError(f"`ip -batch` in the root namespace failed: {proc.stderr.strip()}")
+
+
+def configure_hosts(run: RunDir, shells: dict[str, Any], scripts: dict[str, list[str]]) -> None:
+    """Each host's `ip -batch` script (kept in the run directory, hosts/<host>.ip) and IPv6 off,
+    run by every host's Mininet shell at once: one round trip a host, all in flight together."""
+    d = run.path / "hosts"
+    d.mkdir(exist_ok=True)
+    for host, lines in scripts.items():
+        (d / f"{host}.ip").write_text("\n".join(lines) + "\n")
+    for host, sh in shells.items():
+        sh.sendCmd(f"ip -batch {d.resolve() / (host + '.ip')} 2>&1; echo tb-rc=$?; "
+                   "sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
+    failed = []
+    for host, sh in shells.items():
+        out = sh.waitOutput()
+        if "tb-rc=0" not in out:
+            failed.append(f"{host}: {out.strip()[-300:]}")
+    if failed:
+        raise BackendError(f"configuring {len(failed)} host(s) failed: {failed[0]}")
 
 
 def rtt_report(paths: PathMatrix, measured: dict[tuple[str, str], float | None],

@@ -12,6 +12,8 @@ Runtime changes touch only the leaf (`tc qdisc change`), so queued packets stay 
 from __future__ import annotations
 
 import math
+import shlex
+import subprocess
 from pathlib import Path
 
 from testbed.hosts.netns import NetnsHost
@@ -179,12 +181,40 @@ def tc_time(ns: int) -> str:
 
 def apply_tree(ns: NetnsHost, plan: HostPlan, journal: Journal, leaves: bool) -> None:
     """Journal the root qdisc (deleting it removes the whole tree), then build it."""
-    journal.append("create", kind="qdisc", id=f"qdisc:{plan.host}:{plan.dev}", host=plan.host,
-                   dev=plan.dev, ns_pid=ns.pid, ns_start=ns.starttime)
+    journal.append_many([qdisc_record(ns, plan)])
     # One `tc -batch` per host: a 30-host full mesh is ~90 commands a host, and a process per
     # command dominated bring-up. `-force` is off, so the first failing line stops the batch.
     batch = "\n".join(" ".join(cmd[1:]) for cmd in commands(plan, leaves)) + "\n"
     ns.run([*tc_env(plan), "tc", "-batch", "-"], input=batch)
+
+
+def qdisc_record(ns: NetnsHost, plan: HostPlan) -> dict[str, object]:
+    return {"op": "create", "kind": "qdisc", "id": f"qdisc:{plan.host}:{plan.dev}",
+            "host": plan.host, "dev": plan.dev, "ns_pid": ns.pid, "ns_start": ns.starttime}
+
+
+def run_side_by_side(jobs: list[tuple[NetnsHost, str]], what: str) -> None:
+    """One `sh -c SCRIPT` in each host's namespace, all started before any is waited for (a
+    process per host, not per command; at 100 hosts one after another was seconds of waiting
+    for each fork on a loaded machine). The first failure, by host, is raised."""
+    procs = [(ns, subprocess.Popen([*ns.command_prefix(), "sh", "-c", script],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+             for ns, script in jobs]
+    failed = []
+    for ns, proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        if proc.returncode != 0:
+            failed.append(f"{ns.name}: {out.strip()[-300:]}")
+    if failed:
+        raise ShapingError(f"{what} failed on {len(failed)} host(s): {failed[0]}")
+
+
+def tree_file(plan: HostPlan, directory: Path, leaves: bool) -> Path:
+    """The host's tree as a `tc -batch` file (kept in the run directory: the exact commands)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{plan.host}.tc"
+    path.write_text("\n".join(" ".join(cmd[1:]) for cmd in commands(plan, leaves)) + "\n")
+    return path.resolve()
 
 
 def unrealisable(plan: HostPlan) -> str | None:
@@ -208,6 +238,20 @@ class NetemApplier:
         if reason is not None:
             raise ShapingError(reason)
         apply_tree(ns, plan, journal, leaves=True)
+
+    def apply_all(self, hosts: list[tuple[NetnsHost, HostPlan]], journal: Journal,
+                  directory: Path | None = None) -> None:
+        """Every host's tree: all root qdiscs journaled in one batch, then one `tc -batch`
+        per host, the hosts side by side."""
+        for _, plan in hosts:
+            reason = unrealisable(plan)
+            if reason is not None:
+                raise ShapingError(reason)
+        d = directory or journal.path.parent / "shaping"
+        files = [(ns, tree_file(plan, d, leaves=True)) for ns, plan in hosts]
+        journal.append_many([qdisc_record(ns, plan) for ns, plan in hosts])
+        run_side_by_side([(ns, shlex.join([*tc_env(plan), "tc", "-batch", str(f)]))
+                          for (ns, plan), (_, f) in zip(hosts, files, strict=True)], "tc -batch")
 
     def change(self, ns: NetnsHost, plan: HostPlan, c: ClassPlan) -> None:
         for cmd in change_commands(plan, c):

@@ -6,15 +6,17 @@ interface. Runtime changes go over the daemon's control socket."""
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from testbed.hosts.netns import NetnsHost
-from testbed.processes import spawn
-from testbed.rundir import RunDir
+from testbed.processes import spawn, start_time
+from testbed.rundir import RUN_ENV, RunDir
 from testbed.shaping import ShapingError, netem
 from testbed.shaping.plan import ClassPlan, HostPlan
 from testbed.shaping.userspace_daemon import read_line
@@ -64,6 +66,9 @@ class UserspaceApplier:
         self.run = run
         self.seed = seed
         self.sockets: dict[str, str] = {}
+        self.launched: dict[str, str] = {}  # host -> control socket of a launched daemon
+        # launchers whose daemons are not journaled yet: (process, argv, host -> socket)
+        self.launching: list[tuple[subprocess.Popen[bytes], list[str], dict[str, str]]] = []
 
     def script(self, plan: HostPlan) -> str:
         rule = " ".join(["iptables", "-A", *nfqueue_rule(plan.dev)])
@@ -90,6 +95,100 @@ class UserspaceApplier:
         journal.append("create", kind="iptables", id=f"ipt:{plan.host}:nfqueue", host=plan.host,
                        rule=rule, ns_pid=ns.pid, ns_start=ns.starttime)
         ns.run(["iptables", "-w", "-A", *rule])
+
+    def launch(self, hosts: list[tuple[NetnsHost, HostPlan]], journal: Any) -> None:
+        """Start the hosts' daemons, forked from one launcher (`--launch`: one Python start-up
+        instead of one a host), without waiting for them: a daemon needs only its namespace,
+        so a backend may call this as soon as the namespaces exist and build links while the
+        daemons start. `apply_all` waits for them."""
+        if not hosts:
+            return
+        d = self.run.path / "shaping"
+        d.mkdir(exist_ok=True)
+        spec, socks = [], {}
+        for ns, plan in hosts:
+            sock = socks[plan.host] = control_path(self.run, plan.host)
+            cfg_path = d / f"{plan.host}.json"
+            cfg_path.write_text(json.dumps(daemon_config(plan, sock, self.seed), indent=1))
+            spec.append({"host": plan.host, "pid": ns.pid, "starttime": ns.starttime,
+                         "config": str(cfg_path.resolve()),
+                         "log": str((d / f"{plan.host}.log").resolve())})
+        spec_path = d / "launch.json"
+        spec_path.write_text(json.dumps(spec, indent=1))
+        argv = [sys.executable, "-m", "testbed.shaping.userspace_daemon", "--launch",
+                str(spec_path.resolve())]
+        with (d / "launch.log").open("ab") as err:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err,
+                                    stdin=subprocess.DEVNULL, cwd=Path.cwd(),
+                                    env=dict(os.environ, **{RUN_ENV: self.run.run_id}),
+                                    start_new_session=True)
+        journal.append("create", kind="process", id="shaper-launcher", pid=proc.pid,
+                       starttime=start_time(proc.pid), argv=argv)
+        self.launching.append((proc, argv, socks))
+
+    def _collect(self, journal: Any) -> None:
+        """Journal the daemons the launchers forked (until then their run id names them)."""
+        d = self.run.path / "shaping"
+        while self.launching:
+            proc, argv, socks = self.launching.pop(0)
+            assert proc.stdout is not None
+            forked = [line.split() for line in proc.stdout.read().decode().splitlines()]
+            proc.wait()
+            journal.append_many([{"op": "create", "kind": "process", "id": f"shaper:{host}",
+                                  "pid": int(pid), "starttime": start_time(int(pid)),
+                                  "argv": [*argv[:-2], "--config", f"shaping/{host}.json"]}
+                                 for pid, host in forked])
+            if len(forked) != len(socks):
+                raise ShapingError(f"the shaping launcher forked {len(forked)} of {len(socks)}"
+                                   f" daemons: {(d / 'launch.log').read_text()[-300:].strip()}")
+            self.launched.update(socks)
+
+    def apply_all(self, hosts: list[tuple[NetnsHost, HostPlan]], journal: Any) -> None:
+        """Every host at once: the daemons (`launch`, unless already launched) waited for
+        together, then each host's HTB tree and NFQUEUE rule in one shell a host, side by
+        side, their journal entries in one batch before any of them is made."""
+        if not hosts:
+            return
+        d = self.run.path / "shaping"
+        pending = {h for _, _, socks in self.launching for h in socks}
+        self.launch([(ns, plan) for ns, plan in hosts
+                     if plan.host not in self.launched and plan.host not in pending], journal)
+        self._collect(journal)
+        socks = {plan.host: self.launched[plan.host] for _, plan in hosts}
+        self._wait_all_ready(socks, d, timeout_s=READY_TIMEOUT_S + 0.1 * len(hosts))
+        self.sockets.update(socks)
+        files = {plan.host: netem.tree_file(plan, d, leaves=False) for _, plan in hosts}
+        records = []
+        for ns, plan in hosts:
+            records.append(netem.qdisc_record(ns, plan))
+            records.append({"op": "create", "kind": "iptables", "id": f"ipt:{plan.host}:nfqueue",
+                            "host": plan.host, "rule": nfqueue_rule(plan.dev), "ns_pid": ns.pid,
+                            "ns_start": ns.starttime})
+        journal.append_many(records)
+        # As in apply(): the NFQUEUE rule only once the tree (and the daemon) is there.
+        netem.run_side_by_side(
+            [(ns, f"tc -batch {files[plan.host]} && iptables -w -A "
+                  f"{' '.join(nfqueue_rule(plan.dev))}") for ns, plan in hosts],
+            "the HTB tree and NFQUEUE rule")
+
+    def _wait_all_ready(self, socks: dict[str, str], d: Path, timeout_s: float) -> None:
+        pending = dict(socks)
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline:
+            for host, sock in list(pending.items()):
+                try:
+                    if control(sock, {"op": "ping"}).get("ok"):
+                        del pending[host]
+                except (OSError, ValueError):
+                    pass
+            if pending:
+                time.sleep(0.02)
+        if pending:
+            host = sorted(pending)[0]
+            log = d / f"{host}.log"
+            tail = log.read_text()[-500:] if log.exists() else ""
+            raise ShapingError(f"{host}: the shaping daemon did not start ({len(pending)} of "
+                               f"{len(socks)} did not): {tail.strip()}")
 
     def _wait_ready(self, host: str, sock: str, log: Path) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
