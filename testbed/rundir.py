@@ -120,6 +120,19 @@ class Journal:
             f.flush()
             os.fsync(f.fileno())
 
+    def append_many(self, op: str, records: list[dict[str, Any]]) -> None:
+        """Several records of one op in one write and one fsync (a batch of resources about to
+        be created side by side: each is on disk before any of them exists)."""
+        if not records:
+            return
+        t = time.time_ns()
+        lines = "".join(json.dumps({"t": t, "op": op, **r}, sort_keys=True) + "\n"
+                        for r in records)
+        with _APPEND, self.path.open("a", encoding="utf-8") as f:
+            f.write(lines)
+            f.flush()
+            os.fsync(f.fileno())
+
     def entries(self) -> Iterator[dict[str, Any]]:
         if not self.path.exists():
             return
