@@ -19,7 +19,14 @@ So a crash (`docker kill`) and a restart (`docker start`, incarnation + 1 in nod
 local backend does) keep addresses, shaping and the capture file; pause is `docker pause`.
 Partitions, clock and management faults go through the nodes' own endpoints
 (testbed/faults/nodeside.py); link changes go through the shaper. Every network, container
-and the FORWARD chain is journaled before it is created.
+and the FORWARD chain is journaled before it is created (the containers of all hosts by name,
+in one write, before the first exists).
+
+At scale: the hosts' containers and shaping are made side by side, START_WORKERS at a time (the
+engine serves concurrent requests; its container starts are what remains of `up`); `down`
+stops the nodes side by side, then removes every container side by side over one engine
+client, nodes before their sandboxes, so `undo` is left the networks and the chain (the
+namespaces' qdiscs, rules and shaping daemons went with their sandboxes).
 """
 
 from __future__ import annotations
