@@ -25,8 +25,8 @@ in one write, before the first exists).
 At scale: the hosts' containers and shaping are made side by side, START_WORKERS at a time (the
 engine serves concurrent requests; its container starts are what remains of `up`); `down`
 stops the nodes side by side, then removes every container side by side over one engine
-client, nodes before their sandboxes, so `undo` is left the networks and the chain (the
-namespaces' qdiscs, rules and shaping daemons went with their sandboxes).
+client, nodes before their sandboxes, so `undo` is left the shaping daemons, the networks
+and the chain (the namespaces' qdiscs and rules went with their sandboxes).
 """
 
 from __future__ import annotations
@@ -376,9 +376,9 @@ class DockerBackend(ShapedHosts):
 
     def _remove_containers(self) -> None:
         """Every live container of the run removed side by side (nodes, then the sandboxes
-        whose namespaces they share), each marked removed in the journal; `undo` then has
-        the networks and the FORWARD chain left, and finds the namespaces' qdiscs, rules and
-        shaping daemons gone with their sandboxes. A kill in between leaves entries that
+        whose namespaces they share), each marked removed in the journal; `undo` then stops
+        the shaping daemons and removes the networks and the FORWARD chain, and finds the
+        namespaces' qdiscs and rules gone with their sandboxes. A kill in between leaves entries that
         teardown removes again (already gone: nothing to do)."""
         from testbed.docker_cleanup import remove_containers
 
