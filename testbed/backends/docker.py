@@ -378,8 +378,8 @@ class DockerBackend(ShapedHosts):
         """Every live container of the run removed side by side (nodes, then the sandboxes
         whose namespaces they share), each marked removed in the journal; `undo` then stops
         the shaping daemons and removes the networks and the FORWARD chain, and finds the
-        namespaces' qdiscs and rules gone with their sandboxes. A kill in between leaves entries that
-        teardown removes again (already gone: nothing to do)."""
+        namespaces' qdiscs and rules gone with their sandboxes. A kill in between leaves
+        entries that teardown removes again (already gone: nothing to do)."""
         from testbed.docker_cleanup import remove_containers
 
         journal = self.run.journal
