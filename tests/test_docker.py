@@ -271,3 +271,40 @@ def test_a_run_starts_the_engine_and_builds_a_missing_image_itself(
     assert sorted(fnl) == ["h1", "h2", "h3", "h4"] and len(fnl["h1"]) > 100
     assert all(order == fnl["h1"] for order in fnl.values())
     assert _leftovers(run.name.rsplit("-", 1)[1]) == []
+
+
+def test_the_workload_start_leaves_time_for_every_node_to_start(tmp_path: Path) -> None:
+    """deploy() starts the capture and the node containers after the start time is fixed: a
+    100-host run with the fixed 1.5 s margin started its nodes after the workload had ended."""
+    from testbed.backends.base import STARTUP_NS
+    from testbed.spec.loader import load_topology
+
+    small = _backend(tmp_path / "a")
+    big = _backend(tmp_path / "b", topology=load_topology(ROOT / "topologies" /
+                                                          "regions-100.yaml"))
+    assert big.startup_ns >= STARTUP_NS + 100 * 1_000_000_000
+    assert STARTUP_NS < small.startup_ns < big.startup_ns
+
+
+def test_containers_are_removed_side_by_side_and_a_missing_one_is_reported_gone(
+        docker_image: dict[str, str]) -> None:
+    from testbed.docker_cleanup import remove_containers
+
+    c = _docker()
+    fake = "r" + os.urandom(3).hex()[:5]
+    names = [f"tb-{fake}-h{i}" for i in range(5)]
+    try:
+        for i, name in enumerate(names):
+            c.api.create_container(docker_image["tag"], ["sleep", "infinity"], name=name,
+                                   labels={"org.testbed.run": fake},
+                                   host_config=c.api.create_host_config(network_mode="none"))
+            if i % 2:
+                c.api.start(name)  # running ones too: `rm -f`
+        gone = remove_containers([*names, f"tb-{fake}-never"])
+        assert gone == {**dict.fromkeys(names, True), f"tb-{fake}-never": False}
+        assert _leftovers(fake) == []
+    finally:
+        for name in names:
+            with contextlib.suppress(docker_errors()):
+                c.api.remove_container(name, force=True)
+        c.close()

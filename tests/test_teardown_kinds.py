@@ -40,11 +40,37 @@ def journaled_kinds() -> dict[str, str]:
                     and isinstance(node.args[0], ast.Constant)
                     and node.args[0].value == "create"):
                 continue
+            where = f"{path.relative_to(ROOT)}:{node.lineno}"
             for kw in node.keywords:
                 if kw.arg == "kind" and isinstance(kw.value, ast.Constant):
-                    out.setdefault(str(kw.value.value),
-                                   f"{path.relative_to(ROOT)}:{node.lineno}")
+                    out.setdefault(str(kw.value.value), where)
+            for record in (n for arg in node.args[1:] for n in ast.walk(arg)
+                           if isinstance(n, ast.Dict)):
+                for key, value in zip(record.keys, record.values, strict=True):
+                    if (isinstance(key, ast.Constant) and key.value == "kind"
+                            and isinstance(value, ast.Constant)):
+                        out.setdefault(str(value.value), where)
     return out
+
+
+def test_the_scan_finds_kinds_journaled_in_batches() -> None:
+    assert journaled_kinds()["container"].startswith("testbed/backends/docker.py:")
+
+
+def test_a_batch_of_records_is_on_disk_at_once_and_removed_like_single_ones(
+        tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path, "batch")
+    run.journal.append("create", kind="link", id="link:a", name="a")
+    run.journal.append_many([{"op": "create", "kind": "container", "id": f"container:c{i}",
+                              "name": f"c{i}"} for i in range(3)])
+    lines = (run.path / "journal.jsonl").read_text().splitlines()
+    assert len(lines) == 4
+    assert [e["id"] for e in run.journal.live()] == ["link:a", "container:c0", "container:c1",
+                                                     "container:c2"]
+    run.journal.append_many([{"op": "remove", "id": "container:c0"},
+                             {"op": "remove", "id": "container:c2"}])
+    run.journal.append_many([])
+    assert [e["id"] for e in run.journal.live()] == ["link:a", "container:c1"]
 
 
 def test_every_journaled_kind_has_a_remover_and_is_documented() -> None:

@@ -19,7 +19,14 @@ So a crash (`docker kill`) and a restart (`docker start`, incarnation + 1 in nod
 local backend does) keep addresses, shaping and the capture file; pause is `docker pause`.
 Partitions, clock and management faults go through the nodes' own endpoints
 (testbed/faults/nodeside.py); link changes go through the shaper. Every network, container
-and the FORWARD chain is journaled before it is created.
+and the FORWARD chain is journaled before it is created (the containers of all hosts by name,
+in one write, before the first exists).
+
+At scale: the hosts' containers and shaping are made side by side, START_WORKERS at a time (the
+engine serves concurrent requests; its container starts are what remains of `up`); `down`
+stops the nodes side by side, then removes every container side by side over one engine
+client, nodes before their sandboxes, so `undo` is left the shaping daemons, the networks
+and the chain (the namespaces' qdiscs and rules went with their sandboxes).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -71,7 +79,11 @@ DATA_PORT = 7000
 MOUNT = "/run/testbed"
 STOP_GRACE_S = 5
 START_WORKERS = 8
-NODE_BOOT_NS = 1_000_000_000  # per node, on top of STARTUP_NS: measured 4.5 s for 4 at load 18
+#: Per node on top of STARTUP_NS: deploy starts the capture and the node containers after the
+#: workload's start time is fixed, and the engine starts containers one after another inside
+#: (0.3 s each on an idle 2-core machine, 1-2 s at load 50). Without it the nodes of a
+#: 100-host run started after the workload had ended and stopped at once.
+NODE_BOOT_NS = 1_000_000_000
 
 
 class DockerBackend(ShapedHosts):
@@ -103,6 +115,7 @@ class DockerBackend(ShapedHosts):
         # the sandbox's namespace (ShapedHosts); clocks and management through the node.
         self.controls = Controls(process=self, network=self, node=self.node_side)
         self.docker: Any = None
+        self.startup_ns = STARTUP_NS + NODE_BOOT_NS * len(paths.hosts)
 
     # -- up -----------------------------------------------------------------------------------
     def up(self) -> Realised:
@@ -153,34 +166,37 @@ class DockerBackend(ShapedHosts):
         j, rid = self.run.journal, self.run.run_id
         nets = pick_subnets(self.docker, self.topology, rid)
         data_ip = data_addresses(self.topology, nets.data)
-        ctl_ips = list(nets.control.hosts())
+        ctl_ips = dict(zip(self.paths.hosts, map(str, nets.control.hosts()), strict=False))
         for kind, net in ((DATA, nets.data), (CONTROL, nets.control)):
             self._network(kind, net)
         allow_bridged(j, f"tb{rid}", [f"tb{rid}{DATA[0]}", f"tb{rid}{CONTROL[0]}"])
-        # Each host's containers are independent of the others' (fixed names and addresses):
-        # created in parallel, as the engine serves concurrent requests.
-        with ThreadPoolExecutor(START_WORKERS) as pool:
-            list(pool.map(lambda ih: self._host(ih[1], data_ip[ih[1]], str(ctl_ips[ih[0]])),
-                          enumerate(self.paths.hosts)))
-        try:
-            data_dev = {h: self.ns[h].dev_of(self.addresses[h].data) for h in self.paths.hosts}
-        except HostError as exc:
-            raise BackendError(str(exc)) from None
+        self.applier = make_applier(self.applier_name, self.run, self.seed)
         plans = host_plans(self.topology, self.paths, data_ip, "eth0")
-        applier = make_applier(self.applier_name, self.run, self.seed)
-        self.applier = applier
-        for host, plan in plans.items():
-            self.plans[host] = replace(plan, dev=data_dev[host])
-            applier.apply(self.ns[host], self.plans[host], j)
-        return Realised(dict(self.addresses), dict(self.plans))
+        # Every container of the run is journaled (by name) in one write before any exists:
+        # a kill at any point leaves names teardown removes or finds gone. Sandboxes come
+        # first, so the journal's reverse order removes each node before its sandbox.
+        j.append_many([
+            {"op": "create", "kind": "container", "id": f"container:{name}", "name": name}
+            for name in [self._sandbox(h) for h in self.paths.hosts]
+            + [self._node(h) for h in self.paths.hosts]])
+        # Each host is independent of the others (fixed names and addresses): its containers
+        # and its shaping are made side by side with the other hosts', as the engine serves
+        # concurrent requests and the shaping runs in each host's own namespace.
+        _each(lambda h: self._host(h, data_ip[h], ctl_ips[h], plans[h]), self.paths.hosts)
+        return Realised(dict(self.addresses), {h: self.plans[h] for h in self.paths.hosts})
 
-    def _host(self, host: str, data_ip: str, ctl_ip: str) -> None:
-        """The host's network sandbox (on both networks, started) and its node container."""
+    def _sandbox(self, host: str) -> str:
+        return f"{self.prefix}-{host}-net"
+
+    def _node(self, host: str) -> str:
+        return f"{self.prefix}-{host}"
+
+    def _host(self, host: str, data_ip: str, ctl_ip: str, plan: HostPlan) -> None:
+        """The host's network sandbox (on both networks, started), its node container and the
+        shaping of its data interface."""
         import docker as sdk
 
-        api, j = self.docker.api, self.run.journal
-        sandbox = f"{self.prefix}-{host}-net"
-        j.append("create", kind="container", id=f"container:{sandbox}", name=sandbox)
+        api, sandbox = self.docker.api, self._sandbox(host)
         try:
             cid = api.create_container(
                 self.image, ["sleep", "infinity"], name=sandbox, hostname=host,
@@ -195,10 +211,15 @@ class DockerBackend(ShapedHosts):
         api.connect_container_to_network(cid, self._net(CONTROL), ipv4_address=ctl_ip)
         api.start(cid)
         pid = int(api.inspect_container(cid)["State"]["Pid"])
-        self.ns[host] = ContainerHost(host, pid, start_time(pid))
+        ns = ContainerHost(host, pid, start_time(pid))
+        self.ns[host] = ns
         self.addresses[host] = HostAddress(data_ip, DATA_PORT, ctl_ip)
         self.nodes[host] = self._create_node(host, cid)
-
+        try:
+            self.plans[host] = replace(plan, dev=ns.dev_of(data_ip))
+        except HostError as exc:
+            raise BackendError(str(exc)) from None
+        self.applier.apply(ns, self.plans[host], self.run.journal)
     def _net(self, kind: str) -> str:
         return f"{self.prefix}-{kind}"
 
@@ -233,8 +254,7 @@ class DockerBackend(ShapedHosts):
                                ) from None
 
     def _create_node(self, host: str, sandbox_id: str) -> str:
-        api, name = self.docker.api, f"{self.prefix}-{host}"
-        self.run.journal.append("create", kind="container", id=f"container:{name}", name=name)
+        api, name = self.docker.api, self._node(host)  # journaled with the sandboxes
         limits: dict[str, Any] = {}
         cpus = getattr(self._host_spec(host), "cpus", None) or self.cpus
         memory = getattr(self._host_spec(host), "memory", None) or self.memory
@@ -262,13 +282,11 @@ class DockerBackend(ShapedHosts):
             self._write(reservations_as_htb(cfg, self.plans[cfg.name].dev, ns.pid,
                                             ns.starttime, self.run.journal))
         if self.capture:
-            for host in self.paths.hosts:
-                self.capture.start(self.ns[host], self.plans[host].dev)
-            self.capture.wait_listening()
+            capture = self.capture
+            _each(lambda h: capture.start(self.ns[h], self.plans[h].dev), self.paths.hosts)
+            capture.wait_listening()
         # Starting is the slow part (~0.1-0.3 s each); in parallel it fits the start margin.
-        with ThreadPoolExecutor(START_WORKERS) as pool:
-            list(pool.map(lambda h: self.docker.api.start(self.nodes[h]),
-                          [c.name for c in configs]))
+        _each(lambda h: self.docker.api.start(self.nodes[h]), [c.name for c in configs])
 
     def _write(self, cfg: NodeConfig) -> None:
         # The node sees the run directory at /run/testbed; control.json lands next to the log.
@@ -335,24 +353,61 @@ class DockerBackend(ShapedHosts):
     def collect(self) -> None:
         if self.docker is None:
             return
-        for host, cid in self.nodes.items():
+        api = self.docker.api
+
+        def one(host: str) -> None:
+            cid = self.nodes[host]
             try:
                 if self._state(host)["Paused"]:
-                    self.docker.api.unpause(cid)
-                self.docker.api.stop(cid, timeout=STOP_GRACE_S)
-                logs = self.docker.api.logs(cid, stdout=True, stderr=True)
+                    api.unpause(cid)
+                api.stop(cid, timeout=STOP_GRACE_S)
+                logs = api.logs(cid, stdout=True, stderr=True)
                 (self.run.node_dir(host) / "node.log").write_bytes(logs)
-            except Exception:  # noqa: BLE001,S112 - a container already gone has nothing left
-                continue
+            except Exception:  # noqa: BLE001,S110 - a container already gone has nothing left
+                pass
+
+        # Every node gets its grace period at the same time, not one after another.
+        _each(one, list(self.nodes))
         if self.capture:
             self.capture.stop()
 
     def down(self) -> None:
         self.collect()
+        self._remove_containers()
         undo(self.run)
         if self.docker is not None:
             self.docker.close()
             self.docker = None
+
+    def _remove_containers(self) -> None:
+        """Every live container of the run removed side by side (nodes, then the sandboxes
+        whose namespaces they share), each marked removed in the journal; `undo` then stops
+        the shaping daemons and removes the networks and the FORWARD chain, and finds the
+        namespaces' qdiscs and rules gone with their sandboxes. A kill in between leaves
+        entries that teardown removes again (already gone: nothing to do)."""
+        from testbed.docker_cleanup import remove_containers
+
+        journal = self.run.journal
+        live = [e for e in journal.live() if e.get("kind") == "container"]
+        for wave in ([e for e in live if not e["name"].endswith("-net")],
+                     [e for e in live if e["name"].endswith("-net")]):
+            remove_containers([e["name"] for e in wave])
+            journal.append_many([{"op": "remove", "id": e["id"]} for e in wave])
+
+
+def _each(fn: Callable[[str], None], hosts: list[str]) -> None:
+    """fn for every host, START_WORKERS at a time; the first failure cancels what has not
+    started and is raised once the running ones are done."""
+    if not hosts:
+        return
+    with ThreadPoolExecutor(min(START_WORKERS, len(hosts))) as pool:
+        futures = [pool.submit(fn, h) for h in hosts]
+        try:
+            for f in futures:
+                f.result()
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
 
 
 def _say(text: str) -> None:
