@@ -40,3 +40,14 @@ def test_a_hundred_hosts_simulate_within_an_event_bound_per_delivery(tmp_path: P
     per_delivery = stats["events"] / delivered
     assert per_delivery < EVENTS_PER_DELIVERY, (
         f"{stats['events']:,} events for {delivered:,} deliveries: {per_delivery:.1f} each")
+
+
+def test_the_wall_limit_of_a_simulated_run_scales_with_its_hosts() -> None:
+    """wan-100 (60 s + a 30 s drain cap) on a wall clock may take 120 s; on the simulator,
+    whose work per virtual second grows with the hosts, ten times that at 100 hosts, and no
+    less than a wall clock's at 10 hosts or fewer."""
+    from testbed.runner import wall_limit_s
+
+    assert wall_limit_s(90.0, 0, 100, virtual=False) == 120.0
+    assert wall_limit_s(90.0, 0, 100, virtual=True) == 930.0
+    assert wall_limit_s(90.0, 0, 5, virtual=True) == wall_limit_s(90.0, 0, 5, virtual=False)
