@@ -7,9 +7,11 @@ order where the protocol claims them. Each checker returns `{"violations": int,
 
 All of them come out of one Spark job with two shuffles: the events by mid
 (analysis/checks_mid.py: first deliveries, consensus times, holders; agreement, validity,
-integrity), then the first deliveries by node (analysis/checks_node.py: total order, FIFO,
-causal). Both passes emit counts and the first examples as records, which the functions here
-merge; only examples look anything else up (a filtered scan for a few messages).
+integrity), then the first deliveries by node (analysis/checks_node.py: total order, FIFO).
+Both passes, and the causal pass beside them (one task over every send and
+delivery, analysis/checks_causal.py), emit counts and the first examples as records, which
+the functions here merge; only examples look anything else up (a filtered scan for a few
+messages). No event comes to the driver.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analysis import checks_node, checks_order
-from analysis.checks_causal import causal_records
+from analysis.checks_causal import CausalPass, causal_records
 from analysis.checks_mid import (
     CHECK_INPUT,
     CHECK_INPUT_COLUMNS,
@@ -96,11 +98,14 @@ def _records(events: DataFrame, nodes: list[str],
     by_node = (by_mid.withColumn("_part", part).repartition(len(keys), "_part").drop("_part")
                .mapInArrow(checks_node.NodeChecks(checks_order.MAX_PAIRS_PER_NODE, names),
                            checks_node.NODE_RECS))
-    recs = _parse_records(by_node.toArrow().column("rec").to_pylist())
+    # Causal order needs every process's sends and deliveries at once: one task gets them
+    # (a shuffle into one partition) and hands back its records, so no event reaches the
+    # driver. One job runs both branches side by side.
     ordered = events.filter(F.col("ev").isin("fnl", "send") & F.col("mid").isNotNull())
-    causal = ordered.select(*CHECK_INPUT_COLUMNS).mapInArrow(_check_input_batches,
-                                                             CHECK_INPUT).toArrow()
-    _add(recs, causal_records(causal, checks_order.MAX_PAIRS_PER_NODE))
+    causal = (ordered.select(*CHECK_INPUT_COLUMNS).mapInArrow(_check_input_batches, CHECK_INPUT)
+              .repartition(1).mapInArrow(CausalPass(checks_order.MAX_PAIRS_PER_NODE),
+                                         checks_node.NODE_RECS))
+    recs = _parse_records(by_node.unionByName(causal).toArrow().column("rec").to_pylist())
     return recs, names
 
 

@@ -15,12 +15,14 @@ is *late*. Removing either kind leaves a causal order, so analysis/checks_order.
 `causal_order` reports the smaller count per process: the deliveries that must move (exactly
 one for one misplaced delivery). Records as the other passes emit them (`causal_early_n`,
 `causal`, `causal_late`), from one function both drivers call on the same rows
-(analysis/checks.py: Spark collects the fnl and send rows of check_input, analysis/judge.py
-has them in hand).
+(analysis/checks.py: Spark hands the fnl and send rows of check_input to one task, CausalPass;
+analysis/judge.py has them in hand).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -28,6 +30,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analysis.checks_mid import FNL, MAX_EXAMPLES, SEND, group_starts
+
+
+class CausalPass:
+    """causal_records as a Spark task (picklable): every fnl and send row of check_input in,
+    the records out as JSON text (analysis/checks_node.py NODE_RECS)."""
+
+    def __init__(self, max_late: int) -> None:
+        self.max_late = max_late
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        got = list(batches)
+        if not got or not sum(b.num_rows for b in got):
+            return
+        recs = causal_records(pa.Table.from_batches(got), self.max_late)
+        if recs:
+            yield pa.RecordBatch.from_arrays([pa.array(
+                [json.dumps(r, separators=(",", ":")) for r in recs], pa.string())],
+                names=["rec"])
 
 
 def causal_records(rows: pa.Table, max_late: int) -> list[dict[str, Any]]:
@@ -91,11 +111,88 @@ def causal_records(rows: pa.Table, max_late: int) -> list[dict[str, Any]]:
     return recs
 
 
+# Rounds of _stamps' vectorized fixpoint before it replays the events one by one instead
+# (each round carries the causal past one more hop through a process that delivered a
+# message without its sender's clock having reached the others; runs of the testbed settle
+# in two or three).
+STAMP_ROUNDS = 32
+
+
 def _stamps(s_rows: np.ndarray, f_rows: np.ndarray, proc: np.ndarray, mid: np.ndarray,
             i: np.ndarray, t: np.ndarray, stream: np.ndarray, k_of: np.ndarray,
             n_procs: int, n_streams: int, m_count: int) -> np.ndarray:
     """Each message's vector clock (its causal past per stream, itself included), from the
-    sends and first deliveries replayed in true time."""
+    sends and first deliveries replayed in true time.
+
+    A process's clock changes only at its own events, in its log order, so a stamp is the
+    running maximum, along its sender's events up to the send, of its own sends' indices and
+    the stamps of the messages it delivered -- those whose send comes before the delivery in
+    the replay order (true time made monotone per process, then process, then ordinal).
+    That is a fixpoint, found one stream (column) at a time with whole-array passes: start
+    from each message's own index and repeat until no stamp grows (the stamps only grow, and
+    a round adds one more hop of causal past). Past STAMP_ROUNDS the events are replayed one
+    by one (_replay), which gives the same stamps."""
+    rows = np.r_[s_rows, f_rows]
+    n_s = len(s_rows)
+    p_rows, i_rows = proc[rows], i[rows]
+    by_proc = np.lexsort((i_rows, p_rows))
+    when = t[rows][by_proc]
+    starts = group_starts(p_rows[by_proc])
+    for a, b in zip(starts.tolist(), np.r_[starts[1:], len(by_proc)].tolist(), strict=True):
+        when[a:b] = np.maximum.accumulate(when[a:b])
+    t_eff = np.empty(len(rows), dtype=np.int64)
+    t_eff[by_proc] = when
+    m_rows = mid[rows]
+    # Where each message's send is among `rows` (every sent message has exactly one).
+    send_at = np.full(m_count, -1, dtype=np.int64)
+    send_at[m_rows[:n_s]] = np.arange(n_s)
+    # A delivery merges its message's stamp when the send comes first in the replay order:
+    # (t_eff, process, ordinal, position in `rows`).
+    d = np.arange(n_s, len(rows))
+    b = send_at[m_rows[n_s:]]
+    merges = b >= 0
+    ta, tb = t_eff[d], t_eff[np.maximum(b, 0)]
+    pa_, pb = p_rows[d], p_rows[np.maximum(b, 0)]
+    ia, ib = i_rows[d], i_rows[np.maximum(b, 0)]
+    merges &= (ta > tb) | ((ta == tb) & ((pa_ > pb) | ((pa_ == pb) & (
+        (ia > ib) | ((ia == ib) & (d > b))))))
+    del ta, tb, pa_, pb, ia, ib, d, b
+    # The events in process order; a segment offset per process turns one running maximum
+    # over all of them into one per process.
+    seq_m = m_rows[by_proc]
+    seq_send = by_proc < n_s
+    seq_merge = np.zeros(len(rows), dtype=bool)
+    seq_merge[~seq_send] = merges[by_proc[~seq_send] - n_s]
+    seg = np.zeros(len(rows), dtype=np.int64)
+    seg[starts[1:]] = 1
+    big = int(k_of.max(initial=0)) + 1
+    offset = np.cumsum(seg) * big
+    send_pos = np.flatnonzero(seq_send)
+    send_m = seq_m[send_pos]
+    stamps = np.zeros((m_count, n_streams), dtype=np.int64)
+    for s in range(n_streams):
+        own = np.where(seq_send & (stream[seq_m] == s), k_of[seq_m], 0)
+        col = np.zeros(m_count, dtype=np.int64)
+        col[send_m] = own[send_pos]
+        for _ in range(STAMP_ROUNDS):
+            value = np.maximum(own, np.where(seq_merge, col[seq_m], 0))
+            clock = np.maximum.accumulate(value + offset) - offset
+            new = col.copy()
+            new[send_m] = clock[send_pos]
+            if np.array_equal(new, col):
+                break
+            col = new
+        else:
+            return _replay(s_rows, f_rows, proc, mid, i, t, stream, k_of, n_procs, n_streams,
+                           m_count)
+        stamps[:, s] = col
+    return stamps
+
+
+def _replay(s_rows: np.ndarray, f_rows: np.ndarray, proc: np.ndarray, mid: np.ndarray,
+            i: np.ndarray, t: np.ndarray, stream: np.ndarray, k_of: np.ndarray,
+            n_procs: int, n_streams: int, m_count: int) -> np.ndarray:
+    """_stamps by replaying the sends and first deliveries one by one in true time."""
     rows = np.r_[s_rows, f_rows]
     is_send = np.r_[np.ones(len(s_rows), dtype=bool), np.zeros(len(f_rows), dtype=bool)]
     # A process's own order is its log's (ordinal i); its events are placed among the

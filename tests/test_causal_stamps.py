@@ -1,0 +1,73 @@
+"""The causal checker's vector clocks: the whole-array fixpoint (analysis/checks_causal.py
+`_stamps`) against the event-by-event replay (`_replay`) on random logs, skewed clocks and
+deliveries logged before their send included, and on a relay chain that needs many rounds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis import checks_causal
+from analysis.checks_mid import group_starts
+
+
+def _inputs(rng: np.random.Generator, procs: int, messages: int, skew: int):
+    """Random sends (one per message) and first deliveries (a random subset of processes per
+    message), as causal_records builds them."""
+    sender = rng.integers(0, procs, messages)
+    t_send = np.sort(rng.integers(0, 10 * messages, messages))
+    rows_p, rows_m, rows_t, rows_e = [sender], [np.arange(messages)], [t_send], [np.ones(
+        messages, dtype=bool)]
+    for p in range(procs):
+        got = rng.random(messages) < 0.7
+        lag = rng.integers(-skew, 30, messages)
+        rows_p.append(np.full(int(got.sum()), p))
+        rows_m.append(np.flatnonzero(got))
+        rows_t.append(t_send[got] + lag[got])
+        rows_e.append(np.zeros(int(got.sum()), dtype=bool))
+    proc, mid = np.concatenate(rows_p), np.concatenate(rows_m)
+    t, is_send = np.concatenate(rows_t), np.concatenate(rows_e)
+    # Ordinals: each process's events in its (jittered) log order.
+    order = np.lexsort((rng.random(len(t)), t + rng.integers(0, skew + 1, len(t)), proc))
+    i = np.empty(len(t), dtype=np.int64)
+    starts = group_starts(proc[order])
+    sizes = np.diff(np.r_[starts, len(order)])
+    i[order] = np.arange(len(order)) - np.repeat(starts, sizes)
+    s_rows = np.flatnonzero(is_send)
+    f_rows = np.flatnonzero(~is_send)
+    streams, stream_of_row = np.unique(proc[s_rows], return_inverse=True)
+    stream = np.full(messages, -1, dtype=np.int64)
+    stream[mid[s_rows]] = stream_of_row
+    k_of = np.zeros(messages, dtype=np.int64)
+    for s in range(len(streams)):
+        mine = s_rows[stream_of_row == s]
+        mine = mine[np.argsort(i[mine], kind="stable")]
+        k_of[mid[mine]] = np.arange(1, len(mine) + 1)
+    return (s_rows, f_rows, proc, mid, i, t, stream, k_of, procs, len(streams), messages)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fixpoint_stamps_equal_the_replay(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    args = _inputs(rng, int(rng.integers(2, 7)), int(rng.integers(1, 400)),
+                   skew=int(rng.integers(0, 40)))
+    assert np.array_equal(checks_causal._stamps(*args), checks_causal._replay(*args))
+
+
+def test_a_relay_chain_past_the_round_limit_still_equals_the_replay(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """p0 sends m0; p1 delivers it and sends m1; p2 delivers m1 and sends m2; ... each hop
+    one process further, nobody else delivering: the causal past of the last message reaches
+    back through every hop, one fixpoint round per hop."""
+    hops = 12
+    proc = np.r_[np.arange(hops), np.arange(1, hops)]  # sends, then deliveries
+    mid = np.r_[np.arange(hops), np.arange(hops - 1)]
+    t = np.r_[np.arange(hops) * 10 + 5, np.arange(hops - 1) * 10 + 10]
+    i = np.r_[np.ones(hops, dtype=np.int64), np.zeros(hops - 1, dtype=np.int64)]
+    args = (np.arange(hops), np.arange(hops, 2 * hops - 1), proc, mid, i, t,
+            np.arange(hops), np.ones(hops, dtype=np.int64), hops, hops, hops)
+    replayed = checks_causal._replay(*args)
+    assert replayed[hops - 1].tolist() == [1] * hops  # every earlier send is in its past
+    assert np.array_equal(checks_causal._stamps(*args), replayed)
+    monkeypatch.setattr(checks_causal, "STAMP_ROUNDS", 3)  # too few: falls back to the replay
+    assert np.array_equal(checks_causal._stamps(*args), replayed)
