@@ -130,10 +130,16 @@ def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> 
     try:
         _watch(plan, run, backend, console, plan.start_at_ns, backend.startup_ns)
     finally:
+        # Before the caller collects and tears down: no fault acts on a backend going away.
         if nemesis is not None:
             nemesis.stop()
-    for problem in nemesis.errors if nemesis is not None else []:
-        console.print(f"[yellow]fault not applied:[/] {problem}")
+    if nemesis is not None:
+        for problem in nemesis.errors:
+            console.print(f"[yellow]fault not applied:[/] {problem}")
+        for note in nemesis.notes:
+            console.print(f"[yellow]fault:[/] {note}")
+        for skipped in nemesis.skipped:
+            console.print(f"fault skipped: {skipped}")
     if virtual:
         stats = backend.stats()
         console.print(f"simulated {stats.get('virtual_s', 0):.1f} s: "

@@ -64,6 +64,7 @@ from testbed.capture import Capture, CaptureOptions
 from testbed.engine import LOG as ENGINE_LOG
 from testbed.engine import EngineError, client, ensure_engine, short
 from testbed.faults.nodeside import NodeSideFaults
+from testbed.faults.schedule import Action
 from testbed.hosts.base import HostError
 from testbed.hosts.container import ContainerHost
 from testbed.images import ImageError, build, expected_tag, image_id, record_in_lock
@@ -319,6 +320,12 @@ class DockerBackend(ShapedHosts):
         return out
 
     # -- process control (nodes/faults.py) ----------------------------------------------------
+    def fault(self, action: Action) -> dict[str, Any]:
+        if self.docker is None:  # the runner stops its nemesis before down(); never reached
+            raise BackendError(f"{action.op}: the run's containers are gone (the backend is "
+                               "down)")
+        return super().fault(action)
+
     def crash(self, host: str) -> dict[str, Any]:
         api, cid = self.docker.api, self.nodes[host]
         if not self._state(host)["Running"]:

@@ -36,26 +36,25 @@ class ShapedHosts(Backend):
 
     def block(self, cuts: list[tuple[str, str]]) -> Measured:
         """One journaled DROP rule per cut (src, dst) in src's OUTPUT chain, tagged with the run
-        id (testbed/hosts/partitions.py)."""
-        journal = self.run.journal
-
-        def journaled(src: str, dst: str, rule: list[str]) -> None:
-            ns = self.ns[src]
-            journal.append("create", kind="iptables", id=f"cut:{src}:{dst}", rule=rule,
-                           ns_pid=ns.pid, ns_start=ns.starttime)
-
-        return self._partitions().block(cuts, before=journaled)
+        id (testbed/hosts/partitions.py): every rule journaled in one write, then the hosts'
+        rules inserted side by side."""
+        partitions = self._partitions()
+        self.run.journal.append_many([
+            {"op": "create", "kind": "iptables", "id": f"cut:{src}:{dst}",
+             "rule": partitions.rule(dst), "ns_pid": self.ns[src].pid,
+             "ns_start": self.ns[src].starttime} for src, dst in cuts])
+        return partitions.block(cuts)
 
     def heal(self) -> Measured:
         """The probe (what each node's failure detector suspects, through the data plane), then
         every cut rule of the run is removed (the journal's: also those another process,
-        `testbed fault`, made)."""
+        `testbed fault`, made), the hosts side by side, and marked removed in one write."""
         measured = self.node_side.heal()  # reads the suspicions, clears node-side filters
-        journal, partitions = self.run.journal, self._partitions()
-        for entry in journal.live():
-            if entry.get("kind") == "iptables" and entry["id"].startswith("cut:"):
-                partitions.remove(entry["id"].split(":")[1], entry["rule"])
-                journal.append("remove", id=entry["id"])
+        journal = self.run.journal
+        cut = [e for e in journal.live()
+               if e.get("kind") == "iptables" and e["id"].startswith("cut:")]
+        self._partitions().remove_all((e["id"].split(":")[1], e["rule"]) for e in cut)
+        journal.append_many([{"op": "remove", "id": e["id"]} for e in cut])
         return measured
 
     def set_path(self, fault: SetPath) -> Measured:

@@ -1,9 +1,19 @@
 """Doing the faults in real time: a thread walks the timeline and asks the backend to apply
 each primitive, then appends the fault and its *measured* effect to `faults.jsonl`
-(nodes/faults.py `FaultHistory`, the record shared with the simulator)."""
+(nodes/faults.py `FaultHistory`, the record shared with the simulator).
+
+A fault never delays the next one past its time: what a fault asks of the nodes
+(testbed/faults/nodeside.py) is answered by the next fault's time (`answers_by`), at most
+`ANSWER_S` later; nodes that had not answered are named in its measurement (`no_answer`) and in
+`notes`. `stop()` returns once no fault is being applied and none will be: the runner calls it
+before it collects and tears down, so no fault ever acts on a backend that is going away. The
+faults the run ended before (or while stopping, overdue) are not applied: each is a line in
+`faults.skipped.jsonl`, the record it would have had with `measured.skipped`, and in
+`skipped`."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -11,7 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from nodes.faults import FaultHistory
+from testbed.faults.nodeside import ANSWER_S, answers_by
 from testbed.faults.schedule import Action
+
+SKIPPED_FILE = "faults.skipped.jsonl"
+#: how long stop() waits for the fault being applied (each is bounded by its deadlines: the
+#: nodes' answers, the engine's and iptables' timeouts)
+STOP_WAIT_S = 120.0
 
 
 class Nemesis(threading.Thread):
@@ -21,23 +37,69 @@ class Nemesis(threading.Thread):
         self.actions = actions
         self.start_at_ns = start_at_ns
         self.history = FaultHistory(history)
+        self.skipped_path = history.with_name(SKIPPED_FILE)
         self.apply = apply
         self.stopping = threading.Event()
         self.errors: list[str] = []
+        self.notes: list[str] = []
+        self.skipped: list[str] = []
+        self.applied = 0  # actions done (applied or failed), in timeline order
 
     def run(self) -> None:
-        for action in self.actions:
-            delay = (self.start_at_ns + action.at_ns - time.time_ns()) / 1e9
-            if delay > 0 and self.stopping.wait(delay):
-                return
-            t = time.time_ns()
-            try:
+        try:
+            for k, action in enumerate(self.actions):
+                delay = (self.start_at_ns + action.at_ns - time.time_ns()) / 1e9
+                if delay > 0 and self.stopping.wait(delay):
+                    return
+                if self.stopping.is_set():  # overdue when the run began to end
+                    return
+                self._apply(action, self._deadline(k))
+                self.applied = k + 1
+        finally:
+            self._skip(self.actions[self.applied:])
+
+    def _deadline(self, k: int) -> float:
+        """time.monotonic() by which action k's answers are in: the next action's time, at
+        most ANSWER_S from now."""
+        limit = ANSWER_S
+        if k + 1 < len(self.actions):
+            due_ns = self.start_at_ns + self.actions[k + 1].at_ns
+            limit = min(limit, max(0.0, (due_ns - time.time_ns()) / 1e9))
+        return time.monotonic() + limit
+
+    def _apply(self, action: Action, deadline: float) -> None:
+        t = time.time_ns()
+        try:
+            with answers_by(deadline):
                 measured = self.apply(action)
-            except Exception as exc:  # a failed fault is history too, never a crash
-                measured = {"error": str(exc)}
-                self.errors.append(f"{action.op} at {action.at_ns / 1e9:g}s: {exc}")
-            self.history.append(action.primitive(), t, measured, action.fault)
+        except Exception as exc:  # a failed fault is history too, never a crash
+            measured = {"error": str(exc)}
+            self.errors.append(f"{action.op} at {action.at_ns / 1e9:g}s: {exc}")
+        late = measured.get("no_answer") if isinstance(measured, dict) else None
+        if late:
+            self.notes.append(f"{action.op} at {action.at_ns / 1e9:g}s: no answer from "
+                              f"{len(late)} host(s) by the next fault's time: "
+                              f"{', '.join(late[:8])}{' ...' if len(late) > 8 else ''}")
+        self.history.append(action.primitive(), t, measured, action.fault)
+
+    def _skip(self, actions: list[Action]) -> None:
+        if not actions:
+            return
+        lines = []
+        for action in actions:
+            why = "the run ended before its time"
+            lines.append(json.dumps(action.primitive().record(
+                self.start_at_ns + action.at_ns, {"skipped": why}, action.fault)) + "\n")
+            self.skipped.append(f"{action.op} at {action.at_ns / 1e9:g}s: {why}")
+        with self.skipped_path.open("a", encoding="utf-8") as f:
+            f.writelines(lines)
 
     def stop(self) -> None:
+        """No fault is applied after this returns: the one being applied finishes (its
+        deadlines bound it), those not yet applied are recorded as skipped."""
         self.stopping.set()
-        self.join(timeout=10)
+        if self.is_alive():
+            self.join(timeout=STOP_WAIT_S)
+        if self.is_alive():
+            self.errors.append(f"a fault was still being applied {STOP_WAIT_S:g} s after the "
+                               "run ended")
