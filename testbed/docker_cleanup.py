@@ -13,6 +13,7 @@ from testbed.backends.docker_net import LABEL
 #: Removals in flight at once: the engine serves them side by side (as `docker rm -f A B ...`
 #: does, ten at a time), and on two cores more than this only queues inside dockerd.
 REMOVE_WORKERS = 8
+SANDBOX_SUFFIX = "-net"  # a host's network sandbox: removed after the node that shares it
 
 _cached: Any | None = None
 _cached_lock = threading.Lock()
@@ -88,6 +89,14 @@ def remove_containers(names: list[str]) -> dict[str, bool]:
     with ThreadPoolExecutor(min(REMOVE_WORKERS, len(names))) as pool:
         gone = list(pool.map(one, names))
     return {n: remove_container(n) if g is None else g for n, g in zip(names, gone, strict=True)}
+
+
+def container_waves(names: list[str]) -> list[list[str]]:
+    """The order to remove a run's containers in: the nodes (and any other container) first,
+    then the sandboxes (`...-net`, testbed/backends/docker.py) whose network namespaces they
+    share; each wave side by side."""
+    return [w for w in ([n for n in names if not n.endswith(SANDBOX_SUFFIX)],
+                        [n for n in names if n.endswith(SANDBOX_SUFFIX)]) if w]
 
 
 def remove_network(name: str) -> bool:

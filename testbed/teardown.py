@@ -221,19 +221,44 @@ def undo(run: RunDir) -> list[str]:
                        "with them")
     journal.append_many(marks)
     marks.clear()
-    # 4. Everything else, newest first.
+    # 4. Everything else, newest first; a run of containers (a docker run's, journaled in one
+    #    batch) side by side, as the backend's own down() removes them.
+    todo = []
     for entry in reversed(rest):
         if entry in ends and not _link_exists(entry["name"]):
             continue
         ns_key = (entry.get("ns_pid"), entry.get("ns_start"))
         if entry.get("kind") in ("qdisc", "iptables", "qos") and ns_key in gone_ns:
             continue
-        undone = remove(entry)
-        if undone:
-            removed.append(undone)
-        mark(entry)
+        todo.append(entry)
+    k = 0
+    while k < len(todo):
+        batch = [todo[k]]
+        while batch[0].get("kind") == "container" and k + len(batch) < len(todo) \
+                and todo[k + len(batch)].get("kind") == "container":
+            batch.append(todo[k + len(batch)])
+        k += len(batch)
+        if len(batch) > 1:
+            removed += _containers(batch)
+        else:
+            undone = remove(batch[0])
+            if undone:
+                removed.append(undone)
+        for entry in batch:
+            mark(entry)
     journal.append_many(marks)
     return removed
+
+
+def _containers(entries: list[Entry]) -> list[str]:
+    """Containers removed side by side (testbed/docker_cleanup.py `container_waves`: nodes
+    before the sandboxes they share a namespace with); a line for each that existed."""
+    from testbed.docker_cleanup import container_waves, remove_containers
+
+    gone: dict[str, bool] = {}
+    for wave in container_waves([e["name"] for e in entries]):
+        gone.update(remove_containers(wave))
+    return [f"container {e['name']}" for e in entries if gone.get(e["name"])]
 
 
 def _stop_together(procs: list[tuple[int, int | None, str | None]], grace_s: float) -> list[str]:

@@ -124,6 +124,55 @@ def test_sigkill_of_the_orchestrator_at_random_points_then_teardown_leaves_nothi
         assert _leftovers(run.name.rsplit("-", 1)[1]) == [], f"trial {trial}: {delay:.2f} s"
 
 
+def test_teardown_after_sigkill_removes_the_containers_side_by_side(
+        docker_image: dict[str, str], tmp_path: Path) -> None:
+    """`testbed teardown` from the journal of a killed run removes its containers as the
+    backend's down() does: several at once (the engine's events overlap), nodes before their
+    sandboxes, and nothing is left."""
+    out = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed", "run", str(QUICKSTART), "--backend", "docker",
+         "--no-analyze", "--out", str(out)], cwd=ROOT, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    c = _docker()
+    try:
+        running: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 120
+        while len(running) < 8 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.3)
+            if out.exists() and any(out.iterdir()):
+                flt = {"label": f"org.testbed.run={run_dir_of(out).name.rsplit('-', 1)[1]}",
+                       "status": "running"}
+                running = c.api.containers(filters=flt)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert len(running) == 8, "the 4 hosts' containers did not start"
+        run = run_dir_of(out)
+        run_id = run.name.rsplit("-", 1)[1]
+        since = time.time_ns()
+        down = _testbed("teardown", run.name, "--runs", str(out))
+        assert down.returncode == 0, down.stdout + down.stderr
+        events = c.api.events(since=since // 10**9, until=time.time() + 1, decode=True,
+                              filters={"type": "container",
+                                       "label": f"org.testbed.run={run_id}"})
+        # Each container's removal, from its kill to its destroy (the engine's events).
+        spans: dict[str, dict[str, int]] = {}
+        for ev in events:
+            if int(ev["timeNano"]) >= since and ev["Action"] in ("kill", "destroy"):
+                spans.setdefault(ev["Actor"]["Attributes"]["name"], {}).setdefault(
+                    ev["Action"], int(ev["timeNano"]))
+    finally:
+        c.close()
+    intervals = {n: (s["kill"], s["destroy"]) for n, s in spans.items()}
+    assert len(intervals) == 8, spans
+    most = max(sum(1 for a, b in intervals.values() if a <= t <= b)
+               for t, _ in intervals.values())
+    assert most >= 2, "containers removed one at a time"
+    for host in ("h1", "h2", "h3", "h4"):  # a node goes before the sandbox it shares
+        assert intervals[f"tb-{run_id}-{host}"][1] < intervals[f"tb-{run_id}-{host}-net"][1]
+    assert _leftovers(run_id) == []
+
+
 def test_kill_points_cover_the_window_one_per_slice() -> None:
     points = kill_points(random.Random("docker-kill"), 8, (0.3, 5.0))
     assert len(points) == 8 and points == sorted(points)

@@ -392,14 +392,13 @@ class DockerBackend(ShapedHosts):
         the shaping daemons and removes the networks and the FORWARD chain, and finds the
         namespaces' qdiscs and rules gone with their sandboxes. A kill in between leaves
         entries that teardown removes again (already gone: nothing to do)."""
-        from testbed.docker_cleanup import remove_containers
+        from testbed.docker_cleanup import container_waves, remove_containers
 
         journal = self.run.journal
-        live = [e for e in journal.live() if e.get("kind") == "container"]
-        for wave in ([e for e in live if not e["name"].endswith("-net")],
-                     [e for e in live if e["name"].endswith("-net")]):
-            remove_containers([e["name"] for e in wave])
-            journal.append_many([{"op": "remove", "id": e["id"]} for e in wave])
+        live = {e["name"]: e for e in journal.live() if e.get("kind") == "container"}
+        for wave in container_waves(list(live)):
+            remove_containers(wave)
+            journal.append_many([{"op": "remove", "id": live[name]["id"]} for name in wave])
 
 
 def _each(fn: Callable[[str], None], hosts: list[str]) -> None:
