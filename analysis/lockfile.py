@@ -6,6 +6,10 @@ and the pure-Python YAML loader took ~0.03 s per parse of a quickstart lock. `re
 parses with libyaml's loader when PyYAML has it and caches the document by path,
 modification time and size, so a rewritten lock is read again. The document is shared:
 callers must not modify it.
+
+`lock_paths` reads the configured paths of a lock in either form: `paths_by_site_ms` (by site
+pair, testbed/pathcheck.py `lock_paths`) or, in older locks, `paths_ms` (one entry per host
+pair).
 """
 
 from __future__ import annotations
@@ -39,3 +43,31 @@ def _parse(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
         return {}
     doc = yaml.load(text, Loader=Loader)  # noqa: S506 -- a safe loader (C or Python)
     return doc if isinstance(doc, dict) else {}
+
+
+def lock_paths(lock: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Every ordered host pair's configured path (`delay`, `jitter` in ms, `loss`,
+    `bandwidth_bps`) from a lock document; malformed entries are left out."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    old = lock.get("paths_ms")
+    if isinstance(old, dict):
+        for key, p in old.items():
+            a, sep, b = str(key).partition("->")
+            if sep and isinstance(p, dict):
+                out[(a, b)] = p
+    compact = lock.get("paths_by_site_ms")
+    if not isinstance(compact, dict):
+        return out
+    hosts, sites, pairs = (compact.get(k) for k in ("hosts", "sites", "pairs"))
+    if not isinstance(hosts, dict) or not isinstance(sites, dict):
+        return out
+    for a, sa in hosts.items():
+        for b, sb in hosts.items():
+            p = sites.get(f"{sa}->{sb}")
+            if a != b and isinstance(p, dict):
+                out[(str(a), str(b))] = p
+    for key, p in (pairs if isinstance(pairs, dict) else {}).items():
+        a, sep, b = str(key).partition("->")
+        if sep and isinstance(p, dict):
+            out[(a, b)] = p
+    return out

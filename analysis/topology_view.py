@@ -6,7 +6,8 @@ and one small copy per partition fault with the hosts coloured by the group they
 Inline SVG like analysis/plots.py (`<svg class="topo" data-view=NAME>`; hosts are
 `<g class="host" data-host=H>`, links `<line class="link" data-pair="A-B" data-delay-ms=D
 data-a=A data-b=B>`; the live page of testbed/serve.py recolours them during a partition),
-from the run's spec.lock.yaml (`topology`, `paths_ms`) and its fault spans. No JavaScript.
+from the run's spec.lock.yaml (`topology`, its paths: analysis/lockfile.py `lock_paths`) and its
+fault spans. No JavaScript.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from html import escape
 from typing import Any
 
 from analysis import plots
+from analysis.lockfile import lock_paths
 
 # Low to high one-way delay (viridis-like stops; readable with colour-vision deficiencies).
 SCALE = ("#440154", "#3b528b", "#21918c", "#5ec962", "#c9b700")
@@ -207,12 +209,8 @@ def world_map(topo: dict[str, Any], width: float, height: float, pad: float = 40
 
 
 def _delays(lock: dict[str, Any]) -> dict[tuple[str, str], float]:
-    out = {}
-    for key, p in (lock.get("paths_ms") or {}).items():
-        a, _, b = str(key).partition("->")
-        if isinstance(p, dict) and isinstance(p.get("delay"), int | float):
-            out[(a, b)] = float(p["delay"])
-    return out
+    return {pair: float(p["delay"]) for pair, p in lock_paths(lock).items()
+            if isinstance(p.get("delay"), int | float)}
 
 
 def _svg(name: str, width: int, height: int, title: str, body: list[str]) -> str:

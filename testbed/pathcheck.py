@@ -196,6 +196,33 @@ def span(lo: float, hi: float, unit: str = "", scale: float = 1.0) -> str:
     return f"{lo * scale:g}{unit}" if lo == hi else f"{lo * scale:g}..{hi * scale:g}{unit}"
 
 
+# -- the paths in spec.lock.yaml -----------------------------------------------------------------
+
+def lock_paths(paths: PathMatrix, sites: Mapping[str, str | None]) -> dict[str, Any]:
+    """spec.lock.yaml `paths_by_site_ms`: every ordered pair's configured path, by site pair.
+    `hosts`: each host's site (its own name for a host without one); `sites`: per ordered site
+    pair `"a->b"` the path most of its host pairs have (`delay`, `jitter` in ms, `loss`,
+    `bandwidth_bps`); `pairs`: per host pair `"h1->h2"` a path that differs from its site
+    pair's. Lossless, and a hundred hosts in ten sites take ~100 entries where one per host
+    pair (`paths_ms`, older locks) took 9,900: a lock of 0.9 MB that cost seconds to write
+    and to parse. analysis/lockfile.py `lock_paths` reads both forms."""
+    group = {h: sites.get(h) or h for h in paths.hosts}
+    cells: dict[tuple[str, str], dict[tuple[str, str], tuple[Any, ...]]] = {}
+    for (a, b), p in paths.paths.items():
+        cells.setdefault((group[a], group[b]), {})[(a, b)] = (
+            p.delay_ns / 1e6, p.jitter_ns / 1e6, p.loss, p.bandwidth_bps)
+    keys = ("delay", "jitter", "loss", "bandwidth_bps")
+    by_site: dict[str, dict[str, Any]] = {}
+    odd: dict[str, dict[str, Any]] = {}
+    for (sa, sb), pairs in cells.items():
+        values = list(pairs.values())
+        common = max(dict.fromkeys(values), key=values.count)  # first of the most frequent
+        by_site[f"{sa}->{sb}"] = dict(zip(keys, common, strict=True))
+        odd.update({f"{a}->{b}": dict(zip(keys, v, strict=True))
+                    for (a, b), v in pairs.items() if v != common})
+    return {"hosts": group, "sites": by_site, "pairs": odd}
+
+
 # -- the full tables in the run directory ----------------------------------------------------
 
 def write_paths_csv(run_dir: Path, paths: PathMatrix, sites: Mapping[str, str | None]) -> Path:

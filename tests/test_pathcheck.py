@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from analysis.lockfile import lock_paths as read_lock_paths
 from analysis.report import render_report
 from analysis.report_data import load_run
 from testbed.backends.mininet import rtt_report
@@ -17,6 +18,7 @@ from testbed.pathcheck import (
     PATHS_CSV,
     check_pairs,
     check_summary,
+    lock_paths,
     parse_ping_median,
     ping_pairs,
     site_matrix,
@@ -26,7 +28,7 @@ from testbed.pathcheck import (
 )
 from testbed.rundir import RunDir
 from testbed.spec.loader import load_experiment, load_topology
-from testbed.spec.topology import TopologySpec
+from testbed.spec.topology import PathMatrix, TopologySpec
 from tests.inproc import ROOT, run_cli
 
 REGIONS = ROOT / "topologies" / "regions-100.yaml"
@@ -263,3 +265,37 @@ def test_the_plan_prints_per_site_pair_above_twelve_hosts() -> None:
     text = plan_report(small.paths().hosts, small.paths().delay_ms(), None, False,
                        sites_of(small))
     assert "per site pair" not in text and "h4" in text.split("SETO: OAL")[0]
+
+
+def _every_pair(paths: PathMatrix) -> dict[tuple[str, str], dict[str, object]]:
+    return {(a, b): {"delay": p.delay_ns / 1e6, "jitter": p.jitter_ns / 1e6, "loss": p.loss,
+                     "bandwidth_bps": p.bandwidth_bps} for (a, b), p in paths.paths.items()}
+
+
+def test_the_lock_holds_every_pair_by_site_pair_and_older_locks_still_read() -> None:
+    regions, two = load_topology(REGIONS), load_topology(TWO_SITES)
+    matrix = load_topology(ROOT / "topologies" / "cloud-regions.yaml")
+    crossed = {h: ("x" if i % 2 == 0 else "y") for i, h in enumerate(two.paths().hosts)}
+    for paths, sites in ((regions.paths(), sites_of(regions)), (two.paths(), crossed),
+                         (matrix.paths(), sites_of(matrix))):
+        compact = lock_paths(paths, sites)
+        assert read_lock_paths({"paths_by_site_ms": compact}) == _every_pair(paths)
+    assert len(lock_paths(regions.paths(), sites_of(regions))["sites"]) == 100
+    assert lock_paths(regions.paths(), sites_of(regions))["pairs"] == {}
+    # site pairs whose host pairs differ keep the others as exceptions
+    assert lock_paths(two.paths(), crossed)["pairs"]
+    old = {"paths_ms": {"a->b": {"delay": 1.5}, "b->a": {"delay": 2.0}, "bad": {}}}
+    assert read_lock_paths(old) == {("a", "b"): {"delay": 1.5}, ("b", "a"): {"delay": 2.0}}
+
+
+def test_a_hundred_hosts_lock_is_small_and_reads_back_every_pair(tmp_path: Path) -> None:
+    """One entry per host pair made the lock of 100 hosts 0.9 MB (9,900 paths; seconds to
+    write, parse and rewrite); by site pair it is a few dozen kB."""
+    from analysis.lockfile import read_lock
+    from testbed.runner import write_lock
+
+    exp, topo = load_experiment(ROOT / "experiments" / "wan-100.yaml", "sim")
+    run = RunDir.create(tmp_path, exp.name)
+    write_lock(run, exp, topo, topo.paths())
+    assert (run.path / "spec.lock.yaml").stat().st_size < 100_000
+    assert read_lock_paths(read_lock(run.path)) == _every_pair(topo.paths())
