@@ -6,6 +6,7 @@ import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 
 def read_events(run: Path) -> dict[str, list[dict]]:
@@ -34,3 +35,14 @@ def run_dir_of(out: Path) -> Path:
     runs = sorted(p for p in out.iterdir() if p.is_dir())
     assert len(runs) == 1, runs
     return runs[0]
+
+
+def read_faults(run: Path) -> list[dict[str, Any]]:
+    """A run's fault history (faults.jsonl), a record a line."""
+    return [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
+
+
+def agent_ops(faults: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """Each management fault's operation and the value it answered: a Maelstrom nemesis acting
+    on the program through its agent, e.g. ("kill", "killed")."""
+    return [(f["params"]["exec"][0], f["measured"]["value"]) for f in faults]

@@ -10,12 +10,14 @@ are what a user sees; only the process boundary is gone.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from typer.testing import CliRunner
 
@@ -44,3 +46,12 @@ def run_cli(*args: str, env: dict[str, str] | None = None,
         stderr += "".join(traceback.format_exception(result.exception))
     return subprocess.CompletedProcess(["testbed", *args], result.exit_code, result.stdout,
                                        stderr)
+
+
+def maelstrom_run(out: Path, *args: str) -> tuple[Path, dict[str, Any]]:
+    """`testbed maelstrom test ARGS --out OUT`, which must pass: its run directory and
+    summary.json."""
+    r = run_cli("maelstrom", "test", *args, "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = sorted(p for p in out.iterdir() if p.is_dir())[-1]
+    return run, json.loads((run / "summary.json").read_text())

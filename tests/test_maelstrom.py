@@ -26,7 +26,8 @@ from nodes.maelstrom import (
     node_names,
 )
 from testbed.spec.loader import SpecError, load_experiment
-from tests.inproc import run_cli
+from tests.eventlogs import agent_ops, read_faults
+from tests.inproc import maelstrom_run, run_cli
 
 NODES = Path(__file__).resolve().parent / "maelstrom_nodes"
 needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="Node.js not installed")
@@ -282,12 +283,11 @@ def test_g_counter_in_javascript(tmp_path: Path) -> None:
 
 @needs_node
 def test_echo_in_javascript_survives_kill_and_pause(tmp_path: Path) -> None:
-    code, s, run, out = _test(tmp_path, "-w", "echo", "--bin", str(NODES / "echo.js"),
-                              "--node-count", "2", "--time-limit", "3.2", "--rate", "30",
-                              "--nemesis", "kill,pause", "--nemesis-interval", "1.5")
-    assert code == 0, out
-    faults = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
-    assert [(f["params"]["exec"][0], f["measured"]["value"]) for f in faults] == [
+    run, s = maelstrom_run(tmp_path, "--settle", "1", "-w", "echo", "--bin",
+                           str(NODES / "echo.js"), "--node-count", "2", "--time-limit", "3.2",
+                           "--rate", "30", "--nemesis", "kill,pause", "--nemesis-interval", "1.5")
+    faults = read_faults(run)
+    assert agent_ops(faults) == [
         ("kill", "killed"), ("start", "starting"), ("pause", "paused"), ("resume", "running")]
     killed = faults[0]["hosts"][0]
     rows = [json.loads(x) for x in (run / "nodes" / killed / "events.jsonl").read_text()
@@ -304,11 +304,10 @@ def test_echo_in_javascript_survives_kill_and_pause(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(libfaketime() is None, reason="libfaketime not installed (make installs it)")
 def test_clock_nemesis_skews_the_programs_wall_clock(tmp_path: Path) -> None:
-    code, s, run, out = _test(tmp_path, "-w", "echo", "--bin", str(NODES / "clock.py"),
-                              "--node-count", "2", "--time-limit", "3", "--rate", "40",
-                              "--nemesis", "clock", "--nemesis-interval", "2")
-    assert code == 0, out
-    faults = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
+    run, s = maelstrom_run(tmp_path, "--settle", "1", "-w", "echo", "--bin",
+                           str(NODES / "clock.py"), "--node-count", "2", "--time-limit", "3",
+                           "--rate", "40", "--nemesis", "clock", "--nemesis-interval", "2")
+    faults = read_faults(run)
     assert [f["params"]["exec"][0] for f in faults] == ["skew", "skew"]
     skew_ms = faults[0]["params"]["exec"][1]
     assert abs(skew_ms) >= 1000 and faults[1]["params"]["exec"][1] == 0

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.inproc import run_cli
+from tests.eventlogs import agent_ops, read_faults
+from tests.inproc import maelstrom_run, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 NODES = Path(__file__).resolve().parent / "maelstrom_nodes"
@@ -86,13 +87,11 @@ def test_partition_kill_and_pause_reach_programs_on_emulated_hosts(tmp_path: Pat
     messages between the halves and its retries carry them across after; `kill` and `pause`
     act on the program through its agent, whose clients see it go and come back."""
     pytest.importorskip(NEEDS[backend])
-    r = run_cli("maelstrom", "test", "-w", "broadcast", "--bin", str(NODES / "broadcast.py"),
-                "--node-count", "4", "--time-limit", "4", "--rate", "20", "--settle", "2",
-                "--nemesis", "partition", "--nemesis-interval", "2.5", "--backend", backend,
-                "--out", str(tmp_path / "p"))
-    assert r.returncode == 0, r.stdout + r.stderr
-    run = sorted((tmp_path / "p").iterdir())[-1]
-    faults = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
+    run, _ = maelstrom_run(tmp_path / "p", "-w", "broadcast", "--bin", str(NODES / "broadcast.py"),
+                        "--node-count", "4", "--time-limit", "4", "--rate", "20", "--settle",
+                        "2", "--nemesis", "partition", "--nemesis-interval", "2.5", "--backend",
+                        backend)
+    faults = read_faults(run)
     start, stop = (next(f["t"] for f in faults if f["phase"] == phase)
                    for phase in ("start", "stop"))
     sent: set[tuple[str, str, int, int]] = set()
@@ -110,14 +109,11 @@ def test_partition_kill_and_pause_reach_programs_on_emulated_hosts(tmp_path: Pat
     summary = json.loads((run / "summary.json").read_text())["maelstrom"]
     assert summary["valid"] and summary["lost"] == 0  # ... and the retries made up for them
 
-    r = run_cli("maelstrom", "test", "-w", "echo", "--bin", str(NODES / "clock.py"),
-                "--node-count", "2", "--time-limit", "3.2", "--rate", "30", "--settle", "1",
-                "--nemesis", "kill,pause", "--nemesis-interval", "1.5", "--backend", backend,
-                "--out", str(tmp_path / "k"))
-    assert r.returncode == 0, r.stdout + r.stderr
-    run = sorted((tmp_path / "k").iterdir())[-1]
-    faults = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
-    assert [(f["params"]["exec"][0], f["measured"]["value"]) for f in faults] == [
+    run, _ = maelstrom_run(tmp_path / "k", "-w", "echo", "--bin", str(NODES / "clock.py"),
+                        "--node-count", "2", "--time-limit", "3.2", "--rate", "30", "--settle",
+                        "1", "--nemesis", "kill,pause", "--nemesis-interval", "1.5",
+                        "--backend", backend)
+    assert agent_ops(read_faults(run)) == [
         ("kill", "killed"), ("start", "starting"), ("pause", "paused"), ("resume", "running")]
     m = json.loads((run / "summary.json").read_text())["maelstrom"]
     assert m["restarts"] == 1 and m["program_exits"] == 0 and m["ops"]["info"] > 0

@@ -28,6 +28,7 @@ from analysis import scapy_wire
 from analysis.pcap import PcapFormatError, capture_stats, pcap_to_parquet, read_pcap
 from analysis.scapy_wire import packet_row, scapy_rows
 from nodes import maelstrom, wire
+from tests.procs import stop_process
 
 T0 = 1_700_000_000_123_456_789
 T0_US = T0 // 1000 * 1000  # what a microsecond pcap can hold
@@ -426,13 +427,7 @@ def start_capture(argv: list[str], ready: str) -> subprocess.Popen[bytes]:
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_process(proc, signal.SIGINT)  # tcpdump and dumpcap flush their files on SIGINT
 
 
 @pytest.fixture(scope="module")

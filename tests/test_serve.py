@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from tests.inproc import run_cli
+from tests.procs import stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))
@@ -95,12 +96,7 @@ def start(args: list[str], host: str, port: int, ssl_ctx: ssl.SSLContext | None 
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(proc)
 
 
 @pytest.fixture(scope="module")
@@ -519,12 +515,7 @@ def test_live_view_of_a_running_local_run(tmp_path: Path) -> None:
         if browser is not None:
             browser.close()
         if run.poll() is None:  # a failed check: interrupt the run, undo what it made
-            run.send_signal(signal.SIGINT)
-            try:
-                run.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                run.kill()
-                run.wait()
+            stop_process(run, signal.SIGINT, timeout_s=30)
             run_cli("teardown", "--runs", str(root))
         stop(server)
 
