@@ -293,6 +293,14 @@ def test_faults_on_docker_keep_order_and_agreement(docker_image: dict[str, str],
     test_faults.test_partition_crash_and_clock_jump_keep_order_and_agreement(tmp_path, "docker")
 
 
+@pytest.mark.timing
+def test_a_paused_container_never_delays_the_next_fault(docker_image: dict[str, str],
+                                                        tmp_path: Path) -> None:
+    from tests import test_nemesis
+
+    test_nemesis.test_a_node_that_does_not_answer_never_delays_the_next_fault(tmp_path, "docker")
+
+
 def test_a_run_starts_the_engine_and_builds_a_missing_image_itself(
         docker_image: dict[str, str], tmp_path: Path) -> None:
     """What a new user does first: `testbed run ... --backend docker` as root, no engine

@@ -19,50 +19,55 @@ from tests.eventlogs import run_dir_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# h4 is paused (SIGSTOP) from 1 s to 6 s: its management endpoint accepts connections and
+# h4 is paused (SIGSTOP) from 1 s to 7 s: its management endpoint accepts connections and
 # answers nothing, as an overloaded or unreachable node does. The partition's block (1.5 s)
-# and heal (3.5 s) ask every node; the crash of h2 is due at 4 s.
+# and heal (3.5 s) ask every node; the crash of h2 is due at 5 s.
 EXP = """\
 name: slow-nodes
 topology:
   name: four
   sites: {a: {lan: {delay: 1ms}}}
   hosts: [{name: h1, site: a}, {name: h2, site: a}, {name: h3, site: a}, {name: h4, site: a}]
-duration: 7s
+duration: 8s
 drain: 1s
 drain_max: 4s
 protocol: {name: sequencer, params: {sequencer: h1}}
 workload: {rate: 10/s, size: 100B}
 faults:
-  - {kind: pause, host: h4, at: 1s, for: 5s}
+  - {kind: pause, host: h4, at: 1s, for: 6s}
   - {kind: partition, isolate: h3, at: 1500ms, for: 2s}
-  - {kind: crash, host: h2, at: 4s, restart_after: 1s}
+  - {kind: crash, host: h2, at: 5s, restart_after: 1s}
 """
 
 
 @pytest.mark.timing
-def test_a_node_that_does_not_answer_never_delays_the_next_fault(tmp_path: Path) -> None:
+def test_a_node_that_does_not_answer_never_delays_the_next_fault(tmp_path: Path,
+                                                                 backend: str = "local") -> None:
+    """Also on docker (tests/test_docker.py), whose partitions are iptables rules: there the
+    heal's probe asks the nodes."""
     (tmp_path / "exp.yaml").write_text(EXP)
     proc = subprocess.run([sys.executable, "-m", "testbed", "run", str(tmp_path / "exp.yaml"),
-                           "--backend", "local", "--out", str(tmp_path / "runs"),
+                           "--backend", backend, "--out", str(tmp_path / "runs"),
                            "--no-analyze"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run = run_dir_of(tmp_path / "runs")
     start = json.loads((run / "plan.json").read_text())["start_at_ns"]
     history = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
     by = {(h["kind"], h["phase"]): h for h in history}
-    # Each fault began by its time (a loaded machine's margin): the paused h4 held the block
-    # and the heal 5 s per request each before (the crash came ~10 s late).
+    # Each fault began by its time (a loaded machine's margin): before, the paused h4 held
+    # the block and the heal 5 s per request (the heal began 3 s late, the crash ~8 s).
     for (kind, phase), due_s in {("pause", "start"): 1.0, ("partition", "start"): 1.5,
-                                 ("partition", "stop"): 3.5, ("crash", "start"): 4.0,
-                                 ("crash", "stop"): 5.0, ("pause", "stop"): 6.0}.items():
+                                 ("partition", "stop"): 3.5, ("crash", "start"): 5.0,
+                                 ("crash", "stop"): 6.0, ("pause", "stop"): 7.0}.items():
         late = (by[(kind, phase)]["t"] - start) / 1e9 - due_s
-        assert late < 0.8, f"{kind} {phase} began {late:.2f} s late"
+        assert late < 1.5, f"{kind} {phase} began {late:.2f} s late"
     # What h4 did not answer is named, not waited for; the others answered.
     block, heal = by[("partition", "start")]["measured"], by[("partition", "stop")]["measured"]
-    assert block["no_answer"] == ["h4"] and heal["no_answer"] == ["h4"]
-    assert block["blocked_to"]["h3"] == ["h1", "h2", "h4"]
+    if backend == "local":  # node-side filters: the block asks the nodes too
+        assert block["no_answer"] == ["h4"]
+        assert block["blocked_to"]["h3"] == ["h1", "h2", "h4"]
+    assert heal["no_answer"] == ["h4"]
     assert "h3" in heal["suspected_before_heal"]["h1"]
     assert by[("crash", "start")]["measured"]["alive"] is False
     assert "no answer from 1 host(s) by the next fault's time: h4" in proc.stdout
