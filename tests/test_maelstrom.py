@@ -180,6 +180,69 @@ def test_bad_input_exits_2_and_dry_run_prints_the_experiment(tmp_path: Path) -> 
     assert list(tmp_path.iterdir()) == []  # nothing created
 
 
+def test_the_remote_backend_ships_the_program_and_points_its_command_at_the_copy(
+        tmp_path: Path) -> None:
+    """What `--backend remote` copies (docs/maelstrom.md, remote): the program's directory
+    (its modules beside it, modes kept, no __pycache__), a file named in a top-level directory
+    alone; the command rewritten into the copy; the command the host must have."""
+    import tarfile
+
+    from testbed.maelstrom import interpreter, program_sources, program_tarball, remote_argv
+
+    prog = tmp_path / "prog"
+    (prog / "__pycache__").mkdir(parents=True)
+    (prog / "__pycache__" / "x.pyc").write_bytes(b"x")
+    (prog / "lib").mkdir()
+    (prog / "lib" / "util.py").write_text("X = 1\n")
+    main = prog / "node.py"
+    main.write_text("#!/usr/bin/env -S python3 -u\nimport sys\n")
+    main.chmod(0o755)
+    data = tmp_path / "data.json"
+    data.write_text("{}")
+    argv = [str(main), "--data", str(data), "--flag"]
+    sources = program_sources(argv)
+    assert sources == [tmp_path]  # prog/ is inside tmp_path: copied with it
+    sources = program_sources([str(main), "--data", str(prog / "lib" / "util.py")])
+    assert sources == [prog]
+    remote = remote_argv([str(main), str(prog / "lib"), "-v"], sources, "/var/tmp/tb-x/program")
+    assert remote == ["/var/tmp/tb-x/program/0/node.py", "/var/tmp/tb-x/program/0/lib", "-v"]
+    assert interpreter([str(main)], sources) == "python3"
+    assert interpreter(["node", str(main)], sources) == "node"
+    tar = program_tarball(sources, tmp_path / "out" / "p.tar.gz")
+    with tarfile.open(tar) as t:
+        members = {m.name: m for m in t.getmembers()}
+    assert set(members) == {"0", "0/node.py", "0/lib", "0/lib/util.py"}, set(members)
+    assert members["0/node.py"].mode & 0o111 and members["0/node.py"].uid == 0
+    top = Path("/tmp") / f"tb-test-node-{tmp_path.name}.py"  # a file in a top-level dir
+    top.write_text("print()\n")
+    try:
+        assert program_sources(["python3", str(top)]) == [top]
+        assert remote_argv(["python3", str(top)], [top], "/r") == ["python3",
+                                                                    f"/r/0/{top.name}"]
+    finally:
+        top.unlink()
+    assert program_sources(["/usr/bin/python3", "-u"]) == []  # the host's own
+
+
+def test_maelstrom_logs_are_moved_onto_the_orchestrators_clock(tmp_path: Path) -> None:
+    """A remote host's clock offset (spec.lock.yaml `clocks`) comes off its events' `t`, as
+    for protocol nodes: otherwise a message would arrive before it was sent."""
+    from analysis.maelstrom import read_logs, transit
+
+    for host, rows in {"h1": [("nsend", 1_000_000_000, "n1", "n2")],
+                       "h2": [("nrecv", 1_250_000_000, "n1", "n2")]}.items():
+        d = tmp_path / "nodes" / host
+        d.mkdir(parents=True)
+        d.joinpath("events.jsonl").write_text("".join(json.dumps(
+            {"t": t, "lt": t, "node": host, "i": 0, "ev": ev, "src": src, "dest": dst,
+             "type": "gossip", "msg_id": 7, "in_reply_to": None, "size": 10}) + "\n"
+            for ev, t, src, dst in rows))
+    assert transit(read_logs(tmp_path)[0])["n1->n2"]["p50"] == 250.0
+    (tmp_path / "spec.lock.yaml").write_text(yaml.safe_dump(
+        {"clocks": {"h2": {"offset_ms": 240.0}}}))  # h2's clock runs 240 ms ahead
+    assert transit(read_logs(tmp_path)[0])["n1->n2"]["p50"] == 10.0
+
+
 def _test(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], Path, str]:
     # A short settle before the final reads (Maelstrom's 10 s): these programs gossip often.
     r = run_cli("maelstrom", "test", "--out", str(tmp_path), "--settle", "1", *args)
@@ -522,7 +585,8 @@ def test_the_spark_job_judges_like_the_in_process_judge(tmp_path: Path, spark: A
 def test_agent_in_process_keeps_the_programs_stderr_tail(tmp_path: Path) -> None:
     """The agent alone (no orchestrator): one host, the hostile program, whose 300 kB
     message to itself comes back through the agent; its stderr reaches node.log (the agent's
-    stderr) and `StderrTail`."""
+    stderr) and `StderrTail`. The test waits for what it checks (a loaded machine starts the
+    program late), then stops the agent as the drain would (`stop`)."""
     import asyncio
     import socket
     import time as _time
@@ -536,7 +600,7 @@ def test_agent_in_process_keeps_the_programs_stderr_tail(tmp_path: Path) -> None
     cfg = NodeConfig(
         node_id=0, name="h1", members=[Member(0, "h1", "127.0.0.1", port)],
         protocol="maelstrom", params={}, log_path=str(tmp_path / "events.jsonl"), seed=1,
-        start_at_ns=_time.time_ns() + 300_000_000, duration_ns=500_000_000,
+        start_at_ns=_time.time_ns() + 300_000_000, duration_ns=60_000_000_000,
         drain_ns=200_000_000,
         maelstrom={"program": [str(NODES / "hostile.py")], "workload": "echo",
                    "clients": ["c1"], "rate": 20.0})
@@ -546,9 +610,18 @@ def test_agent_in_process_keeps_the_programs_stderr_tail(tmp_path: Path) -> None
         agent = Agent(cfg)
 
         async def peek() -> None:
-            await asyncio.sleep(0.9)
-            seen["tail"] = list(agent.stderr_tail)
+            deadline = _time.monotonic() + 50
+            while _time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+                seen["tail"] = list(agent.stderr_tail)
+                seen["counters"] = dict(agent.counters)
+                if (any("got big" in line for line in seen["tail"])
+                        and seen["counters"].get("malformed", 0) >= 5
+                        and seen["counters"].get("ops_ok", 0) >= 3):
+                    break
+            await asyncio.sleep(0.2)  # nothing more may come: five malformed lines, not six
             seen["counters"] = dict(agent.counters)
+            agent.done.set()  # what the drain's `stop` does
 
         await asyncio.gather(agent.run(), peek())
 
