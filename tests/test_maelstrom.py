@@ -395,26 +395,81 @@ def test_clock_nemesis_skews_the_programs_wall_clock(tmp_path: Path) -> None:
 
 
 def test_a_crash_restarts_the_agent_and_its_program(tmp_path: Path) -> None:
-    """`kind: crash` in an experiment: SIGKILL to the agent, whose program dies with it
+    """A crash of a program's host: SIGKILL to the agent, whose program dies with it
     (PR_SET_PDEATHSIG); the restart is a new incarnation with a fresh init. The unique-ids
     program counts in memory, so the restarted one hands out its ids again: the checker
-    must catch that."""
-    exp = tmp_path / "exp.yaml"
-    exp.write_text(yaml.safe_dump({
-        "name": "crash", "backend": "local", "duration": "3s", "drain": "500ms",
+    must catch that. The test runs the runner's own steps (start_nodes, the crash and restart
+    primitives through the backend's controls as the nemesis applies them, the drain's `stop`,
+    the judge) and acts on conditions, not times: it crashes h2 once its program has handed
+    out ids and stops the run once the restarted one has, so a loaded machine that starts
+    programs late changes how long the test takes, not what it proves."""
+    import io
+    import time as _time
+
+    from rich.console import Console
+
+    from nodes.faults import Crash, FaultHistory, Restart, apply
+    from testbed.backends import make_backend
+    from testbed.rundir import RunDir
+    from testbed.runner import _watch, analyze_run, start_nodes, write_lock
+    from testbed.runplan import RunPlan
+    from testbed.teardown import teardown
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "crash", "backend": "local", "duration": "60s", "drain": "500ms",
         "topology": {"name": "flat", "sites": {"s": {"lan": {"delay": "1ms"}}},
                      "hosts": [{"name": "h1", "site": "s"}, {"name": "h2", "site": "s"}]},
         "node": {"program": [str(NODES / "unique_ids.py")], "speaks": "maelstrom"},
-        "workload": {"maelstrom": "unique-ids", "rate": "20/s"},
-        "faults": [{"kind": "crash", "host": "h2", "at": "400ms", "restart_after": "300ms"}]}))
-    r = run_cli("run", str(exp), "--out", str(tmp_path / "runs"))
-    assert r.returncode == 1, r.stdout + r.stderr
-    run = next((tmp_path / "runs").iterdir())
-    rows = [json.loads(x) for x in (run / "nodes" / "h2" / "events.jsonl").read_text()
-            .splitlines()]
-    assert [r["incarnation"] for r in rows if r["ev"] == "start"] == [0, 1]
-    assert sum(1 for r in rows if r["ev"] == "init" and r["ok"]) == 2
-    s = json.loads((run / "summary.json").read_text())
+        "workload": {"maelstrom": "unique-ids", "rate": "20/s"}}))
+    exp, topo = load_experiment(path)
+    plan = RunPlan.build(exp, topo)
+    run = RunDir.create(tmp_path / "runs", exp.name)
+    write_lock(run, exp, topo, plan.paths)
+    backend = make_backend(exp.backend, run, topo, plan.paths, seed=exp.seed)
+    console = Console(file=io.StringIO())
+
+    def rows() -> list[dict[str, Any]]:
+        log = run.path / "nodes" / "h2" / "events.jsonl"
+        text = log.read_text() if log.exists() else ""
+        return [json.loads(x) for x in text.splitlines() if x.endswith("}")]
+
+    def ids(incarnation: int) -> int:  # ids h2's program handed out in that incarnation
+        inc, n = -1, 0
+        for r in rows():
+            inc += r["ev"] == "start"
+            n += inc == incarnation and r["ev"] == "op" and r["type"] == "ok"
+        return n
+
+    def wait_for(what: str, cond: Any) -> None:
+        deadline = _time.monotonic() + 90
+        while not cond():
+            assert _time.monotonic() < deadline, f"{what}: {rows()}"
+            _time.sleep(0.05)
+
+    try:
+        plan, _ = start_nodes(plan, run, backend)
+        wait_for("the first program's ids", lambda: ids(0) >= 2)
+        history = FaultHistory(run.path / "faults.jsonl")
+        for prim in (Crash("h2"), Restart("h2")):
+            history.append(prim, _time.time_ns(), apply(backend.controls, prim))
+        wait_for("the restarted program's ids", lambda: ids(1) >= 2)
+        for host in plan.hosts:  # what the drain does once the run is over
+            run.mgmt_client(host).exec("testbed:type=Node", "stop")
+        _watch(plan, run, backend, console, plan.start_at_ns, backend.startup_ns)
+        backend.collect()
+    finally:
+        backend.down()
+        teardown(run)
+    result = analyze_run(run, exp.expect, console)
+    assert not result.ok
+    faults = [json.loads(x) for x in (run.path / "faults.jsonl").read_text().splitlines()]
+    assert [(f["kind"], f["phase"], f["measured"]["alive"]) for f in faults] == [
+        ("crash", "start", False), ("crash", "stop", True)]
+    h2 = rows()
+    assert [r["incarnation"] for r in h2 if r["ev"] == "start"] == [0, 1]
+    assert sum(1 for r in h2 if r["ev"] == "init" and r["ok"]) == 2
+    s = json.loads((run.path / "summary.json").read_text())
     assert s["maelstrom"]["restarts"] == 1 and s["maelstrom"]["program_exits"] == 0
     dup = s["checks"]["maelstrom_unique"]["examples"]
     assert dup and all(str(d).startswith("n2-") for d in dup)  # the restarted node's ids
