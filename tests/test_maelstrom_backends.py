@@ -27,6 +27,7 @@ def _run(tmp_path: Path, backend: str) -> tuple[int, dict[str, Any], Path, str]:
                 "--rate", "20", "--settle", "1", "--backend", backend, "--out", str(tmp_path))
     runs = sorted(p for p in tmp_path.iterdir() if p.is_dir())
     assert runs, r.stdout + r.stderr
+    assert (runs[-1] / "summary.json").exists(), r.stdout + r.stderr  # the run's own words
     summary = json.loads((runs[-1] / "summary.json").read_text())
     return r.returncode, summary, runs[-1], r.stdout + r.stderr
 
