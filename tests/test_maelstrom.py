@@ -501,8 +501,10 @@ def test_testbed_run_takes_the_same_experiment(tmp_path: Path) -> None:
 
 
 def test_malformed_output_is_counted_and_large_messages_arrive(tmp_path: Path) -> None:
+    # 3 s of workload: a loaded machine starts the agents late, and one that comes up after
+    # the workload's end fails the run (maelstrom_workload_ran), whatever the lines were
     code, s, run, out = _test(tmp_path, "-w", "echo", "--bin", str(NODES / "hostile.py"),
-                              "--node-count", "2", "--time-limit", "1", "--rate", "10")
+                              "--node-count", "2", "--time-limit", "3", "--rate", "10")
     assert code == 0, out
     assert s["maelstrom"]["malformed"] == 10  # five kinds on each of two hosts
     reasons = sorted(json.loads(x)["reason"] for x in
