@@ -180,6 +180,33 @@ def test_bad_input_exits_2_and_dry_run_prints_the_experiment(tmp_path: Path) -> 
     assert list(tmp_path.iterdir()) == []  # nothing created
 
 
+def test_maelstrom_test_on_remote_needs_an_inventory_and_names_its_hosts(tmp_path: Path
+                                                                         ) -> None:
+    """`--backend remote` without `--inventory`: one line, exit 2, nothing created; with
+    one, a flat network's nodes are the inventory's first hosts and the experiment records
+    the inventory (so `testbed run` of its lock finds the same hosts)."""
+    bin_ = str(NODES / "broadcast.py")
+    out = tmp_path / "runs"
+    r = run_cli("maelstrom", "test", "-w", "echo", "--bin", bin_, "--backend", "remote",
+                "--out", str(out))
+    assert r.returncode == 2 and "--inventory" in r.stdout + r.stderr, r.stdout + r.stderr
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(yaml.safe_dump({"hosts": {
+        name: {"address": f"198.19.9.{k}", "user": "root", "key": "id", "data_interface": "e1",
+               "control_address": f"198.19.9.{k}", "data_address": f"198.18.9.{k}"}
+        for k, name in enumerate(["alpha", "beta", "gamma"], 1)}}))
+    r = run_cli("maelstrom", "test", "-w", "echo", "--bin", bin_, "--backend", "remote",
+                "--node-count", "4", "--inventory", str(inv), "--out", str(out))
+    assert r.returncode == 2 and "has 3 hosts" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = run_cli("maelstrom", "test", "-w", "echo", "--bin", bin_, "--backend", "remote",
+                "--node-count", "2", "--inventory", str(inv), "--dry-run", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    spec = yaml.safe_load(r.stdout.split("dry run")[0])
+    assert spec["inventory"] == str(inv) and spec["backend"] == "remote"
+    assert [h["name"] for h in spec["topology"]["hosts"]] == ["alpha", "beta"]
+    assert not out.exists()
+
+
 def test_the_remote_backend_ships_the_program_and_points_its_command_at_the_copy(
         tmp_path: Path) -> None:
     """What `--backend remote` copies (docs/maelstrom.md, remote): the program's directory
