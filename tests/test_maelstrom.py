@@ -478,6 +478,7 @@ def test_a_crash_restarts_the_agent_and_its_program(tmp_path: Path) -> None:
         plan, _ = start_nodes(plan, run, backend)
         wait_for("the first program's ids", lambda: ids(0) >= 2)
         history = FaultHistory(run.path / "faults.jsonl")
+        assert backend.controls is not None
         for prim in (Crash("h2"), Restart("h2")):
             history.append(prim, _time.time_ns(), apply(backend.controls, prim))
         wait_for("the restarted program's ids", lambda: ids(1) >= 2)
