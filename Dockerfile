@@ -13,6 +13,13 @@ RUN if ! command -v tc >/dev/null || ! command -v iptables >/dev/null \
         iproute2 iptables tcpdump libnetfilter-queue1 && rm -rf /var/lib/apt/lists/*; \
     fi
 
+# Debian packages beyond the base, as .deb files in the context (testbed/images.py NODE_DEBS):
+# libfaketime, preloaded into a Maelstrom program for the clock nemesis (docs/maelstrom.md).
+COPY debs/ /opt/testbed/debs/
+RUN if ls /opt/testbed/debs/*.deb >/dev/null 2>&1; then \
+      dpkg -i /opt/testbed/debs/*.deb >/dev/null; \
+    fi; rm -rf /opt/testbed/debs
+
 # A venv that sees the system site-packages (Debian's numpy in the debootstrap base) and
 # provides the `python` command the backend runs.
 COPY wheels/ /opt/testbed/wheels/

@@ -92,8 +92,25 @@ def read_logs(run_dir: Path) -> tuple[dict[str, list[dict[str, Any]]], int]:
     """Each host's events by ordinal, with `inc` (analysis/deliverylog.py), and the count of
     unreadable lines."""
     logs = deliverylog.read_logs(run_dir)
-    return ({h: log.events for h, log in logs.items()},
+    return (_on_our_clock(run_dir, {h: log.events for h, log in logs.items()}),
             sum(log.malformed for log in logs.values()))
+
+
+def _on_our_clock(run_dir: Path, logs: dict[str, list[dict[str, Any]]]
+                  ) -> dict[str, list[dict[str, Any]]]:
+    """Each host's `t` moved onto the orchestrator's clock: minus the offset the remote
+    backend measured before the run (spec.lock.yaml `clocks`; analysis/ingest.py does the same
+    for protocol nodes), so that transit times and the history's order hold across hosts."""
+    from analysis.ingest import host_clock_offsets_ns
+
+    offsets = host_clock_offsets_ns(run_dir)
+    for host, rows in logs.items():
+        off = offsets.get(host, 0)
+        if off:
+            for r in rows:
+                if isinstance(r.get("t"), int):
+                    r["t"] -= off
+    return logs
 
 
 def spark_logs(run_dir: Path, master: str | None = None
@@ -131,7 +148,7 @@ def spark_logs(run_dir: Path, master: str | None = None
             bad += 1
         else:
             out[host].append(json.loads(text))
-    return {h: by_ordinal(rows) for h, rows in out.items()}, bad
+    return _on_our_clock(run_dir, {h: by_ordinal(rows) for h, rows in out.items()}), bad
 
 
 def history(logs: dict[str, list[dict[str, Any]]]) -> list[Operation]:

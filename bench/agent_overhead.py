@@ -11,7 +11,12 @@
    clients at an offered rate far above what they can do) and, side by side, straight over a
    pipe to the same program with the same number of requests in flight (goal: at least
    5,000/s per node through the agent).
-Figures on a loaded machine are noise; run it alone.
+   Side by side, during the same run: the plain baseline, two processes on the same event
+   loop as the agents (nodes/loop.py) exchanging one UDP datagram every 10 ms, each held
+   back by the same delay with the same timer (`call_at`) before it is sent; what the
+   machine's load and the loop's timers add shows there too, and the agent's own cost is
+   the difference.
+Figures on a loaded machine are noisy: read the agent's cost next to the baseline's.
 """
 
 from __future__ import annotations
@@ -45,6 +50,63 @@ def transit(latency_ms: float, seconds: float, out: Path) -> float:
     assert isinstance(per, dict)
     values = sorted(q["p50"] for q in per.values())
     return values[len(values) // 2]
+
+
+# The baseline's two processes: a datagram carries its send time (the moment the delayed
+# send was scheduled, as the agent's `nsend` is logged before its link model holds the
+# datagram); the receiver prints each one-way time in ms.
+_PLAIN = """
+import asyncio, socket, sys, time
+from nodes.loop import loop_factory
+role, port, delay, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+
+class Recv(asyncio.DatagramProtocol):
+    def datagram_received(self, data, addr):
+        print(round((time.time_ns() - int(data)) / 1e6, 4), flush=True)
+
+async def main():
+    loop = asyncio.get_running_loop()
+    if role == "recv":
+        await loop.create_datagram_endpoint(Recv, local_addr=("127.0.0.1", port))
+        await asyncio.sleep(seconds + 1)
+        return
+    t, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol,
+                                               remote_addr=("127.0.0.1", port))
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        stamp = str(time.time_ns()).encode()
+        loop.call_at(loop.time() + delay / 1e3, t.sendto, stamp)
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(delay / 1e3 + 0.1)
+
+with asyncio.Runner(loop_factory=loop_factory(tls=False)) as r:
+    r.run(main())
+"""
+
+
+def plain_start(latency_ms: float, seconds: float) -> list[subprocess.Popen[str]]:
+    """The baseline pair, started now (it runs `seconds` beside whatever runs then)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    args = [str(port), f"{latency_ms:g}", f"{seconds:g}"]
+    recv = subprocess.Popen([sys.executable, "-c", _PLAIN, "recv", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    send = subprocess.Popen([sys.executable, "-c", _PLAIN, "send", *args], cwd=ROOT, env=env,
+                            text=True)
+    return [recv, send]
+
+
+def plain_p50(procs: list[subprocess.Popen[str]]) -> float:
+    recv, send = procs
+    send.wait()
+    out, _ = recv.communicate()
+    values = sorted(float(x) for x in out.split())
+    return values[len(values) // 2] if values else float("nan")
 
 
 def through_agent(seconds: float, clients: int, out: Path) -> float:
@@ -91,11 +153,16 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="agent-overhead-") as tmp:
+        # the baseline over the whole transit run (the agents' start, then their workload)
+        plain = plain_start(args.latency_ms, args.seconds + 4)
         p50 = transit(args.latency_ms, args.seconds, Path(tmp) / "transit")
+        base = plain_p50(plain)
         agent = through_agent(args.seconds, args.clients, Path(tmp) / "echo")
     pipe = direct_pipe(args.seconds, args.clients)
     print(f"node to node through two agents: p50 {p50:.3f} ms over {args.latency_ms:g} ms "
-          f"configured: +{p50 - args.latency_ms:.3f} ms (goal <= 0.3)")
+          f"configured: +{p50 - args.latency_ms:.3f} ms; plain UDP with the same delay, same "
+          f"time: +{base - args.latency_ms:.3f} ms; the agents' own cost "
+          f"{p50 - base:+.3f} ms (goal <= 0.3)")
     print(f"echo, {args.clients} clients: {agent:,.0f} ops/s through the agent, "
           f"{pipe:,.0f} ops/s over a direct pipe ({agent / pipe:.2f}x; goal >= 5,000/s)")
 

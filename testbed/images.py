@@ -175,6 +175,49 @@ def uvloop_wheel() -> list[Path]:
     return [out]
 
 
+# Debian packages the node image gets beyond its base, as .deb files in its build context:
+# libfaketime for the Maelstrom clock nemesis (docs/maelstrom.md). Depends on libc6 only.
+NODE_DEBS = ("libfaketime",)
+
+
+def _suite() -> str:
+    try:
+        text = Path("/etc/os-release").read_text()
+    except OSError:
+        return ""
+    return next((ln.split("=", 1)[1].strip('"') for ln in text.splitlines()
+                 if ln.startswith("VERSION_CODENAME=")), "")
+
+
+def node_debs() -> list[Path]:
+    """NODE_DEBS as .deb files, cached in CACHE/debs: from this machine's apt cache (where
+    `make` installed them), else downloaded from its Debian mirror (`apt-get download`), only
+    when this machine runs the base's suite (the same package the base would get; no
+    registry). A package found neither way is left out: the image then lacks it (its nodes
+    say so, e.g. `maelstrom.clock.not_faked`)."""
+    out = CACHE / "debs"
+    if _suite() != SUITE:
+        return cached_debs()
+    for pkg in NODE_DEBS:
+        if list(out.glob(f"{pkg}_*.deb")):
+            continue
+        with contextlib.suppress(OSError):
+            out.mkdir(parents=True, exist_ok=True)
+            local = sorted(Path("/var/cache/apt/archives").glob(f"{pkg}_*_amd64.deb"))
+            if local:
+                shutil.copyfile(local[-1], out / local[-1].name)
+                continue
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                subprocess.run(["apt-get", "download", "-q", pkg], cwd=out,
+                               capture_output=True, timeout=120)
+    return cached_debs()
+
+
+def cached_debs() -> list[Path]:
+    """The .deb files the node image installs, as cached here (node_debs)."""
+    return sorted(f for pkg in NODE_DEBS for f in (CACHE / "debs").glob(f"{pkg}_*.deb"))
+
+
 def cached_wheels() -> list[Path]:
     """The wheels the node image installs, as cached here (see shaper_wheels, uvloop_wheel)."""
     found = sorted((CACHE / "wheels").glob("[Nn]etfilter[Qq]ueue-*.whl"))
@@ -198,6 +241,8 @@ def _context_files(wheels: list[Path]) -> dict[str, Path]:
         files[f"app/{f.relative_to(ROOT)}"] = f
     for w in wheels:
         files[f"wheels/{w.name}"] = w
+    for d in cached_debs():
+        files[f"debs/{d.name}"] = d
     return files
 
 
@@ -213,6 +258,7 @@ def expected_tag() -> str:
     what the docker backend runs unless told otherwise."""
     with contextlib.suppress(OSError):  # packed here too, so the tag counts it as build() does
         uvloop_wheel()
+    node_debs()
     return node_tag(base_tag(), cached_wheels())
 
 
@@ -224,6 +270,7 @@ def build(base: str = "auto", rebuild: bool = False) -> dict[str, str]:
     try:
         base_name = ensure_base(docker, base)
         wheels = shaper_wheels() + uvloop_wheel()
+        node_debs()
         tag = node_tag(base_name, wheels)
         if not rebuild:
             try:
@@ -236,6 +283,7 @@ def build(base: str = "auto", rebuild: bool = False) -> dict[str, str]:
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, dst)
             (Path(ctx) / "wheels").mkdir(exist_ok=True)
+            (Path(ctx) / "debs").mkdir(exist_ok=True)
             image, _ = docker.images.build(
                 path=ctx, tag=tag, buildargs={"BASE_IMAGE": base_name}, rm=True,
                 forcerm=True, network_mode="host",

@@ -109,3 +109,96 @@ def is_nodejs(program: list[str]) -> bool:
     return first.startswith(b"#!") and any(
         w in (b"node", b"nodejs") or w.endswith((b"/node", b"/nodejs"))
         for w in first[2:].split())
+
+
+MAX_PROGRAM_BYTES = 256 << 20  # what the remote backend copies to every host, at most
+_SKIPPED = ("__pycache__", ".git")
+
+
+class ProgramError(Exception):
+    """The program cannot be shipped to remote hosts; one sentence for the user."""
+
+
+def program_sources(program: list[str]) -> list[Path]:
+    """What the remote backend copies to each host for `program` (docs/maelstrom.md,
+    remote): the directories docker binds (`program_dirs`), and an absolute file argument
+    whose directory is a top-level one (`/tmp/node.py`) alone."""
+    out = [Path(d) for d in program_dirs(program)]
+    for arg in program:
+        p = Path(arg)
+        try:
+            if p.is_absolute() and p.is_file() and str(p.parent) in _TOP \
+                    and not any(p.is_relative_to(s) for s in _SYSTEM) and p not in out:
+                out.append(p)
+        except OSError:
+            continue
+    return out
+
+
+def remote_argv(program: list[str], sources: list[Path], root: str) -> list[str]:
+    """The program's command on a remote host, where source k was unpacked as `root/k`:
+    every argument inside a copied source points into its copy; the rest (`python3`, flags)
+    is left as it is."""
+    out = []
+    for arg in program:
+        p = Path(arg)
+        for k, src in enumerate(sources):
+            if p.is_absolute() and (p == src or p.is_relative_to(src)):
+                rel = p.relative_to(src)
+                base = f"{root}/{k}" if src.is_dir() else f"{root}/{k}/{src.name}"
+                arg = base if str(rel) == "." else f"{base}/{rel}"
+                break
+        out.append(arg)
+    return out
+
+
+def program_tarball(sources: list[Path], out: Path) -> Path:
+    """Source k as `k/...` (a file as `k/NAME`) in a gzip tarball at `out`, modes kept (an
+    executable program stays executable), `__pycache__` and `.git` left out. Raises
+    ProgramError past MAX_PROGRAM_BYTES."""
+    import tarfile
+
+    total = 0
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        nonlocal total
+        if any(part in _SKIPPED for part in Path(info.name).parts):
+            return None
+        total += info.size
+        if total > MAX_PROGRAM_BYTES:
+            raise ProgramError(f"the program's files are over {MAX_PROGRAM_BYTES >> 20} MiB "
+                               f"({', '.join(map(str, sources))}); the remote backend copies "
+                               "them to every host")
+        info.uid = info.gid = 0
+        info.uname = info.gname = "root"
+        return info
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(out, "w:gz") as tar:
+        for k, src in enumerate(sources):
+            name = str(k) if src.is_dir() else f"{k}/{src.name}"
+            tar.add(src, arcname=name, filter=keep)
+    return out
+
+
+def interpreter(argv: list[str], sources: list[Path]) -> str:
+    """The command a remote host must have to run the program: its first argument when that
+    is not one of the copied files (`python3`, `node`), else the file's `#!` interpreter
+    (`/usr/bin/env node` -> `node`); empty for a binary."""
+    first = Path(argv[0])
+    if not any(first == s or first.is_relative_to(s) for s in sources if first.is_absolute()):
+        return argv[0]
+    try:
+        with open(first, "rb") as f:
+            line = f.readline(200)
+    except OSError:
+        return ""
+    if not line.startswith(b"#!"):
+        return ""
+    words = line[2:].decode("utf-8", "replace").split()
+    if not words:
+        return ""
+    if Path(words[0]).name == "env":
+        rest = [w for w in words[1:] if not w.startswith("-")]
+        return rest[0] if rest else ""
+    return words[0]

@@ -181,6 +181,96 @@ def test_bad_input_exits_2_and_dry_run_prints_the_experiment(tmp_path: Path) -> 
     assert list(tmp_path.iterdir()) == []  # nothing created
 
 
+def test_maelstrom_test_on_remote_needs_an_inventory_and_names_its_hosts(tmp_path: Path
+                                                                         ) -> None:
+    """`--backend remote` without `--inventory`: one line, exit 2, nothing created; with
+    one, a flat network's nodes are the inventory's first hosts and the experiment records
+    the inventory (so `testbed run` of its lock finds the same hosts)."""
+    bin_ = str(NODES / "broadcast.py")
+    out = tmp_path / "runs"
+    r = run_cli("maelstrom", "test", "-w", "echo", "--bin", bin_, "--backend", "remote",
+                "--out", str(out))
+    assert r.returncode == 2 and "--inventory" in r.stdout + r.stderr, r.stdout + r.stderr
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(yaml.safe_dump({"hosts": {
+        name: {"address": f"198.19.9.{k}", "user": "root", "key": "id", "data_interface": "e1",
+               "control_address": f"198.19.9.{k}", "data_address": f"198.18.9.{k}"}
+        for k, name in enumerate(["alpha", "beta", "gamma"], 1)}}))
+    r = run_cli("maelstrom", "test", "-w", "echo", "--bin", bin_, "--backend", "remote",
+                "--node-count", "4", "--inventory", str(inv), "--out", str(out))
+    assert r.returncode == 2 and "has 3 hosts" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = run_cli("maelstrom", "test", "-w", "echo", "--bin", bin_, "--backend", "remote",
+                "--node-count", "2", "--inventory", str(inv), "--dry-run", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    spec = yaml.safe_load(r.stdout.split("dry run")[0])
+    assert spec["inventory"] == str(inv) and spec["backend"] == "remote"
+    assert [h["name"] for h in spec["topology"]["hosts"]] == ["alpha", "beta"]
+    assert not out.exists()
+
+
+def test_the_remote_backend_ships_the_program_and_points_its_command_at_the_copy(
+        tmp_path: Path) -> None:
+    """What `--backend remote` copies (docs/maelstrom.md, remote): the program's directory
+    (its modules beside it, modes kept, no __pycache__), a file named in a top-level directory
+    alone; the command rewritten into the copy; the command the host must have."""
+    import tarfile
+
+    from testbed.maelstrom import interpreter, program_sources, program_tarball, remote_argv
+
+    prog = tmp_path / "prog"
+    (prog / "__pycache__").mkdir(parents=True)
+    (prog / "__pycache__" / "x.pyc").write_bytes(b"x")
+    (prog / "lib").mkdir()
+    (prog / "lib" / "util.py").write_text("X = 1\n")
+    main = prog / "node.py"
+    main.write_text("#!/usr/bin/env -S python3 -u\nimport sys\n")
+    main.chmod(0o755)
+    data = tmp_path / "data.json"
+    data.write_text("{}")
+    argv = [str(main), "--data", str(data), "--flag"]
+    sources = program_sources(argv)
+    assert sources == [tmp_path]  # prog/ is inside tmp_path: copied with it
+    sources = program_sources([str(main), "--data", str(prog / "lib" / "util.py")])
+    assert sources == [prog]
+    remote = remote_argv([str(main), str(prog / "lib"), "-v"], sources, "/var/tmp/tb-x/program")
+    assert remote == ["/var/tmp/tb-x/program/0/node.py", "/var/tmp/tb-x/program/0/lib", "-v"]
+    assert interpreter([str(main)], sources) == "python3"
+    assert interpreter(["node", str(main)], sources) == "node"
+    tar = program_tarball(sources, tmp_path / "out" / "p.tar.gz")
+    with tarfile.open(tar) as t:
+        members = {m.name: m for m in t.getmembers()}
+    assert set(members) == {"0", "0/node.py", "0/lib", "0/lib/util.py"}, set(members)
+    assert members["0/node.py"].mode & 0o111 and members["0/node.py"].uid == 0
+    top = Path("/tmp") / f"tb-test-node-{tmp_path.name}.py"  # a file in a top-level dir
+    top.write_text("print()\n")
+    try:
+        assert program_sources(["python3", str(top)]) == [top]
+        assert remote_argv(["python3", str(top)], [top], "/r") == ["python3",
+                                                                    f"/r/0/{top.name}"]
+    finally:
+        top.unlink()
+    assert program_sources(["/usr/bin/python3", "-u"]) == []  # the host's own
+
+
+def test_maelstrom_logs_are_moved_onto_the_orchestrators_clock(tmp_path: Path) -> None:
+    """A remote host's clock offset (spec.lock.yaml `clocks`) comes off its events' `t`, as
+    for protocol nodes: otherwise a message would arrive before it was sent."""
+    from analysis.maelstrom import read_logs, transit
+
+    for host, rows in {"h1": [("nsend", 1_000_000_000, "n1", "n2")],
+                       "h2": [("nrecv", 1_250_000_000, "n1", "n2")]}.items():
+        d = tmp_path / "nodes" / host
+        d.mkdir(parents=True)
+        d.joinpath("events.jsonl").write_text("".join(json.dumps(
+            {"t": t, "lt": t, "node": host, "i": 0, "ev": ev, "src": src, "dest": dst,
+             "type": "gossip", "msg_id": 7, "in_reply_to": None, "size": 10}) + "\n"
+            for ev, t, src, dst in rows))
+    assert transit(read_logs(tmp_path)[0])["n1->n2"]["p50"] == 250.0
+    (tmp_path / "spec.lock.yaml").write_text(yaml.safe_dump(
+        {"clocks": {"h2": {"offset_ms": 240.0}}}))  # h2's clock runs 240 ms ahead
+    assert transit(read_logs(tmp_path)[0])["n1->n2"]["p50"] == 10.0
+
+
 def _test(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], Path, str]:
     # A short settle before the final reads (Maelstrom's 10 s): these programs gossip often.
     r = run_cli("maelstrom", "test", "--out", str(tmp_path), "--settle", "1", *args)
@@ -331,26 +421,82 @@ def test_clock_nemesis_skews_the_programs_wall_clock(tmp_path: Path) -> None:
 
 
 def test_a_crash_restarts_the_agent_and_its_program(tmp_path: Path) -> None:
-    """`kind: crash` in an experiment: SIGKILL to the agent, whose program dies with it
+    """A crash of a program's host: SIGKILL to the agent, whose program dies with it
     (PR_SET_PDEATHSIG); the restart is a new incarnation with a fresh init. The unique-ids
     program counts in memory, so the restarted one hands out its ids again: the checker
-    must catch that."""
-    exp = tmp_path / "exp.yaml"
-    exp.write_text(yaml.safe_dump({
-        "name": "crash", "backend": "local", "duration": "3s", "drain": "500ms",
+    must catch that. The test runs the runner's own steps (start_nodes, the crash and restart
+    primitives through the backend's controls as the nemesis applies them, the drain's `stop`,
+    the judge) and acts on conditions, not times: it crashes h2 once its program has handed
+    out ids and stops the run once the restarted one has, so a loaded machine that starts
+    programs late changes how long the test takes, not what it proves."""
+    import io
+    import time as _time
+
+    from rich.console import Console
+
+    from nodes.faults import Crash, FaultHistory, Restart, apply
+    from testbed.backends import make_backend
+    from testbed.rundir import RunDir
+    from testbed.runner import _watch, analyze_run, start_nodes, write_lock
+    from testbed.runplan import RunPlan
+    from testbed.teardown import teardown
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "crash", "backend": "local", "duration": "60s", "drain": "500ms",
         "topology": {"name": "flat", "sites": {"s": {"lan": {"delay": "1ms"}}},
                      "hosts": [{"name": "h1", "site": "s"}, {"name": "h2", "site": "s"}]},
         "node": {"program": [str(NODES / "unique_ids.py")], "speaks": "maelstrom"},
-        "workload": {"maelstrom": "unique-ids", "rate": "20/s"},
-        "faults": [{"kind": "crash", "host": "h2", "at": "400ms", "restart_after": "300ms"}]}))
-    r = run_cli("run", str(exp), "--out", str(tmp_path / "runs"))
-    assert r.returncode == 1, r.stdout + r.stderr
-    run = next((tmp_path / "runs").iterdir())
-    rows = [json.loads(x) for x in (run / "nodes" / "h2" / "events.jsonl").read_text()
-            .splitlines()]
-    assert [r["incarnation"] for r in rows if r["ev"] == "start"] == [0, 1]
-    assert sum(1 for r in rows if r["ev"] == "init" and r["ok"]) == 2
-    s = json.loads((run / "summary.json").read_text())
+        "workload": {"maelstrom": "unique-ids", "rate": "20/s"}}))
+    exp, topo = load_experiment(path)
+    plan = RunPlan.build(exp, topo)
+    run = RunDir.create(tmp_path / "runs", exp.name)
+    write_lock(run, exp, topo, plan.paths)
+    backend = make_backend(exp.backend, run, topo, plan.paths, seed=exp.seed)
+    console = Console(file=io.StringIO())
+
+    def rows() -> list[dict[str, Any]]:
+        log = run.path / "nodes" / "h2" / "events.jsonl"
+        text = log.read_text() if log.exists() else ""
+        return [json.loads(x) for x in text.splitlines() if x.endswith("}")]
+
+    def ids(incarnation: int) -> int:  # ids h2's program handed out in that incarnation
+        inc, n = -1, 0
+        for r in rows():
+            inc += r["ev"] == "start"
+            n += inc == incarnation and r["ev"] == "op" and r["type"] == "ok"
+        return n
+
+    def wait_for(what: str, cond: Any) -> None:
+        deadline = _time.monotonic() + 90
+        while not cond():
+            assert _time.monotonic() < deadline, f"{what}: {rows()}"
+            _time.sleep(0.05)
+
+    try:
+        plan, _ = start_nodes(plan, run, backend)
+        wait_for("the first program's ids", lambda: ids(0) >= 2)
+        history = FaultHistory(run.path / "faults.jsonl")
+        assert backend.controls is not None
+        for prim in (Crash("h2"), Restart("h2")):
+            history.append(prim, _time.time_ns(), apply(backend.controls, prim))
+        wait_for("the restarted program's ids", lambda: ids(1) >= 2)
+        for host in plan.hosts:  # what the drain does once the run is over
+            run.mgmt_client(host).exec("testbed:type=Node", "stop")
+        _watch(plan, run, backend, console, plan.start_at_ns, backend.startup_ns)
+        backend.collect()
+    finally:
+        backend.down()
+        teardown(run)
+    result = analyze_run(run, exp.expect, console)
+    assert not result.ok
+    faults = [json.loads(x) for x in (run.path / "faults.jsonl").read_text().splitlines()]
+    assert [(f["kind"], f["phase"], f["measured"]["alive"]) for f in faults] == [
+        ("crash", "start", False), ("crash", "stop", True)]
+    h2 = rows()
+    assert [r["incarnation"] for r in h2 if r["ev"] == "start"] == [0, 1]
+    assert sum(1 for r in h2 if r["ev"] == "init" and r["ok"]) == 2
+    s = json.loads((run.path / "summary.json").read_text())
     assert s["maelstrom"]["restarts"] == 1 and s["maelstrom"]["program_exits"] == 0
     dup = s["checks"]["maelstrom_unique"]["examples"]
     assert dup and all(str(d).startswith("n2-") for d in dup)  # the restarted node's ids
@@ -382,8 +528,10 @@ def test_testbed_run_takes_the_same_experiment(tmp_path: Path) -> None:
 
 
 def test_malformed_output_is_counted_and_large_messages_arrive(tmp_path: Path) -> None:
+    # 3 s of workload: a loaded machine starts the agents late, and one that comes up after
+    # the workload's end fails the run (maelstrom_workload_ran), whatever the lines were
     code, s, run, out = _test(tmp_path, "-w", "echo", "--bin", str(NODES / "hostile.py"),
-                              "--node-count", "2", "--time-limit", "1", "--rate", "10")
+                              "--node-count", "2", "--time-limit", "3", "--rate", "10")
     assert code == 0, out
     assert s["maelstrom"]["malformed"] == 10  # five kinds on each of two hosts
     reasons = sorted(json.loads(x)["reason"] for x in
@@ -521,7 +669,8 @@ def test_the_spark_job_judges_like_the_in_process_judge(tmp_path: Path, spark: A
 def test_agent_in_process_keeps_the_programs_stderr_tail(tmp_path: Path) -> None:
     """The agent alone (no orchestrator): one host, the hostile program, whose 300 kB
     message to itself comes back through the agent; its stderr reaches node.log (the agent's
-    stderr) and `StderrTail`."""
+    stderr) and `StderrTail`. The test waits for what it checks (a loaded machine starts the
+    program late), then stops the agent as the drain would (`stop`)."""
     import asyncio
     import socket
     import time as _time
@@ -535,7 +684,7 @@ def test_agent_in_process_keeps_the_programs_stderr_tail(tmp_path: Path) -> None
     cfg = NodeConfig(
         node_id=0, name="h1", members=[Member(0, "h1", "127.0.0.1", port)],
         protocol="maelstrom", params={}, log_path=str(tmp_path / "events.jsonl"), seed=1,
-        start_at_ns=_time.time_ns() + 300_000_000, duration_ns=500_000_000,
+        start_at_ns=_time.time_ns() + 300_000_000, duration_ns=60_000_000_000,
         drain_ns=200_000_000,
         maelstrom={"program": [str(NODES / "hostile.py")], "workload": "echo",
                    "clients": ["c1"], "rate": 20.0})
@@ -545,9 +694,18 @@ def test_agent_in_process_keeps_the_programs_stderr_tail(tmp_path: Path) -> None
         agent = Agent(cfg)
 
         async def peek() -> None:
-            await asyncio.sleep(0.9)
-            seen["tail"] = list(agent.stderr_tail)
+            deadline = _time.monotonic() + 50
+            while _time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+                seen["tail"] = list(agent.stderr_tail)
+                seen["counters"] = dict(agent.counters)
+                if (any("got big" in line for line in seen["tail"])
+                        and seen["counters"].get("malformed", 0) >= 5
+                        and seen["counters"].get("ops_ok", 0) >= 3):
+                    break
+            await asyncio.sleep(0.2)  # nothing more may come: five malformed lines, not six
             seen["counters"] = dict(agent.counters)
+            agent.done.set()  # what the drain's `stop` does
 
         await asyncio.gather(agent.run(), peek())
 

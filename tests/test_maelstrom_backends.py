@@ -28,6 +28,7 @@ def _run(tmp_path: Path, backend: str) -> tuple[int, dict[str, Any], Path, str]:
                 "--rate", "20", "--settle", "1", "--backend", backend, "--out", str(tmp_path))
     runs = sorted(p for p in tmp_path.iterdir() if p.is_dir())
     assert runs, r.stdout + r.stderr
+    assert (runs[-1] / "summary.json").exists(), r.stdout + r.stderr  # the run's own words
     summary = json.loads((runs[-1] / "summary.json").read_text())
     return r.returncode, summary, runs[-1], r.stdout + r.stderr
 
@@ -117,3 +118,38 @@ def test_partition_kill_and_pause_reach_programs_on_emulated_hosts(tmp_path: Pat
         ("kill", "killed"), ("start", "starting"), ("pause", "paused"), ("resume", "running")]
     m = json.loads((run / "summary.json").read_text())["maelstrom"]
     assert m["restarts"] == 1 and m["program_exits"] == 0 and m["ops"]["info"] > 0
+
+
+@pytest.mark.root
+@pytest.mark.timing
+def test_clock_nemesis_skews_a_program_in_a_docker_node(tmp_path: Path) -> None:
+    """The node image carries Debian's libfaketime (testbed/images.py NODE_DEBS): the agent in
+    the container preloads it, and one program's wall clock is off by the skew while the
+    other's keeps true time, as on local."""
+    pytest.importorskip("docker")
+    r = run_cli("maelstrom", "test", "-w", "echo", "--bin", str(NODES / "clock.py"),
+                "--node-count", "2", "--time-limit", "3", "--rate", "40", "--settle", "1",
+                "--nemesis", "clock", "--nemesis-interval", "2", "--backend", "docker",
+                "--out", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = sorted(p for p in tmp_path.iterdir() if p.is_dir())[-1]
+    faults = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
+    assert [f["params"]["exec"][0] for f in faults] == ["skew", "skew"]
+    skew_ms, host = faults[0]["params"]["exec"][1], faults[0]["hosts"][0]
+
+    def offsets(h: str) -> list[float]:  # the program's wall clock minus its monotonic one
+        return [float(w) - float(m) for line in (run / "nodes" / h / "node.log").read_text()
+                .splitlines() if line.startswith("clock ") for _, w, m in [line.split()]]
+
+    mine = offsets(host)
+    assert len(mine) > 8
+    shifts = [round((o - mine[-1]) * 1000) for o in mine]  # the last ones: true time again
+    assert any(abs(d - skew_ms) < 100 for d in shifts), (skew_ms, shifts)
+    assert all(abs(d - skew_ms) < 100 or abs(d) < 100 for d in shifts), shifts
+    theirs = offsets(next(h for h in ("n1", "n2") if h != host))
+    assert theirs and max(theirs) - min(theirs) < 0.1
+    clock = json.loads((run / "summary.json").read_text())["maelstrom"]["clock"]
+    assert clock["faked"] == [host] and clock["not_faked"] == [] and clock["skews"] == 2
+    start = next(json.loads(x) for x in (run / "nodes" / host / "events.jsonl").read_text()
+                 .splitlines() if '"ev":"start"' in x)
+    assert start["faketime"].endswith("/faketime/libfaketime.so.1"), start

@@ -287,3 +287,47 @@ def test_the_fault_schedule_runs_on_the_remote_backend_with_measured_effects(
     # the +50 ms jump shows in lt - t on h2, from the fault time on
     h2_skew = [e["lt"] - e["t"] for e in events["h2"] if e["ev"] == "fnl"]
     assert h2_skew[0] == 0 and h2_skew[-1] == 50_000_000
+
+
+MAELSTROM_NODES = ROOT / "tests" / "maelstrom_nodes"
+
+
+@pytest.mark.timing
+def test_a_maelstrom_program_runs_on_the_remote_hosts_valid_and_invalid(
+        lab: Path, tmp_path: Path) -> None:
+    """`testbed maelstrom test --backend remote` (docs/maelstrom.md): the program's directory
+    (broadcast.py imports mnode.py beside it) is copied into the run's directory on every
+    host, the agents run it there; gossip with retries is valid, a broadcast that never
+    forwards loses values and is invalid. Nothing is left on the hosts."""
+    def run(out: Path, *extra: str) -> tuple[int, dict[str, Any], Path, str]:
+        proc = _testbed("maelstrom", "test", "-w", "broadcast", "--bin",
+                        str(MAELSTROM_NODES / "broadcast.py"), "--node-count", "4",
+                        "--time-limit", "4", "--rate", "20", "--settle", "2", "--latency", "2",
+                        "--backend", "remote", "--inventory", str(lab), "--out", str(out),
+                        *extra, timeout=600)
+        run_dir = run_dir_of(out)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        return proc.returncode, summary, run_dir, proc.stdout
+
+    code, s, run_dir, out = run(tmp_path / "ok")
+    m = s["maelstrom"]
+    assert code == 0, out
+    assert out.rstrip().splitlines()[-1].startswith("Everything looks good!"), out
+    assert m["valid"] and m["lost"] == 0 and m["acknowledged"] > 5, m
+    assert m["names"] == {"h1": "n1", "h2": "n2", "h3": "n3", "h4": "n4"}, m["names"]
+    assert m["server_messages"] > 0 and min(q["p50"] for q in m["transit_ms"].values()) >= 1.5
+    run_id = run_dir.name.rsplit("-", 1)[1]
+    starts = [e for e in read_events(run_dir)["h1"] if e["ev"] == "start"]
+    # the agent ran the copy on the host, not a path of this machine
+    assert starts[0]["program"] == [f"/var/tmp/tb-{run_id}/program/0/broadcast.py"], starts
+    lock = yaml.safe_load((run_dir / "spec.lock.yaml").read_text())
+    assert lock["experiment"]["inventory"] == str(lab) and set(lock["clocks"]) == {
+        "h1", "h2", "h3", "h4"}
+    assert _host_leftovers(lab, run_id) == {}
+
+    code, s, run_dir, out = run(tmp_path / "lost", "--", "--no-forward")
+    assert code == 1, out
+    assert out.rstrip().splitlines()[-1].startswith("Analysis invalid!"), out
+    assert s["maelstrom"]["lost"] > 0 and s["checks"]["maelstrom_lost"]["violations"] > 0
+    assert s["maelstrom"]["ops"]["total"] > 20
+    assert _host_leftovers(lab, run_dir.name.rsplit("-", 1)[1]) == {}

@@ -57,6 +57,14 @@ from testbed.hosts.base import HostError
 from testbed.hosts.partitions import Partitions
 from testbed.hosts.ssh import ClockSample, SSHHost, control_path
 from testbed.images import node_program
+from testbed.maelstrom import (
+    ProgramError,
+    interpreter,
+    program_of_run,
+    program_sources,
+    program_tarball,
+    remote_argv,
+)
 from testbed.rundir import RunDir
 from testbed.shaping import netem
 from testbed.shaping.plan import ClassPlan, HostPlan, change_link, host_plans
@@ -143,6 +151,9 @@ class RemoteBackend(Backend):
         self.controls = Controls(process=self, network=self, node=self.node_side)
         self.playbooks: Playbooks | None = None
         self.startup_ns = STARTUP_BASE_NS + STARTUP_PER_HOST_NS * len(paths.hosts)
+        # A Maelstrom program's files, copied to every host by prepare (docs/maelstrom.md)
+        self.program_root = f"{self.dir}/program"
+        self.program_sources: list[Path] = []
 
     # -- up -----------------------------------------------------------------------------------
     def up(self) -> Realised:
@@ -195,10 +206,31 @@ class RemoteBackend(Backend):
         tar, digest = bundle(self.run.path / "ansible")
         wheels = sorted(WHEELS.glob("[Nn]etfilter[Qq]ueue-*.whl"))
         common = {"tb_root": REMOTE_ROOT, "tb_bundle": str(tar.resolve()),
-                  "tb_bundle_hash": digest, "tb_wheel": str(wheels[-1]) if wheels else ""}
+                  "tb_bundle_hash": digest, "tb_wheel": str(wheels[-1]) if wheels else "",
+                  **self._program()}
         return self._step("prepare", {h: {**common, "tb_data_dev": i.data_interface,
                                           "tb_data_addr": i.data_address}
                                       for h, i in self.inv.items()})
+
+    def _program(self) -> dict[str, str]:
+        """A Maelstrom program's part of prepare: its files as one tarball (unpacked into
+        the run's directory on each host, `program/<k>`), the command the host must have."""
+        program = program_of_run(self.run.path)
+        if not program:
+            return {}
+        self.program_sources = program_sources(program)
+        argv = remote_argv(program, self.program_sources, self.program_root)
+        tar = ""
+        if self.program_sources:
+            try:
+                tar = str(program_tarball(self.program_sources, self.run.path / "ansible"
+                                          / f"program-{self.run.run_id}.tar.gz"))
+            except (ProgramError, OSError) as exc:
+                raise BackendError(str(exc)) from None
+        self.run.journal.append("program", sources=[str(s) for s in self.program_sources],
+                                argv=argv)
+        return {"tb_program_tar": tar, "tb_program_root": self.program_root,
+                "tb_program_cmd": interpreter(program, self.program_sources)}
 
     def measure_clocks(self) -> dict[str, ClockSample]:
         """Each host's clock offset (NTP-style over SSH, best round trip), into spec.lock.yaml
@@ -257,8 +289,13 @@ class RemoteBackend(Backend):
     def _node_config(self, cfg: NodeConfig) -> NodeConfig:
         """The config as the host sees it: its own paths, and the start in its own clock."""
         offset_ns = int(self.clocks[cfg.name].offset_s * 1e9) if cfg.name in self.clocks else 0
+        maelstrom = cfg.maelstrom
+        if maelstrom.get("program"):  # the program's copy on the host (prepare)
+            maelstrom = {**maelstrom, "program": remote_argv(
+                [str(a) for a in maelstrom["program"]], self.program_sources,
+                self.program_root)}
         return replace(cfg, log_path=f"{self.dir}/nodes/{cfg.name}/events.jsonl",
-                       start_at_ns=cfg.start_at_ns + offset_ns)
+                       start_at_ns=cfg.start_at_ns + offset_ns, maelstrom=maelstrom)
 
     def _config_text(self, cfg: NodeConfig) -> str:
         local = self.run.node_dir(cfg.name) / "node.json"
@@ -345,7 +382,8 @@ class RemoteBackend(Backend):
         h.spawn([f"{REMOTE_ROOT}/venv/bin/python", "-m", "nodes", "--config",
                  f"{self.dir}/node.json"], pidfile=f"{self.dir}/pids/node.pid",
                 log=f"{self.dir}/nodes/{host}/node.log",
-                env={"PYTHONPATH": f"{REMOTE_ROOT}/app", "TESTBED_RUN_ID": self.run.run_id})
+                env={"PYTHONPATH": f"{REMOTE_ROOT}/app", "TESTBED_RUN_ID": self.run.run_id},
+                cwd=self.dir)
         self.crashed.discard(host)
         self.running[host] = True
         self._fetch_control(host)

@@ -75,10 +75,24 @@ def _faults(nemesis: list[str], interval_s: float, duration_s: float, hosts: lis
     return out
 
 
+def _inventory_hosts(inventory: Path, count: int) -> list[str]:
+    """A flat network on the remote backend: its hosts are the inventory's first `count`
+    (in the inventory's order), which are n1..nN to the program."""
+    from testbed.backends.ansible import InventoryError, load_inventory
+
+    try:
+        names = list(load_inventory(inventory))
+    except InventoryError as exc:
+        raise fail(str(exc)) from None
+    if count > len(names):
+        raise fail(f"--node-count {count} but {inventory} has {len(names)} hosts")
+    return names[:count]
+
+
 def build(workload: str, program: list[str], node_count: int, time_limit: float, rate: float,
           concurrency: str, latency: float, latency_dist: str, topology: str,
           nemesis: list[str], interval: float, net: Path | None, backend: str,
-          seed: int, settle: float = 10.0) -> dict[str, Any]:
+          seed: int, settle: float = 10.0, inventory: Path | None = None) -> dict[str, Any]:
     """The experiment (with its topology inline, or the `--net` file) the flags describe."""
     if workload not in WORKLOADS:
         raise fail(f"-w {workload!r}: not a workload; known: {', '.join(WORKLOADS)}")
@@ -96,6 +110,12 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
         raise fail("--time-limit, --rate and --nemesis-interval must be positive, --latency "
                    "and --settle not negative")
     topo: Any
+    where: dict[str, Any] = {}
+    if backend == "remote":  # the hosts (docs/remote.md); recorded in the spec
+        if inventory is None or not inventory.is_file():
+            raise fail("--backend remote needs --inventory hosts.yaml (`testbed lab up` writes "
+                       f"one){f': no file {inventory}' if inventory else ''}")
+        where["inventory"] = str(inventory.resolve())
     if net is not None:
         try:
             data = yaml.safe_load(net.read_text())
@@ -109,6 +129,8 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
         if node_count < 1:
             raise fail("--node-count must be at least 1")
         hosts = node_names(node_count)
+        if inventory is not None and backend == "remote":
+            hosts = _inventory_hosts(inventory, node_count)
         lan: dict[str, Any] = {"delay": f"{latency:g}ms"}
         if latency_dist in ("uniform", "exponential") and latency > 0:
             # uniform: between 0 and twice --latency; exponential: delay + jitter x (E - 1)
@@ -128,6 +150,7 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
                      "concurrency": _concurrency(concurrency, len(hosts)),
                      "topology": topology},
         "faults": _faults(nemesis, interval, time_limit, hosts, seed),
+        **where,
     }
 
 
@@ -159,7 +182,10 @@ def test(
                                                     help="seconds between faults")] = 10.0,
     net: Annotated[Path | None, typer.Option("--net", help="a topology YAML (our WAN model);"
                                              " its hosts are n1..nN in order")] = None,
-    backend: Annotated[str, typer.Option("--backend", help="local, mininet or docker")] = "local",
+    backend: Annotated[str, typer.Option("--backend", help="local, mininet, docker or "
+                                         "remote")] = "local",
+    inventory: Annotated[Path | None, typer.Option("--inventory", help="remote backend: "
+                                                   "the hosts (docs/remote.md)")] = None,
     out: Annotated[Path, typer.Option("--out", help="runs directory")] = DEFAULT_RUNS,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the experiment, run "
                                           "nothing")] = False,
@@ -180,7 +206,8 @@ def test(
     if not (node_count or net):
         node_count = 1
     spec = build(workload, program, node_count, time_limit, rate, concurrency, latency,
-                 latency_dist, topology, kinds, nemesis_interval, net, backend, seed, settle)
+                 latency_dist, topology, kinds, nemesis_interval, net, backend, seed, settle,
+                 inventory)
     text = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
     with tempfile.TemporaryDirectory(prefix="testbed-maelstrom-") as tmp:
         path = Path(tmp) / "maelstrom.yaml"
@@ -194,7 +221,8 @@ def test(
         console.print("dry run: nothing created")
         return
     try:
-        result = run_experiment(exp, topo, out, console)
+        result = run_experiment(exp, topo, out, console,
+                                inventory=Path(exp.inventory) if exp.inventory else None)
     except BackendError as exc:
         raise fail(str(exc)) from None
     summary = result.summary

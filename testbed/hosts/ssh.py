@@ -101,11 +101,12 @@ class SSHHost:
         return proc
 
     def spawn(self, argv: list[str], *, pidfile: str, log: str,
-              env: dict[str, str] | None = None) -> int:
-        """Start argv detached on the host (setsid, no controlling terminal, stdio to `log`),
-        its pid written to `pidfile`; returns that pid."""
+              env: dict[str, str] | None = None, cwd: str | None = None) -> int:
+        """Start argv detached on the host (setsid, no controlling terminal, stdio to `log`,
+        in `cwd` if given), its pid written to `pidfile`; returns that pid."""
         envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
-        script = (f"{envs + ' ' if envs else ''}setsid {shlex.join(argv)} "
+        script = (f"{f'cd {shlex.quote(cwd)} && ' if cwd else ''}"
+                  f"{envs + ' ' if envs else ''}setsid {shlex.join(argv)} "
                   f"</dev/null >>{shlex.quote(log)} 2>&1 & echo $! >{shlex.quote(pidfile)}; "
                   f"cat {shlex.quote(pidfile)}")
         out = self.run(["sh", "-c", script]).stdout.strip()

@@ -19,7 +19,7 @@ BACKENDS = ("sim", "local", "mininet", "docker", "remote")
 # `protocol` of an experiment whose hosts run a user's program speaking Maelstrom's protocol
 # (`node: {program, speaks: maelstrom}`, docs/maelstrom.md): filled in when `node` is given.
 MAELSTROM = "maelstrom"
-MAELSTROM_BACKENDS = ("local", "mininet", "docker")
+MAELSTROM_BACKENDS = ("local", "mininet", "docker", "remote")
 Backend = Literal["sim", "local", "mininet", "docker", "remote"]
 
 
