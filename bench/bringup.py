@@ -223,7 +223,7 @@ def main() -> int:
                   f"backend unshaped up {bare['up_s']:.2f} s ({bare['up_s'] / plain_up:.2f}x) "
                   f"down {bare['down_s']:.2f} s | shaped up {shaped['up_s']:.2f} s "
                   f"({shaped['up_s'] / plain_up:.2f}x; shaping {shaped['shaping_s']:.2f} s, "
-                  f"{shaped["classes"]} lanes) down {shaped['down_s']:.2f} s "
+                  f"{shaped['classes']} lanes) down {shaped['down_s']:.2f} s "
                   f"({shaped['down_s'] / plain_down:.2f}x) | {shaped.get('pair')} RTT "
                   f"{shaped['rtt']} ms (configured {shaped.get('want')}) | journal left "
                   f"{bare['leftover'] + shaped['leftover']}, links left {len(left)}",
