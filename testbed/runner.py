@@ -16,7 +16,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from testbed.backends import Backend, BackendError, make_backend
+from testbed.backends import Backend, make_backend
 from testbed.drain import DrainWatch
 from testbed.faults.nemesis import Nemesis
 from testbed.pathcheck import sites_of, write_paths_csv
@@ -162,7 +162,12 @@ def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console, start
                 progress.update(task, description=f"{label}: draining, {watch.in_flight} "
                                                   "messages in flight")
             if elapsed > cap_s + startup_ns / 1e9 + 30:
-                raise BackendError(f"nodes did not finish within {cap_s + 30:.0f} s")
+                # Starved nodes miss their own cap: stop them and judge what they logged (the
+                # drain record says not quiescent, the verdict why), rather than no verdict.
+                console.print(f"[yellow]nodes did not finish within {cap_s + 30:.0f} s of the "
+                              "workload's start: stopped[/]")
+                backend.collect()
+                break
     if watch is not None:
         watch.write()
 
