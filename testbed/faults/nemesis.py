@@ -28,7 +28,9 @@ class Nemesis(threading.Thread):
     def run(self) -> None:
         for action in self.actions:
             delay = (self.start_at_ns + action.at_ns - time.time_ns()) / 1e9
-            if delay > 0 and self.stopping.wait(delay):
+            # Also when the action is overdue (the nodes booted past the workload's start): a
+            # stopped run's hosts may already be torn down.
+            if self.stopping.is_set() or (delay > 0 and self.stopping.wait(delay)):
                 return
             t = time.time_ns()
             try:
