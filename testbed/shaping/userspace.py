@@ -34,9 +34,16 @@ QUEUE_NUM = 7
 READY_TIMEOUT_S = 10.0
 
 
-def daemon_config(plan: HostPlan, control: str, seed: int) -> dict[str, Any]:
+def daemon_config(plan: HostPlan, control: str, seed: int, spin: bool = True) -> dict[str, Any]:
     return {"queue": QUEUE_NUM, "control": control, "seed": f"{seed}:{plan.host}",
-            "classes": {c.dst_ip: lane(c) for c in plan.classes}}
+            "classes": {c.dst_ip: lane(c) for c in plan.classes},
+            **({} if spin else {"spin_ns": 0})}
+
+
+def spins(daemons: int) -> bool:
+    """Whether the daemons spin before their deadlines: only while each can have a core
+    (testbed/shaping/userspace_daemon.py)."""
+    return daemons <= (os.cpu_count() or 1)
 
 
 def lane(c: ClassPlan) -> dict[str, Any]:
@@ -127,10 +134,11 @@ class UserspaceApplier:
         d = self.run.path / "shaping"
         d.mkdir(exist_ok=True)
         spec, socks = [], {}
+        spin = spins(len(hosts) + len(self.launched))
         for ns, plan in hosts:
             sock = socks[plan.host] = control_path(self.run, plan.host)
             cfg_path = d / f"{plan.host}.json"
-            cfg_path.write_text(json.dumps(daemon_config(plan, sock, self.seed), indent=1))
+            cfg_path.write_text(json.dumps(daemon_config(plan, sock, self.seed, spin), indent=1))
             spec.append({"host": plan.host, "pid": ns.pid, "starttime": ns.starttime,
                          "config": str(cfg_path.resolve()),
                          "log": str((d / f"{plan.host}.log").resolve())})
