@@ -117,8 +117,17 @@ def start_nodes(plan: RunPlan, run: RunDir, backend: Backend,
     if backend.capabilities.virtual_clock:
         backend.schedule_faults(plan.actions, start)
     elif plan.actions:
-        nemesis = Nemesis(plan.actions, start, run.path / "faults.jsonl", backend.fault)
+        exp = plan.experiment
+        end = start + exp.duration + max(exp.drain, exp.drain_max) if workload else None
+        nemesis = Nemesis(plan.actions, start, run.path / "faults.jsonl", backend.fault,
+                          end_ns=end)
     backend.deploy(plan.configs)
+    late = (time.time_ns() - start) / 1e9
+    if workload and late > 0:
+        # Printed by `testbed run`; the nodes' event logs show who joined when.
+        print(f"warning: the nodes were up {late:.1f} s after the workload's start "
+              f"({len(plan.configs)} nodes; the start left {backend.startup_ns / 1e9:.1f} s)",
+              flush=True)
     if nemesis is not None:
         nemesis.start()
     return plan, nemesis

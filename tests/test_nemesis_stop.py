@@ -50,3 +50,23 @@ def test_an_unstopped_nemesis_applies_overdue_actions_in_order(tmp_path: Path) -
     nemesis.start()
     nemesis.join(5)
     assert applied == ["crash", "restart"]
+
+
+def test_an_action_reached_after_the_runs_end_is_not_applied(tmp_path: Path) -> None:
+    """The partition of a run whose nodes booted past their own cap was applied after every
+    node had exited and, never healed, read as a fault that voided the liveness promise."""
+    applied: list[str] = []
+
+    def apply(action: Action) -> dict[str, Any]:
+        applied.append(action.op)
+        return {}
+
+    now = time.time_ns()
+    actions = [Action(0, "crash", {"host": "h1"}), Action(1, "restart", {"host": "h1"})]
+    nemesis = Nemesis(actions, now - 10**9, tmp_path / "faults.jsonl", apply, end_ns=now)
+    nemesis.start()
+    nemesis.join(5)
+    assert applied == []
+    assert len(nemesis.errors) == 2 and "after the run's end" in nemesis.errors[0]
+    assert not (tmp_path / "faults.jsonl").exists() or \
+        (tmp_path / "faults.jsonl").read_text() == ""

@@ -16,10 +16,14 @@ from testbed.faults.schedule import Action
 
 class Nemesis(threading.Thread):
     def __init__(self, actions: list[Action], start_at_ns: int, history: Path,
-                 apply: Callable[[Action], dict[str, Any]]):
+                 apply: Callable[[Action], dict[str, Any]], end_ns: int | None = None):
         super().__init__(name="nemesis", daemon=True)
         self.actions = actions
         self.start_at_ns = start_at_ns
+        # The nodes' cap (workload end + drain_max): an action due before it but reached only
+        # after it (nodes that booted past the workload's start made the whole timeline late)
+        # would change nothing of the run and would read as a fault of it; it is not applied.
+        self.end_ns = end_ns
         self.history = FaultHistory(history)
         self.apply = apply
         self.stopping = threading.Event()
@@ -33,6 +37,11 @@ class Nemesis(threading.Thread):
             if self.stopping.is_set() or (delay > 0 and self.stopping.wait(delay)):
                 return
             t = time.time_ns()
+            if self.end_ns is not None and t >= self.end_ns:
+                self.errors.append(f"{action.op} at {action.at_ns / 1e9:g}s: not applied, "
+                                   f"reached {(t - self.start_at_ns) / 1e9:.1f} s after the "
+                                   "workload's start, after the run's end")
+                continue
             try:
                 measured = self.apply(action)
             except Exception as exc:  # a failed fault is history too, never a crash
