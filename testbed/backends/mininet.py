@@ -42,9 +42,12 @@ DATA_PORT = 7000
 CONTROL_DEV = "c0"
 NODE_BOOT_NS = 500_000_000  # per node, on top of STARTUP_NS (booting nodes share the cores)
 IFNAMSIZ = 15
-#: Nodes booting at once (NodeProcesses.start_all): two a core. Each boot is an interpreter
-#: start; a hundred at once on two cores made every one of them late.
-NODES_AT_ONCE = 2 * (os.cpu_count() or 1)
+#: Nodes booting at once (NodeProcesses.start_all). Each boot is an interpreter start (0.32 s
+#: of CPU). On a 2-core machine shared with other work, 30 nodes booted in 6.0-6.6 s all at
+#: once and in 17.9-18.4 s four at a time (`testbed up` of topologies/regions-30.yaml,
+#: interleaved, load 12-24: a small window only loses CPU share to the other work), so up to
+#: 32 boot together; above that, a hundred interpreters at once are bounded to 32.
+NODES_AT_ONCE = 32
 
 
 def check_ifname(name: str) -> str:
