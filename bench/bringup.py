@@ -17,7 +17,7 @@ machine load:
   bare     `MininetBackend.up()` with shaping left out (an applier that applies nothing):
            both bridges, control plane, static neighbours, the journal;
   shaped   `MininetBackend.up()` with the userspace applier (this kernel has no sch_netem):
-           N HTB trees of N-1 classes and filters, N delay-line daemons, N NFQUEUE rules;
+           N HTB roots (the host's rate), N delay-line daemons of N-1 lanes each, N NFQUEUE rules;
            then one shaped WAN pair pinged, and the backend's teardown (`down` = undo).
 Ratios are against plain Mininet's start (up) and stop (down). Node processes and the
 measured-vs-configured check are not in these times (they follow `up()` in `testbed up`).
@@ -223,7 +223,7 @@ def main() -> int:
                   f"backend unshaped up {bare['up_s']:.2f} s ({bare['up_s'] / plain_up:.2f}x) "
                   f"down {bare['down_s']:.2f} s | shaped up {shaped['up_s']:.2f} s "
                   f"({shaped['up_s'] / plain_up:.2f}x; shaping {shaped['shaping_s']:.2f} s, "
-                  f"{shaped['classes']} classes) down {shaped['down_s']:.2f} s "
+                  f"{shaped['classes']} lanes) down {shaped['down_s']:.2f} s "
                   f"({shaped['down_s'] / plain_down:.2f}x) | {shaped.get('pair')} RTT "
                   f"{shaped['rtt']} ms (configured {shaped.get('want')}) | journal left "
                   f"{bare['leftover'] + shaped['leftover']}, links left {len(left)}",

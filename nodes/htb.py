@@ -2,7 +2,8 @@
 (mininet, docker: the node runs as root there, or with NET_ADMIN; docs/reservations.md).
 
 The host's data device already carries the shaping tree (testbed/shaping/: an HTB root with a
-class and delay line per destination). A reservation must hold the node's *whole* egress to
+class and delay line per destination, or with the userspace applier the host's rate alone and
+a delay-line lane per destination). A reservation must hold the node's *whole* egress to
 its rate before that per-destination tree, so it lives on an IFB device in front of it:
 
     data UDP from the node's port --clsact egress, mirred redirect--> qos0

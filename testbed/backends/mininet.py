@@ -42,6 +42,12 @@ DATA_PORT = 7000
 CONTROL_DEV = "c0"
 NODE_BOOT_NS = 500_000_000  # per node, on top of STARTUP_NS (booting nodes share the cores)
 IFNAMSIZ = 15
+#: Nodes booting at once (NodeProcesses.start_all). Each boot is an interpreter start (0.32 s
+#: of CPU). On a 2-core machine shared with other work, 30 nodes booted in 6.0-6.6 s all at
+#: once and in 17.9-18.4 s four at a time (`testbed up` of topologies/regions-30.yaml,
+#: interleaved, load 12-24: a small window only loses CPU share to the other work), so up to
+#: 32 boot together; above that, a hundred interpreters at once are bounded to 32.
+NODES_AT_ONCE = 32
 
 
 def check_ifname(name: str) -> str:
@@ -86,6 +92,7 @@ class MininetBackend(ShapedHosts):
         # own endpoints on the control network.
         self.controls = Controls(process=self.nodes, network=self, node=self.node_side)
         self.net: Any = None
+        self.boot_s = 0.0  # deploy(): seconds until the last node was up
 
     # -- up -----------------------------------------------------------------------------------
     def up(self) -> Realised:
@@ -201,9 +208,9 @@ class MininetBackend(ShapedHosts):
             for host in self.paths.hosts:
                 self.capture.start(self.ns[host], DATA_DEV)
             self.capture.wait_listening()
-        self.nodes.start_all([reservations_as_htb(cfg, DATA_DEV, self.ns[cfg.name].pid,
-                                                  self.ns[cfg.name].starttime, self.run.journal)
-                              for cfg in configs])
+        self.boot_s = self.nodes.start_all(
+            [reservations_as_htb(cfg, DATA_DEV, self.ns[cfg.name].pid, self.ns[cfg.name].starttime,
+                                 self.run.journal) for cfg in configs], at_once=NODES_AT_ONCE)
 
     def wait(self, timeout_s: float) -> bool:
         return self.nodes.wait(timeout_s)

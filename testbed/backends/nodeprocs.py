@@ -5,6 +5,7 @@ of nodes/faults.py -- crash (SIGKILL), restart (a new incarnation joins), pause/
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -45,15 +46,31 @@ class NodeProcesses:
                 nodes.adopted[host] = (entry["pid"], entry.get("starttime"))
         return nodes
 
-    def start_all(self, configs: list[NodeConfig]) -> None:
-        """Start every node, then wait until each is up: the nodes boot (import, bind, open
+    def start_all(self, configs: list[NodeConfig], at_once: int | None = None) -> float:
+        """Start every node and wait until each is up: the nodes boot (import, bind, open
         their control endpoint) side by side instead of one after another, so on a loaded
-        machine the last one is not seconds late for the common start time."""
-        for cfg in configs:
-            self.start(cfg, wait=False)
-        for cfg in configs:
-            if cfg.control_port is not None:
-                _wait_for(self.run.node_dir(cfg.name) / "control.json", timeout_s=10)
+        machine the last one is not seconds late for the common start time. With `at_once`,
+        at most that many boot at a time (the next starts as soon as one is up): a hundred
+        interpreters booting together on two cores each take the whole time to boot, while
+        the early ones already send. Returns the seconds until the last one was up."""
+        t0 = time.monotonic()
+        window = len(configs) if at_once is None else max(1, at_once)
+        pending = list(configs)
+        booting: dict[str, float] = {}  # host -> its boot deadline
+        while pending or booting:
+            while pending and len(booting) < window:
+                cfg = pending.pop(0)
+                self.start(cfg, wait=False)
+                if cfg.control_port is not None:
+                    booting[cfg.name] = time.monotonic() + 10
+            now = time.monotonic()
+            for name, deadline in list(booting.items()):
+                if ((self.run.node_dir(name) / "control.json").exists() or now > deadline
+                        or self.procs[name].poll() is not None):
+                    del booting[name]
+            if booting and (not pending or len(booting) >= window):
+                time.sleep(0.02)
+        return time.monotonic() - t0
 
     def start(self, cfg: NodeConfig, wait: bool = True) -> None:
         d = self.run.node_dir(cfg.name)
@@ -147,10 +164,20 @@ class NodeProcesses:
         proc.send_signal(sig)
         return {"state": _state(proc.pid)}
 
-    def stop_all(self) -> None:
+    def stop_all(self, grace_s: float = 3.0) -> None:
+        """SIGTERM to every running node at once, SIGKILL to those still running after one
+        shared grace period (one after another, a hundred nodes that each used their grace
+        were minutes), then each reaped and its journal entry closed."""
+        running = [proc for proc in self.procs.values() if proc.poll() is None]
+        for proc in running:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+        deadline = time.monotonic() + grace_s
+        while any(proc.poll() is None for proc in running) and time.monotonic() < deadline:
+            time.sleep(0.05)
         for name, proc in list(self.procs.items()):
             if proc.poll() is None:
-                stop_pid(proc.pid, None)
+                stop_pid(proc.pid, None, grace_s=0.0)
             proc.wait()
             self.run.journal.append("remove", id=f"node:{name}")
             del self.procs[name]

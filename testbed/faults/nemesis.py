@@ -32,10 +32,14 @@ STOP_WAIT_S = 120.0
 
 class Nemesis(threading.Thread):
     def __init__(self, actions: list[Action], start_at_ns: int, history: Path,
-                 apply: Callable[[Action], dict[str, Any]]):
+                 apply: Callable[[Action], dict[str, Any]], end_ns: int | None = None):
         super().__init__(name="nemesis", daemon=True)
         self.actions = actions
         self.start_at_ns = start_at_ns
+        # The nodes' cap (workload end + drain_max): an action due before it but reached only
+        # after it (nodes that booted past the workload's start made the whole timeline late)
+        # would change nothing of the run and would read as a fault of it; it is not applied.
+        self.end_ns = end_ns
         self.history = FaultHistory(history)
         self.skipped_path = history.with_name(SKIPPED_FILE)
         self.apply = apply
@@ -53,6 +57,13 @@ class Nemesis(threading.Thread):
                     return
                 if self.stopping.is_set():  # overdue when the run began to end
                     return
+                t = time.time_ns()
+                if self.end_ns is not None and t >= self.end_ns:
+                    self.errors.append(f"{action.op} at {action.at_ns / 1e9:g}s: not applied, "
+                                       f"reached {(t - self.start_at_ns) / 1e9:.1f} s after the "
+                                       "workload's start, after the run's end")
+                    self.applied = k + 1
+                    continue
                 self._apply(action, self._deadline(k))
                 self.applied = k + 1
         finally:

@@ -1,7 +1,16 @@
 """The `userspace` applier, for kernels without sch_netem (docs/platform.md): the HTB tree (rates
 and QoS) is real `tc`; delay, jitter and loss come from a delay-line daemon in the host's
 namespace (testbed/shaping/userspace_daemon.py) fed by an iptables NFQUEUE rule on the data
-interface. Runtime changes go over the daemon's control socket."""
+interface. Runtime changes go over the daemon's control socket.
+
+The tree is the host's part only: the HTB root, class 1:1 at the host's rate (its QoS
+capacity) and the default class 1:2 under it, three `tc` commands a host. Everything per
+destination -- delay, jitter, loss, queue limit and the path's rate (the class's `rate_bps`,
+serialised before the delay) -- is the daemon's lane for that destination address, a
+dictionary entry, exact per pair. A class and a u32 filter per destination as well (the netem
+applier's tree, which needs them for its netem leaves) would shape the lane's already paced
+output a second time at the same rate: at 100 hosts that was 9,900 classes and 9,900 linear
+filters through the kernel's rtnl lock at bring-up and up to 99 filter matches a packet."""
 
 from __future__ import annotations
 
@@ -25,9 +34,16 @@ QUEUE_NUM = 7
 READY_TIMEOUT_S = 10.0
 
 
-def daemon_config(plan: HostPlan, control: str, seed: int) -> dict[str, Any]:
+def daemon_config(plan: HostPlan, control: str, seed: int, spin: bool = True) -> dict[str, Any]:
     return {"queue": QUEUE_NUM, "control": control, "seed": f"{seed}:{plan.host}",
-            "classes": {c.dst_ip: lane(c) for c in plan.classes}}
+            "classes": {c.dst_ip: lane(c) for c in plan.classes},
+            **({} if spin else {"spin_ns": 0})}
+
+
+def spins(daemons: int) -> bool:
+    """Whether the daemons spin before their deadlines: only while each can have a core
+    (testbed/shaping/userspace_daemon.py)."""
+    return daemons <= (os.cpu_count() or 1)
 
 
 def lane(c: ClassPlan) -> dict[str, Any]:
@@ -36,6 +52,15 @@ def lane(c: ClassPlan) -> dict[str, Any]:
     return {**c.path.model_fields(), "delay_ns": c.delay_ns, "jitter_ns": c.jitter_ns,
             "distribution": c.distribution, "loss": c.loss, "rate_bps": c.rate_bps,
             "netem_rate_bps": c.path.rate_bps, "limit": c.limit}
+
+
+def tree_commands(plan: HostPlan) -> list[list[str]]:
+    """The host's HTB tree: root, the host's rate, the default class (module docstring)."""
+    return netem.root_commands(plan)
+
+
+def tree_batch(plan: HostPlan) -> str:
+    return "\n".join(" ".join(cmd[1:]) for cmd in tree_commands(plan)) + "\n"
 
 
 def nfqueue_rule(dev: str) -> list[str]:
@@ -72,7 +97,9 @@ class UserspaceApplier:
 
     def script(self, plan: HostPlan) -> str:
         rule = " ".join(["iptables", "-A", *nfqueue_rule(plan.dev)])
-        return "\n".join([netem.script(plan, leaves=False), rule,
+        return "\n".join([f"# {plan.host}: {len(plan.classes)} destination lane(s) in the delay "
+                          f"line on {plan.dev}", *[f"# warning: {w}" for w in plan.warnings],
+                          *[" ".join(cmd) for cmd in tree_commands(plan)], rule,
                           f"python -m testbed.shaping.userspace_daemon --config "
                           f"shaping/{plan.host}.json"])
 
@@ -87,7 +114,8 @@ class UserspaceApplier:
                "--config", str(cfg_path)], d / f"{plan.host}.log", cwd=Path.cwd())
         self._wait_ready(plan.host, sock, d / f"{plan.host}.log")
         self.sockets[plan.host] = sock
-        netem.apply_tree(ns, plan, journal, leaves=False)
+        journal.append_many([netem.qdisc_record(ns, plan)])
+        ns.run(["tc", "-batch", "-"], input=tree_batch(plan))
         # The rule goes in only once the queue is bound: without --queue-bypass a packet queued
         # to nobody is dropped, which is also what a crashed daemon should cause (loud, not
         # silently unshaped).
@@ -106,10 +134,11 @@ class UserspaceApplier:
         d = self.run.path / "shaping"
         d.mkdir(exist_ok=True)
         spec, socks = [], {}
+        spin = spins(len(hosts) + len(self.launched))
         for ns, plan in hosts:
             sock = socks[plan.host] = control_path(self.run, plan.host)
             cfg_path = d / f"{plan.host}.json"
-            cfg_path.write_text(json.dumps(daemon_config(plan, sock, self.seed), indent=1))
+            cfg_path.write_text(json.dumps(daemon_config(plan, sock, self.seed, spin), indent=1))
             spec.append({"host": plan.host, "pid": ns.pid, "starttime": ns.starttime,
                          "config": str(cfg_path.resolve()),
                          "log": str((d / f"{plan.host}.log").resolve())})
@@ -157,7 +186,10 @@ class UserspaceApplier:
         socks = {plan.host: self.launched[plan.host] for _, plan in hosts}
         self._wait_all_ready(socks, d, timeout_s=READY_TIMEOUT_S + 0.1 * len(hosts))
         self.sockets.update(socks)
-        files = {plan.host: netem.tree_file(plan, d, leaves=False) for _, plan in hosts}
+        files = {}
+        for _, plan in hosts:
+            files[plan.host] = (d / f"{plan.host}.tc").resolve()
+            files[plan.host].write_text(tree_batch(plan))
         records = []
         for ns, plan in hosts:
             records.append(netem.qdisc_record(ns, plan))
@@ -202,7 +234,7 @@ class UserspaceApplier:
         raise ShapingError(f"{host}: the shaping daemon did not start: {tail.strip()}")
 
     def change(self, ns: NetnsHost, plan: HostPlan, c: ClassPlan) -> None:
-        ns.run(netem.htb_class(plan.dev, "1:1", c.classid, c.rate_bps, verb="change"))
+        """The destination's lane, rate included; the tree is per host and does not change."""
         reply = control(self.sockets[plan.host], {"op": "set", "dst": c.dst_ip, "path": lane(c)})
         if not reply.get("ok"):
             raise ShapingError(f"{plan.host}: shaping daemon refused the change: {reply}")
