@@ -29,12 +29,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.checks_mid import FNL, MAX_EXAMPLES, SEND, group_starts
+from analysis.checks_mid import FNL, MAX_EXAMPLES, SEND, check_input, group_starts
 
 
 class CausalPass:
-    """causal_records as a Spark task (picklable): every fnl and send row of check_input in,
-    the records out as JSON text (analysis/checks_node.py NODE_RECS)."""
+    """causal_records as a Spark task (picklable): every fnl and send event in (columns
+    CHECK_INPUT_COLUMNS; check_input applied here), the records out as JSON text
+    (analysis/checks_node.py NODE_RECS)."""
 
     def __init__(self, max_late: int) -> None:
         self.max_late = max_late
@@ -43,7 +44,7 @@ class CausalPass:
         got = list(batches)
         if not got or not sum(b.num_rows for b in got):
             return
-        recs = causal_records(pa.Table.from_batches(got), self.max_late)
+        recs = causal_records(check_input(pa.Table.from_batches(got)), self.max_late)
         if recs:
             yield pa.RecordBatch.from_arrays([pa.array(
                 [json.dumps(r, separators=(",", ":")) for r in recs], pa.string())],
