@@ -75,7 +75,7 @@ def fnl_latency(events: DataFrame) -> dict[str, Any]:
             found = _exact_quantiles(lat, groups)
             if found is not None or width >= 1:
                 break
-            width = min(width * 16, 1.0)
+            width = min(max(width, 1 / LATENCY_ACCURACY) * 16, 1.0)
     finally:
         lat.unpersist()
     assert found is not None, "a bracket spanning every value holds every rank"
