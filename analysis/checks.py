@@ -17,7 +17,7 @@ messages). No event comes to the driver.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -26,7 +26,6 @@ import pyarrow.compute as pc
 from analysis import checks_node, checks_order
 from analysis.checks_causal import CausalPass, causal_records
 from analysis.checks_mid import (
-    CHECK_INPUT,
     CHECK_INPUT_COLUMNS,
     MAX_EXAMPLES,
     MID_ROWS,
@@ -79,18 +78,20 @@ def _records(events: DataFrame, nodes: list[str],
     hosts (`host@k`, checks_mid.process_names) and any host named only in the events (a log
     line naming another host). `correct` are the hosts held to agreement and validity.
 
-    The rows both passes read come out of checks_mid.check_input (in a mapInArrow here, on
-    the whole table in analysis/judge.py): which events count, and as what, in one place."""
+    The rows both passes read come out of checks_mid.check_input (in the first pass's and the
+    causal pass's tasks here, after their shuffles, so each event crosses from the JVM to
+    Python once per pass; on the whole table in analysis/judge.py): which events count, and
+    as what, in one place."""
     from pyspark.sql import functions as F
 
     spark = events.sparkSession
     wanted = events.filter(F.col("ev").isin("fnl", "send", "recv") & F.col("mid").isNotNull())
-    rows = wanted.select(*CHECK_INPUT_COLUMNS).mapInArrow(_check_input_batches, CHECK_INPUT)
     seen = events.select("node", "inc").distinct().toArrow()
     names = sorted(set(nodes) | {n for n in process_names(seen["node"], seen["inc"])
                                  .to_pylist() if n is not None})
     parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
-    by_mid = rows.repartition(parts, "mid").mapInArrow(MidPass(names, correct), MID_ROWS)
+    by_mid = (wanted.select(*CHECK_INPUT_COLUMNS).repartition(parts, "mid")
+              .mapInArrow(MidPass(names, correct), MID_ROWS))
     keys = _partition_keys(spark, max(len(names), 1))
     where = F.create_map(*[x for n, k in zip(names, keys, strict=False)
                            for x in (F.lit(n), F.lit(k).cast("long"))])
@@ -102,16 +103,10 @@ def _records(events: DataFrame, nodes: list[str],
     # (a shuffle into one partition) and hands back its records, so no event reaches the
     # driver. One job runs both branches side by side.
     ordered = events.filter(F.col("ev").isin("fnl", "send") & F.col("mid").isNotNull())
-    causal = (ordered.select(*CHECK_INPUT_COLUMNS).mapInArrow(_check_input_batches, CHECK_INPUT)
-              .repartition(1).mapInArrow(CausalPass(checks_order.MAX_PAIRS_PER_NODE),
-                                         checks_node.NODE_RECS))
+    causal = (ordered.select(*CHECK_INPUT_COLUMNS).repartition(1)
+              .mapInArrow(CausalPass(checks_order.MAX_PAIRS_PER_NODE), checks_node.NODE_RECS))
     recs = _parse_records(by_node.unionByName(causal).toArrow().column("rec").to_pylist())
     return recs, names
-
-
-def _check_input_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    for batch in batches:
-        yield from check_input(pa.Table.from_batches([batch])).to_batches()
 
 
 def _parse_records(lines: Iterable[str]) -> Records:
@@ -248,13 +243,13 @@ def log_claims(events: DataFrame | pa.Table) -> frozenset[str]:
 def node_errors(events: DataFrame | pa.Table) -> dict[str, Any]:
     """The `ev=error` events the nodes wrote (nodes/runtime.py): how many, per node (a
     DataFrame or an Arrow table of events)."""
-    if not isinstance(events, pa.Table):
-        events = events.filter(events.ev == "error").select("node").toArrow()
-    else:
-        events = events.filter(pc.equal(events["ev"], "error")).select(["node"])
     per_node: dict[str, int] = {}
-    for node in events["node"].to_pylist():
-        per_node[node] = per_node.get(node, 0) + 1
+    if not isinstance(events, pa.Table):  # counted in Spark: one row per node comes back
+        for r in events.filter(events.ev == "error").groupBy("node").count().collect():
+            per_node[r["node"]] = int(r["count"])
+    else:
+        for node in events.filter(pc.equal(events["ev"], "error"))["node"].to_pylist():
+            per_node[node] = per_node.get(node, 0) + 1
     per_node = dict(sorted(per_node.items()))
     return {"total": sum(per_node.values()), "per_node": per_node}
 

@@ -29,21 +29,26 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.checks_mid import FNL, MAX_EXAMPLES, SEND, group_starts
+from analysis.checks_mid import FNL, MAX_EXAMPLES, SEND, check_input, group_starts
 
 
 class CausalPass:
-    """causal_records as a Spark task (picklable): every fnl and send row of check_input in,
-    the records out as JSON text (analysis/checks_node.py NODE_RECS)."""
+    """causal_records as a Spark task (picklable): every fnl and send event in (columns
+    CHECK_INPUT_COLUMNS; check_input applied here), the records out as JSON text
+    (analysis/checks_node.py NODE_RECS)."""
 
     def __init__(self, max_late: int) -> None:
         self.max_late = max_late
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        got = list(batches)
-        if not got or not sum(b.num_rows for b in got):
+        # check_input batch by batch: the task holds every send and delivery of the run, so
+        # each raw batch (every column a string or a long) is dropped as soon as it is read.
+        got = [check_input(pa.Table.from_batches([b])) for b in batches]
+        if not got or not sum(t.num_rows for t in got):
             return
-        recs = causal_records(pa.Table.from_batches(got), self.max_late)
+        rows = pa.concat_tables(got)
+        del got
+        recs = causal_records(rows, self.max_late)
         if recs:
             yield pa.RecordBatch.from_arrays([pa.array(
                 [json.dumps(r, separators=(",", ":")) for r in recs], pa.string())],
@@ -57,8 +62,9 @@ def causal_records(rows: pa.Table, max_late: int) -> list[dict[str, Any]]:
     keep = (e == FNL) | (e == SEND)
     if not keep.any():
         return []
-    rows = rows.filter(pa.array(keep))
-    e = e[keep]
+    if not keep.all():  # (the Spark task's rows are all sends and deliveries: no copy)
+        rows = rows.filter(pa.array(keep))
+        e = e[keep]
     procs = pc.dictionary_encode(rows["node"].combine_chunks())
     names = procs.dictionary.to_pylist()
     # Process codes in name order, so that ties sort by name.

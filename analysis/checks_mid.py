@@ -133,8 +133,10 @@ class MidPass:
         self.correct = np.array([self.nodes.index(n) for n in correct], dtype=np.int64)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The Spark task: events with CHECK_INPUT_COLUMNS in (shuffled by mid), check_input
+        applied here, after the shuffle, so the rows cross from the JVM to Python once."""
         got = list(batches)
-        table = pa.Table.from_batches(got) if got else None
+        table = check_input(pa.Table.from_batches(got)) if got else None
         if table is not None and table.num_rows:
             yield from self.run(table).to_batches()
 

@@ -6,10 +6,9 @@ Latency uses true time (`t`), not the skewed local clock, so it is real end-to-e
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-import numpy as np
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -40,57 +39,145 @@ def latencies(events: DataFrame) -> DataFrame:
     )
 
 
+# percentile_approx's accuracy in fnl_latency's first pass: the value it gives is within
+# count / LATENCY_ACCURACY ranks of the one asked for, so the exact quantile lies between two
+# approximate ones LATENCY_BRACKET / LATENCY_ACCURACY apart on either side (checked, and
+# widened if ever not), and only the values strictly between them are sorted (in Spark).
+LATENCY_ACCURACY = 10_000
+LATENCY_BRACKET = 3
+# The groupings of fnl_latency, as Spark's cube over (sender, node) numbers them.
+_PAIR, _SENDER, _RECEIVER, _ALL = 0, 1, 2, 3
+
+
 def fnl_latency(events: DataFrame) -> dict[str, Any]:
     """Exact latency quantiles overall, per receiver, per sender and per (sender, receiver).
 
-    The latencies (one float per first delivery) come to the driver as Arrow and every group's
-    quantiles come from one sort in numpy: Spark's exact `percentile` over a cube of the four
-    groupings took 4x longer on millions of deliveries. Quantiles interpolate linearly between
-    the closest ranks, as Spark's `percentile` does.
+    Quantiles interpolate linearly between the two closest ranks, as Spark's `percentile`
+    does, and nothing per delivery comes to the driver: two passes over the latencies, both
+    Spark aggregations over the cube of (sender, receiver). The first gives each group's
+    count, maximum and, per quantile, two approximate quantiles that bracket the ranks the
+    exact one interpolates between (percentile_approx); the second counts each group's
+    values below and at the bracket's ends and sorts the few strictly inside, from which
+    the exact values at those ranks are picked -- a bracket that missed is widened and both
+    passes repeat (the last try spans the whole group). The driver gets one row per group.
     """
-    lat = latencies(events).select("node", "sender", "latency_ms").toArrow()
-    node = pc.dictionary_encode(lat["node"].combine_chunks())
-    sender = pc.dictionary_encode(pc.fill_null(lat["sender"], "").combine_chunks())
-    values = lat["latency_ms"].to_numpy()
-    n_code = node.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    s_code = sender.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    n_names, s_names = node.dictionary.to_pylist(), sender.dictionary.to_pylist()
+    from pyspark import StorageLevel
+
+    lat = latencies(events).select(
+        "node", F.coalesce("sender", F.lit("")).alias("sender"), "latency_ms").persist(
+        StorageLevel.MEMORY_AND_DISK)
     out: dict[str, Any] = {"all": dict(_EMPTY), "per_receiver": {}, "per_sender": {},
                            "per_pair": {}}
-    if len(values):
-        out["all"] = _group_stats(np.zeros(len(values), np.int64), values)[0]
-    for code, stats in _group_stats(n_code, values).items():
-        out["per_receiver"][n_names[code]] = stats
-    for code, stats in _group_stats(s_code, values).items():
-        out["per_sender"][s_names[code]] = stats
-    pairs = s_code * max(len(n_names), 1) + n_code
-    for code, stats in _group_stats(pairs, values).items():
-        s_i, n_i = divmod(code, max(len(n_names), 1))
-        out["per_pair"][f"{s_names[s_i]}->{n_names[n_i]}"] = stats
+    try:
+        width = LATENCY_BRACKET / LATENCY_ACCURACY
+        while True:
+            groups = _latency_groups(lat, width)
+            found = _exact_quantiles(lat, groups)
+            if found is not None or width >= 1:
+                break
+            width = min(max(width, 1 / LATENCY_ACCURACY) * 16, 1.0)
+    finally:
+        lat.unpersist()
+    assert found is not None, "a bracket spanning every value holds every rank"
+    for (gid, sender, node), stats in found.items():
+        if gid == _ALL:
+            out["all"] = stats
+        elif gid == _RECEIVER:
+            out["per_receiver"][node] = stats
+        elif gid == _SENDER:
+            out["per_sender"][sender] = stats
+        else:
+            out["per_pair"][f"{sender}->{node}"] = stats
     for key in ("per_receiver", "per_sender", "per_pair"):
         out[key] = dict(sorted(out[key].items()))
     return out
 
 
-def _group_stats(codes: np.ndarray, values: np.ndarray) -> dict[int, dict[str, Any]]:
-    """QUANTILES, max and count of `values` per group code."""
-    if not len(values):
-        return {}
-    order = np.lexsort((values, codes))
-    x, c = values[order], codes[order]
-    starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
-    counts = np.diff(np.r_[starts, len(c)])
-    qs = []
-    for q in QUANTILES:
-        pos = starts + q * (counts - 1)
-        lo = np.floor(pos).astype(np.int64)
-        hi = np.ceil(pos).astype(np.int64)
-        qs.append(x[lo] + (x[hi] - x[lo]) * (pos - lo))
-    last = starts + counts - 1
-    return {int(c[s]): {"p50_ms": float(qs[0][k]), "p95_ms": float(qs[1][k]),
-                        "p99_ms": float(qs[2][k]), "max_ms": float(x[last[k]]),
-                        "count": int(counts[k])}
-            for k, s in enumerate(starts.tolist())}
+Group = tuple[int, str, str]
+
+
+def _latency_groups(lat: DataFrame, width: float) -> dict[Group, dict[str, Any]]:
+    """Pass one: per group (grouping id, sender, node; '' where the grouping spans it) its
+    count, maximum and, per quantile, the bracket [lo, hi]: approximate quantiles `width`
+    below and above (the group's minimum and maximum once `width` reaches 1)."""
+    probes = [x for q in QUANTILES for x in (max(q - width, 0.0), min(q + width, 1.0))]
+    if width >= 1:
+        probes = [0.0, 1.0] * len(QUANTILES)
+    rows = lat.cube("sender", "node").agg(
+        F.grouping_id().alias("gid"), F.count("*").alias("n"),
+        F.max("latency_ms").alias("max"),
+        F.percentile_approx("latency_ms", probes, LATENCY_ACCURACY).alias("probe")).collect()
+    groups = {}
+    for r in rows:
+        n = int(r["n"])
+        key = (int(r["gid"]), r["sender"] or "", r["node"] or "")
+        probe = [float(x) for x in r["probe"]]
+        groups[key] = {"n": n, "max": float(r["max"]), "lo": probe[0::2], "hi": probe[1::2]}
+    return groups
+
+
+def _exact_quantiles(lat: DataFrame, groups: dict[Group, dict[str, Any]]
+                     ) -> dict[Group, dict[str, Any]] | None:
+    """Pass two: every group's exact QUANTILES from its brackets, or None when a bracket
+    missed the ranks its quantile needs."""
+    spark = lat.sparkSession
+    k = len(QUANTILES)
+    bounds = spark.createDataFrame(
+        [(gid, s, n, g["lo"], g["hi"]) for (gid, s, n), g in groups.items()],
+        "gid int, s string, n string, lo array<double>, hi array<double>")
+    keyed = lat.select("latency_ms", F.explode(F.array(
+        *[F.struct(F.lit(gid).alias("gid"), (F.col("sender") if gid in (_PAIR, _SENDER)
+                                             else F.lit("")).alias("s"),
+                   (F.col("node") if gid in (_PAIR, _RECEIVER) else F.lit("")).alias("n"))
+          for gid in (_PAIR, _SENDER, _RECEIVER, _ALL)])).alias("g")).select(
+        "latency_ms", "g.*")
+    v = F.col("latency_ms")
+    aggs = []
+    for j in range(k):
+        lo, hi = F.col("lo")[j], F.col("hi")[j]
+        aggs += [F.sum((v < lo).cast("long")).alias(f"below{j}"),
+                 F.sum((v == lo).cast("long")).alias(f"at_lo{j}"),
+                 F.sum(((v == hi) & (hi > lo)).cast("long")).alias(f"at_hi{j}"),
+                 F.sort_array(F.collect_list(F.when((v > lo) & (v < hi), v))).alias(f"mid{j}")]
+    windows = keyed.join(F.broadcast(bounds), ["gid", "s", "n"]).groupBy("gid", "s", "n").agg(
+        F.first("lo").alias("lo"), F.first("hi").alias("hi"), *aggs)
+    # Each group's ranks (0-based, the two its interpolation reads) as a small table, so
+    # that only the values at those ranks come back.
+    ranks = spark.createDataFrame(
+        [(gid, s, n, [r for q in QUANTILES for r in _ranks(g["n"], q)])
+         for (gid, s, n), g in groups.items()], "gid int, s string, n string, r array<long>")
+    picked = []
+    for j in range(k):
+        for side in range(2):
+            at = F.col("r")[2 * j + side] - F.col(f"below{j}")
+            inside = at - F.col(f"at_lo{j}")
+            size = F.size(f"mid{j}")
+            picked.append(
+                F.when(at < 0, F.lit(None))
+                .when(at < F.col(f"at_lo{j}"), F.col("lo")[j])
+                .when(inside < size, F.element_at(f"mid{j}", (inside + 1).cast("int")))
+                .when(inside < size + F.col(f"at_hi{j}"), F.col("hi")[j])
+                .alias(f"v{j}_{side}"))
+    rows = windows.join(ranks, ["gid", "s", "n"]).select("gid", "s", "n", *picked).collect()
+    out: dict[Group, dict[str, Any]] = {}
+    for row in rows:
+        key = (int(row["gid"]), row["s"], row["n"])
+        g = groups[key]
+        stats: dict[str, Any] = {}
+        for j, q in enumerate(QUANTILES):
+            a, b = row[f"v{j}_0"], row[f"v{j}_1"]
+            if a is None or b is None:
+                return None
+            pos = q * (g["n"] - 1)
+            stats[f"p{round(q * 100)}_ms"] = float(a + (b - a) * (pos - math.floor(pos)))
+        out[key] = {**stats, "max_ms": g["max"], "count": g["n"]}
+    return out
+
+
+def _ranks(n: int, q: float) -> tuple[int, int]:
+    """The two ranks (0-based) the q-quantile of n sorted values interpolates between."""
+    pos = q * (n - 1)
+    return math.floor(pos), math.ceil(pos)
 
 
 def throughput(events: DataFrame, nodes: list[str]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The one place that builds a SparkSession for the analysis jobs.
 
 Defaults suit the testbed's own machine (2 cores, 24 GiB): local mode, few shuffle
-partitions (delivery logs are megabytes, not terabytes), no UI, errors-only logging.
+partitions (delivery logs are megabytes, not terabytes; more for a job over millions of
+events, shuffle_partitions), no UI, errors-only logging.
 A `--master` URL hands the same jobs to a real cluster.
 """
 
@@ -48,6 +49,15 @@ def _loopback_master(master: str) -> bool:
 LARGE_JOB_EVENTS = 500_000
 # Bytes per event line in nodes/*/events.jsonl, about: to size a job from its input files.
 EVENT_LINE_BYTES = 130
+# Events per shuffle partition, about, for a large job: a Python pass holds a partition's rows
+# at once (analysis/checks_mid.py MidPass), so its memory stays bounded however long the run.
+PARTITION_EVENTS = 2_000_000
+
+
+def shuffle_partitions(events: int) -> int:
+    """Shuffle partitions for a job over about `events` log events: 4, and one per
+    PARTITION_EVENTS above that."""
+    return max(4, -(-events // PARTITION_EVENTS))
 
 
 def spark_session(master: str | None = None, app: str = "testbed",
@@ -64,7 +74,7 @@ def spark_session(master: str | None = None, app: str = "testbed",
     builder = (
         SparkSession.builder.master(master)
         .appName(app)
-        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions(events)))
         .config("spark.default.parallelism", "4")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

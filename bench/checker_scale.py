@@ -12,8 +12,9 @@ Writes a sequencer-like history straight to Parquet (numpy + pyarrow: nodes x me
 events plus one send per message, and one swapped pair at the last node so the total order
 checker has something to find), then runs `analysis.checks.check_suite` once per master, each
 plus the `ev=error` count (analysis/checks.py node_errors), once per master, each in its own
-process (one SparkContext per process), and prints the times side by side with the peak
-resident memory of the driver, its JVM and the JVM's Python workers (from /proc).
+process (one SparkContext per process), and prints the times side by side with the CPU time
+they took and the peak resident memory of the driver, its JVM and the JVM's Python workers
+(from /proc), and the load average at the start and the end.
 Targets on local[2]: <= 60 s for 10M events, <= 300 s for 100M.
 """
 
@@ -81,13 +82,31 @@ def run_one(master: str, data: Path) -> dict[str, object]:
                           for f in EVENT_SCHEMA.fields])
     nodes = sorted(r["node"] for r in events.select("node").distinct().collect())
     memory = _PeakRss()
+    cpu0 = _cpu_seconds()
     started = time.perf_counter()
     checks = check_suite(events, fault_history(nodes, []))
     errors = node_errors(events)
     seconds = time.perf_counter() - started
     return {"master": master, "seconds": round(seconds, 1),
+            "cpu_s": round(_cpu_seconds() - cpu0, 1),
             "violations": {k: c["violations"] for k, c in checks.items()},
             "node_errors": errors["total"], "peak_rss_mb": memory.stop()}
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process, its JVM and the JVM's Python workers (each one's user and
+    system time and its reaped children's): what the suite costs, however loaded the
+    machine (on a shared machine the wall time says more about the others' jobs)."""
+    import os
+
+    ticks = 0
+    for pid in (p for group in _family() for p in group):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            ticks += sum(int(x) for x in stat[11:15])
+        except (OSError, ValueError, IndexError):
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 class _PeakRss:
@@ -167,6 +186,7 @@ def main() -> int:
     if args.one:
         print(json.dumps(run_one(args.one[0], Path(args.one[1]))))
         return 0
+    load_at_start = __import__("os").getloadavg()
     with tempfile.TemporaryDirectory(prefix="checker-scale-") as tmp:
         data = args.out or Path(tmp) / "events"
         stamp = data / "_size.json"
@@ -188,12 +208,13 @@ def main() -> int:
                 print(done.stderr[-3000:], file=sys.stderr)
                 return 1
             results.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    print(f"{'master':<10} {'seconds':>8}  peak MiB (driver, JVM, workers, sum)  violations")
+    print(f"{'master':<10} {'seconds':>8} {'CPU-s':>7}  peak MiB (driver, JVM, workers, sum)"
+          "  violations")
     for r in results:
         rss = r["peak_rss_mb"]
         assert isinstance(rss, dict)
-        print(f"{r['master']:<10} {r['seconds']:>8}  {rss['driver']:>6} {rss['jvm']:>6} "
-              f"{rss['workers']:>6} {rss['total']:>6}  {r['violations']}")
+        print(f"{r['master']:<10} {r['seconds']:>8} {r['cpu_s']:>7}  {rss['driver']:>6} "
+              f"{rss['jvm']:>6} {rss['workers']:>6} {rss['total']:>6}  {r['violations']}")
     times = {r["master"]: float(str(r["seconds"])) for r in results}
     if "local[1]" in times and "local[2]" in times:
         print(f"speed-up local[1] -> local[2]: {times['local[1]'] / times['local[2]']:.2f}x")
@@ -201,7 +222,8 @@ def main() -> int:
         target = 60 if args.nodes * args.messages <= 10_000_000 else 300
         print(f"local[2] target <= {target} s: "
               f"{'met' if times['local[2]'] <= target else 'MISSED'}")
-    print(f"load average: {' '.join(f'{x:.1f}' for x in __import__('os').getloadavg())}")
+    print(f"load average: {' '.join(f'{x:.1f}' for x in load_at_start)} at the start, "
+          f"{' '.join(f'{x:.1f}' for x in __import__('os').getloadavg())} at the end")
     return 0
 
 

@@ -84,6 +84,68 @@ def test_latency_quantiles_are_exact_per_receiver_and_pair(latency_data: Any) ->
     assert lat["all"]["max_ms"] == pytest.approx(200.0)
 
 
+def _numpy_stats(values: list[float]) -> dict[str, Any]:
+    """What fnl_latency must report for `values`: numpy's linear quantiles (the same
+    interpolation as Spark's `percentile`), the maximum and the count."""
+    import numpy as np
+
+    v = np.array(values)
+    p50, p95, p99 = (float(np.quantile(v, q, method="linear")) for q in (0.5, 0.95, 0.99))
+    return {"p50_ms": pytest.approx(p50, abs=1e-9), "p95_ms": pytest.approx(p95, abs=1e-9),
+            "p99_ms": pytest.approx(p99, abs=1e-9), "max_ms": float(v.max()), "count": len(v)}
+
+
+@pytest.mark.parametrize("bracket", [3, 0])
+def test_latency_quantiles_stay_exact_past_the_approximation(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        bracket: int) -> None:
+    """30,000 deliveries, ties and all: fnl_latency's quantiles equal numpy's exact ones per
+    pair, receiver, sender and overall, though percentile_approx alone (accuracy 100 here)
+    may miss by 1% of the ranks; a bracket of width 0 misses and is widened."""
+    import random
+
+    from analysis import metrics
+
+    monkeypatch.setattr(metrics, "LATENCY_ACCURACY", 100)
+    monkeypatch.setattr(metrics, "LATENCY_BRACKET", bracket)
+    passes: list[float] = []
+    first_pass = metrics._latency_groups
+
+    def counted(lat: Any, width: float) -> Any:
+        passes.append(width)
+        return first_pass(lat, width)
+
+    monkeypatch.setattr(metrics, "_latency_groups", counted)
+    rng = random.Random(7)
+    logs: dict[str, list[dict[str, Any]]] = {"h1": [], "h2": [], "h3": []}
+    values: dict[tuple[str, str], list[float]] = {}
+    for k in range(1, 5001):
+        for sender in ("h1", "h2"):
+            mid, t0 = f"{sender}:{k}", k * S
+            logs[sender].append({"t": t0, "ev": "send", "mid": mid})
+            for node in logs:
+                ns = rng.randrange(1, 400) * 25_000 + (rng.randrange(3) if node == "h3" else 0)
+                logs[node].append({"t": t0 + ns, "ev": "fnl", "mid": mid})
+                values.setdefault((sender, node), []).append(ns / MS)
+    for events in logs.values():
+        events.sort(key=lambda e: e["t"])
+    data = ingest(spark, write_run(tmp_path / "run", logs), write=False)
+    try:
+        lat = metrics.fnl_latency(data.events)
+    finally:
+        data.release()
+    assert lat["all"] == _numpy_stats([v for vs in values.values() for v in vs])
+    for (sender, node), vs in values.items():
+        assert lat["per_pair"][f"{sender}->{node}"] == _numpy_stats(vs)
+    for node in logs:
+        assert lat["per_receiver"][node] == _numpy_stats(
+            [v for (_, n), vs in values.items() if n == node for v in vs])
+    for sender in ("h1", "h2"):
+        assert lat["per_sender"][sender] == _numpy_stats(
+            [v for (s, _), vs in values.items() if s == sender for v in vs])
+    assert (len(passes) > 1) == (bracket == 0), passes  # widened only when it missed
+
+
 def test_throughput_is_deliveries_over_each_nodes_span(latency_data: Any) -> None:
     tp = throughput(latency_data.events, ["h1", "h2", "h3"])
     # h1: 101 deliveries from 1.001 s to 500.007 s; h2: 100 from 1.002 s to 100.2 s.
