@@ -108,6 +108,7 @@ def test_latency_quantiles_stay_exact_past_the_approximation(
 
     monkeypatch.setattr(metrics, "LATENCY_ACCURACY", 100)
     monkeypatch.setattr(metrics, "LATENCY_BRACKET", bracket)
+    monkeypatch.setattr(metrics, "LATENCY_DRIVER_MAX", 0)  # the passes, not the driver's sort
     passes: list[float] = []
     first_pass = metrics._latency_groups
 
@@ -144,6 +145,17 @@ def test_latency_quantiles_stay_exact_past_the_approximation(
         assert lat["per_sender"][sender] == _numpy_stats(
             [v for (s, _), vs in values.items() if s == sender for v in vs])
     assert (len(passes) > 1) == (bracket == 0), passes  # widened only when it missed
+    monkeypatch.setattr(metrics, "LATENCY_DRIVER_MAX", 10**9)  # the driver's one sort agrees
+    data = ingest(spark, write_run(tmp_path / "run2", logs), write=False)
+    try:
+        on_driver = metrics.fnl_latency(data.events)
+    finally:
+        data.release()
+    assert on_driver["all"] == pytest.approx(lat["all"], abs=1e-9)
+    for key in ("per_receiver", "per_sender", "per_pair"):
+        assert on_driver[key].keys() == lat[key].keys()
+        for group, stats in lat[key].items():
+            assert on_driver[key][group] == pytest.approx(stats, abs=1e-9), (key, group)
 
 
 def test_throughput_is_deliveries_over_each_nodes_span(latency_data: Any) -> None:

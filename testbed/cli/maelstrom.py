@@ -217,7 +217,7 @@ def test(
         except SpecError as exc:
             raise spec_errors(exc) from None
     if dry_run:
-        console.print(text, highlight=False, markup=False)
+        console.print(text, highlight=False, markup=False, soft_wrap=True)  # YAML: never wrapped
         console.print("dry run: nothing created")
         return
     try:

@@ -25,6 +25,8 @@ from testbed.faults.nodeside import ANSWER_S, answers_by
 from testbed.faults.schedule import Action
 
 SKIPPED_FILE = "faults.skipped.jsonl"
+#: the least time a fault waits for the nodes' answers, however close the next fault is
+MIN_ANSWER_S = 1.0
 #: how long stop() waits for the fault being applied (each is bounded by its deadlines: the
 #: nodes' answers, the engine's and iptables' timeouts)
 STOP_WAIT_S = 120.0
@@ -71,11 +73,13 @@ class Nemesis(threading.Thread):
 
     def _deadline(self, k: int) -> float:
         """time.monotonic() by which action k's answers are in: the next action's time, at
-        most ANSWER_S from now."""
+        most ANSWER_S and at least MIN_ANSWER_S from now (a loaded machine's nodes answer
+        local HTTP in well under a second; a fault 0.25 s before the next one still gets that
+        long, so the next may begin up to MIN_ANSWER_S late when nodes are slow)."""
         limit = ANSWER_S
         if k + 1 < len(self.actions):
             due_ns = self.start_at_ns + self.actions[k + 1].at_ns
-            limit = min(limit, max(0.0, (due_ns - time.time_ns()) / 1e9))
+            limit = min(limit, max(MIN_ANSWER_S, (due_ns - time.time_ns()) / 1e9))
         return time.monotonic() + limit
 
     def _apply(self, action: Action, deadline: float) -> None:
