@@ -11,12 +11,21 @@ The notes' rules, per sender i and receiver j:
 The notes end with two open questions, answered here as SRM-style stacks do:
 - "What if the sender doesn't send any message after the lost message?" -- a sender with
   unacknowledged messages sends a HEARTBEAT carrying its highest number, which exposes a lost
-  tail to the NACK rule;
+  tail to the NACK rule -- to the members whose ACK is still below that number (the others
+  have it all), first once the sender has been idle for `heartbeat_after_ns` and then
+  backing off, each gap twice the last, up to `heartbeat_max_ns`, until a new multicast or
+  the ACKs end it. (It went to every member at every idle tick, 10 ms: no member's ACK can be
+  back that soon -- ACKs go out every `ack_every_ns`, and across a WAN take a round trip --
+  so each message drew some thirty heartbeats per member, and at a hundred members they were
+  most of the traffic. A lost tail is now exposed ~100 ms after the sender fell idle, like
+  TCP's minimum retransmission timeout of 200 ms for a round trip.);
 - "When can a sender purge a message from its buffer?" -- receivers periodically send a
   cumulative positive ACK (V[i]) to each sender; a message is purged once every member has it.
 A gap is NACKed only once it has stayed open for `nack_delay_ns` (jitter reorders datagrams, and
 an eager NACK would ask for what is still in flight); unanswered NACKs repeat every
-`nack_retry_ns`. Heartbeats go out only from an idle sender, for the same reason.
+`nack_retry_ns`. Heartbeats go out only from an idle sender, for the same reason; once a
+receiver knows of a gap its own NACKs repeat, so a heartbeat needs repeating only when it was
+lost itself, hence the back-off.
 
 Flow control: a sender keeps at most `window` of its own messages unacknowledged by some member;
 further multicasts wait in a backlog until ACKs free the window. Without it an overloaded
@@ -57,7 +66,8 @@ RETRANSMIT = int(Flag.RETRANSMIT)  # IntFlag arithmetic is slow on a hot path
 def reliable_kwargs(params: dict[str, Any]) -> dict[str, Any]:
     """ReliableMulticast's keyword arguments from a node config's params."""
     names = {"tick_ms": "tick_ns", "nack_delay_ms": "nack_delay_ns",
-             "nack_retry_ms": "nack_retry_ns", "ack_every_ms": "ack_every_ns"}
+             "nack_retry_ms": "nack_retry_ns", "ack_every_ms": "ack_every_ns",
+             "heartbeat_after_ms": "heartbeat_after_ns", "heartbeat_max_ms": "heartbeat_max_ns"}
     out = {names[k]: round(float(v) * 1e6) for k, v in params.items() if k in names}
     out.update({k: int(v) for k, v in params.items()
                 if k in ("window", "max_resend", "incarnation")})
@@ -92,6 +102,8 @@ class ReliableMulticast:
         max_resend: int = 128,
         incarnation: int = 0,
         scope: str = "rm",
+        heartbeat_after_ns: int = 100_000_000,
+        heartbeat_max_ns: int = 640_000_000,
     ):
         self.me = me
         # Timer keys are scoped per layer instance ("<scope>:tick"), so two instances can run
@@ -103,6 +115,13 @@ class ReliableMulticast:
         self.nack_delay_ns = nack_delay_ns
         self.nack_retry_ns = nack_retry_ns
         self.last_multicast_at = 0
+        # Heartbeats: the last one's time (-1: none yet) and the gap before the next, which
+        # doubles from heartbeat_after_ns up to heartbeat_max_ns and starts over at every
+        # multicast.
+        self.heartbeat_at = -1
+        self.heartbeat_after_ns = heartbeat_after_ns
+        self.heartbeat_gap = heartbeat_after_ns
+        self.heartbeat_max_ns = max(heartbeat_max_ns, heartbeat_after_ns)
         self.ack_every_ns = ack_every_ns
         self.window = window
         self.max_resend = max_resend
@@ -155,6 +174,7 @@ class ReliableMulticast:
                       payload)
         self.next_rseq += 1
         self.last_multicast_at = now
+        self.heartbeat_gap = self.heartbeat_after_ns
         if self.acked:
             self.send_buffer[msg.header.rseq] = msg
         return [Send(None, msg), RDeliver(self.me, msg)]
@@ -202,10 +222,8 @@ class ReliableMulticast:
     def on_timer(self, key: str, now: int) -> list[Action]:
         out: list[Action] = [SetTimer(self.tick_key, self.tick_ns)]
         unacked = self.next_rseq - 1
-        idle = now - self.last_multicast_at >= self.tick_ns
-        floor = self._floor()
-        if idle and floor is not None and floor < unacked:
-            out.append(Send(None, self._control(MsgType.HEARTBEAT, rseq=unacked)))
+        if unacked > self._purged:  # something sent is not yet acknowledged by every member
+            out += self._heartbeat(unacked, now)
         for sender, stream in self.streams.items():
             if stream.adopt:
                 if stream.buffer and now - stream.gap_since >= self.nack_delay_ns:
@@ -222,6 +240,27 @@ class ReliableMulticast:
                     stream.acked_sent = stream.delivered
                     out.append(Send(sender, self._control(MsgType.ACK, rseq=stream.delivered)))
         return out
+
+    def _heartbeat(self, unacked: int, now: int) -> list[Action]:
+        """HEARTBEATs carrying `unacked` (our highest number) to the members still behind it,
+        once the sender has been idle for the current back-off gap while some unsuspected
+        member has not acknowledged everything."""
+        quiet_since = self.last_multicast_at
+        if self.heartbeat_at > quiet_since:
+            quiet_since = self.heartbeat_at
+        gap = self.heartbeat_gap
+        if now - quiet_since < gap:
+            return []
+        floor = self._floor()
+        if floor is None or floor >= unacked:
+            return []
+        self.heartbeat_at = now
+        self.heartbeat_gap = min(gap * 2, self.heartbeat_max_ns)
+        behind = [m for m, v in self.acked.items() if v < unacked]
+        msg = self._control(MsgType.HEARTBEAT, rseq=unacked)
+        if len(behind) == len(self.acked):
+            return [Send(None, msg)]
+        return [Send(m, msg) for m in behind]
 
     def queued_tail(self) -> tuple[Header, bytes] | None:
         """The newest multicast still waiting for the window (None: nothing waits)."""
