@@ -32,8 +32,8 @@ from nodes.reservation import DEFAULT_CAPACITY_BPS, Reservations
 from nodes.wire import Message, MsgType, WireError, decode, encode
 from nodes.workload import Arrivals
 
-ALIVE = MsgType.ALIVE
-DROP_LOG_LIMIT = 10  # `drop` events logged per reason; past that they are only counted
+ALIVE: Final = MsgType.ALIVE
+DROP_LOG_LIMIT: Final = 10  # `drop` events logged per reason; past that they are only counted
 
 
 class Output:

@@ -13,10 +13,12 @@ protocol about suspicions, so the total-order stack itself does not change.
 
 from __future__ import annotations
 
+from typing import Final
+
 from nodes.protocols.base import Action, Log, Send, SetTimer
 from nodes.wire import Header, Message, MsgType, Proto
 
-TICK = "fd:tick"
+TICK: Final = "fd:tick"
 
 
 class FailureDetector:
