@@ -50,7 +50,12 @@ class FailureDetector:
 
     def on_timer(self, now: int) -> list[Action]:
         out: list[Action] = [SetTimer(TICK, self.interval_ns)]
-        if self.multicast_at < 0 or now - self.multicast_at >= self.interval_ns:
+        # Since our last multicast (local time): less than an interval, the ALIVE can wait;
+        # negative, our clock went back since, and the multicast says nothing of the time
+        # ahead (skipping until the clock caught up would keep us silent for the jump plus an
+        # interval, and a jump back of a timeout would get us suspected).
+        since = now - self.multicast_at
+        if self.multicast_at < 0 or since >= self.interval_ns or since < 0:
             out.append(Send(None, Message(Header(MsgType.ALIVE, Proto.RAW, sender=self.me))))
         for m, heard in self.last_heard.items():
             if m not in self.suspected and now - heard > self.timeout_ns:
