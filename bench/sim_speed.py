@@ -5,11 +5,16 @@
 (`--baseline-commit 6e9f135` is the simulator before its compiled hot path and speed-up;
 docs/benchmarks.md "Simulation speed".)
 
-Two cases on the five-region WAN (topologies/five-regions.yaml), the sequencer over reliable
-FIFO, every host sending 1 KiB messages (Poisson arrivals):
+Three cases, the sequencer over reliable FIFO, every host sending 1 KiB messages (Poisson
+arrivals):
 
-- 5 hosts (one per region) x 200 msgs/s each, 10 s of workload;
-- 30 hosts (six per region, on a zero-delay site LAN) x 100 msgs/s each, 4 s of workload.
+- 5 hosts (one per region of topologies/five-regions.yaml) x 200 msgs/s each, 10 s of
+  workload;
+- 30 hosts (six per region of five-regions, on a zero-delay site LAN) x 100 msgs/s each, 4 s
+  of workload;
+- 100 hosts in ten regions (topologies/regions-100.yaml, per-pair delays from its region
+  matrix) x 10 msgs/s each, 4 s of workload: the same total rate as 30x100 divided, but a
+  fan-out of 99 and a failure detector among 100 members.
 
 Each case is one process running `nodes.sim.run_sim_file` on the sim.json the sim backend
 would write, timed around that call (not the imports). The real-time factor is simulated
@@ -53,14 +58,17 @@ from testbed.spec.topology import TopologySpec, reduce_topology
 ROOT = Path(__file__).resolve().parents[1]
 TOPOLOGY = ROOT / "topologies" / "five-regions.yaml"
 # (hosts, msgs/s per host, simulated workload seconds)
-CASES = {"5x200": (5, 200.0, 10), "30x100": (30, 100.0, 4)}
+CASES = {"5x200": (5, 200.0, 10), "30x100": (30, 100.0, 4), "100x10": (100, 10.0, 4)}
+# A case on another topology than TOPOLOGY (which it takes whole).
+TOPOLOGIES = {"100x10": ROOT / "topologies" / "regions-100.yaml"}
 START_NS = 100_000_000  # the workload starts this long after the simulator's epoch
 DRAIN_NS = 1_000_000_000
 
 
-def topology(hosts: int) -> TopologySpec:
-    """five-regions with `hosts` hosts spread round-robin over its five sites."""
-    data: dict[str, Any] = yaml.safe_load(TOPOLOGY.read_text())
+def topology(hosts: int, path: Path = TOPOLOGY) -> TopologySpec:
+    """The topology at `path` (five-regions) with `hosts` hosts spread round-robin over its
+    sites (as it is when it has that many)."""
+    data: dict[str, Any] = yaml.safe_load(path.read_text())
     sites = list(data["sites"])
     if hosts == len(data["hosts"]):
         return TopologySpec.model_validate(data)
@@ -69,8 +77,9 @@ def topology(hosts: int) -> TopologySpec:
     return TopologySpec.model_validate(data)
 
 
-def sim_spec(hosts: int, rate: float, seconds: int, logs: Path) -> dict[str, Any]:
-    matrix = reduce_topology(topology(hosts))
+def sim_spec(hosts: int, rate: float, seconds: int, logs: Path,
+             path: Path = TOPOLOGY) -> dict[str, Any]:
+    matrix = reduce_topology(topology(hosts, path))
     names = matrix.hosts
     members = [Member(i, n, f"198.18.0.{i + 1}", 7000) for i, n in enumerate(names)]
     configs = [NodeConfig(
@@ -201,7 +210,8 @@ def main() -> None:
     print(f"machine: {machine()}")
     with tempfile.TemporaryDirectory(prefix="sim-speed-") as tmp:
         work = Path(tmp)
-        specs = {c: sim_spec(*CASES[c], work / "logs") for c in cases}
+        specs = {c: sim_spec(*CASES[c], work / "logs", TOPOLOGIES.get(c, TOPOLOGY))
+                 for c in cases}
         # label -> (tree, pure): this tree on its compiled hot path and on pure Python.
         trees: dict[str, tuple[Path, bool]] = {"compiled": (ROOT, False), "pure": (ROOT, True)}
         with (checkout(args.baseline_commit) if args.baseline_commit
@@ -239,7 +249,7 @@ def main() -> None:
                 print(f"  ratio {label}/baseline: {b['wall_s'] / n['wall_s']:.2f} wall, "
                       f"{b['cpu_s'] / n['cpu_s']:.2f} CPU (target: >= 2); delivery logs "
                       f"{same}")
-        if case == "30x100":
+        if case in ("30x100", "100x10"):
             for label in ("compiled", "pure"):
                 n = best[(label, case)]
                 print(f"  {label}: faster than real time (target): "

@@ -32,8 +32,8 @@ from nodes.reservation import DEFAULT_CAPACITY_BPS, Reservations
 from nodes.wire import Message, MsgType, WireError, decode, encode
 from nodes.workload import Arrivals
 
-ALIVE = MsgType.ALIVE
-DROP_LOG_LIMIT = 10  # `drop` events logged per reason; past that they are only counted
+ALIVE: Final = MsgType.ALIVE
+DROP_LOG_LIMIT: Final = 10  # `drop` events logged per reason; past that they are only counted
 
 
 class Output:
@@ -250,12 +250,15 @@ class NodeCore:
         sends: list[tuple[int | None, bytes, Message]] | None = None
         timers: list[tuple[str, int]] | None = None
         lt: int | None = None
+        multicast = False
         for a in actions:
             kind = type(a)
             if kind is Send:
                 if sends is None:
                     sends = []
                 sends.append((a.dst, encode(a.msg), a.msg))
+                if a.dst is None:
+                    multicast = True
             elif kind is SetTimer:
                 if timers is None:
                     timers = []
@@ -281,6 +284,8 @@ class NodeCore:
             else:
                 lt = self.clock.local(t) if lt is None else lt
                 self._record(a, t, lt)
+        if multicast:  # heard by every member: the failure detector's ALIVE can wait
+            self.fd.multicast_at = self.clock.local(t) if lt is None else lt
         if sends is None and timers is None:
             return NOTHING
         return Output(sends, timers)

@@ -51,15 +51,19 @@ from nodes.quiescence import drain_record, undelivered  # noqa: E402
 from nodes.wire import MsgType  # noqa: E402
 from nodes.workload import intervals, workload_rng  # noqa: E402
 
-ARRIVE, TIMER, BROADCAST, CALL = range(4)
-ALIVE = MsgType.ALIVE  # the failure detector's heartbeats: not the protocol's, not policed
-QUIESCE_STEP_NS = 50_000_000  # how often (virtual time) the drain checks for quiescence
+# Final: mypyc compiles these to constants (a plain module global is a dict look-up per use).
+ARRIVE: Final = 0
+TIMER: Final = 1
+BROADCAST: Final = 2
+CALL: Final = 3
+ALIVE: Final = MsgType.ALIVE  # the failure detector's heartbeats: not the protocol's, not policed
+QUIESCE_STEP_NS: Final = 50_000_000  # how often (virtual time) the drain checks for quiescence
 BUDGET_MASK: Final = 4095  # the event budget is checked once every BUDGET_MASK + 1 events
 # The event queue is a heap of the events before `horizon` plus, for later events, one plain
 # list per slot of 2**SLOT_BITS ns (~1 ms); a slot is heapified when the heap runs dry. Most
 # events are arrivals tens of ms ahead, so the heap stays a slot's worth small and pops are
 # cheap, while the order -- (t, insertion counter) -- is exactly that of one big heap.
-SLOT_BITS = 20
+SLOT_BITS: Final = 20
 
 
 @dataclass(frozen=True)
@@ -353,7 +357,7 @@ class Simulator:
                             dup = link.dup_ns
                             if dup is not None:  # netem's duplicate: a second arrival
                                 counter += 1
-                                put((at + dup, counter, ARRIVE, d, epochs[d], msg, size))
+                                put((at + dup, counter, ARRIVE, d, 0, msg, size))
                             if drawn is None:
                                 lost += 1
                                 continue
@@ -377,16 +381,19 @@ class Simulator:
                                     transit = 0
                     counter += 1
                     transit += at
+                    # An arrival's epoch is never read (a datagram in flight reaches a
+                    # restarted node too): 0, not a look-up per datagram.
+                    arrival = (transit, counter, ARRIVE, d, 0, msg, size)
                     if transit < horizon:
-                        push(queue, (transit, counter, ARRIVE, d, epochs[d], msg, size))
+                        push(queue, arrival)
                         continue
                     slot = transit >> SLOT_BITS  # self._put(...), inlined
                     later_events = later.get(slot)
                     if later_events is None:
-                        later[slot] = [(transit, counter, ARRIVE, d, epochs[d], msg, size)]
+                        later[slot] = [arrival]
                         push(slots, slot)
                     else:
-                        later_events.append((transit, counter, ARRIVE, d, epochs[d], msg, size))
+                        later_events.append(arrival)
             c = core.counters
             c.datagrams_out += sent
             c.bytes_out += sent_bytes

@@ -40,10 +40,10 @@ except ImportError:  # pragma: no cover -- images without the dev tools
     def mypyc_attr(*_args: Any, **_kwargs: Any) -> Any:  # type: ignore[misc,no-redef,unused-ignore]
         return lambda cls: cls
 
-MAGIC = b"TB"
-WIRE_VERSION = 1
-HEADER = struct.Struct("!2sBBBBHIHIIiIQHI")
-HEADER_SIZE = HEADER.size  # 44
+MAGIC: Final = b"TB"
+WIRE_VERSION: Final = 1
+HEADER: Final = struct.Struct("!2sBBBBHIHIIiIQHI")
+HEADER_SIZE: Final = HEADER.size  # 44
 
 # Field names in header order (after magic and version), for dissectors.
 FIELDS = (

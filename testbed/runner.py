@@ -152,6 +152,21 @@ def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> 
                       f"{stats.get('events', 0)} events at {stats.get('events_per_s', 0)}/s")
 
 
+# The simulator's wall time is its work, not the virtual time it covers: at ten hosts it runs
+# faster than real time, and the events of a virtual second grow with the hosts (every
+# datagram of a multicast is one event at each of the others). Its limit scales with them.
+SIM_HOSTS_AT_REAL_TIME = 10
+
+
+def wall_limit_s(cap_s: float, startup_ns: int, hosts: int, virtual: bool) -> float:
+    """How long the nodes may take, wall clock, before the run fails: the run's longest
+    duration (workload and the longest drain, `cap_s`) and start-up, plus 30 s; on a virtual
+    clock the simulated part scaled by hosts / SIM_HOSTS_AT_REAL_TIME (at least 1)."""
+    if virtual:
+        return cap_s * max(1.0, hosts / SIM_HOSTS_AT_REAL_TIME) + startup_ns / 1e9 + 30
+    return cap_s + startup_ns / 1e9 + 30
+
+
 def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console, start: int,
            startup_ns: int) -> None:
     """Until every node has exited: progress, and on the wall clock the drain watch."""
@@ -161,6 +176,7 @@ def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console, start
     watch = None if virtual else DrainWatch(run, plan.hosts, plan.correct,
                                             start + exp.duration, exp.drain, exp.drain_max)
     cap_s = (exp.duration + max(exp.drain, exp.drain_max)) / 1e9
+    limit_s = wall_limit_s(cap_s, startup_ns, len(plan.hosts), virtual)
     total_s = (exp.duration + exp.drain) / 1e9 + (0 if virtual else startup_ns / 1e9)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn(),
                   console=console, transient=True) as progress:
@@ -173,7 +189,9 @@ def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console, start
             if watch is not None and watch.due(time.time_ns()) and not watch.poll():
                 progress.update(task, description=f"{label}: draining, {watch.in_flight} "
                                                   "messages in flight")
-            if elapsed > cap_s + startup_ns / 1e9 + 30:
+            if elapsed > limit_s:
+                if virtual:
+                    raise BackendError(f"nodes did not finish within {limit_s:.0f} s")
                 # Starved nodes miss their own cap: stop them and judge what they logged (the
                 # drain record says not quiescent, the verdict why), rather than no verdict.
                 console.print(f"[yellow]nodes did not finish within {cap_s + 30:.0f} s of the "

@@ -5,7 +5,10 @@ from and returns one SHA-256 per case over every node's `events.jsonl` (and the 
 history); tests/sim_golden.json holds the digests the simulator of commit 6e9f135 (before
 its compiled hot path) wrote, except `cbcast`, `lamport` and `sequencer-faults`, rewritten when a
 restarted process got new message ids and joined its peers' streams at a fresh message (their
-faulty cases restart host c; docs/protocols.md "Restarts").
+faulty cases restart host c; docs/protocols.md "Restarts"); all nine were rewritten when
+reliable FIFO's heartbeats went to the members still behind, after `heartbeat_after_ms` of
+idleness and backing off, and the failure detector's ALIVE began to be skipped in an interval
+with a multicast (fewer datagrams, so other link draws: the same checks hold).
 Regenerate only for an intended change of behaviour:
 
     python -m tests.sim_golden > tests/sim_golden.json

@@ -49,6 +49,10 @@ class ReliableParams(CommonParams):
     nack_delay_ms: float = ms("how long a gap stays open before it is NACKed", 5, ge=0)
     nack_retry_ms: float = ms("how often an unanswered NACK repeats", 60)
     ack_every_ms: float = ms("period of the cumulative ACKs that free send buffers", 20)
+    heartbeat_after_ms: float = ms("idle time after which a sender with unacknowledged "
+                                   "messages sends its first heartbeat", 100)
+    heartbeat_max_ms: float = ms("longest gap between an idle sender's heartbeats (they "
+                                 "double from heartbeat_after_ms)", 640)
     window: int = param(1024, "own messages a sender keeps unacknowledged (flow control)",
                         ge=1)
     max_resend: int = param(128, "messages resent per NACK at most", ge=1)

@@ -11,12 +11,21 @@ The notes' rules, per sender i and receiver j:
 The notes end with two open questions, answered here as SRM-style stacks do:
 - "What if the sender doesn't send any message after the lost message?" -- a sender with
   unacknowledged messages sends a HEARTBEAT carrying its highest number, which exposes a lost
-  tail to the NACK rule;
+  tail to the NACK rule -- to the members whose ACK is still below that number (the others
+  have it all), first once the sender has been idle for `heartbeat_after_ns` and then
+  backing off, each gap twice the last, up to `heartbeat_max_ns`, until a new multicast or
+  the ACKs end it. (It went to every member at every idle tick, 10 ms: no member's ACK can be
+  back that soon -- ACKs go out every `ack_every_ns`, and across a WAN take a round trip --
+  so each message drew some thirty heartbeats per member, and at a hundred members they were
+  most of the traffic. A lost tail is now exposed ~100 ms after the sender fell idle, like
+  TCP's minimum retransmission timeout of 200 ms for a round trip.);
 - "When can a sender purge a message from its buffer?" -- receivers periodically send a
   cumulative positive ACK (V[i]) to each sender; a message is purged once every member has it.
 A gap is NACKed only once it has stayed open for `nack_delay_ns` (jitter reorders datagrams, and
 an eager NACK would ask for what is still in flight); unanswered NACKs repeat every
-`nack_retry_ns`. Heartbeats go out only from an idle sender, for the same reason.
+`nack_retry_ns`. Heartbeats go out only from an idle sender, for the same reason; once a
+receiver knows of a gap its own NACKs repeat, so a heartbeat needs repeating only when it was
+lost itself, hence the back-off.
 
 Flow control: a sender keeps at most `window` of its own messages unacknowledged by some member;
 further multicasts wait in a backlog until ACKs free the window. Without it an overloaded
@@ -41,23 +50,26 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from nodes.protocols.base import Action, LayerBase, RDeliver, Send, SetTimer
 from nodes.protocols.params import ReliableParams as ReliableParams  # re-exported
 from nodes.wire import Flag, Header, Message, MsgType, Proto, mypyc_attr
 
-TICK = "rm:tick"
+TICK: Final = "rm:tick"
 # Enum members as module constants: `MsgType.NACK` is a slow class-attribute lookup, and
 # on_message runs once per datagram.
-_NACK, _ACK, _HEARTBEAT = MsgType.NACK, MsgType.ACK, MsgType.HEARTBEAT
-RETRANSMIT = int(Flag.RETRANSMIT)  # IntFlag arithmetic is slow on a hot path
+_NACK: Final = MsgType.NACK
+_ACK: Final = MsgType.ACK
+_HEARTBEAT: Final = MsgType.HEARTBEAT
+RETRANSMIT: Final = int(Flag.RETRANSMIT)  # IntFlag arithmetic is slow on a hot path
 
 
 def reliable_kwargs(params: dict[str, Any]) -> dict[str, Any]:
     """ReliableMulticast's keyword arguments from a node config's params."""
     names = {"tick_ms": "tick_ns", "nack_delay_ms": "nack_delay_ns",
-             "nack_retry_ms": "nack_retry_ns", "ack_every_ms": "ack_every_ns"}
+             "nack_retry_ms": "nack_retry_ns", "ack_every_ms": "ack_every_ns",
+             "heartbeat_after_ms": "heartbeat_after_ns", "heartbeat_max_ms": "heartbeat_max_ns"}
     out = {names[k]: round(float(v) * 1e6) for k, v in params.items() if k in names}
     out.update({k: int(v) for k, v in params.items()
                 if k in ("window", "max_resend", "incarnation")})
@@ -92,6 +104,8 @@ class ReliableMulticast:
         max_resend: int = 128,
         incarnation: int = 0,
         scope: str = "rm",
+        heartbeat_after_ns: int = 100_000_000,
+        heartbeat_max_ns: int = 640_000_000,
     ):
         self.me = me
         # Timer keys are scoped per layer instance ("<scope>:tick"), so two instances can run
@@ -103,6 +117,13 @@ class ReliableMulticast:
         self.nack_delay_ns = nack_delay_ns
         self.nack_retry_ns = nack_retry_ns
         self.last_multicast_at = 0
+        # Heartbeats: the last one's time (-1: none yet) and the gap before the next, which
+        # doubles from heartbeat_after_ns up to heartbeat_max_ns and starts over at every
+        # multicast.
+        self.heartbeat_at = -1
+        self.heartbeat_after_ns = heartbeat_after_ns
+        self.heartbeat_gap = heartbeat_after_ns
+        self.heartbeat_max_ns = max(heartbeat_max_ns, heartbeat_after_ns)
         self.ack_every_ns = ack_every_ns
         self.window = window
         self.max_resend = max_resend
@@ -111,6 +132,11 @@ class ReliableMulticast:
         self.send_buffer: dict[int, Message] = {}
         self._purged = 0  # send_buffer holds nothing at or below this number
         self.acked = {m: 0 for m in members if m != me}  # highest cumulative ACK per receiver
+        # min(acked.values()) kept up to date, and how many receivers sit at it: an ACK moves
+        # the minimum only when the last receiver at it moves up, so the minimum is not
+        # recomputed over every member at every ACK (O(members) per ACK at 100 members).
+        self._ack_floor = 0
+        self._at_floor = len(self.acked)
         self.incarnation = incarnation
         self.streams = {m: _Stream(adopt=incarnation > 0) for m in members if m != me}
         self.excluded: set[int] = set()  # suspected members
@@ -132,7 +158,7 @@ class ReliableMulticast:
     def _floor(self) -> int | None:
         """Highest number every unsuspected member has acknowledged."""
         if not self.excluded:
-            return min(self.acked.values()) if self.acked else None
+            return self._ack_floor if self.acked else None
         live = [v for m, v in self.acked.items() if m not in self.excluded]
         return min(live) if live else None
 
@@ -155,6 +181,7 @@ class ReliableMulticast:
                       payload)
         self.next_rseq += 1
         self.last_multicast_at = now
+        self.heartbeat_gap = self.heartbeat_after_ns
         if self.acked:
             self.send_buffer[msg.header.rseq] = msg
         return [Send(None, msg), RDeliver(self.me, msg)]
@@ -166,8 +193,15 @@ class ReliableMulticast:
             return self._retransmit(src, h.rseq, h.seq)
         if typ == _ACK:
             acked = self.acked
-            if src in acked and h.rseq > acked[src]:
+            old = acked.get(src)
+            if old is not None and h.rseq > old:
                 acked[src] = h.rseq
+                if old == self._ack_floor:
+                    self._at_floor -= 1
+                    if not self._at_floor:  # the last receiver at the minimum moved up
+                        floor = min(acked.values())
+                        self._ack_floor = floor
+                        self._at_floor = sum(1 for v in acked.values() if v == floor)
                 self._purge()
                 return self._release(now) if self.backlog else []
             return []
@@ -202,10 +236,8 @@ class ReliableMulticast:
     def on_timer(self, key: str, now: int) -> list[Action]:
         out: list[Action] = [SetTimer(self.tick_key, self.tick_ns)]
         unacked = self.next_rseq - 1
-        idle = now - self.last_multicast_at >= self.tick_ns
-        floor = self._floor()
-        if idle and floor is not None and floor < unacked:
-            out.append(Send(None, self._control(MsgType.HEARTBEAT, rseq=unacked)))
+        if unacked > self._purged:  # something sent is not yet acknowledged by every member
+            out += self._heartbeat(unacked, now)
         for sender, stream in self.streams.items():
             if stream.adopt:
                 if stream.buffer and now - stream.gap_since >= self.nack_delay_ns:
@@ -222,6 +254,27 @@ class ReliableMulticast:
                     stream.acked_sent = stream.delivered
                     out.append(Send(sender, self._control(MsgType.ACK, rseq=stream.delivered)))
         return out
+
+    def _heartbeat(self, unacked: int, now: int) -> list[Action]:
+        """HEARTBEATs carrying `unacked` (our highest number) to the members still behind it,
+        once the sender has been idle for the current back-off gap while some unsuspected
+        member has not acknowledged everything."""
+        quiet_since = self.last_multicast_at
+        if self.heartbeat_at > quiet_since:
+            quiet_since = self.heartbeat_at
+        gap = self.heartbeat_gap
+        if now - quiet_since < gap:
+            return []
+        floor = self._floor()
+        if floor is None or floor >= unacked:
+            return []
+        self.heartbeat_at = now
+        self.heartbeat_gap = min(gap * 2, self.heartbeat_max_ns)
+        behind = [m for m, v in self.acked.items() if v < unacked]
+        msg = self._control(MsgType.HEARTBEAT, rseq=unacked)
+        if len(behind) == len(self.acked):
+            return [Send(None, msg)]
+        return [Send(m, msg) for m in behind]
 
     def queued_tail(self) -> tuple[Header, bytes] | None:
         """The newest multicast still waiting for the window (None: nothing waits)."""
@@ -329,10 +382,11 @@ class ReliableMulticast:
         return out
 
     def _purge(self) -> None:
-        floor = min(self.acked.values()) if self.acked else None
-        if floor is None:
+        if not self.acked:
             return
-        floor = min(floor, self.next_rseq - 1)  # an ACK beyond what was sent frees no more
+        floor = self._ack_floor  # min(self.acked.values())
+        if floor > self.next_rseq - 1:  # an ACK beyond what was sent frees no more
+            floor = self.next_rseq - 1
         if floor <= self._purged:
             return
         # Numbers are consecutive: drop what the last purge left up to the new floor, instead
