@@ -16,7 +16,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from testbed.backends import Backend, make_backend
+from testbed.backends import Backend, BackendError, make_backend
 from testbed.drain import DrainWatch
 from testbed.faults.nemesis import Nemesis
 from testbed.pathcheck import lock_paths, sites_of, write_paths_csv
