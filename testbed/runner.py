@@ -141,11 +141,11 @@ def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> 
             nemesis.stop()
     if nemesis is not None:
         for problem in nemesis.errors:
-            console.print(f"[yellow]fault not applied:[/] {problem}")
+            console.print(f"[yellow]fault failed:[/] {problem}")
         for note in nemesis.notes:
             console.print(f"[yellow]fault:[/] {note}")
-        for skipped in nemesis.skipped:
-            console.print(f"fault skipped: {skipped}")
+        for skipped in nemesis.skipped:  # faults.skipped.jsonl
+            console.print(f"[yellow]fault not applied:[/] {skipped}")
     if virtual:
         stats = backend.stats()
         console.print(f"simulated {stats.get('virtual_s', 0):.1f} s: "

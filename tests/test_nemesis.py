@@ -1,6 +1,6 @@
 """The nemesis on the wall clock (testbed/faults/nemesis.py): a fault whose nodes do not answer
 never delays the next fault past its time, and no fault runs once the run has begun to end --
-the ones left are recorded as skipped."""
+the ones left are recorded as not applied (faults.skipped.jsonl)."""
 
 from __future__ import annotations
 
@@ -103,8 +103,8 @@ def test_no_fault_runs_once_the_run_ends_and_the_rest_is_skipped(tmp_path: Path)
     skipped = [json.loads(x) for x in (tmp_path / SKIPPED_FILE).read_text().splitlines()]
     assert [(s["kind"], s["phase"], s["hosts"]) for s in skipped] == [
         ("crash", "start", ["h2"]), ("crash", "stop", ["h2"]), ("pause", "stop", ["h1"])]
-    assert all(s["measured"] == {"skipped": "the run ended before its time"} for s in skipped)
+    assert all(s["measured"] == {"skipped": "stopped"} for s in skipped)
     assert skipped[0]["t"] == nemesis.start_at_ns + 50_000_000
-    assert nemesis.skipped == ["crash at 0.05s: the run ended before its time",
-                               "restart at 0.1s: the run ended before its time",
-                               "resume at 60s: the run ended before its time"]
+    assert nemesis.skipped == ["crash at 0.05s: stopped (the run ended before its time)",
+                               "restart at 0.1s: stopped (the run ended before its time)",
+                               "resume at 60s: stopped (the run ended before its time)"]

@@ -5,12 +5,13 @@ already removed (a restarted node's journal entry stayed live)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from testbed.faults.nemesis import Nemesis
+from testbed.faults.nemesis import AFTER_END, SKIPPED_FILE, Nemesis
 from testbed.faults.schedule import Action
 
 
@@ -54,7 +55,9 @@ def test_an_unstopped_nemesis_applies_overdue_actions_in_order(tmp_path: Path) -
 
 def test_an_action_reached_after_the_runs_end_is_not_applied(tmp_path: Path) -> None:
     """The partition of a run whose nodes booted past their own cap was applied after every
-    node had exited and, never healed, read as a fault that voided the liveness promise."""
+    node had exited and, never healed, read as a fault that voided the liveness promise. Such
+    actions are recorded the one way a fault not applied is (faults.skipped.jsonl, the reason
+    `after the run's end`), not as errors, and never in faults.jsonl."""
     applied: list[str] = []
 
     def apply(action: Action) -> dict[str, Any]:
@@ -66,7 +69,15 @@ def test_an_action_reached_after_the_runs_end_is_not_applied(tmp_path: Path) -> 
     nemesis = Nemesis(actions, now - 10**9, tmp_path / "faults.jsonl", apply, end_ns=now)
     nemesis.start()
     nemesis.join(5)
+    nemesis.stop()  # as the runner does: records nothing twice
     assert applied == []
-    assert len(nemesis.errors) == 2 and "after the run's end" in nemesis.errors[0]
+    assert nemesis.errors == []
     assert not (tmp_path / "faults.jsonl").exists() or \
         (tmp_path / "faults.jsonl").read_text() == ""
+    skipped = [json.loads(x) for x in (tmp_path / SKIPPED_FILE).read_text().splitlines()]
+    assert [(s["kind"], s["phase"], s["t"]) for s in skipped] == [
+        ("crash", "start", now - 10**9), ("crash", "stop", now - 10**9 + 1)]
+    assert all(s["measured"]["skipped"] == AFTER_END for s in skipped)
+    assert 0.9 < skipped[0]["measured"]["reached_s"] < 5
+    assert len(nemesis.skipped) == 2
+    assert nemesis.skipped[0].startswith("crash at 0s: after the run's end (reached 1.")

@@ -6,10 +6,14 @@ A fault never delays the next one past its time: what a fault asks of the nodes
 (testbed/faults/nodeside.py) is answered by the next fault's time (`answers_by`), at most
 `ANSWER_S` later; nodes that had not answered are named in its measurement (`no_answer`) and in
 `notes`. `stop()` returns once no fault is being applied and none will be: the runner calls it
-before it collects and tears down, so no fault ever acts on a backend that is going away. The
-faults the run ended before (or while stopping, overdue) are not applied: each is a line in
-`faults.skipped.jsonl`, the record it would have had with `measured.skipped`, and in
-`skipped`."""
+before it collects and tears down, so no fault ever acts on a backend that is going away.
+
+A fault that was not applied is never in `faults.jsonl` (whose every record the analysis reads
+as a fault of the run): it is a line of `faults.skipped.jsonl`, the record it would have had at
+its planned time with `measured.skipped` saying why -- `stopped` (`stop()` came first: the run
+was ending) or `after the run's end` (reached only past the nodes' cap, `end_ns`; with
+`measured.reached_s`) -- and a line of `skipped` for the console. `errors` are faults that
+were tried and failed (in `faults.jsonl` with `measured.error`)."""
 
 from __future__ import annotations
 
@@ -25,6 +29,9 @@ from testbed.faults.nodeside import ANSWER_S, answers_by
 from testbed.faults.schedule import Action
 
 SKIPPED_FILE = "faults.skipped.jsonl"
+#: `measured.skipped` of a fault not applied: why
+STOPPED = "stopped"
+AFTER_END = "after the run's end"
 #: the least time a fault waits for the nodes' answers, however close the next fault is
 MIN_ANSWER_S = 1.0
 #: how long stop() waits for the fault being applied (each is bounded by its deadlines: the
@@ -52,6 +59,7 @@ class Nemesis(threading.Thread):
         self.applied = 0  # actions done (applied or failed), in timeline order
 
     def run(self) -> None:
+        why, reached_ns = STOPPED, 0
         try:
             for k, action in enumerate(self.actions):
                 delay = (self.start_at_ns + action.at_ns - time.time_ns()) / 1e9
@@ -59,17 +67,14 @@ class Nemesis(threading.Thread):
                     return
                 if self.stopping.is_set():  # overdue when the run began to end
                     return
-                t = time.time_ns()
-                if self.end_ns is not None and t >= self.end_ns:
-                    self.errors.append(f"{action.op} at {action.at_ns / 1e9:g}s: not applied, "
-                                       f"reached {(t - self.start_at_ns) / 1e9:.1f} s after the "
-                                       "workload's start, after the run's end")
-                    self.applied = k + 1
-                    continue
+                reached_ns = time.time_ns()
+                if self.end_ns is not None and reached_ns >= self.end_ns:
+                    why = AFTER_END  # and so is every action after it
+                    return
                 self._apply(action, self._deadline(k))
                 self.applied = k + 1
         finally:
-            self._skip(self.actions[self.applied:])
+            self._skip(self.actions[self.applied:], why, reached_ns)
 
     def _deadline(self, k: int) -> float:
         """time.monotonic() by which action k's answers are in: the next action's time, at
@@ -97,21 +102,27 @@ class Nemesis(threading.Thread):
                               f"{', '.join(late[:8])}{' ...' if len(late) > 8 else ''}")
         self.history.append(action.primitive(), t, measured, action.fault)
 
-    def _skip(self, actions: list[Action]) -> None:
+    def _skip(self, actions: list[Action], why: str, reached_ns: int) -> None:
+        """Record `actions` as not applied, `why` (STOPPED or AFTER_END, reached at
+        `reached_ns`)."""
         if not actions:
             return
+        measured: dict[str, Any] = {"skipped": why}
+        detail = "the run ended before its time"
+        if why == AFTER_END:
+            measured["reached_s"] = round((reached_ns - self.start_at_ns) / 1e9, 3)
+            detail = f"reached {measured['reached_s']:.1f} s after the workload's start"
         lines = []
         for action in actions:
-            why = "the run ended before its time"
             lines.append(json.dumps(action.primitive().record(
-                self.start_at_ns + action.at_ns, {"skipped": why}, action.fault)) + "\n")
-            self.skipped.append(f"{action.op} at {action.at_ns / 1e9:g}s: {why}")
+                self.start_at_ns + action.at_ns, measured, action.fault)) + "\n")
+            self.skipped.append(f"{action.op} at {action.at_ns / 1e9:g}s: {why} ({detail})")
         with self.skipped_path.open("a", encoding="utf-8") as f:
             f.writelines(lines)
 
     def stop(self) -> None:
         """No fault is applied after this returns: the one being applied finishes (its
-        deadlines bound it), those not yet applied are recorded as skipped."""
+        deadlines bound it), those not yet applied are recorded as not applied (STOPPED)."""
         self.stopping.set()
         if self.is_alive():
             self.join(timeout=STOP_WAIT_S)
