@@ -6,7 +6,8 @@ Agreement and validity prove something only about a quiescent run. When the run 
 quiescent, their counts are messages still in flight: they move to the `liveness` section
 (`unproven`) and the checks report 0, judged false. Total order, integrity, FIFO and causal
 order stay safety checks, judged on what was delivered. A run without a drain record (older
-runs, synthetic logs) is judged as before.
+runs, synthetic logs) is judged as before. A run the runner cut short at its wall limit
+(`cut_short` in drain.json, testbed/drain.py) keeps it in the section: its verdict is not ok.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def liveness_section(drain: dict[str, Any] | None, checks: dict[str, Any]) -> di
                                            "as if the run were quiescent"}
     section = {k: drain.get(k) for k in ("quiescent", "drain_s", "drain_min_s", "drain_max_s",
                                          "in_flight", "undelivered_per_node")}
+    if drain.get("cut_short"):  # the runner stopped the nodes at its wall limit
+        section["cut_short"] = str(drain["cut_short"])
     if drain.get("quiescent"):
         return section
     unproven = {}
@@ -53,8 +56,11 @@ def liveness_section(drain: dict[str, Any] | None, checks: dict[str, Any]) -> di
 
 
 def liveness_line(summary: dict[str, Any]) -> str | None:
-    """One line for the console and the report when the run was not quiescent."""
+    """One line for the console and the report when the run was cut short or not
+    quiescent."""
     live = summary.get("liveness") or {}
+    if live.get("cut_short"):
+        return f"cut short: {live['cut_short']} (agreement and validity not judged)"
     if live.get("quiescent") is not False:
         return None
     return (f"not quiescent after {live.get('drain_s', 0):g} s: {live.get('in_flight', 0)} "

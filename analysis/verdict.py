@@ -8,10 +8,11 @@ the in-process judge call it alike, so both give the same verdict for the same c
 `verdict` is pure on the summary: safety `held` or `violated` (every claimed check and the
 nodes' errors); liveness `quiescent`, `stalled-as-claimed` (the protocol's liveness claim,
 nodes/protocols/catalogue.py `Liveness`, promises no progress under this run's faults: the
-summary's `liveness.promised` is false) or `stalled` (it does: the messages of correct hosts
-never delivered at correct hosts fail the run). `liveness_promise` answers the claim from the
-catalogue entry, the run's resolved params and its faults (`run_faults`: the topology's link
-model from spec.lock.yaml and faults.jsonl).
+summary's `liveness.promised` is false), `stalled` (it does: the messages of correct hosts
+never delivered at correct hosts fail the run) or `cut-short` (the runner stopped the nodes
+at its wall limit, drain.json `cut_short`: not ok whatever the claims, the reason says why).
+`liveness_promise` answers the claim from the catalogue entry, the run's resolved params and
+its faults (`run_faults`: the topology's link model from spec.lock.yaml and faults.jsonl).
 
 A protocol's documented hazards (catalogue `Hazard`: a schedule under which its paper's rule
 is itself unsafe) are matched against the same params and faults (`run_hazards`); the checks
@@ -369,7 +370,14 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
     safety = "violated" if reasons else "held"
     live = summary.get("liveness") or {}
     liveness = "quiescent"
-    if live.get("quiescent") is False:
+    if live.get("cut_short"):  # stopped at the runner's wall limit: no progress to vouch for
+        liveness = "cut-short"
+        why = f"cut short: {live['cut_short']}"
+        if live.get("quiescent") is False and isinstance(live.get("in_flight"), int):
+            why += (f" ({live['in_flight']} deliveries of correct hosts' messages missing at "
+                    "correct hosts when stopped)")
+        reasons.append(why)
+    elif live.get("quiescent") is False:
         if live.get("promised") is False:
             liveness = "stalled-as-claimed"
             reasons.append(str(live.get("promise") or "the protocol claims no progress"))
@@ -384,7 +392,7 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
             else "params"
         reasons.append(f"hazard ({where}): {h.get('reason')}; not claimed: "
                        f"{', '.join(h.get('voids') or [])}")
-    ok = safety == "held" and liveness != "stalled"
+    ok = safety == "held" and liveness not in ("stalled", "cut-short")
     return {"ok": ok, "safety": safety, "liveness": liveness, "reasons": reasons}
 
 

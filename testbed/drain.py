@@ -6,7 +6,9 @@ progress (`testbed:type=Node` `Progress`, over the control plane) and stops all 
 final-delivered at every correct host. Nodes stop themselves at the drain's cap
 (`drain_max`) if that never happens. The outcome goes to `drain.json` for the analysis, so a
 run that ended with messages in flight reports them under liveness, not as agreement or
-validity violations. The simulator runs the same check in virtual time (nodes/sim.py).
+validity violations. The simulator runs the same check in virtual time (nodes/sim.py). A run
+the runner stopped at its wall limit has `cut_short` in drain.json (`mark_cut_short` where the
+nodes drain themselves): its verdict is not ok and says why.
 """
 
 from __future__ import annotations
@@ -75,11 +77,14 @@ class DrainWatch:
             list(pool.map(self._stop, self.hosts))
         return True
 
-    def write(self) -> dict[str, Any]:
-        """Write drain.json (call after the nodes exited) and return its content."""
+    def write(self, cut_short: str | None = None) -> dict[str, Any]:
+        """Write drain.json (call after the nodes exited, or were stopped: `cut_short` says
+        why) and return its content."""
         end = self.stopped_at_ns or min(time.time_ns(), self.workload_end_ns + self.drain_max_ns)
         rec = drain_record(self.quiescent, end - self.workload_end_ns, self.drain_min_ns,
                            self.drain_max_ns, self.correct, self.missing)
+        if cut_short:
+            rec["cut_short"] = cut_short
         (self.run.path / DRAIN_FILE).write_text(json.dumps(rec) + "\n")
         return rec
 
@@ -110,3 +115,22 @@ class DrainWatch:
         # The node may close the connection as it stops; it exits at the cap regardless.
         with contextlib.suppress(MgmtError, OSError, ValueError):
             client.exec(NODE, "stop")
+
+
+def mark_cut_short(run: RunDir, reason: str, correct: list[str], drain_min_ns: int,
+                   drain_max_ns: int) -> dict[str, Any]:
+    """drain.json of a run whose nodes drain themselves (the simulator) and that the runner cut
+    short: the record they wrote, else one that measured nothing (not quiescent; `drain_s`,
+    `in_flight` and `undelivered_per_node` null), with `cut_short` saying why."""
+    path = run.path / DRAIN_FILE
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        rec = None
+    if not isinstance(rec, dict) or "quiescent" not in rec:
+        rec = {**drain_record(False, 0, drain_min_ns, max(drain_min_ns, drain_max_ns), correct,
+                              {}),
+               "drain_s": None, "undelivered_per_node": None, "in_flight": None}
+    rec["cut_short"] = reason
+    path.write_text(json.dumps(rec) + "\n")
+    return rec

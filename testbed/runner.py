@@ -16,8 +16,8 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from testbed.backends import Backend, BackendError, make_backend
-from testbed.drain import DrainWatch
+from testbed.backends import Backend, make_backend
+from testbed.drain import DrainWatch, mark_cut_short
 from testbed.faults.nemesis import Nemesis
 from testbed.pathcheck import lock_paths, sites_of, write_paths_csv
 from testbed.rundir import RunDir
@@ -84,13 +84,13 @@ def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: 
         options["inventory"] = inventory or exp.inventory
     backend = make_backend(exp.backend, run, topo, plan.paths, **options)
     try:
-        _execute(plan, run, backend, console)
+        cut = _execute(plan, run, backend, console)
         backend.collect()
     finally:
         backend.down()
         teardown(run)
-    if not analyze:
-        return RunResult(run, {}, [])
+    if not analyze:  # not judged; a run cut short still fails (the verdict would say so)
+        return RunResult(run, {}, [f"cut short: {cut}"] if cut else [])
     return analyze_run(run, exp.expect, console, master)
 
 
@@ -114,8 +114,7 @@ def start_nodes(plan: RunPlan, run: RunDir, backend: Backend,
     if backend.capabilities.virtual_clock:
         backend.schedule_faults(plan.actions, start)
     elif plan.actions:
-        exp = plan.experiment
-        end = start + exp.duration + max(exp.drain, exp.drain_max) if workload else None
+        end = start + cap_ns(plan.experiment) if workload else None
         nemesis = Nemesis(plan.actions, start, run.path / "faults.jsonl", backend.fault,
                           end_ns=end)
     backend.deploy(plan.configs)
@@ -130,11 +129,12 @@ def start_nodes(plan: RunPlan, run: RunDir, backend: Backend,
     return plan, nemesis
 
 
-def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> None:
+def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> str | None:
+    """Start the nodes and watch them until they end; why the run was cut short, if it was."""
     virtual = backend.capabilities.virtual_clock
     plan, nemesis = start_nodes(plan, run, backend)
     try:
-        _watch(plan, run, backend, console, plan.start_at_ns, backend.startup_ns)
+        cut = _watch(plan, run, backend, console, plan.start_at_ns, backend.startup_ns)
     finally:
         # Before the caller collects and tears down: no fault acts on a backend going away.
         if nemesis is not None:
@@ -146,37 +146,47 @@ def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> 
             console.print(f"[yellow]fault:[/] {note}")
         for skipped in nemesis.skipped:  # faults.skipped.jsonl
             console.print(f"[yellow]fault not applied:[/] {skipped}")
-    if virtual:
-        stats = backend.stats()
+    stats = backend.stats() if virtual else {}
+    if stats:  # none from a simulator that was stopped
         console.print(f"simulated {stats.get('virtual_s', 0):.1f} s: "
                       f"{stats.get('events', 0)} events at {stats.get('events_per_s', 0)}/s")
+    return cut
+
+
+def cap_ns(exp: ExperimentSpec) -> int:
+    """The nodes' cap after the workload's start: the workload and the longest drain."""
+    return exp.duration + max(exp.drain, exp.drain_max)
 
 
 # The simulator's wall time is its work, not the virtual time it covers: at ten hosts it runs
 # faster than real time, and the events of a virtual second grow with the hosts (every
 # datagram of a multicast is one event at each of the others). Its limit scales with them.
 SIM_HOSTS_AT_REAL_TIME = 10
+#: what the wall limit leaves beyond the run's own time
+WALL_SLACK_S = 30.0
 
 
 def wall_limit_s(cap_s: float, startup_ns: int, hosts: int, virtual: bool) -> float:
-    """How long the nodes may take, wall clock, before the run fails: the run's longest
-    duration (workload and the longest drain, `cap_s`) and start-up, plus 30 s; on a virtual
-    clock the simulated part scaled by hosts / SIM_HOSTS_AT_REAL_TIME (at least 1)."""
-    if virtual:
-        return cap_s * max(1.0, hosts / SIM_HOSTS_AT_REAL_TIME) + startup_ns / 1e9 + 30
-    return cap_s + startup_ns / 1e9 + 30
+    """How long the nodes may take, wall clock, before the run is cut short: the run's longest
+    duration (workload and the longest drain, `cap_s`) and start-up, plus WALL_SLACK_S; on a
+    virtual clock the simulated part scaled by hosts / SIM_HOSTS_AT_REAL_TIME (at least 1)."""
+    scale = max(1.0, hosts / SIM_HOSTS_AT_REAL_TIME) if virtual else 1.0
+    return cap_s * scale + startup_ns / 1e9 + WALL_SLACK_S
 
 
 def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console, start: int,
-           startup_ns: int) -> None:
-    """Until every node has exited: progress, and on the wall clock the drain watch."""
+           startup_ns: int) -> str | None:
+    """Until every node has exited: progress, and on the wall clock the drain watch. Past the
+    wall limit (`wall_limit_s`) the nodes are stopped, on every backend, and the run is cut
+    short: drain.json says so (`cut_short`), its verdict is not ok and says why, and the
+    reason is returned. What the nodes logged is judged all the same, never no verdict."""
     exp, virtual = plan.experiment, backend.capabilities.virtual_clock
     # Real nodes are watched during the drain and stopped once quiescent; the simulator does
     # the same in virtual time and writes drain.json itself.
     watch = None if virtual else DrainWatch(run, plan.hosts, plan.correct,
                                             start + exp.duration, exp.drain, exp.drain_max)
-    cap_s = (exp.duration + max(exp.drain, exp.drain_max)) / 1e9
-    limit_s = wall_limit_s(cap_s, startup_ns, len(plan.hosts), virtual)
+    limit_s = wall_limit_s(cap_ns(exp) / 1e9, startup_ns, len(plan.hosts), virtual)
+    cut = None
     total_s = (exp.duration + exp.drain) / 1e9 + (0 if virtual else startup_ns / 1e9)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn(),
                   console=console, transient=True) as progress:
@@ -190,16 +200,23 @@ def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console, start
                 progress.update(task, description=f"{label}: draining, {watch.in_flight} "
                                                   "messages in flight")
             if elapsed > limit_s:
-                if virtual:
-                    raise BackendError(f"nodes did not finish within {limit_s:.0f} s")
-                # Starved nodes miss their own cap: stop them and judge what they logged (the
-                # drain record says not quiescent, the verdict why), rather than no verdict.
-                console.print(f"[yellow]nodes did not finish within {cap_s + 30:.0f} s of the "
-                              "workload's start: stopped[/]")
+                # Starved nodes miss their own cap; a simulator slower than its limit (or in an
+                # event storm) has not reached its end.
+                cut = f"the nodes had not finished {limit_s:.0f} s (wall clock) after the start"
+                if virtual:  # killed mid-run: no consistent cut of the nodes' logs
+                    cut += ("; the simulator was stopped mid-run, each node's log ends at its "
+                            "last write (a delivery whose send was not yet written reads as "
+                            "an integrity violation)")
+                else:
+                    cut += "; the nodes were stopped"
+                console.print(f"[yellow]cut short: {cut}[/]")
                 backend.collect()
                 break
     if watch is not None:
-        watch.write()
+        watch.write(cut_short=cut)
+    elif cut is not None:
+        mark_cut_short(run, cut, plan.correct, exp.drain, exp.drain_max)
+    return cut
 
 
 def analyze_run(run: RunDir, expect: list[str], console: Console,

@@ -56,12 +56,22 @@ class SimBackend(Backend):
         return True
 
     def stats(self) -> dict[str, Any]:
+        """The simulator's statistics line; {} when it has none (it was stopped)."""
         lines = (self.run.path / "sim.log").read_text().strip().splitlines()
-        return json.loads(lines[-1]) if lines else {}
+        try:
+            stats = json.loads(lines[-1]) if lines else {}
+        except ValueError:
+            return {}
+        return stats if isinstance(stats, dict) else {}
 
-    def down(self) -> None:
+    def collect(self) -> None:
+        """The logs are in the run directory already; a simulator still running (the runner
+        cut the run short) is stopped."""
         proc = getattr(self, "_proc", None)
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
             self.run.journal.append("remove", id="sim")
+
+    def down(self) -> None:
+        self.collect()
