@@ -83,3 +83,20 @@ def test_a_cut_short_run_is_never_ok_whatever_the_claims() -> None:
     plain = {k: v for k, v in drain.items() if k != "cut_short"}
     assert verdict({"checks": checks, "node_errors": {"total": 0},
                     "liveness": liveness_section(plain, checks)})["ok"] is True
+
+
+def test_a_simulated_run_within_its_limit_is_not_cut_short_nor_late(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same run, short: not cut short; and no warning that the nodes were up late (the
+    simulator's start is a virtual instant, which the check read as decades ago)."""
+    (tmp_path / "exp.yaml").write_text(EXP.replace("duration: 30s", "duration: 1s")
+                                       .replace("200/s", "20/s"))
+    exp, topo = load_experiment(tmp_path / "exp.yaml")
+    out = io.StringIO()
+    result = runner.run_experiment(exp, topo, tmp_path / "runs", Console(file=out, width=200),
+                                   analyze=False)
+    assert result.failures == []
+    drain = json.loads((result.run.path / "drain.json").read_text())
+    assert drain["quiescent"] is True and "cut_short" not in drain
+    assert "simulated " in out.getvalue() and "cut short" not in out.getvalue()
+    assert "after the workload's start" not in capsys.readouterr().out

@@ -63,9 +63,7 @@ class Nemesis(threading.Thread):
         try:
             for k, action in enumerate(self.actions):
                 delay = (self.start_at_ns + action.at_ns - time.time_ns()) / 1e9
-                if delay > 0 and self.stopping.wait(delay):
-                    return
-                if self.stopping.is_set():  # overdue when the run began to end
+                if self.stopping.wait(max(0.0, delay)):  # also when overdue as the run ends
                     return
                 reached_ns = time.time_ns()
                 if self.end_ns is not None and reached_ns >= self.end_ns:
