@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from analysis.fault_history import fault_history
+from analysis.ingest import read_faults
 from testbed.faults.nemesis import AFTER_END, SKIPPED_FILE, Nemesis
 from testbed.faults.schedule import Action
 
@@ -81,3 +83,6 @@ def test_an_action_reached_after_the_runs_end_is_not_applied(tmp_path: Path) -> 
     assert 0.9 < skipped[0]["measured"]["reached_s"] < 5
     assert len(nemesis.skipped) == 2
     assert nemesis.skipped[0].startswith("crash at 0s: after the run's end (reached 1.")
+    # What the analysis and the verdict read (faults.jsonl): no crash, h1 stayed correct.
+    assert read_faults(tmp_path) == []
+    assert fault_history(["h1", "h2"], read_faults(tmp_path)).correct == ["h1", "h2"]
