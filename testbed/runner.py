@@ -203,7 +203,7 @@ def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console, start
             if elapsed > limit_s:
                 # Starved nodes miss their own cap; a simulator slower than its limit (or in an
                 # event storm) has not reached its end.
-                cut = f"the nodes had not finished {limit_s:.0f} s (wall clock) after the start"
+                cut = f"the nodes had not finished {limit_s:.0f} s (wall clock) after their deploy"
                 if virtual:  # killed mid-run: no consistent cut of the nodes' logs
                     cut += ("; the simulator was stopped mid-run, each node's log ends at its "
                             "last write (a delivery whose send was not yet written reads as "
