@@ -402,7 +402,7 @@ class Simulator:
                             if jitter:
                                 # rng.gauss(0.0, jitter), inlined: the same draws and
                                 # arithmetic as random.Random.gauss (CPython 3.11-3.13).
-                                rng: Any = gauss.__self__  # type: ignore[attr-defined]
+                                rng: Any = link.rng  # gauss.__self__, read natively
                                 z = rng.gauss_next
                                 if z is None:
                                     x2pi = rng.random() * TWOPI
