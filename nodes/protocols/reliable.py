@@ -269,8 +269,7 @@ class ReliableMulticast:
                     stream = streams[sender]
                     if stream.delivered > stream.acked_sent:
                         stream.acked_sent = stream.delivered
-                        out.append(Send(sender, self._control(MsgType.ACK,
-                                                              rseq=stream.delivered)))
+                        out.append(Send(sender, self._control(_ACK, rseq=stream.delivered)))
         return out
 
     def _heartbeat(self, unacked: int, now: int) -> list[Action]:
@@ -289,7 +288,7 @@ class ReliableMulticast:
         self.heartbeat_at = now
         self.heartbeat_gap = min(gap * 2, self.heartbeat_max_ns)
         behind = [m for m, v in self.acked.items() if v < unacked]
-        msg = self._control(MsgType.HEARTBEAT, rseq=unacked)
+        msg = self._control(_HEARTBEAT, rseq=unacked)
         if len(behind) == len(self.acked):
             return [Send(None, msg)]
         return [Send(m, msg) for m in behind]
@@ -386,7 +385,7 @@ class ReliableMulticast:
         if missing_to < missing_from:
             return []
         stream.nack_at = now
-        return [Send(sender, self._control(MsgType.NACK, rseq=missing_from, seq=missing_to))]
+        return [Send(sender, self._control(_NACK, rseq=missing_from, seq=missing_to))]
 
     # -- sending ------------------------------------------------------------------------------
     def _retransmit(self, dst: int, first: int, last: int) -> list[Action]:
