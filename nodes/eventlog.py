@@ -17,7 +17,7 @@ class EventLog:
         self.proto = proto
         self._node_json = json.dumps(node)
         self._proto_json = json.dumps(proto)
-        self._labels: dict[str, str] = {}  # instance label -> its JSON (the hot path's dumps)
+        self._heads: dict[str, str] = {}  # delivery()'s line pieces per ev (and instance)
         self.count = 0
         self._buf: list[str] = []
         self._limit = buffer_lines
@@ -43,22 +43,30 @@ class EventLog:
     def delivery(self, t: int, lt: int, ev: str, mid: str, seq: int, size: int,
                  proto: str = "") -> None:
         """The hot path (opt/fnl/recv): the same JSON as write(), formatted directly. `proto`
-        names the protocol instance that produced the event (default: the node's)."""
-        seq_part = f',"seq":{seq}' if seq else ""
-        proto_json = (self._labels.get(proto) or self._label(proto)) if proto \
-            else self._proto_json
-        self._buf.append(
-            f'{{"t":{t},"lt":{lt},"i":{self.count},"node":{self._node_json},"ev":"{ev}",'
-            f'"proto":{proto_json},"mid":"{mid}"{seq_part},"size":{size}}}')
+        names the protocol instance that produced the event (default: the node's). What does
+        not change from line to line (node, ev, proto) is one cached piece per (ev, proto)."""
+        head = self._heads.get(ev) if not proto else self._heads.get(f"{ev}\0{proto}")
+        if head is None:
+            head = self._head(ev, proto)
+        if seq:
+            line = (f'{{"t":{t},"lt":{lt},"i":{self.count}{head}{mid}","seq":{seq},'
+                    f'"size":{size}}}')
+        else:
+            line = f'{{"t":{t},"lt":{lt},"i":{self.count}{head}{mid}","size":{size}}}'
+        self._buf.append(line)
         self.count += 1
         if len(self._buf) >= self._limit:
             self.flush()
 
-    def _label(self, proto: str) -> str:
-        if len(self._labels) > 64:
-            self._labels.clear()
-        text = self._labels[proto] = json.dumps(proto)
-        return text
+    def _head(self, ev: str, proto: str) -> str:
+        """`,"node":…,"ev":…,"proto":…,"mid":"` for `ev` by instance `proto` ("": the node's
+        protocol), cached (a bounded number: instance labels may keep coming)."""
+        if len(self._heads) > 256:
+            self._heads.clear()
+        proto_json = json.dumps(proto) if proto else self._proto_json
+        head = f',"node":{self._node_json},"ev":"{ev}","proto":{proto_json},"mid":"'
+        self._heads[f"{ev}\0{proto}" if proto else ev] = head
+        return head
 
     def flush(self) -> None:
         if self._file is not None and self._buf:

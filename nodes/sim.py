@@ -59,10 +59,11 @@ CALL: Final = 3
 ALIVE: Final = MsgType.ALIVE  # the failure detector's heartbeats: not the protocol's, not policed
 QUIESCE_STEP_NS: Final = 50_000_000  # how often (virtual time) the drain checks for quiescence
 BUDGET_MASK: Final = 4095  # the event budget is checked once every BUDGET_MASK + 1 events
-# The event queue is a heap of the events before `horizon` plus, for later events, one plain
-# list per slot of 2**SLOT_BITS ns (~1 ms); a slot is heapified when the heap runs dry. Most
-# events are arrivals tens of ms ahead, so the heap stays a slot's worth small and pops are
-# cheap, while the order -- (t, insertion counter) -- is exactly that of one big heap.
+# The event queue is, for later events, one plain list per slot of 2**SLOT_BITS ns (~1 ms);
+# when the current slot is done the next one is sorted (list.sort compares tuples far faster
+# than heapq does) and read in order, merged with a small heap of the events pushed before
+# `horizon` (its end) meanwhile. Most events are arrivals tens of ms ahead, so that heap
+# stays tiny, while the order -- (t, insertion counter) -- is exactly that of one big heap.
 SLOT_BITS: Final = 20
 
 
@@ -116,7 +117,11 @@ class Simulator:
         self.now = t0_ns
         self.cores = {c.node_id: self._core(c) for c in configs}
         self.configs = {c.node_id: c for c in configs}
-        self.queue: list[tuple[Any, ...]] = []  # the heap: every event with t < _horizon
+        # The current slot, sorted, read from _pos on; and the heap of the events pushed with
+        # t < _horizon (the slot's end) since it was sorted.
+        self._cur: list[tuple[Any, ...]] = []
+        self._pos = 0
+        self.queue: list[tuple[Any, ...]] = []
         self._horizon = 0
         self._later: dict[int, list[tuple[Any, ...]]] = {}  # slot -> its events (t >= horizon)
         self._slots: list[int] = []  # heap of the slots in _later
@@ -141,12 +146,18 @@ class Simulator:
         self.by_name = {c.name: c.node_id for c in configs}
         self.others = {n: tuple(d for d in self.cores if d != n) for n in self.cores}
         self._fanout: dict[int, tuple[tuple[int, LinkModel | None], ...]] = {}
+        # Per node, per destination: the one-target fan-out of a unicast.
+        self._unicast: dict[int, dict[int, tuple[tuple[int, LinkModel | None], ...]]] = {}
         self._refanout()
 
     def _refanout(self) -> None:
         """Each node's broadcast targets with their links (again after a fault adds a link)."""
         self._fanout = {n: tuple((d, self.links.get((n, d))) for d in others)
                         for n, others in self.others.items()}
+        # In place: a running loop holds this dict (a fault may add a link mid-loop).
+        self._unicast.clear()
+        self._unicast.update({n: {d: ((d, link),) for d, link in fan}
+                              for n, fan in self._fanout.items()})
 
     @staticmethod
     def _core(cfg: NodeConfig) -> NodeCore:
@@ -258,6 +269,7 @@ class Simulator:
         """
         queue, cores, epochs, configs = self.queue, self.cores, self.epoch, self.configs
         down, paused, timer_gens, fanout = self.down, self.paused, self._timer_gens, self._fanout
+        unicast = self._unicast
         links = self.links
         later, slots, put = self._later, self._slots, self._put
         pop, push = heapq.heappop, heapq.heappush
@@ -268,26 +280,44 @@ class Simulator:
             self._over_budget(0, self.now)
         events = datagrams = lost = 0
         counter = self._counter
+        cur, pos = self._cur, self._pos
+        ncur = len(cur)
         while True:
-            if not queue:
+            # The next event: the sorted slot's or the heap's, whichever comes first; one
+            # past the limit stays where it is.
+            if pos < ncur:
+                entry = cur[pos]
+                if queue and queue[0] < entry:
+                    entry = queue[0]
+                    if entry[0] > until_ns:
+                        break
+                    pop(queue)
+                else:
+                    if entry[0] > until_ns:
+                        break
+                    pos += 1
+            elif queue:
+                entry = queue[0]
+                if entry[0] > until_ns:
+                    break
+                pop(queue)
+            else:
                 if not slots or slots[0] << SLOT_BITS > until_ns:
                     break
                 slot = pop(slots)
-                queue.extend(later.pop(slot))
-                heapq.heapify(queue)
+                cur = self._cur = later.pop(slot)
+                cur.sort()
+                pos, ncur = 0, len(cur)
                 horizon = self._horizon = (slot + 1) << SLOT_BITS
-            entry = pop(queue)
+                continue
             t = entry[0]
-            if t > until_ns:
-                push(queue, entry)  # the one event past the limit goes back, same key
-                break
             events += 1
             if budgeted and not events & mask:
-                self._counter = counter
+                self._counter, self._pos = counter, pos
                 self._over_budget(events, t)
             _, _, kind, nid, epoch, a, b = entry
             if kind == call:
-                self.now, self._counter = t, counter
+                self.now, self._counter, self._pos = t, counter, pos
                 a()
                 counter = self._counter
                 continue
@@ -335,7 +365,12 @@ class Simulator:
             sent = sent_bytes = 0
             for dst, data, msg in sends:
                 size = len(data)
-                for d, link in (fanout[nid] if dst is None else ((dst, links.get((nid, dst))),)):
+                if dst is None:
+                    targets = fanout[nid]
+                else:
+                    one = unicast[nid].get(dst)
+                    targets = ((dst, links.get((nid, dst))),) if one is None else one
+                for d, link in targets:
                     if blocked and d in blocked:
                         continue
                     sent += 1
@@ -367,7 +402,7 @@ class Simulator:
                             if jitter:
                                 # rng.gauss(0.0, jitter), inlined: the same draws and
                                 # arithmetic as random.Random.gauss (CPython 3.11-3.13).
-                                rng: Any = gauss.__self__  # type: ignore[attr-defined]
+                                rng: Any = link.rng  # gauss.__self__, read natively
                                 z = rng.gauss_next
                                 if z is None:
                                     x2pi = rng.random() * TWOPI
@@ -398,7 +433,7 @@ class Simulator:
             c.datagrams_out += sent
             c.bytes_out += sent_bytes
             datagrams += sent
-        self._counter = counter
+        self._counter, self._pos = counter, pos
         if events:
             self.now = t
         stats = self.stats

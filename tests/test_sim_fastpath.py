@@ -74,8 +74,9 @@ def test_plain_is_set_exactly_when_transit_is_delay_plus_gaussian_jitter(
 
 def test_events_fire_in_time_then_insertion_order_across_slots_and_run_limits(
         tmp_path: Path) -> None:
-    """The queue (a heap for the current ~1 ms slot, lists for later slots) pops exactly in
-    (time, insertion) order, also for events scheduled from events and across `_loop` limits."""
+    """The queue (the current ~1 ms slot sorted, merged with a heap of what is scheduled into
+    it meanwhile; lists for later slots) pops exactly in (time, insertion) order, also for
+    events scheduled from events and across `_loop` limits."""
     import random
 
     cfg = replace(configs(tmp_path)[0], workload=WorkloadConfig(), paths={})

@@ -139,6 +139,13 @@ class ReliableMulticast:
         self._at_floor = len(self.acked)
         self.incarnation = incarnation
         self.streams = {m: _Stream(adopt=incarnation > 0) for m in members if m != me}
+        # What the tick needs without walking every stream (O(members) per tick, ~5 % of the
+        # simulator's time at 100 members): the senders whose stream has a gap or a joining
+        # buffer open (`gap_since >= 0`), and those whose V[i] moved past our last ACK.
+        # Ticks visit them in member order, as a walk over `streams` would.
+        self._gaps: set[int] = set()
+        self._moved: set[int] = set()
+        self._rank = {m: i for i, m in enumerate(self.streams)}  # a sender's place in streams
         self.excluded: set[int] = set()  # suspected members
         self.last_ack_at = 0
         self.retransmissions = 0
@@ -214,9 +221,11 @@ class ReliableMulticast:
             # A restarted receiver that had not joined the old stream joins the new one from
             # the present too: its first messages were sent before we restarted.
             stream = self.streams[h.sender] = _Stream(incarnation=h.aux, adopt=stream.adopt)
+            self._gaps.discard(h.sender)
+            self._moved.discard(h.sender)
         if typ == _HEARTBEAT:
             if not stream.adopt:  # a joining receiver asks for nothing from before its join
-                self._note_highest(stream, h.rseq, now)
+                self._note_highest(h.sender, stream, h.rseq, now)
             return []
         if stream.adopt:
             if h.flags & RETRANSMIT:
@@ -229,6 +238,7 @@ class ReliableMulticast:
                 stream.buffer = {}
             if not stream.buffer:
                 stream.gap_since = now
+                self._gaps.add(h.sender)
             stream.buffer[h.rseq] = msg
             return []
         return self._receive(stream, msg, now)
@@ -238,21 +248,28 @@ class ReliableMulticast:
         unacked = self.next_rseq - 1
         if unacked > self._purged:  # something sent is not yet acknowledged by every member
             out += self._heartbeat(unacked, now)
-        for sender, stream in self.streams.items():
-            if stream.adopt:
-                if stream.buffer and now - stream.gap_since >= self.nack_delay_ns:
-                    out += self._join(stream, now)
-                continue
-            if stream.gap_since < 0 or now - stream.gap_since < self.nack_delay_ns:
-                continue
-            if stream.nack_at < 0 or now - stream.nack_at >= self.nack_retry_ns:
-                out += self._nack(sender, stream, now)
+        if self._gaps:
+            streams = self.streams
+            for sender in sorted(self._gaps, key=self._rank.__getitem__):
+                stream = streams[sender]
+                if stream.adopt:
+                    if stream.buffer and now - stream.gap_since >= self.nack_delay_ns:
+                        out += self._join(sender, stream, now)
+                    continue
+                if now - stream.gap_since < self.nack_delay_ns:
+                    continue
+                if stream.nack_at < 0 or now - stream.nack_at >= self.nack_retry_ns:
+                    out += self._nack(sender, stream, now)
         if now - self.last_ack_at >= self.ack_every_ns:
             self.last_ack_at = now
-            for sender, stream in self.streams.items():
-                if stream.delivered > stream.acked_sent:
-                    stream.acked_sent = stream.delivered
-                    out.append(Send(sender, self._control(MsgType.ACK, rseq=stream.delivered)))
+            if self._moved:
+                moved, self._moved = self._moved, set()
+                streams = self.streams
+                for sender in sorted(moved, key=self._rank.__getitem__):
+                    stream = streams[sender]
+                    if stream.delivered > stream.acked_sent:
+                        stream.acked_sent = stream.delivered
+                        out.append(Send(sender, self._control(_ACK, rseq=stream.delivered)))
         return out
 
     def _heartbeat(self, unacked: int, now: int) -> list[Action]:
@@ -271,7 +288,7 @@ class ReliableMulticast:
         self.heartbeat_at = now
         self.heartbeat_gap = min(gap * 2, self.heartbeat_max_ns)
         behind = [m for m, v in self.acked.items() if v < unacked]
-        msg = self._control(MsgType.HEARTBEAT, rseq=unacked)
+        msg = self._control(_HEARTBEAT, rseq=unacked)
         if len(behind) == len(self.acked):
             return [Send(None, msg)]
         return [Send(m, msg) for m in behind]
@@ -302,8 +319,11 @@ class ReliableMulticast:
                 or h.rseq != stream.delivered + 1):
             return False
         rseq = stream.delivered = h.rseq
+        self._moved.add(h.sender)
         if stream.highest_seen <= rseq:  # nothing seen beyond: no gap
             stream.highest_seen = rseq
+            if stream.gap_since >= 0:
+                self._gaps.discard(h.sender)
             stream.gap_since = stream.nack_at = -1
         return True
 
@@ -318,37 +338,43 @@ class ReliableMulticast:
             if stream.buffer is None:
                 stream.buffer = {}
             stream.buffer[rseq] = msg
-            self._note_highest(stream, rseq, now)
+            self._note_highest(msg.header.sender, stream, rseq, now)
             return out
-        out.append(RDeliver(msg.header.sender, msg))
+        sender = msg.header.sender
+        out.append(RDeliver(sender, msg))
         if stream.buffer:
             buffer = stream.buffer
             while (nxt := buffer.pop(rseq + 1, None)) is not None:
                 out.append(RDeliver(nxt.header.sender, nxt))
                 rseq += 1
         stream.delivered = rseq
+        self._moved.add(sender)
         if stream.highest_seen <= rseq:  # nothing seen beyond: no gap
             stream.highest_seen = rseq
+            if stream.gap_since >= 0:
+                self._gaps.discard(sender)
             stream.gap_since = stream.nack_at = -1
         return out
 
-    def _join(self, stream: _Stream, now: int) -> list[Action]:
+    def _join(self, sender: int, stream: _Stream, now: int) -> list[Action]:
         """A restarted receiver joins the stream at the lowest fresh message it kept."""
         assert stream.buffer
         first = min(stream.buffer)
         stream.adopt = False
         stream.delivered = stream.highest_seen = stream.acked_sent = first - 1
         stream.gap_since = -1
+        self._gaps.discard(sender)
         out = self._receive(stream, stream.buffer.pop(first), now)
         if stream.buffer:  # a gap behind the first: NACKed as usual
-            self._note_highest(stream, max(stream.buffer), now)
+            self._note_highest(sender, stream, max(stream.buffer), now)
         return out
 
-    def _note_highest(self, stream: _Stream, rseq: int, now: int) -> None:
+    def _note_highest(self, sender: int, stream: _Stream, rseq: int, now: int) -> None:
         if rseq > stream.highest_seen:
             stream.highest_seen = rseq
         if stream.highest_seen > stream.delivered and stream.gap_since < 0:
             stream.gap_since = now
+            self._gaps.add(sender)
 
     def _nack(self, sender: int, stream: _Stream, now: int) -> list[Action]:
         missing_from = stream.delivered + 1
@@ -359,7 +385,7 @@ class ReliableMulticast:
         if missing_to < missing_from:
             return []
         stream.nack_at = now
-        return [Send(sender, self._control(MsgType.NACK, rseq=missing_from, seq=missing_to))]
+        return [Send(sender, self._control(_NACK, rseq=missing_from, seq=missing_to))]
 
     # -- sending ------------------------------------------------------------------------------
     def _retransmit(self, dst: int, first: int, last: int) -> list[Action]:
