@@ -617,6 +617,9 @@ def run_sim_file(path: Path) -> SimStats:
     spec: dict[str, Any] = json.loads(path.read_text())
     configs = [NodeConfig.from_dict(d) for d in spec["nodes"]]
     sim = Simulator(configs, seed=spec["seed"], t0_ns=spec.get("t0_ns", SIM_EPOCH_NS))
+    # The runner's wall limit (testbed/backends/sim.py): past it the run stops at one virtual
+    # instant (BudgetExceeded), every node's log complete up to it.
+    sim.max_wall_s = float(spec.get("max_wall_s", 0.0))
     if spec.get("faults"):
         sim.schedule_faults(spec["faults"], Path(spec["faults_log"]))
     end = max(c.start_at_ns + c.duration_ns + c.drain_ns for c in configs)
@@ -635,13 +638,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nodes.sim", description=doc)
     parser.add_argument("--config", type=Path, required=True)
     args = parser.parse_args(argv)
-    stats = run_sim_file(args.config)
+    cut: dict[str, str] = {}
+    try:
+        stats = run_sim_file(args.config)
+    except BudgetExceeded as exc:  # stopped at its wall limit: the statistics line says so
+        stats, cut = exc.stats, {"cut_short": str(exc)}
     from nodes.fastpath import active
 
     print(json.dumps({"compiled": active(), "events": stats.events,
                       "events_per_s": round(stats.events_per_s),
                       "datagrams": stats.datagrams, "lost": stats.lost,
-                      "wall_s": round(stats.wall_s, 3), "virtual_s": stats.virtual_s}))
+                      "wall_s": round(stats.wall_s, 3), "virtual_s": stats.virtual_s, **cut}))
     return 0
 
 

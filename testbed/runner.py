@@ -117,6 +117,8 @@ def start_nodes(plan: RunPlan, run: RunDir, backend: Backend,
         end = start + cap_ns(plan.experiment) if workload else None
         nemesis = Nemesis(plan.actions, start, run.path / "faults.jsonl", backend.fault,
                           end_ns=end)
+    backend.wall_limit_s = wall_limit_s(cap_ns(plan.experiment) / 1e9, backend.startup_ns,
+                                        len(plan.hosts), backend.capabilities.virtual_clock)
     backend.deploy(plan.configs)
     # On the wall clock only: a simulator's start is a virtual instant (decades ago).
     late = 0.0 if backend.capabilities.virtual_clock else (time.time_ns() - start) / 1e9
@@ -165,6 +167,8 @@ def cap_ns(exp: ExperimentSpec) -> int:
 SIM_HOSTS_AT_REAL_TIME = 10
 #: what the wall limit leaves beyond the run's own time
 WALL_SLACK_S = 30.0
+#: how long past the wall limit the runner waits for a simulator to stop itself
+SIM_BACKSTOP_S = 10.0
 
 
 def wall_limit_s(cap_s: float, startup_ns: int, hosts: int, virtual: bool) -> float:
@@ -186,7 +190,11 @@ def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console, start
     # the same in virtual time and writes drain.json itself.
     watch = None if virtual else DrainWatch(run, plan.hosts, plan.correct,
                                             start + exp.duration, exp.drain, exp.drain_max)
-    limit_s = wall_limit_s(cap_ns(exp) / 1e9, startup_ns, len(plan.hosts), virtual)
+    limit_s = backend.wall_limit_s or wall_limit_s(cap_ns(exp) / 1e9, startup_ns,
+                                                   len(plan.hosts), virtual)
+    # The simulator stops itself before the limit (testbed/backends/sim.py); stopping it from
+    # here is the backstop, for one that does not.
+    stop_s = limit_s + (SIM_BACKSTOP_S if virtual else 0.0)
     cut = None
     total_s = (exp.duration + exp.drain) / 1e9 + (0 if virtual else startup_ns / 1e9)
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn(),
@@ -200,7 +208,7 @@ def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console, start
             if watch is not None and watch.due(time.time_ns()) and not watch.poll():
                 progress.update(task, description=f"{label}: draining, {watch.in_flight} "
                                                   "messages in flight")
-            if elapsed > limit_s:
+            if elapsed > stop_s:
                 # Starved nodes miss their own cap; a simulator slower than its limit (or in an
                 # event storm) has not reached its end.
                 cut = f"the nodes had not finished {limit_s:.0f} s (wall clock) after their deploy"
@@ -213,6 +221,12 @@ def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console, start
                 console.print(f"[yellow]cut short: {cut}[/]")
                 backend.collect()
                 break
+    stopped = backend.stats().get("cut_short") if virtual and cut is None else None
+    if stopped:
+        cut = (f"the nodes had not finished {limit_s:.0f} s (wall clock) after their deploy; "
+               f"the simulator stopped every node at one instant ({stopped}), their logs "
+               "complete up to it")
+        console.print(f"[yellow]cut short: {cut}[/]")
     if watch is not None:
         watch.write(cut_short=cut)
     elif cut is not None:

@@ -37,11 +37,40 @@ workload: {rate: 200/s, size: 100B}
 """
 
 
-def test_a_simulated_run_past_its_wall_limit_is_cut_short_and_judged(
+def test_a_simulator_past_its_wall_limit_stops_itself_with_complete_logs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulator gets the runner's limit (sim.json `max_wall_s`) and stops every node at
+    one virtual instant before it: cut short and judged, and every node's log is complete up
+    to that instant, so nothing reads as an integrity violation."""
+    (tmp_path / "exp.yaml").write_text(EXP)
+    exp, topo = load_experiment(tmp_path / "exp.yaml")
+    monkeypatch.setattr(runner, "wall_limit_s", lambda *_: 1.0)
+    out = io.StringIO()
+    result = runner.run_experiment(exp, topo, tmp_path / "runs", Console(file=out, width=200),
+                                   analyze=False)
+    assert len(result.failures) == 1 and result.failures[0].startswith("cut short: ")
+    assert json.loads((result.run.path / "sim.json").read_text())["max_wall_s"] == 0.8
+    drain = json.loads((result.run.path / "drain.json").read_text())
+    assert "the simulator stopped every node at one instant (wall-clock budget of 0.8 s " \
+        "exceeded at virtual time" in drain["cut_short"]
+    summary = judge_run(result.run.path)
+    assert summary["verdict"]["liveness"] == "cut-short" and summary["ok"] is False
+    assert summary["checks"]["integrity"]["violations"] == 0
+    assert summary["checks"]["total_order"]["violations"] == 0
+    # It exited by itself: the process is recorded removed, the statistics line says why.
+    assert not [e for e in result.run.journal.live() if e["id"] == "sim"]
+    stats = json.loads((result.run.path / "sim.log").read_text().splitlines()[-1])
+    assert stats["cut_short"].startswith("wall-clock budget of 0.8 s exceeded")
+
+
+def test_a_simulator_that_does_not_stop_itself_is_stopped_and_judged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner's backstop: a simulator still running past the limit is killed mid-run, the
+    run cut short and judged all the same."""
     (tmp_path / "exp.yaml").write_text(EXP)
     exp, topo = load_experiment(tmp_path / "exp.yaml")
     monkeypatch.setattr(runner, "wall_limit_s", lambda *_: 0.5)
+    monkeypatch.setattr(runner, "SIM_BACKSTOP_S", -0.4)  # before the simulator's own stop
     out = io.StringIO()
     result = runner.run_experiment(exp, topo, tmp_path / "runs", Console(file=out, width=200),
                                    analyze=False)

@@ -70,6 +70,11 @@ class Backend(ABC):
     #: from computing the start time to the nodes running: the workload starts this much after
     #: "now" (remote raises it: a playbook starts its nodes, docs/remote.md)
     startup_ns: int = STARTUP_NS
+    #: wall seconds after the deploy past which the runner cuts the run short (set by the
+    #: runner before `deploy`; 0: none). A backend that runs its nodes' clock itself (the
+    #: simulator) stops them there on its own, at one virtual instant, so every node's log is
+    #: complete up to it; the runner's stop is then only the backstop.
+    wall_limit_s: float = 0.0
 
     def __init__(self, run: RunDir, topology: TopologySpec, paths: PathMatrix):
         self.run = run

@@ -15,6 +15,11 @@ from testbed.faults.schedule import Action, correct_hosts
 from testbed.processes import spawn
 
 
+#: how much earlier than the runner's wall limit the simulator stops itself (it checks the wall
+#: clock every few thousand events; a fifth of the limit when that is less)
+SIM_STOP_EARLY_S = 2.0
+
+
 class SimBackend(Backend):
     name = "sim"
     capabilities = Capabilities(virtual_clock=True, management=False)
@@ -37,7 +42,11 @@ class SimBackend(Backend):
                 "drain_log": str(self.run.path / DRAIN_FILE),
                 # The simulator applies the timeline in virtual time and writes the history.
                 "faults": [{"t_ns": start + a.at_ns, "op": a.op, "params": a.params,
-                            "fault": a.fault} for a in actions]}
+                            "fault": a.fault} for a in actions],
+                # Past it the simulator stops every node at the virtual time reached and says
+                # so in its statistics line (`cut_short`), a little before the runner would.
+                "max_wall_s": max(self.wall_limit_s - SIM_STOP_EARLY_S,
+                                  self.wall_limit_s * 0.8)}
         path = self.run.path / "sim.json"
         path.write_text(json.dumps(spec, sort_keys=True))
         self._proc = spawn(self.run.journal, self.run.run_id, "sim",
