@@ -14,7 +14,6 @@ from testbed.backends.base import Backend, BackendError, Capabilities, HostAddre
 from testbed.faults.schedule import Action, correct_hosts
 from testbed.processes import spawn
 
-
 #: how much earlier than the runner's wall limit the simulator stops itself (it checks the wall
 #: clock every few thousand events; a fifth of the limit when that is less)
 SIM_STOP_EARLY_S = 2.0
