@@ -190,13 +190,19 @@ def _bands(data: rd.RunData, lanes: bool = False) -> list[Band]:
 
 
 def _faults_html(data: rd.RunData) -> str:
-    if not data.faults:
-        return ""
-    rows = [[_td(f.label), _td(f"{f.start:.2f}"),
-             _td("instant" if f.stop is None else f"{f.stop:.2f}"),
-             f'<td class="l"><code>{escape(json.dumps(f.measured)[:240])}</code></td>']
-            for f in data.faults]
-    return "<h2>Faults</h2>" + _table(["fault", "start s", "stop s", "measured"], rows)
+    html = ""
+    if data.faults:
+        rows = [[_td(f.label), _td(f"{f.start:.2f}"),
+                 _td("instant" if f.stop is None else f"{f.stop:.2f}"),
+                 f'<td class="l"><code>{escape(json.dumps(f.measured)[:240])}</code></td>']
+                for f in data.faults]
+        html += "<h2>Faults</h2>" + _table(["fault", "start s", "stop s", "measured"], rows)
+    if data.skipped:
+        rows = [[_td(f.label), _td(f"{f.start:.2f}"),
+                 _td(str(f.measured.get("skipped", "")))] for f in data.skipped]
+        html += ("<h2>Faults not applied</h2>"
+                 + _table(["fault", "planned at s", "why"], rows))
+    return html
 
 
 def _csv_rows(path: Path) -> list[dict[str, str]]:

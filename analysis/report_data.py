@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,8 @@ from analysis.ingest import EVENTS_PARQUET
 from analysis.lockfile import Loader as LockLoader
 
 COLUMNS = ["t", "i", "node", "ev", "mid", "seq"]
+#: the faults a run did not apply, as the records they would have had (testbed/faults/nemesis.py)
+SKIPPED_FAULTS = "faults.skipped.jsonl"
 _NS_PER_S = 1e9
 
 
@@ -57,6 +59,9 @@ class RunData:
     end: float
     faults: list[FaultSpan]
     spec: dict[str, Any]
+    #: faults the run planned but did not apply (faults.skipped.jsonl: `measured.skipped` says
+    #: why); never shaded, never part of the run's fault history
+    skipped: list[FaultSpan] = field(default_factory=list)
 
 
 def read_events(run_dir: Path) -> pd.DataFrame:
@@ -102,7 +107,8 @@ def load_run(run_dir: Path) -> RunData:
     # not ~15 s
     spec = yaml.load(spec_path.read_text(), Loader=LockLoader) if spec_path.is_file() else {}
     faults = read_faults(run_dir, t0, end, nodes)
-    return RunData(run_dir, events, nodes, t0, max(end, 1e-3), faults, spec or {})
+    skipped = read_faults(run_dir, t0, end, nodes, SKIPPED_FAULTS)
+    return RunData(run_dir, events, nodes, t0, max(end, 1e-3), faults, spec or {}, skipped)
 
 
 def _partition_label(params: dict[str, Any], nodes: list[str]) -> str:
@@ -114,9 +120,11 @@ def _partition_label(params: dict[str, Any], nodes: list[str]) -> str:
         else "partition"
 
 
-def read_faults(run_dir: Path, t0: int, end: float, nodes: list[str]) -> list[FaultSpan]:
-    """Pair start and stop records of faults.jsonl by fault id."""
-    path = run_dir / "faults.jsonl"
+def read_faults(run_dir: Path, t0: int, end: float, nodes: list[str],
+                name: str = "faults.jsonl") -> list[FaultSpan]:
+    """Pair start and stop records of faults.jsonl (or another file of fault records, `name`)
+    by fault id."""
+    path = run_dir / name
     records = []
     if path.is_file():
         for line in path.read_text().splitlines():

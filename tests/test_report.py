@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
@@ -269,3 +270,28 @@ def test_theta_trade_off_is_a_curve_per_run_and_a_measured_sweep_across_runs() -
     assert measured[1] == sorted(measured[1], reverse=True)
     # Other protocols (no Θ) get no such section.
     assert _theta_html([{"qos": {"protocol": "qos-cbr", "bound_ms": 50.0}}]) == ""
+
+
+def test_faults_not_applied_are_listed_apart_and_never_shaded(tmp_path: Path) -> None:
+    """A fault the run did not apply (faults.skipped.jsonl, the nemesis's record of it) shows
+    in its own table with why, and is not among the faults shaded or judged."""
+    from analysis.report import _faults_html
+    from testbed.faults.nemesis import SKIPPED_FILE
+
+    assert rd.SKIPPED_FAULTS == SKIPPED_FILE
+    (tmp_path / "faults.jsonl").write_text(
+        '{"t": 2000000000, "kind": "pause", "phase": "start", "hosts": ["h2"], "fault": 0}\n')
+    (tmp_path / SKIPPED_FILE).write_text(
+        '{"t": 9000000000, "kind": "crash", "phase": "start", "hosts": ["h3"], "fault": 1, '
+        '"measured": {"skipped": "after the run\'s end", "reached_s": 8.2}}\n')
+    faults = rd.read_faults(tmp_path, 1_000_000_000, 7.0, ["h1", "h2", "h3"])
+    skipped = rd.read_faults(tmp_path, 1_000_000_000, 7.0, ["h1", "h2", "h3"],
+                             rd.SKIPPED_FAULTS)
+    data = rd.RunData(tmp_path, pd.DataFrame(columns=rd.COLUMNS), ["h1", "h2", "h3"],
+                      1_000_000_000, 7.0, faults, {}, skipped)
+    html = _faults_html(data)
+    applied, _, not_applied = html.partition("<h2>Faults not applied</h2>")
+    assert "pause h2" in applied and "crash h3" not in applied
+    assert "crash h3" in not_applied and "8.00" in not_applied
+    assert "after the run&#x27;s end" in not_applied or "after the run's end" in not_applied
+    assert [f.label for f in data.faults] == ["pause h2"]
