@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analysis import checks_node, checks_order
-from analysis.checks_causal import CausalPass, causal_records
+from analysis.checks_causal import causal_records
 from analysis.checks_mid import (
     CHECK_INPUT_COLUMNS,
     MAX_EXAMPLES,
@@ -90,22 +90,22 @@ def _records(events: DataFrame, nodes: list[str],
     names = sorted(set(nodes) | {n for n in process_names(seen["node"], seen["inc"])
                                  .to_pylist() if n is not None})
     parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
+    # One scan, one shuffle by mid: the first pass also emits the causal pass's rows (each
+    # process's first deliveries and each message's earliest send, `p` set).
     by_mid = (wanted.select(*CHECK_INPUT_COLUMNS).repartition(parts, "mid")
-              .mapInArrow(MidPass(names, correct), MID_ROWS))
-    keys = _partition_keys(spark, max(len(names), 1))
-    where = F.create_map(*[x for n, k in zip(names, keys, strict=False)
-                           for x in (F.lit(n), F.lit(k).cast("long"))])
-    part = F.coalesce(where[F.col("node")], F.lit(keys[0]).cast("long"))
+              .mapInArrow(MidPass(names, correct, causal=True), MID_ROWS))
+    # A partition per process, and one more for the causal rows: causal order needs every
+    # process's sends and deliveries at once, so one task gets them and hands back its
+    # records; no event reaches the driver.
+    keys = _partition_keys(spark, len(names) + 1)
+    part = (F.when(F.col("rec").isNotNull(), F.lit(keys[0]))
+            .when(F.col("holders").isNull(), F.lit(keys[-1]))
+            .otherwise(F.element_at(F.array(*[F.lit(k) for k in keys]), F.col("p") + 1))
+            .cast("long"))
     by_node = (by_mid.withColumn("_part", part).repartition(len(keys), "_part").drop("_part")
                .mapInArrow(checks_node.NodeChecks(checks_order.MAX_PAIRS_PER_NODE, names),
                            checks_node.NODE_RECS))
-    # Causal order needs every process's sends and deliveries at once: one task gets them
-    # (a shuffle into one partition) and hands back its records, so no event reaches the
-    # driver. One job runs both branches side by side.
-    ordered = events.filter(F.col("ev").isin("fnl", "send") & F.col("mid").isNotNull())
-    causal = (ordered.select(*CHECK_INPUT_COLUMNS).repartition(1)
-              .mapInArrow(CausalPass(checks_order.MAX_PAIRS_PER_NODE), checks_node.NODE_RECS))
-    recs = _parse_records(by_node.unionByName(causal).toArrow().column("rec").to_pylist())
+    recs = _parse_records(by_node.toArrow().column("rec").to_pylist())
     return recs, names
 
 

@@ -21,38 +21,50 @@ analysis/judge.py has them in hand).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.checks_mid import FNL, MAX_EXAMPLES, SEND, check_input, group_starts
+from analysis.checks_mid import FNL, MAX_EXAMPLES, SEND, group_starts
 
 
-class CausalPass:
-    """causal_records as a Spark task (picklable): every fnl and send event in (columns
-    CHECK_INPUT_COLUMNS; check_input applied here), the records out as JSON text
-    (analysis/checks_node.py NODE_RECS)."""
+class CausalRows:
+    """The causal pass's rows as the first pass emits them (analysis/checks_mid.py MID_ROWS
+    with `holders` null: first deliveries of sent messages and each message's earliest send,
+    the message named by its id in `gt`, the send also by its mid), read batch by batch into
+    the few columns the pass needs; `records` judges them."""
 
-    def __init__(self, max_late: int) -> None:
-        self.max_late = max_late
+    def __init__(self) -> None:
+        self.mid: list[pa.Array] = []
+        self.cols: dict[str, list[np.ndarray]] = {"p": [], "i": [], "t": [], "e": [], "gt": []}
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        # check_input batch by batch: the task holds every send and delivery of the run, so
-        # each raw batch (every column a string or a long) is dropped as soon as it is read.
-        got = [check_input(pa.Table.from_batches([b])) for b in batches]
-        if not got or not sum(t.num_rows for t in got):
-            return
-        rows = pa.concat_tables(got)
-        del got
-        recs = causal_records(rows, self.max_late)
-        if recs:
-            yield pa.RecordBatch.from_arrays([pa.array(
-                [json.dumps(r, separators=(",", ":")) for r in recs], pa.string())],
-                names=["rec"])
+    def add(self, batch: pa.RecordBatch) -> None:
+        e = batch.column("e").to_numpy(zero_copy_only=False)
+        self.mid.append(batch.column("mid").filter(pa.array(e == SEND)))
+        for name, out in self.cols.items():
+            out.append(batch.column(name).to_numpy(zero_copy_only=False))
+
+    def records(self, names: list[str], max_late: int) -> list[dict[str, Any]]:
+        """causal_records over the rows added, `p` indexing the sorted process `names`."""
+        if not self.mid:
+            return []
+        cols = {k: np.concatenate(v) for k, v in self.cols.items()}
+        self.cols = {k: [] for k in self.cols}
+        mids = pa.concat_arrays([m for m in self.mid]) if self.mid else pa.array([], pa.string())
+        self.mid = []
+        e, ids = cols.pop("e"), cols.pop("gt")
+        # Codes: each message's rank among the sends' ids (one send per sent message, and
+        # every delivery here is of a sent message).
+        sends = np.flatnonzero(e == SEND)
+        by_id = np.argsort(ids[sends], kind="stable")
+        mids = mids.take(pa.array(by_id))
+        mid = np.searchsorted(ids[sends][by_id], ids)
+        del ids, by_id, sends
+        return _causal(e, cols["p"].astype(np.int64), sorted(names), mid.astype(np.int64),
+                       mids, cols["i"].astype(np.int64), cols["t"].astype(np.int64),
+                       max_late, firsts=True)
 
 
 def causal_records(rows: pa.Table, max_late: int) -> list[dict[str, Any]]:
@@ -62,7 +74,7 @@ def causal_records(rows: pa.Table, max_late: int) -> list[dict[str, Any]]:
     keep = (e == FNL) | (e == SEND)
     if not keep.any():
         return []
-    if not keep.all():  # (the Spark task's rows are all sends and deliveries: no copy)
+    if not keep.all():
         rows = rows.filter(pa.array(keep))
         e = e[keep]
     procs = pc.dictionary_encode(rows["node"].combine_chunks())
@@ -76,12 +88,23 @@ def causal_records(rows: pa.Table, max_late: int) -> list[dict[str, Any]]:
     mid = mid_d.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     i = rows["i"].to_numpy(zero_copy_only=False).astype(np.int64)
     t = rows["t"].to_numpy(zero_copy_only=False).astype(np.int64)
+    return _causal(e, proc, names, mid, mids, i, t, max_late, firsts=False)
+
+
+def _causal(e: np.ndarray, proc: np.ndarray, names: list[str], mid: np.ndarray,
+            mids: pa.Array, i: np.ndarray, t: np.ndarray, max_late: int,
+            firsts: bool) -> list[dict[str, Any]]:
+    """causal_records over coded rows: `proc` indexes the sorted process `names`, `mid` the
+    dictionary `mids`. With `firsts` the rows are already each sent message's earliest send
+    and each process's first deliveries of sent messages (the first pass chose them, by the
+    same rules as here), so the choosing sorts are skipped."""
     m_count = len(mids)
 
     # The send of each message: its earliest (then by process name), as the first pass.
     s_rows = np.flatnonzero(e == SEND)
-    s_rows = s_rows[np.lexsort((proc[s_rows], t[s_rows], mid[s_rows]))]
-    s_rows = s_rows[group_starts(mid[s_rows])]
+    if not firsts:
+        s_rows = s_rows[np.lexsort((proc[s_rows], t[s_rows], mid[s_rows]))]
+        s_rows = s_rows[group_starts(mid[s_rows])]
     if not len(s_rows):
         return []
     sent = np.zeros(m_count, dtype=bool)
@@ -100,8 +123,9 @@ def causal_records(rows: pa.Table, max_late: int) -> list[dict[str, Any]]:
 
     # First deliveries of sent messages, per (process, mid), by ordinal.
     f_rows = np.flatnonzero((e == FNL) & sent[mid])
-    f_rows = f_rows[np.lexsort((i[f_rows], mid[f_rows], proc[f_rows]))]
-    f_rows = f_rows[group_starts(proc[f_rows] * m_count + mid[f_rows])]
+    if not firsts:
+        f_rows = f_rows[np.lexsort((i[f_rows], mid[f_rows], proc[f_rows]))]
+        f_rows = f_rows[group_starts(proc[f_rows] * m_count + mid[f_rows])]
 
     stamps = _stamps(s_rows, f_rows, proc, mid, i, t, stream, k_of, len(names),
                      len(streams), m_count)
