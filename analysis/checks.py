@@ -26,11 +26,11 @@ import pyarrow.compute as pc
 from analysis import checks_node, checks_order
 from analysis.checks_causal import causal_records
 from analysis.checks_mid import (
-    CHECK_INPUT_COLUMNS,
     MAX_EXAMPLES,
     MID_ROWS,
     MidPass,
     check_input,
+    check_input_sql,
     process_names,
 )
 from analysis.fault_history import FaultHistory
@@ -92,7 +92,7 @@ def _records(events: DataFrame, nodes: list[str],
     parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
     # One scan, one shuffle by mid: the first pass also emits the causal pass's rows (each
     # process's first deliveries and each message's earliest send, `p` set).
-    by_mid = (wanted.select(*CHECK_INPUT_COLUMNS).repartition(parts, "mid")
+    by_mid = (check_input_sql(wanted, names).repartition(parts, "mid")
               .mapInArrow(MidPass(names, correct, causal=True), MID_ROWS))
     # A partition per process, and one more for the causal rows: causal order needs every
     # process's sends and deliveries at once, so one task gets them and hands back its

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 MAX_EXAMPLES = 10
 
@@ -91,6 +94,26 @@ def check_input(events: pa.Table) -> pa.Table:
                      "e": e})
 
 
+def check_input_sql(events: DataFrame, processes: list[str]) -> DataFrame:
+    """check_input as Spark SQL expressions (the JVM's generated code, no Python), for the
+    Spark driver: the same rows, with the process as its index `p` in the sorted
+    `processes` (null for a process not among them, which MidPass refuses as run() does),
+    so neither the event kind nor the names cross to Python. tests/test_checks_exact.py
+    holds both drivers to the same results."""
+    from pyspark.sql import functions as F
+
+    kind = (F.when(F.col("ev") == "fnl", FNL).when(F.col("ev") == "send", SEND)
+            .when(F.col("ev") == "recv", RECV))
+    inc = F.coalesce(F.col("inc"), F.lit(0))
+    process = F.when(inc > 0, F.concat(F.col("node"), F.lit(PROCESS_MARK),
+                                       inc.cast("string"))).otherwise(F.col("node"))
+    codes = F.create_map(*[x for k, n in enumerate(sorted(processes))
+                           for x in (F.lit(n), F.lit(k))])
+    return (events.filter(kind.isNotNull() & F.col("mid").isNotNull())
+            .select(F.try_element_at(codes, process).cast("int").alias("p"), "mid", "i", "t",
+                    kind.cast("byte").alias("e")))
+
+
 def records(recs: list[dict[str, Any]]) -> pa.Table:
     """Records as rows of the pass's output (every column but `rec` null)."""
     n = len(recs)
@@ -144,25 +167,30 @@ class MidPass:
         self.causal = causal
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """The Spark task: events with CHECK_INPUT_COLUMNS in (shuffled by mid), check_input
-        applied here, after the shuffle, so the rows cross from the JVM to Python once."""
+        """The Spark task: check_input_sql's rows in, shuffled by mid."""
         from pyspark import TaskContext
 
         got = list(batches)
-        table = check_input(pa.Table.from_batches(got)) if got else None
+        table = pa.Table.from_batches(got) if got else None
         if table is not None and table.num_rows:
             context = TaskContext.get()
             yield from self.run(table, context.partitionId() if context else 0).to_batches()
 
     def run(self, table: pa.Table, partition: int = 0) -> pa.Table:
-        """The pass over one partition's rows (check_input's columns); `partition` numbers
-        the causal rows' message ids."""
+        """The pass over one partition's rows: check_input's columns, or check_input_sql's
+        (the process as its code `p`); `partition` numbers the causal rows' message ids."""
         names = pa.array(self.nodes, pa.string())
-        node_arr = table.column("node").combine_chunks()
-        ncode_arr = pc.index_in(node_arr, value_set=names)
-        if ncode_arr.null_count:
-            unknown = pc.unique(node_arr.filter(pc.is_null(ncode_arr))).to_pylist()
-            raise ValueError(f"events of hosts {unknown} that are not among the run's nodes")
+        if "p" in table.column_names:
+            ncode_arr = table.column("p").combine_chunks()
+            if ncode_arr.null_count:
+                raise ValueError("events of hosts [None] that are not among the run's nodes")
+        else:
+            node_arr = table.column("node").combine_chunks()
+            ncode_arr = pc.index_in(node_arr, value_set=names)
+            if ncode_arr.null_count:
+                unknown = pc.unique(node_arr.filter(pc.is_null(ncode_arr))).to_pylist()
+                raise ValueError(f"events of hosts {unknown} that are not among the run's "
+                                 "nodes")
         ncode = ncode_arr.to_numpy(zero_copy_only=False).astype(np.int64)
         mid_dict = pc.dictionary_encode(table.column("mid").combine_chunks())
         mcode = mid_dict.indices.to_numpy(zero_copy_only=False).astype(np.int64)
