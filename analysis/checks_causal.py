@@ -50,9 +50,12 @@ class CausalRows:
         """causal_records over the rows added, `p` indexing the sorted process `names`."""
         if not self.mid:
             return []
-        cols = {k: np.concatenate(v) for k, v in self.cols.items()}
-        self.cols = {k: [] for k in self.cols}
-        mids = pa.concat_arrays([m for m in self.mid]) if self.mid else pa.array([], pa.string())
+        # One column at a time, each column's batches dropped once joined.
+        cols = {}
+        for k in list(self.cols):
+            cols[k] = np.concatenate(self.cols.pop(k))
+        self.cols = {k: [] for k in cols}
+        mids = pa.concat_arrays(self.mid)
         self.mid = []
         e, ids = cols.pop("e"), cols.pop("gt")
         # Codes: each message's rank among the sends' ids (one send per sent message, and
@@ -62,9 +65,9 @@ class CausalRows:
         mids = mids.take(pa.array(by_id))
         mid = np.searchsorted(ids[sends][by_id], ids)
         del ids, by_id, sends
-        return _causal(e, cols["p"].astype(np.int64), sorted(names), mid.astype(np.int64),
-                       mids, cols["i"].astype(np.int64), cols["t"].astype(np.int64),
-                       max_late, firsts=True)
+        return _causal(e, cols["p"], sorted(names), mid, mids,
+                       cols["i"].astype(np.int64, copy=False),
+                       cols["t"].astype(np.int64, copy=False), max_late, firsts=True)
 
 
 def causal_records(rows: pa.Table, max_late: int) -> list[dict[str, Any]]:
@@ -146,6 +149,8 @@ def _causal(e: np.ndarray, proc: np.ndarray, names: list[str], mid: np.ndarray,
 # message without its sender's clock having reached the others; runs of the testbed settle
 # in two or three).
 STAMP_ROUNDS = 32
+# Deliveries compared with their sends at a time in _stamps (bounds its temporaries).
+MERGE_SLICE = 4_000_000
 
 
 def _stamps(s_rows: np.ndarray, f_rows: np.ndarray, proc: np.ndarray, mid: np.ndarray,
@@ -177,36 +182,43 @@ def _stamps(s_rows: np.ndarray, f_rows: np.ndarray, proc: np.ndarray, mid: np.nd
     send_at = np.full(m_count, -1, dtype=np.int64)
     send_at[m_rows[:n_s]] = np.arange(n_s)
     # A delivery merges its message's stamp when the send comes first in the replay order:
-    # (t_eff, process, ordinal, position in `rows`).
-    d = np.arange(n_s, len(rows))
-    b = send_at[m_rows[n_s:]]
-    merges = b >= 0
-    ta, tb = t_eff[d], t_eff[np.maximum(b, 0)]
-    pa_, pb = p_rows[d], p_rows[np.maximum(b, 0)]
-    ia, ib = i_rows[d], i_rows[np.maximum(b, 0)]
-    merges &= (ta > tb) | ((ta == tb) & ((pa_ > pb) | ((pa_ == pb) & (
-        (ia > ib) | ((ia == ib) & (d > b))))))
-    del ta, tb, pa_, pb, ia, ib, d, b
-    # The events in process order; a segment offset per process turns one running maximum
-    # over all of them into one per process.
-    seq_m = m_rows[by_proc]
+    # (t_eff, process, ordinal, position in `rows`); a slice of the deliveries at a time,
+    # so that the comparison's temporaries stay small however long the run.
+    merges = np.zeros(len(rows) - n_s, dtype=bool)
+    for lo in range(n_s, len(rows), MERGE_SLICE):
+        d = np.arange(lo, min(lo + MERGE_SLICE, len(rows)))
+        b = send_at[m_rows[d]]
+        ok = b >= 0
+        b = np.maximum(b, 0)
+        ta, tb = t_eff[d], t_eff[b]
+        pa_, pb = p_rows[d], p_rows[b]
+        ia, ib = i_rows[d], i_rows[b]
+        merges[lo - n_s:lo - n_s + len(d)] = ok & ((ta > tb) | ((ta == tb) & (
+            (pa_ > pb) | ((pa_ == pb) & ((ia > ib) | ((ia == ib) & (d > b)))))))
+    del t_eff, p_rows, i_rows, send_at
+    # The events in process order; the running maximum is taken per process (segment).
+    seq_m = m_rows[by_proc].astype(np.int32 if m_count < 2**31 else np.int64)
+    del m_rows
     seq_send = by_proc < n_s
     seq_merge = np.zeros(len(rows), dtype=bool)
     seq_merge[~seq_send] = merges[by_proc[~seq_send] - n_s]
-    seg = np.zeros(len(rows), dtype=np.int64)
-    seg[starts[1:]] = 1
-    big = int(k_of.max(initial=0)) + 1
-    offset = np.cumsum(seg) * big
+    del merges, by_proc
+    segments = list(zip(starts.tolist(), np.r_[starts[1:], len(rows)].tolist(), strict=True))
+    # Stamps are send indices: they fit 32 bits unless a run sends 2**31 messages.
+    small = np.int32 if int(k_of.max(initial=0)) < 2**31 - 1 else np.int64
+    k_small = k_of.astype(small)
     send_pos = np.flatnonzero(seq_send)
     send_m = seq_m[send_pos]
-    stamps = np.zeros((m_count, n_streams), dtype=np.int64)
+    stamps = np.zeros((m_count, n_streams), dtype=small)
     for s in range(n_streams):
-        own = np.where(seq_send & (stream[seq_m] == s), k_of[seq_m], 0)
-        col = np.zeros(m_count, dtype=np.int64)
+        own = np.where(seq_send & (stream[seq_m] == s), k_small[seq_m], 0).astype(small)
+        col = np.zeros(m_count, dtype=small)
         col[send_m] = own[send_pos]
+        clock = np.empty_like(own)
         for _ in range(STAMP_ROUNDS):
-            value = np.maximum(own, np.where(seq_merge, col[seq_m], 0))
-            clock = np.maximum.accumulate(value + offset) - offset
+            value = np.maximum(own, np.where(seq_merge, col[seq_m], 0).astype(small))
+            for a, b_ in segments:
+                np.maximum.accumulate(value[a:b_], out=clock[a:b_])
             new = col.copy()
             new[send_m] = clock[send_pos]
             if np.array_equal(new, col):
