@@ -27,7 +27,7 @@ from analysis import checks_node, checks_order
 from analysis.checks_causal import causal_records
 from analysis.checks_mid import (
     MAX_EXAMPLES,
-    MID_ROWS,
+    MID_BLOBS,
     MidPass,
     check_input,
     check_input_sql,
@@ -71,8 +71,8 @@ def _partition_keys(spark: SparkSession, n: int) -> list[int]:
     return [found[k] for k in range(n)]
 
 
-def _records(events: DataFrame, nodes: list[str],
-             correct: list[str]) -> tuple[Records, list[str]]:
+def _records(events: DataFrame, nodes: list[str], correct: list[str],
+             seen: pa.Table | None = None) -> tuple[Records, list[str]]:
     """Run both passes and the causal pass; return their records by kind and the processes
     the holder bitmaps index (sorted): the run's `nodes`, later incarnations of restarted
     hosts (`host@k`, checks_mid.process_names) and any host named only in the events (a log
@@ -86,22 +86,20 @@ def _records(events: DataFrame, nodes: list[str],
 
     spark = events.sparkSession
     wanted = events.filter(F.col("ev").isin("fnl", "send", "recv") & F.col("mid").isNotNull())
-    seen = events.select("node", "inc").distinct().toArrow()
+    if seen is None:
+        seen = events.select("node", "inc").distinct().toArrow()
     names = sorted(set(nodes) | {n for n in process_names(seen["node"], seen["inc"])
                                  .to_pylist() if n is not None})
     parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
     # One scan, one shuffle by mid: the first pass also emits the causal pass's rows (each
     # process's first deliveries and each message's earliest send, `p` set).
     by_mid = (check_input_sql(wanted, names).repartition(parts, "mid")
-              .mapInArrow(MidPass(names, correct, causal=True), MID_ROWS))
+              .mapInArrow(MidPass(names, correct, causal=True), MID_BLOBS))
     # A partition per process, and one more for the causal rows: causal order needs every
     # process's sends and deliveries at once, so one task gets them and hands back its
     # records; no event reaches the driver.
     keys = _partition_keys(spark, len(names) + 1)
-    part = (F.when(F.col("rec").isNotNull(), F.lit(keys[0]))
-            .when(F.col("holders").isNull(), F.lit(keys[-1]))
-            .otherwise(F.element_at(F.array(*[F.lit(k) for k in keys]), F.col("p") + 1))
-            .cast("long"))
+    part = F.element_at(F.array(*[F.lit(k) for k in keys]), F.col("dest") + 1).cast("long")
     by_node = (by_mid.withColumn("_part", part).repartition(len(keys), "_part").drop("_part")
                .mapInArrow(checks_node.NodeChecks(checks_order.MAX_PAIRS_PER_NODE, names),
                            checks_node.NODE_RECS))
@@ -289,12 +287,15 @@ def check_suite(events: DataFrame, history: FaultHistory) -> dict[str, Check]:
     Hosts that crashed, and hosts cut off by a partition still on at the end, are held to
     neither agreement nor validity.
     """
-    recs, names = _records(events, history.nodes, history.correct)
+    # One scan for the processes and the protocols the log names (a few rows come back).
+    seen = events.groupBy("node", "inc", "proto").count().toArrow()
+    recs, names = _records(events, history.nodes, history.correct, seen)
 
     def lookup(mids: set[str]) -> checks_order.Firsts:
         return checks_order.first_fnl(events, mids)
 
-    return judge_records(recs, names, lookup, history, log_claims(events))
+    claims = claims_of({p for p in pc.unique(seen["proto"]).to_pylist() if p})
+    return judge_records(recs, names, lookup, history, claims)
 
 
 def table_check_suite(events: pa.Table, history: FaultHistory) -> dict[str, Check]:

@@ -175,7 +175,10 @@ class NodeChecks:
         self.nodes = nodes  # the processes, in holder-bitmap order
 
     def __call__(self, batches: Any) -> Any:
-        split = self.split(batches)
+        """The Spark task: the first pass's rows in as Arrow IPC streams
+        (analysis/checks_mid.py MID_BLOBS), read one at a time."""
+        split = self.split(b for batch in batches for blob in batch.column("blob")
+                           for b in pa.ipc.open_stream(blob.as_buffer()))
         if split is None:
             return
         passed, recs = split
