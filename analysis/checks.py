@@ -5,13 +5,15 @@ sequencer/SETO papers): total order, agreement, validity and integrity, plus FIF
 order where the protocol claims them. Each checker returns `{"violations": int,
 "examples": [...]}` with at most `MAX_EXAMPLES` concrete witnesses.
 
-All of them come out of one Spark job with two shuffles: the events by mid
+All of them come out of one Spark job with one scan and two shuffles: the events by mid
 (analysis/checks_mid.py: first deliveries, consensus times, holders; agreement, validity,
-integrity), then the first deliveries by node (analysis/checks_node.py: total order, FIFO).
-Both passes, and the causal pass beside them (one task over every send and
-delivery, analysis/checks_causal.py), emit counts and the first examples as records, which
-the functions here merge; only examples look anything else up (a filtered scan for a few
-messages). No event comes to the driver.
+integrity), then the first deliveries by node (analysis/checks_node.py: total order, FIFO),
+with one more partition beside the nodes' for the causal pass (every process's first
+deliveries and every message's earliest send, as the first pass chose them;
+analysis/checks_causal.py). The second shuffle moves Arrow IPC blobs, a few per first-pass
+task and destination, not rows. The passes emit counts and the first examples as records,
+which the functions here merge; only examples look anything else up (a filtered scan for a
+few messages). No event comes to the driver.
 """
 
 from __future__ import annotations
@@ -78,10 +80,10 @@ def _records(events: DataFrame, nodes: list[str], correct: list[str],
     hosts (`host@k`, checks_mid.process_names) and any host named only in the events (a log
     line naming another host). `correct` are the hosts held to agreement and validity.
 
-    The rows both passes read come out of checks_mid.check_input (in the first pass's and the
-    causal pass's tasks here, after their shuffles, so each event crosses from the JVM to
-    Python once per pass; on the whole table in analysis/judge.py): which events count, and
-    as what, in one place."""
+    The rows the first pass reads come out of checks_mid.check_input_sql here (the JVM's
+    generated code, before the shuffle by mid, so each event crosses from the JVM to Python
+    once) and of checks_mid.check_input on the whole table in analysis/judge.py: which
+    events count, and as what, by the same rules."""
     from pyspark.sql import functions as F
 
     spark = events.sparkSession

@@ -15,8 +15,9 @@ is *late*. Removing either kind leaves a causal order, so analysis/checks_order.
 `causal_order` reports the smaller count per process: the deliveries that must move (exactly
 one for one misplaced delivery). Records as the other passes emit them (`causal_early_n`,
 `causal`, `causal_late`), from one function both drivers call on the same rows
-(analysis/checks.py: Spark hands the fnl and send rows of check_input to one task, CausalPass;
-analysis/judge.py has them in hand).
+(analysis/checks.py: the first pass picks each message's earliest send and each process's
+first deliveries and hands them, the message named by an integer id, to one task of the
+per-node pass, CausalRows; analysis/judge.py has every row in hand, causal_records).
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ class CausalRows:
     def add(self, batch: pa.RecordBatch) -> None:
         e = batch.column("e").to_numpy(zero_copy_only=False)
         self.mid.append(batch.column("mid").filter(pa.array(e == SEND)))
-        for name, out in self.cols.items():
-            out.append(batch.column(name).to_numpy(zero_copy_only=False))
+        for name, out in self.cols.items():  # copies: the batch's buffers can go
+            out.append(np.array(batch.column(name).to_numpy(zero_copy_only=False)))
 
     def records(self, names: list[str], max_late: int) -> list[dict[str, Any]]:
         """causal_records over the rows added, `p` indexing the sorted process `names`."""

@@ -195,21 +195,31 @@ class NodeChecks:
         for b in batches:
             # Causal rows are the only ones with neither holders nor a record.
             is_causal = pc.and_(b.column("holders").is_null(), b.column("rec").is_null())
+            if pc.all(is_causal).as_py():  # (the causal partition: no copy)
+                causal.add(b)
+                continue
             if pc.any(is_causal).as_py():
                 causal.add(b.filter(is_causal))
                 b = b.filter(pc.invert(is_causal))
             if b.num_rows:
                 kept.append(b)
         recs: list[dict[str, Any]] = causal.records(self.nodes, self.max_pairs)
+        del causal
         if not kept:
             return (pa.chunked_array([], pa.string()), recs) if recs else None
-        table = pa.Table.from_batches(kept)
-        rec = table.column("rec")
+        # A Spark task holds one process's rows: no copy unless records or other processes
+        # are among them (every copy of a long run's process is gigabytes).
+        rows = pa.Table.from_batches(kept)
+        del kept
+        rec = rows.column("rec")
         passed = rec.filter(rec.is_valid())
-        rows = table.filter(rec.is_null())
+        if len(passed):
+            rows = rows.filter(rec.is_null())
         p = rows.column("p")
-        for code in pc.unique(p).to_pylist():
-            recs += self.node(int(code), rows.filter(pc.equal(p, code)))
+        codes = pc.unique(p).to_pylist()
+        for code in codes:
+            recs += self.node(int(code), rows if len(codes) == 1 else
+                              rows.filter(pc.equal(p, code)))
         return passed, recs
 
     def node(self, code: int, table: pa.Table) -> list[dict[str, Any]]:
