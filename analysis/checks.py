@@ -5,13 +5,15 @@ sequencer/SETO papers): total order, agreement, validity and integrity, plus FIF
 order where the protocol claims them. Each checker returns `{"violations": int,
 "examples": [...]}` with at most `MAX_EXAMPLES` concrete witnesses.
 
-All of them come out of one Spark job with two shuffles: the events by mid
+All of them come out of one Spark job with one scan and two shuffles: the events by mid
 (analysis/checks_mid.py: first deliveries, consensus times, holders; agreement, validity,
-integrity), then the first deliveries by node (analysis/checks_node.py: total order, FIFO).
-Both passes, and the causal pass beside them (one task over every send and
-delivery, analysis/checks_causal.py), emit counts and the first examples as records, which
-the functions here merge; only examples look anything else up (a filtered scan for a few
-messages). No event comes to the driver.
+integrity), then the first deliveries by node (analysis/checks_node.py: total order, FIFO),
+with one more partition beside the nodes' for the causal pass (every process's first
+deliveries and every message's earliest send, as the first pass chose them;
+analysis/checks_causal.py). The second shuffle moves Arrow IPC blobs, a few per first-pass
+task and destination, not rows. The passes emit counts and the first examples as records,
+which the functions here merge; only examples look anything else up (a filtered scan for a
+few messages). No event comes to the driver.
 """
 
 from __future__ import annotations
@@ -24,13 +26,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analysis import checks_node, checks_order
-from analysis.checks_causal import CausalPass, causal_records
+from analysis.checks_causal import causal_records
 from analysis.checks_mid import (
-    CHECK_INPUT_COLUMNS,
     MAX_EXAMPLES,
-    MID_ROWS,
+    MID_BLOBS,
     MidPass,
     check_input,
+    check_input_sql,
     process_names,
 )
 from analysis.fault_history import FaultHistory
@@ -71,41 +73,39 @@ def _partition_keys(spark: SparkSession, n: int) -> list[int]:
     return [found[k] for k in range(n)]
 
 
-def _records(events: DataFrame, nodes: list[str],
-             correct: list[str]) -> tuple[Records, list[str]]:
+def _records(events: DataFrame, nodes: list[str], correct: list[str],
+             seen: pa.Table | None = None) -> tuple[Records, list[str]]:
     """Run both passes and the causal pass; return their records by kind and the processes
     the holder bitmaps index (sorted): the run's `nodes`, later incarnations of restarted
     hosts (`host@k`, checks_mid.process_names) and any host named only in the events (a log
     line naming another host). `correct` are the hosts held to agreement and validity.
 
-    The rows both passes read come out of checks_mid.check_input (in the first pass's and the
-    causal pass's tasks here, after their shuffles, so each event crosses from the JVM to
-    Python once per pass; on the whole table in analysis/judge.py): which events count, and
-    as what, in one place."""
+    The rows the first pass reads come out of checks_mid.check_input_sql here (the JVM's
+    generated code, before the shuffle by mid, so each event crosses from the JVM to Python
+    once) and of checks_mid.check_input on the whole table in analysis/judge.py: which
+    events count, and as what, by the same rules."""
     from pyspark.sql import functions as F
 
     spark = events.sparkSession
     wanted = events.filter(F.col("ev").isin("fnl", "send", "recv") & F.col("mid").isNotNull())
-    seen = events.select("node", "inc").distinct().toArrow()
+    if seen is None:
+        seen = events.select("node", "inc").distinct().toArrow()
     names = sorted(set(nodes) | {n for n in process_names(seen["node"], seen["inc"])
                                  .to_pylist() if n is not None})
     parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
-    by_mid = (wanted.select(*CHECK_INPUT_COLUMNS).repartition(parts, "mid")
-              .mapInArrow(MidPass(names, correct), MID_ROWS))
-    keys = _partition_keys(spark, max(len(names), 1))
-    where = F.create_map(*[x for n, k in zip(names, keys, strict=False)
-                           for x in (F.lit(n), F.lit(k).cast("long"))])
-    part = F.coalesce(where[F.col("node")], F.lit(keys[0]).cast("long"))
+    # One scan, one shuffle by mid: the first pass also emits the causal pass's rows (each
+    # process's first deliveries and each message's earliest send, `p` set).
+    by_mid = (check_input_sql(wanted, names).repartition(parts, "mid")
+              .mapInArrow(MidPass(names, correct, causal=True), MID_BLOBS))
+    # A partition per process, and one more for the causal rows: causal order needs every
+    # process's sends and deliveries at once, so one task gets them and hands back its
+    # records; no event reaches the driver.
+    keys = _partition_keys(spark, len(names) + 1)
+    part = F.element_at(F.array(*[F.lit(k) for k in keys]), F.col("dest") + 1).cast("long")
     by_node = (by_mid.withColumn("_part", part).repartition(len(keys), "_part").drop("_part")
                .mapInArrow(checks_node.NodeChecks(checks_order.MAX_PAIRS_PER_NODE, names),
                            checks_node.NODE_RECS))
-    # Causal order needs every process's sends and deliveries at once: one task gets them
-    # (a shuffle into one partition) and hands back its records, so no event reaches the
-    # driver. One job runs both branches side by side.
-    ordered = events.filter(F.col("ev").isin("fnl", "send") & F.col("mid").isNotNull())
-    causal = (ordered.select(*CHECK_INPUT_COLUMNS).repartition(1)
-              .mapInArrow(CausalPass(checks_order.MAX_PAIRS_PER_NODE), checks_node.NODE_RECS))
-    recs = _parse_records(by_node.unionByName(causal).toArrow().column("rec").to_pylist())
+    recs = _parse_records(by_node.toArrow().column("rec").to_pylist())
     return recs, names
 
 
@@ -289,12 +289,15 @@ def check_suite(events: DataFrame, history: FaultHistory) -> dict[str, Check]:
     Hosts that crashed, and hosts cut off by a partition still on at the end, are held to
     neither agreement nor validity.
     """
-    recs, names = _records(events, history.nodes, history.correct)
+    # One scan for the processes and the protocols the log names (a few rows come back).
+    seen = events.groupBy("node", "inc", "proto").count().toArrow()
+    recs, names = _records(events, history.nodes, history.correct, seen)
 
     def lookup(mids: set[str]) -> checks_order.Firsts:
         return checks_order.first_fnl(events, mids)
 
-    return judge_records(recs, names, lookup, history, log_claims(events))
+    claims = claims_of({p for p in pc.unique(seen["proto"]).to_pylist() if p})
+    return judge_records(recs, names, lookup, history, claims)
 
 
 def table_check_suite(events: pa.Table, history: FaultHistory) -> dict[str, Check]:

@@ -15,44 +15,60 @@ is *late*. Removing either kind leaves a causal order, so analysis/checks_order.
 `causal_order` reports the smaller count per process: the deliveries that must move (exactly
 one for one misplaced delivery). Records as the other passes emit them (`causal_early_n`,
 `causal`, `causal_late`), from one function both drivers call on the same rows
-(analysis/checks.py: Spark hands the fnl and send rows of check_input to one task, CausalPass;
-analysis/judge.py has them in hand).
+(analysis/checks.py: the first pass picks each message's earliest send and each process's
+first deliveries and hands them, the message named by an integer id, to one task of the
+per-node pass, CausalRows; analysis/judge.py has every row in hand, causal_records).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.checks_mid import FNL, MAX_EXAMPLES, SEND, check_input, group_starts
+from analysis.checks_mid import FNL, MAX_EXAMPLES, SEND, group_starts
 
 
-class CausalPass:
-    """causal_records as a Spark task (picklable): every fnl and send event in (columns
-    CHECK_INPUT_COLUMNS; check_input applied here), the records out as JSON text
-    (analysis/checks_node.py NODE_RECS)."""
+class CausalRows:
+    """The causal pass's rows as the first pass emits them (analysis/checks_mid.py MID_ROWS
+    with `holders` null: first deliveries of sent messages and each message's earliest send,
+    the message named by its id in `gt`, the send also by its mid), read batch by batch into
+    the few columns the pass needs; `records` judges them."""
 
-    def __init__(self, max_late: int) -> None:
-        self.max_late = max_late
+    def __init__(self) -> None:
+        self.mid: list[pa.Array] = []
+        self.cols: dict[str, list[np.ndarray]] = {"p": [], "i": [], "t": [], "e": [], "gt": []}
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        # check_input batch by batch: the task holds every send and delivery of the run, so
-        # each raw batch (every column a string or a long) is dropped as soon as it is read.
-        got = [check_input(pa.Table.from_batches([b])) for b in batches]
-        if not got or not sum(t.num_rows for t in got):
-            return
-        rows = pa.concat_tables(got)
-        del got
-        recs = causal_records(rows, self.max_late)
-        if recs:
-            yield pa.RecordBatch.from_arrays([pa.array(
-                [json.dumps(r, separators=(",", ":")) for r in recs], pa.string())],
-                names=["rec"])
+    def add(self, batch: pa.RecordBatch) -> None:
+        e = batch.column("e").to_numpy(zero_copy_only=False)
+        self.mid.append(batch.column("mid").filter(pa.array(e == SEND)))
+        for name, out in self.cols.items():  # copies: the batch's buffers can go
+            out.append(np.array(batch.column(name).to_numpy(zero_copy_only=False)))
+
+    def records(self, names: list[str], max_late: int) -> list[dict[str, Any]]:
+        """causal_records over the rows added, `p` indexing the sorted process `names`."""
+        if not self.mid:
+            return []
+        # One column at a time, each column's batches dropped once joined.
+        cols = {}
+        for k in list(self.cols):
+            cols[k] = np.concatenate(self.cols.pop(k))
+        self.cols = {k: [] for k in cols}
+        mids = pa.concat_arrays(self.mid)
+        self.mid = []
+        e, ids = cols.pop("e"), cols.pop("gt")
+        # Codes: each message's rank among the sends' ids (one send per sent message, and
+        # every delivery here is of a sent message).
+        sends = np.flatnonzero(e == SEND)
+        by_id = np.argsort(ids[sends], kind="stable")
+        mids = mids.take(pa.array(by_id))
+        mid = np.searchsorted(ids[sends][by_id], ids)
+        del ids, by_id, sends
+        return _causal(e, cols["p"], sorted(names), mid, mids,
+                       cols["i"].astype(np.int64, copy=False),
+                       cols["t"].astype(np.int64, copy=False), max_late, firsts=True)
 
 
 def causal_records(rows: pa.Table, max_late: int) -> list[dict[str, Any]]:
@@ -62,7 +78,7 @@ def causal_records(rows: pa.Table, max_late: int) -> list[dict[str, Any]]:
     keep = (e == FNL) | (e == SEND)
     if not keep.any():
         return []
-    if not keep.all():  # (the Spark task's rows are all sends and deliveries: no copy)
+    if not keep.all():
         rows = rows.filter(pa.array(keep))
         e = e[keep]
     procs = pc.dictionary_encode(rows["node"].combine_chunks())
@@ -76,12 +92,23 @@ def causal_records(rows: pa.Table, max_late: int) -> list[dict[str, Any]]:
     mid = mid_d.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     i = rows["i"].to_numpy(zero_copy_only=False).astype(np.int64)
     t = rows["t"].to_numpy(zero_copy_only=False).astype(np.int64)
+    return _causal(e, proc, names, mid, mids, i, t, max_late, firsts=False)
+
+
+def _causal(e: np.ndarray, proc: np.ndarray, names: list[str], mid: np.ndarray,
+            mids: pa.Array, i: np.ndarray, t: np.ndarray, max_late: int,
+            firsts: bool) -> list[dict[str, Any]]:
+    """causal_records over coded rows: `proc` indexes the sorted process `names`, `mid` the
+    dictionary `mids`. With `firsts` the rows are already each sent message's earliest send
+    and each process's first deliveries of sent messages (the first pass chose them, by the
+    same rules as here), so the choosing sorts are skipped."""
     m_count = len(mids)
 
     # The send of each message: its earliest (then by process name), as the first pass.
     s_rows = np.flatnonzero(e == SEND)
-    s_rows = s_rows[np.lexsort((proc[s_rows], t[s_rows], mid[s_rows]))]
-    s_rows = s_rows[group_starts(mid[s_rows])]
+    if not firsts:
+        s_rows = s_rows[np.lexsort((proc[s_rows], t[s_rows], mid[s_rows]))]
+        s_rows = s_rows[group_starts(mid[s_rows])]
     if not len(s_rows):
         return []
     sent = np.zeros(m_count, dtype=bool)
@@ -100,8 +127,9 @@ def causal_records(rows: pa.Table, max_late: int) -> list[dict[str, Any]]:
 
     # First deliveries of sent messages, per (process, mid), by ordinal.
     f_rows = np.flatnonzero((e == FNL) & sent[mid])
-    f_rows = f_rows[np.lexsort((i[f_rows], mid[f_rows], proc[f_rows]))]
-    f_rows = f_rows[group_starts(proc[f_rows] * m_count + mid[f_rows])]
+    if not firsts:
+        f_rows = f_rows[np.lexsort((i[f_rows], mid[f_rows], proc[f_rows]))]
+        f_rows = f_rows[group_starts(proc[f_rows] * m_count + mid[f_rows])]
 
     stamps = _stamps(s_rows, f_rows, proc, mid, i, t, stream, k_of, len(names),
                      len(streams), m_count)
@@ -122,6 +150,8 @@ def causal_records(rows: pa.Table, max_late: int) -> list[dict[str, Any]]:
 # message without its sender's clock having reached the others; runs of the testbed settle
 # in two or three).
 STAMP_ROUNDS = 32
+# Deliveries compared with their sends at a time in _stamps (bounds its temporaries).
+MERGE_SLICE = 4_000_000
 
 
 def _stamps(s_rows: np.ndarray, f_rows: np.ndarray, proc: np.ndarray, mid: np.ndarray,
@@ -153,36 +183,43 @@ def _stamps(s_rows: np.ndarray, f_rows: np.ndarray, proc: np.ndarray, mid: np.nd
     send_at = np.full(m_count, -1, dtype=np.int64)
     send_at[m_rows[:n_s]] = np.arange(n_s)
     # A delivery merges its message's stamp when the send comes first in the replay order:
-    # (t_eff, process, ordinal, position in `rows`).
-    d = np.arange(n_s, len(rows))
-    b = send_at[m_rows[n_s:]]
-    merges = b >= 0
-    ta, tb = t_eff[d], t_eff[np.maximum(b, 0)]
-    pa_, pb = p_rows[d], p_rows[np.maximum(b, 0)]
-    ia, ib = i_rows[d], i_rows[np.maximum(b, 0)]
-    merges &= (ta > tb) | ((ta == tb) & ((pa_ > pb) | ((pa_ == pb) & (
-        (ia > ib) | ((ia == ib) & (d > b))))))
-    del ta, tb, pa_, pb, ia, ib, d, b
-    # The events in process order; a segment offset per process turns one running maximum
-    # over all of them into one per process.
-    seq_m = m_rows[by_proc]
+    # (t_eff, process, ordinal, position in `rows`); a slice of the deliveries at a time,
+    # so that the comparison's temporaries stay small however long the run.
+    merges = np.zeros(len(rows) - n_s, dtype=bool)
+    for lo in range(n_s, len(rows), MERGE_SLICE):
+        d = np.arange(lo, min(lo + MERGE_SLICE, len(rows)))
+        b = send_at[m_rows[d]]
+        ok = b >= 0
+        b = np.maximum(b, 0)
+        ta, tb = t_eff[d], t_eff[b]
+        pa_, pb = p_rows[d], p_rows[b]
+        ia, ib = i_rows[d], i_rows[b]
+        merges[lo - n_s:lo - n_s + len(d)] = ok & ((ta > tb) | ((ta == tb) & (
+            (pa_ > pb) | ((pa_ == pb) & ((ia > ib) | ((ia == ib) & (d > b)))))))
+    del t_eff, p_rows, i_rows, send_at
+    # The events in process order; the running maximum is taken per process (segment).
+    seq_m = m_rows[by_proc].astype(np.int32 if m_count < 2**31 else np.int64)
+    del m_rows
     seq_send = by_proc < n_s
     seq_merge = np.zeros(len(rows), dtype=bool)
     seq_merge[~seq_send] = merges[by_proc[~seq_send] - n_s]
-    seg = np.zeros(len(rows), dtype=np.int64)
-    seg[starts[1:]] = 1
-    big = int(k_of.max(initial=0)) + 1
-    offset = np.cumsum(seg) * big
+    del merges, by_proc
+    segments = list(zip(starts.tolist(), np.r_[starts[1:], len(rows)].tolist(), strict=True))
+    # Stamps are send indices: they fit 32 bits unless a run sends 2**31 messages.
+    small = np.int32 if int(k_of.max(initial=0)) < 2**31 - 1 else np.int64
+    k_small = k_of.astype(small)
     send_pos = np.flatnonzero(seq_send)
     send_m = seq_m[send_pos]
-    stamps = np.zeros((m_count, n_streams), dtype=np.int64)
+    stamps = np.zeros((m_count, n_streams), dtype=small)
     for s in range(n_streams):
-        own = np.where(seq_send & (stream[seq_m] == s), k_of[seq_m], 0)
-        col = np.zeros(m_count, dtype=np.int64)
+        own = np.where(seq_send & (stream[seq_m] == s), k_small[seq_m], 0).astype(small)
+        col = np.zeros(m_count, dtype=small)
         col[send_m] = own[send_pos]
+        clock = np.empty_like(own)
         for _ in range(STAMP_ROUNDS):
-            value = np.maximum(own, np.where(seq_merge, col[seq_m], 0))
-            clock = np.maximum.accumulate(value + offset) - offset
+            value = np.maximum(own, np.where(seq_merge, col[seq_m], 0).astype(small))
+            for a, b_ in segments:
+                np.maximum.accumulate(value[a:b_], out=clock[a:b_])
             new = col.copy()
             new[send_m] = clock[send_pos]
             if np.array_equal(new, col):

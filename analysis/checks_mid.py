@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 MAX_EXAMPLES = 10
 
@@ -29,14 +32,30 @@ MAX_EXAMPLES = 10
 FNL, SEND, RECV = 0, 1, 2
 
 # Rows handed from this pass to the per-node pass: first deliveries (e = FNL) and sends of
-# delivered messages (e = SEND), or a record (`rec` set, everything else null).
-# `src` is the message's sending process, for FIFO (each process's sends in their order).
-MID_ROWS = ("node string, mid string, i long, t long, gt long, holders binary, "
-            "e byte, src string, rec string")
-_MID_SCHEMA = pa.schema([("node", pa.string()), ("mid", pa.string()), ("i", pa.int64()),
+# delivered messages (e = SEND), each with its process `p` (the index in the pass's sorted
+# processes) and `src`, the index of the message's sending process, for FIFO (each process's
+# sends in their order); or a record (`rec` set, everything else null). Integer codes rather
+# than names: every string costs twice on its way through the JVM.
+# With `causal` set, the pass also emits the causal pass's rows (analysis/checks_causal.py):
+# each process's first deliveries of sent messages and each sent message's earliest send, as
+# (p, i, t, e) with `gt` the message's id (CAUSAL_ID_BITS) and `mid` on the sends only;
+# `holders` is null on these rows alone.
+MID_ROWS = ("p int, mid string, i long, t long, gt long, holders binary, e byte, src int, "
+            "rec string")
+_MID_SCHEMA = pa.schema([("p", pa.int32()), ("mid", pa.string()), ("i", pa.int64()),
                          ("t", pa.int64()), ("gt", pa.int64()), ("holders", pa.binary()),
-                         ("e", pa.int8()), ("src", pa.string()),
-                         ("rec", pa.string())])
+                         ("e", pa.int8()), ("src", pa.int32()), ("rec", pa.string())])
+# What the Spark task emits instead of MID_ROWS one by one: per destination of the next
+# shuffle (`dest`: a process's code for its rows, one past the last process for the causal
+# rows, 0 for records), its rows as Arrow IPC streams of at most BLOB_ROWS rows each. The
+# rows then cross the JVM as a few large values (a copy each way), not as millions of rows
+# of nine columns converted one value at a time (at 12M events that conversion cost more
+# CPU than both Python passes together).
+MID_BLOBS = "dest int, blob binary"
+BLOB_ROWS = 1 << 20
+# A message's id on the causal rows: its partition of the shuffle by mid (which holds all of
+# its events) above these bits, its code within the partition below.
+CAUSAL_ID_BITS = 32
 
 
 # The columns of the events check_input reads, and the rows it gives the first pass.
@@ -83,6 +102,26 @@ def check_input(events: pa.Table) -> pa.Table:
                      "e": e})
 
 
+def check_input_sql(events: DataFrame, processes: list[str]) -> DataFrame:
+    """check_input as Spark SQL expressions (the JVM's generated code, no Python), for the
+    Spark driver: the same rows, with the process as its index `p` in the sorted
+    `processes` (null for a process not among them, which MidPass refuses as run() does),
+    so neither the event kind nor the names cross to Python. tests/test_checks_exact.py
+    holds both drivers to the same results."""
+    from pyspark.sql import functions as F
+
+    kind = (F.when(F.col("ev") == "fnl", FNL).when(F.col("ev") == "send", SEND)
+            .when(F.col("ev") == "recv", RECV))
+    inc = F.coalesce(F.col("inc"), F.lit(0))
+    process = F.when(inc > 0, F.concat(F.col("node"), F.lit(PROCESS_MARK),
+                                       inc.cast("string"))).otherwise(F.col("node"))
+    codes = F.create_map(*[x for k, n in enumerate(sorted(processes))
+                           for x in (F.lit(n), F.lit(k))])
+    return (events.filter(kind.isNotNull() & F.col("mid").isNotNull())
+            .select(F.try_element_at(codes, process).cast("int").alias("p"), "mid", "i", "t",
+                    kind.cast("byte").alias("e")))
+
+
 def records(recs: list[dict[str, Any]]) -> pa.Table:
     """Records as rows of the pass's output (every column but `rec` null)."""
     n = len(recs)
@@ -125,28 +164,59 @@ class MidPass:
     """The per-partition function of the pass (picklable: Spark ships it to the workers).
 
     `nodes` are the hosts (sorted: a holder bitmap's bit k is nodes[k]); `correct` those
-    held to agreement and validity (a subset of `nodes`).
+    held to agreement and validity (a subset of `nodes`). With `causal`, the causal pass's
+    rows come out too (MID_ROWS), so that one scan and one shuffle by mid feed all three
+    passes.
     """
 
-    def __init__(self, nodes: list[str], correct: list[str]) -> None:
+    def __init__(self, nodes: list[str], correct: list[str], causal: bool = False) -> None:
         self.nodes = sorted(nodes)
         self.correct = np.array([self.nodes.index(n) for n in correct], dtype=np.int64)
+        self.causal = causal
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """The Spark task: events with CHECK_INPUT_COLUMNS in (shuffled by mid), check_input
-        applied here, after the shuffle, so the rows cross from the JVM to Python once."""
-        got = list(batches)
-        table = check_input(pa.Table.from_batches(got)) if got else None
-        if table is not None and table.num_rows:
-            yield from self.run(table).to_batches()
+        """The Spark task: check_input_sql's rows in, shuffled by mid."""
+        from pyspark import TaskContext
 
-    def run(self, table: pa.Table) -> pa.Table:
+        got = list(batches)
+        table = pa.Table.from_batches(got) if got else None
+        if table is None or not table.num_rows:
+            return
+        context = TaskContext.get()
+        out = self.run(table, context.partitionId() if context else 0)
+        del table, got
+        is_rec = out.column("rec").is_valid().to_numpy(zero_copy_only=False)
+        is_causal = out.column("holders").is_null().to_numpy(zero_copy_only=False) & ~is_rec
+        dest = np.where(is_causal, len(self.nodes), np.where(
+            is_rec, 0, pc.fill_null(out.column("p"), 0).to_numpy(zero_copy_only=False)))
+        order = np.argsort(dest, kind="stable")
+        bounds = group_starts(dest[order])
+        for a, b in zip(bounds.tolist(), np.r_[bounds[1:], len(order)].tolist(), strict=True):
+            for lo in range(a, b, BLOB_ROWS):
+                part = out.take(pa.array(order[lo:min(lo + BLOB_ROWS, b)]))
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, part.schema) as writer:
+                    writer.write_table(part)
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array([int(dest[order[a]])], pa.int32()),
+                     pa.array([sink.getvalue().to_pybytes()], pa.binary())],
+                    names=["dest", "blob"])
+
+    def run(self, table: pa.Table, partition: int = 0) -> pa.Table:
+        """The pass over one partition's rows: check_input's columns, or check_input_sql's
+        (the process as its code `p`); `partition` numbers the causal rows' message ids."""
         names = pa.array(self.nodes, pa.string())
-        node_arr = table.column("node").combine_chunks()
-        ncode_arr = pc.index_in(node_arr, value_set=names)
-        if ncode_arr.null_count:
-            unknown = pc.unique(node_arr.filter(pc.is_null(ncode_arr))).to_pylist()
-            raise ValueError(f"events of hosts {unknown} that are not among the run's nodes")
+        if "p" in table.column_names:
+            ncode_arr = table.column("p").combine_chunks()
+            if ncode_arr.null_count:
+                raise ValueError("events of hosts [None] that are not among the run's nodes")
+        else:
+            node_arr = table.column("node").combine_chunks()
+            ncode_arr = pc.index_in(node_arr, value_set=names)
+            if ncode_arr.null_count:
+                unknown = pc.unique(node_arr.filter(pc.is_null(ncode_arr))).to_pylist()
+                raise ValueError(f"events of hosts {unknown} that are not among the run's "
+                                 "nodes")
         ncode = ncode_arr.to_numpy(zero_copy_only=False).astype(np.int64)
         mid_dict = pc.dictionary_encode(table.column("mid").combine_chunks())
         mcode = mid_dict.indices.to_numpy(zero_copy_only=False).astype(np.int64)
@@ -208,16 +278,36 @@ class MidPass:
         out_m = mcode[out_rows]
         packed = np.packbits(held[out_m], axis=1)
         n_out = len(out_rows)
-        take = pa.array(out_rows)
         rows = pa.table({
-            "node": node_arr.take(take), "mid": mids.take(pa.array(out_m)),
+            "p": pa.array(ncode[out_rows].astype(np.int32)), "mid": mids.take(pa.array(out_m)),
             "i": pa.array(i_all[out_rows]), "t": pa.array(t_all[out_rows]),
             "gt": pa.array(gt[out_m]), "holders": binary_column(packed),
             "e": pa.array(np.r_[np.full(len(first), FNL), np.full(len(s_out), SEND)]
                           .astype(np.int8)),
-            "src": names.take(pa.array(sender[out_m])),
+            "src": pa.array(sender[out_m].astype(np.int32)),
             "rec": pa.nulls(n_out, pa.string())}, schema=_MID_SCHEMA)
-        return pa.concat_tables([rows, records(recs)]) if recs else rows
+        parts = [rows]
+        if self.causal:
+            # The causal pass's rows: first deliveries of sent messages (the same as above)
+            # and every sent message's earliest send, delivered or not (its index among its
+            # sender's sends, and its time, count even if nobody delivered it).
+            # A delivery names its message by id alone; the send carries the mid as well.
+            c_rows = np.r_[first, s_first]
+            n_c = len(c_rows)
+            parts.append(pa.table({
+                "p": pa.array(ncode[c_rows].astype(np.int32)),
+                "mid": pa.concat_arrays([pa.nulls(len(first), pa.string()),
+                                         mids.take(pa.array(mcode[s_first]))]),
+                "i": pa.array(i_all[c_rows]), "t": pa.array(t_all[c_rows]),
+                "gt": pa.array((partition << CAUSAL_ID_BITS) + mcode[c_rows]),
+                "holders": pa.nulls(n_c, pa.binary()),
+                "e": pa.array(np.r_[np.full(len(first), FNL), np.full(len(s_first), SEND)]
+                              .astype(np.int8)),
+                "src": pa.nulls(n_c, pa.int32()), "rec": pa.nulls(n_c, pa.string())},
+                schema=_MID_SCHEMA))
+        if recs:
+            parts.append(records(recs))
+        return pa.concat_tables(parts) if len(parts) > 1 else rows
 
     def _integrity(self, f_rows: np.ndarray, starts: np.ndarray, copies: np.ndarray,
                    sent: np.ndarray, mcode: np.ndarray, ncode: np.ndarray, i_all: np.ndarray,

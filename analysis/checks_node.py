@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from analysis.checks_causal import CausalRows
 from analysis.checks_mid import FNL, SEND
 
 # FIFO violations per node whose `fifo_after` is filled in: the checker shows at most this
@@ -165,14 +166,19 @@ class NodeChecks:
     count and exact number of inverted pairs against the consensus order (with the first
     `max_pairs` pairs for the driver to judge, analysis/checks_order.py) and FIFO violations.
     Records of the first pass go through
-    untouched."""
+    untouched. The causal pass's rows (`p` set: analysis/checks_mid.py MID_ROWS), which
+    analysis/checks.py sends to a partition of their own, are judged here too
+    (analysis/checks_causal.py), read batch by batch into their few columns."""
 
     def __init__(self, max_pairs: int, nodes: list[str]) -> None:
         self.max_pairs = max_pairs
         self.nodes = nodes  # the processes, in holder-bitmap order
 
     def __call__(self, batches: Any) -> Any:
-        split = self.split(batches)
+        """The Spark task: the first pass's rows in as Arrow IPC streams
+        (analysis/checks_mid.py MID_BLOBS), read one at a time."""
+        split = self.split(b for batch in batches for blob in batch.column("blob")
+                           for b in pa.ipc.open_stream(blob.as_buffer()))
         if split is None:
             return
         passed, recs = split
@@ -184,20 +190,41 @@ class NodeChecks:
         """(the first pass's records, passed through as JSON text; this pass's records as
         dicts of JSON values), None without rows. The in-process judge takes the dicts as
         they are (analysis/checks.py `table_records`); `__call__` serialises them for Spark."""
-        batches = list(batches)
-        if not batches or not sum(b.num_rows for b in batches):
-            return None
-        table = pa.Table.from_batches(batches)
-        rec = table.column("rec")
+        kept: list[pa.RecordBatch] = []
+        causal = CausalRows()
+        for b in batches:
+            # Causal rows are the only ones with neither holders nor a record.
+            is_causal = pc.and_(b.column("holders").is_null(), b.column("rec").is_null())
+            if pc.all(is_causal).as_py():  # (the causal partition: no copy)
+                causal.add(b)
+                continue
+            if pc.any(is_causal).as_py():
+                causal.add(b.filter(is_causal))
+                b = b.filter(pc.invert(is_causal))
+            if b.num_rows:
+                kept.append(b)
+        recs: list[dict[str, Any]] = causal.records(self.nodes, self.max_pairs)
+        del causal
+        if not kept:
+            return (pa.chunked_array([], pa.string()), recs) if recs else None
+        # A Spark task holds one process's rows: no copy unless records or other processes
+        # are among them (every copy of a long run's process is gigabytes).
+        rows = pa.Table.from_batches(kept)
+        del kept
+        rec = rows.column("rec")
         passed = rec.filter(rec.is_valid())
-        recs: list[dict[str, Any]] = []
-        rows = table.filter(rec.is_null())
-        node = rows.column("node")
-        for name in pc.unique(node).to_pylist():
-            recs += self.node(str(name), rows.filter(pc.equal(node, name)))
+        if len(passed):
+            rows = rows.filter(rec.is_null())
+        p = rows.column("p")
+        codes = pc.unique(p).to_pylist()
+        for code in codes:
+            recs += self.node(int(code), rows if len(codes) == 1 else
+                              rows.filter(pc.equal(p, code)))
         return passed, recs
 
-    def node(self, name: str, table: pa.Table) -> list[dict[str, Any]]:
+    def node(self, code: int, table: pa.Table) -> list[dict[str, Any]]:
+        """The records of process `self.nodes[code]`, from its rows of the first pass."""
+        name = self.nodes[code]
         e = table.column("e").to_numpy(zero_copy_only=False)
         d = table.filter(pa.array(e == FNL))
         d = d.take(pa.array(np.argsort(d.column("i").to_numpy(), kind="stable")))
@@ -217,7 +244,8 @@ class NodeChecks:
         if len(bad):
             recs.append({"r": "fifo_n", "node": name, "n": len(bad)})
             for k in bad[:FIFO_EXAMPLES].tolist():
-                recs.append({"r": "fifo", "node": name, "sender": sender[k].as_py(),
+                recs.append({"r": "fifo", "node": name,
+                             "sender": self.nodes[sender[k].as_py()],
                              "mid": d_mid[k].as_py(), "after": shown[k][0],
                              "before": shown[k][1], "i": int(d_i[k]), "t": int(d_t[k])})
 

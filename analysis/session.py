@@ -82,6 +82,9 @@ def spark_session(master: str | None = None, app: str = "testbed",
         # The checkers hand each node's (or each message range's) rows to numpy through Arrow:
         # larger batches cut the per-batch cost of that hand-over on millions of deliveries.
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200000")
+        # ... and rows of large values (the checker suite's Arrow IPC blobs) in batches well
+        # under the 2 GiB an Arrow binary column holds.
+        .config("spark.sql.execution.arrow.maxBytesPerBatch", str(256 << 20))
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.driver.extraJavaOptions", java_opts)
     )
