@@ -5,6 +5,7 @@ there, and a container cannot outlive its engine's state on disk anyway."""
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -13,6 +14,8 @@ from testbed.backends.docker_net import LABEL
 #: Removals in flight at once: the engine serves them side by side (as `docker rm -f A B ...`
 #: does, ten at a time), and on two cores more than this only queues inside dockerd.
 REMOVE_WORKERS = 8
+#: how long a network whose endpoints the engine still holds is retried before its removal fails
+NETWORK_BUSY_S = 10.0
 SANDBOX_SUFFIX = "-net"  # a host's network sandbox: removed after the node that shares it
 
 _cached: Any | None = None
@@ -108,14 +111,26 @@ def remove_network(name: str) -> bool:
     if c is None:
         return False
     try:
-        net = c.networks.get(name)
-        for cid in (net.attrs.get("Containers") or {}):
+        deadline = time.monotonic() + NETWORK_BUSY_S
+        while True:
+            net = c.networks.get(name)
+            for cid in (net.attrs.get("Containers") or {}):
+                try:
+                    net.disconnect(cid, force=True)
+                except docker.errors.APIError:
+                    continue
             try:
-                net.disconnect(cid, force=True)
-            except docker.errors.APIError:
-                continue
-        net.remove()
-        return True
+                net.remove()
+                return True
+            except docker.errors.NotFound:
+                raise
+            except docker.errors.APIError as exc:
+                # A container whose removal was still in progress (`_remove_one` counts that
+                # as gone) holds its endpoint a moment longer: the engine says so, and the
+                # network goes once it is released.
+                if "active endpoints" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     except docker.errors.NotFound:
         return False
     finally:
