@@ -11,7 +11,9 @@ name them (docs/protocols.md "Restarts").
   and takes the messages before its join point as in its context graph without knowing
   their own context; when the partition keeps a sender's first messages after the restart
   from it, it joins that chain late and can deliver a message before one of its causal
-  predecessors. Only the restarted incarnation is affected."""
+  predecessors. Only the restarted incarnation is affected. (The workload's seed is 1012
+  here: with seed 1000 the restarted receiver now joins a chain on a heartbeat before the
+  partition, and the late join no longer happens; seeds 1013 and 1015 show it too.)"""
 
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ name: psync-restart-partition
 duration: 3s
 drain: 1s
 drain_max: 5s
-seed: 1000
+seed: 1012
 protocol: {name: psync}
 workload: {senders: all, rate: 20/s, size: 512B, arrival: poisson}
 faults:

@@ -42,7 +42,11 @@ gone (a crashed process is no longer correct; 002 leaves recovery to membership)
 join at the first message of any kind, and a retransmission -- asked for by its NACK of
 everything below a heartbeat's number -- made it deliver again what its previous incarnation had
 delivered (integrity: one log, one delivery per message); heartbeats and retransmissions no
-longer count until it has joined.
+longer count until it has joined. One heartbeat does: reaching it before any fresh message,
+it makes the receiver join after the heartbeat's number and acknowledge it. The sender may
+have nothing fresh to send until then -- its window held full by the last ACK of the receiver's
+previous incarnation, which counts again once unsuspected -- and every process had stopped
+delivering after a restart some six seconds after the crash.
 """
 
 from __future__ import annotations
@@ -224,8 +228,14 @@ class ReliableMulticast:
             self._gaps.discard(h.sender)
             self._moved.discard(h.sender)
         if typ == _HEARTBEAT:
-            if not stream.adopt:  # a joining receiver asks for nothing from before its join
+            if not stream.adopt:
                 self._note_highest(h.sender, stream, h.rseq, now)
+            elif not stream.buffer:
+                # A joining receiver asks for nothing from before its join. With no fresh
+                # message kept yet, it joins after the heartbeat's number: the sender has
+                # sent nothing newer, and may be unable to (its window held by the last ACK
+                # of our previous incarnation) until we acknowledge.
+                self._join_after(h.sender, stream, h.rseq)
             return []
         if stream.adopt:
             if h.flags & RETRANSMIT:
@@ -368,6 +378,14 @@ class ReliableMulticast:
         if stream.buffer:  # a gap behind the first: NACKed as usual
             self._note_highest(sender, stream, max(stream.buffer), now)
         return out
+
+    def _join_after(self, sender: int, stream: _Stream, rseq: int) -> None:
+        """A restarted receiver joins the stream after `rseq` (a heartbeat's number) and
+        acknowledges it at the next ACK tick, which frees the sender's window."""
+        stream.adopt = False
+        stream.delivered = stream.highest_seen = rseq
+        stream.acked_sent = 0
+        self._moved.add(sender)
 
     def _note_highest(self, sender: int, stream: _Stream, rseq: int, now: int) -> None:
         if rseq > stream.highest_seen:
