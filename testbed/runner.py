@@ -134,10 +134,9 @@ def start_nodes(plan: RunPlan, run: RunDir, backend: Backend,
 
 def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> str | None:
     """Start the nodes and watch them until they end; why the run was cut short, if it was."""
-    virtual = backend.capabilities.virtual_clock
     plan, nemesis = start_nodes(plan, run, backend)
     try:
-        cut = _watch(plan, run, backend, console, plan.start_at_ns, backend.startup_ns)
+        cut, stats = _watch(plan, run, backend, console, plan.start_at_ns, backend.startup_ns)
     finally:
         # Before the caller collects and tears down: no fault acts on a backend going away.
         if nemesis is not None:
@@ -149,7 +148,6 @@ def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> 
             console.print(f"[yellow]fault:[/] {note}")
         for skipped in nemesis.skipped:  # faults.skipped.jsonl
             console.print(f"[yellow]fault not applied:[/] {skipped}")
-    stats = backend.stats() if virtual else {}
     if stats:  # none from a simulator that was stopped
         console.print(f"simulated {stats.get('virtual_s', 0):.1f} s: "
                       f"{stats.get('events', 0)} events at {stats.get('events_per_s', 0)}/s")
@@ -180,18 +178,18 @@ def wall_limit_s(cap_s: float, startup_ns: int, hosts: int, virtual: bool) -> fl
 
 
 def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console, start: int,
-           startup_ns: int) -> str | None:
+           startup_ns: int) -> tuple[str | None, dict[str, Any]]:
     """Until every node has exited: progress, and on the wall clock the drain watch. Past the
-    wall limit (`wall_limit_s`) the nodes are stopped, on every backend, and the run is cut
-    short: drain.json says so (`cut_short`), its verdict is not ok and says why, and the
-    reason is returned. What the nodes logged is judged all the same, never no verdict."""
+    wall limit (`backend.wall_limit_s`, set by `start_nodes`) the nodes are stopped, on every
+    backend, and the run is cut short: drain.json says so (`cut_short`), its verdict is not ok
+    and says why. Returns that reason (None: not cut short) and the backend's statistics
+    (`Backend.stats`). What the nodes logged is judged all the same, never no verdict."""
     exp, virtual = plan.experiment, backend.capabilities.virtual_clock
     # Real nodes are watched during the drain and stopped once quiescent; the simulator does
     # the same in virtual time and writes drain.json itself.
     watch = None if virtual else DrainWatch(run, plan.hosts, plan.correct,
                                             start + exp.duration, exp.drain, exp.drain_max)
-    limit_s = backend.wall_limit_s or wall_limit_s(cap_ns(exp) / 1e9, startup_ns,
-                                                   len(plan.hosts), virtual)
+    limit_s = backend.wall_limit_s
     # The simulator stops itself before the limit (testbed/backends/sim.py); stopping it from
     # here is the backstop, for one that does not.
     stop_s = limit_s + (SIM_BACKSTOP_S if virtual else 0.0)
@@ -221,7 +219,8 @@ def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console, start
                 console.print(f"[yellow]cut short: {cut}[/]")
                 backend.collect()
                 break
-    stopped = backend.stats().get("cut_short") if virtual and cut is None else None
+    stats = backend.stats() if virtual else {}
+    stopped = stats.get("cut_short") if cut is None else None
     if stopped:
         cut = (f"the nodes had not finished {limit_s:.0f} s (wall clock) after their deploy; "
                f"the simulator stopped every node at one instant ({stopped}), their logs "
@@ -231,7 +230,7 @@ def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console, start
         watch.write(cut_short=cut)
     elif cut is not None:
         mark_cut_short(run, cut, plan.correct, exp.drain, exp.drain_max)
-    return cut
+    return cut, stats
 
 
 def analyze_run(run: RunDir, expect: list[str], console: Console,

@@ -247,8 +247,7 @@ class ReliableMulticast:
             if stream.buffer is None:
                 stream.buffer = {}
             if not stream.buffer:
-                stream.gap_since = now
-                self._gaps.add(h.sender)
+                self._open_gap(h.sender, stream, now)
             stream.buffer[h.rseq] = msg
             return []
         return self._receive(stream, msg, now)
@@ -332,9 +331,7 @@ class ReliableMulticast:
         self._moved.add(h.sender)
         if stream.highest_seen <= rseq:  # nothing seen beyond: no gap
             stream.highest_seen = rseq
-            if stream.gap_since >= 0:
-                self._gaps.discard(h.sender)
-            stream.gap_since = stream.nack_at = -1
+            self._close_gap(h.sender, stream)
         return True
 
     # -- receiving ----------------------------------------------------------------------------
@@ -361,9 +358,7 @@ class ReliableMulticast:
         self._moved.add(sender)
         if stream.highest_seen <= rseq:  # nothing seen beyond: no gap
             stream.highest_seen = rseq
-            if stream.gap_since >= 0:
-                self._gaps.discard(sender)
-            stream.gap_since = stream.nack_at = -1
+            self._close_gap(sender, stream)
         return out
 
     def _join(self, sender: int, stream: _Stream, now: int) -> list[Action]:
@@ -372,8 +367,7 @@ class ReliableMulticast:
         first = min(stream.buffer)
         stream.adopt = False
         stream.delivered = stream.highest_seen = stream.acked_sent = first - 1
-        stream.gap_since = -1
-        self._gaps.discard(sender)
+        self._close_gap(sender, stream)
         out = self._receive(stream, stream.buffer.pop(first), now)
         if stream.buffer:  # a gap behind the first: NACKed as usual
             self._note_highest(sender, stream, max(stream.buffer), now)
@@ -385,14 +379,25 @@ class ReliableMulticast:
         stream.adopt = False
         stream.delivered = stream.highest_seen = rseq
         stream.acked_sent = 0
+        self._close_gap(sender, stream)
         self._moved.add(sender)
 
     def _note_highest(self, sender: int, stream: _Stream, rseq: int, now: int) -> None:
         if rseq > stream.highest_seen:
             stream.highest_seen = rseq
         if stream.highest_seen > stream.delivered and stream.gap_since < 0:
-            stream.gap_since = now
-            self._gaps.add(sender)
+            self._open_gap(sender, stream, now)
+
+    # `_gaps` holds a sender exactly while its stream's `gap_since >= 0`: these two are the
+    # only places that change either (a replaced stream leaves `_gaps` where it is replaced).
+    def _open_gap(self, sender: int, stream: _Stream, now: int) -> None:
+        stream.gap_since = now
+        self._gaps.add(sender)
+
+    def _close_gap(self, sender: int, stream: _Stream) -> None:
+        if stream.gap_since >= 0:
+            self._gaps.discard(sender)
+        stream.gap_since = stream.nack_at = -1
 
     def _nack(self, sender: int, stream: _Stream, now: int) -> list[Action]:
         missing_from = stream.delivered + 1
