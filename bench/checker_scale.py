@@ -64,8 +64,9 @@ def generate(out: Path, nodes: int, messages: int) -> int:
     return nodes * messages
 
 
-def run_one(master: str, data: Path) -> dict[str, object]:
-    """Time check_suite on `master` over the Parquet history at `data` (runs in a child)."""
+def run_one(master: str, data: Path, save: Path | None = None) -> dict[str, object]:
+    """Time check_suite on `master` over the Parquet history at `data` (runs in a child);
+    with `save`, write the checks (examples included) there as JSON."""
     from pyspark.sql import functions as F
 
     from analysis.checks import check_suite, node_errors
@@ -87,6 +88,8 @@ def run_one(master: str, data: Path) -> dict[str, object]:
     checks = check_suite(events, fault_history(nodes, []))
     errors = node_errors(events)
     seconds = time.perf_counter() - started
+    if save is not None:
+        save.write_text(json.dumps(checks, indent=1, sort_keys=True, default=str))
     return {"master": master, "seconds": round(seconds, 1),
             "cpu_s": round(_cpu_seconds() - cpu0, 1),
             "violations": {k: c["violations"] for k, c in checks.items()},
@@ -181,10 +184,13 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=2_000_000)
     parser.add_argument("--out", type=Path, default=None, help="keep the Parquet history here")
     parser.add_argument("--masters", nargs="+", default=["local[1]", "local[2]"])
-    parser.add_argument("--one", nargs=2, metavar=("MASTER", "DATA"), help=argparse.SUPPRESS)
+    parser.add_argument("--save", type=Path, default=None,
+                        help="write each master's checks (examples included) to SAVE.MASTER.json")
+    parser.add_argument("--one", nargs="+", metavar="MASTER DATA [SAVE]", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(run_one(args.one[0], Path(args.one[1]))))
+        save = Path(args.one[2]) if len(args.one) > 2 else None
+        print(json.dumps(run_one(args.one[0], Path(args.one[1]), save)))
         return 0
     load_at_start = __import__("os").getloadavg()
     with tempfile.TemporaryDirectory(prefix="checker-scale-") as tmp:
@@ -201,7 +207,9 @@ def main() -> int:
                   f"{time.perf_counter() - t0:.1f} s")
         results = []
         for master in args.masters:
-            done = subprocess.run([sys.executable, __file__, "--one", master, str(data)],
+            save = ([str(args.save.with_name(f"{args.save.name}.{master}.json"))]
+                    if args.save else [])
+            done = subprocess.run([sys.executable, __file__, "--one", master, str(data), *save],
                                   cwd=ROOT, capture_output=True, text=True,
                                   env={"PYTHONPATH": str(ROOT), **_env()})
             if done.returncode != 0:
