@@ -14,7 +14,8 @@ checker has something to find), then runs `analysis.checks.check_suite` once per
 plus the `ev=error` count (analysis/checks.py node_errors), once per master, each in its own
 process (one SparkContext per process), and prints the times side by side with the CPU time
 they took and the peak resident memory of the driver, its JVM and the JVM's Python workers
-(from /proc), and the load average at the start and the end.
+(from /proc; the workers' sum of high-water marks and the largest one), and the load average
+at the start and the end.
 Targets on local[2]: <= 60 s for 10M events, <= 300 s for 100M.
 """
 
@@ -139,7 +140,8 @@ class _PeakRss:
         driver, jvms, workers = _family()
         peak = {"driver": sum(_status(p, "VmHWM") for p in driver),
                 "jvm": sum(_status(p, "VmHWM") for p in jvms),
-                "workers": sum(_status(p, "VmHWM") for p in workers)}
+                "workers": sum(_status(p, "VmHWM") for p in workers),
+                "worker_max": max((_status(p, "VmHWM") for p in workers), default=0)}
         return {**{k: v // 1024 for k, v in peak.items()}, "total": self.total // 1024}
 
 
@@ -207,22 +209,23 @@ def main() -> int:
                   f"{time.perf_counter() - t0:.1f} s")
         results = []
         for master in args.masters:
-            save = ([str(args.save.with_name(f"{args.save.name}.{master}.json"))]
+            save_to = ([str(args.save.with_name(f"{args.save.name}.{master}.json"))]
                     if args.save else [])
-            done = subprocess.run([sys.executable, __file__, "--one", master, str(data), *save],
+            done = subprocess.run([sys.executable, __file__, "--one", master, str(data), *save_to],
                                   cwd=ROOT, capture_output=True, text=True,
                                   env={"PYTHONPATH": str(ROOT), **_env()})
             if done.returncode != 0:
                 print(done.stderr[-3000:], file=sys.stderr)
                 return 1
             results.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    print(f"{'master':<10} {'seconds':>8} {'CPU-s':>7}  peak MiB (driver, JVM, workers, sum)"
-          "  violations")
+    print(f"{'master':<10} {'seconds':>8} {'CPU-s':>7}  peak MiB (driver, JVM, workers, sum;"
+          " largest worker)  violations")
     for r in results:
         rss = r["peak_rss_mb"]
         assert isinstance(rss, dict)
         print(f"{r['master']:<10} {r['seconds']:>8} {r['cpu_s']:>7}  {rss['driver']:>6} "
-              f"{rss['jvm']:>6} {rss['workers']:>6} {rss['total']:>6}  {r['violations']}")
+              f"{rss['jvm']:>6} {rss['workers']:>6} {rss['total']:>6}; {rss['worker_max']:>6}  "
+              f"{r['violations']}")
     times = {r["master"]: float(str(r["seconds"])) for r in results}
     if "local[1]" in times and "local[2]" in times:
         print(f"speed-up local[1] -> local[2]: {times['local[1]'] / times['local[2]']:.2f}x")
