@@ -35,40 +35,65 @@ class CausalRows:
     """The causal pass's rows as the first pass emits them (analysis/checks_mid.py MID_ROWS
     with `holders` null: first deliveries of sent messages and each message's earliest send,
     the message named by its id in `gt`, the send also by its mid), read batch by batch into
-    the few columns the pass needs; `records` judges them."""
+    the few columns the pass needs, each in the smallest integer type that holds it;
+    `records` judges them."""
 
     def __init__(self) -> None:
         self.mid: list[pa.Array] = []
-        self.cols: dict[str, list[np.ndarray]] = {"p": [], "i": [], "t": [], "e": [], "gt": []}
+        self.cols: dict[str, list[np.ndarray]] = {"p": [], "i": [], "t": [], "send": [],
+                                                  "gt": []}
 
     def add(self, batch: pa.RecordBatch) -> None:
-        e = batch.column("e").to_numpy(zero_copy_only=False)
-        self.mid.append(batch.column("mid").filter(pa.array(e == SEND)))
-        for name, out in self.cols.items():  # copies: the batch's buffers can go
-            out.append(np.array(batch.column(name).to_numpy(zero_copy_only=False)))
+        send = batch.column("e").to_numpy(zero_copy_only=False) == SEND
+        self.mid.append(batch.column("mid").filter(pa.array(send)))
+        self.cols["send"].append(send)
+        for name in ("p", "i", "t", "gt"):  # copies: the batch's buffers can go
+            self.cols[name].append(_narrow(batch.column(name).to_numpy(zero_copy_only=False)))
 
     def records(self, names: list[str], max_late: int) -> list[dict[str, Any]]:
         """causal_records over the rows added, `p` indexing the sorted process `names`."""
         if not self.mid:
             return []
-        # One column at a time, each column's batches dropped once joined.
-        cols = {}
-        for k in list(self.cols):
-            cols[k] = np.concatenate(self.cols.pop(k))
-        self.cols = {k: [] for k in cols}
+        cols, self.cols = self.cols, {k: [] for k in self.cols}
         mids = pa.concat_arrays(self.mid)
         self.mid = []
-        e, ids = cols.pop("e"), cols.pop("gt")
+        send = np.concatenate(cols.pop("send"))
         # Codes: each message's rank among the sends' ids (one send per sent message, and
-        # every delivery here is of a sent message).
-        sends = np.flatnonzero(e == SEND)
-        by_id = np.argsort(ids[sends], kind="stable")
+        # every delivery here is of a sent message); batch by batch, each id batch dropped.
+        ids = np.concatenate([g[s] for g, s in zip(cols["gt"], _split(send, cols["gt"]),
+                                                   strict=True)]).astype(np.int64)
+        by_id = np.argsort(ids, kind="stable")
         mids = mids.take(pa.array(by_id))
-        mid = np.searchsorted(ids[sends][by_id], ids)
-        del ids, by_id, sends
-        return _causal(e, cols["p"], sorted(names), mid, mids,
-                       cols["i"].astype(np.int64, copy=False),
-                       cols["t"].astype(np.int64, copy=False), max_late, firsts=True)
+        ids = ids[by_id]
+        del by_id
+        code_t = np.int32 if len(ids) < 2**31 else np.int64
+        gts = cols.pop("gt")
+        codes = []
+        while gts:
+            codes.append(np.searchsorted(ids, gts.pop(0)).astype(code_t))
+        del ids
+        mid = np.concatenate(codes)
+        del codes
+        proc = _concat(cols.pop("p"))
+        return _causal_rows(send, proc, sorted(names), mid, mids, cols, max_late)
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """A copy of integer array `a` as int32 when its values fit, else as int64."""
+    if len(a) and (int(a.min()) < -2**31 or int(a.max()) >= 2**31):
+        return np.array(a, dtype=np.int64)
+    return np.array(a, dtype=np.int32)
+
+
+def _concat(parts: list[np.ndarray]) -> np.ndarray:
+    """np.concatenate of batches of int32/int64, in the widest of their types."""
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+
+def _split(send: np.ndarray, like: list[np.ndarray]) -> list[np.ndarray]:
+    """`send` cut into pieces as long as the arrays of `like`."""
+    bounds = np.cumsum([len(a) for a in like])[:-1]
+    return np.split(send, bounds)
 
 
 def causal_records(rows: pa.Table, max_late: int) -> list[dict[str, Any]]:
@@ -113,35 +138,77 @@ def _causal(e: np.ndarray, proc: np.ndarray, names: list[str], mid: np.ndarray,
         return []
     sent = np.zeros(m_count, dtype=bool)
     sent[mid[s_rows]] = True
-    # Streams: the sending processes; a message's index is its rank among its sender's sends.
-    streams, stream_of_row = np.unique(proc[s_rows], return_inverse=True)
-    by_stream = np.lexsort((i[s_rows], stream_of_row))
-    starts = group_starts(stream_of_row[by_stream])
-    sizes = np.diff(np.r_[starts, len(by_stream)])
-    index = np.empty(len(s_rows), dtype=np.int64)
-    index[by_stream] = np.arange(len(by_stream)) - np.repeat(starts, sizes) + 1
-    stream = np.full(m_count, -1, dtype=np.int64)
-    k_of = np.zeros(m_count, dtype=np.int64)
-    stream[mid[s_rows]] = stream_of_row
-    k_of[mid[s_rows]] = index
-
     # First deliveries of sent messages, per (process, mid), by ordinal.
     f_rows = np.flatnonzero((e == FNL) & sent[mid])
     if not firsts:
         f_rows = f_rows[np.lexsort((i[f_rows], mid[f_rows], proc[f_rows]))]
         f_rows = f_rows[group_starts(proc[f_rows] * m_count + mid[f_rows])]
+    rows = np.r_[s_rows, f_rows]
+    send = np.r_[np.ones(len(s_rows), dtype=bool), np.zeros(len(f_rows), dtype=bool)]
+    return _causal_rows(send, proc[rows], names, mid[rows], mids,
+                        {"i": [i[rows]], "t": [t[rows]]}, max_late)
 
-    stamps = _stamps(s_rows, f_rows, proc, mid, i, t, stream, k_of, len(names),
-                     len(streams), m_count)
+
+def _process_order(send: np.ndarray, proc: np.ndarray, i: np.ndarray,
+                   n_procs: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows in process order (by process, then ordinal, a send before a delivery at the
+    same ordinal, then row order), and where each process's rows start in it (n_procs + 1
+    bounds). A sort per process: no sort key or index spans every row at once in 64 bits."""
+    counts = np.bincount(proc, minlength=n_procs)
+    starts = np.r_[0, np.cumsum(counts)]
+    order = np.empty(len(proc), dtype=np.int32 if len(proc) < 2**31 else np.int64)
+    for c in np.flatnonzero(counts).tolist():
+        pos = np.flatnonzero(proc == c)
+        order[starts[c]:starts[c + 1]] = pos[np.lexsort((~send[pos], i[pos]))]
+    return order, starts
+
+
+def _causal_rows(send: np.ndarray, proc: np.ndarray, names: list[str], mid: np.ndarray,
+                 mids: pa.Array, cols: dict[str, list[np.ndarray]],
+                 max_late: int) -> list[dict[str, Any]]:
+    """The pass over chosen rows (every sent message's earliest send, `send` true, and each
+    process's first deliveries of sent messages), in process order from here on; `cols`
+    holds the ordinals `i` and times `t` as batches (each dropped once reordered)."""
+    m_count = len(mids)
+    i = _concat(cols.pop("i"))
+    order, starts = _process_order(send, proc, i, len(names))
+    del proc
+    seq_i = i[order]
+    del i
+    seq_send = send[order]
+    del send
+    seq_m = mid[order]
+    del mid
+    t = _concat(cols.pop("t"))
+    t_eff = t[order]
+    del t, order
+    segments = [(a, b) for a, b in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True)]
+    for a, b in segments:  # true time, made non-decreasing along each process's ordinals
+        np.maximum.accumulate(t_eff[a:b], out=t_eff[a:b])
+
+    # Streams: the sending processes; a message's index is its rank among its sender's sends.
+    sp = np.flatnonzero(seq_send)
+    sp_proc = np.searchsorted(starts, sp, side="right") - 1
+    streams = np.unique(sp_proc)
+    first = group_starts(sp_proc)
+    sizes = np.diff(np.r_[first, len(sp)])
+    stream = np.full(m_count, -1, dtype=np.int32)
+    k_of = np.zeros(m_count, dtype=np.int32 if len(sp) < 2**31 - 1 else np.int64)
+    stream[seq_m[sp]] = np.searchsorted(streams, sp_proc)
+    k_of[seq_m[sp]] = np.arange(len(sp)) - np.repeat(first, sizes) + 1
+    del sp, sp_proc, first, sizes
+
+    stamps = _stamps_seq(seq_m, seq_send, t_eff, seq_i, segments, stream, k_of,
+                         len(streams), m_count)
+    del t_eff
 
     recs: list[dict[str, Any]] = []
-    f_by_proc = f_rows[np.lexsort((i[f_rows], proc[f_rows]))]
-    bounds = group_starts(proc[f_by_proc])
-    for b, end in zip(bounds.tolist(), np.r_[bounds[1:], len(f_by_proc)].tolist(),
-                      strict=True):
-        mine = f_by_proc[b:end]
-        recs += _judge(names[int(proc[mine[0]])], mid[mine], i[mine], stamps, stream, k_of,
-                       mids, [names[int(p)] for p in streams.tolist()], max_late)
+    stream_names = [names[int(p)] for p in streams.tolist()]
+    for c, (a, b) in enumerate(segments):
+        mine = a + np.flatnonzero(~seq_send[a:b])
+        if len(mine):
+            recs += _judge(names[c], seq_m[mine], seq_i[mine].astype(np.int64), stamps,
+                           stream, k_of, mids, stream_names, max_late)
     return recs
 
 
@@ -158,76 +225,83 @@ def _stamps(s_rows: np.ndarray, f_rows: np.ndarray, proc: np.ndarray, mid: np.nd
             i: np.ndarray, t: np.ndarray, stream: np.ndarray, k_of: np.ndarray,
             n_procs: int, n_streams: int, m_count: int) -> np.ndarray:
     """Each message's vector clock (its causal past per stream, itself included), from the
-    sends and first deliveries replayed in true time.
+    sends `s_rows` and first deliveries `f_rows` replayed in true time: _stamps_seq over
+    them in process order."""
+    rows = np.r_[s_rows, f_rows]
+    send = np.r_[np.ones(len(s_rows), dtype=bool), np.zeros(len(f_rows), dtype=bool)]
+    order, starts = _process_order(send, proc[rows], i[rows], n_procs)
+    rows = rows[order]
+    t_eff = t[rows].astype(np.int64)
+    segments = list(zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True))
+    for a, b in segments:
+        np.maximum.accumulate(t_eff[a:b], out=t_eff[a:b])
+    return _stamps_seq(mid[rows], send[order], t_eff, i[rows], segments, stream, k_of,
+                       n_streams, m_count)
+
+
+def _stamps_seq(seq_m: np.ndarray, seq_send: np.ndarray, t_eff: np.ndarray,
+                seq_i: np.ndarray, segments: list[tuple[int, int]], stream: np.ndarray,
+                k_of: np.ndarray, n_streams: int, m_count: int) -> np.ndarray:
+    """Each message's vector clock from the sends and first deliveries in process order
+    (`segments`: each process's rows, by ordinal, a send before a delivery at the same
+    ordinal; `t_eff` true time made non-decreasing along them).
 
     A process's clock changes only at its own events, in its log order, so a stamp is the
     running maximum, along its sender's events up to the send, of its own sends' indices and
     the stamps of the messages it delivered -- those whose send comes before the delivery in
-    the replay order (true time made monotone per process, then process, then ordinal).
-    That is a fixpoint, found one stream (column) at a time with whole-array passes: start
-    from each message's own index and repeat until no stamp grows (the stamps only grow, and
-    a round adds one more hop of causal past). Past STAMP_ROUNDS the events are replayed one
-    by one (_replay), which gives the same stamps."""
-    rows = np.r_[s_rows, f_rows]
-    n_s = len(s_rows)
-    p_rows, i_rows = proc[rows], i[rows]
-    by_proc = np.lexsort((i_rows, p_rows))
-    when = t[rows][by_proc]
-    starts = group_starts(p_rows[by_proc])
-    for a, b in zip(starts.tolist(), np.r_[starts[1:], len(by_proc)].tolist(), strict=True):
-        when[a:b] = np.maximum.accumulate(when[a:b])
-    t_eff = np.empty(len(rows), dtype=np.int64)
-    t_eff[by_proc] = when
-    m_rows = mid[rows]
-    # Where each message's send is among `rows` (every sent message has exactly one).
+    the replay order (t_eff, then process, then ordinal, then a send first: the position in
+    process order breaks the ties). That is a fixpoint, found one stream (column) at a time
+    and one process at a time with whole-array passes: start from each message's own index
+    and repeat until no stamp grows (the stamps only grow, and a round adds one more hop of
+    causal past). Past STAMP_ROUNDS the events are replayed one by one (_replay), which
+    gives the same stamps."""
+    n = len(seq_m)
+    sp = np.flatnonzero(seq_send)
+    send_m = seq_m[sp]
+    # Where each message's send is (every sent message has exactly one).
     send_at = np.full(m_count, -1, dtype=np.int64)
-    send_at[m_rows[:n_s]] = np.arange(n_s)
-    # A delivery merges its message's stamp when the send comes first in the replay order:
-    # (t_eff, process, ordinal, position in `rows`); a slice of the deliveries at a time,
-    # so that the comparison's temporaries stay small however long the run.
-    merges = np.zeros(len(rows) - n_s, dtype=bool)
-    for lo in range(n_s, len(rows), MERGE_SLICE):
-        d = np.arange(lo, min(lo + MERGE_SLICE, len(rows)))
-        b = send_at[m_rows[d]]
-        ok = b >= 0
+    send_at[send_m] = sp
+    # Rows whose message's stamp the clock does not take: sends, and deliveries that come
+    # before their send in the replay order; a slice at a time (bounded temporaries).
+    skip = np.ones(n, dtype=bool)
+    for lo in range(0, n, MERGE_SLICE):
+        hi = min(lo + MERGE_SLICE, n)
+        b = send_at[seq_m[lo:hi]]
+        ok = (b >= 0) & ~seq_send[lo:hi]
         b = np.maximum(b, 0)
-        ta, tb = t_eff[d], t_eff[b]
-        pa_, pb = p_rows[d], p_rows[b]
-        ia, ib = i_rows[d], i_rows[b]
-        merges[lo - n_s:lo - n_s + len(d)] = ok & ((ta > tb) | ((ta == tb) & (
-            (pa_ > pb) | ((pa_ == pb) & ((ia > ib) | ((ia == ib) & (d > b)))))))
-    del t_eff, p_rows, i_rows, send_at
-    # The events in process order; the running maximum is taken per process (segment).
-    seq_m = m_rows[by_proc].astype(np.int32 if m_count < 2**31 else np.int64)
-    del m_rows
-    seq_send = by_proc < n_s
-    seq_merge = np.zeros(len(rows), dtype=bool)
-    seq_merge[~seq_send] = merges[by_proc[~seq_send] - n_s]
-    del merges, by_proc
-    segments = list(zip(starts.tolist(), np.r_[starts[1:], len(rows)].tolist(), strict=True))
+        ta, tb = t_eff[lo:hi], t_eff[b]
+        skip[lo:hi] = ~(ok & ((ta > tb) | ((ta == tb) & (np.arange(lo, hi) > b))))
+    del send_at
     # Stamps are send indices: they fit 32 bits unless a run sends 2**31 messages.
     small = np.int32 if int(k_of.max(initial=0)) < 2**31 - 1 else np.int64
-    k_small = k_of.astype(small)
-    send_pos = np.flatnonzero(seq_send)
-    send_m = seq_m[send_pos]
+    seg_sends = [(int(np.searchsorted(sp, a)), int(np.searchsorted(sp, b)))
+                 for a, b in segments]
+    buf = np.empty(max((b - a for a, b in segments), default=0), dtype=small)
+    send_stream = stream[send_m]
     stamps = np.zeros((m_count, n_streams), dtype=small)
     for s in range(n_streams):
-        own = np.where(seq_send & (stream[seq_m] == s), k_small[seq_m], 0).astype(small)
+        own = sp[send_stream == s]
+        own_k = k_of[seq_m[own]].astype(small)
         col = np.zeros(m_count, dtype=small)
-        col[send_m] = own[send_pos]
-        clock = np.empty_like(own)
+        col[seq_m[own]] = own_k
+        own_in = [(int(np.searchsorted(own, a)), int(np.searchsorted(own, b)))
+                  for a, b in segments]
         for _ in range(STAMP_ROUNDS):
-            value = np.maximum(own, np.where(seq_merge, col[seq_m], 0).astype(small))
-            for a, b_ in segments:
-                np.maximum.accumulate(value[a:b_], out=clock[a:b_])
             new = col.copy()
-            new[send_m] = clock[send_pos]
+            for (a, b), (sa, sb), (oa, ob) in zip(segments, seg_sends, own_in, strict=True):
+                value = buf[:b - a]
+                np.take(col, seq_m[a:b], out=value)
+                value[skip[a:b]] = 0
+                value[own[oa:ob] - a] = own_k[oa:ob]
+                np.maximum.accumulate(value, out=value)
+                new[send_m[sa:sb]] = value[sp[sa:sb] - a]
             if np.array_equal(new, col):
                 break
             col = new
         else:
-            return _replay(s_rows, f_rows, proc, mid, i, t, stream, k_of, n_procs, n_streams,
-                           m_count)
+            proc = np.repeat(np.arange(len(segments)), [b - a for a, b in segments])
+            return _replay(sp, np.flatnonzero(~seq_send), proc, seq_m, seq_i, t_eff, stream,
+                           k_of, len(segments), n_streams, m_count)
         stamps[:, s] = col
     return stamps
 

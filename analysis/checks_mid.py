@@ -160,6 +160,28 @@ def _first_k(keys: list[np.ndarray | pa.Array], k: int = MAX_EXAMPLES) -> np.nda
     return pc.sort_indices(table, sort_keys=sort_keys).to_numpy()
 
 
+def blobs(table: pa.Table, dest: np.ndarray) -> Iterator[pa.RecordBatch]:
+    """`table`'s rows per destination `dest` (MID_BLOBS: a row each of at most BLOB_ROWS
+    rows as an Arrow IPC stream). Runs of rows with the same destination go as slices (no
+    copy), so a table grouped by destination costs no reordering."""
+    runs = group_starts(dest)
+    if len(runs) > 2 * len(np.unique(dest)):  # scattered: one reordering copy first
+        order = np.argsort(dest, kind="stable")
+        table, dest = table.take(pa.array(order)), dest[order]
+        runs = group_starts(dest)
+    for a, b in zip(runs.tolist(), np.r_[runs[1:], len(dest)].tolist(), strict=True):
+        for lo in range(a, b, BLOB_ROWS):
+            part = table.slice(lo, min(lo + BLOB_ROWS, b) - lo)
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, part.schema) as writer:
+                writer.write_table(part)
+            stream = sink.getvalue()  # one binary value over the stream's buffer, no copy
+            blob = pa.Array.from_buffers(pa.binary(), 1, [
+                None, pa.py_buffer(np.array([0, stream.size], dtype=np.int32)), stream])
+            yield pa.RecordBatch.from_arrays([pa.array([int(dest[a])], pa.int32()), blob],
+                                             names=["dest", "blob"])
+
+
 class MidPass:
     """The per-partition function of the pass (picklable: Spark ships it to the workers).
 
@@ -189,18 +211,7 @@ class MidPass:
         is_causal = out.column("holders").is_null().to_numpy(zero_copy_only=False) & ~is_rec
         dest = np.where(is_causal, len(self.nodes), np.where(
             is_rec, 0, pc.fill_null(out.column("p"), 0).to_numpy(zero_copy_only=False)))
-        order = np.argsort(dest, kind="stable")
-        bounds = group_starts(dest[order])
-        for a, b in zip(bounds.tolist(), np.r_[bounds[1:], len(order)].tolist(), strict=True):
-            for lo in range(a, b, BLOB_ROWS):
-                part = out.take(pa.array(order[lo:min(lo + BLOB_ROWS, b)]))
-                sink = pa.BufferOutputStream()
-                with pa.ipc.new_stream(sink, part.schema) as writer:
-                    writer.write_table(part)
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array([int(dest[order[a]])], pa.int32()),
-                     pa.array([sink.getvalue().to_pybytes()], pa.binary())],
-                    names=["dest", "blob"])
+        yield from blobs(out, dest)
 
     def run(self, table: pa.Table, partition: int = 0) -> pa.Table:
         """The pass over one partition's rows: check_input's columns, or check_input_sql's
@@ -275,6 +286,11 @@ class MidPass:
         first = first[sent[f_m]]
         s_out = s_rows[delivered[mcode[s_rows]]]
         out_rows = np.r_[first, s_out]
+        kind = np.r_[np.full(len(first), FNL), np.full(len(s_out), SEND)].astype(np.int8)
+        # Grouped by process (each process's rows in the order above), so that the Spark
+        # task hands each destination a slice, not a copy.
+        by_p = np.argsort(ncode[out_rows], kind="stable")
+        out_rows, kind = out_rows[by_p], kind[by_p]
         out_m = mcode[out_rows]
         packed = np.packbits(held[out_m], axis=1)
         n_out = len(out_rows)
@@ -282,9 +298,7 @@ class MidPass:
             "p": pa.array(ncode[out_rows].astype(np.int32)), "mid": mids.take(pa.array(out_m)),
             "i": pa.array(i_all[out_rows]), "t": pa.array(t_all[out_rows]),
             "gt": pa.array(gt[out_m]), "holders": binary_column(packed),
-            "e": pa.array(np.r_[np.full(len(first), FNL), np.full(len(s_out), SEND)]
-                          .astype(np.int8)),
-            "src": pa.array(sender[out_m].astype(np.int32)),
+            "e": pa.array(kind), "src": pa.array(sender[out_m].astype(np.int32)),
             "rec": pa.nulls(n_out, pa.string())}, schema=_MID_SCHEMA)
         parts = [rows]
         if self.causal:

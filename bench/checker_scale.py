@@ -14,7 +14,9 @@ checker has something to find), then runs `analysis.checks.check_suite` once per
 plus the `ev=error` count (analysis/checks.py node_errors), once per master, each in its own
 process (one SparkContext per process), and prints the times side by side with the CPU time
 they took and the peak resident memory of the driver, its JVM and the JVM's Python workers
-(from /proc), and the load average at the start and the end.
+(from /proc; the workers' sum of high-water marks, of those still alive at the end, and
+the largest worker, sampled every 0.5 s while it ran), and the load average at the start
+and the end.
 Targets on local[2]: <= 60 s for 10M events, <= 300 s for 100M.
 """
 
@@ -64,8 +66,9 @@ def generate(out: Path, nodes: int, messages: int) -> int:
     return nodes * messages
 
 
-def run_one(master: str, data: Path) -> dict[str, object]:
-    """Time check_suite on `master` over the Parquet history at `data` (runs in a child)."""
+def run_one(master: str, data: Path, save: Path | None = None) -> dict[str, object]:
+    """Time check_suite on `master` over the Parquet history at `data` (runs in a child);
+    with `save`, write the checks (examples included) there as JSON."""
     from pyspark.sql import functions as F
 
     from analysis.checks import check_suite, node_errors
@@ -87,6 +90,8 @@ def run_one(master: str, data: Path) -> dict[str, object]:
     checks = check_suite(events, fault_history(nodes, []))
     errors = node_errors(events)
     seconds = time.perf_counter() - started
+    if save is not None:
+        save.write_text(json.dumps(checks, indent=1, sort_keys=True, default=str))
     return {"master": master, "seconds": round(seconds, 1),
             "cpu_s": round(_cpu_seconds() - cpu0, 1),
             "violations": {k: c["violations"] for k, c in checks.items()},
@@ -118,6 +123,7 @@ class _PeakRss:
         import threading
 
         self.total = 0
+        self.worker_max = 0
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -125,8 +131,12 @@ class _PeakRss:
     def _run(self) -> None:
         while not self._done.wait(0.5):
             try:
-                self.total = max(self.total, sum(_status(p, "VmRSS") for g in _family()
-                                                 for p in g))
+                driver, jvms, workers = _family()
+                self.total = max(self.total, sum(_status(p, "VmRSS")
+                                                 for p in driver + jvms + workers))
+                # A worker's high-water mark goes with it: sample the largest while it runs.
+                self.worker_max = max(self.worker_max, max(
+                    (_status(p, "VmRSS") for p in workers), default=0))
             except Exception:  # noqa: BLE001 - a sample lost to a racing exit is no error
                 continue
 
@@ -136,7 +146,9 @@ class _PeakRss:
         driver, jvms, workers = _family()
         peak = {"driver": sum(_status(p, "VmHWM") for p in driver),
                 "jvm": sum(_status(p, "VmHWM") for p in jvms),
-                "workers": sum(_status(p, "VmHWM") for p in workers)}
+                "workers": sum(_status(p, "VmHWM") for p in workers),
+                "worker_max": max(self.worker_max, max(
+                    (_status(p, "VmHWM") for p in workers), default=0))}
         return {**{k: v // 1024 for k, v in peak.items()}, "total": self.total // 1024}
 
 
@@ -181,10 +193,13 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=2_000_000)
     parser.add_argument("--out", type=Path, default=None, help="keep the Parquet history here")
     parser.add_argument("--masters", nargs="+", default=["local[1]", "local[2]"])
-    parser.add_argument("--one", nargs=2, metavar=("MASTER", "DATA"), help=argparse.SUPPRESS)
+    parser.add_argument("--save", type=Path, default=None,
+                        help="write each master's checks (examples included) to SAVE.MASTER.json")
+    parser.add_argument("--one", nargs="+", metavar="MASTER DATA [SAVE]", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(run_one(args.one[0], Path(args.one[1]))))
+        save = Path(args.one[2]) if len(args.one) > 2 else None
+        print(json.dumps(run_one(args.one[0], Path(args.one[1]), save)))
         return 0
     load_at_start = __import__("os").getloadavg()
     with tempfile.TemporaryDirectory(prefix="checker-scale-") as tmp:
@@ -201,20 +216,23 @@ def main() -> int:
                   f"{time.perf_counter() - t0:.1f} s")
         results = []
         for master in args.masters:
-            done = subprocess.run([sys.executable, __file__, "--one", master, str(data)],
+            save_to = ([str(args.save.with_name(f"{args.save.name}.{master}.json"))]
+                    if args.save else [])
+            done = subprocess.run([sys.executable, __file__, "--one", master, str(data), *save_to],
                                   cwd=ROOT, capture_output=True, text=True,
                                   env={"PYTHONPATH": str(ROOT), **_env()})
             if done.returncode != 0:
                 print(done.stderr[-3000:], file=sys.stderr)
                 return 1
             results.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    print(f"{'master':<10} {'seconds':>8} {'CPU-s':>7}  peak MiB (driver, JVM, workers, sum)"
-          "  violations")
+    print(f"{'master':<10} {'seconds':>8} {'CPU-s':>7}  peak MiB (driver, JVM, workers, sum;"
+          " largest worker)  violations")
     for r in results:
         rss = r["peak_rss_mb"]
         assert isinstance(rss, dict)
         print(f"{r['master']:<10} {r['seconds']:>8} {r['cpu_s']:>7}  {rss['driver']:>6} "
-              f"{rss['jvm']:>6} {rss['workers']:>6} {rss['total']:>6}  {r['violations']}")
+              f"{rss['jvm']:>6} {rss['workers']:>6} {rss['total']:>6}; {rss['worker_max']:>6}  "
+              f"{r['violations']}")
     times = {r["master"]: float(str(r["seconds"])) for r in results}
     if "local[1]" in times and "local[2]" in times:
         print(f"speed-up local[1] -> local[2]: {times['local[1]'] / times['local[2]']:.2f}x")
