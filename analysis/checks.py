@@ -99,9 +99,12 @@ def _records(events: DataFrame, nodes: list[str], correct: list[str],
               .mapInArrow(MidPass(names, correct, causal=True), MID_BLOBS))
     # A partition per process, and one more for the causal rows: causal order needs every
     # process's sends and deliveries at once, so one task gets them and hands back its
-    # records; no event reaches the driver.
+    # records; no event reaches the driver. The causal task is the longest of the stage, so
+    # it gets partition 0, which Spark starts first: the processes' tasks share the other
+    # core meanwhile rather than leaving the causal task to run alone at the end.
     keys = _partition_keys(spark, len(names) + 1)
-    part = F.element_at(F.array(*[F.lit(k) for k in keys]), F.col("dest") + 1).cast("long")
+    by_dest = keys[1:] + keys[:1]  # dest k < len(names): partition k + 1; causal: 0
+    part = F.element_at(F.array(*[F.lit(k) for k in by_dest]), F.col("dest") + 1).cast("long")
     by_node = (by_mid.withColumn("_part", part).repartition(len(keys), "_part").drop("_part")
                .mapInArrow(checks_node.NodeChecks(checks_order.MAX_PAIRS_PER_NODE, names),
                            checks_node.NODE_RECS))
@@ -313,8 +316,10 @@ def table_check_suite(events: pa.Table, history: FaultHistory) -> dict[str, Chec
 
 def judge_records(recs: Records, names: list[str], lookup: checks_order.Lookup,
                   history: FaultHistory, claims: frozenset[str]) -> dict[str, Check]:
-    """The checks of the suite from the two passes' records (either driver)."""
+    """The checks of the suite from the two passes' records (either driver). The examples'
+    first deliveries come from one lookup (a scan of every event on the Spark driver)."""
     correct = history.correct
+    lookup = checks_order.Prefetched(lookup, checks_order.example_mids(recs, names))
     return mark_claimed({
         "total_order": checks_order.total_order(recs, names, lookup, history),
         "agreement": agreement(recs, correct, history.crashed, history),

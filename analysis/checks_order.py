@@ -86,25 +86,50 @@ def first_fnl_table(fnl: pa.Table, mids: set[str]) -> Firsts:
     return out
 
 
+def example_mids(recs: Records, names: list[str]) -> set[str]:
+    """Every mid whose first deliveries total_order's and causal_order's examples show (the
+    same choice those functions make), so that one lookup serves both (Prefetched)."""
+    _, ref, _, bad = _total_order_pairs(recs, names)
+    mids = ({m for k in bad[:MAX_EXAMPLES] for m in (k[1], k[3])}
+            if bad and ref is not None else set())
+    return mids | {r["mid"] for r in _causal_shown(recs)}
+
+
+class Prefetched:
+    """A Lookup that asks `lookup` once for `mids` up front (on the Spark driver, a filtered
+    scan of every event) and answers from what it found; a mid outside them, should one be
+    asked for, costs a lookup of its own."""
+
+    def __init__(self, lookup: Lookup, mids: set[str]) -> None:
+        self.lookup = lookup
+        self.asked = set(mids)
+        self.found: Firsts = lookup(set(mids)) if mids else {}
+
+    def __call__(self, mids: set[str]) -> Firsts:
+        missing = mids - self.asked
+        if missing:
+            self.found.update(self.lookup(missing))
+            self.asked |= missing
+        return {m: self.found[m] for m in mids if m in self.found}
+
+
 def _holders(bitmap_hex: str, nodes: list[str]) -> list[str]:
     bits = bytes.fromhex(bitmap_hex)
     return [n for k, n in enumerate(nodes) if bits[k // 8] >> (7 - k % 8) & 1]
 
 
-def total_order(recs: Records, names: list[str], lookup: Lookup,
-                history: FaultHistory | None = None) -> Check:
-    """Distinct message pairs that two nodes fnl-delivered in different orders (all node pairs).
+Pairs = dict[tuple[int, str, int, str], tuple[list[str], str]]
 
-    `names` are the hosts the pairs' holder bitmaps index, in bit order (sorted).
 
-    The reference named in the result and the examples is the node with most deliveries
-    (ties: first by name). `node_ordinals` gives, per holder, the log ordinals `i` of its
-    first fnl of each of `mids`.
-    """
+def _total_order_pairs(recs: Records, names: list[str]) -> tuple[
+        dict[str, int], str | None, Pairs, list[tuple[int, str, int, str]]]:
+    """The per-node pass's total-order records merged: inversions per node, the reference
+    node, each inverted pair (keyed by (ga, a, gb, b)) with the nodes inverting it and its
+    holder bitmap, and the pairs that are violations, sorted."""
     per_node = [r for r in recs.get("node", []) if r["firsts"]]
     totals = {r["node"]: int(r["inv"]) for r in per_node}
     ref = min(per_node, key=lambda r: (-r["firsts"], r["node"]))["node"] if per_node else None
-    pairs: dict[tuple[int, str, int, str], tuple[list[str], str]] = {}
+    pairs: Pairs = {}
     for p in recs.get("pair", []):
         key = (p["ga"], p["a"], p["gb"], p["b"])
         pairs.setdefault(key, ([], p["h"]))[0].append(p["node"])
@@ -117,6 +142,20 @@ def total_order(recs: Records, names: list[str], lookup: Lookup,
     cut = {n for n, v in totals.items() if v > MAX_PAIRS_PER_NODE}
     bad = sorted(k for k, (inverted, h) in pairs.items()
                  if any(n not in inverted and n not in cut for n in _holders(h, names)))
+    return totals, ref, pairs, bad
+
+
+def total_order(recs: Records, names: list[str], lookup: Lookup,
+                history: FaultHistory | None = None) -> Check:
+    """Distinct message pairs that two nodes fnl-delivered in different orders (all node pairs).
+
+    `names` are the hosts the pairs' holder bitmaps index, in bit order (sorted).
+
+    The reference named in the result and the examples is the node with most deliveries
+    (ties: first by name). `node_ordinals` gives, per holder, the log ordinals `i` of its
+    first fnl of each of `mids`.
+    """
+    totals, ref, pairs, bad = _total_order_pairs(recs, names)
     examples: list[dict[str, Any]] = []
     if bad and ref is not None:
         shown = bad[:MAX_EXAMPLES]
@@ -162,6 +201,11 @@ def fifo_order(recs: Records, history: FaultHistory | None = None) -> Check:
     return {"violations": sum(r["n"] for r in recs.get("fifo_n", [])), "examples": examples}
 
 
+def _causal_shown(recs: Records) -> list[dict[str, Any]]:
+    """The causal records causal_order shows as examples."""
+    return sorted(recs.get("causal", []), key=lambda r: (r["node"], r["i"]))[:MAX_EXAMPLES]
+
+
 def causal_order(recs: Records, lookup: Lookup,
                  history: FaultHistory | None = None) -> Check:
     """Per node, the deliveries that must move to restore causal order (002 L236-244), from
@@ -187,7 +231,7 @@ def causal_order(recs: Records, lookup: Lookup,
     for node, n_early in early.items():
         n_late = len(late.get(node, ())) if node not in truncated else n_early
         per_node[node] = min(n_early, n_late) if n_late else n_early
-    rows = sorted(recs.get("causal", []), key=lambda r: (r["node"], r["i"]))[:MAX_EXAMPLES]
+    rows = _causal_shown(recs)
     firsts = lookup({r["mid"] for r in rows}) if rows else {}
     examples = [{"node": r["node"], "mid": r["mid"], "sender": r["sender"],
                  "delivered_before": r["before"],
