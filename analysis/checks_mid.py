@@ -145,6 +145,31 @@ def group_starts(key: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
 
 
+def lex_order(keys: tuple[np.ndarray, ...]) -> np.ndarray:
+    """np.lexsort(keys) (integer or boolean keys, the last one primary; stable), as one
+    stable argsort of a single int64 key when the keys' ranges fit in 63 bits together: a
+    third of the time of lexsort's pass per key on millions of rows."""
+    n = len(keys[0])
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    lows = [int(k.min()) for k in keys]
+    spans = [int(k.max()) - low + 1 for k, low in zip(keys, lows, strict=True)]
+    room = 1
+    for span in spans:
+        room *= span
+    if room >= 2**63:
+        return np.lexsort(keys)
+    combined = np.zeros(n, dtype=np.int64)
+    scale = 1
+    for k, low, span in zip(keys, lows, spans, strict=True):  # the first key least significant
+        part = k.astype(np.int64) - low
+        if scale != 1:
+            part *= scale
+        combined += part
+        scale *= span
+    return np.argsort(combined, kind="stable")
+
+
 def _first_k(keys: list[np.ndarray | pa.Array], k: int = MAX_EXAMPLES) -> np.ndarray:
     """Indices of the k smallest rows by `keys` (lexicographic, first key first), in order."""
     n = len(keys[0])
@@ -240,7 +265,7 @@ class MidPass:
 
         # First deliveries: fnl rows by (mid, node, i); the first of each (mid, node) group.
         f_rows = np.flatnonzero(e == FNL)
-        f_rows = f_rows[np.lexsort((i_all[f_rows], ncode[f_rows], mcode[f_rows]))]
+        f_rows = f_rows[lex_order((i_all[f_rows], ncode[f_rows], mcode[f_rows]))]
         f_key = mcode[f_rows] * n_count + ncode[f_rows]
         starts = group_starts(f_key)
         copies = np.diff(np.r_[starts, len(f_rows)])
@@ -250,7 +275,7 @@ class MidPass:
         # Per message: holders, consensus time (lower median of first-delivery times).
         holders = np.bincount(f_m, minlength=m_count)
         delivered = holders > 0
-        sorted_t = f_t[np.lexsort((f_t, f_m))]
+        sorted_t = f_t[lex_order((f_t, f_m))]
         m_start = np.r_[0, np.cumsum(holders)[:-1]].astype(np.int64)
         gt = np.zeros(m_count, dtype=np.int64)
         t_first = np.zeros(m_count, dtype=np.int64)
@@ -261,7 +286,7 @@ class MidPass:
 
         # Sends: the earliest (then by host name) names the sender.
         s_rows = np.flatnonzero(e == SEND)
-        s_rows = s_rows[np.lexsort((ncode[s_rows], t_all[s_rows], mcode[s_rows]))]
+        s_rows = s_rows[lex_order((ncode[s_rows], t_all[s_rows], mcode[s_rows]))]
         s_first = s_rows[group_starts(mcode[s_rows])]
         sent = np.zeros(m_count, dtype=bool)
         sent[mcode[s_first]] = True
@@ -398,7 +423,7 @@ class MidPass:
         r_rows = r_rows[~held[mcode[r_rows], ncode[r_rows]]]
         if len(r_rows):
             # The earliest recv of each (mid, host).
-            r_rows = r_rows[np.lexsort((t_all[r_rows], ncode[r_rows], mcode[r_rows]))]
+            r_rows = r_rows[lex_order((t_all[r_rows], ncode[r_rows], mcode[r_rows]))]
             r_rows = r_rows[group_starts(mcode[r_rows] * len(self.nodes) + ncode[r_rows])]
             recs.append({"r": "recv_n", "n": len(r_rows)})
             for k in _first_k([t_all[r_rows], names.take(pa.array(ncode[r_rows])),
