@@ -365,15 +365,16 @@ def _judge(name: str, d_mid: np.ndarray, d_pos: np.ndarray, stamps: np.ndarray,
         dep_pos[better] = best[at[better]]
         early |= found
         # A delivery of stream s is late when some message whose causal past holds it (bound
-        # >= its index) was delivered before it.
-        by_bound = np.argsort(bound, kind="stable")
-        sorted_bound = bound[by_bound]
-        suffix_min = np.minimum.accumulate(d_pos[by_bound][::-1])[::-1]
-        j = np.searchsorted(sorted_bound, ks, side="left")
-        inside = j < n
-        late_here = np.zeros(len(rows), dtype=bool)
-        late_here[inside] = suffix_min[j[inside]] < ps[inside]
-        late[rows[late_here]] = True
+        # >= its index) was delivered before it: the earliest position per bound (bounds
+        # past the largest index count as that index), then the earliest at any bound from
+        # each index on -- a pass over the indices, no sort of the bounds.
+        if len(ks):
+            low, high = int(ks[0]), int(ks[-1])  # ks ascending
+            held = bound >= low
+            first_at = np.full(high - low + 1, np.iinfo(np.int64).max, dtype=np.int64)
+            np.minimum.at(first_at, np.minimum(bound[held], high) - low, d_pos[held])
+            suffix_min = np.minimum.accumulate(first_at[::-1])[::-1]
+            late[rows[suffix_min[ks - low] < ps]] = True
     recs: list[dict[str, Any]] = []
     bad = np.flatnonzero(early)
     if not len(bad):

@@ -102,8 +102,8 @@ def _log(rng: np.random.Generator) -> pa.Table:
     node = np.array([r[0] for r in rows])
     jittered = np.array([r[2] for r in rows]) + rng.integers(0, skew + 1, len(rows))
     i = np.zeros(len(rows), dtype=np.int64)
-    for p in names:
-        mine = np.flatnonzero(node == p)
+    for name in names:
+        mine = np.flatnonzero(node == name)
         i[mine[np.argsort(jittered[mine], kind="stable")]] = np.arange(len(mine))
     return pa.table({"node": node.tolist(), "mid": [r[1] for r in rows], "i": i,
                      "t": [r[2] for r in rows], "e": pa.array([r[3] for r in rows], pa.int8())})
@@ -129,3 +129,35 @@ def test_the_first_pass_rows_give_the_records_of_the_whole_log(seed: int) -> Non
     for k in rng.permutation(len(batches)).tolist():  # in any order, as Spark hands them on
         got.add(batches[k])
     assert got.records(names, 5) == whole
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_late_deliveries_are_those_a_successor_came_before(seed: int) -> None:
+    """_judge's late deliveries against their definition, pair by pair: x (stream s, index
+    k) is late when a delivery y earlier in the process's order has s's entry of its stamp
+    (less y itself, if y is of s) at least k."""
+    rng = np.random.default_rng(seed)
+    inputs = _inputs(rng, procs=4, messages=120, skew=15)
+    s_rows, f_rows, proc, mid, i, t, stream, k_of, procs, n_streams, m_count = inputs
+    stamps = checks_causal._stamps(*inputs)
+    mids = pa.array([f"m{m}" for m in range(m_count)])
+    names = [f"s{s}" for s in range(n_streams)]
+    found_late = 0
+    for p in range(procs):
+        rows = f_rows[proc[f_rows] == p]
+        rows = rows[rng.permutation(len(rows))]  # any delivery order: findings aplenty
+        d_mid, d_pos = mid[rows], np.arange(len(rows), dtype=np.int64) * 3 + 1
+        recs = checks_causal._judge(f"p{p}", d_mid, d_pos, stamps, stream, k_of, mids,
+                                    names, max_late=10**6)
+        got = {m for r in recs if r["r"] == "causal_late" for m in r["mids"]}
+        want = set()
+        for x in range(len(rows)):
+            s, k = int(stream[d_mid[x]]), int(k_of[d_mid[x]])
+            for y in range(x):
+                bound = int(stamps[d_mid[y], s]) - int(stream[d_mid[y]] == s)
+                if bound >= k:
+                    want.add(f"m{int(d_mid[x])}")
+                    break
+        assert got == want
+        found_late += len(want)
+    assert found_late > 0
