@@ -397,6 +397,19 @@ def test_runs_on_the_local_backend(tmp_path: Path, name: str) -> None:
     assert all(v == 0 for v in counts.values()), counts
 
 
+def test_reliable_ack_backs_off_no_further_than_the_failure_detector_timeout() -> None:
+    """A4: the timeout doubles per try, but two tries of a message are never further apart
+    than `fd_timeout_ms` (a lossy path must not leave a live receiver waiting 6.4 s)."""
+    layer = ReliableAck(0, [0, 1], {"rto_ms": 100, "tick_ms": 5, "fd_timeout_ms": 1000,
+                                    "max_tries": 8})
+    layer.start(0)
+    layer.broadcast(b"x", 0)
+    tries = [now for now in range(5_000_000, 8_000_000_000, 5_000_000)
+             if any(type(a) is Send for a in layer.on_timer("ack:tick", now))]
+    gaps = [(b - a) // 1_000_000 for a, b in zip(tries, tries[1:], strict=False)]
+    assert tries[0] == 100_000_000 and gaps == [200, 400, 800, 1000, 1000, 1000, 1000]
+
+
 def test_reliable_ack_gives_up_on_a_silent_receiver_but_not_on_a_suspect() -> None:
     """A5: a receiver that never acknowledges is given up after max_tries retransmissions;
     a suspected one is not retried, keeps its messages, and is retried when heard again."""
