@@ -28,6 +28,7 @@ from nodes.protocols.base import (
     SetTimer,
 )
 from nodes.protocols.failure_detector import FailureDetector
+from nodes.protocols.sequencer import Sequencer
 from nodes.reservation import DEFAULT_CAPACITY_BPS, Reservations
 from nodes.wire import Message, MsgType, WireError, decode, encode
 from nodes.workload import Arrivals
@@ -87,6 +88,12 @@ class NodeCore:
         self.log = EventLog(Path(cfg.log_path) if cfg.log_path else None, cfg.name, cfg.protocol)
         self.protocol = make_protocol(cfg.protocol, cfg.node_id, sorted(self.names),
                                       resolve_params(cfg))
+        # The same object when it is exactly the (compiled) sequencer -- SETO and Fast SETO
+        # are too -- so that the compiled core calls it natively: through `protocol`, typed
+        # by the `Layer` protocol, every datagram and tick was a Python-level method call
+        # (boxed arguments, a method look-up).
+        proto = self.protocol
+        self.native_sequencer: Sequencer | None = proto if type(proto) is Sequencer else None
         self.counters = Counters()
         # Liveness bookkeeping for the orchestrator's quiescence check: messages this node
         # sent, and final deliveries per origin member id.
@@ -183,7 +190,12 @@ class NodeCore:
         else:
             fd.last_heard[src] = lt  # the common case of FailureDetector.heard, inlined
             # The protocol's own list: not extended in place (copied below if need be).
-            actions = [] if msg.header.type == ALIVE else self.protocol.on_message(src, msg, lt)
+            if msg.header.type == ALIVE:
+                actions = []
+            else:
+                seq = self.native_sequencer
+                actions = (seq.on_message(src, msg, lt) if seq is not None
+                           else self.protocol.on_message(src, msg, lt))
         if fd.changes:
             actions = actions + self._suspicions(lt)
         return self._process(actions, t)
@@ -192,7 +204,9 @@ class NodeCore:
         lt = self.clock.local(t)
         if key.startswith("fd:"):
             return self._process(self.fd.on_timer(lt) + self._suspicions(lt), t)
-        return self._process(self.protocol.on_timer(key, lt), t)
+        seq = self.native_sequencer
+        return self._process(seq.on_timer(key, lt) if seq is not None
+                             else self.protocol.on_timer(key, lt), t)
 
     def _suspicions(self, lt: int) -> list[Any]:
         """Tell the protocol what the failure detector changed its mind about."""
