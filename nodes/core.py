@@ -178,12 +178,14 @@ class NodeCore:
             h = msg.header
             self.log.write(t, self.clock.local(t), "arrive", src=self.names.get(src, str(src)),
                            type=h.type.name, rseq=h.rseq, flags=h.flags)
-        if src in self.blocked_in:
+        blocked_in = self.blocked_in
+        if blocked_in and src in blocked_in:
             return Output()
         clock = self.clock  # SkewedClock.local, inlined for the common undrifted clock
         lt = clock.local(t) if clock.drift_ppm else t + clock.offset_ns
         fd = self.fd
-        if src in fd.suspected:
+        suspected = fd.suspected
+        if suspected and src in suspected:
             actions = fd.heard(src, lt)
             if msg.header.type != ALIVE:
                 actions += self.protocol.on_message(src, msg, lt)

@@ -325,9 +325,10 @@ class Simulator:
                 a()
                 counter = self._counter
                 continue
-            if nid in down or (kind != arrive and epoch != epochs[nid]):
+            # (An empty set's test first: no node is down or paused for most of a run.)
+            if (down and nid in down) or (kind != arrive and epoch != epochs[nid]):
                 continue  # crashed, or an event of an incarnation that is gone
-            if nid in paused:
+            if paused and nid in paused:
                 self.held[nid].append(entry)
                 continue
             core = cores[nid]

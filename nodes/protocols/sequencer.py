@@ -362,8 +362,9 @@ class Sequencer(OnReliable):
         out: list[Action] = []
         order, received = self.order, self.received
         n = self.next_deliver
-        while (key := order.get(n)) is not None and key in received:
-            size = received.pop(key)
+        # One look-up of `key` in `received` (its size, or None), not a test then a pop:
+        # each hashes the tuple again.
+        while (key := order.get(n)) is not None and (size := received.pop(key, None)) is not None:
             del order[n]
             out.append(FinalDeliver(key[0], key[1], n, size))
             n += 1
