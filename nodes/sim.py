@@ -25,7 +25,7 @@ from functools import partial
 from math import cos, log, sin, sqrt
 from math import tau as TWOPI
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 if __name__ == "__main__":
     # `python -m nodes.sim` (the sim backend's command): load the compiled hot path before
@@ -335,7 +335,7 @@ class Simulator:
             if kind == arrive:
                 c = core.counters
                 c.datagrams_in += 1
-                c.bytes_in += b
+                c.bytes_in += cast(int, b)  # an int, added natively (`b` is Any)
                 out = core.deliver(a, t)
             elif kind == timer:
                 if timer_gens[nid].get(a) != b:
