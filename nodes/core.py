@@ -293,8 +293,8 @@ class NodeCore:
             elif kind is Received:  # _record's commonest cases, inlined
                 rcv = cast(Received, a)
                 lt = self.clock.local(t) if lt is None else lt
-                self.log.delivery(t, lt, "recv", f"{self.names[rcv.origin]}:{rcv.mno}", 0,
-                                  rcv.size, rcv.instance)
+                self.log.delivery_of(t, lt, "recv", self.names[rcv.origin], rcv.mno, 0,
+                                     rcv.size, rcv.instance)
             elif kind is FinalDeliver:
                 fnl = cast(FinalDeliver, a)
                 lt = self.clock.local(t) if lt is None else lt
@@ -302,8 +302,8 @@ class NodeCore:
                 origin = fnl.origin
                 fnl_from = self.fnl_from
                 fnl_from[origin] = fnl_from.get(origin, 0) + 1
-                self.log.delivery(t, lt, "fnl", f"{self.names[origin]}:{fnl.mno}", fnl.seq,
-                                  fnl.size, fnl.instance)
+                self.log.delivery_of(t, lt, "fnl", self.names[origin], fnl.mno, fnl.seq,
+                                     fnl.size, fnl.instance)
             else:
                 lt = self.clock.local(t) if lt is None else lt
                 self._record(a, t, lt)

@@ -58,6 +58,24 @@ class EventLog:
         if len(self._buf) >= self._limit:
             self.flush()
 
+    def delivery_of(self, t: int, lt: int, ev: str, origin: str, mno: int, seq: int, size: int,
+                    proto: str = "") -> None:
+        """`delivery` of mid `origin:mno`, the mid formatted within the line rather than
+        built as a string of its own first (the node core's recv and fnl)."""
+        head = self._heads.get(ev) if not proto else self._heads.get(f"{ev}\0{proto}")
+        if head is None:
+            head = self._head(ev, proto)
+        if seq:
+            line = (f'{{"t":{t},"lt":{lt},"i":{self.count}{head}{origin}:{mno}","seq":{seq},'
+                    f'"size":{size}}}')
+        else:
+            line = (f'{{"t":{t},"lt":{lt},"i":{self.count}{head}{origin}:{mno}",'
+                    f'"size":{size}}}')
+        self._buf.append(line)
+        self.count += 1
+        if len(self._buf) >= self._limit:
+            self.flush()
+
     def _head(self, ev: str, proto: str) -> str:
         """`,"node":…,"ev":…,"proto":…,"mid":"` for `ev` by instance `proto` ("": the node's
         protocol), cached (a bounded number: instance labels may keep coming)."""
