@@ -293,7 +293,7 @@ class NodeCore:
             elif kind is Received:  # _record's commonest cases, inlined
                 rcv = cast(Received, a)
                 lt = self.clock.local(t) if lt is None else lt
-                self.log.delivery_of(t, lt, "recv", self.names[rcv.origin], rcv.mno, 0,
+                self.log.delivery(t, lt, "recv", self.names[rcv.origin], rcv.mno, 0,
                                      rcv.size, rcv.instance)
             elif kind is FinalDeliver:
                 fnl = cast(FinalDeliver, a)
@@ -302,7 +302,7 @@ class NodeCore:
                 origin = fnl.origin
                 fnl_from = self.fnl_from
                 fnl_from[origin] = fnl_from.get(origin, 0) + 1
-                self.log.delivery_of(t, lt, "fnl", self.names[origin], fnl.mno, fnl.seq,
+                self.log.delivery(t, lt, "fnl", self.names[origin], fnl.mno, fnl.seq,
                                      fnl.size, fnl.instance)
             else:
                 lt = self.clock.local(t) if lt is None else lt
@@ -326,23 +326,23 @@ class NodeCore:
     def _record(self, a: Any, t: int, lt: int) -> None:
         kind = type(a)
         if kind is Received:
-            self.log.delivery(t, lt, "recv", f"{self.names[a.origin]}:{a.mno}", 0, a.size,
+            self.log.delivery(t, lt, "recv", self.names[a.origin], a.mno, 0, a.size,
                               a.instance)
         elif kind is FinalDeliver:
             self.counters.fnl += 1
             self.fnl_from[a.origin] = self.fnl_from.get(a.origin, 0) + 1
-            self.log.delivery(t, lt, "fnl", f"{self.names[a.origin]}:{a.mno}", a.seq, a.size,
+            self.log.delivery(t, lt, "fnl", self.names[a.origin], a.mno, a.seq, a.size,
                               a.instance)
         elif kind is OptDeliver:
             self.counters.opt += 1
-            self.log.delivery(t, lt, "opt", f"{self.names[a.origin]}:{a.mno}", 0, a.size,
+            self.log.delivery(t, lt, "opt", self.names[a.origin], a.mno, 0, a.size,
                               a.instance)
         elif kind is EnsuredDeliver:
             self.log.write(t, lt, "ensured", mid=f"{self.names[a.origin]}:{a.mno}",
                            service=a.service)
         elif kind is Log and a.ev == "send":
             self.sent += 1
-            self.log.delivery(t, lt, "send", f"{self.cfg.name}:{a.fields['mno']}", 0,
+            self.log.delivery(t, lt, "send", self.cfg.name, a.fields["mno"], 0,
                               a.fields["size"])
         elif kind is Log:
             fields = dict(a.fields)

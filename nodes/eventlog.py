@@ -40,28 +40,13 @@ class EventLog:
         if len(self._buf) >= self._limit:
             self.flush()
 
-    def delivery(self, t: int, lt: int, ev: str, mid: str, seq: int, size: int,
+    def delivery(self, t: int, lt: int, ev: str, origin: str, mno: int, seq: int, size: int,
                  proto: str = "") -> None:
-        """The hot path (opt/fnl/recv): the same JSON as write(), formatted directly. `proto`
-        names the protocol instance that produced the event (default: the node's). What does
-        not change from line to line (node, ev, proto) is one cached piece per (ev, proto)."""
-        head = self._heads.get(ev) if not proto else self._heads.get(f"{ev}\0{proto}")
-        if head is None:
-            head = self._head(ev, proto)
-        if seq:
-            line = (f'{{"t":{t},"lt":{lt},"i":{self.count}{head}{mid}","seq":{seq},'
-                    f'"size":{size}}}')
-        else:
-            line = f'{{"t":{t},"lt":{lt},"i":{self.count}{head}{mid}","size":{size}}}'
-        self._buf.append(line)
-        self.count += 1
-        if len(self._buf) >= self._limit:
-            self.flush()
-
-    def delivery_of(self, t: int, lt: int, ev: str, origin: str, mno: int, seq: int, size: int,
-                    proto: str = "") -> None:
-        """`delivery` of mid `origin:mno`, the mid formatted within the line rather than
-        built as a string of its own first (the node core's recv and fnl)."""
+        """The hot path (opt/fnl/recv/send of mid `origin:mno`): the same JSON as write(),
+        formatted directly, the mid within the line rather than built as a string of its own
+        first. `proto` names the protocol instance that produced the event (default: the
+        node's). What does not change from line to line (node, ev, proto) is one cached piece
+        per (ev, proto)."""
         head = self._heads.get(ev) if not proto else self._heads.get(f"{ev}\0{proto}")
         if head is None:
             head = self._head(ev, proto)

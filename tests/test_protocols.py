@@ -332,8 +332,8 @@ def test_two_instances_in_one_node_keep_timers_apart_and_name_their_deliveries(
     ack = ReliableAck(0, [0, 1], {}, scope="acks2")
     assert {t.key for t in ack.start(0)} == {"acks2:tick"}  # type: ignore[union-attr]
     log = EventLog(tmp_path / "events.jsonl", "h1", "cbcast")
-    log.delivery(1, 1, "fnl", "h1:1", 1, 1, fnl[1].instance)
-    log.delivery(2, 2, "fnl", "h1:2", 2, 1)
+    log.delivery(1, 1, "fnl", "h1", 1, 1, 1, fnl[1].instance)
+    log.delivery(2, 2, "fnl", "h1", 2, 2, 1)
     log.close()
     lines = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [x["proto"] for x in lines] == ["cbcast#b", "cbcast"]
