@@ -105,7 +105,8 @@ class NodeCore:
         p = cfg.params
         self.fd = FailureDetector(cfg.node_id, sorted(self.names),
                                   round(float(p.get("fd_interval_ms", 100)) * 1e6),
-                                  round(float(p.get("fd_timeout_ms", 1000)) * 1e6))
+                                  round(float(p.get("fd_timeout_ms", 1000)) * 1e6),
+                                  int(p.get("fd_alives_per_timeout", 4)))
         # Node-side network filters (partitions on backends without iptables): datagrams to
         # `blocked_out` are not sent, datagrams from `blocked_in` are dropped on arrival.
         self.blocked_out: set[int] = set()

@@ -8,7 +8,10 @@ restarted process got new message ids and joined its peers' streams at a fresh m
 faulty cases restart host c; docs/protocols.md "Restarts"); all nine were rewritten when
 reliable FIFO's heartbeats went to the members still behind, after `heartbeat_after_ms` of
 idleness and backing off, and the failure detector's ALIVE began to be skipped in an interval
-with a multicast (fewer datagrams, so other link draws: the same checks hold).
+with a multicast (fewer datagrams, so other link draws: the same checks hold); and the seven
+on reliable FIFO again when its ACKs were delayed (`ack_every_ms` 200, at once for a quarter window
+or a filled gap), its heartbeats waited for each member's measured ACK round trip, and the
+ALIVE went out after a quarter of `fd_timeout_ms` of silence instead of every interval.
 Regenerate only for an intended change of behaviour:
 
     python -m tests.sim_golden > tests/sim_golden.json

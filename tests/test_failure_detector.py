@@ -1,6 +1,7 @@
-"""The failure detector's ALIVE, skipped in an interval in which the node multicast (any
-datagram proves it alive, nodes/protocols/failure_detector.py): the skip must never keep a
-live node silent for longer than an interval, or its peers suspect it."""
+"""The failure detector's ALIVE, sent after a quarter of the timeout of silence towards the group
+and skipped when the node multicast meanwhile (any datagram proves it alive,
+nodes/protocols/failure_detector.py): the skip must never keep a live node silent for long
+enough that its peers suspect it."""
 
 from __future__ import annotations
 
@@ -36,13 +37,47 @@ def _watch(jump_ns: int) -> set[int]:
     return suspected
 
 
-def test_a_multicast_stands_for_the_alive_of_its_interval_only() -> None:
+def test_a_multicast_stands_for_an_alive() -> None:
+    """ALIVEs go out after a quarter of the timeout of silence (250 ms), and a multicast
+    counts as one: it restarts that silence."""
     fd = FailureDetector(0, [0, 1, 2], 100 * MS, 1000 * MS)
     fd.start(T0)
-    assert _alive(fd.on_timer(T0 + 100 * MS))  # nothing multicast yet
+    assert _alive(fd.on_timer(T0 + 100 * MS))  # nothing sent yet
     fd.multicast_at = T0 + 150 * MS
-    assert not _alive(fd.on_timer(T0 + 200 * MS))  # the multicast 50 ms ago did it
-    assert _alive(fd.on_timer(T0 + 300 * MS))  # 150 ms ago: an interval passed
+    for k in (2, 3):
+        assert not _alive(fd.on_timer(T0 + k * 100 * MS))  # 50, 150 ms ago
+    assert _alive(fd.on_timer(T0 + 400 * MS))  # 250 ms ago: the silence allowed passed
+
+
+def test_a_silent_node_sends_an_alive_per_quarter_timeout_not_per_interval() -> None:
+    """An ALIVE every interval (100 ms, a tenth of the timeout) was a hundred members' ~100,000
+    datagrams a second; now a silent node sends one per quarter of the timeout (three may be
+    lost in a row) while the check still runs every interval: the peers of a node that stops
+    suspect it as fast as before. Failed before: ten ALIVEs a second."""
+    quiet, watcher = (FailureDetector(m, [0, 1], 100 * MS, 1000 * MS) for m in (0, 1))
+    quiet.start(T0)
+    watcher.start(T0)
+    alives = []
+    for k in range(1, 31):  # 3 s, both idle
+        t = T0 + k * 100 * MS
+        if _alive(quiet.on_timer(t)):
+            alives.append(t)
+            watcher.heard(0, t)
+        watcher.on_timer(t)
+    assert watcher.suspected == set()
+    assert len(alives) == 10  # one every 300 ms (250 ms, at the 100 ms tick), not 30
+    assert max(b - a for a, b in zip(alives, alives[1:], strict=False)) == 300 * MS
+    # The node stops: suspected at the first check past the timeout, as with an ALIVE per tick.
+    stopped = alives[-1]
+    t = T0 + 30 * 100 * MS
+    while not watcher.suspected:
+        t += 100 * MS
+        watcher.on_timer(t)
+    assert t - stopped == 1100 * MS
+    # A short timeout: never less than an interval between ALIVEs (timeout 300 ms, 75 ms).
+    fast = FailureDetector(0, [0, 1], 50 * MS, 300 * MS)
+    assert fast.silence_ns() == 75 * MS
+    assert FailureDetector(0, [0, 1], 100 * MS, 200 * MS).silence_ns() == 100 * MS
 
 
 def test_a_clock_that_jumps_back_does_not_silence_the_alives() -> None:

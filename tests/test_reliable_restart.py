@@ -37,7 +37,7 @@ def test_a_restarted_receiver_frees_a_window_its_previous_incarnation_held() -> 
     now = 0
     for msg in to(1, sender.multicast(data(), b"a", now)):
         old.on_message(0, msg, now)
-    now += 30 * MS
+    now += 210 * MS  # past the first `ack_every` (200 ms)
     for msg in to(0, old.on_timer("rm:tick", now)):  # its one ACK: 1
         assert msg.header.type == MsgType.ACK
         sender.on_message(1, msg, now)
@@ -49,7 +49,7 @@ def test_a_restarted_receiver_frees_a_window_its_previous_incarnation_held() -> 
     new = ReliableMulticast(1, [0, 1], incarnation=1)
     new.start(now)
     got: list[int] = []
-    for _ in range(100):  # 10 ms ticks for a second: heartbeats, ACKs, the backlog released
+    for _ in range(200):  # 10 ms ticks for 2 s: heartbeats, ACKs, the backlog released
         now += 10 * MS
         for msg in to(1, sender.on_timer("rm:tick", now)):
             got += delivered(new.on_message(0, msg, now))

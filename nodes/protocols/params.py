@@ -25,8 +25,12 @@ def param(default: Any, doc: str, **meta: Any) -> Any:
 class CommonParams:
     """Parameters every protocol takes: the failure detector the node core runs beside it."""
 
-    fd_interval_ms: float = ms("failure-detector heartbeat period", 100)
+    fd_interval_ms: float = ms("period of the failure detector's check (suspicions; an ALIVE "
+                               "when due)", 100)
     fd_timeout_ms: float = ms("silence after which a member is suspected", 1000)
+    fd_alives_per_timeout: int = param(4, "ALIVEs a node silent towards the group sends per "
+                                       "fd_timeout_ms (one after timeout / this, at least an "
+                                       "interval; a multicast stands for one)", ge=1)
 
 
 P = TypeVar("P", bound=CommonParams)
@@ -48,11 +52,14 @@ class ReliableParams(CommonParams):
     tick_ms: float = ms("period of the layer's timer scan (NACKs, heartbeats, ACKs)", 10)
     nack_delay_ms: float = ms("how long a gap stays open before it is NACKed", 5, ge=0)
     nack_retry_ms: float = ms("how often an unanswered NACK repeats", 60)
-    ack_every_ms: float = ms("period of the cumulative ACKs that free send buffers", 20)
-    heartbeat_after_ms: float = ms("idle time after which a sender with unacknowledged "
-                                   "messages sends its first heartbeat", 100)
-    heartbeat_max_ms: float = ms("longest gap between an idle sender's heartbeats (they "
-                                 "double from heartbeat_after_ms)", 640)
+    ack_every_ms: float = ms("period of the cumulative ACKs that free send buffers (a stream "
+                             "that advanced by a quarter of the window since the last ACK is "
+                             "ACKed at the next tick)", 200)
+    heartbeat_after_ms: float = ms("least time an idle sender waits for a member's overdue ACK "
+                                   "before its first heartbeat to it (the wait is the ACK "
+                                   "round trip's SRTT + 4 RTTVAR when longer)", 100)
+    heartbeat_max_ms: float = ms("longest gap between an idle sender's heartbeats to a member "
+                                 "(they double from the first wait)", 640)
     window: int = param(1024, "own messages a sender keeps unacknowledged (flow control)",
                         ge=1)
     max_resend: int = param(128, "messages resent per NACK at most", ge=1)

@@ -87,6 +87,7 @@ class _Stream:
     delivered: int = 0  # V[i]: highest number delivered in order (numbers start at 1)
     highest_seen: int = 0
     acked_sent: int = 0  # what our last ACK to that sender said
+    ack_due: bool = False  # in ReliableMulticast._due: ACK it at the next tick
     incarnation: int = 0
     adopt: bool = False  # a restarted receiver that has not joined this stream yet
     gap_since: int = -1  # local time a gap was first seen (-1: no gap)
@@ -103,7 +104,7 @@ class ReliableMulticast:
         tick_ns: int = 10_000_000,
         nack_delay_ns: int = 5_000_000,
         nack_retry_ns: int = 60_000_000,
-        ack_every_ns: int = 20_000_000,
+        ack_every_ns: int = 200_000_000,
         window: int = 1024,
         max_resend: int = 128,
         incarnation: int = 0,
@@ -121,21 +122,32 @@ class ReliableMulticast:
         self.nack_delay_ns = nack_delay_ns
         self.nack_retry_ns = nack_retry_ns
         self.last_multicast_at = 0
-        # Heartbeats: the last one's time (-1: none yet) and the gap before the next, which
-        # doubles from heartbeat_after_ns up to heartbeat_max_ns and starts over at every
-        # multicast.
-        self.heartbeat_at = -1
         self.heartbeat_after_ns = heartbeat_after_ns
-        self.heartbeat_gap = heartbeat_after_ns
         self.heartbeat_max_ns = max(heartbeat_max_ns, heartbeat_after_ns)
         self.ack_every_ns = ack_every_ns
         self.window = window
+        # A stream that advanced by a quarter of the window since our last ACK to its sender
+        # is ACKed at the next tick, not at the next `ack_every` (TCP's delayed ACK with a
+        # count): a sender under load gets its window back as often as before.
+        self._ack_count = max(1, window // 4)
         self.max_resend = max_resend
         self.backlog: deque[tuple[Header, bytes]] = deque()
         self.next_rseq = 1  # C_i
         self.send_buffer: dict[int, Message] = {}
         self._purged = 0  # send_buffer holds nothing at or below this number
         self.acked = {m: 0 for m in members if m != me}  # highest cumulative ACK per receiver
+        # The ACK round trip per receiver, smoothed as TCP's SRTT / RTTVAR (RFC 6298): sampled
+        # from a number's first sending to the ACK that first covers it, never for a number
+        # that was retransmitted (Karn's rule); -1: no sample yet. It includes the receiver's
+        # ACK delay, which is what a heartbeat has to wait for.
+        self._sent_at: dict[int, int] = {}  # number -> local time sent (until purged)
+        self._resent: set[int] = set()  # numbers retransmitted (until purged)
+        self.srtt = {m: -1 for m in self.acked}
+        self.rttvar = {m: 0 for m in self.acked}
+        # Heartbeats per receiver: the last one's time (-1: none) and the gap before the next.
+        self._hb_at = {m: -1 for m in self.acked}
+        self._hb_gap = {m: 0 for m in self.acked}
+        self._hb_next = 0  # no heartbeat is due before this local time
         # min(acked.values()) kept up to date, and how many receivers sit at it: an ACK moves
         # the minimum only when the last receiver at it moves up, so the minimum is not
         # recomputed over every member at every ACK (O(members) per ACK at 100 members).
@@ -149,6 +161,7 @@ class ReliableMulticast:
         # Ticks visit them in member order, as a walk over `streams` would.
         self._gaps: set[int] = set()
         self._moved: set[int] = set()
+        self._due: set[int] = set()  # streams whose ACK goes at the next tick (ack_due)
         self._rank = {m: i for i, m in enumerate(self.streams)}  # a sender's place in streams
         self.excluded: set[int] = set()  # suspected members
         self.last_ack_at = 0
@@ -192,9 +205,10 @@ class ReliableMulticast:
                       payload)
         self.next_rseq += 1
         self.last_multicast_at = now
-        self.heartbeat_gap = self.heartbeat_after_ns
+        self._hb_next = now + self.heartbeat_after_ns  # no receiver's RTO is shorter
         if self.acked:
             self.send_buffer[msg.header.rseq] = msg
+            self._sent_at[msg.header.rseq] = now
         return [Send(None, msg), RDeliver(self.me, msg)]
 
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
@@ -207,6 +221,9 @@ class ReliableMulticast:
             old = acked.get(src)
             if old is not None and h.rseq > old:
                 acked[src] = h.rseq
+                sent = self._sent_at.get(h.rseq)
+                if sent is not None and now >= sent and h.rseq not in self._resent:
+                    self._rtt_sample(src, now - sent)
                 if old == self._ack_floor:
                     self._at_floor -= 1
                     if not self._at_floor:  # the last receiver at the minimum moved up
@@ -229,7 +246,12 @@ class ReliableMulticast:
             self._moved.discard(h.sender)
         if typ == _HEARTBEAT:
             if not stream.adopt:
-                self._note_highest(h.sender, stream, h.rseq, now)
+                if h.rseq <= stream.delivered:
+                    # We have it all, yet the sender thinks us behind: our ACK was lost (or
+                    # is late). Say it again at the next tick, not at the next `ack_every`.
+                    self._ack_soon(h.sender, stream)
+                else:
+                    self._note_highest(h.sender, stream, h.rseq, now)
             elif not stream.buffer:
                 # A joining receiver asks for nothing from before its join. With no fresh
                 # message kept yet, it joins after the heartbeat's number: the sender has
@@ -255,7 +277,9 @@ class ReliableMulticast:
     def on_timer(self, key: str, now: int) -> list[Action]:
         out: list[Action] = [SetTimer(self.tick_key, self.tick_ns)]
         unacked = self.next_rseq - 1
-        if unacked > self._purged:  # something sent is not yet acknowledged by every member
+        if unacked > self._purged and now >= self._hb_next:
+            # something sent is not yet acknowledged by every member, and some receiver's
+            # heartbeat may be due
             out += self._heartbeat(unacked, now)
         if self._gaps:
             streams = self.streams
@@ -269,6 +293,15 @@ class ReliableMulticast:
                     continue
                 if stream.nack_at < 0 or now - stream.nack_at >= self.nack_retry_ns:
                     out += self._nack(sender, stream, now)
+        if self._due:
+            due, self._due = self._due, set()
+            streams = self.streams
+            for sender in sorted(due, key=self._rank.__getitem__):
+                stream = streams[sender]
+                stream.ack_due = False
+                if not stream.adopt and stream.delivered > 0:
+                    stream.acked_sent = stream.delivered
+                    out.append(Send(sender, self._control(_ACK, rseq=stream.delivered)))
         if now - self.last_ack_at >= self.ack_every_ns:
             self.last_ack_at = now
             if self._moved:
@@ -282,25 +315,70 @@ class ReliableMulticast:
         return out
 
     def _heartbeat(self, unacked: int, now: int) -> list[Action]:
-        """HEARTBEATs carrying `unacked` (our highest number) to the members still behind it,
-        once the sender has been idle for the current back-off gap while some unsuspected
-        member has not acknowledged everything."""
-        quiet_since = self.last_multicast_at
-        if self.heartbeat_at > quiet_since:
-            quiet_since = self.heartbeat_at
-        gap = self.heartbeat_gap
-        if now - quiet_since < gap:
+        """HEARTBEATs carrying `unacked` (our highest number) to the receivers still behind it
+        whose ACK is overdue: first once `rto(m)` passed since our last multicast, then at
+        gaps that double up to `heartbeat_max_ns` (or the RTO, if longer), until a new
+        multicast or the ACK ends it."""
+        last = self.last_multicast_at
+        hb_at, hb_gap = self._hb_at, self._hb_gap
+        cap = self.heartbeat_max_ns
+        due: list[int] = []
+        nxt = -1
+        for m, v in self.acked.items():
+            if v >= unacked:
+                continue
+            at = hb_at[m]
+            if at > last:
+                when = at + hb_gap[m]
+            else:
+                rto = self.rto(m)
+                hb_gap[m] = rto
+                when = last + rto
+            if when <= now:
+                due.append(m)
+                hb_at[m] = now
+                gap = hb_gap[m] * 2
+                hb_gap[m] = gap if gap < cap else max(cap, hb_gap[m])
+                when = now + hb_gap[m]
+            if nxt < 0 or when < nxt:
+                nxt = when
+        self._hb_next = nxt if nxt >= 0 else now + self.heartbeat_after_ns
+        if not due:
             return []
-        floor = self._floor()
-        if floor is None or floor >= unacked:
-            return []
-        self.heartbeat_at = now
-        self.heartbeat_gap = min(gap * 2, self.heartbeat_max_ns)
-        behind = [m for m, v in self.acked.items() if v < unacked]
         msg = self._control(_HEARTBEAT, rseq=unacked)
-        if len(behind) == len(self.acked):
+        if len(due) == len(self.acked):
             return [Send(None, msg)]
-        return [Send(m, msg) for m in behind]
+        return [Send(m, msg) for m in due]
+
+    def rto(self, member: int) -> int:
+        """How long after sending a number its ACK from `member` is overdue: SRTT + 4 RTTVAR
+        of the ACK round trip (which includes the receiver's ACK delay), at least
+        `heartbeat_after_ns` and at most `heartbeat_max_ns` + `ack_every_ns` (a sample
+        stretched by a clock that jumped ahead must not silence the heartbeats);
+        `ack_every_ns` + `heartbeat_after_ns` before the first sample."""
+        srtt = self.srtt[member]
+        if srtt < 0:
+            return self.ack_every_ns + self.heartbeat_after_ns
+        rto = srtt + 4 * self.rttvar[member]
+        if rto < self.heartbeat_after_ns:
+            return self.heartbeat_after_ns
+        cap = self.heartbeat_max_ns + self.ack_every_ns
+        return rto if rto < cap else cap
+
+    def _rtt_sample(self, member: int, rtt: int) -> None:
+        """RFC 6298 2.2-2.3: alpha 1/8, beta 1/4."""
+        srtt = self.srtt[member]
+        if srtt < 0:
+            self.srtt[member] = rtt
+            self.rttvar[member] = rtt // 2
+            return
+        self.rttvar[member] += (abs(srtt - rtt) - self.rttvar[member]) // 4
+        self.srtt[member] = srtt + (rtt - srtt) // 8
+
+    def _ack_soon(self, sender: int, stream: _Stream) -> None:
+        if not stream.ack_due:
+            stream.ack_due = True
+            self._due.add(sender)
 
     def queued_tail(self) -> tuple[Header, bytes] | None:
         """The newest multicast still waiting for the window (None: nothing waits)."""
@@ -329,6 +407,8 @@ class ReliableMulticast:
             return False
         rseq = stream.delivered = h.rseq
         self._moved.add(h.sender)
+        if rseq - stream.acked_sent >= self._ack_count and not stream.ack_due:
+            self._ack_soon(h.sender, stream)
         if stream.highest_seen <= rseq:  # nothing seen beyond: no gap
             stream.highest_seen = rseq
             self._close_gap(h.sender, stream)
@@ -356,6 +436,12 @@ class ReliableMulticast:
                 rseq += 1
         stream.delivered = rseq
         self._moved.add(sender)
+        if (rseq - stream.acked_sent >= self._ack_count or msg.header.flags & RETRANSMIT) \
+                and not stream.ack_due:
+            # a quarter window delivered since the last ACK, or a gap filled by a
+            # retransmission (TCP's immediate ACK for a segment that fills a hole, RFC 5681
+            # 4.2): the sender is waiting for this ACK
+            self._ack_soon(sender, stream)
         if stream.highest_seen <= rseq:  # nothing seen beyond: no gap
             stream.highest_seen = rseq
             self._close_gap(sender, stream)
@@ -417,6 +503,7 @@ class ReliableMulticast:
             msg = self.send_buffer.get(rseq)
             if msg is not None:
                 self.retransmissions += 1
+                self._resent.add(rseq)
                 h = msg.header  # built field by field: dataclasses.replace is slow here
                 h = Header(h.type, h.proto, h.flags | RETRANSMIT, h.sender, h.rseq, h.origin,
                            h.mno, h.seq, h.hint, h.slot, h.ts, h.aux, h.length)
@@ -441,8 +528,12 @@ class ReliableMulticast:
         # Numbers are consecutive: drop what the last purge left up to the new floor, instead
         # of scanning the whole buffer at every ACK.
         buf = self.send_buffer
+        sent_at = self._sent_at
         for rseq in range(self._purged + 1, floor + 1):
             buf.pop(rseq, None)
+            sent_at.pop(rseq, None)
+        if self._resent:
+            self._resent = {r for r in self._resent if r > floor}
         self._purged = floor
 
     def _control(self, mtype: MsgType, rseq: int = 0, seq: int = 0) -> Message:
