@@ -478,12 +478,11 @@ class ReliableMulticast:
 
     def _join_after(self, sender: int, stream: _Stream, rseq: int) -> None:
         """A restarted receiver joins the stream after `rseq` (a heartbeat's number) and
-        acknowledges it at the next ACK tick, which frees the sender's window."""
+        acknowledges it at the next tick, which frees the sender's window."""
         stream.adopt = False
-        stream.delivered = stream.highest_seen = rseq
-        stream.acked_sent = 0
+        stream.delivered = stream.highest_seen = stream.acked_sent = rseq
         self._close_gap(sender, stream)
-        self._moved.add(sender)
+        self._ack_soon(sender, stream)
 
     def _note_highest(self, sender: int, stream: _Stream, rseq: int, now: int) -> None:
         if rseq > stream.highest_seen:
