@@ -1,5 +1,6 @@
 """Liveness after the workload: is every message a correct host sent final-delivered at every
-correct host? (docs/architecture.md "Liveness".)
+correct host? (docs/architecture.md "Liveness".) The drain also waits, up to its cap, for the
+messages of faulty hosts that some correct host delivered (`unsettled`).
 
 The run drains until this holds or until its cap. Safety checks (total order, integrity, FIFO)
 are judged on whatever was delivered; agreement and validity only prove something about a run
@@ -62,11 +63,40 @@ def undelivered(progress: dict[str, dict[str, Any]], correct: list[str]) -> dict
     return out
 
 
+def unsettled(progress: dict[str, dict[str, Any]], correct: list[str]) -> dict[str, int]:
+    """For each correct host: messages of other origins (crashed, restarted or cut-off hosts)
+    that some correct host final-delivered and it has not, by count per origin.
+
+    Agreement holds every correct host to those too (000 §2.2), and a protocol may still be
+    bringing them in when the correct hosts' own messages are all delivered: the lost tail of
+    a crashed host's stream is recovered from a correct host's copy. The drain waits for them
+    as well (up to its cap), but they do not decide quiescence: a protocol that may drop them
+    (agreement not claimed) must not be called stalled for it, and one that claims agreement
+    is judged by the agreement check on what was delivered.
+    """
+    known = set(correct)
+    most: dict[str, int] = {}
+    for r in correct:
+        for origin, n in (progress.get(r) or {}).get("delivered", {}).items():
+            if origin not in known:
+                most[origin] = max(most.get(origin, 0), int(n))
+    out = {}
+    for r in correct:
+        delivered = (progress.get(r) or {}).get("delivered", {})
+        out[r] = sum(n - int(delivered.get(o, 0)) for o, n in most.items())
+    return out
+
+
 def drain_record(quiescent: bool, drain_ns: int, drain_min_ns: int, drain_max_ns: int,
-                 correct: list[str], missing: dict[str, int]) -> dict[str, Any]:
-    """The content of `drain.json`."""
-    return {"quiescent": quiescent, "drain_s": round(drain_ns / 1e9, 3),
-            "drain_min_s": round(drain_min_ns / 1e9, 3),
-            "drain_max_s": round(drain_max_ns / 1e9, 3), "correct": sorted(correct),
-            "undelivered_per_node": dict(sorted(missing.items())),
-            "in_flight": sum(missing.values())}
+                 correct: list[str], missing: dict[str, int],
+                 faulty_missing: dict[str, int] | None = None) -> dict[str, Any]:
+    """The content of `drain.json` (`faulty_in_flight`: `unsettled`'s total when the drain
+    ended, only when not zero)."""
+    rec = {"quiescent": quiescent, "drain_s": round(drain_ns / 1e9, 3),
+           "drain_min_s": round(drain_min_ns / 1e9, 3),
+           "drain_max_s": round(drain_max_ns / 1e9, 3), "correct": sorted(correct),
+           "undelivered_per_node": dict(sorted(missing.items())),
+           "in_flight": sum(missing.values())}
+    if faulty_missing and any(faulty_missing.values()):
+        rec["faulty_in_flight"] = sum(faulty_missing.values())
+    return rec

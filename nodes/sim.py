@@ -47,7 +47,7 @@ from nodes.faults import (  # noqa: E402
     primitive,
 )
 from nodes.linkmodel import LinkModel  # noqa: E402
-from nodes.quiescence import drain_record, undelivered  # noqa: E402
+from nodes.quiescence import drain_record, undelivered, unsettled  # noqa: E402
 from nodes.wire import MsgType  # noqa: E402
 from nodes.workload import intervals, workload_rng  # noqa: E402
 
@@ -250,16 +250,17 @@ class Simulator:
     def _drain(self, t: int, q: Quiesce) -> int:
         ids = [self.by_name[h] for h in q.correct]
         while True:
-            missing = undelivered({self.configs[n].name: self.cores[n].progress() for n in ids},
-                                  q.correct)
+            progress = {self.configs[n].name: self.cores[n].progress() for n in ids}
+            missing = undelivered(progress, q.correct)
+            faulty = unsettled(progress, q.correct)
             done = not any(missing.values())
-            if done or t >= q.cap_ns:
+            if (done and not any(faulty.values())) or t >= q.cap_ns:
                 break
             t = min(t + QUIESCE_STEP_NS, q.cap_ns)
             self._loop(t)
         q.path.write_text(json.dumps(drain_record(done, t - q.workload_end_ns, q.drain_min_ns,
                                                   q.cap_ns - q.workload_end_ns, q.correct,
-                                                  missing)) + "\n")
+                                                  missing, faulty)) + "\n")
         return t
 
     def _loop(self, until_ns: int) -> None:

@@ -3,7 +3,8 @@
 From the end of the minimum drain on, the orchestrator asks every correct node for its
 progress (`testbed:type=Node` `Progress`, over the control plane) and stops all nodes
 (`testbed:type=Node` `stop`) as soon as every message a correct host sent has been
-final-delivered at every correct host. Nodes stop themselves at the drain's cap
+final-delivered at every correct host (and every faulty host's message some correct host
+delivered, nodes/quiescence.py `unsettled`, has reached them all). Nodes stop themselves at the drain's cap
 (`drain_max`) if that never happens. The outcome goes to `drain.json` for the analysis, so a
 run that ended with messages in flight reports them under liveness, not as agreement or
 validity violations. The simulator runs the same check in virtual time (nodes/sim.py). A run
@@ -19,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from nodes.quiescence import DRAIN_FILE, drain_record, undelivered
+from nodes.quiescence import DRAIN_FILE, drain_record, undelivered, unsettled
 from testbed.mgmt import MgmtClient, MgmtError
 from testbed.rundir import RunDir
 
@@ -42,6 +43,7 @@ class DrainWatch:
         self.drain_max_ns = max(drain_min_ns, drain_max_ns)
         self.quiescent = False
         self.missing: dict[str, int] = {h: 0 for h in correct}
+        self.faulty: dict[str, int] = {}  # nodes/quiescence.py `unsettled`, at the last poll
         self.progress: dict[str, dict[str, Any]] = {}  # host -> its latest answer
         self.stopped_at_ns: int | None = None
         self._next_poll = 0.0
@@ -69,9 +71,12 @@ class DrainWatch:
         self.progress.update({h: p for h, p in got.items() if p is not None})
         progress = self.progress
         self.missing = undelivered(progress, self.correct)
-        if len(progress) < len(self.correct) or any(self.missing.values()):
+        self.faulty = unsettled(progress, self.correct)
+        # Quiescent: every correct host answered and has every correct host's message. The
+        # messages of faulty hosts that a correct host delivered are waited for too, to the cap.
+        self.quiescent = len(progress) == len(self.correct) and not any(self.missing.values())
+        if not self.quiescent or any(self.faulty.values()):
             return False
-        self.quiescent = True
         self.stopped_at_ns = time.time_ns()
         with ThreadPoolExecutor(max(1, min(8, len(self.hosts)))) as pool:
             list(pool.map(self._stop, self.hosts))
@@ -82,7 +87,7 @@ class DrainWatch:
         why) and return its content."""
         end = self.stopped_at_ns or min(time.time_ns(), self.workload_end_ns + self.drain_max_ns)
         rec = drain_record(self.quiescent, end - self.workload_end_ns, self.drain_min_ns,
-                           self.drain_max_ns, self.correct, self.missing)
+                           self.drain_max_ns, self.correct, self.missing, self.faulty)
         if cut_short:
             rec["cut_short"] = cut_short
         (self.run.path / DRAIN_FILE).write_text(json.dumps(rec) + "\n")
