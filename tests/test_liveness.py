@@ -101,3 +101,26 @@ def test_the_drain_waits_for_quiescence_and_a_dropped_delivery_is_one_violation(
     agreement = mutated["checks"]["agreement"]
     assert agreement["violations"] == 1 and agreement["missing_per_node"] == {"h4": 1}
     assert agreement["examples"][0]["mid"] == "h2:10" and not mutated["ok"]
+
+
+def test_the_drain_also_waits_for_a_faulty_hosts_message_that_a_correct_host_delivered() -> None:
+    """h4 crashed; h1 delivered 20 of its messages, h2 19 and h3 18: h2 and h3 still owe
+    agreement one and two. Those keep the drain going but do not decide quiescence (the
+    correct hosts' own messages do)."""
+    from nodes.quiescence import drain_record, undelivered, unsettled
+
+    correct = ["h1", "h2", "h3"]
+    progress = {"h1": {"sent": 5, "delivered": {"h1": 5, "h2": 4, "h3": 3, "h4": 20}},
+                "h2": {"sent": 4, "delivered": {"h1": 5, "h2": 4, "h3": 3, "h4": 19}},
+                "h3": {"sent": 3, "delivered": {"h1": 5, "h2": 4, "h3": 3, "h4": 18}}}
+    assert unsettled(progress, correct) == {"h1": 0, "h2": 1, "h3": 2}
+    assert not any(undelivered(progress, correct).values())
+    rec = drain_record(True, 5_000_000_000, 1_000_000_000, 5_000_000_000, correct,
+                       undelivered(progress, correct), unsettled(progress, correct))
+    assert rec["quiescent"] and rec["in_flight"] == 0 and rec["faulty_in_flight"] == 3
+    # Once every correct host has what one of them delivered, nothing is owed: the record
+    # says nothing of faulty hosts.
+    for p in progress.values():
+        p["delivered"]["h4"] = 20
+    assert unsettled(progress, correct) == {"h1": 0, "h2": 0, "h3": 0}
+    assert "faulty_in_flight" not in drain_record(True, 0, 0, 0, correct, {}, {"h1": 0})
