@@ -347,6 +347,8 @@ class NodeCore:
                               a.fields["size"])
         elif kind is Log:
             fields = dict(a.fields)
+            if a.ev == "state":
+                self._revoke(fields.get("revoked") or ())
             if "member" in fields:
                 fields["member"] = self.names[fields["member"]]
             if "members" in fields:
@@ -355,6 +357,15 @@ class NodeCore:
                 origin = fields.pop("origin", self.cfg.node_id)
                 fields["mid"] = f"{self.names[origin]}:{fields.pop('mno')}"
             self.log.write(t, lt, a.ev, **fields)
+
+    def _revoke(self, mids: Any) -> None:
+        """A state transfer revoked these deliveries (001 §4.1.2, analysis/revocation.py):
+        they no longer count in `progress()`, so the drain waits for them to come again."""
+        ids = {name: i for i, name in self.names.items()}
+        for mid in mids:
+            origin = ids.get(str(mid).rpartition(":")[0])
+            if origin is not None and self.fnl_from.get(origin, 0) > 0:
+                self.fnl_from[origin] -= 1
 
 
 def resolve_params(cfg: NodeConfig) -> dict[str, Any]:
