@@ -4,12 +4,12 @@ From the end of the minimum drain on, the orchestrator asks every correct node f
 progress (`testbed:type=Node` `Progress`, over the control plane) and stops all nodes
 (`testbed:type=Node` `stop`) as soon as every message a correct host sent has been
 final-delivered at every correct host (and every faulty host's message some correct host
-delivered, nodes/quiescence.py `unsettled`, has reached them all). Nodes stop themselves at the drain's cap
-(`drain_max`) if that never happens. The outcome goes to `drain.json` for the analysis, so a
-run that ended with messages in flight reports them under liveness, not as agreement or
-validity violations. The simulator runs the same check in virtual time (nodes/sim.py). A run
-the runner stopped at its wall limit has `cut_short` in drain.json (`mark_cut_short` where the
-nodes drain themselves): its verdict is not ok and says why.
+delivered, nodes/quiescence.py `unsettled`, has reached them all). Nodes stop themselves at
+the drain's cap (`drain_max`) if that never happens. The outcome goes to `drain.json` for the
+analysis, so a run that ended with messages in flight reports them under liveness, not as
+agreement or validity violations. The simulator runs the same check in virtual time
+(nodes/sim.py). A run the runner stopped at its wall limit has `cut_short` in drain.json
+(`mark_cut_short` where the nodes drain themselves): its verdict is not ok and says why.
 """
 
 from __future__ import annotations
