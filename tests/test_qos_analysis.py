@@ -144,6 +144,9 @@ def test_thm5_leaves_out_a_paused_receivers_late_deliveries_only() -> None:
     assert q["max_latency_ms"] == 30.0  # h1's own delivery, the one Thm 5 covers
     assert q["excused"]["above_bound"] == 1 and q["excused"]["max_latency_ms"] == 300.0
     assert q["excused"]["examples"] == [{"mid": "h1:1", "latency_ms": 300.0}]
+    assert qos.qos_line({"qos": q}).endswith(
+        "; 1 message(s) late only at a host crashed or paused (up to 300.0 ms): not bounded "
+        "by Thm 5")
     # the same log without the pause: a violation
     q = paused_receiver(None, sent_ms=0)
     assert qos.latency_check(q)["violations"] == 1 and "excused" not in q
