@@ -4,10 +4,12 @@ when a latency above the bound is a violation, refusals, rates and total order w
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from analysis import qos
+from analysis.fault_history import fault_history
 
 MS = 1_000_000
 T0 = 1_000 * MS
@@ -101,6 +103,73 @@ def test_vbr_rates_and_total_order_with_gaps() -> None:
     h1.extend(ev("net", 1000 + k, kind="data", rseq=200 + k) for k in range(30))  # a burst
     q = qos.qos_section({"h1": h1, "h2": h2}, 0, "qos-vbr", {"theta": 20}, False, True)
     assert q["rate_check"]["violations"] == 1
+
+
+def paused_receiver(pause_ms: tuple[float, float] | None, sent_ms: float) -> dict[str, Any]:
+    """h1's data message leaves at `sent_ms` (its dummy 20 ms later), h2 has both 5 ms
+    later and delivers the message 300 ms after it was sent; h2 is paused over
+    `pause_ms` (true time, from the fault history) or never. Δ = 20, Γ = 5, Θ = 20 ms:
+    Thm 5's bound is 50 ms and the initialization time after waking the same."""
+    s = sent_ms
+    events: qos.Events = {
+        "h1": [ev("send", s, mid="h1:1"), ev("net", s, kind="data", rseq=1, mid="h1:1"),
+               ev("net", s + 20, kind="dummy", rseq=2), ev("fnl", s + 30, mid="h1:1", seq=1)],
+        "h2": [ev("netrecv", s + 5, member="h1", rseq=1, kind="data"),
+               ev("recv", s + 5, mid="h1:1"),
+               ev("netrecv", s + 25, member="h1", rseq=2, kind="dummy"),
+               ev("fnl", s + 300, mid="h1:1", seq=1)],
+    }
+    faults = [] if pause_ms is None else [
+        {"t": T0 + round(pause_ms[0] * MS), "kind": "pause", "phase": "start",
+         "hosts": ["h2"], "fault": 0},
+        {"t": T0 + round(pause_ms[1] * MS), "kind": "pause", "phase": "stop",
+         "hosts": ["h2"], "fault": 0}]
+    history = fault_history(["h1", "h2"], faults)
+    q = qos.qos_section(events, 0, "qos-vbr", {"delta": 20, "gamma": 5, "theta": 20},
+                        True, True, history.correct,  # Thm 5: failures in the schedule
+                        qos.failure_kinds(history), qos.down_spans(history))
+    assert q["bound_ms"] == 50.0 and q["assumptions_hold"], q
+    return q
+
+
+def test_thm5_leaves_out_a_paused_receivers_late_deliveries_only() -> None:
+    """Thm 5 (004 §6.5) bounds the latency between correct processes; a paused process is
+    the model's failed one, correct again Δ+2Γ+Θ after it wakes (§6.3 L592). The same late
+    delivery (300 ms against 50) is a violation when the receiver was not down, when it
+    paused only after the message's deadline, and when the message was sent after its
+    initialization time had passed."""
+    # paused at 30 ms, before the deadline (50 ms), woke at 290 ms: excused
+    q = paused_receiver((30, 290), sent_ms=0)
+    assert q["above_bound"] == 0 and qos.latency_check(q)["violations"] == 0
+    assert q["max_latency_ms"] == 30.0  # h1's own delivery, the one Thm 5 covers
+    assert q["excused"]["above_bound"] == 1 and q["excused"]["max_latency_ms"] == 300.0
+    assert q["excused"]["examples"] == [{"mid": "h1:1", "latency_ms": 300.0}]
+    assert qos.qos_line({"qos": q}).endswith(
+        "; 1 message(s) late only at a host crashed or paused (up to 300.0 ms): not bounded "
+        "by Thm 5")
+    # the same log without the pause: a violation
+    q = paused_receiver(None, sent_ms=0)
+    assert qos.latency_check(q)["violations"] == 1 and "excused" not in q
+    # paused only after the deadline (sent 0, deadline 50, paused at 60): no excuse
+    q = paused_receiver((60, 290), sent_ms=0)
+    assert qos.latency_check(q)["violations"] == 1
+    assert q["examples"] == [{"mid": "h1:1", "latency_ms": 300.0}]
+    # sent 50 ms after h2 woke (at 10 ms; Δ+2Γ+Θ = 50): h2 is correct again, no excuse
+    q = paused_receiver((0, 10), sent_ms=60)
+    assert qos.latency_check(q)["violations"] == 1
+    # sent 49 ms after it woke: still within its initialization time, excused
+    q = paused_receiver((0, 10), sent_ms=59)
+    assert qos.latency_check(q)["violations"] == 0 and q["excused"]["above_bound"] == 1
+
+
+def test_down_spans_are_crashes_until_restart_and_pauses_until_resume() -> None:
+    faults = [{"t": 5, "kind": "crash", "phase": "start", "hosts": ["h1"], "fault": 0},
+              {"t": 9, "kind": "crash", "phase": "stop", "hosts": ["h1"], "fault": 0},
+              {"t": 7, "kind": "pause", "phase": "start", "hosts": ["h2"], "fault": 1},
+              {"t": 8, "kind": "partition", "phase": "start", "hosts": ["h1", "h2", "h3"],
+               "fault": 2, "params": {"cuts": [["h3", "h1"], ["h1", "h3"]]}}]
+    down = qos.down_spans(fault_history(["h1", "h2", "h3"], faults))
+    assert down == {"h1": [(5, 9)], "h2": [(7, math.inf)]}  # a cut-off host takes its steps
 
 
 def test_read_events_from_a_run_directory(tmp_path: Path) -> None:
