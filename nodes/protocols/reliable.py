@@ -52,7 +52,11 @@ members (failure detector) do not hold the window, but the send buffer still kee
 miss: a partitioned member that stays correct must be able to catch up after the heal.
 
 Restarts: every reliable message carries its sender's incarnation (header.aux). A message from a
-newer incarnation resets that sender's stream. A restarted process (incarnation > 0) joins from
+newer incarnation resets that sender's stream; the old stream is kept behind it, so the old
+incarnation's data still in flight when the new one's first message overtook it (a slower
+path) is delivered in order, as a correct member that got it sooner delivered it (agreement,
+002 "Reliable FIFO"); no NACK or ACK goes to the gone incarnation. It used to be discarded.
+A restarted process (incarnation > 0) joins from
 the present: the lowest message sent fresh (not a retransmission) that it gets from each stream
 within `nack_delay` of the first fixes where it starts, since the history before its crash is
 gone (a crashed process is no longer correct; 002 leaves recovery to membership). It used to
@@ -110,6 +114,9 @@ class _Stream:
     gap_since: int = -1  # local time a gap was first seen (-1: no gap)
     nack_at: int = -1  # local time of the last NACK for the current gap (-1: none sent)
     buffer: dict[int, Message] | None = None
+    # The stream of the sender's previous incarnation, kept when a newer one replaced it:
+    # that incarnation's datagrams still in flight (a slower path) continue it in order.
+    prev: _Stream | None = None
 
 
 class ReliableMulticast:
@@ -255,10 +262,21 @@ class ReliableMulticast:
             return []
         if h.aux != stream.incarnation:
             if h.aux < stream.incarnation:
-                return []  # from before the sender restarted
+                # From before the sender restarted. Its data still in flight when the newer
+                # incarnation's first message overtook it (a slower path) continues the old
+                # stream: deliver it in order, as a correct member that got it sooner did
+                # (agreement, 002 "Reliable FIFO"). No NACK or ACK goes to a gone incarnation.
+                prev = stream.prev
+                if prev is None or h.aux != prev.incarnation or typ == _HEARTBEAT:
+                    return []
+                return self._receive_old(prev, msg)
             # A restarted receiver that had not joined the old stream joins the new one from
             # the present too: its first messages were sent before we restarted.
+            was = stream
             stream = self.streams[h.sender] = _Stream(incarnation=h.aux, adopt=stream.adopt)
+            if not was.adopt:
+                was.prev = None  # one incarnation back is kept
+                stream.prev = was
             self._gaps.discard(h.sender)
             self._moved.discard(h.sender)
         if typ == _HEARTBEAT:
@@ -462,6 +480,26 @@ class ReliableMulticast:
         if stream.highest_seen <= rseq:  # nothing seen beyond: no gap
             stream.highest_seen = rseq
             self._close_gap(sender, stream)
+        return out
+
+    def _receive_old(self, prev: _Stream, msg: Message) -> list[Action]:
+        """A message of the sender's previous incarnation, overtaken by the newer one's:
+        `_receive`'s rules without NACKs, ACKs or gap timers (nobody answers them now)."""
+        rseq = msg.header.rseq
+        if rseq <= prev.delivered:
+            return []
+        if prev.buffer is None:
+            prev.buffer = {}
+        if rseq > prev.delivered + 1:
+            prev.buffer[rseq] = msg
+            return []
+        sender = msg.header.sender
+        out: list[Action] = [RDeliver(sender, msg)]
+        buffer = prev.buffer
+        while (nxt := buffer.pop(rseq + 1, None)) is not None:
+            out.append(RDeliver(nxt.header.sender, nxt))
+            rseq += 1
+        prev.delivered = rseq
         return out
 
     def _join(self, sender: int, stream: _Stream, now: int) -> list[Action]:

@@ -32,8 +32,11 @@ and discarded them as duplicates of the old incarnation's, and their mids collid
   convention): they continue above the old incarnation's, so a selective ACK always names one
   message of one incarnation;
 - a receiver meeting a number of a newer incarnation range starts a new stream for that
-  sender at the range's base (the old incarnation's buffered messages are dropped: their
-  sender is gone) and no longer counts that sender as given up (A5 gave up the old one);
+  sender at the range's base and no longer counts that sender as given up (A5 gave up the
+  old one). The old stream is kept behind it: the old incarnation's data still in flight,
+  overtaken by the new one's first message on a faster path, is delivered in order as a
+  correct member that got it sooner delivered it (unacknowledged: nobody waits for that
+  ACK). It used to be dropped, and a correct member missed a message another delivered;
 - a restarted receiver joins each stream at the first message sent fresh to it: a
   retransmission is acknowledged and dropped (it was sent before the restart, and the old
   incarnation may have delivered it), so the new incarnation never delivers a message twice
@@ -95,6 +98,9 @@ class _Stream:
     buffer: dict[int, Message] = field(default_factory=dict)
     incarnation: int = 0  # the sender's incarnation this stream follows (c // SPAN)
     adopt: bool = False  # a restarted receiver: join at the first fresh message
+    # The sender's previous incarnation's stream, kept when a newer one replaced it: that
+    # incarnation's datagrams still in flight (a slower path) continue it in order.
+    prev: _Stream | None = None
 
 
 class ReliableAck(LayerBase):
@@ -153,9 +159,22 @@ class ReliableAck(LayerBase):
         stream = self.streams[h.sender]
         inc = h.rseq // INCARNATION_SPAN
         if inc > stream.incarnation:  # the sender restarted: a new stream
+            old = stream
             stream = self.streams[h.sender] = _Stream(inc * INCARNATION_SPAN, {}, inc,
                                                       stream.adopt)
+            if not old.adopt:
+                old.prev = None  # one incarnation back is kept
+                stream.prev = old
             self.given_up.discard(h.sender)
+        elif inc < stream.incarnation:
+            # From before the sender restarted, overtaken by the newer incarnation's first
+            # message: it continues the old stream, delivered in order as a correct member
+            # that got it sooner did (agreement, 002 L167). Not acknowledged: the ACK would
+            # go to the newer incarnation, which never sent it.
+            prev = stream.prev
+            if prev is None or inc != prev.incarnation:
+                return []
+            return self._receive(prev, msg)
         if stream.adopt:
             if h.flags & RETRANSMIT:
                 return [ack]  # sent before we restarted: not ours to deliver
