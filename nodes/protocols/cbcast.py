@@ -35,7 +35,8 @@ continue and
   OLD_j[k] >= t_m[k] (delivered here: causal order, B2 (2)); one in a range older still, or
   of a stream this receiver never counted, is lost with it and counts as met. An old tail
   lost for good holds only its own dependants, as a crashed sender's lost message does
-  (L356-360), never the new stream;
+  (L356-360; no liveness is claimed under a crash): the new stream waits for it only
+  through a dependant;
 - B5 (ours) a restarted receiver joins each sender's stream at the first message reliable
   FIFO hands it (which joins from the present too): VT_j[i] := t_m[i] - 1 then. A
   dependency on a sender it has not heard from since its restart holds until it does.

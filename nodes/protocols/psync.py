@@ -32,7 +32,8 @@ convention), and
   its deps are in G, like any other; a dependency on the old chain is in G once it entered
   (causal order), one in a range older still, or of a chain this receiver never counted, is
   lost with it and counts as in G. An old tail lost for good holds only its own dependants,
-  as a crashed sender's lost message does (L356-360), never the new chain;
+  as a crashed sender's lost message does (L356-360; no liveness is claimed under a
+  crash): the new chain waits for it only through a dependant;
 - C6 (ours) a restarted receiver's G holds its own old chain (the prefix starts at its base)
   and joins each sender's chain at the first message reliable FIFO hands it (prefix := n - 1).
   A dependency on a sender it has not heard from since its restart holds until it does.
