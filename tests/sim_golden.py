@@ -11,7 +11,10 @@ idleness and backing off, and the failure detector's ALIVE began to be skipped i
 with a multicast (fewer datagrams, so other link draws: the same checks hold); and the seven
 on reliable FIFO again when its ACKs were delayed (`ack_every_ms` 200, at once for a quarter window
 or a filled gap), its heartbeats waited for each member's measured ACK round trip, and the
-ALIVE went out after a quarter of `fd_timeout_ms` of silence instead of every interval.
+ALIVE went out after a quarter of `fd_timeout_ms` of silence instead of every interval;
+`cbcast` again when a restarted sender's old stream was kept one incarnation back (B4): b,
+cut off from c while c sent its last messages before crashing, now holds their dependants
+(causal order; no liveness is claimed under a crash) instead of delivering them without them.
 Regenerate only for an intended change of behaviour:
 
     python -m tests.sim_golden > tests/sim_golden.json

@@ -26,9 +26,17 @@ messages sent before it restarted). Now an entry of VT counts in its member's in
 range, `incarnation * INCARNATION_SPAN` + messages (the sequencer's convention), so mnos
 continue and
 - B4 (ours) a message whose own entry lies in a newer incarnation range than VT_j[i] starts
-  i's new stream: VT_j[i] := the range's base (reliable FIFO hands the new incarnation's
-  messages up from its first). What i's old incarnation left undelivered here is lost with
-  it, and dependencies on it count as met (t_m[i] of the old range <= VT_j[i]);
+  i's new stream: OLD_j[i] := VT_j[i], VT_j[i] := the range's base (reliable FIFO hands the
+  new incarnation's messages up from its first, and the old incarnation's tail that reaches
+  it later, over a slower path, in order after them). OLD_j[i] goes on counting i's old
+  stream, one incarnation back: a late old-range message is a duplicate if t_m[i] <=
+  OLD_j[i], and is otherwise held like any other until OLD_j[i] = t_m[i] - 1 and (2) holds;
+  delivering it sets OLD_j[i] := t_m[i]. A dependency t_m[k] in k's old range is met once
+  OLD_j[k] >= t_m[k] (delivered here: causal order, B2 (2)); one in a range older still, or
+  of a stream this receiver never counted, is lost with it and counts as met. An old tail
+  lost for good holds only its own dependants, as a crashed sender's lost message does
+  (L356-360; no liveness is claimed under a crash): the new stream waits for it only
+  through a dependant;
 - B5 (ours) a restarted receiver joins each sender's stream at the first message reliable
   FIFO hands it (which joins from the present too): VT_j[i] := t_m[i] - 1 then. A
   dependency on a sender it has not heard from since its restart holds until it does.
@@ -59,6 +67,7 @@ class Cbcast(OnReliable):
         self.vt = [0] * len(self.members)  # VT_j
         incarnation = int(params.get("incarnation", 0))
         self.vt[self.index[me]] = incarnation * INCARNATION_SPAN  # B4: mnos continue
+        self.old: dict[int, int] = {}  # B4: OLD_j, i's previous incarnation's count
         # B5: the senders whose stream a restarted receiver has joined (all, otherwise).
         self.joined = set(range(len(self.members))) if incarnation == 0 else {self.index[me]}
         self.held: list[tuple[int, list[int], Message]] = []  # (origin, t_m, message)
@@ -100,9 +109,10 @@ class Cbcast(OnReliable):
             moved = t_m[i] - 1 > self.vt[i]
             self.vt[i] = max(self.vt[i], t_m[i] - 1)
         elif t_m[i] // INCARNATION_SPAN > self.vt[i] // INCARNATION_SPAN:  # B4
+            self.old[i] = self.vt[i]
             self.vt[i] = t_m[i] // INCARNATION_SPAN * INCARNATION_SPAN
             moved = True
-        if t_m[i] <= self.vt[i]:
+        if self._stale(i, t_m[i]):
             return self._rescan() if moved else []
         out: list[Action] = [Received(h.origin, h.mno, len(msg.payload) - size, self.instance)]
         if not self._deliverable(i, t_m):
@@ -113,16 +123,40 @@ class Cbcast(OnReliable):
         out += self._deliver(i, t_m, msg)
         return out + self._rescan()
 
+    def _count(self, k: int, x: int) -> int | None:
+        """The count entry x of k is compared with: VT_j[k], OLD_j[k] for x in k's previous
+        range (B4), None for a range older still or one never counted here (lost)."""
+        vt = self.vt[k]
+        if x // INCARNATION_SPAN >= vt // INCARNATION_SPAN:
+            return vt
+        old = self.old.get(k)
+        if old is not None and x // INCARNATION_SPAN == old // INCARNATION_SPAN:
+            return old
+        return None
+
+    def _stale(self, i: int, x: int) -> bool:
+        """B2's duplicate test, B4's old stream included."""
+        count = self._count(i, x)
+        return count is None or x <= count
+
     def _deliverable(self, i: int, t_m: list[int]) -> bool:
-        """B2's conditions (1) and (2) (L309-313)."""
-        vt = self.vt
-        if vt[i] != t_m[i] - 1:
+        """B2's conditions (1) and (2) (L309-313), B4's old stream included."""
+        if self._count(i, t_m[i]) != t_m[i] - 1:
             return False
-        return all(vt[k] >= t_m[k] for k in range(len(vt)) if k != i)
+        for k, x in enumerate(t_m):
+            if k != i:
+                count = self._count(k, x)
+                if count is not None and count < x:
+                    return False
+        return True
 
     def _deliver(self, i: int, t_m: list[int], msg: Message) -> list[Action]:
-        """B3 (L315-316)."""
-        self.vt = [max(a, b) for a, b in zip(self.vt, t_m, strict=True)]
+        """B3 (L315-316); a late old-range message advances OLD_j[i] (B4)."""
+        if t_m[i] // INCARNATION_SPAN < self.vt[i] // INCARNATION_SPAN:
+            self.old[i] = t_m[i]
+        for k, x in enumerate(t_m):
+            if x > self.vt[k]:
+                self.vt[k] = x
         self.delivered += 1
         h = msg.header
         return [FinalDeliver(h.origin, h.mno, self.delivered,
@@ -135,8 +169,8 @@ class Cbcast(OnReliable):
             progress = False
             for entry in list(self.held):
                 i, t_m, msg = entry
-                if t_m[i] <= self.vt[i]:
-                    self.held.remove(entry)  # became a duplicate meanwhile
+                if self._stale(i, t_m[i]):
+                    self.held.remove(entry)  # became a duplicate (or lost) meanwhile
                 elif self._deliverable(i, t_m):
                     self.held.remove(entry)
                     out += self._deliver(i, t_m, msg)

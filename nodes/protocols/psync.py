@@ -26,8 +26,14 @@ sender's incarnation range, `incarnation * INCARNATION_SPAN` + n (the sequencer'
 convention), and
 - C5 (ours) a message whose number lies in a newer incarnation range than G's prefix for its
   sender starts that sender's new chain: the prefix := the range's base (reliable FIFO hands
-  the new incarnation's messages up from its first); the old chain's missing tail is lost
-  with the old incarnation, and dependencies on it count as met;
+  the new incarnation's messages up from its first, and the old incarnation's tail that
+  reaches it later, over a slower path, in order after them). The old chain's prefix is kept,
+  one incarnation back: a late old-range message enters G once it is next in that chain and
+  its deps are in G, like any other; a dependency on the old chain is in G once it entered
+  (causal order), one in a range older still, or of a chain this receiver never counted, is
+  lost with it and counts as in G. An old tail lost for good holds only its own dependants,
+  as a crashed sender's lost message does (L356-360; no liveness is claimed under a
+  crash): the new chain waits for it only through a dependant;
 - C6 (ours) a restarted receiver's G holds its own old chain (the prefix starts at its base)
   and joins each sender's chain at the first message reliable FIFO hands it (prefix := n - 1).
   A dependency on a sender it has not heard from since its restart holds until it does.
@@ -93,6 +99,7 @@ class Psync(OnReliable):
         self.up = up
         self.instance = "" if scope == "rm" else f"{name}#{scope}"
         self.in_g = dict.fromkeys(self.members, 0)  # G: the prefix of each sender's chain
+        self.old_g: dict[int, int] = {}  # C5: the prefix of a sender's previous chain
         self.leaves: set[Id] = set()
         self.held: list[tuple[Id, list[Id], Message, int]] = []  # H: (id, deps, msg, offset)
         incarnation = int(params.get("incarnation", 0))
@@ -146,6 +153,7 @@ class Psync(OnReliable):
             moved = h.mno - 1 > self.in_g[h.origin]
             self.in_g[h.origin] = max(self.in_g[h.origin], h.mno - 1)
         elif h.mno // INCARNATION_SPAN > self.in_g[h.origin] // INCARNATION_SPAN:  # C5
+            self.old_g[h.origin] = self.in_g[h.origin]
             self.in_g[h.origin] = h.mno // INCARNATION_SPAN * INCARNATION_SPAN
             moved = True
         if self._has(mid):
@@ -161,20 +169,35 @@ class Psync(OnReliable):
         out += self._enter(mid, deps, h.type, len(msg.payload) - offset, now)
         return out + self._retry(now)
 
+    def _prefix(self, sender: int, n: int) -> int | None:
+        """The prefix of sender's chain n belongs to: G's, the old chain's for n in the
+        previous range (C5), None for a range older still or one never counted (lost)."""
+        prefix = self.in_g.get(sender, 0)
+        if n // INCARNATION_SPAN >= prefix // INCARNATION_SPAN:
+            return prefix
+        old = self.old_g.get(sender)
+        if old is not None and n // INCARNATION_SPAN == old // INCARNATION_SPAN:
+            return old
+        return None
+
     def _has(self, mid: Id) -> bool:
-        return mid[1] <= self.in_g.get(mid[0], 0)
+        prefix = self._prefix(*mid)
+        return prefix is None or mid[1] <= prefix
 
     def _ready(self, mid: Id, deps: list[Id]) -> bool:
         """Every id in deps is in G (and, implied by the sender's chain, its own previous
         message)."""
-        if self.in_g[mid[0]] != mid[1] - 1:
+        if self._prefix(*mid) != mid[1] - 1:
             return False
         return all(self._has(d) for d in deps)
 
     def _enter(self, mid: Id, deps: list[Id], mtype: int, size: int, now: int
                ) -> list[Action]:
         """Add m to G: it depends on deps, so they are no longer leaves; m is one."""
-        self.in_g[mid[0]] = mid[1]
+        if mid[1] // INCARNATION_SPAN < self.in_g[mid[0]] // INCARNATION_SPAN:
+            self.old_g[mid[0]] = mid[1]  # C5: the old chain goes on
+        else:
+            self.in_g[mid[0]] = mid[1]
         self.leaves.difference_update(deps)
         self.leaves.discard((mid[0], mid[1] - 1))
         self.leaves.add(mid)
