@@ -111,15 +111,27 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
+def concurrent(logs: dict[str, list[dict[str, Any]]], m1: str, m2: str) -> bool:
+    """Neither message's sender had delivered the other before sending it (swapping two
+    such deliveries breaks total order only, not causal order)."""
+    for m, other in ((m1, m2), (m2, m1)):
+        sender = logs[m.split(":")[0]]
+        sent = next(k for k, e in enumerate(sender) if e["ev"] == "send" and e["mid"] == m)
+        if any(e["ev"] == "fnl" and e["mid"] == other for e in sender[:sent]):
+            return False
+    return True
+
+
 def seeded(clean: Path, tmp_path: Path, how: str) -> Path:
     logs = read_logs(clean)
     h2 = logs["h2"]
     fnl = [k for k, e in enumerate(h2) if e["ev"] == "fnl"]
-    if how == "swap":  # two adjacent deliveries of different senders at h2
+    if how == "swap":  # two adjacent deliveries of different senders at h2, concurrent
         k = next(k for a, k in zip(fnl[100:], fnl[101:], strict=False)
                  if h2[a]["mid"].split(":")[0] != h2[k]["mid"].split(":")[0]
                  and h2[a]["mid"].split(":")[0] != "h2" and h2[k]["mid"].split(":")[0] != "h2"
-                 and all(h2[j]["ev"] != "send" for j in range(a, k)))
+                 and all(h2[j]["ev"] != "send" for j in range(a, k))
+                 and concurrent(logs, h2[a]["mid"], h2[k]["mid"]))
         a = fnl[fnl.index(k) - 1]
         h2[a], h2[k] = h2[k], h2[a]
     elif how == "drop":
