@@ -247,12 +247,13 @@ class Sequencer(OnReliable):
             key = (h.origin, h.mno)
             if not self.seen.add_new(key):
                 return []  # a relayed copy of what reliable multicast already gave us
-            store = self.store
-            store[key] = msg
-            keys = self.store_keys
-            keys.append(key)
-            if len(keys) > self.store_limit:
-                del store[keys.popleft()]
+            if self.me == self.sequencer:  # only the sequencer serves FETCHes
+                store = self.store
+                store[key] = msg
+                keys = self.store_keys
+                keys.append(key)
+                if len(keys) > self.store_limit:
+                    del store[keys.popleft()]
             size = len(msg.payload)
             self.received[key] = size
             out: list[Action] = [Received(h.origin, h.mno, size)]
