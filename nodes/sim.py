@@ -16,13 +16,13 @@ import argparse
 import gc
 import heapq
 import json
+import math
 import random
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
-from math import cos, log, sin, sqrt
 from math import tau as TWOPI
 from pathlib import Path
 from typing import Any, Final, cast
@@ -315,12 +315,15 @@ class Simulator:
                 pos, ncur = 0, len(cur)
                 horizon = self._horizon = (slot + 1) << SLOT_BITS
                 continue
-            t = entry[0]
+            # The fields the loop compares and adds, unboxed once (native ints when compiled:
+            # `entry` holds objects, and each generic comparison was a call).
+            t: int = entry[0]
+            kind: int = entry[2]
             events += 1
             if budgeted and not events & mask:
                 self._counter, self._pos = counter, pos
                 self._over_budget(events, t)
-            _, _, kind, nid, epoch, a, b = entry
+            nid, epoch, a, b = entry[3], entry[4], entry[5], entry[6]
             if kind == call:
                 self.now, self._counter, self._pos = t, counter, pos
                 a()
@@ -406,18 +409,7 @@ class Simulator:
                         else:  # LinkModel.transit without loss or bandwidth, inlined
                             transit, jitter, gauss = plain
                             if jitter:
-                                # rng.gauss(0.0, jitter), inlined: the same draws and
-                                # arithmetic as random.Random.gauss (CPython 3.11-3.13).
-                                rng: Any = link.rng  # gauss.__self__, read natively
-                                z = rng.gauss_next
-                                if z is None:
-                                    x2pi = rng.random() * TWOPI
-                                    g2rad = sqrt(-2.0 * log(1.0 - rng.random()))
-                                    z = cos(x2pi) * g2rad
-                                    rng.gauss_next = sin(x2pi) * g2rad
-                                else:
-                                    rng.gauss_next = None
-                                transit += round(z * jitter)
+                                transit += _gauss_ns(link.rng, jitter)
                                 if transit < 0:
                                     transit = 0
                     counter += 1
@@ -617,6 +609,28 @@ class Simulator:
                                 "arguments": args})
         return {"value": reply.get("value"), "status": reply.get("status"),
                 **({"error": reply["error"]} if "error" in reply else {})}
+
+
+def _gauss_ns(rng: random.Random, jitter: int) -> int:
+    """`round(rng.gauss(0.0, jitter))`: the same draws and arithmetic as
+    random.Random.gauss (CPython 3.11-3.13) and round()'s half-to-even, in native floats when
+    compiled (`gauss_next` is the generator's own cached second draw)."""
+    spare: Any = rng.gauss_next  # type: ignore[attr-defined]
+    z: float
+    if spare is None:
+        x2pi = rng.random() * TWOPI
+        g2rad = math.sqrt(-2.0 * math.log(1.0 - rng.random()))
+        z = math.cos(x2pi) * g2rad
+        rng.gauss_next = math.sin(x2pi) * g2rad  # type: ignore[attr-defined]
+    else:
+        z = spare
+        rng.gauss_next = None  # type: ignore[attr-defined]
+    x = z * jitter
+    r = math.floor(x)  # round(x), half to even: x - floor(x) is exact
+    frac = x - r
+    if frac > 0.5 or (frac == 0.5 and r & 1):
+        r += 1
+    return r
 
 
 def run_sim_file(path: Path) -> SimStats:
