@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 from nodes.clock import SkewedClock
-from nodes.config import NodeConfig
+from nodes.config import Member, NodeConfig
 from nodes.edge import Gate
 from nodes.eventlog import EventLog
 from nodes.protocols import catalogue, make_protocol
@@ -84,7 +84,7 @@ class NodeCore:
     def __init__(self, cfg: NodeConfig, t0_ns: int):
         self.cfg = cfg
         self.clock = SkewedClock(t0_ns, cfg.clock.offset_ns, cfg.clock.drift_ppm)
-        self.names = {m.id: m.name for m in cfg.members}
+        self.names = _shared_names(cfg.members)
         self.log = EventLog(Path(cfg.log_path) if cfg.log_path else None, cfg.name, cfg.protocol)
         self.protocol = make_protocol(cfg.protocol, cfg.node_id, sorted(self.names),
                                       resolve_params(cfg))
@@ -366,6 +366,23 @@ class NodeCore:
             origin = ids.get(str(mid).rpartition(":")[0])
             if origin is not None and self.fnl_from.get(origin, 0) > 0:
                 self.fnl_from[origin] -= 1
+
+
+# Member id -> name maps, one per distinct membership: the hundred nodes of one simulation
+# share one (read-only) dict and its strings, which the delivery log reads at every line --
+# a hundred copies of them missed the CPU caches. Bounded: a long-lived process (explore) runs
+# many groups.
+_NAMES: dict[tuple[tuple[int, str], ...], dict[int, str]] = {}
+
+
+def _shared_names(members: list[Member]) -> dict[int, str]:
+    key = tuple((m.id, m.name) for m in members)
+    names = _NAMES.get(key)
+    if names is None:
+        if len(_NAMES) >= 64:
+            _NAMES.clear()
+        names = _NAMES[key] = dict(key)
+    return names
 
 
 def resolve_params(cfg: NodeConfig) -> dict[str, Any]:

@@ -50,11 +50,13 @@ class EventLog:
         head = self._heads.get(ev) if not proto else self._heads.get(f"{ev}\0{proto}")
         if head is None:
             head = self._head(ev, proto)
+        ts = str(t)
+        lts = ts if lt == t else str(lt)  # an unskewed clock: one conversion, not two
         if seq:
-            line = (f'{{"t":{t},"lt":{lt},"i":{self.count}{head}{origin}:{mno}","seq":{seq},'
+            line = (f'{{"t":{ts},"lt":{lts},"i":{self.count}{head}{origin}:{mno}","seq":{seq},'
                     f'"size":{size}}}')
         else:
-            line = (f'{{"t":{t},"lt":{lt},"i":{self.count}{head}{origin}:{mno}",'
+            line = (f'{{"t":{ts},"lt":{lts},"i":{self.count}{head}{origin}:{mno}",'
                     f'"size":{size}}}')
         self._buf.append(line)
         self.count += 1

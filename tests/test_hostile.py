@@ -20,6 +20,7 @@ from nodes.config import Member, NodeConfig, WorkloadConfig
 from nodes.core import NodeCore
 from nodes.edge import Gate
 from nodes.protocols.fast_seto import RATE_ID
+from nodes.protocols.sequencer import mid_key
 from nodes.wire import (
     FETCH_MAX,
     HEADER_SIZE,
@@ -184,7 +185,7 @@ def test_order_only_from_the_sequencer_and_inside_the_window() -> None:
     # ... and an honest ORDER from the sequencer goes through.
     core.receive(_from(0, MsgType.ORDER, Proto.SEQUENCER, entry, rseq=1, origin=0, seq=1), T0)
     assert core.counters.rejected == 3
-    assert core.protocol.order == {1: (2, 1)}  # type: ignore[attr-defined]
+    assert core.protocol.order == {1: mid_key(2, 1)}  # type: ignore[attr-defined]
 
 
 def test_forged_ack_cannot_purge_the_send_buffer() -> None:
@@ -241,4 +242,4 @@ def test_relayed_copies_from_the_sequencer_pass_the_gate() -> None:
     member.start(T0)
     member.receive(data, T0)
     assert member.counters.rejected == 0 and member.counters.malformed == 0
-    assert (2, 1) in member.protocol.received  # type: ignore[attr-defined]
+    assert mid_key(2, 1) in member.protocol.received  # type: ignore[attr-defined]

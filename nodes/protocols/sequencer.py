@@ -55,6 +55,19 @@ _ORDER: Final = MsgType.ORDER
 _FETCH: Final = MsgType.FETCH
 
 
+def mid_key(origin: int, mno: int) -> int:
+    """A message id (origin, mno) as one int, the key of the sequencer's R, S and relay
+    store: an int hashes and compares natively, a tuple element by element (the per-datagram
+    path's dict operations were most of its time). Both fit: origin 16 bits, mno 32 (the
+    wire's widths, `ORDER_ENTRY`)."""
+    return (origin << 32) | mno
+
+
+def mid_of(key: int) -> tuple[int, int]:
+    """`mid_key`'s (origin, mno) back."""
+    return key >> 32, key & 0xFFFFFFFF
+
+
 def pack_orders(entries: list[tuple[int, int]]) -> bytes:
     return b"".join(ORDER_ENTRY.pack(o, n) for o, n in entries)
 
@@ -173,8 +186,8 @@ class Sequencer(OnReliable):
         self.g = 0  # global sequence number (used by the sequencer)
         self.next_deliver = 1
         self.joining = self.incarnation > 0
-        self.received: dict[tuple[int, int], int] = {}  # R: (origin, mno) -> payload size
-        self.order: dict[int, tuple[int, int]] = {}  # S: seq -> (origin, mno)
+        self.received: dict[int, int] = {}  # R: mid_key(origin, mno) -> payload size
+        self.order: dict[int, int] = {}  # S: seq -> mid_key(origin, mno)
         self.pending_orders: list[tuple[int, int]] = []
         self.opt_delivered = 0
         self.fnl_delivered = 0
@@ -185,8 +198,8 @@ class Sequencer(OnReliable):
         # guards it): evicting a plain dict's first key (`next(iter(d))`) walks the deleted
         # slots at its front, O(store) per message -- 22 % of a node's time under load
         # (py-spy) -- and an OrderedDict's upkeep costs more per insertion than the deque.
-        self.store: dict[tuple[int, int], Message] = {}
-        self.store_keys: deque[tuple[int, int]] = deque()
+        self.store: dict[int, Message] = {}  # mid_key -> message
+        self.store_keys: deque[int] = deque()
         self.store_limit = int(params.get("relay_store", 16384))
         self.fetch_after_ns = round(float(params.get("fetch_after_ms", 200)) * 1e6)
         self.blocked_since: int | None = None  # when the next ORDER's data went missing
@@ -244,9 +257,10 @@ class Sequencer(OnReliable):
         h = msg.header
         typ = h.type
         if typ == _DATA:
-            key = (h.origin, h.mno)
-            if not self.seen.add_new(key):
+            origin, mno = h.origin, h.mno
+            if not self.seen.add_new((origin, mno)):
                 return []  # a relayed copy of what reliable multicast already gave us
+            key = (origin << 32) | mno  # mid_key, inlined
             if self.me == self.sequencer:  # only the sequencer serves FETCHes
                 store = self.store
                 store[key] = msg
@@ -256,7 +270,7 @@ class Sequencer(OnReliable):
                     del store[keys.popleft()]
             size = len(msg.payload)
             self.received[key] = size
-            out: list[Action] = [Received(h.origin, h.mno, size)]
+            out: list[Action] = [Received(origin, mno, size)]
             out += self._on_data(msg, now)
             out += self._try_deliver()
             return out
@@ -272,7 +286,10 @@ class Sequencer(OnReliable):
             payload = msg.payload
             unpack = ORDER_ENTRY.unpack_from
             for i in range(0, len(payload), ORDER_ENTRY.size):  # unpack_orders, inlined
-                order[seq] = unpack(payload, i)
+                o: int
+                n: int
+                o, n = unpack(payload, i)
+                order[seq] = (o << 32) | n  # mid_key, inlined
                 seq += 1
             if policy is not None:
                 return self._try_deliver() + policy.after_order(msg, now)
@@ -308,14 +325,15 @@ class Sequencer(OnReliable):
         if now - self.blocked_since < self.fetch_after_ns:
             return []
         self.blocked_since = now
-        wanted = [k for s, k in sorted(self.order.items()) if k not in self.received][:64]
+        wanted = [mid_of(k) for s, k in sorted(self.order.items())
+                  if k not in self.received][:64]
         header = Header(MsgType.FETCH, self.proto, sender=self.me)
         return [Send(self.sequencer, Message(header, pack_orders(wanted)))]
 
     def _serve_fetch(self, src: int, msg: Message) -> list[Action]:
         out: list[Action] = []
-        for key in unpack_orders(msg.payload):
-            data = self.store.get(key)
+        for origin, mno in unpack_orders(msg.payload):
+            data = self.store.get(mid_key(origin, mno))
             if data is not None:
                 h = data.header.with_(flags=data.header.flags | Flag.RELAYED)
                 out.append(Send(src, Message(h, data.payload)))
@@ -367,7 +385,7 @@ class Sequencer(OnReliable):
         # each hashes the tuple again.
         while (key := order.get(n)) is not None and (size := received.pop(key, None)) is not None:
             del order[n]
-            out.append(FinalDeliver(key[0], key[1], n, size))
+            out.append(FinalDeliver(key >> 32, key & 0xFFFFFFFF, n, size))
             n += 1
         if out:
             self.fnl_delivered += len(out)

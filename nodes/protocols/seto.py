@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from nodes.protocols.base import Action, FinalDeliver, OptDeliver, SetTimer, param
-from nodes.protocols.sequencer import ORDER_ENTRY, Sequencer, SequencerParams
+from nodes.protocols.sequencer import ORDER_ENTRY, Sequencer, SequencerParams, mid_key
 from nodes.wire import Message, Proto
 
 OPT = "seto:opt"
@@ -196,7 +196,7 @@ class SetoDelays:
             self.opt_from[origin] = mno
             for key in [k for k in self.parked if k[0] == origin]:
                 o = self.parked.pop(key)
-                if key[1] < mno and key not in self.seq.order.values():
+                if key[1] < mno and mid_key(*key) not in self.seq.order.values():
                     out += self._skip_opt(key)
                 elif key in self.hint:
                     self.arrivals += 1
@@ -211,7 +211,7 @@ class SetoDelays:
             _, _, key = heapq.heappop(self.waiting)
             if key not in self.hint:
                 continue  # already opt-delivered just before its fnl-delivery
-            out += self._opt_deliver(key, self.seq.received[key])
+            out += self._opt_deliver(key, self.seq.received[mid_key(*key)])
         if self.waiting:
             out.append(SetTimer(OPT, self.waiting[0][0] - now))
         return out
