@@ -370,3 +370,29 @@ def test_trend_report_links_a_new_exploration_failure(tmp_path: Path) -> None:
     assert "Exploration failures" in page and "new: regression" in page
     assert 'class="reproducer" href="runs/explore-x/reproducers/seed-7.yaml"' in page
     assert 'href="runs/explore-x/index.html"' in page
+
+
+def test_explore_workers_run_the_compiled_simulator(tmp_path: Path) -> None:
+    """The `testbed` script's workers are spawned processes that import the script's module
+    (the CLI) again before their initialiser runs; the CLI activates the compiled simulator
+    first, so they run it (they ran pure Python: the CLI had imported `nodes.wire`)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.test_sim_fastpath import compiled_build
+
+    compiled_build()
+    spec = _spec(tmp_path)
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "TESTBED_PURE_PYTHON"}
+    env["PYTHONPATH"] = str(ROOT)  # this tree's sources, not the editable install's
+    proc = subprocess.run([str(Path(sys.executable).parent / "testbed"), "explore", str(spec),
+                           "--seeds", "2", "--duration", "1s", "--workers", "1",
+                           "--out", str(out)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = pq.read_table(out / "seeds.parquet").to_pylist()
+    assert [row["compiled"] for row in rows] == [True, True], proc.stderr
+    assert "pure-Python" not in proc.stdout and "before activation" not in proc.stderr

@@ -224,7 +224,7 @@ def test_hot_value_classes_keep_the_dataclass_contract() -> None:
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _compiled_build() -> None:
+def compiled_build() -> None:
     """Build the compiled hot path for the current sources (a no-op when up to date); skip
     only where this machine cannot compile at all."""
     import shutil
@@ -258,7 +258,7 @@ def test_compiled_and_pure_simulators_write_identical_logs(tmp_path: Path) -> No
 
     from tests.sim_golden import configs as golden_configs
 
-    _compiled_build()
+    compiled_build()
     logs: dict[bool, dict[str, bytes]] = {}
     for pure in (False, True):
         out = tmp_path / ("pure" if pure else "compiled")
@@ -290,7 +290,7 @@ def test_golden_logs_hold_on_the_compiled_path() -> None:
     import subprocess
     import sys
 
-    _compiled_build()
+    compiled_build()
     script = ("import json\nfrom nodes import fastpath\nassert fastpath.activate()\n"
               "import nodes.sim, nodes.core\n"
               "assert nodes.sim.__file__.endswith(('.so', '.pyd')), nodes.sim.__file__\n"
@@ -309,7 +309,7 @@ def test_a_build_of_other_sources_is_never_loaded(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    _compiled_build()
+    compiled_build()
     edited = tmp_path / "core.py"
     edited.write_bytes((ROOT / "nodes" / "core.py").read_bytes() + b"\n# edited\n")
     script = ("import sys\nfrom pathlib import Path\nfrom nodes import fastpath\n"

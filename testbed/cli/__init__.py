@@ -7,7 +7,17 @@ one sentence (`file:line: field: message` for specs) and exit code 2, never a tr
 
 from __future__ import annotations
 
+# ruff: noqa: E402 -- the compiled simulator is activated before the command modules load
 import sys
+
+# The compiled simulator (nodes/fastpath.py) loads only before anything imports its modules,
+# and the commands below import some of them: activated first, so that `testbed explore`'s
+# workers -- spawned processes, which import this module again as the `testbed` script's --
+# and a simulation run in this process get it. Quiet: a missing or stale build is the pure
+# path, as everywhere.
+from nodes.fastpath import activate
+
+activate(quiet=True)
 
 import typer
 

@@ -117,6 +117,10 @@ def explore(
     console.print(f"{len(outcome.rows)} seeds in {outcome.explore_s:.1f} s ({rate:.1f} seeds/s, "
                   f"{rate * 3600:,.0f} schedules/hour): "
                   + (f"[red]{len(failing)} failing[/]" if failing else "[green]no failure[/]"))
+    pure = sum(1 for row in outcome.rows if row.get("compiled") is False)
+    if pure:
+        console.print(f"[yellow]{pure} of them on the pure-Python simulator[/]: `python -m "
+                      "nodes.fastpath build` (or `make venv`) compiles it")
     for seed, s in sorted(outcome.shrunk.items()):
         items = s["case"]["items"]
         console.print(f"seed {seed}: {', '.join(s['target'])}; shrunk from {s['from_items']} to "

@@ -88,9 +88,11 @@ def _key(data: dict[str, Any], checks: tuple[str, ...]) -> str:
 
 def run_seeds(seeds: list[int]) -> list[dict[str, Any]]:
     """A batch of seeds in this worker: draw, run, judge; one row each."""
+    from nodes.fastpath import active
     from testbed.explore.case import InvalidCase, draw_case, run_case
 
     base, root = _STATE["base"], _STATE["root"]
+    compiled = active()  # which simulator this worker runs (the CLI says when it is pure)
     rows = []
     for seed in seeds:
         try:
@@ -98,10 +100,12 @@ def run_seeds(seeds: list[int]) -> list[dict[str, Any]]:
         except InvalidCase as exc:
             rows.append({"seed": seed, "faults": "[]", "params": "{}", "ok": True,
                          "verdict_ok": True, "liveness": "", "failing": [], "events": 0,
-                         "checks": [], "error": f"invalid: {exc}", "wall_s": 0.0})
+                         "checks": [], "error": f"invalid: {exc}", "wall_s": 0.0,
+                         "compiled": compiled})
             continue
         row = run_case(base, case, root)
         row["case"] = case.record()
+        row["compiled"] = compiled
         rows.append(row)
     return rows
 

@@ -32,6 +32,8 @@ def write_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
         "error": pa.array([r.get("error", "") for r in rows], pa.string()),
         "reproducer": pa.array([r.get("reproducer", "") for r in rows], pa.string()),
         "shrunk_faults": pa.array([r.get("shrunk_faults", "") for r in rows], pa.string()),
+        # whether the seed ran on the compiled simulator (nodes/fastpath.py)
+        "compiled": pa.array([bool(r.get("compiled", False)) for r in rows], pa.bool_()),
     })
     pq.write_table(table, path)
 
