@@ -53,6 +53,24 @@ def test_inlined_links_give_the_same_logs_as_linkmodel(tmp_path: Path) -> None:
     assert fast == slow
 
 
+def test_the_loops_jitter_draw_is_round_of_random_gauss() -> None:
+    """nodes/sim.py `_gauss_ns` (the loop's jitter, in native floats when compiled) draws
+    exactly `round(rng.gauss(0.0, jitter))` of a generator in the same state -- the pairs'
+    cached second draw included -- and leaves the generator in that same state."""
+    import random
+
+    from nodes.sim import _gauss_ns
+
+    for seed, jitter in ((1, 1_000_000), (2, 3), (3, 1), (4, 4_000_000_000)):
+        mine, ref = random.Random(seed), random.Random(seed)
+        drawn = [_gauss_ns(mine, jitter) for _ in range(20_001)]
+        assert drawn == [round(ref.gauss(0.0, jitter)) for _ in range(20_001)]
+        assert mine.getstate() == ref.getstate()
+        assert mine.gauss_next == ref.gauss_next  # type: ignore[attr-defined]
+        if jitter == 1:  # draws of a standard normal: rounded down, up and to zero alike
+            assert {-2, -1, 0, 1, 2} <= set(drawn)
+
+
 @pytest.mark.parametrize("path", [
     PathConfig(delay_ns=5_000_000, jitter_ns=2_000_000),
     PathConfig(delay_ns=5_000_000, jitter_ns=0, distribution="uniform"),
