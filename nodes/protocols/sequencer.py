@@ -57,8 +57,8 @@ _FETCH: Final = MsgType.FETCH
 
 def mid_key(origin: int, mno: int) -> int:
     """A message id (origin, mno) as one int, the key of the sequencer's R, S and relay
-    store: an int hashes and compares natively, a tuple element by element (the per-datagram
-    path's dict operations were most of its time). Both fit: origin 16 bits, mno 32 (the
+    store: an int hashes and compares natively, a tuple element by element (these dict
+    operations are on every DATA and ORDER's path). Both fit: origin 16 bits, mno 32 (the
     wire's widths, `ORDER_ENTRY`)."""
     return (origin << 32) | mno
 
