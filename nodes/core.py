@@ -99,8 +99,9 @@ class NodeCore:
         # sent, and final deliveries per origin member id.
         self.sent = 0
         self.fnl_from: dict[int, int] = {}
-        self.gate = Gate(cfg.node_id, sorted(self.names), self.protocol,
-                         catalogue.edge_rules(self.protocol))
+        entry = catalogue.get(cfg.protocol)
+        self.gate = Gate(cfg.node_id, sorted(self.names), self.protocol, entry.edge,
+                         entry.wire_id)
         self._payload = b"\x00" * cfg.workload.size
         p = cfg.params
         self.fd = FailureDetector(cfg.node_id, sorted(self.names),

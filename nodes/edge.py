@@ -10,7 +10,8 @@ The check table (`CHECKS`) holds one function per message type. The rules come f
 protocols they protect:
 
 - every message: the sender is a member other than this node; the header's protocol is the
-  node's (ALIVE: the failure detector's RAW), and the type is one that protocol uses;
+  node's (or a layer's beside it, `EdgeRules.protos`; ALIVE: the failure detector's RAW),
+  and the type is one that protocol uses;
 - DATA (reliable FIFO multicast, 002 "Reliable FIFO: Negative Acknowledgement"): the origin
   R-multicasts its own messages, so origin == sender (a RELAYED copy, 000 sec. 2.1 and the
   relay in nodes/protocols/sequencer.py, keeps its origin's header too); the reliable
@@ -19,18 +20,29 @@ protocols they protect:
   further behind, hence the generous `RSEQ_WINDOW`), so a forged number cannot make a node
   buffer or NACK without bound; the SETO hint (000 Fig. 4 line 10) is non-negative and below
   `HINT_MAX_US`;
-- ORDER (000 Fig. 1): only from the current sequencer, numbers inside `SEQ_WINDOW` of the
-  next one to deliver, entries naming members;
+- ORDER (000 Fig. 1): numbers inside `SEQ_WINDOW` of the next one to deliver, entries
+  naming members;
 - NACK/ACK: ranges that are non-empty and inside what this node has sent (a forged ACK
-  cannot purge a send buffer); FETCH: only to the sequencer, at most 64 entries (decode);
-- ESTIMATE/DELAY (003 Fig. 7): ESTIMATE only to the designated process and carrying a delay
-  for every other member; DELAY only from the designated process and with one delay per
-  member; delays between 0 and `HINT_MAX_US`.
+  cannot purge a send buffer); FETCH: at most 64 entries (decode);
+- ESTIMATE/DELAY (003 Fig. 7): an ESTIMATE carries a delay for every other member, a DELAY
+  one per member; delays between 0 and `HINT_MAX_US`.
 
-Which message types a protocol's datagrams may carry is its catalogue entry's `edge`
-(nodes/protocols/catalogue.py `EdgeRules`, looked up by the protocol's wire id); a protocol
-without one (a layer stack added later: give it `edge` rules, and its payloads a rule here or
-in `nodes.wire.PAYLOAD_RULES`) gets the generic checks only. Without authentication
+Roles: who may send or receive a message type is a `RoleRule` of the protocol's edge rules,
+checked against the roles the protocol's layers say they play now (`Layer.roles()`, nodes/
+protocols/base.py: member id by role name). A rule whose role the layer does not declare
+refuses the datagram (`role`): a missing declaration never lets a forged one through. The
+rules (each with its protocol): ORDER only from the `sequencer`, FETCH only to it (000
+Fig. 1 and the relay); ESTIMATE only to the `coordinator`, DELAY only from it (003 Fig. 7);
+the token only from the `predecessor` in the ring (Totem's ring, 002 L379-384); the
+`leader`'s relayed data and grants only from it, forwarded data and requests only to it (004
+§8.1, §8.2); a membership INSTALL only from the `installer`, the coordinator of the proposal
+this member answered (001 §4.1, nodes/protocols/membership.py M3, M5).
+
+Which message types a protocol's datagrams may carry, and its role rules, are its catalogue
+entry's `edge` (nodes/protocols/catalogue.py, `EdgeRules`), given with the entry's wire id by
+whoever builds the gate (the node core, a container for each instance); a protocol without
+one (a layer stack added later: give it `edge` rules, and its payloads a rule here or in
+`nodes.wire.PAYLOAD_RULES`) gets the generic checks only. Without authentication
 (`transport: udp-aead` or `tls`) a process that can reach the data plane can still forge a
 member's messages within these bounds; docs/security.md says what that leaves open.
 """
@@ -55,33 +67,60 @@ _SIGNED = struct.Struct("!Hi")
 
 
 @dataclass(frozen=True)
+class RoleRule:
+    """Only the member playing `role` (a key of `Layer.roles()`) sends (`sender`) or receives
+    (not `sender`) datagrams of type `type`; narrowed to those under wire id `proto` (None:
+    any the gate admits), with header `aux` (None: any) and with (True) or without (False)
+    the RELAYED flag (None: either)."""
+
+    type: MsgType
+    role: str
+    sender: bool
+    proto: int | None = None
+    aux: int | None = None
+    relayed: bool | None = None
+
+
+@dataclass(frozen=True)
 class EdgeRules:
     """What the edge gate (below) admits of a protocol's datagrams beyond the generic
-    checks: the message types they may carry under its wire id (each checked by the gate's
-    rule for that type, nodes/edge.py `CHECKS`), and, for an ESTIMATE, the entry id that
-    carries the sender's own send rate instead of a delay (003 Fig. 7, fast_seto.py)."""
+    checks: the message types they may carry under its wire id (and the wire ids in
+    `protos`, a layer it runs beside: primary's membership), checked by the gate's rule for
+    each type (`CHECKS`) when `checked` (the sequencer's message formats; a protocol that
+    gives the types other meanings says False), its role rules (`roles`), and, for an
+    ESTIMATE, the entry id that carries the sender's own send rate instead of a delay (003
+    Fig. 7, fast_seto.py)."""
 
     types: frozenset[MsgType]
     rate_id: int | None = None
+    roles: tuple[RoleRule, ...] = ()
+    checked: bool = True
+    protos: frozenset[int] = frozenset()
 
 
 class Gate:
     """The checks for one node; `check(msg)` returns None or the reason to reject it."""
 
     def __init__(self, me: int, members: list[int], protocol: Any,
-                 rules: EdgeRules | None):
+                 rules: EdgeRules | None, wire_id: int | None):
+        # `protocol`: a `Layer` (nodes/protocols/base.py) whose `roles()` the role rules read.
         self.me = me
         self.members = frozenset(members)
         self.protocol = protocol
-        proto = getattr(protocol, "proto", None)
-        # Any wire id (nodes/protocols/switching.py sets its tags): an int, as mypyc
-        # (nodes/fastpath.py) checks this annotation at run time.
-        self.proto: int | None = int(proto) if isinstance(proto, int) else None
-        # `rules`: the protocol's catalogue entry's (`Entry.edge`, nodes/protocols/
-        # catalogue.py `edge_rules`), given by whoever builds the gate (the node core, a
-        # container for its instances): the gate knows no catalogue.
+        # The wire id datagrams carry: any int (nodes/protocols/switching.py sets its tags),
+        # as mypyc (nodes/fastpath.py) checks this annotation at run time.
+        self.proto: int | None = None if wire_id is None else int(wire_id)
+        # `rules` and `wire_id`: the protocol's catalogue entry's (`Entry.edge`,
+        # `Entry.wire_id`, nodes/protocols/catalogue.py), given by whoever builds the gate
+        # (the node core, a container for its instances): the gate knows no catalogue.
         self.allowed: frozenset[MsgType] | None = rules.types if rules is not None else None
         self.rate_id: int | None = rules.rate_id if rules is not None else None
+        self.checked = rules is None or rules.checked
+        self.protos: frozenset[int] = rules.protos if rules is not None else frozenset()
+        # The role rules by message type: one dict look-up per datagram.
+        self.role_rules: dict[MsgType, list[RoleRule]] = {}
+        for r in rules.roles if rules is not None else ():
+            self.role_rules.setdefault(r.type, []).append(r)
         # The reliable multicast under the protocol (the `layer` of its `Below`, nodes/
         # protocols/reliable.py), whose windows bound the numbers a datagram may carry.
         self.rm: Any = getattr(getattr(protocol, "rm", None), "layer", None)
@@ -99,12 +138,33 @@ class Gate:
             return None if h.proto == Proto.RAW else "proto"
         if self.allowed is None:
             return None  # a protocol this table does not describe: generic checks only
-        if h.proto != self.proto:
+        if h.proto != self.proto and h.proto not in self.protos:
             return "proto"
         if h.type not in self.allowed:
             return "type"
+        roles = self.role_rules.get(h.type)
+        if roles is not None and not self._roles_hold(roles, h):
+            return "role"
+        if not self.checked or h.proto != self.proto:
+            return None
         rule = CHECKS.get(h.type)
         return None if rule is None else rule(self, h, msg)
+
+    def _roles_hold(self, rules: list[RoleRule], h: Header) -> bool:
+        """Every rule that applies to `h` names the sender (or this node) as the member
+        playing its role now; a role the layer does not declare holds for no one."""
+        playing: dict[str, int] | None = None
+        for r in rules:
+            if ((r.proto is not None and h.proto != r.proto)
+                    or (r.aux is not None and h.aux != r.aux)
+                    or (r.relayed is not None and bool(h.flags & RELAYED) != r.relayed)):
+                continue
+            if playing is None:
+                playing = self.protocol.roles()
+            holder = playing.get(r.role)
+            if holder is None or holder != (h.sender if r.sender else self.me):
+                return False
+        return True
 
     # -- helpers ------------------------------------------------------------------------------
     def _reliable(self, h: Header) -> str | None:
@@ -167,7 +227,7 @@ def _data(g: Gate, h: Header, msg: Message) -> str | None:
 
 def _order(g: Gate, h: Header, msg: Message) -> str | None:
     p = g.protocol
-    if h.sender != getattr(p, "sequencer", h.sender) or h.origin != h.sender:
+    if h.origin != h.sender:  # the sequencer's own ORDER (its sender: the role rule)
         return "role"
     nxt = getattr(p, "next_deliver", None)
     if h.seq < 1 or (nxt is not None and not getattr(p, "joining", False)
@@ -189,20 +249,14 @@ def _ack(g: Gate, h: Header, msg: Message) -> str | None:
 
 
 def _fetch(g: Gate, h: Header, msg: Message) -> str | None:
-    if getattr(g.protocol, "sequencer", g.me) != g.me:
-        return "role"
     return g._origins(msg.payload)
 
 
 def _estimate(g: Gate, h: Header, msg: Message) -> str | None:
-    if getattr(g.protocol, "coordinator", g.me) != g.me:
-        return "role"
     return g._vector(msg.payload, g.members - {h.sender}, rate=True)
 
 
 def _delay(g: Gate, h: Header, msg: Message) -> str | None:
-    if h.sender != getattr(g.protocol, "coordinator", h.sender):
-        return "role"
     return g._vector(msg.payload, g.members, rate=False)
 
 

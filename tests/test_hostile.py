@@ -9,7 +9,9 @@ delivered or counted. Bounded: a few hundred examples per protocol, seconds each
 
 from __future__ import annotations
 
+import json
 import struct
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -225,7 +227,7 @@ def test_gate_leaves_unknown_protocols_to_generic_checks() -> None:
     class Other:
         proto = "not-in-the-table"
 
-    gate = Gate(0, [0, 1], Other(), None)
+    gate = Gate(0, [0, 1], Other(), None, None)
     msg = Message(Header(MsgType.DUMMY, Proto.RAW, sender=1))
     assert gate.check(msg) is None
     assert gate.check(Message(Header(MsgType.DUMMY, Proto.RAW, sender=5))) == "sender"
@@ -243,3 +245,99 @@ def test_relayed_copies_from_the_sequencer_pass_the_gate() -> None:
     member.receive(data, T0)
     assert member.counters.rejected == 0 and member.counters.malformed == 0
     assert mid_key(2, 1) in member.protocol.received  # type: ignore[attr-defined]
+
+
+# -- docs/security.md, "Hostile datagrams": each decode refusal and edge rule, one by one ------
+def _valid() -> bytes:
+    return _from(2, MsgType.DATA, Proto.SEQUENCER, b"x", rseq=1, origin=2, mno=1)
+
+
+def _with(data: bytes, offset: int, value: bytes) -> bytes:
+    return data[:offset] + value + data[offset + len(value):]
+
+
+@pytest.mark.parametrize(("data", "reason"), [
+    (_valid()[:HEADER_SIZE - 1], "short"),
+    (_with(_valid(), 0, b"XX"), "magic"),
+    (_with(_valid(), 2, b"\x09"), "version"),
+    (_valid() + b"y", "length"),
+    (_with(_valid(), 3, b"\xee"), "type"),
+    (_with(_valid(), 4, b"\x60"), "type"),  # an unknown protocol (96: no wire id)
+    (_from(0, MsgType.FETCH, Proto.SEQUENCER, b"\x00" * 7), "payload"),
+    (_from(0, MsgType.ESTIMATE, Proto.FAST_SETO, b"\x00" * 5), "payload"),
+    (_from(0, MsgType.DELAY, Proto.FAST_SETO, b""), "payload"),
+    (_from(0, MsgType.ACK, Proto.SEQUENCER, b"\x00"), "payload"),
+], ids=["short", "magic", "version", "length", "type", "proto", "fetch", "estimate", "delay",
+        "ack"])
+def test_decode_refuses_each_malformation_with_its_reason(data: bytes, reason: str) -> None:
+    assert decode(_valid()).header.sender == 2  # the datagram mutated below is well-formed
+    with pytest.raises(WireError) as err:
+        decode(data)
+    assert err.value.reason == reason
+    core = make_core("sequencer", 1)
+    core.start(T0)
+    core.receive(data, T0)
+    assert core.counters.reasons == {f"malformed:{reason}": 1}
+
+
+def test_sender_must_be_another_member_and_the_protocol_the_nodes() -> None:
+    core = make_core("sequencer", 1)
+    core.start(T0)
+    core.receive(_from(1, MsgType.DATA, Proto.SEQUENCER, b"x", rseq=1, origin=1, mno=1), T0)
+    core.receive(_from(2, MsgType.DATA, Proto.SETO, b"x", rseq=1, origin=2, mno=1), T0)
+    core.receive(_from(2, MsgType.ESTIMATE, Proto.SEQUENCER, ENTRY.pack(0, 1)), T0)
+    assert core.counters.reasons == {"rejected:sender": 1, "rejected:proto": 1,
+                                     "rejected:type": 1}
+    core.receive(_valid(), T0)
+    assert core.counters.rejected == 3
+
+
+def test_forged_nack_outside_what_was_sent_is_refused() -> None:
+    core = make_core("sequencer", 1)
+    core.start(T0)
+    core.broadcast(T0)
+    core.receive(_from(2, MsgType.NACK, Proto.SEQUENCER, rseq=1, seq=500), T0)
+    core.receive(_from(2, MsgType.NACK, Proto.SEQUENCER, rseq=0, seq=1), T0)
+    assert core.counters.reasons == {"rejected:range": 2}
+    resent = core.receive(_from(2, MsgType.NACK, Proto.SEQUENCER, rseq=1, seq=1), T0).sends
+    assert core.counters.rejected == 2 and len(resent) == 1
+
+
+def test_a_nack_is_answered_with_at_most_max_resend_messages() -> None:
+    """docs/security.md "Not protected": a spoofed NACK makes a node resend at most
+    `max_resend` messages, and only to the member the header names."""
+    core = make_core("sequencer", 1)
+    core.start(T0)
+    for _ in range(300):
+        core.broadcast(T0)
+    sends = core.receive(_from(2, MsgType.NACK, Proto.SEQUENCER, rseq=1, seq=300), T0).sends
+    data = [(dst, m) for dst, m, _ in sends if decode(m).header.type == MsgType.DATA]
+    assert len(data) == 128 and {dst for dst, _ in data} == {2}
+
+
+def test_refusals_are_counted_per_reason_logged_ten_times_and_totalled_at_stop(
+        tmp_path: Path) -> None:
+    from nodes.management.node_mbeans import build_node_registry
+
+    members = [Member(i, f"h{i}", "127.0.0.1", 7000 + i) for i in range(N)]
+    log = tmp_path / "node.log"
+    cfg = NodeConfig(node_id=1, name="h1", members=members, protocol="sequencer",
+                     params={"sequencer": "h0"}, log_path=str(log), seed=1, start_at_ns=T0,
+                     duration_ns=10**9, drain_ns=0, workload=WorkloadConfig(True, 10.0, 16))
+    core = NodeCore(cfg, T0)
+    core.start(T0)
+    entry = struct.pack("!HI", 2, 1)
+    for _ in range(15):
+        core.receive(_from(2, MsgType.ORDER, Proto.SEQUENCER, entry, rseq=1, origin=2, seq=1),
+                     T0)
+        core.receive(b"\x00" * 3, T0)
+    transport = build_node_registry(core).get("testbed:type=Transport")
+    assert transport.read("Rejected") == 15 and transport.read("Malformed") == 15
+    assert transport.read("DropReasons") == {"rejected:role": 15, "malformed:short": 15}
+    core.stop(T0)
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    drops = [e["reason"] for e in events if e["ev"] == "drop"]
+    assert sorted(drops) == ["malformed:short"] * 10 + ["rejected:role"] * 10
+    stop = events[-1]
+    assert stop["ev"] == "stop" and (stop["malformed"], stop["rejected"]) == (15, 15)
+    assert stop["drops"] == {"malformed:short": 15, "rejected:role": 15}

@@ -1,20 +1,21 @@
 """The MBeans a running node exposes (docs/architecture.md "Management API", D3.5 section 4.2):
-`testbed:type=Node`, `type=Clock`, `type=TotalOrder,protocol=P`, `type=Transport`,
-`type=Membership` for the `primary` protocol, and `type=QoS` (reservations,
-docs/reservations.md)."""
+`testbed:type=Node`, `type=Clock`, `type=TotalOrder,protocol=P`, `type=Transport`, and
+`type=QoS` (reservations, docs/reservations.md); besides, what the protocol's layers declare
+next to their state (`Layer.managed`, nodes/protocols/base.py): attributes that join
+`TotalOrder` or `Transport` (the sequencer's LastSeq, reliable multicast's
+Retransmissions, switching's switchTo) and MBeans of their own (`primary`'s
+`type=Membership`)."""
 
 from __future__ import annotations
 
 import math
 import time
 from collections.abc import Callable
-from typing import Any
 
 from nodes.core import NodeCore, Output
 from nodes.management.mbeans import MBean, MBeanRegistry
 from nodes.protocols import catalogue
-from nodes.protocols.primary import Primary
-from nodes.protocols.switching import Switching, switching_mbean
+from nodes.protocols.base import Managed, ManagedHost
 
 
 def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_ns,
@@ -28,7 +29,6 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
     started = true_now()
     cfg = core.cfg
     clock = core.clock
-    proto: Any = core.protocol
     counters = core.counters
     entry = catalogue.find(cfg.protocol)
     claims = sorted(entry.claims) if entry is not None else []
@@ -84,15 +84,11 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
         .attribute("MsgsBroadcast", "int", lambda: counters.broadcast)
         .attribute("MsgsOptDelivered", "int", lambda: counters.opt)
         .attribute("MsgsFinalDelivered", "int", lambda: counters.fnl)
-        .attribute("LastSeq", "int", lambda: getattr(proto, "next_deliver", 1) - 1,
-                   description="last final-delivered sequence number")
-        .attribute("PendingQueue", "int", lambda: len(getattr(proto, "received", ())),
-                   description="messages received and not yet final-delivered")
         .operation("resetStats", reset_stats, [], None, "zero the delivery counters")
     )
-    if isinstance(proto, Switching):
-        switching_mbean(total_order, proto, lambda: clock.local(true_now()))
-    registry.register(total_order)
+    declared = core.protocol.managed(
+        ManagedHost(lambda: clock.local(true_now()), lambda m: core.names[m]))
+    registry.register(_with_declared(total_order, "TotalOrder", declared))
 
     fd = core.fd
 
@@ -140,11 +136,7 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
         .operation("heal", heal, [], None, "remove every filter")
     )
 
-    if isinstance(proto, Primary):
-        registry.register(membership_mbean(core, proto))
-
-    rm = getattr(proto, "rm", None)
-    registry.register(
+    registry.register(_with_declared(
         MBean("testbed:type=Transport", "UDP transport and reliable multicast")
         .attribute("Transport", "str", lambda: cfg.transport,
                    description="udp, or udp-aead (AES-GCM sealed datagrams)")
@@ -159,9 +151,12 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
         .attribute("DropReasons", "dict", lambda: dict(counters.reasons),
                    description="refused datagrams per reason, e.g. malformed:length")
         .attribute("Errors", "int", lambda: counters.errors,
-                   description="exceptions caught in node callbacks (ev=error)")
-        .attribute("Retransmissions", "int", lambda: getattr(rm, "retransmissions", 0))
-    )
+                   description="exceptions caught in node callbacks (ev=error)"),
+        "Transport", declared))
+    for bean_type in dict.fromkeys(d.bean for d in declared):
+        if bean_type not in ("TotalOrder", "Transport"):
+            registry.register(_with_declared(MBean(f"testbed:type={bean_type}", next(
+                d.description for d in declared if d.bean == bean_type)), bean_type, declared))
     if apply is not None:
         registry.register(qos_mbean(core, true_now, apply))
     return registry
@@ -235,42 +230,13 @@ def _log_clock(core: NodeCore, t: int, action: str) -> None:
                    offset_ms=core.clock.offset_ns / 1e6, drift_ppm=core.clock.drift_ppm)
 
 
-def membership_mbean(core: NodeCore, proto: Primary) -> MBean:
-    """`testbed:type=Membership` (001 4.2 L432-436, Appia's `view`, `blocked`,
-    `set_primary`): the view, whether it is primary, blocked, the primary counter; the
-    operation `setPrimary` makes a blocked (or fresh) node's view the primary one (P9). On a
-    node already in a primary view it is refused with a one-line error and changes nothing."""
-    def names(ids: list[int]) -> list[str]:
-        return [core.names[m] for m in ids]
-
-    def set_primary() -> str:
-        try:
-            accepted = proto.set_primary()
-        except ValueError as exc:
-            raise ValueError(f"{core.cfg.name}: {exc} (members "
-                             f"{names(proto.view_info()['last_primary'])})") from None
-        return f"{accepted}: view {names(proto.view_info()['members'])}"
-
-    return (
-        MBean("testbed:type=Membership", "Primary-partition membership (001 section 4.1)")
-        .attribute("View", "list", lambda: names(proto.view_info()["members"]),
-                   description="members of the membership view")
-        .attribute("ViewId", "int", lambda: proto.view_info()["vid"])
-        .attribute("IsPrimary", "bool", lambda: proto.view_info()["primary"],
-                   description="the view is a primary view")
-        .attribute("Blocked", "bool", lambda: proto.view_info()["blocked"],
-                   description="no primary here: nothing is delivered, broadcasts refused")
-        .attribute("PrimaryCounter", "int", lambda: proto.view_info()["counter"],
-                   description="primary views this node installed (its primary epoch)")
-        .attribute("LastPrimary", "list", lambda: names(proto.view_info()["last_primary"]))
-        .attribute("Status", "str", lambda: proto.view_info()["status"],
-                   description="primary, blocked, or fresh (excluded or not joined yet)")
-        .attribute("RefusedBroadcasts", "int", lambda: proto.refused)
-        .attribute("TransferredDeliveries", "int", lambda: proto.transferred,
-                   description="deliveries received by state transfer when rejoining")
-        .attribute("RejectedMessages", "int",
-                   lambda: proto.rejected + proto.membership.rejected,
-                   description="view and membership messages refused as malformed")
-        .operation("setPrimary", set_primary, [], "str",
-                   "make this blocked node's view the primary (operator recovery, 4.2)")
-    )
+def _with_declared(bean: MBean, bean_type: str, declared: list[Managed]) -> MBean:
+    """`bean` with the attributes and operations the layers declare for `bean_type`."""
+    for d in declared:
+        if d.bean != bean_type:
+            continue
+        for a in d.attributes:
+            bean.attribute(a.name, a.type, a.get, a.set, a.description)
+        for op in d.operations:
+            bean.operation(op.name, op.call, op.args, op.returns, op.description)
+    return bean

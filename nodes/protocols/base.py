@@ -12,7 +12,9 @@ Every hook the node core calls is declared in `Layer` (no `getattr` probes): the
 plus `on_suspect` (the failure detector changed its mind) and `on_view` (the `primary` layer,
 nodes/protocols/primary.py, gives the total-order instance it runs in a primary view that
 view's members). `LayerBase` gives the hooks a layer does not
-need a default that does nothing.
+need a default that does nothing. A layer also declares what the node reads of it: the roles
+it gives members (`roles`, for the edge gate, nodes/edge.py) and its management attributes
+(`managed`, for the node's MBeans, nodes/management/node_mbeans.py), next to its state.
 
 Each protocol's parameters are a dataclass (`CommonParams` and its subclasses): field types,
 defaults and `metadata` constraints (`gt`, `ge`, `le`, `lt`, `doc`, `host`) that the catalogue
@@ -22,6 +24,7 @@ node program itself needs no pydantic.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -209,6 +212,53 @@ class Reserve:
     key: str = "default"  # one reservation per key and node
 
 
+@dataclass(frozen=True)
+class Attribute:
+    """A management attribute a layer declares (`Layer.managed`): its name, type (as
+    nodes/management/mbeans.py names them: int, float, str, bool, list, dict), how to read
+    it, and how to write it (None: read-only)."""
+
+    name: str
+    type: str
+    get: Callable[[], Any]
+    set: Callable[[Any], None] | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Operation:
+    """A management operation a layer declares: `call` takes `args` ((name, type) pairs)
+    and returns a value of type `returns` (None: nothing); a ValueError is the caller's
+    one-line error."""
+
+    name: str
+    call: Callable[..., Any]
+    args: tuple[tuple[str, str], ...] = ()
+    returns: str | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Managed:
+    """What a layer exposes in one MBean: `bean` is the MBean's type, `testbed:type=<bean>`
+    (`TotalOrder` and `Transport` are the node's: the attributes join them), `description`
+    the MBean's when the layer makes it."""
+
+    bean: str
+    attributes: tuple[Attribute, ...] = ()
+    operations: tuple[Operation, ...] = ()
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ManagedHost:
+    """What the node gives a layer's management declarations: its local clock now, and the
+    host name of a member id."""
+
+    local_now: Callable[[], int]
+    name: Callable[[int], str]
+
+
 Action = (Send | SetTimer | RDeliver | OptDeliver | FinalDeliver | EnsuredDeliver | Received | Log
           | Reserve)
 
@@ -255,6 +305,19 @@ class Layer(Protocol):
         messages itself, as `primary` does across its views); False: this layer cannot."""
         ...
 
+    def roles(self) -> dict[str, int]:
+        """The roles this layer's protocol gives members now, by name (`sequencer`,
+        `coordinator`, `predecessor`, `leader`, `installer`): the member id playing each.
+        The edge gate's role rules (nodes/edge.py `RoleRule`) read them; a role missing here
+        holds for no one."""
+        ...
+
+    def managed(self, host: ManagedHost) -> list[Managed]:
+        """The management attributes and operations of this layer (and the layers it owns),
+        as JGroups' protocols declare theirs: the node's MBeans (nodes/management/
+        node_mbeans.py) are built from them."""
+        ...
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # subclassed by other protocols
 class LayerBase:
@@ -278,6 +341,12 @@ class LayerBase:
 
     def renumber(self, last: int) -> bool:
         return False
+
+    def roles(self) -> dict[str, int]:
+        return {}
+
+    def managed(self, host: ManagedHost) -> list[Managed]:
+        return []
 
 
 class ProtocolError(Exception):

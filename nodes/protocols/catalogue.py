@@ -28,7 +28,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import TYPE_CHECKING, Annotated, Any
 
 from nodes import wire
-from nodes.edge import EdgeRules
+from nodes.edge import EdgeRules, RoleRule
 from nodes.protocols import (
     cbcast,
     fast_seto,
@@ -262,12 +262,39 @@ PSYNC_HAZARDS = SENDER_REPAIR_HAZARDS + (
 )
 
 
-# The fixed sequencer's messages (000 Fig. 1) over reliable FIFO (002), with the relay's FETCH.
+# The fixed sequencer's messages (000 Fig. 1) over reliable FIFO (002), with the relay's FETCH:
+# ORDERs only from the sequencer, FETCHes only to it.
 SEQUENCER_EDGE = EdgeRules(frozenset({MsgType.DATA, MsgType.ORDER, MsgType.NACK, MsgType.ACK,
-                                      MsgType.HEARTBEAT, MsgType.FETCH}))
+                                      MsgType.HEARTBEAT, MsgType.FETCH}),
+                           roles=(RoleRule(MsgType.ORDER, "sequencer", sender=True),
+                                  RoleRule(MsgType.FETCH, "sequencer", sender=False)))
+# ... and Fast SETO's planning (003 Fig. 7): ESTIMATEs only to the designated process, DELAY
+# rows only from it.
 FAST_SETO_EDGE = EdgeRules(SEQUENCER_EDGE.types | {MsgType.PING, MsgType.PONG,
                                                    MsgType.ESTIMATE, MsgType.DELAY},
-                           rate_id=fast_seto.RATE_ID)
+                           rate_id=fast_seto.RATE_ID,
+                           roles=SEQUENCER_EDGE.roles + (
+                               RoleRule(MsgType.ESTIMATE, "coordinator", sender=False),
+                               RoleRule(MsgType.DELAY, "coordinator", sender=True)))
+# The token (an ORDER under token-ring's id) only from the predecessor in the ring (K3).
+TOKEN_RING_EDGE = EdgeRules(frozenset({MsgType.DATA, MsgType.ORDER}), checked=False,
+                            roles=(RoleRule(MsgType.ORDER, "predecessor", sender=True),))
+# 004 §8.1: relayed SEQDATA only from the leader, FWDs only to it (LB1, LB2).
+LEADER_EDGE = EdgeRules(frozenset({MsgType.DATA}), checked=False,
+                        roles=(RoleRule(MsgType.DATA, "leader", sender=True, relayed=True),
+                               RoleRule(MsgType.DATA, "leader", sender=False, relayed=False)))
+# 004 §8.2: GRANTs (ORDER) only from the leader, REQs (FETCH) only to it (TS1, TS3).
+TIMESTAMP_LEADER_EDGE = EdgeRules(
+    frozenset({timestamp_leader.REQ, timestamp_leader.GRANT, timestamp_leader.TSDATA,
+               timestamp_leader.DUMMY}), checked=False,
+    roles=(RoleRule(timestamp_leader.GRANT, "leader", sender=True),
+           RoleRule(timestamp_leader.REQ, "leader", sender=False)))
+# `primary`'s messages and its membership's (001 §4.1), all DATA: a membership INSTALL only
+# from the coordinator whose proposal this member answered (membership M3, M5).
+PRIMARY_EDGE = EdgeRules(frozenset({MsgType.DATA}), checked=False,
+                         protos=frozenset({membership.WIRE_ID}),
+                         roles=(RoleRule(MsgType.DATA, "installer", sender=True,
+                                         proto=membership.WIRE_ID, aux=membership.INSTALL),))
 # The analysis sections a protocol can add to summary.json, by key: analysis maps each key to
 # the function that computes it (analysis/verdict.py `SECTIONS`, analysis/job.py
 # `SPARK_SECTIONS`); a protocol with a latency bound adds `qos` (004) whatever it names.
@@ -380,7 +407,7 @@ CATALOGUE: tuple[Entry, ...] = (
           hazards=SENDER_REPAIR_HAZARDS,
           summary="causal order with vector clocks, ISIS CBCAST (002 L299-327)"),
     Entry("token-ring", token_ring.WIRE_ID, token_ring.TokenRing, token_ring.TokenRingParams,
-          SEQUENCER_TOTAL,
+          SEQUENCER_TOTAL, edge=TOKEN_RING_EDGE,
           liveness=Liveness(LINK_LIVE, note="Totem: a crashed member breaks the ring "
                                             "(membership out of scope)"),
           tagged_ok=True,
@@ -425,7 +452,7 @@ CATALOGUE: tuple[Entry, ...] = (
                   "<= delta+gamma+theta, delta+2gamma+theta with a crash; total order with "
                   "gaps when loss_tolerance > 0 (004 secs. 5-7)"),
     Entry("primary", primary.WIRE_ID, _hosting(primary.Primary), primary.PrimaryParams,
-          SEQUENCER_TOTAL,
+          SEQUENCER_TOTAL, edge=PRIMARY_EDGE,
           sections=("membership",),
           liveness=Liveness(RELIABLE_LIVE, quorum=True,
                             note="001 §4.1: views exclude crashed members while a majority "
@@ -441,14 +468,14 @@ CATALOGUE: tuple[Entry, ...] = (
           summary="QoS-preserving total order for constant bit rates, latency <= Δ+Γ (004 "
                   "§4, Figs. 3-5)"),
     Entry("leader", leader.WIRE_ID, leader.Leader, leader.LeaderParams,
-          RELIABLE_FIFO | {"total_order"}, bound="leader",
+          RELIABLE_FIFO | {"total_order"}, bound="leader", edge=LEADER_EDGE,
           liveness=Liveness(frozenset({"clock"}), note="004 §8 assumes no failures and no "
                                                        "loss; no clock synchrony (L663)"),
           model=Model(clocks=False, source="004 §2.1, §8 (no failures, L663)"),
           summary="leader broadcast over reserved rates, latency <= 2Δ+pO (004 §8.1)"),
     Entry("timestamp-leader", timestamp_leader.WIRE_ID, timestamp_leader.TimestampLeader,
           timestamp_leader.TimestampLeaderParams, RELIABLE_FIFO | {"total_order"},
-          bound="timestamp-leader",
+          bound="timestamp-leader", edge=TIMESTAMP_LEADER_EDGE,
           liveness=Liveness(frozenset({"clock"}), note="004 §8 assumes no failures and no "
                                                        "loss; no clock synchrony (L663)"),
           model=Model(clocks=False, source="004 §2.1, §8 (no failures, L663)"),
@@ -532,14 +559,6 @@ def find(name: str) -> Entry | None:
 def find_wire(wire_id: int) -> Entry | None:
     """The entry whose wire id is `wire_id` (None: no protocol's)."""
     return _BY_WIRE.get(wire_id)
-
-
-def edge_rules(layer: object) -> EdgeRules | None:
-    """What the edge gate admits of `layer`'s datagrams: the edge rules of the entry whose
-    wire id the layer carries (None: generic checks only)."""
-    proto = getattr(layer, "proto", None)
-    entry = _BY_WIRE.get(int(proto)) if isinstance(proto, int) else None
-    return entry.edge if entry is not None else None
 
 
 def sections(name: str, params: dict[str, Any]) -> tuple[str, ...]:

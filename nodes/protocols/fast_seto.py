@@ -123,6 +123,11 @@ class DelayPlanner:
         self.sent_at.append((now, self.seto.sent()))
         return [SetTimer(PROBE, 0), SetTimer(ESTIMATE, self.estimate_ns)]
 
+    def roles(self) -> dict[str, int]:
+        """The designated process (the `coordinator`) gathers every ESTIMATE and alone
+        sends DELAY rows (003 Fig. 7 lines 13-18)."""
+        return {"coordinator": self.coordinator}
+
     def on_message(self, src: int, msg: Message, now: int) -> list[Action] | None:
         h = msg.header
         if h.type not in _CONTROL:

@@ -151,16 +151,21 @@ class Leader(LayerBase):
             self.serving = False
         return acts
 
+    def roles(self) -> dict[str, int]:
+        """The `leader` relays every message (LB2); the others forward theirs to it (LB1)."""
+        return {"leader": self.leader}
+
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
         h = msg.header
         j = h.sender
         if h.proto != WIRE_ID or h.type != MsgType.DATA or j == self.me or j not in self.members:
             return [Log("reject", {"reason": "type", "detail": f"{h.type.name} from {j}"})]
+        # Relayed SEQDATA only from the leader, FWDs only to it: the edge gate's role rules
+        # (`roles`, nodes/protocols/catalogue.py LEADER_EDGE).
         relayed = bool(h.flags & Flag.RELAYED)
-        if relayed != (j == self.leader) or (not relayed and h.origin != j) or h.mno < 1 \
-                or h.origin not in self.members or (relayed and h.seq < 1) \
-                or (not relayed and self.me != self.leader):
-            return [Log("reject", {"reason": "role", "detail": f"from {j} seq {h.seq}"})]
+        if (not relayed and h.origin != j) or h.mno < 1 or h.origin not in self.members \
+                or (relayed and h.seq < 1):
+            return [Log("reject", {"reason": "origin", "detail": f"from {j} seq {h.seq}"})]
         if not self.chan.accept(j, h.rseq, h.aux):
             return [Log("late", {"member": j, "rseq": h.rseq})]
         acts: list[Action] = [netrecv(h, "data")]

@@ -156,6 +156,12 @@ class Membership:
     def flushing(self) -> bool:
         return self.accepted is not None
 
+    def roles(self) -> dict[str, int]:
+        """The `installer`: the coordinator of the proposal this member last answered
+        (FLUSH_OK), the only one whose INSTALL it takes (M5); none before its first."""
+        coordinator = self.flushed[1]
+        return {"installer": coordinator} if coordinator >= 0 else {}
+
     def reachable(self) -> tuple[int, ...]:
         return tuple(m for m in self.all if m not in self.suspected)
 

@@ -52,8 +52,11 @@ from typing import Any
 
 from nodes.protocols.base import (
     Action,
+    Attribute,
     FinalDeliver,
     Log,
+    Managed,
+    ManagedHost,
     Received,
     SetTimer,
     ms,
@@ -107,6 +110,14 @@ class MovingSequencer(OnReliable):
         self.delivered = 0
 
     # -- Layer interface ----------------------------------------------------------------------
+    def managed(self, host: ManagedHost) -> list[Managed]:
+        return [Managed("TotalOrder", (
+            Attribute("LastSeq", "int", lambda: self.next_deliver - 1,
+                      description="last final-delivered sequence number"),
+            Attribute("PendingQueue", "int", lambda: len(self.received),
+                      description="data messages received and not yet final-delivered")),
+        ), *super().managed(host)]
+
     def start(self, now: int) -> list[Action]:
         out = self.rm.start(now)
         if self.site:

@@ -114,15 +114,20 @@ delivered sns have gaps once deliveries are revoked).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from nodes.protocols.base import (
     Action,
+    Attribute,
     EnsuredDeliver,
     FinalDeliver,
     LayerBase,
     Log,
+    Managed,
+    ManagedHost,
+    Operation,
     OptDeliver,
     Send,
     SetTimer,
@@ -384,7 +389,54 @@ class Primary(LayerBase):
             out += self._lift(self.inner.on_suspect(member, suspected, now), now)
         return out + self._views(now)
 
+    def roles(self) -> dict[str, int]:
+        """The membership's roles: the `installer` of this member's next view."""
+        return self.membership.roles()
+
     # -- management (testbed:type=Membership) -----------------------------------------------
+    def managed(self, host: ManagedHost) -> list[Managed]:
+        """`testbed:type=Membership` (001 4.2 L432-436, Appia's `view`, `blocked`,
+        `set_primary`): the view, whether it is primary, blocked, the primary counter; the
+        operation `setPrimary` makes a blocked (or fresh) node's view the primary one (P9).
+        On a node already in a primary view it is refused with a one-line error and changes
+        nothing."""
+        def names(ids: list[int]) -> list[str]:
+            return [host.name(m) for m in ids]
+
+        def info(key: str) -> Callable[[], Any]:
+            return lambda: self.view_info()[key]
+
+        def set_primary() -> str:
+            try:
+                accepted = self.set_primary()
+            except ValueError as exc:
+                raise ValueError(f"{host.name(self.me)}: {exc} (members "
+                                 f"{names(self.view_info()['last_primary'])})") from None
+            return f"{accepted}: view {names(self.view_info()['members'])}"
+
+        return [Managed("Membership", (
+            Attribute("View", "list", lambda: names(self.view_info()["members"]),
+                      description="members of the membership view"),
+            Attribute("ViewId", "int", info("vid")),
+            Attribute("IsPrimary", "bool", info("primary"),
+                      description="the view is a primary view"),
+            Attribute("Blocked", "bool", info("blocked"),
+                      description="no primary here: nothing is delivered, broadcasts refused"),
+            Attribute("PrimaryCounter", "int", info("counter"),
+                      description="primary views this node installed (its primary epoch)"),
+            Attribute("LastPrimary", "list", lambda: names(self.view_info()["last_primary"])),
+            Attribute("Status", "str", info("status"),
+                      description="primary, blocked, or fresh (excluded or not joined yet)"),
+            Attribute("RefusedBroadcasts", "int", lambda: self.refused),
+            Attribute("TransferredDeliveries", "int", lambda: self.transferred,
+                      description="deliveries received by state transfer when rejoining"),
+            Attribute("RejectedMessages", "int",
+                      lambda: self.rejected + self.membership.rejected,
+                      description="view and membership messages refused as malformed")),
+            (Operation("setPrimary", set_primary, (), "str",
+                       "make this blocked node's view the primary (operator recovery, 4.2)"),),
+            "Primary-partition membership (001 section 4.1)")]
+
     def view_info(self) -> dict[str, Any]:
         v = self.membership.view
         return {"vid": v.vid, "members": list(v.members), "primary": self.status == PRIMARY,

@@ -77,7 +77,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from nodes.protocols.base import Action, LayerBase, RDeliver, Send, SetTimer
+from nodes.protocols.base import (
+    Action,
+    Attribute,
+    LayerBase,
+    Managed,
+    ManagedHost,
+    RDeliver,
+    Send,
+    SetTimer,
+)
 from nodes.protocols.params import ReliableParams as ReliableParams  # re-exported
 from nodes.wire import Flag, Header, Message, MsgType, Proto, mypyc_attr
 
@@ -683,3 +692,9 @@ class OnReliable(LayerBase):
     def retag(self, proto: int) -> bool:
         self.rm.retag(proto)
         return True
+
+    def managed(self, host: ManagedHost) -> list[Managed]:
+        rm = self.rm
+        return [Managed("Transport", (
+            Attribute("Retransmissions", "int", lambda: rm.retransmissions,
+                      description="data messages sent again (NACKed or timed out)"),))]

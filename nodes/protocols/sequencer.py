@@ -30,8 +30,11 @@ from typing import Any, Final, Protocol
 
 from nodes.protocols.base import (
     Action,
+    Attribute,
     FinalDeliver,
     Log,
+    Managed,
+    ManagedHost,
     OptDeliver,
     Received,
     Send,
@@ -169,6 +172,10 @@ class OrderPolicy(Protocol):
         """What goes out just before the final delivery `fnl`."""
         ...
 
+    def roles(self) -> dict[str, int]:
+        """The roles the policy gives members (`Layer.roles`): Fast SETO's `coordinator`."""
+        ...
+
 
 class Sequencer(OnReliable):
     def __init__(self, me: int, members: list[int], params: dict[str, Any],
@@ -215,6 +222,23 @@ class Sequencer(OnReliable):
     def renumber(self, last: int) -> bool:
         self.mno = last
         return True
+
+    def roles(self) -> dict[str, int]:
+        """The `sequencer` numbers (sends ORDERs) and serves FETCHes (000 Fig. 1 and the
+        relay); the order policy's roles besides."""
+        if self.policy is None:
+            return {"sequencer": self.sequencer}
+        return {"sequencer": self.sequencer, **self.policy.roles()}
+
+    def managed(self, host: ManagedHost) -> list[Managed]:
+        order = Managed("TotalOrder", (
+            Attribute("LastSeq", "int", lambda: self.next_deliver - 1,
+                      description="last final-delivered sequence number"),
+            Attribute("PendingQueue", "int", lambda: len(self.received),
+                      description="messages received and not yet final-delivered"),
+            Attribute("Sequencer", "str", lambda: host.name(self.sequencer),
+                      description="the host that numbers every message (000 Fig. 1)")))
+        return [order, *super().managed(host)]
 
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
         """TO-multicast(m): R-multicast the data message (Fig. 1)."""

@@ -90,6 +90,8 @@ class Planner(Protocol):
 
     def on_timer(self, key: str, now: int) -> list[Action] | None: ...
 
+    def roles(self) -> dict[str, int]: ...
+
 
 def build(me: int, members: list[int], params: dict[str, Any]) -> Sequencer:
     """The `seto` stack: the fixed sequencer over reliable FIFO, with SETO's order policy."""
@@ -155,6 +157,9 @@ class SetoDelays:
         7-11), the sequencer's own delay included."""
         self.adaptive = False
         self.delay = dict(row)
+
+    def roles(self) -> dict[str, int]:
+        return {} if self.planner is None else self.planner.roles()
 
     # -- optimistic delivery (Fig. 4 lines 9-20) ----------------------------------------------
     def hint_us(self) -> int:

@@ -66,7 +66,7 @@ class Hosted:
                  params: dict[str, Any], scope: str):
         self.entry = entry
         self.layer: Layer = entry.factory(me, members, params)
-        self.gate = Gate(me, members, self.layer, entry.edge)
+        self.gate = Gate(me, members, self.layer, entry.edge, entry.wire_id)
         self.scope = scope
         self.wire_id = self.entry.wire_id
         self.tagged = False  # takes datagrams under the container's tag as they are

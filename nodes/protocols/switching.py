@@ -116,11 +116,15 @@ from typing import Any, cast
 
 from nodes.protocols.base import (
     Action,
+    Attribute,
     CommonParams,
     FinalDeliver,
     Layer,
     LayerBase,
     Log,
+    Managed,
+    ManagedHost,
+    Operation,
     OptDeliver,
     Received,
     Send,
@@ -354,6 +358,30 @@ class Switching(LayerBase):
     @property
     def current(self) -> str:
         return self.cur.name if self.cur is not None else ""
+
+    def managed(self, host: ManagedHost) -> list[Managed]:
+        """The switching attributes and `switchTo` of `testbed:type=TotalOrder,protocol=
+        switching` (001 §4.2 L432: the protocol "can be changed at runtime"; Appia's
+        getCurrentChannel and setCurrentChannel). A bad `switchTo` is a one-line error and
+        changes nothing."""
+        return [Managed("TotalOrder", (
+            Attribute("CurrentAlgorithm", "str", lambda: self.current,
+                      description="the instance whose order the application follows"),
+            Attribute("Instances", "list", lambda: list(self.names),
+                      description="the configured instances"),
+            Attribute("Mode", "str", lambda: self.mode, description="live, rabp or stop"),
+            Attribute("Switching", "bool", lambda: self.switching,
+                      description="a switch is under way at this node"),
+            Attribute("Epoch", "int", lambda: self.epoch, description="switches started"),
+            Attribute("SwitchCount", "int", lambda: self.switch_count,
+                      description="switches completed at this node"),
+            Attribute("LastSwitchMs", "float", lambda: self.last_switch_ms,
+                      description="duration of the last switch at this node (start to end), "
+                                  "ms"),
+            Attribute("Rejected", "dict", lambda: dict(self.rejects),
+                      description="instance datagrams refused by the layer, per reason")),
+            (Operation("switchTo", lambda name: self.request_switch(name, host.local_now()),
+                       (("name", "str"),), "str", "switch the group to instance NAME"),))]
 
     def request_switch(self, name: str, now: int) -> str:
         """`switchTo NAME`: checked here, carried out at the next tick (a management call
@@ -943,28 +971,3 @@ def _shape_ok(rule: tuple[int, int, int], length: int) -> bool:
     if size == 0:
         return length == 0
     return not length % size and fewest <= length // size <= most
-
-
-def switching_mbean(mbean: Any, layer: Switching, local_now: Callable[[], int]) -> Any:
-    """The switching attributes and `switchTo` of `testbed:type=TotalOrder,protocol=switching`
-    (001 §4.2 L432: the protocol "can be changed at runtime"; Appia's getCurrentChannel and
-    setCurrentChannel). A bad `switchTo` is a one-line error and changes nothing."""
-    return (
-        mbean
-        .attribute("CurrentAlgorithm", "str", lambda: layer.current,
-                   description="the instance whose order the application follows")
-        .attribute("Instances", "list", lambda: list(layer.names),
-                   description="the configured instances")
-        .attribute("Mode", "str", lambda: layer.mode, description="live, rabp or stop")
-        .attribute("Switching", "bool", lambda: layer.switching,
-                   description="a switch is under way at this node")
-        .attribute("Epoch", "int", lambda: layer.epoch, description="switches started")
-        .attribute("SwitchCount", "int", lambda: layer.switch_count,
-                   description="switches completed at this node")
-        .attribute("LastSwitchMs", "float", lambda: layer.last_switch_ms,
-                   description="duration of the last switch at this node (start to end), ms")
-        .attribute("Rejected", "dict", lambda: dict(layer.rejects),
-                   description="instance datagrams refused by the layer, per reason")
-        .operation("switchTo", lambda name: layer.request_switch(name, local_now()),
-                   [("name", "str")], "str", "switch the group to instance NAME")
-    )

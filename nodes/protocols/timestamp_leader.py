@@ -217,6 +217,10 @@ class TimestampLeader(LayerBase):
         return acts + self._deliver()
 
     # -- receiving and delivery (TS4) ---------------------------------------------------------
+    def roles(self) -> dict[str, int]:
+        """The `leader` grants blocks of timestamps (TS3); REQs go to it (TS1)."""
+        return {"leader": self.leader}
+
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
         h = msg.header
         j = h.sender
@@ -243,12 +247,14 @@ class TimestampLeader(LayerBase):
     def _invalid(self, h: Header) -> str:
         if h.type not in (REQ, GRANT, TSDATA, DUMMY):
             return "type"
+        # REQs only to the leader, GRANTs only from it: the edge gate's role rules (`roles`,
+        # nodes/protocols/catalogue.py TIMESTAMP_LEADER_EDGE).
         if h.type == REQ:
-            ok = self.me == self.leader and h.origin == h.sender and 1 <= h.hint <= MAX_BURST
-            return "" if ok and h.seq >= 1 else "role"
+            ok = h.origin == h.sender and 1 <= h.hint <= MAX_BURST
+            return "" if ok and h.seq >= 1 else "origin"
         if h.type == GRANT:
-            ok = h.sender == self.leader and h.origin in self.members and 1 <= h.hint <= MAX_BURST
-            return "" if ok and h.seq >= 1 and h.mno >= 1 else "role"
+            ok = h.origin in self.members and 1 <= h.hint <= MAX_BURST
+            return "" if ok and h.seq >= 1 and h.mno >= 1 else "origin"
         if h.origin != h.sender or h.seq < 1 or not 0 <= h.hint < MAX_BURST:
             return "origin"
         if h.type == TSDATA and (h.mno < 1 or len(self.data) >= HOLD_MAX):

@@ -55,10 +55,13 @@ from typing import Any
 
 from nodes.protocols.base import (
     Action,
+    Attribute,
     CommonParams,
     FinalDeliver,
     LayerBase,
     Log,
+    Managed,
+    ManagedHost,
     Received,
     Send,
     SetTimer,
@@ -101,6 +104,7 @@ class TokenRing(LayerBase):
         self.me = me
         ring = sorted(members)
         self.succ = ring[(ring.index(me) + 1) % len(ring)]
+        self.pred = ring[ring.index(me) - 1]  # the one member that passes us the token
         self.first = ring[0]
         self.alone = len(ring) == 1
         self.max_per_visit = p.max_per_visit
@@ -145,6 +149,17 @@ class TokenRing(LayerBase):
             token, self.held = self.held, None
             out += self._broadcast_pending(token, now) + self._pass(token, now, idle=False)
         return out
+
+    def roles(self) -> dict[str, int]:
+        """The token (K3) comes only from the `predecessor` in the ring."""
+        return {"predecessor": self.pred}
+
+    def managed(self, host: ManagedHost) -> list[Managed]:
+        return [Managed("TotalOrder", (
+            Attribute("LastSeq", "int", lambda: self.next_deliver - 1,
+                      description="last final-delivered sequence number"),
+            Attribute("TokensResent", "int", lambda: self.tokens_resent,
+                      description="token copies sent again to the successor (K4)")))]
 
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
         h = msg.header
