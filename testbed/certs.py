@@ -14,13 +14,23 @@ Layout, in the run directory::
     certs/<host>.key      the node's private key (mode 0600)
 
 Certificates are valid from an hour ago (clock offsets) for 30 days: a run's lifetime.
+
+`testbed serve` on a non-loopback address uses the same utility for its own CA and
+certificate (`serve_names`): the certificate names every name a browser or curl on the network
+may use to reach the bind address, so verification against the CA succeeds from the
+machine's address or its host name, not only from the loopback.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import json
 import os
+import re
+import socket
+import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +41,11 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 ALGORITHMS = ("ecdsa-p256", "rsa-2048")
 VALID_DAYS = 30
+WILDCARDS = ("0.0.0.0", "::", "")  # binds that listen on every address of the machine
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
+# A DNS name a certificate can carry (RFC 5280 dNSName: ASCII labels, a leading `*.` wildcard).
+_DNS_NAME = re.compile(r"^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*"
+                       r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?$")
 
 
 class CertError(ValueError):
@@ -157,3 +172,44 @@ def make_run_certs(run_path: Path, run_id: str, hosts: dict[str, list[str]],
         ca_cert, ca_key = make_ca(directory, run_id, algorithm)
     return {h: issue(directory, h, addrs, ca_cert, ca_key, algorithm)
             for h, addrs in hosts.items()}
+
+
+def machine_addresses() -> list[str]:
+    """The addresses of this machine's interfaces, loopback included, link-local ones left
+    out (a URL needs their zone): `ip -json address`. CertError when it cannot be listed."""
+    try:
+        out = subprocess.run(["ip", "-json", "address", "show"], capture_output=True,
+                             text=True, check=True, timeout=10).stdout
+        links = json.loads(out)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        raise CertError(f"cannot list this machine's addresses (ip -json address: {exc}); "
+                        "bind a single address with --host") from None
+    return [a["local"] for link in links for a in link.get("addr_info", [])
+            if a.get("local") and a.get("scope") != "link"]
+
+
+def check_name(name: str) -> str:
+    """`name` as a certificate can carry it: an IP address or a DNS name; CertError
+    otherwise."""
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        pass
+    if len(name) > 253 or not _DNS_NAME.match(name):
+        raise CertError(f"{name!r} is neither an IP address nor a DNS name (ASCII letters, "
+                        "digits and hyphens, dot-separated)")
+    return name.rstrip(".")
+
+
+def serve_names(host: str, extra: Sequence[str] = ()) -> list[str]:
+    """What the certificate of a server bound to `host` names, once each: every address of
+    the machine it listens on for a wildcard bind (0.0.0.0: the IPv4 ones; ::), else `host`
+    itself; the machine's host name and fully qualified name; the loopback names; and
+    `extra` (`--tls-name`)."""
+    names = [check_name(n) for n in extra]
+    if host in WILDCARDS:  # 0.0.0.0 listens on IPv4 only, :: (dual-stack) on both
+        bound = [a for a in machine_addresses() if host != "0.0.0.0" or ":" not in a]
+    else:
+        bound = [host]
+    found = [*bound, socket.gethostname(), socket.getfqdn(), *LOOPBACK, *names]
+    return list(dict.fromkeys(n for n in found if n))

@@ -102,12 +102,13 @@ class Credentials:
                    for c in (cookie, query) if c)
 
 
-def server_certificate(state: Path, host: str) -> tuple[Path, Path, Path]:
+def server_certificate(state: Path, host: str, names: list[str]) -> tuple[Path, Path, Path]:
     """(certificate, key, CA) for serving TLS on `host`, from testbed/certs.py: the state
-    folder's CA (kept once made) and a certificate for `host` issued again on every start."""
-    from testbed.certs import make_run_certs
+    folder's CA (kept once made) and a certificate issued again on every start, naming the
+    machine's addresses and host name and `names` (`certs.serve_names`)."""
+    from testbed.certs import make_run_certs, serve_names
 
-    made = make_run_certs(state, "serve", {"serve": [host, "127.0.0.1"]})["serve"]
+    made = make_run_certs(state, "serve", {"serve": serve_names(host, names)})["serve"]
     return made.cert_path, made.key_path, state / "certs" / "ca.pem"
 
 

@@ -22,14 +22,23 @@ def serve(
     state: Annotated[Path, typer.Option(
         help="where the token, Basic credential and TLS certificates are kept")]
     = Path(".testbed-serve"),
+    tls_name: Annotated[list[str] | None, typer.Option(
+        "--tls-name", metavar="NAME",
+        help="a further host name or address the TLS certificate names, besides the "
+             "machine's addresses and host name (repeatable; non-loopback --host only)")]
+    = None,
 ) -> None:
     """Browse every run (sortable, filterable table; reports; comparisons), nightly trend
     report and exploration under the folders. Read-only.
 
     Example: [bold]testbed serve --runs runs --port 8080[/]
+
+    On the network: [bold]testbed serve --host 0.0.0.0 --tls-name testbed.example.org[/]
+    (verify with the state folder's certs/ca.pem)
     """
     import uvicorn
 
+    from testbed.certs import CertError, check_name
     from testbed.serve import Credentials, build_app, is_local, server_certificate
 
     folders = runs or [DEFAULT_RUNS]
@@ -39,9 +48,18 @@ def serve(
     options: dict[str, object] = {}
     credentials = None
     scheme = "http"
+    if tls_name and is_local(host):
+        raise fail("--tls-name: only with a non-loopback --host (loopback serves plain HTTP)")
+    try:
+        names = [check_name(n) for n in tls_name or []]
+    except CertError as exc:
+        raise fail(f"--tls-name: {exc}") from None
     if not is_local(host):
+        try:
+            cert, key, ca = server_certificate(state, host, names)
+        except CertError as exc:
+            raise fail(str(exc)) from None
         credentials = Credentials.load(state)
-        cert, key, ca = server_certificate(state, host)
         options = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
         scheme = "https"
         console.print(f"TLS with {cert} (CA {ca}); every request needs the token in "
