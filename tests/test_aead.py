@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from bench.forged_flood import RATE, flood
 from nodes.aead import INCARNATION_SHIFT, REPLAY_WINDOW, Sealer, SealError
 from nodes.wire import HEADER_SIZE, Header, Message, MsgType, encode
+from testbed.rundir import RunDir
 from tests.eventlogs import fnl_sequences, read_events
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,6 +103,15 @@ workload: {{rate: 50/s, size: 1KiB, arrival: poisson}}
 # progress counters unreconcilable, so the run is never quiescent (testbed/drain.py) and would
 # drain to the 30 s default cap: that variant only proves that nothing crashes, 4 s will do.
 UDP_DRAIN_MAX = "drain_max: 4s\n"
+
+
+def test_the_run_key_is_made_once_per_run_and_private(tmp_path: Path) -> None:
+    """docs/security.md: a 256-bit key per run in `runs/<run>/transport.key`, mode 0600."""
+    run, other = RunDir.create(tmp_path, "a"), RunDir.create(tmp_path, "b")
+    key = run.transport_key
+    assert len(bytes.fromhex(key)) == 32 and run.transport_key == key
+    assert (run.path / "transport.key").stat().st_mode & 0o777 == 0o600
+    assert other.transport_key != key
 
 
 @pytest.mark.timing

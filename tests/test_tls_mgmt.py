@@ -115,6 +115,26 @@ def test_https_node_is_refused_without_or_with_another_ca(https_node: tuple[str,
         MgmtClient(url.replace("https://", "http://"), TOKEN, timeout_s=2).version()
 
 
+def test_https_node_refuses_tls_below_1_2(https_node: tuple[str, Path]) -> None:
+    """docs/security.md: management TLS is 1.2 at least; a client offering only TLS 1.1
+    (its own floor lowered as far as OpenSSL goes) gets no handshake, one offering 1.2 does."""
+    url, ca = https_node
+    host, port = url.removeprefix("https://").split("/")[0].rsplit(":", 1)
+
+    def handshake(version: ssl.TLSVersion) -> str:
+        ctx = ssl.create_default_context(cafile=str(ca))
+        ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
+        ctx.minimum_version = ssl.TLSVersion.TLSv1
+        ctx.maximum_version = version
+        with socket.create_connection((host, int(port)), timeout=5) as raw, \
+                ctx.wrap_socket(raw, server_hostname=host) as tls:
+            return str(tls.version())
+
+    assert handshake(ssl.TLSVersion.TLSv1_2) == "TLSv1.2"
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        handshake(ssl.TLSVersion.TLSv1_1)
+
+
 def test_a_stalled_tls_handshake_does_not_block_other_clients(https_node: tuple[str, Path]
                                                              ) -> None:
     url, ca = https_node
@@ -251,6 +271,24 @@ def test_transports_a_backend_cannot_carry_are_refused(tmp_path: Path, backend: 
         load_experiment(tmp_path / "exp.yaml")
     assert str(err.value).startswith(f"{tmp_path / 'exp.yaml'}:7: transport: ")
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("protocol", ["leader", "timestamp-leader"])
+def test_a_protocol_with_a_latency_bound_is_refused_over_tls(tmp_path: Path,
+                                                            protocol: str) -> None:
+    """docs/security.md: over `tls` loss becomes delay, so no 004 bound can hold."""
+    (tmp_path / "topo.yaml").write_text((ROOT / "topologies" / "two-sites.yaml").read_text())
+    (tmp_path / "exp.yaml").write_text(
+        f"name: e\ntopology: topo.yaml\nbackend: local\nduration: 1s\n"
+        f"protocol: {{name: {protocol}}}\nworkload: {{rate: 1/s}}\ntransport: tls\n")
+    with pytest.raises(SpecError) as err:
+        load_experiment(tmp_path / "exp.yaml")
+    assert str(err.value) == (f"{tmp_path / 'exp.yaml'}:7: transport: {protocol} promises a "
+                              "latency bound, which transport tls (TCP: loss becomes delay) "
+                              "cannot keep; use udp or udp-aead")
+    (tmp_path / "exp.yaml").write_text(
+        (tmp_path / "exp.yaml").read_text().replace("transport: tls", "transport: udp-aead"))
+    load_experiment(tmp_path / "exp.yaml")
 
 
 def test_up_over_tls_with_https_management_and_the_fault_cli(tmp_path: Path) -> None:
