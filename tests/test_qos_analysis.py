@@ -10,6 +10,7 @@ from typing import Any
 
 from analysis import qos
 from analysis.fault_history import fault_history
+from analysis.verdict import verdict
 
 MS = 1_000_000
 T0 = 1_000 * MS
@@ -237,7 +238,16 @@ def test_the_report_has_a_qos_section_that_says_whether_the_bound_was_judged() -
 
     events = two_nodes(recv_at_ms=45, skew_ms=0)
     q = qos.qos_section(events, 0, "qos-cbr", {"delta": 40, "gamma": 0}, False, True)
-    html = render_report({"run": "r", "checks": {}, "qos": q})
+    bound = {**qos.latency_check(q), "claimed": True}
+    html = render_report({"run": "r", "checks": {"latency_bound": bound}, "qos": q})
     assert "<h2>QoS (qos-cbr, 004)</h2>" in html
     assert "only safety judged" in html and "40.0 / 45.0 ms" in html
+    # the checks table says why the bound was not judged, and the verdict fails for it
+    assert "not judged: the run left the bound&#x27;s model (measured Δ 45 ms" in html
+    v = verdict({"checks": {"latency_bound": bound}})
+    assert not v["ok"] and v["safety"] == "held"
+    assert v["reasons"] == [f"latency_bound: {bound['note']}"]
+    # judged, or not claimed: no reason
+    assert verdict({"checks": {"latency_bound": {**bound, "judged": True}}})["ok"]
+    assert verdict({"checks": {"latency_bound": {**bound, "claimed": False}}})["ok"]
     assert "QoS" not in render_report({"run": "r", "checks": {}})
