@@ -13,6 +13,11 @@ read them here, under the same rules:
 - each event carries `inc`, its incarnation: how many `start` lines of its node come at or
   before it by ordinal `i`, less one (0 before the first), as `ingest.incarnations` gives it
   (000 §2.2: a restarted process is a new process, named `host@inc` by the checks);
+- a `netrecv` (a datagram accepted from `member`) logs the sender's incarnation as its own
+  `inc` (left out for incarnation 0, nodes/protocols/qos_common.py `netrecv`); the reader
+  keeps it as `member_inc` before `inc` becomes the receiver's, so a datagram is paired with
+  the `net` of the sender's incarnation that sent it (None, pairing with none, when the
+  logged `inc` is not a non-negative integer);
 - with `revoke=True` an `fnl` that a later `ev=state` revokes is dropped
   (analysis/revocation.py), so a reader sees the history the application finally holds.
 
@@ -43,7 +48,8 @@ def log_paths(run_dir: Path) -> list[tuple[str, Path]]:
 
 def parse_line(line: bytes | str, node: str) -> Event | None:
     """One log line as an event, or None when it is not intact (not a JSON object, or without
-    an integer `t` and `i` and a string `ev`); `node` fills in a missing `node`."""
+    an integer `t` and `i` and a string `ev`); `node` fills in a missing `node`, and a
+    `netrecv`'s `inc` (its sender's incarnation) becomes `member_inc`."""
     try:
         obj = json.loads(line)
     except ValueError:
@@ -53,6 +59,10 @@ def parse_line(line: bytes | str, node: str) -> Event | None:
     if not all(isinstance(obj.get(k), int) and not isinstance(obj.get(k), bool)
                for k in ("t", "i")):
         return None
+    if obj["ev"] == "netrecv":
+        sender = obj.pop("inc", 0)
+        valid = isinstance(sender, int) and not isinstance(sender, bool) and sender >= 0
+        obj["member_inc"] = sender if valid else None  # None pairs with no `net`
     if not isinstance(obj.get("node"), str):
         obj["node"] = node
     return obj

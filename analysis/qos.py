@@ -90,7 +90,8 @@ def delta_measured(events: Events) -> int | None:
     send-to-receive time of any data, dummy or rate
     message, from `net`/`netrecv` pairs joined on (sender, incarnation, rseq): a restarted
     sender counts rseq from 1 again, its `start` event carries the incarnation and its
-    receivers log it as `inc`. For a log without `netrecv` events, from data messages' `net`
+    receivers log it on each `netrecv` (`member_inc`, analysis/deliverylog.py), so a pair
+    never spans two incarnations. For a log without `netrecv` events, from data messages' `net`
     and `recv` by mid (not for relayed messages: their mid's recv is two hops after the
     origin's net)."""
     sent: dict[tuple[str, int, int], int] = {}
@@ -110,7 +111,7 @@ def delta_measured(events: Events) -> int | None:
     for node, evs in events.items():
         for e in evs:
             d = None
-            key = (e.get("member"), int(e.get("inc", 0) or 0), e.get("rseq"))
+            key = (e.get("member"), e.get("member_inc", 0), e.get("rseq"))
             if e["ev"] == "netrecv" and key in sent:
                 d = e["t"] - sent[key]  # type: ignore[index]
             elif not by_rseq and e["ev"] == "recv" and e.get("mid") in sent_mid:
@@ -271,14 +272,15 @@ def path_counts(events: Events, holes_at: set[str] | None = None
                 ) -> tuple[dict[str, int], dict[str, int]]:
     """Per path (`<sender member id>-><receiver>`): datagrams the receiver's FIFO channel
     dropped as late (overtaken or duplicated: the link reordered or duplicated them), and
-    datagrams that never arrived (holes in the accepted rseqs of each sender incarnation that
-    no late arrival fills), counted at the receivers `holes_at` (None: all) -- the ones every
-    datagram of a sender goes to: everyone for CBR and VBR (one rseq per multicast), the
-    leader for the leader-based ones (whose grants and relays skip members)."""
+    datagrams that never arrived (holes in the accepted rseqs of each sender incarnation, at
+    each receiver incarnation, that no late arrival fills), counted at the receivers
+    `holes_at` (None: all) -- the ones every datagram of a sender goes to: everyone for CBR
+    and VBR (one rseq per multicast), the leader for the leader-based ones (whose grants and
+    relays skip members)."""
     late: dict[str, int] = {}
     lost: dict[str, int] = {}
     for node, evs in events.items():
-        got: dict[tuple[Any, int], list[int]] = {}
+        got: dict[tuple[Any, Any, int], list[int]] = {}
         for e in evs:
             member, rseq = e.get("member"), e.get("rseq")
             if member is None or not isinstance(rseq, int):
@@ -287,10 +289,13 @@ def path_counts(events: Events, holes_at: set[str] | None = None
                 key = f"{member}->{node}"
                 late[key] = late.get(key, 0) + 1
             elif e["ev"] == "netrecv":
-                got.setdefault((member, int(e.get("inc", 0) or 0)), []).append(rseq)
+                # per receiver incarnation too: what a crashed receiver missed while down
+                # is not a hole in what the network carried
+                got.setdefault((member, e.get("member_inc", 0), e.get("inc", 0)),
+                               []).append(rseq)
         if holes_at is not None and node not in holes_at:
             continue
-        for (member, _inc), seqs in got.items():
+        for (member, _sender_inc, _inc), seqs in got.items():
             # between the first and the last datagram received: a sender's first rseq need
             # not be a logged multicast (qos-vbr's first datagram is its join announcement)
             holes = max(seqs) - min(seqs) + 1 - len(set(seqs))

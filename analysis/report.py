@@ -94,9 +94,9 @@ def _checks_html(summary: dict[str, Any]) -> str:
         n = check.get("violations", 0)
         shown = "<br>".join(f"<code>{escape(json.dumps(e))}</code>"
                             for e in check.get("examples", [])[:3])
-        if check.get("judged") is False:
-            shown = escape(f"not judged: {check.get('unproven', 0)} undelivered, "
-                           "counted under liveness")
+        if check.get("judged") is False:  # the QoS bound's `note` says why; else liveness
+            shown = escape(check.get("note") or f"not judged: {check.get('unproven', 0)} "
+                           "undelivered, counted under liveness")
         if check.get("claimed", True):
             rows.append([_td(name), _td(n, bad=n > 0, cls="ok"),
                          f'<td class="l">{shown}</td>'])

@@ -19,6 +19,9 @@ is itself unsafe) are matched against the same params and faults (`run_hazards`)
 a matched hazard voids get `claimed: false` and `hazard: <reason>` (`apply_hazards`), the
 summary lists the matched hazards under `hazards`, and `verdict` names each among its
 reasons without failing for it. A hazard voiding `liveness` withdraws the liveness promise.
+
+A claimed latency bound that was not judged (`checks.latency_bound.judged: false`: the QoS
+run left the bound's model) is a reason in `verdict` and fails the run; its `note` says why.
 """
 
 from __future__ import annotations
@@ -368,6 +371,11 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
     if errors:
         reasons.append(f"node errors: {errors}")
     safety = "violated" if reasons else "held"
+    # a claimed bound that was not judged (the run left its model) vouches for nothing
+    bound = summary.get("checks", {}).get("latency_bound") or {}
+    unjudged = bound.get("claimed", True) and bound.get("judged") is False
+    if unjudged:
+        reasons.append(f"latency_bound: {bound.get('note') or 'not judged'}")
     live = summary.get("liveness") or {}
     liveness = "quiescent"
     if live.get("cut_short"):  # stopped at the runner's wall limit: no progress to vouch for
@@ -392,7 +400,7 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
             else "params"
         reasons.append(f"hazard ({where}): {h.get('reason')}; not claimed: "
                        f"{', '.join(h.get('voids') or [])}")
-    ok = safety == "held" and liveness not in ("stalled", "cut-short")
+    ok = safety == "held" and not unjudged and liveness not in ("stalled", "cut-short")
     return {"ok": ok, "safety": safety, "liveness": liveness, "reasons": reasons}
 
 

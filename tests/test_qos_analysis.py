@@ -10,6 +10,7 @@ from typing import Any
 
 from analysis import qos
 from analysis.fault_history import fault_history
+from analysis.verdict import verdict
 
 MS = 1_000_000
 T0 = 1_000 * MS
@@ -193,15 +194,43 @@ def test_porder_logs_must_agree_across_nodes() -> None:
     assert qos.porder_mismatches({"h1": same, "h2": other}) == 1
 
 
-def test_empirical_delta_pairs_datagrams_within_one_incarnation() -> None:
-    """A restarted sender numbers from 1 again: its rseq 1 must not pair with the old one."""
-    events: qos.Events = {
+def _write_run(run_dir: Path, logs: qos.Events) -> None:
+    for node, evs in logs.items():
+        d = run_dir / "nodes" / node
+        d.mkdir(parents=True)
+        (d / "events.jsonl").write_text("".join(json.dumps({**e, "i": k}) + "\n"
+                                                for k, e in enumerate(evs)))
+
+
+def test_empirical_delta_pairs_datagrams_within_one_incarnation(tmp_path: Path) -> None:
+    """A restarted sender numbers from 1 again and its receivers log its incarnation on each
+    `netrecv` (`inc`, left out for 0): read from the logs, each datagram pairs with the `net`
+    of the sender's own incarnation, whatever the receiver's incarnation is -- h2 restarted
+    before h1 did, and after, so its own incarnation differs from h1's both times."""
+    _write_run(tmp_path, {
         "h1": [ev("start", -1, incarnation=0), ev("net", 0, kind="dummy", rseq=1),
-               ev("start", 100, incarnation=1), ev("net", 200, kind="dummy", rseq=1)],
-        "h2": [ev("netrecv", 10, member="h1", rseq=1, kind="dummy"),
-               ev("netrecv", 215, member="h1", rseq=1, kind="dummy", inc=1)],
-    }
-    assert qos.delta_measured(events) == 15 * MS
+               ev("start", 100, incarnation=1), ev("net", 200, kind="dummy", rseq=1),
+               ev("net", 300, kind="dummy", rseq=2)],
+        "h2": [ev("start", -1, incarnation=0), ev("start", 50, incarnation=1),
+               ev("netrecv", 55, member="h1", rseq=1, kind="dummy"),
+               ev("netrecv", 215, member="h1", rseq=1, kind="dummy", inc=1),
+               ev("start", 250, incarnation=2),
+               ev("netrecv", 304, member="h1", rseq=2, kind="dummy", inc=1)],
+    })
+    events, _ = qos.read_events(tmp_path)
+    assert [e["member_inc"] for e in events["h2"] if e["ev"] == "netrecv"] == [0, 1, 1]
+    assert [e["inc"] for e in events["h2"] if e["ev"] == "netrecv"] == [1, 1, 2]
+    assert qos.delta_measured(events) == 55 * MS
+    # no datagram lost: h2's incarnations each saw a run of h1's rseqs without a hole
+    assert qos.path_counts(events) == ({}, {})
+    # a hole within one receiver incarnation is a loss
+    (tmp_path / "nodes" / "h2" / "events.jsonl").unlink()
+    (tmp_path / "nodes" / "h2").rmdir()
+    _write_run(tmp_path, {"h2": [ev("start", -1, incarnation=0),
+                                 ev("netrecv", 215, member="h1", rseq=1, kind="dummy", inc=1),
+                                 ev("netrecv", 310, member="h1", rseq=3, kind="dummy", inc=1)]})
+    events, _ = qos.read_events(tmp_path)
+    assert qos.path_counts(events) == ({}, {"h1->h2": 1})
 
 
 def test_the_report_has_a_qos_section_that_says_whether_the_bound_was_judged() -> None:
@@ -209,7 +238,16 @@ def test_the_report_has_a_qos_section_that_says_whether_the_bound_was_judged() -
 
     events = two_nodes(recv_at_ms=45, skew_ms=0)
     q = qos.qos_section(events, 0, "qos-cbr", {"delta": 40, "gamma": 0}, False, True)
-    html = render_report({"run": "r", "checks": {}, "qos": q})
+    bound = {**qos.latency_check(q), "claimed": True}
+    html = render_report({"run": "r", "checks": {"latency_bound": bound}, "qos": q})
     assert "<h2>QoS (qos-cbr, 004)</h2>" in html
     assert "only safety judged" in html and "40.0 / 45.0 ms" in html
+    # the checks table says why the bound was not judged, and the verdict fails for it
+    assert "not judged: the run left the bound&#x27;s model (measured Δ 45 ms" in html
+    v = verdict({"checks": {"latency_bound": bound}})
+    assert not v["ok"] and v["safety"] == "held"
+    assert v["reasons"] == [f"latency_bound: {bound['note']}"]
+    # judged, or not claimed: no reason
+    assert verdict({"checks": {"latency_bound": {**bound, "judged": True}}})["ok"]
+    assert verdict({"checks": {"latency_bound": {**bound, "claimed": False}}})["ok"]
     assert "QoS" not in render_report({"run": "r", "checks": {}})

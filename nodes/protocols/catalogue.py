@@ -129,19 +129,22 @@ class Model:
     """The model a latency bound (Entry.bound) is proven in (004 §2.1 and the algorithm's
     section). Spec validation refuses a topology or fault plan outside it unless the
     experiment says `outside_model: true`; the run then measures each assumption
-    (summary.json `qos.assumptions`).
+    (summary.json `qos.assumptions`). Every model also assumes the network carries the
+    reserved rates (004 §2.1): no link bandwidth below a sending host's reservation.
 
     - `fifo`: links never reorder: every link with jitter says `reorder: false`, no netem
-      reorder, no `link` fault adding jitter.
+      reorder, no `link` fault adding jitter or changing a path's delay (but a raise for
+      good), no management `setPath`.
     - `duplicate`: links may duplicate datagrams.
     - `loss`: links may lose datagrams (loss, gemodel, corrupt, a `link` fault's loss);
       `loss_param`: ...only when this protocol parameter is > 0 (`qos-vbr`'s §7 tolerance x).
-    - `failures`: the schedule fault kinds allowed (crash, pause, partition).
-    - `clocks`: clock offsets stay within Γ/2 (004 §2.2): no clock faults, and the topology's
-      clock offsets within Γ/2. False: the bound assumes no clock synchrony (clock faults
-      allowed).
-    - `delays`: every path's delay plus jitter within Δ (already refused at validation,
-      testbed/spec/qos.py), measured as Δ_meas.
+    - `failures`: the schedule fault kinds allowed (crash, pause, partition; a management
+      `Network` `block` is a partition, `Node` `stop` a crash).
+    - `clocks`: clock offsets stay within Γ/2 (004 §2.2): no clock fault or management clock
+      write but an offset within Γ/2, and the topology's clock offsets within Γ/2. False:
+      the bound assumes no clock synchrony (clock faults allowed).
+    - `delays`: every path's delay plus jitter within Δ, a `link` fault's delay too (refused
+      at validation, testbed/spec/qos.py), measured as Δ_meas.
     - `source`: the sections that state the model.
     """
 

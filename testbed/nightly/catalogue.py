@@ -259,7 +259,8 @@ def _load_entries(path: Path, index: Index) -> list[Entry]:
             # The nightly runs every protocol under every fault on purpose: a bound's model
             # broken by this set-up is measured (qos.assumptions), the bound then not judged.
             outside = protocol_catalogue.find(proto)
-            if outside is not None and any(check_model(outside, params, topo, spec.faults)):
+            if outside is not None and any(check_model(outside, params, topo, spec.faults,
+                                                           spec.workload.size)):
                 spec = spec.model_copy(update={"outside_model": True})
             trend = tuple(t for t in block.trend if t.backends is None or backend in t.backends)
             out.append(Entry(f"{base.name}.{proto}.{backend}", path, spec, topo, trend,

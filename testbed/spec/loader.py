@@ -181,7 +181,8 @@ def load_experiment(
     # A bound's model (catalogue `Model`): the topology's part located like the link keys.
     entry = catalogue.find(exp.protocol.name)
     if entry is not None and not exp.outside_model and not cross and not unrealisable:
-        topo_model, exp_model = check_model(entry, exp.protocol.params, topo, exp.faults)
+        topo_model, exp_model = check_model(entry, exp.protocol.params, topo, exp.faults,
+                                            exp.workload.size)
         unrealisable = unrealisable + topo_model
         cross += [doc.error(loc, msg) for loc, msg in exp_model]
     if isinstance(exp.topology, TopologySpec):
