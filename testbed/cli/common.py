@@ -29,7 +29,8 @@ console = Console()
 err = Console(stderr=True, soft_wrap=True)
 
 RunsOpt = Annotated[Path, typer.Option("--runs", help="where run directories live")]
-RunOpt = Annotated[str | None, typer.Option("--run", help="run id; default: newest active")]
+RunOpt = Annotated[str | None, typer.Option("--run", help="run id; default: newest active",
+                                            metavar="RUN")]
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

@@ -17,19 +17,23 @@ from testbed.spec.loader import SpecError
 def explore(
     experiment: Annotated[Path | None, typer.Argument(help="experiment YAML")] = None,
     seeds: Annotated[int | None, typer.Option(help="how many seeds (default 100)")] = None,
-    budget: Annotated[str | None, typer.Option(help="or: seeds for this long, e.g. 1h")] = None,
+    budget: Annotated[str | None, typer.Option(help="or: seeds for this long, e.g. 1h",
+                                               metavar="DURATION")] = None,
     first_seed: Annotated[int, typer.Option(help="the first seed")] = 0,
-    workers: Annotated[int, typer.Option(help="worker processes (default: cores)")] = 0,
+    workers: Annotated[int, typer.Option(help="worker processes; 0: one per core",
+                                         metavar="N")] = 0,
     master: Annotated[str | None, typer.Option(help="run seeds as Spark tasks on this "
-                                               "master, e.g. spark://h:7077")] = None,
+                                               "master, e.g. spark://h:7077",
+                                               metavar="URL")] = None,
     check: Annotated[list[str] | None, typer.Option(
         "--check", help="also judge this check when the protocol does not claim it "
-        "(repeatable)")] = None,
+        "(repeatable)", metavar="CHECK")] = None,
     protocol: Annotated[str | None, typer.Option(help="explore this protocol instead of the "
-                                                 "spec's (its params are dropped)")] = None,
+                                                 "spec's (its params are dropped)",
+                                                 metavar="PROTOCOL")] = None,
     duration: Annotated[str | None, typer.Option(help="override the spec's duration, "
-                                                 "e.g. 10s")] = None,
-    backend: Annotated[str | None, typer.Option(help="sim only")] = None,
+                                                 "e.g. 10s", metavar="DURATION")] = None,
+    backend: Annotated[str | None, typer.Option(help="sim only", metavar="sim")] = None,
     shrink: Annotated[int, typer.Option(help="failing seeds to shrink (distinct failures "
                                         "first)")] = 5,
     out: Annotated[Path | None, typer.Option(help="output directory (default "

@@ -22,14 +22,17 @@ from testbed.cli.common import (
 from testbed.pathcheck import collapses, sites_of
 from testbed.rundir import DEFAULT_RUNS
 from testbed.shaping.plan import HostPlan
+from testbed.spec.experiment import BACKENDS
 from testbed.spec.loader import SpecError, load_experiment
 
 
 def run(
     experiment: Annotated[Path, typer.Argument(help="experiment YAML")],
-    backend: Annotated[str | None, typer.Option(help="override the spec: sim, local, ...")] = None,
+    backend: Annotated[str | None, typer.Option(help="override the spec's backend",
+                                                metavar="|".join(BACKENDS))] = None,
     out: Annotated[Path, typer.Option("--out", help="runs directory")] = DEFAULT_RUNS,
-    master: Annotated[str | None, typer.Option(help="Spark master URL (default local[*])")] = None,
+    master: Annotated[str | None, typer.Option(help="Spark master URL (default local[*])",
+                                               metavar="URL")] = None,
     analyze: Annotated[bool, typer.Option(help="run the Spark analysis afterwards")] = True,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan, change nothing")] = (
         False),
