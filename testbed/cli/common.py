@@ -114,7 +114,9 @@ def print_verdict(summary: dict[str, Any]) -> None:
 
 def print_summary(summary: dict[str, Any]) -> None:
     checks = summary.get("checks", {})
-    table = Table("check", "violations", title=f"run {summary.get('run', '')}")
+    # The run id on a line of its own: a table title wraps to the table's width.
+    console.print(f"run {summary.get('run', '')}", highlight=False, soft_wrap=True)
+    table = Table("check", "violations")
     for name, res in checks.items():
         v = res.get("violations", 0)
         if not res.get("claimed", True):  # not promised by the protocol: greyed out

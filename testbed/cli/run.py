@@ -77,8 +77,10 @@ def run(
             if line.startswith("verdict: "):
                 continue  # the last line says it
             err.print(f"[red]expectation failed:[/] {line}", highlight=False)
-        if result.ok:
-            console.print(f"[green]all {len(exp.expect)} expectations hold[/]")
+        if result.ok and exp.expect:
+            n = len(exp.expect)
+            held = f"all {n} expectations hold" if n > 1 else "the expectation holds"
+            console.print(held, style="green")
     console.print(f"results in {result.run.path}")
     if analyze:
         print_verdict(result.summary)
