@@ -43,6 +43,11 @@ CASES = [
      "6: topology.hosts: Input should be a valid list"),
     ("size: 100B}", "size: 100B, sise: 1KiB}", "6: workload.sise: unknown field (did you mean "
      "'size'?)"),
+    ("host: h2", "hots: h2", "8: faults.0.hots: unknown field (did you mean 'host'?)"),
+    ("size: 100B}", "size: 100B, senders: 5}", "6: workload.senders: expected 'all' or a list, "
+     "not 5"),
+    (f"topology: {ROOT}/topologies/two-sites.yaml", "topology: 5",
+     "2: topology: expected a string or a mapping, not 5"),
 ]
 
 

@@ -25,6 +25,11 @@ def problems(model: type[BaseModel], data: Any, exc: ValidationError) -> list[tu
     """Each problem of `exc` (raised validating `data` as `model`): its location in `data` and
     its message."""
     errors = [e for e in exc.errors() if not _other_member(model, e, exc.errors())]
+    # A value that is none of a union's types: one problem, naming them all.
+    unions: dict[Loc, list[Any]] = {}
+    for e in errors:
+        if _is_member(model, tuple(e["loc"])) and e["type"] in KINDS:
+            unions.setdefault(tuple(e["loc"][:-1]), []).append(e)
     typos: dict[tuple[Loc, str], str] = {}  # (parent, unknown key) -> the field it resembles
     for e in errors:
         if e["type"] == "extra_forbidden":
@@ -38,8 +43,13 @@ def problems(model: type[BaseModel], data: Any, exc: ValidationError) -> list[tu
         raw = tuple(e["loc"])
         if e["type"] == "missing" and (raw[:-1], raw[-1]) in meant:
             continue  # the typo's line says it
-        loc = _data_loc(data, raw)
-        if e["type"] == "extra_forbidden":
+        loc = _data_loc(model, data, raw)
+        members = unions.get(raw[:-1], [])
+        if len(members) > 1 and e in members:
+            if e is members[0]:
+                kinds = " or ".join(dict.fromkeys(_kind(m) for m in members))
+                out.append((loc, f"expected {kinds}, not {e['input']!r}"))
+        elif e["type"] == "extra_forbidden":
             close = typos.get((raw[:-1], str(raw[-1])))
             out.append((loc, "unknown field" + (f" (did you mean {close!r}?)" if close else "")))
         elif e["type"] == "union_tag_invalid":
@@ -55,19 +65,35 @@ def _one_line(text: str) -> str:
     return " ".join(text.split()) or "invalid"
 
 
-def _data_loc(data: Any, loc: tuple[Any, ...]) -> Loc:
-    """Keep the prefix of a pydantic location that exists in the data (drops union tags)."""
+#: what a union member's type error says the value should have been
+KINDS = {"string_type": "a string", "model_type": "a mapping", "dict_type": "a mapping",
+         "list_type": "a list", "int_type": "an integer", "float_type": "a number",
+         "bool_type": "true or false", "literal_error": ""}
+
+
+def _kind(error: Any) -> str:
+    if error["type"] == "literal_error":
+        return str(error.get("ctx", {}).get("expected", "a literal"))
+    return KINDS[error["type"]]
+
+
+def _is_member(model: type[BaseModel], loc: tuple[Any, ...]) -> bool:
+    """True when the last part of `loc` is a union member's tag, not a field."""
+    return bool(loc) and isinstance(loc[-1], str) and loc[-1] not in _fields(model, loc[:-1])
+
+
+def _data_loc(model: type[BaseModel], data: Any, loc: tuple[Any, ...]) -> Loc:
+    """The part of a pydantic location that names keys of the data (union tags dropped)."""
     out: list[str | int] = []
     node = data
-    for part in loc:
+    for i, part in enumerate(loc):
         if isinstance(node, dict) and part in node:
             node = node[part]
         elif isinstance(node, dict) and part == "from_" and "from" in node:
             part, node = "from", node["from"]
         elif isinstance(node, list) and isinstance(part, int) and part < len(node):
             node = node[part]
-        elif isinstance(node, dict) and isinstance(part, str) and not part.startswith(
-                ("function-", "tagged-union")) and "[" not in part:
+        elif isinstance(node, dict) and not _is_member(model, loc[:i + 1]):
             out.append(part)  # a missing required field: name it, at its parent's line
             break
         else:
@@ -80,11 +106,9 @@ def _other_member(model: type[BaseModel], error: Any, errors: list[Any]) -> bool
     """True for "not a valid <type>" of one union member when the value went on into another
     member and failed inside it: that member's errors are the problem, not this one."""
     raw = tuple(error["loc"])
-    if not str(error["type"]).endswith("_type") or not raw or not isinstance(raw[-1], str):
+    if error["type"] not in KINDS or not _is_member(model, raw):
         return False
     union = raw[:-1]
-    if raw[-1] in _fields(model, union):
-        return False  # a field of the data, not a union member's tag
     return any(tuple(e["loc"])[:len(union)] == union and len(e["loc"]) > len(raw)
                for e in errors)
 
