@@ -28,6 +28,8 @@ NODE = "testbed:type=Node"
 #: how often the nodes are asked, and how long each may take to answer
 POLL_EVERY_S = 1.0
 POLL_TIMEOUT_S = 0.5
+#: the most hosts a fault line names one by one
+GROUP_NAMES = 6
 #: how often a plain console gets a line of counts
 PLAIN_EVERY_S = 5.0
 _T = re.compile(rb'"t":(\d+)')
@@ -147,13 +149,20 @@ def fault_text(rec: dict[str, Any], start_ns: int, hosts: list[str]) -> str:
         from analysis.topology_view import groups_after
 
         pairs = {(c[0], c[1]) for c in cuts if isinstance(c, list) and len(c) == 2}
-        who = " | ".join(" ".join(g) for g in groups_after(pairs, hosts))
+        who = " | ".join(_hosts(g) for g in groups_after(pairs, hosts))
     elif isinstance(rec.get("hosts"), list) and rec["hosts"] and len(rec["hosts"]) < len(hosts):
-        who = " ".join(str(h) for h in rec["hosts"])
+        who = _hosts([str(h) for h in rec["hosts"]])
     error = (rec.get("measured") or {}).get("error") if isinstance(rec.get("measured"),
                                                                      dict) else None
     return (f"{at}: fault {rec.get('fault', '?')} {kind} {'starts' if starts else 'heals'}"
             + (f": {who}" if who else "") + (f" (failed: {error})" if error else ""))
+
+
+def _hosts(names: list[str]) -> str:
+    """Hosts by name, a long list by its ends and its length."""
+    if len(names) <= GROUP_NAMES:
+        return " ".join(names)
+    return f"{names[0]} ... {names[-1]} ({len(names)} hosts)"
 
 
 class RunView:
