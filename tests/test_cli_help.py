@@ -71,8 +71,16 @@ def test_no_help_shows_a_path_of_this_clone() -> None:
     assert "[default: (experiments/nightly)]" in help_of(("nightly",))
 
 
-def test_a_bad_backend_flag_is_blamed_on_the_flag(tmp_path: Any) -> None:
+def test_a_bad_backend_flag_is_blamed_on_the_flag() -> None:
     r = run_cli("run", "experiments/quickstart.yaml", "--backend", "mininet2", "--dry-run")
     assert r.returncode == 2
     assert r.stderr.strip() == ("--backend: 'mininet2' is not one of sim, local, mininet, "
                                 "docker, remote")
+
+
+def test_explore_overrides_are_blamed_on_their_flags() -> None:
+    r = run_cli("explore", "experiments/quickstart.yaml", "--protocol", "fast-set")
+    assert (r.returncode, r.stderr.strip()) == (
+        2, "error: --protocol: unknown protocol 'fast-set' (did you mean 'fast-seto'?)")
+    r = run_cli("explore", "experiments/quickstart.yaml", "--duration", "10")
+    assert r.returncode == 2 and r.stderr.startswith("error: --duration: "), r.stderr

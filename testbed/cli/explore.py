@@ -67,6 +67,7 @@ def explore(
             budget_s = parse_duration(budget) / 1e9
         except ValueError as exc:
             raise fail(f"--budget: {exc}") from None
+    check_overrides(protocol, duration)
     from testbed.explore.case import Base, InvalidCase, load_base
 
     checks = tuple(check or ())
@@ -132,6 +133,25 @@ def explore(
                       f"{out / 'reproducers' / f'seed-{seed}.yaml'}", highlight=False)
     console.print(f"results in {out} (seeds.parquet, index.html)")
     raise typer.Exit(1 if failing else 0)
+
+
+def check_overrides(protocol: str | None, duration: str | None) -> None:
+    """--protocol and --duration are the flags' errors, not the spec's."""
+    import difflib
+
+    from nodes.protocols import catalogue
+    from testbed.spec.units import parse_duration
+
+    if protocol is not None and catalogue.find(protocol) is None:
+        close = difflib.get_close_matches(protocol, catalogue.names(), n=1)
+        raise fail(f"--protocol: unknown protocol {protocol!r}"
+                   + (f" (did you mean {close[0]!r}?)" if close else
+                      f"; known: {', '.join(catalogue.names())}"))
+    if duration is not None:
+        try:
+            parse_duration(duration)
+        except ValueError as exc:
+            raise fail(f"--duration: {exc}") from None
 
 
 def _replay(path: Path, out: Path | None) -> int:
