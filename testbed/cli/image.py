@@ -15,8 +15,7 @@ image_app = typer.Typer(help="Node images for the docker backend.\n\nExample: [b
 @image_app.command("build")
 def image_build(
     base: Annotated[str, typer.Option(help="auto, debootstrap, registry or an image name",
-                                      metavar="BASE")] = (
-        "auto"),
+                                      metavar="BASE")] = "auto",
     rebuild: Annotated[bool, typer.Option(help="build even if the tag exists")] = False,
 ) -> None:
     """Build the node image (no registry needed: the base comes from debootstrap).

@@ -33,11 +33,9 @@ def up(
     backend: Annotated[str, typer.Option(help="local (no root) or mininet (root)",
                                          metavar="local|mininet")] = "local",
     protocol: Annotated[str, typer.Option(help="protocol the idle nodes run",
-                                          metavar="PROTOCOL")] = (
-        "sequencer"),
+                                          metavar="PROTOCOL")] = "sequencer",
     applier: Annotated[str, typer.Option(help="mininet shaping: auto, netem or userspace",
-                                         metavar="auto|netem|userspace")] = (
-        "auto"),
+                                         metavar="auto|netem|userspace")] = "auto",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan, change nothing")] = (
         False),
     out: Annotated[Path, typer.Option("--out", help="runs directory")] = DEFAULT_RUNS,

@@ -39,8 +39,7 @@ def nightly(
     history: Annotated[Path | None, typer.Option(
         help="history folder, one Parquet file per night (default: history/SUITE)")] = None,
     budget: Annotated[str, typer.Option(help="stop starting experiments after this, e.g. 2h",
-                                        metavar="DURATION")] = (
-        "2h"),
+                                        metavar="DURATION")] = "2h",
     night: Annotated[str | None, typer.Option(
         "--date", help="the night's date, YYYY-MM-DD (default: today, UTC)",
         metavar="YYYY-MM-DD")] = None,
