@@ -42,9 +42,10 @@ def explore(
                                                 "delivery logs with the recorded digests")
                       ] = None,
 ) -> None:
-    """Search fault schedules on the simulator: each seed draws partitions, crashes, pauses,
-    clock and link faults, runs, and is judged by the protocol's claims; failures are shrunk
-    to minimal reproducers.
+    """Search fault schedules on the simulator; shrink each failure to a minimal reproducer.
+
+    Each seed draws partitions, crashes, pauses, clock and link faults, runs, and is judged
+    by the protocol's claims.
 
     Example: [bold]testbed explore experiments/quickstart.yaml --seeds 300 --protocol
     reliable-nack --check total_order[/]

@@ -18,8 +18,7 @@ def certs(
                                      metavar="ALGORITHM")] = "ecdsa-p256",
     runs: RunsOpt = DEFAULT_RUNS,
 ) -> None:
-    """Make the run's CA and one certificate per node, as Java's keytool does for JMX
-    over TLS (001 §4.4, communication security).
+    """Make the run's CA and a certificate per node, as Java's keytool does for JMX over TLS.
 
     Writes certs/ca.pem (what clients trust), certs/<host>.pem and certs/<host>.key (0600) in
     the run directory, for every host in its nodes/*/node.json, with the host's control

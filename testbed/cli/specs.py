@@ -35,9 +35,10 @@ def plan(
                                               metavar="RATES")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
-    """How long optimistic total order (protocols seto, fast-seto) holds each message before
-    delivering it, per host: as seto plans it, as fast-seto's heuristic does, and the optimum
-    (a linear program).
+    """How long optimistic total order waits before delivering, per host, on a topology.
+
+    The delays as protocol seto plans them, as fast-seto's heuristic does, and the optimum
+    (a linear program), with the average latency each gives.
 
     Example: [bold]testbed plan topologies/two-sites.yaml --json[/]
     """
