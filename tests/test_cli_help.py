@@ -60,7 +60,7 @@ def test_no_value_is_named_bool_or_str() -> None:
 
 def test_run_backend_lists_its_choices_and_explore_workers_has_one_default() -> None:
     run_help = help_of(("run",))
-    assert "--backend" in run_help and "sim|local|mininet|docker|remote" in run_help
+    assert "--backend" in run_help and "sim, local, mininet, docker or remote" in run_help
     workers = next(line for line in help_of(("explore",)).splitlines() if "--workers" in line)
     assert workers.count("default") == 1, workers
 

@@ -28,8 +28,9 @@ from testbed.spec.loader import SpecError, load_experiment
 
 def run(
     experiment: Annotated[Path, typer.Argument(help="experiment YAML")],
-    backend: Annotated[str | None, typer.Option(help="override the spec's backend",
-                                                metavar="|".join(BACKENDS))] = None,
+    backend: Annotated[str | None, typer.Option(
+        help=f"{', '.join(BACKENDS[:-1])} or {BACKENDS[-1]}, instead of the spec's backend",
+        metavar="BACKEND")] = None,
     out: Annotated[Path, typer.Option("--out", help="runs directory")] = DEFAULT_RUNS,
     master: Annotated[str | None, typer.Option(help="Spark master URL (default local[*])",
                                                metavar="URL")] = None,
