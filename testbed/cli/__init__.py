@@ -1,8 +1,9 @@
 """The `testbed` command line (README.md "The CLI"): one module per command group, assembled
 here in the order `testbed --help` lists them.
 
-Every command is one function with typed parameters and an example in its help; user errors are
-one sentence (`file:line: field: message` for specs) and exit code 2, never a traceback.
+Every command is one function with typed parameters and an example in its help (how help
+reads: testbed/cli/help.py); user errors are one sentence (`file:line: field: message` for
+specs) and exit code 2, never a traceback.
 """
 
 from __future__ import annotations
