@@ -71,7 +71,7 @@ def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: 
     run = RunDir.create(out, exp.name)
     write_lock(run, exp, topo, plan.paths)
     run.journal.append("begin", experiment=exp.name, backend=exp.backend)
-    console.print(f"run directory [bold]{run.path}[/]")
+    console.print(f"run directory [bold]{run.path}[/]", soft_wrap=True)
     options: dict[str, Any] = {"seed": exp.seed}
     if plan.capabilities.capture:
         from testbed.capture import CaptureOptions
