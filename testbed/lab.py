@@ -51,7 +51,8 @@ SSHD_CMD = ("printf '%s\\n' \"$TB_LAB_KEY\" > /root/.ssh/authorized_keys && "
             "exec /usr/sbin/sshd -D -e -o PasswordAuthentication=no "
             "-o PermitRootLogin=prohibit-password")
 
-lab_app = typer.Typer(help="A lab of SSH hosts (containers) for the remote backend.",
+lab_app = typer.Typer(help="A lab of SSH hosts (containers) for the remote backend.\n\n"
+                      "Example: [bold]sudo testbed lab up --hosts 4[/]",
                       no_args_is_help=True)
 console = Console()
 err = Console(stderr=True)
@@ -277,10 +278,14 @@ def up_cmd(
 
 @lab_app.command("down")
 def down_cmd(
-    name: Annotated[str | None, typer.Argument(help="lab name; default: every lab")] = None,
+    name: Annotated[str | None, typer.Argument(help="lab name; default: every lab",
+                                               metavar="LAB")] = None,
     dir: Annotated[Path, typer.Option("--dir", help="where labs live")] = DEFAULT_DIR,
 ) -> None:
-    """Remove the lab's containers, networks and rules (from its journal; idempotent)."""
+    """Remove the lab's containers, networks and rules (from its journal; idempotent).
+
+    Example: [bold]sudo testbed lab down[/]
+    """
     removed = down(dir, name)
     for line in removed:
         console.print(f"  {line}", highlight=False)

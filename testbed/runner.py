@@ -14,7 +14,6 @@ from typing import Any
 
 import yaml
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from testbed.backends import Backend, make_backend
 from testbed.drain import DrainWatch, mark_cut_short
@@ -22,6 +21,7 @@ from testbed.faults.nemesis import Nemesis
 from testbed.pathcheck import lock_paths, sites_of, write_paths_csv
 from testbed.rundir import RunDir
 from testbed.runplan import RunPlan
+from testbed.runview import RunCounts, RunView, counts_text, fault_text
 from testbed.spec.experiment import ExperimentSpec
 from testbed.spec.topology import PathMatrix, TopologySpec
 from testbed.teardown import teardown
@@ -71,7 +71,7 @@ def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: 
     run = RunDir.create(out, exp.name)
     write_lock(run, exp, topo, plan.paths)
     run.journal.append("begin", experiment=exp.name, backend=exp.backend)
-    console.print(f"run directory [bold]{run.path}[/]")
+    console.print(f"run directory [bold]{run.path}[/]", soft_wrap=True)
     options: dict[str, Any] = {"seed": exp.seed}
     if plan.capabilities.capture:
         from testbed.capture import CaptureOptions
@@ -134,9 +134,10 @@ def start_nodes(plan: RunPlan, run: RunDir, backend: Backend,
 
 def _execute(plan: RunPlan, run: RunDir, backend: Backend, console: Console) -> str | None:
     """Start the nodes and watch them until they end; why the run was cut short, if it was."""
+    console.print(f"bring-up: {len(plan.hosts)} {backend.name} hosts", highlight=False)
     plan, nemesis = start_nodes(plan, run, backend)
     try:
-        cut, stats = _watch(plan, run, backend, console, plan.start_at_ns, backend.startup_ns)
+        cut, stats = _watch(plan, run, backend, console, plan.start_at_ns)
     finally:
         # Before the caller collects and tears down: no fault acts on a backend going away.
         if nemesis is not None:
@@ -177,9 +178,10 @@ def wall_limit_s(cap_s: float, startup_ns: int, hosts: int, virtual: bool) -> fl
     return cap_s * scale + startup_ns / 1e9 + WALL_SLACK_S
 
 
-def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console, start: int,
-           startup_ns: int) -> tuple[str | None, dict[str, Any]]:
-    """Until every node has exited: progress, and on the wall clock the drain watch. Past the
+def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console,
+           start: int) -> tuple[str | None, dict[str, Any]]:
+    """Until every node has exited: the phases, counts and faults (testbed/runview.py), and
+    on the wall clock the drain watch. Past the
     wall limit (`backend.wall_limit_s`, set by `start_nodes`) the nodes are stopped, on every
     backend, and the run is cut short: drain.json says so (`cut_short`), its verdict is not ok
     and says why. Returns that reason (None: not cut short) and the backend's statistics
@@ -194,18 +196,15 @@ def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console, start
     # here is the backstop, for one that does not.
     stop_s = limit_s + (SIM_BACKSTOP_S if virtual else 0.0)
     cut = None
-    total_s = (exp.duration + exp.drain) / 1e9 + (0 if virtual else startup_ns / 1e9)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn(),
-                  console=console, transient=True) as progress:
-        label = f"{exp.backend}: {exp.name}"
-        task = progress.add_task(label, total=total_s)
+    counts = RunCounts(run, plan.hosts, backend.capabilities.management)
+    with RunView(console, f"{exp.backend}: {exp.name}") as view:
         began = time.monotonic()
         while not backend.wait(timeout_s=0.25):
             elapsed = time.monotonic() - began
-            progress.update(task, completed=min(elapsed, total_s))
-            if watch is not None and watch.due(time.time_ns()) and not watch.poll():
-                progress.update(task, description=f"{label}: draining, {watch.in_flight} "
-                                                  "messages in flight")
+            counts.poll()
+            if watch is not None and watch.due(time.time_ns()):
+                watch.poll()
+            _show(view, counts, plan, None if virtual else time.time_ns(), start, watch)
             if elapsed > stop_s:
                 # Starved nodes miss their own cap; a simulator slower than its limit (or in an
                 # event storm) has not reached its end.
@@ -216,9 +215,12 @@ def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console, start
                             "an integrity violation)")
                 else:
                     cut += "; the nodes were stopped"
-                console.print(f"[yellow]cut short: {cut}[/]")
+                view.print(f"cut short: {cut}", style="yellow")
                 backend.collect()
                 break
+        counts.poll(force=True)
+        _show(view, counts, plan, None if virtual else time.time_ns(), start, watch)
+        view.event(f"nodes done: {counts_text(counts.sent, counts.delivered)}")
     stats = backend.stats() if virtual else {}
     stopped = stats.get("cut_short") if cut is None else None
     if stopped:
@@ -233,6 +235,32 @@ def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console, start
     return cut, stats
 
 
+def _show(view: RunView, counts: RunCounts, plan: RunPlan, now_ns: int | None, start: int,
+          watch: DrainWatch | None) -> None:
+    """The run's phase, the faults recorded since the last look, the counts: on the wall clock
+    by `now_ns`, on the simulator's (`now_ns` None) by the latest time its nodes logged."""
+    exp = plan.experiment
+    now = now_ns if now_ns is not None else counts.reached_ns
+    end = start + exp.duration
+    drain = (f"until every message is delivered everywhere, {exp.drain / 1e9:g} to "
+             f"{max(exp.drain, exp.drain_max) / 1e9:g} s")
+    faults = counts.faults()  # each at or after the workload's start
+    if faults or (now is not None and now >= start):
+        view.phase("workload", f"{exp.duration / 1e9:g} s of {exp.workload.msgs_per_s:g} "
+                   "msgs/s per sender")
+    for rec in faults:
+        if isinstance(rec.get("t"), int) and rec["t"] >= end:
+            view.phase("drain", drain)
+        view.event(fault_text(rec, start, plan.hosts))
+    if now is not None and now >= end:
+        view.phase("drain", drain)
+    text = counts_text(counts.sent, counts.delivered)
+    if watch is not None and watch.progress:  # polled once the minimum drain is over
+        text += f", {watch.in_flight:,} in flight"
+    done_s = max(0.0, (now - start) / 1e9) if now is not None else 0.0
+    view.update(done_s, (exp.duration + exp.drain) / 1e9, text)
+
+
 def analyze_run(run: RunDir, expect: list[str], console: Console,
                 master: str | None = None) -> RunResult:
     from analysis.expect import evaluate, parse_expectation
@@ -242,6 +270,7 @@ def analyze_run(run: RunDir, expect: list[str], console: Console,
 
     # A Maelstrom program's run is judged in-process (analysis/judge.py, docs/maelstrom.md).
     maelstrom = maelstrom_workload(run.path) is not None
+    console.print("analysis: " + ("judged in-process" if maelstrom else "Spark"))
     with console.status("judging" if maelstrom else "analysing with Spark"):
         if maelstrom:
             from analysis.judge import judge_run

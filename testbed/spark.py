@@ -72,7 +72,8 @@ LABEL org.testbed.image=lab-spark
 """
 
 spark_app = typer.Typer(help="Spark standalone on an inventory's hosts, for `testbed analyze "
-                             "--master`.", no_args_is_help=True)
+                             "--master`.\n\nExample: [bold]testbed spark up --inventory "
+                             "lab/latest/inventory.yaml[/]", no_args_is_help=True)
 console = Console()
 err = Console(stderr=True)
 
@@ -351,7 +352,7 @@ InventoryOpt = Annotated[Path, typer.Option("--inventory", help="hosts (what `te
 def up_cmd(
     inventory: InventoryOpt,
     cores: Annotated[int, typer.Option(help="cores each worker offers")] = 2,
-    memory: Annotated[str, typer.Option(help="memory each worker offers")] = "2g",
+    memory: Annotated[str, typer.Option(help="memory each worker offers", metavar="SIZE")] = "2g",
 ) -> None:
     """Start a Spark standalone master on the first host and workers on the others
     (idempotent); print the master URL.
@@ -374,7 +375,10 @@ def up_cmd(
 
 @spark_app.command("down")
 def down_cmd(inventory: InventoryOpt) -> None:
-    """Stop the Spark daemons and their executors on every host (idempotent)."""
+    """Stop the Spark daemons and their executors on every host (idempotent).
+
+    Example: [bold]testbed spark down --inventory lab/latest/inventory.yaml[/]
+    """
     try:
         stopped = down(inventory)
     except SparkError as exc:

@@ -483,7 +483,7 @@ def test_a_crash_restarts_the_agent_and_its_program(tmp_path: Path) -> None:
         wait_for("the restarted program's ids", lambda: ids(1) >= 2)
         for host in plan.hosts:  # what the drain does once the run is over
             run.mgmt_client(host).exec("testbed:type=Node", "stop")
-        _watch(plan, run, backend, console, plan.start_at_ns, backend.startup_ns)
+        _watch(plan, run, backend, console, plan.start_at_ns)
         backend.collect()
     finally:
         backend.down()

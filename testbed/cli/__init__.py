@@ -1,8 +1,9 @@
 """The `testbed` command line (README.md "The CLI"): one module per command group, assembled
 here in the order `testbed --help` lists them.
 
-Every command is one function with typed parameters and an example in its help; user errors are
-one sentence (`file:line: field: message` for specs) and exit code 2, never a traceback.
+Every command is one function with typed parameters and an example in its help (how help
+reads: testbed/cli/help.py); user errors are one sentence (`file:line: field: message` for
+specs) and exit code 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import typer
 from testbed.cli import analysis, doctor, explore, mgmt, run, runs, serve, specs, up
 from testbed.cli.common import err
 from testbed.cli.fault import fault_app
+from testbed.cli.help import plain_help
 from testbed.cli.image import image_app
 from testbed.cli.maelstrom import maelstrom_app
 from testbed.cli.topology import topology_app
@@ -60,6 +62,7 @@ app.command()(serve.serve)  # testbed/serve.py: runs, nightlies, explorations in
 app.add_typer(maelstrom_app, name="maelstrom")  # Maelstrom node programs, docs/maelstrom.md
 app.add_typer(lab_app, name="lab")  # testbed/lab.py: SSH hosts for the remote backend
 app.add_typer(spark_app, name="spark")  # testbed/spark.py: Spark standalone on those hosts
+plain_help(app)
 
 __all__ = ["app", "main"]
 

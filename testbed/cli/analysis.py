@@ -33,7 +33,7 @@ def pcap(
 
 def analyze_cmd(
     run_dir: Annotated[Path, typer.Argument(help="run directory")],
-    master: Annotated[str | None, typer.Option(help="Spark master URL")] = None,
+    master: Annotated[str | None, typer.Option(help="Spark master URL", metavar="URL")] = None,
     inventory: Annotated[Path | None, typer.Option(
         "--inventory", help="the hosts `testbed spark up` started Spark on: their executor "
         "Python and shared directory (docs/remote.md); default master: its first host")] = None,

@@ -29,7 +29,8 @@ console = Console()
 err = Console(stderr=True, soft_wrap=True)
 
 RunsOpt = Annotated[Path, typer.Option("--runs", help="where run directories live")]
-RunOpt = Annotated[str | None, typer.Option("--run", help="run id; default: newest active")]
+RunOpt = Annotated[str | None, typer.Option("--run", help="run id; default: newest active",
+                                            metavar="RUN")]
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -113,7 +114,9 @@ def print_verdict(summary: dict[str, Any]) -> None:
 
 def print_summary(summary: dict[str, Any]) -> None:
     checks = summary.get("checks", {})
-    table = Table("check", "violations", title=f"run {summary.get('run', '')}")
+    # The run id on a line of its own: a table title wraps to the table's width.
+    console.print(f"run {summary.get('run', '')}", highlight=False, soft_wrap=True)
+    table = Table("check", "violations")
     for name, res in checks.items():
         v = res.get("violations", 0)
         if not res.get("claimed", True):  # not promised by the protocol: greyed out

@@ -17,19 +17,23 @@ from testbed.spec.loader import SpecError
 def explore(
     experiment: Annotated[Path | None, typer.Argument(help="experiment YAML")] = None,
     seeds: Annotated[int | None, typer.Option(help="how many seeds (default 100)")] = None,
-    budget: Annotated[str | None, typer.Option(help="or: seeds for this long, e.g. 1h")] = None,
+    budget: Annotated[str | None, typer.Option(help="or: seeds for this long, e.g. 1h",
+                                               metavar="DURATION")] = None,
     first_seed: Annotated[int, typer.Option(help="the first seed")] = 0,
-    workers: Annotated[int, typer.Option(help="worker processes (default: cores)")] = 0,
+    workers: Annotated[int, typer.Option(help="worker processes; 0: one per core",
+                                         metavar="N")] = 0,
     master: Annotated[str | None, typer.Option(help="run seeds as Spark tasks on this "
-                                               "master, e.g. spark://h:7077")] = None,
+                                               "master, e.g. spark://h:7077",
+                                               metavar="URL")] = None,
     check: Annotated[list[str] | None, typer.Option(
         "--check", help="also judge this check when the protocol does not claim it "
-        "(repeatable)")] = None,
+        "(repeatable)", metavar="CHECK")] = None,
     protocol: Annotated[str | None, typer.Option(help="explore this protocol instead of the "
-                                                 "spec's (its params are dropped)")] = None,
+                                                 "spec's (its params are dropped)",
+                                                 metavar="PROTOCOL")] = None,
     duration: Annotated[str | None, typer.Option(help="override the spec's duration, "
-                                                 "e.g. 10s")] = None,
-    backend: Annotated[str | None, typer.Option(help="sim only")] = None,
+                                                 "e.g. 10s", metavar="DURATION")] = None,
+    backend: Annotated[str | None, typer.Option(help="sim only", metavar="sim")] = None,
     shrink: Annotated[int, typer.Option(help="failing seeds to shrink (distinct failures "
                                         "first)")] = 5,
     out: Annotated[Path | None, typer.Option(help="output directory (default "
@@ -38,9 +42,10 @@ def explore(
                                                 "delivery logs with the recorded digests")
                       ] = None,
 ) -> None:
-    """Search fault schedules on the simulator: each seed draws partitions, crashes, pauses,
-    clock and link faults, runs, and is judged by the protocol's claims; failures are shrunk
-    to minimal reproducers.
+    """Search fault schedules on the simulator; shrink each failure to a minimal reproducer.
+
+    Each seed draws partitions, crashes, pauses, clock and link faults, runs, and is judged
+    by the protocol's claims.
 
     Example: [bold]testbed explore experiments/quickstart.yaml --seeds 300 --protocol
     reliable-nack --check total_order[/]
@@ -63,6 +68,7 @@ def explore(
             budget_s = parse_duration(budget) / 1e9
         except ValueError as exc:
             raise fail(f"--budget: {exc}") from None
+    check_overrides(protocol, duration)
     from testbed.explore.case import Base, InvalidCase, load_base
 
     checks = tuple(check or ())
@@ -128,6 +134,25 @@ def explore(
                       f"{out / 'reproducers' / f'seed-{seed}.yaml'}", highlight=False)
     console.print(f"results in {out} (seeds.parquet, index.html)")
     raise typer.Exit(1 if failing else 0)
+
+
+def check_overrides(protocol: str | None, duration: str | None) -> None:
+    """--protocol and --duration are the flags' errors, not the spec's."""
+    import difflib
+
+    from nodes.protocols import catalogue
+    from testbed.spec.units import parse_duration
+
+    if protocol is not None and catalogue.find(protocol) is None:
+        close = difflib.get_close_matches(protocol, catalogue.names(), n=1)
+        raise fail(f"--protocol: unknown protocol {protocol!r}"
+                   + (f" (did you mean {close[0]!r}?)" if close else
+                      f"; known: {', '.join(catalogue.names())}"))
+    if duration is not None:
+        try:
+            parse_duration(duration)
+        except ValueError as exc:
+            raise fail(f"--duration: {exc}") from None
 
 
 def _replay(path: Path, out: Path | None) -> int:

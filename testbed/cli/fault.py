@@ -13,9 +13,11 @@ from testbed.cli.common import RunOpt, RunsOpt, active_run, console, fail
 from testbed.rundir import DEFAULT_RUNS
 
 fault_app = typer.Typer(
-    help="Inject a fault into a running testbed (`testbed up`), now; `--for` heals it later.",
+    help="Inject a fault into a running testbed (`testbed up`), now; `--for` heals it later."
+    "\n\nExample: [bold]testbed fault partition --isolate h3 --for 5s[/]",
     no_args_is_help=True)
-ForOpt = Annotated[str | None, typer.Option("--for", help="heal after this long, e.g. 5s")]
+ForOpt = Annotated[str | None, typer.Option("--for", help="heal after this long, e.g. 5s",
+                                            metavar="DURATION")]
 
 
 def _inject(entry: dict[str, Any], run_name: str | None, runs: Path) -> None:
@@ -45,10 +47,11 @@ def _timing(for_: str | None) -> dict[str, Any]:
 
 @fault_app.command("partition")
 def fault_partition(
-    isolate: Annotated[str | None, typer.Option(help="cut one host off")] = None,
-    groups: Annotated[str | None, typer.Option(help="sides, e.g. h1,h2/h3,h4")] = None,
+    isolate: Annotated[str | None, typer.Option(help="cut one host off", metavar="HOST")] = None,
+    groups: Annotated[str | None, typer.Option(help="sides, e.g. h1,h2/h3,h4",
+                                               metavar="GROUPS")] = None,
     shape: Annotated[str | None, typer.Option(
-        help="halves, majority, minority, bridge or majorities-ring")] = None,
+        help="halves, majority, minority, bridge or majorities-ring", metavar="SHAPE")] = None,
     one_way: Annotated[bool, typer.Option(help="cut only traffic from the first group")] = False,
     for_: ForOpt = None, run_name: RunOpt = None, runs: RunsOpt = DEFAULT_RUNS,
 ) -> None:
@@ -70,7 +73,7 @@ def fault_heal(run_name: RunOpt = None, runs: RunsOpt = DEFAULT_RUNS) -> None:
 
 
 def _host_fault(kind: str) -> Any:
-    def command(host: Annotated[str, typer.Argument(help="host name")],
+    def command(host: Annotated[str, typer.Argument(help="host name", metavar="HOST")],
                 run_name: RunOpt = None, runs: RunsOpt = DEFAULT_RUNS) -> None:
         _inject({"kind": kind, "host": host}, run_name, runs)
 
@@ -87,11 +90,12 @@ for _kind in ("crash", "restart", "pause", "resume"):
 
 @fault_app.command("link")
 def fault_link(
-    a: Annotated[str, typer.Argument(help="one host")],
-    b: Annotated[str, typer.Argument(help="the other host")],
-    delay: Annotated[str | None, typer.Option(help="new one-way delay, e.g. 80ms")] = None,
-    jitter: Annotated[str | None, typer.Option(help="new jitter")] = None,
-    loss: Annotated[str | None, typer.Option(help="new loss, e.g. 5%")] = None,
+    a: Annotated[str, typer.Argument(help="one host", metavar="HOST_A")],
+    b: Annotated[str, typer.Argument(help="the other host", metavar="HOST_B")],
+    delay: Annotated[str | None, typer.Option(help="new one-way delay, e.g. 80ms",
+                                              metavar="DELAY")] = None,
+    jitter: Annotated[str | None, typer.Option(help="new jitter", metavar="JITTER")] = None,
+    loss: Annotated[str | None, typer.Option(help="new loss, e.g. 5%", metavar="LOSS")] = None,
     for_: ForOpt = None, run_name: RunOpt = None, runs: RunsOpt = DEFAULT_RUNS,
 ) -> None:
     """Change the path between two hosts (both directions).
@@ -105,10 +109,12 @@ def fault_link(
 
 @fault_app.command("clock")
 def fault_clock(
-    host: Annotated[str, typer.Argument(help="host name")],
-    jump: Annotated[str | None, typer.Option(help="step the clock, e.g. 50ms or -20ms")] = None,
-    offset: Annotated[str | None, typer.Option(help="set the offset")] = None,
-    drift: Annotated[str | None, typer.Option(help="set the drift, e.g. 50ppm")] = None,
+    host: Annotated[str, typer.Argument(help="host name", metavar="HOST")],
+    jump: Annotated[str | None, typer.Option(help="step the clock, e.g. 50ms or -20ms",
+                                             metavar="DURATION")] = None,
+    offset: Annotated[str | None, typer.Option(help="set the offset", metavar="DURATION")] = None,
+    drift: Annotated[str | None, typer.Option(help="set the drift, e.g. 50ppm",
+                                              metavar="PPM")] = None,
     run_name: RunOpt = None, runs: RunsOpt = DEFAULT_RUNS,
 ) -> None:
     """Change a node's clock. Example: [bold]testbed fault clock h2 --jump 50ms[/]"""

@@ -8,13 +8,14 @@ import typer
 
 from testbed.cli.common import console, fail
 
-image_app = typer.Typer(help="Node images for the docker backend.", no_args_is_help=True)
+image_app = typer.Typer(help="Node images for the docker backend.\n\nExample: [bold]sudo testbed "
+                        "image build[/]", no_args_is_help=True)
 
 
 @image_app.command("build")
 def image_build(
-    base: Annotated[str, typer.Option(help="auto, debootstrap, registry or an image name")] = (
-        "auto"),
+    base: Annotated[str, typer.Option(help="auto, debootstrap, registry or an image name",
+                                      metavar="BASE")] = "auto",
     rebuild: Annotated[bool, typer.Option(help="build even if the tag exists")] = False,
 ) -> None:
     """Build the node image (no registry needed: the base comes from debootstrap).

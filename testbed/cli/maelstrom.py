@@ -21,7 +21,9 @@ from testbed.rundir import DEFAULT_RUNS
 from testbed.spec.loader import SpecError, load_experiment
 
 maelstrom_app = typer.Typer(no_args_is_help=True, help="Run a node program written for "
-                            "Maelstrom on the emulated WAN (docs/maelstrom.md).")
+                            "Maelstrom on the emulated WAN (docs/maelstrom.md).\n\nExample: "
+                            "[bold]testbed maelstrom test -w broadcast --bin ./node "
+                            "--node-count 5[/]")
 BUILT_NEMESES = ("partition", "kill", "pause", "clock")
 AGENT = "testbed:type=Agent"
 GOOD = "Everything looks good! ヽ(‘ー`)ノ"
@@ -158,9 +160,10 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
                                          "ignore_unknown_options": True})
 def test(
     ctx: typer.Context,
-    workload: Annotated[str, typer.Option("-w", "--workload", help=", ".join(WORKLOADS))],
+    workload: Annotated[str, typer.Option("-w", "--workload", help=", ".join(WORKLOADS),
+                                          metavar="WORKLOAD")],
     bin_: Annotated[str, typer.Option("--bin", help="the node program; its arguments after "
-                                      "`--`")],
+                                      "`--`", metavar="PROGRAM")],
     node_count: Annotated[int, typer.Option("--node-count", help="nodes n1..nN (with --net: "
                                             "the topology's hosts)")] = 0,
     time_limit: Annotated[float, typer.Option("--time-limit", help="seconds of workload")
@@ -168,22 +171,22 @@ def test(
     rate: Annotated[float, typer.Option("--rate", help="operations per second, all "
                                         "clients together")] = 5.0,
     concurrency: Annotated[str, typer.Option("--concurrency", help="clients: a number or "
-                                             "Kn (K per node)")] = "1n",
+                                             "Kn (K per node)", metavar="N|Kn")] = "1n",
     latency: Annotated[float, typer.Option("--latency", help="one-way ms between nodes "
                                            "(a flat network; ignored with --net)")] = 0.0,
     latency_dist: Annotated[str, typer.Option("--latency-dist", help="constant, uniform "
                                               "(0 to 2x --latency) or exponential (mean "
-                                              "--latency)")] = "constant",
+                                              "--latency)", metavar="DIST")] = "constant",
     topology: Annotated[str, typer.Option("--topology", help="broadcast's neighbour map: "
-                                          + ", ".join(TOPOLOGIES))] = "grid",
+                                          + ", ".join(TOPOLOGIES), metavar="MAP")] = "grid",
     nemesis: Annotated[str, typer.Option("--nemesis", help="faults, comma-separated: "
-                                         "partition, kill, pause, clock")] = "",
+                                         "partition, kill, pause, clock", metavar="FAULTS")] = "",
     nemesis_interval: Annotated[float, typer.Option("--nemesis-interval",
                                                     help="seconds between faults")] = 10.0,
     net: Annotated[Path | None, typer.Option("--net", help="a topology YAML (our WAN model);"
                                              " its hosts are n1..nN in order")] = None,
     backend: Annotated[str, typer.Option("--backend", help="local, mininet, docker or "
-                                         "remote")] = "local",
+                                         "remote", metavar="BACKEND")] = "local",
     inventory: Annotated[Path | None, typer.Option("--inventory", help="remote backend: "
                                                    "the hosts (docs/remote.md)")] = None,
     out: Annotated[Path, typer.Option("--out", help="runs directory")] = DEFAULT_RUNS,

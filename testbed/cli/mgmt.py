@@ -13,12 +13,12 @@ from testbed.rundir import DEFAULT_RUNS, resolve_run
 
 
 def certs(
-    run_name: Annotated[str, typer.Argument(help="run id, directory name or path")],
-    key: Annotated[str, typer.Option(help="key algorithm: ecdsa-p256 or rsa-2048")]
-    = "ecdsa-p256",
+    run_name: Annotated[str, typer.Argument(help="run id, directory name or path", metavar="RUN")],
+    key: Annotated[str, typer.Option(help="key algorithm: ecdsa-p256 or rsa-2048",
+                                     metavar="ALGORITHM")] = "ecdsa-p256",
     runs: RunsOpt = DEFAULT_RUNS,
 ) -> None:
-    """Make the run's CA and one certificate per node (the keytool of D3.5 section 4.4).
+    """Make the run's CA and a certificate per node, as Java's keytool does for JMX over TLS.
 
     Writes certs/ca.pem (what clients trust), certs/<host>.pem and certs/<host>.key (0600) in
     the run directory, for every host in its nodes/*/node.json, with the host's control
@@ -54,8 +54,9 @@ def certs(
 
 
 def mgmt(
-    host: Annotated[str, typer.Argument(help="host name in the running testbed")],
-    op: Annotated[str, typer.Argument(help="read, write, exec, list, search or version")],
+    host: Annotated[str, typer.Argument(help="host name in the running testbed", metavar="HOST")],
+    op: Annotated[str, typer.Argument(help="read, write, exec, list, search or version",
+                                      metavar="OP")],
     args: Annotated[list[str] | None,
                     typer.Argument(help="MBEAN [ATTRIBUTE|OPERATION] [VALUE|ARGS...]")] = None,
     run_name: RunOpt = None,

@@ -22,14 +22,18 @@ from testbed.cli.common import (
 from testbed.pathcheck import collapses, sites_of
 from testbed.rundir import DEFAULT_RUNS
 from testbed.shaping.plan import HostPlan
+from testbed.spec.experiment import BACKENDS
 from testbed.spec.loader import SpecError, load_experiment
 
 
 def run(
     experiment: Annotated[Path, typer.Argument(help="experiment YAML")],
-    backend: Annotated[str | None, typer.Option(help="override the spec: sim, local, ...")] = None,
+    backend: Annotated[str | None, typer.Option(
+        help=f"{', '.join(BACKENDS[:-1])} or {BACKENDS[-1]}, instead of the spec's backend",
+        metavar="BACKEND")] = None,
     out: Annotated[Path, typer.Option("--out", help="runs directory")] = DEFAULT_RUNS,
-    master: Annotated[str | None, typer.Option(help="Spark master URL (default local[*])")] = None,
+    master: Annotated[str | None, typer.Option(help="Spark master URL (default local[*])",
+                                               metavar="URL")] = None,
     analyze: Annotated[bool, typer.Option(help="run the Spark analysis afterwards")] = True,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan, change nothing")] = (
         False),
@@ -74,8 +78,10 @@ def run(
             if line.startswith("verdict: "):
                 continue  # the last line says it
             err.print(f"[red]expectation failed:[/] {line}", highlight=False)
-        if result.ok:
-            console.print(f"[green]all {len(exp.expect)} expectations hold[/]")
+        if result.ok and exp.expect:
+            n = len(exp.expect)
+            held = f"all {n} expectations hold" if n > 1 else "the expectation holds"
+            console.print(held, style="green")
     console.print(f"results in {result.run.path}")
     if analyze:
         print_verdict(result.summary)

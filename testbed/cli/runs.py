@@ -19,8 +19,14 @@ def status(runs: RunsOpt = DEFAULT_RUNS) -> None:
     """
     from testbed.processes import is_alive
 
-    table = Table("run", "state", "live resources")
-    for r in find_runs(runs):
+    found = find_runs(runs)
+    table = Table()
+    # The run id in full, whatever the width: `testbed teardown` takes it.
+    table.add_column("run", no_wrap=True, min_width=max((len(r.path.name) for r in found),
+                                                         default=3))
+    table.add_column("state", no_wrap=True)
+    table.add_column("live resources")
+    for r in found:
         live = r.journal.live()
         procs = [e for e in live if e.get("kind") == "process"
                  and is_alive(e["pid"], e.get("starttime"))]
@@ -31,7 +37,8 @@ def status(runs: RunsOpt = DEFAULT_RUNS) -> None:
 
 
 def teardown_cmd(
-    name: Annotated[str | None, typer.Argument(help="run id or directory; default: all")] = None,
+    name: Annotated[str | None, typer.Argument(help="run id or directory; default: all",
+                                               metavar="RUN")] = None,
     runs: RunsOpt = DEFAULT_RUNS,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="list, remove nothing")] = False,
 ) -> None:

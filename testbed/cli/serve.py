@@ -17,7 +17,8 @@ def serve(
         "--runs", help="a folder of runs, nightlies or explorations (repeatable)")] = None,
     port: Annotated[int, typer.Option(help="TCP port")] = 8080,
     host: Annotated[str, typer.Option(
-        help="address to bind; any but 127.0.0.1/localhost/::1 needs the token and TLS")]
+        help="address to bind; any but 127.0.0.1/localhost/::1 needs the token and TLS",
+        metavar="ADDRESS")]
     = "127.0.0.1",
     state: Annotated[Path, typer.Option(
         help="where the token, Basic credential and TLS certificates are kept")]

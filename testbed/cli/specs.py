@@ -13,7 +13,8 @@ from testbed.spec.loader import SpecError, load_topology
 
 
 def schema(
-    kind: Annotated[str, typer.Argument(help="topology or experiment")],
+    kind: Annotated[str, typer.Argument(help="topology or experiment",
+                                        metavar="topology|experiment")],
 ) -> None:
     """Print the JSON Schema of a spec.
 
@@ -30,10 +31,14 @@ def schema(
 
 def plan(
     topology: Annotated[Path, typer.Argument(help="topology YAML (sites or a delay matrix)")],
-    rates: Annotated[str | None, typer.Option(help="sending rates r1,r2,... per host")] = None,
+    rates: Annotated[str | None, typer.Option(help="sending rates r1,r2,... per host",
+                                              metavar="RATES")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
-    """Optimistic delivery delays for SETO, the Fast SETO heuristic and the optimum (MOL LP).
+    """How long optimistic total order waits before delivering, per host, on a topology.
+
+    The delays as protocol seto plans them, as fast-seto's heuristic does, and the optimum
+    (a linear program), with the average latency each gives.
 
     Example: [bold]testbed plan topologies/two-sites.yaml --json[/]
     """

@@ -12,37 +12,43 @@ import typer
 
 from testbed.cli.common import console, err
 
-topology_app = typer.Typer(no_args_is_help=True, help="Topologies from measured data.")
+topology_app = typer.Typer(no_args_is_help=True, help="Topologies from measured data.\n\n"
+                           "Example: [bold]testbed topology import --format grid cities.csv "
+                           "--out topologies/cities.yaml[/]")
 
 
 @topology_app.command(name="import")
 def import_cmd(
     file: Annotated[Path, typer.Argument(help="the measurements (pings CSV, grid, matrix)")],
     out: Annotated[Path, typer.Option("--out", help="the topology YAML to write")],
-    fmt: Annotated[str, typer.Option("--format", help="wonderproxy, grid or matrix")] = "grid",
+    fmt: Annotated[str, typer.Option("--format", help="wonderproxy, grid or matrix",
+                                     metavar="FORMAT")] = "grid",
     servers: Annotated[Path | None, typer.Option(
         help="wonderproxy: its servers CSV (id, name, title, ...); matrix: one name per "
         "line")] = None,
     select: Annotated[str | None, typer.Option(
         help="cities/regions to import, comma-separated, in host order; `label=name` names "
-        "a host")] = None,
+        "a host", metavar="NAMES")] = None,
     statistic: Annotated[str, typer.Option(
-        help="over a pair's samples: median, min or p90 (wonderproxy)")] = "median",
+        help="over a pair's samples: median, min or p90 (wonderproxy)",
+        metavar="STATISTIC")] = "median",
     asymmetry: Annotated[Path | None, typer.Option(
         help="measured one-way delays (a grid of ms) to use instead of RTT/2")] = None,
     locations: Annotated[Path | None, typer.Option(
         help="a CSV of site, latitude, longitude: where the sites are (a grid or a matrix has "
         "no coordinates); hosts get `location:`")] = None,
-    unit: Annotated[str, typer.Option(help="matrix: us or ms")] = "ms",
+    unit: Annotated[str, typer.Option(help="matrix: us or ms", metavar="us|ms")] = "ms",
     values: Annotated[str, typer.Option(
         help="grid, matrix: what the numbers are, for source.statistic (e.g. 'monthly P95 "
-        "RTT')")] = "",
-    name: Annotated[str | None, typer.Option(help="topology name (default: from --out)")] = None,
-    dataset: Annotated[str | None, typer.Option(help="source.dataset")] = None,
-    url: Annotated[str, typer.Option(help="source.url")] = "",
+        "RTT')", metavar="TEXT")] = "",
+    name: Annotated[str | None, typer.Option(help="topology name (default: from --out)",
+                                             metavar="NAME")] = None,
+    dataset: Annotated[str | None, typer.Option(help="source.dataset", metavar="TEXT")] = None,
+    url: Annotated[str, typer.Option(help="source.url", metavar="URL")] = "",
     date: Annotated[str | None, typer.Option(
-        help="source.date (default: the timestamps' range, wonderproxy)")] = None,
-    licence: Annotated[str, typer.Option(help="source.licence: the dataset's terms")] = "",
+        help="source.date (default: the timestamps' range, wonderproxy)", metavar="DATE")] = None,
+    licence: Annotated[str, typer.Option(help="source.licence: the dataset's terms",
+                                         metavar="TEXT")] = "",
 ) -> None:
     """Write a topology whose one-way delays come from measured round trips.
 

@@ -30,21 +30,24 @@ from testbed.teardown import teardown
 
 def up(
     topology: Annotated[Path, typer.Argument(help="topology YAML")],
-    backend: Annotated[str, typer.Option(help="local (no root) or mininet (root)")] = "local",
-    protocol: Annotated[str, typer.Option(help="protocol the idle nodes run")] = (
-        "sequencer"),
-    applier: Annotated[str, typer.Option(help="mininet shaping: auto, netem or userspace")] = (
-        "auto"),
+    backend: Annotated[str, typer.Option(help="local (no root) or mininet (root)",
+                                         metavar="local|mininet")] = "local",
+    protocol: Annotated[str, typer.Option(help="protocol the idle nodes run",
+                                          metavar="PROTOCOL")] = "sequencer",
+    applier: Annotated[str, typer.Option(help="mininet shaping: auto, netem or userspace",
+                                         metavar="auto|netem|userspace")] = "auto",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan, change nothing")] = (
         False),
     out: Annotated[Path, typer.Option("--out", help="runs directory")] = DEFAULT_RUNS,
-    transport: Annotated[str, typer.Option(help="local: udp, udp-aead or tls")] = "udp",
+    transport: Annotated[str, typer.Option(help="local: udp, udp-aead or tls",
+                                           metavar="udp|udp-aead|tls")] = "udp",
     mgmt_tls: Annotated[bool, typer.Option("--mgmt-tls", help="local: HTTPS management with "
                                            "the run's certificates")] = False,
     check: Annotated[str, typer.Option(
         "--check", help="mininet: the measured-vs-configured RTT check on `sample` (every pair "
         f"up to {CONSOLE_HOSTS} hosts, above a sample covering every site pair and every "
-        "host), `all` pairs or `none`; the table goes to check.csv")] = "sample",
+        "host), `all` pairs or `none`; the table goes to check.csv",
+        metavar="sample|all|none")] = "sample",
 ) -> None:
     """Bring a topology up and leave it running (inspect it, then [bold]testbed teardown[/]).
 

@@ -32,21 +32,25 @@ def _fail(message: str) -> typer.Exit:
 
 
 def nightly(
-    suite: Annotated[str, typer.Option(help="smoke (sim/local, minutes) or full")] = "smoke",
+    suite: Annotated[str, typer.Option(help="smoke (sim/local, minutes) or full",
+                                       metavar="smoke|full")] = "smoke",
     backends: Annotated[str | None, typer.Option(
-        help="only these backends, comma-separated, e.g. sim,local")] = None,
+        help="only these backends, comma-separated, e.g. sim,local", metavar="BACKENDS")] = None,
     history: Annotated[Path | None, typer.Option(
         help="history folder, one Parquet file per night (default: history/SUITE)")] = None,
-    budget: Annotated[str, typer.Option(help="stop starting experiments after this, e.g. 2h")] = (
-        "2h"),
+    budget: Annotated[str, typer.Option(help="stop starting experiments after this, e.g. 2h",
+                                        metavar="DURATION")] = "2h",
     night: Annotated[str | None, typer.Option(
-        "--date", help="the night's date, YYYY-MM-DD (default: today, UTC)")] = None,
+        "--date", help="the night's date, YYYY-MM-DD (default: today, UTC)",
+        metavar="YYYY-MM-DD")] = None,
     runs: Annotated[Path, typer.Option(
         help="run directories go to RUNS/SUITE/NIGHT/, the trend report to RUNS/SUITE/")] = (
         Path("runs/nightly")),
     report: Annotated[Path | None, typer.Option(
         help="trend report to write (default: RUNS/SUITE/nightly.html)")] = None,
-    catalogue: Annotated[Path, typer.Option(help="catalogue folder")] = CATALOGUE_DIR,
+    catalogue: Annotated[Path, typer.Option(
+        help="catalogue folder", show_default="experiments/nightly")] = (
+        CATALOGUE_DIR),
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="list what would run or be skipped, run nothing")] = False,
 ) -> None:

@@ -14,7 +14,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from nodes.protocols import catalogue
-from testbed.spec.experiment import ExperimentSpec, check_experiment
+from testbed.spec import messages
+from testbed.spec.experiment import BACKENDS, ExperimentSpec, check_experiment
 from testbed.spec.qos import check_model
 from testbed.spec.topology import Loc, TopologySpec, check_link_model, check_topology
 
@@ -97,43 +98,14 @@ def _one_line(text: str) -> str:
     return " ".join(text.split()) or "invalid"
 
 
-def _data_loc(data: Any, loc: tuple[Any, ...]) -> Loc:
-    """Keep the prefix of a pydantic location that exists in the data (drops union tags)."""
-    out: list[str | int] = []
-    node = data
-    for part in loc:
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, dict) and part == "from_" and "from" in node:
-            part, node = "from", node["from"]
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
-            node = node[part]
-        elif isinstance(node, dict) and isinstance(part, str) and not part.startswith(
-                ("function-", "tagged-union")) and "[" not in part:
-            out.append(part)  # a missing required field: name it, at its parent's line
-            break
-        else:
-            continue
-        out.append(part)
-    return tuple(out)
-
-
-def _message(err: Any) -> str:
-    msg = str(err["msg"])
-    if err["type"] == "extra_forbidden":
-        return "unknown field"
-    return _one_line(msg.removeprefix("Value error, "))
-
-
 def validate(doc: Document, model: type[M], data: Any, prefix: Loc = ()) -> M:
     try:
         return model.model_validate(data, context={"defer_checks": True})
     except ValidationError as exc:
         problems = []
         seen = set()
-        for err in exc.errors():
-            loc = _data_loc(data, tuple(err["loc"]))
-            line = doc.error(loc, _message(err), prefix)
+        for loc, message in messages.problems(model, data, exc):
+            line = doc.error(loc, message, prefix)
             if line not in seen:
                 seen.add(line)
                 problems.append(line)
@@ -152,7 +124,10 @@ def load_topology(path: Path) -> TopologySpec:
 def load_experiment(
     path: Path, backend: str | None = None
 ) -> tuple[ExperimentSpec, TopologySpec]:
-    """Load an experiment and its topology (inline, or a path relative to the experiment)."""
+    """Load an experiment and its topology (inline, or a path relative to the experiment);
+    `backend` (`--backend`) overrides the spec's."""
+    if backend is not None and backend not in BACKENDS:  # the flag's error, not the file's
+        raise SpecError([f"--backend: {backend!r} is not one of {', '.join(BACKENDS)}"])
     doc = read_document(path)
     data = dict(doc.data)
     if backend is not None:
