@@ -14,6 +14,7 @@ rank among a node's opt events equals their rank among its fnl events (analysis/
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -302,8 +303,6 @@ def pcap_bandwidth(run_dir: Path, t0: int, end: float, bins: int = 120
 def run_date(name: str) -> str:
     """The UTC start a run directory's name begins with (`20261129T043041Z-...`, testbed/
     rundir.py), as `2026-11-29 04:30:41 UTC`; "" for any other name."""
-    import re
-
     m = re.match(r"^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z-", name)
     return "{}-{}-{} {}:{}:{} UTC".format(*m.groups()) if m else ""
 

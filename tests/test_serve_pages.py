@@ -315,5 +315,6 @@ def test_run_serve_ends_with_the_verdict_and_the_report(tmp_path: Path) -> None:
             stop_process(run, signal.SIGINT, timeout_s=30)
         if out.is_dir():
             run_cli("teardown", "--runs", str(out))
-    with socket.socket() as s:  # nothing listens any more
+    with socket.socket() as s:  # nothing listens any more (connections may linger closing)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", port))

@@ -49,6 +49,8 @@ def check_port(host: str, port: int) -> None:
     sentence, rather than as the server's error once it runs."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family) as probe:
+        # as uvicorn binds: a port whose last connections are still closing is free
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as exc:

@@ -110,19 +110,20 @@ def exploration_page(rel: str, d: Path, row: dict[str, Any]) -> str:
         items.append(
             f'<tr class="reproducer" data-seed="{seed}"><td>{seed}</td>'
             f'<td class="l">{html.escape(", ".join(r.get("failing") or []))}</td>'
-            f'<td class="l faults">{"<br>".join(map(html.escape, faults)) or "none"}</td>'
+            f'<td class="l faults">{"<br>".join(map(html.escape, faults)) or "none"}'
+            f'{"<br><small>(shrunk)</small>" if r.get("shrunk_faults") else ""}</td>'
             + (f'<td class="l"><a href="{href(f"{rel}/{repro}")}">{html.escape(repro)}</a>'
                f'<br><small><code>testbed explore --replay {html.escape(str(d / repro))}</code>'
                "</small></td>" if repro else '<td class="l">–</td>')
             + f'<td class="l">{run_link or "–"}</td></tr>')
     table = ('<table id="reproducers"><thead><tr><th>seed</th><th class="l">failing checks'
-             '</th><th class="l">faults (shrunk)</th><th class="l">reproducer</th>'
+             '</th><th class="l">faults</th><th class="l">reproducer</th>'
              f'<th class="l">run</th></tr></thead><tbody>{"".join(items)}</tbody></table>'
              if items else "<p>no seed failed</p>")
     facts = " · ".join(html.escape(str(x)) for x in (
         row["date"], row["protocol"], row["backend"]) if x)
     why = "".join(f"<li>{html.escape(x)}</li>" for x in row["reasons"])
-    return ("<style>td.faults{white-space:normal;max-width:30em}</style>"
+    return ("<style>td.faults{white-space:normal;min-width:16em;max-width:30em}</style>"
             f"<p>{facts} · {row['seeds']} seeds, <span class=\"{row['verdict']}\">"
             f"{row['failing']} failing</span> · "
             f'<a href="{href(rel + "/index.html")}">seeds and plots (index.html)</a> · '

@@ -21,7 +21,7 @@ import yaml
 from analysis.deliverylog import parse_line
 from testbed.serve.files import read_json
 from testbed.serve.page import href
-from testbed.serve.runs import finished, verdict_of
+from testbed.serve.runs import finished, reasons_of, verdict_of
 
 NODE_MBEAN = "testbed:type=Node"
 LIVE_EVERY_S = 1.0
@@ -65,7 +65,7 @@ def outcome(rel: str, d: Path) -> dict[str, Any] | None:
     if not done and will_analyse(d):
         return None
     return {"verdict": verdict_of(summary) or "NOT ANALYSED",
-            "reasons": [str(r) for r in (summary.get("verdict") or {}).get("reasons") or []],
+            "reasons": reasons_of(summary),
             "report": href(rel + "/report.html") if (d / "report.html").is_file() else None,
             "summary": href(rel + "/summary.json") if summary else None}
 

@@ -42,13 +42,24 @@ def finished(d: Path) -> bool:
     return '"op": "down"' in text or (d / "drain.json").is_file()
 
 
+def judged(summary: dict[str, Any]) -> dict[str, Any]:
+    """summary.json's `verdict` mapping ({} if it has none)."""
+    v = summary.get("verdict")
+    return v if isinstance(v, dict) else {}
+
+
 def verdict_of(summary: dict[str, Any]) -> str:
     """PASS or FAIL as summary.json's `ok` says (its `verdict.ok` in older summaries), NOT
     JUDGED when it says neither, "" without a summary."""
     if not summary:
         return ""
-    ok = summary.get("ok", (summary.get("verdict") or {}).get("ok"))
+    ok = summary.get("ok", judged(summary).get("ok"))
     return "PASS" if ok is True else "FAIL" if ok is False else "NOT JUDGED"
+
+
+def reasons_of(summary: dict[str, Any]) -> list[str]:
+    """The verdict's reasons, as summary.json states them."""
+    return [str(r) for r in judged(summary).get("reasons") or []]
 
 
 _ROWS: dict[Path, tuple[tuple[float, ...], dict[str, Any]]] = {}
@@ -84,7 +95,6 @@ def run_row(root: Path, d: Path) -> dict[str, Any]:
     summary = read_json(d / "summary.json")
     exp = lock.get("experiment") or {}
     topo = lock.get("topology") or {}
-    verdict = summary.get("verdict") or {}
     state = verdict_of(summary)
     if not state:
         state = "NOT ANALYSED" if finished(d) else "RUNNING"
@@ -107,7 +117,7 @@ def run_row(root: Path, d: Path) -> dict[str, Any]:
                                for f in faults if isinstance(f, dict)} - {""})
         if isinstance(faults, list) else [],
         "verdict": state,
-        "reasons": [str(r) for r in verdict.get("reasons") or []],
+        "reasons": reasons_of(summary),
         "p50": fnl.get("p50_ms"), "p99": fnl.get("p99_ms"),
         "throughput": throughput, "measured_from": source,
         "report": (d / "report.html").is_file(),
