@@ -156,17 +156,29 @@ def _head(title: str) -> str:
             f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>")
 
 
-def _facts(summary: dict[str, Any], spec: dict[str, Any]) -> str:
+def _facts(summary: dict[str, Any], spec: dict[str, Any], run: str) -> str:
+    """What ran: the description, date, seed, backend, protocol, topology and nodes, the
+    command that reproduces the run and a link to its spec.lock.yaml."""
     exp = spec.get("experiment") or {}
     proto = (exp.get("protocol") or {}).get("name")
     topo = (spec.get("topology") or {}).get("name")
-    parts = [f"protocol <b>{escape(str(proto))}</b>" if proto else "",
-             f"backend {escape(str(exp.get('backend')))}" if exp.get("backend") else "",
+    seed = exp.get("seed", spec.get("seed"))
+    parts = [escape(rd.run_date(run)),
+             f"seed <b>{escape(str(seed))}</b>" if seed is not None else "",
+             f"backend <b>{escape(str(exp.get('backend')))}</b>" if exp.get("backend") else "",
+             f"protocol <b>{escape(str(proto))}</b>" if proto else "",
              f"topology {escape(str(topo))}" if topo else "",
              f"duration {escape(str(exp.get('duration')))}" if exp.get("duration") else "",
              f"nodes {escape(', '.join(summary.get('nodes', [])))}",
              f"crashed {escape(', '.join(summary.get('crashed', [])) or 'none')}"]
-    facts = '<p class="facts">' + " · ".join(p for p in parts if p) + "</p>"
+    description = exp.get("description")
+    command = spec.get("command")
+    said = (f"<code>{escape(str(command))}</code>" if command else
+            "<code>testbed run EXPERIMENT.yaml</code> with the experiment as locked")
+    facts = (f'<p class="description">{escape(str(description))}</p>' if description else "")
+    facts += (f'<p class="facts reproduce">reproduce: {said} · '
+              '<a id="spec-lock" href="spec.lock.yaml">spec.lock.yaml</a></p>') if spec else ""
+    facts += '<p class="facts">' + " · ".join(p for p in parts if p) + "</p>"
     source = (spec.get("topology") or {}).get("source")
     if isinstance(source, dict) and source.get("dataset"):
         # A measured topology (testbed topology import): where its delays come from.
@@ -174,6 +186,74 @@ def _facts(summary: dict[str, Any], spec: dict[str, Any]) -> str:
         said = " · ".join(f"{k} {escape(str(source[k]))}" for k in keys if source.get(k))
         facts += f'<p class="facts source">measured topology: {said}</p>'
     return facts
+
+
+def _drain_html(summary: dict[str, Any]) -> str:
+    """The drain's outcome (summary `liveness`, from drain.json): quiescent after how long,
+    within which bounds, with how much in flight; a run cut short or not quiescent says so
+    in its checks (`liveness_line`)."""
+    live = summary.get("liveness") or {}
+    if live.get("quiescent") is not True or live.get("cut_short"):
+        return ""
+    bounds = (f" (at least {live['drain_min_s']:g} s, at most {live['drain_max_s']:g} s)"
+              if isinstance(live.get("drain_min_s"), int | float)
+              and isinstance(live.get("drain_max_s"), int | float) else "")
+    after = (f" after {live['drain_s']:g} s" if isinstance(live.get("drain_s"), int | float)
+             else "")
+    return (f'<p class="facts drain">drain: quiescent{after}{bounds}: every message a correct '
+            f"host sent was final-delivered at every correct host; "
+            f"{live.get('in_flight') or 0} in flight</p>")
+
+
+MAX_MATRIX = 40  # senders or receivers; more is a page of numbers nobody reads
+
+
+def _pair_colour(value: float, lo: float, hi: float) -> str:
+    """Green (lowest p99) to red (highest), light enough to read the numbers on."""
+    frac = 0.0 if hi <= lo else (value - lo) / (hi - lo)
+    return f"hsl({120 - 120 * frac:.0f},65%,82%)"
+
+
+def _pairs_html(summary: dict[str, Any]) -> str:
+    """The sender x receiver matrix of final-delivery latency p50 / p99 (summary
+    `latency.fnl.per_pair`), each cell coloured by its p99."""
+    senders, receivers, cells = rd.pair_matrix(summary)
+    if not cells:
+        return ""
+    caption = ("p50 / p99 ms of the final deliveries of each sender's messages (rows) at each "
+               "receiver (columns); the colour is the p99, from green (lowest) to red "
+               "(highest). A sender's own messages are on the diagonal.")
+    if max(len(senders), len(receivers)) > MAX_MATRIX:
+        return _section("Latency by sender and receiver", caption, f"<p>{len(senders)} "
+                        f"senders x {len(receivers)} receivers: more than {MAX_MATRIX}, "
+                        "see summary.json `latency.fnl.per_pair`</p>")
+    p99s = [float(c["p99_ms"]) for c in cells.values()
+            if isinstance(c.get("p99_ms"), int | float)]
+    lo, hi = min(p99s, default=0.0), max(p99s, default=0.0)
+    rows = []
+    for s in senders:
+        row = [f'<th class="l">{escape(s)}</th>']
+        for r in receivers:
+            c = cells.get((s, r))
+            p50, p99 = (c.get("p50_ms"), c.get("p99_ms")) if c else (None, None)
+            if not isinstance(p99, int | float):
+                row.append("<td>–</td>")
+                continue
+            tip = (f"{s} -> {r}: {c.get('count', '?') if c else '?'} deliveries, p95 "
+                   f"{_fmt(c.get('p95_ms') if c else None)} ms, max "
+                   f"{_fmt(c.get('max_ms') if c else None)} ms")
+            row.append(f'<td class="pair" data-pair="{escape(s)}->{escape(r)}" '
+                       f'data-p99="{p99}" style="background:{_pair_colour(p99, lo, hi)}" '
+                       f'title="{escape(tip)}">{_num(p50)} / <b>{_num(p99)}</b></td>')
+        rows.append(row)
+    head = "".join(f"<th>{escape(r)}</th>" for r in receivers)
+    table = (f'<table class="pairs"><tr><th class="l">sender \\ receiver</th>{head}</tr>'
+             + "".join("<tr>" + "".join(r) + "</tr>" for r in rows) + "</table>")
+    return _section("Latency by sender and receiver", caption, table)
+
+
+def _num(value: Any) -> str:
+    return f"{value:.1f}" if isinstance(value, int | float) else "–"
 
 
 def _bands(data: rd.RunData, lanes: bool = False) -> list[Band]:
@@ -375,7 +455,8 @@ def render_report(summary: dict[str, Any], data: rd.RunData | None = None) -> st
     else:
         banner = f'<div class="banner fail">FAIL<small>{len(reasons)} problem(s)</small></div>'
     parts = [_head(run), f"<h1>{escape(run)}</h1>", banner,
-             f"<ul>{why}</ul>" if why else "", _facts(summary, data.spec if data else {})]
+             f"<ul>{why}</ul>" if why else "", _facts(summary, data.spec if data else {}, run),
+             _drain_html(summary)]
     if "maelstrom" in summary:  # a user's Maelstrom program: no deliveries to plot
         from analysis.report_maelstrom import maelstrom_html
 
@@ -383,8 +464,8 @@ def render_report(summary: dict[str, Any], data: rd.RunData | None = None) -> st
                   _faults_html(data) if data is not None else "",
                   maelstrom_html(summary, data), "</body></html>\n"]
         return "".join(parts)
-    parts += [_cards(summary), _expectations_html(summary), _checks_html(summary),
-              qos_html(summary)]
+    parts += [_cards(summary), _pairs_html(summary), _expectations_html(summary),
+              _checks_html(summary), qos_html(summary)]
     if data is not None and len(data.events):
         bands = _bands(data)
         lat = rd.latencies(data.events, data.t0)

@@ -14,6 +14,7 @@ rank among a node's opt events equals their rank among its fnl events (analysis/
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -297,3 +298,23 @@ def pcap_bandwidth(run_dir: Path, t0: int, end: float, bins: int = 120
         host = str(entry.get("host", path.stem))
         out[host] = out.get(host, np.zeros(n)) + bits
     return w, {h: [float(v) / w / 1e6 for v in bits] for h, bits in sorted(out.items())}
+
+
+def run_date(name: str) -> str:
+    """The UTC start a run directory's name begins with (`20261129T043041Z-...`, testbed/
+    rundir.py), as `2026-11-29 04:30:41 UTC`; "" for any other name."""
+    m = re.match(r"^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z-", name)
+    return "{}-{}-{} {}:{}:{} UTC".format(*m.groups()) if m else ""
+
+
+def pair_matrix(summary: dict[str, Any]) -> tuple[list[str], list[str],
+                                                   dict[tuple[str, str], dict[str, Any]]]:
+    """(senders, receivers, (sender, receiver) -> latency stats) of the summary's
+    `latency.fnl.per_pair` ("s->r" keys)."""
+    per_pair = ((summary.get("latency") or {}).get("fnl") or {}).get("per_pair") or {}
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    for key, stats in per_pair.items():
+        sender, sep, receiver = str(key).partition("->")
+        if sep and isinstance(stats, dict):
+            cells[(sender, receiver)] = stats
+    return (sorted({s for s, _ in cells}), sorted({r for _, r in cells}), cells)

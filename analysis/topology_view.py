@@ -151,20 +151,52 @@ def positions(topo: dict[str, Any], width: float, height: float, pad: float = 40
                 out[m] = (x + r * math.cos(b), y + r * math.sin(b))
         return out, "location"
     hosts = [h for h in topo.get("hosts") or [] if isinstance(h, dict) and h.get("name")]
+    out = {}
+    for _, (sx, sy, r, members) in site_layout(topo, width, height, pad).items():
+        for j, m in enumerate(members):
+            b = 2 * math.pi * j / len(members)
+            out[m] = (sx + r * math.cos(b), sy + r * math.sin(b))
+    sites = {h.get("site") or h["name"] for h in hosts}
+    return out, "site" if len(sites) < len(hosts) else "circle"
+
+
+def site_layout(topo: dict[str, Any], width: float, height: float, pad: float = 40.0
+                ) -> dict[str, tuple[float, float, float, list[str]]]:
+    """site -> (x, y, ring radius, its hosts): the sites on a circle, in the order their
+    first host comes; a host without a site is a site of its own."""
+    hosts = [h for h in topo.get("hosts") or [] if isinstance(h, dict) and h.get("name")]
     cx, cy = width / 2, height / 2
     radius = min(width, height) / 2 - pad
     sites: dict[str, list[str]] = {}
     for h in hosts:
         sites.setdefault(str(h.get("site") or h["name"]), []).append(str(h["name"]))
+    ring = min(36.0, radius * 0.3)
+    if any(len(m) > 1 for m in sites.values()):
+        radius -= ring * 0.6  # room for a site's ring (and its outline) inside the drawing
     out = {}
-    for i, (_, members) in enumerate(sites.items()):
+    for i, (site, members) in enumerate(sites.items()):
         a = 2 * math.pi * i / max(len(sites), 1) - math.pi / 2
-        sx, sy = cx + radius * math.cos(a), cy + radius * math.sin(a)
-        r = 0.0 if len(members) == 1 else min(36.0, radius * 0.3)
-        for j, m in enumerate(members):
-            b = 2 * math.pi * j / len(members)
-            out[m] = (sx + r * math.cos(b), sy + r * math.sin(b))
-    return out, "site" if len(sites) < len(hosts) else "circle"
+        r = 0.0 if len(members) == 1 else ring
+        out[site] = (cx + radius * math.cos(a), cy + radius * math.sin(a), r, members)
+    return out
+
+
+def site_labels(topo: dict[str, Any], width: float, height: float) -> list[str]:
+    """The sites of a drawing placed by site: a dashed ring around each site's hosts and its
+    name on the side towards the centre (`<text class="site" data-site=S>`)."""
+    cx, cy = width / 2, height / 2
+    out = []
+    for site, (x, y, r, members) in site_layout(topo, width, height).items():
+        if len(members) < 2:
+            continue
+        d = math.hypot(cx - x, cy - y) or 1.0
+        lx, ly = x + (cx - x) / d * (r + 26), y + (cy - y) / d * (r + 26)
+        out.append(f'<circle class="site" cx="{x:.1f}" cy="{y:.1f}" r="{r + 10:.1f}" '
+                   'fill="none" stroke="#999" stroke-dasharray="4 3"/>'
+                   f'<text class="site" data-site="{escape(site)}" x="{lx:.1f}" '
+                   f'y="{ly + 4:.1f}" text-anchor="middle" font-size="13" font-weight="600" '
+                   f'fill="#444">{escape(site)}</text>')
+    return out
 
 
 def world_map(topo: dict[str, Any], width: float, height: float, pad: float = 40.0,
@@ -287,6 +319,8 @@ def topology_svg(lock: dict[str, Any], width: int = plots.WIDTH, height: int = 4
                 f'stroke="{_scale(mean, lo, hi)}" '
                 f'stroke-width="1.6" stroke-opacity="0.75"><title>{escape(a)} -> {escape(b)} '
                 f"{ab} ms, {escape(b)} -> {escape(a)} {ba} ms</title></line>")
+    if placed == "site":
+        body += site_labels(topo, width, height)
     body += _hosts(pos, {}, small=False)
     digits = 0 if hi - lo >= 10 else 1
     legend = " ".join(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -48,8 +49,9 @@ def versions() -> dict[str, str]:
     return out
 
 
-def write_lock(run: RunDir, exp: ExperimentSpec, topo: TopologySpec, paths: PathMatrix) -> None:
-    lock = {
+def write_lock(run: RunDir, exp: ExperimentSpec, topo: TopologySpec, paths: PathMatrix,
+               command: str | None = None) -> None:
+    lock: dict[str, Any] = {
         "run_id": run.run_id,
         "experiment": exp.model_dump(mode="json", by_alias=True,
                                      exclude={"topology"}),
@@ -58,6 +60,7 @@ def write_lock(run: RunDir, exp: ExperimentSpec, topo: TopologySpec, paths: Path
         "paths_by_site_ms": lock_paths(paths, sites_of(topo)),
         "seed": exp.seed,
         "versions": versions(),
+        **({"command": command} if command else {}),  # what reproduces the run (its report)
     }
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's when PyYAML has it
     (run.path / "spec.lock.yaml").write_text(yaml.dump(lock, Dumper=dumper, sort_keys=False))
@@ -66,12 +69,20 @@ def write_lock(run: RunDir, exp: ExperimentSpec, topo: TopologySpec, paths: Path
 
 def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: Console,
                    master: str | None = None, analyze: bool = True,
-                   inventory: Path | None = None) -> RunResult:
+                   inventory: Path | None = None,
+                   on_start: Callable[[RunDir], None] | None = None,
+                   command: str | None = None) -> RunResult:
+    """Run `exp` on `topo` under `out`, then analyse it unless told not to (`begin` in the
+    journal says which, for the live view); `on_start` is told the run directory once its
+    lock and journal exist; `command` (the command line that reproduces the run) goes to
+    the lock."""
     plan = RunPlan.build(exp, topo)
     run = RunDir.create(out, exp.name)
-    write_lock(run, exp, topo, plan.paths)
-    run.journal.append("begin", experiment=exp.name, backend=exp.backend)
+    write_lock(run, exp, topo, plan.paths, command)
+    run.journal.append("begin", experiment=exp.name, backend=exp.backend, analyze=analyze)
     console.print(f"run directory [bold]{run.path}[/]", soft_wrap=True)
+    if on_start is not None:
+        on_start(run)
     options: dict[str, Any] = {"seed": exp.seed}
     if plan.capabilities.capture:
         from testbed.capture import CaptureOptions

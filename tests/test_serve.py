@@ -6,18 +6,15 @@ headless Chromium loads the table and a report (screenshots in the test's tmp fo
 from __future__ import annotations
 
 import base64
-import contextlib
 import http.client
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,15 +22,11 @@ from typing import Any
 
 import pytest
 
+from tests.chromium import CHROMIUM, DevTools, browse
 from tests.inproc import run_cli
 from tests.procs import stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))
-                 if p), None)
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--hide-scrollbars"]
 
 # Two hosts, one one-way delay each: the runs' latencies differ by construction.
 TOPO = """\
@@ -218,16 +211,6 @@ def test_non_local_bind_needs_credentials_and_tls(runs: Path, tmp_path: Path) ->
         stop(proc)
 
 
-def browse(url: str, shot: Path | None = None) -> str:
-    assert CHROMIUM
-    with tempfile.TemporaryDirectory() as profile:
-        extra = [f"--screenshot={shot}", "--window-size=1200,900"] if shot else ["--dump-dom"]
-        proc = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *extra, url],
-                              capture_output=True, text=True, timeout=90)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout
-
-
 @pytest.mark.skipif(CHROMIUM is None and os.environ.get("CI") != "true",
                     reason="chromium is not installed (apt-get install chromium)")
 def test_chromium_loads_table_sorted_by_p99_and_a_report(local: str, runs: Path,
@@ -269,11 +252,14 @@ def test_nightly_and_explore_pages(local: str, runs: Path) -> None:
     status, page = get(local, "/r/smoke/nightly.html")
     assert status == 200 and "smoke.seto.sim" in page
     status, page = get(local, "/explore")
+    assert status == 200 and 'href="/exploration/explore/quick"' in page
+    status, page = get(local, "/exploration/explore/quick")
     assert status == 200 and 'href="/r/explore/quick/index.html"' in page
     status, page = get(local, "/r/explore/quick/index.html")
     assert status == 200 and "seed" in page
-    # Neither is a run: the table still holds the three runs.
-    assert len(json.loads(get(local, "/api/runs")[1])) == 3
+    # Neither is a run: the table holds the three runs and the exploration's one row.
+    rows = json.loads(get(local, "/api/runs")[1])
+    assert sorted(r["kind"] for r in rows) == ["exploration", "run", "run", "run"]
 
 
 LIVE_EXP = """\
@@ -287,97 +273,6 @@ protocol: {name: reliable-nack}
 workload: {rate: 30/s, size: 100B, arrival: poisson}
 faults: [{kind: partition, isolate: c, at: 2s, for: 4s}]
 """
-
-
-class DevTools:
-    """Headless Chromium driven over the DevTools protocol on a pipe
-    (`--remote-debugging-pipe`: JSON messages ending in NUL, commands on the browser's fd 3,
-    answers and events on its fd 4), so no websocket client is needed: open a page, evaluate
-    JavaScript in it, take screenshots of it while it runs."""
-
-    def __init__(self) -> None:
-        assert CHROMIUM
-        self.profile = tempfile.TemporaryDirectory()
-        import fcntl
-
-        def high(fd: int) -> int:  # clear of 3 and 4, which bash below redirects
-            moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
-            os.close(fd)
-            return moved
-
-        to_browser, self.commands = map(high, os.pipe())
-        self.answers, from_browser = map(high, os.pipe())
-        self.proc = subprocess.Popen(
-            ["bash", "-c", f'exec "$0" "$@" 3<&{to_browser} 4>&{from_browser}', CHROMIUM, *FLAGS,
-             f"--user-data-dir={self.profile.name}", "--remote-debugging-pipe",
-             "--window-size=1200,1400", "about:blank"],
-            pass_fds=(to_browser, from_browser), stdout=subprocess.DEVNULL,
-            stderr=(Path(self.profile.name) / "stderr").open("wb"))
-        os.close(to_browser)
-        os.close(from_browser)
-        self.buffer = b""
-        self.next_id = 0
-        self.session = ""
-
-    def call(self, method: str, params: dict[str, Any] | None = None, session: bool = True,
-             timeout: float = 60) -> dict[str, Any]:
-        import select
-
-        self.next_id += 1
-        msg: dict[str, Any] = {"id": self.next_id, "method": method, "params": params or {}}
-        if session and self.session:
-            msg["sessionId"] = self.session
-        os.write(self.commands, json.dumps(msg).encode() + b"\0")
-        deadline = time.monotonic() + timeout
-        while True:
-            while b"\0" in self.buffer:
-                raw, self.buffer = self.buffer.split(b"\0", 1)
-                answer = json.loads(raw)
-                if answer.get("id") == self.next_id:
-                    assert "error" not in answer, (method, answer)
-                    result: dict[str, Any] = answer["result"]
-                    return result
-            left = deadline - time.monotonic()
-            assert left > 0, f"no answer to {method} from Chromium"
-            if select.select([self.answers], [], [], left)[0]:
-                chunk = os.read(self.answers, 1 << 20)
-                assert chunk, "Chromium closed its DevTools pipe"
-                self.buffer += chunk
-
-    def open(self, url: str) -> None:
-        target = self.call("Target.createTarget", {"url": url}, session=False)["targetId"]
-        self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True},
-                                 session=False)["sessionId"]
-
-    def eval(self, expression: str) -> Any:
-        return self.call("Runtime.evaluate", {"expression": expression,
-                                              "returnByValue": True})["result"].get("value")
-
-    def wait(self, expression: str, timeout: float = 60) -> Any:
-        """The first truthy value of `expression`, evaluated every 0.1 s."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = self.eval(expression)
-            if value:
-                return value
-            time.sleep(0.1)
-        raise AssertionError(f"never true in the page: {expression}")
-
-    def screenshot(self, path: Path) -> None:
-        data = self.call("Page.captureScreenshot", {"format": "png"})["data"]
-        path.write_bytes(base64.b64decode(data))
-
-    def close(self) -> None:
-        with contextlib.suppress(AssertionError, OSError):
-            self.call("Browser.close", session=False, timeout=10)
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        os.close(self.commands)
-        os.close(self.answers)
-        self.profile.cleanup()
 
 
 # The page's state in one read: the final-delivery total of the node table, the status line,
@@ -396,7 +291,8 @@ PAGE_STATE = """(() => {
       g => [g.dataset.host, g.dataset.group])) : {},
     log: [...document.querySelectorAll('#partitions li')].map(li => ({groups: li.dataset.groups,
       cut: li.dataset.cut, hosts: li.dataset.hosts})),
-    history: [...document.querySelectorAll('#history li')].map(li => +li.dataset.delivered),
+    history: (document.getElementById('history').dataset.totals || '').split(' ').filter(
+      x => x).map(Number),
   };
 })()"""
 
@@ -501,14 +397,23 @@ def test_live_view_of_a_running_local_run(tmp_path: Path) -> None:
             assert state["drawn"] == "" and state["cut"] == [], state
             browser.screenshot(tmp_path / "live-healed.png")
             final = browser.wait(f"(s => s.status.startsWith('finished') && s)({PAGE_STATE})")
+            assert final["status"] == "finished: NOT ANALYSED", final  # --no-analyze
             history = final["history"]
             assert len(history) >= 3 and history == sorted(history), history
             browser.screenshot(tmp_path / "live-finished.png")
             for shot in ("live-running.png", "live-finished.png"):
                 assert (tmp_path / shot).stat().st_size > 5000, shot
-        assert run.wait(timeout=60) == 0, run.stdout.read() if run.stdout else ""
-        assert run.stdout is not None and f"live view: http://127.0.0.1:{own}/" in \
-            run.stdout.read()
+        # The run ended (not analysed); `run --serve` keeps serving its live page until Ctrl-C.
+        deadline = time.monotonic() + 120
+        while json.loads(get(f"127.0.0.1:{own}", "/api/runs")[1])[0]["verdict"] == "RUNNING":
+            assert time.monotonic() < deadline, "the run never ended"
+            time.sleep(0.5)
+        assert get(f"127.0.0.1:{own}", f"/live/{d.name}")[0] == 200 and run.poll() is None
+        run.send_signal(signal.SIGINT)
+        out, _ = run.communicate(timeout=60)
+        assert run.returncode == 0, out
+        assert f"live view: http://127.0.0.1:{own}/live/{d.name}" in out
+        assert f"serving the result at http://127.0.0.1:{own}/live/{d.name} until Ctrl-C" in out
         (row,) = json.loads(get(base, "/api/runs")[1])
         assert row["verdict"] == "NOT ANALYSED" and row["p50"] is not None
     finally:

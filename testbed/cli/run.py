@@ -40,8 +40,8 @@ def run(
     inventory: Annotated[Path | None, typer.Option(help="remote backend: hosts (docs/remote.md)"
                                                    )] = None,
     serve: Annotated[bool, typer.Option(
-        "--serve", help="watch it live: testbed serve over --out on 127.0.0.1 while it runs "
-        "(docs/serve.md)")] = False,
+        "--serve", help="watch it live: testbed serve over --out on 127.0.0.1, its live page "
+        "printed; keeps serving the result until Ctrl-C (docs/serve.md)")] = False,
     serve_port: Annotated[int, typer.Option(help="the port of --serve")] = 8080,
 ) -> None:
     """Run an experiment end to end and judge it.
@@ -65,11 +65,15 @@ def run(
                        "): --inventory hosts.yaml or `inventory:` in the experiment")
         stop_serving = start_serving(out, serve_port) if serve else None
         try:
-            result = run_experiment(exp, topo, out, console, master=master, analyze=analyze,
-                                    inventory=inventory)
-        finally:
+            result = run_experiment(
+                exp, topo, out, console, master=master, analyze=analyze, inventory=inventory,
+                on_start=None if stop_serving is None else
+                lambda run: live_url(out, run.path, serve_port),
+                command=reproduce(experiment, backend, inventory))
+        except BaseException:
             if stop_serving is not None:
                 stop_serving()
+            raise
     except BackendError as exc:
         raise fail(str(exc)) from None
     if analyze:
@@ -85,21 +89,62 @@ def run(
     console.print(f"results in {result.run.path}")
     if analyze:
         print_verdict(result.summary)
+    if stop_serving is not None:
+        keep_serving(stop_serving, out, result.run.path, serve_port)
     raise typer.Exit(0 if result.ok else 1)
 
 
+def reproduce(experiment: Path, backend: str | None, inventory: Path | None) -> str:
+    """The command line that runs the experiment again (the seed is in the spec)."""
+    import shlex
+
+    words = ["testbed", "run", str(experiment)]
+    words += ["--backend", backend] if backend else []
+    words += ["--inventory", str(inventory)] if inventory else []
+    return shlex.join(words)
+
+
 def start_serving(out: Path, port: int) -> Any:
-    """`--serve`: testbed serve (testbed/serve.py) over the runs folder for this run's life."""
-    from testbed.serve import serve_in_background
+    """`--serve`: testbed serve (testbed/serve/) over the runs folder, in this process."""
+    from testbed.serve.app import serve_in_background
 
     try:
-        stop = serve_in_background([out], port)
+        return serve_in_background([out], port)
     except OSError as exc:
         raise fail(f"--serve: cannot listen on 127.0.0.1:{port} ({exc.strerror}); pick "
                    "another with --serve-port") from None
-    console.print(f"live view: http://127.0.0.1:{port}/ (the run's row links to its live "
-                  "page)", highlight=False)
-    return stop
+
+
+def _url(out: Path, run_path: Path, port: int, route: str) -> str:
+    from urllib.parse import quote
+
+    return f"http://127.0.0.1:{port}/{route}/{quote(run_path.relative_to(out).as_posix())}"
+
+
+def live_url(out: Path, run_path: Path, port: int) -> None:
+    """`--serve`: the run's live page, said as soon as its directory exists."""
+    console.print(f"live view: {_url(out, run_path, port, 'live')}", highlight=False,
+                  soft_wrap=True)
+
+
+def keep_serving(stop: Any, out: Path, run_path: Path, port: int) -> None:
+    """`--serve` after the run: its live page (now with the verdict and the report) stays
+    served until Ctrl-C (or SIGTERM)."""
+    import signal
+    import threading
+
+    done = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: done.set())
+    console.print(f"serving the result at {_url(out, run_path, port, 'live')} until Ctrl-C",
+                  highlight=False, soft_wrap=True)
+    try:
+        while not done.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        stop()
 
 
 def print_run_plan(exp: Any, topo: Any) -> None:

@@ -1,5 +1,5 @@
 """`testbed serve`: the runs, nightly trend reports and explorations under some folders in the
-browser (testbed/serve.py, docs/serve.md)."""
+browser (testbed/serve/, docs/serve.md)."""
 
 from __future__ import annotations
 
@@ -40,12 +40,18 @@ def serve(
     import uvicorn
 
     from testbed.certs import CertError, check_name
-    from testbed.serve import Credentials, build_app, is_local, server_certificate
+    from testbed.serve.access import Credentials, is_local, server_certificate
+    from testbed.serve.app import PortTaken, build_app, check_port
 
     folders = runs or [DEFAULT_RUNS]
     missing = [str(f) for f in folders if not f.is_dir()]
     if missing:
         raise fail(f"not a folder: {', '.join(missing)}")
+    try:
+        check_port(host, port)
+    except PortTaken as exc:
+        raise fail(f"cannot listen on {host}:{port} ({exc.strerror}); pick another with "
+                   "--port") from None
     options: dict[str, object] = {}
     credentials = None
     scheme = "http"
