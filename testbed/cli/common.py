@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from testbed.pathcheck import (
@@ -111,13 +112,30 @@ def print_verdict(summary: dict[str, Any]) -> None:
                   soft_wrap=True)  # one line, whatever the terminal width: scripts read it
 
 
+def print_expectations(summary: dict[str, Any]) -> None:
+    """Each failed `expect:` line with why, or that all hold (the verdict names the failed)."""
+    results = summary.get("expectations") or []
+    failed = [r for r in results if not r.get("ok")]
+    for r in failed:
+        err.print(f"[red]expectation failed:[/] {r.get('expectation')}: {r.get('reason')}",
+                  highlight=False)
+    if results and not failed:
+        console.print(f"[green]all {len(results)} expectations hold[/]")
+
+
 def print_summary(summary: dict[str, Any]) -> None:
     checks = summary.get("checks", {})
     table = Table("check", "violations", title=f"run {summary.get('run', '')}")
     for name, res in checks.items():
         v = res.get("violations", 0)
+        # a check the run could not judge has no count (its note says why)
+        shown = "not judged" if res.get("judged") is False else str(v)
         if not res.get("claimed", True):  # not promised by the protocol: greyed out
-            table.add_row(f"[grey50]{name} (not claimed)[/]", f"[grey50]{v}[/]")
+            table.add_row(f"[grey50]{name} (not claimed)[/]", f"[grey50]{shown}[/]")
+            continue
+        if res.get("judged") is False:
+            why = str(res.get("note") or "").removeprefix("not judged: ")
+            table.add_row(name, f"[yellow]{shown}[/]" + (f" ({escape(why)})" if why else ""))
             continue
         table.add_row(name, f"[green]{v}[/]" if v == 0 else f"[red]{v}[/]")
     console.print(table)

@@ -12,8 +12,8 @@ from rich.table import Table
 from testbed.backends import BackendError
 from testbed.cli.common import (
     console,
-    err,
     fail,
+    print_expectations,
     print_paths,
     print_summary,
     print_verdict,
@@ -30,7 +30,10 @@ def run(
     backend: Annotated[str | None, typer.Option(help="override the spec: sim, local, ...")] = None,
     out: Annotated[Path, typer.Option("--out", help="runs directory")] = DEFAULT_RUNS,
     master: Annotated[str | None, typer.Option(help="Spark master URL (default local[*])")] = None,
-    analyze: Annotated[bool, typer.Option(help="run the Spark analysis afterwards")] = True,
+    analyze: Annotated[bool, typer.Option(help="judge the run afterwards")] = True,
+    engine: Annotated[str, typer.Option(
+        help="how to judge: spark (checks and measurements) or in-process (the checks, the "
+        "liveness and the verdict, no JVM)")] = "spark",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan, change nothing")] = (
         False),
     inventory: Annotated[Path | None, typer.Option(help="remote backend: hosts (docs/remote.md)"
@@ -44,10 +47,13 @@ def run(
 
     Example: [bold]testbed run experiments/quickstart.yaml --backend sim[/]
     """
+    from analysis.judge import ENGINES
     from testbed.runner import run_experiment
 
+    if engine not in ENGINES:
+        raise fail(f"--engine {engine}: one of {', '.join(ENGINES)}")
     try:
-        exp, topo = load_experiment(experiment, backend)
+        exp, topo = load_experiment(experiment, backend, engine=engine)
     except SpecError as exc:
         raise spec_errors(exc) from None
     if dry_run:
@@ -62,7 +68,7 @@ def run(
         stop_serving = start_serving(out, serve_port) if serve else None
         try:
             result = run_experiment(exp, topo, out, console, master=master, analyze=analyze,
-                                    inventory=inventory)
+                                    inventory=inventory, engine=engine)
         finally:
             if stop_serving is not None:
                 stop_serving()
@@ -70,12 +76,7 @@ def run(
         raise fail(str(exc)) from None
     if analyze:
         print_summary(result.summary)
-        for line in result.failures:
-            if line.startswith("verdict: "):
-                continue  # the last line says it
-            err.print(f"[red]expectation failed:[/] {line}", highlight=False)
-        if result.ok:
-            console.print(f"[green]all {len(exp.expect)} expectations hold[/]")
+        print_expectations(result.summary)
     console.print(f"results in {result.run.path}")
     if analyze:
         print_verdict(result.summary)
