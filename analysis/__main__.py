@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from analysis.expect import run_expectations
 from analysis.job import analyze
 from analysis.report import write_report
 
@@ -23,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.run_dir / "nodes").is_dir():
         print(f"error: {args.run_dir} has no nodes/ folder; pass a run directory.", file=sys.stderr)
         return 2
-    summary = analyze(args.run_dir, master=args.master)
+    summary = analyze(args.run_dir, master=args.master,
+                      expect=run_expectations(args.run_dir))
     write_report(args.run_dir, summary)
     print(json.dumps(summary, indent=2))
     return 0

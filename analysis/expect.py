@@ -2,7 +2,10 @@
 
 The path is dot-separated keys into the summary (a key may contain `->`, as in
 `latency.fnl.per_pair.h1->h2.p99_ms`); the value is a number, or a boolean read as 1 or 0
-(`ok == 1`: every claimed check clean and no node error).
+(`ok == 1`: the verdict before the expectations, analysis/verdict.py).
+
+`schema_problem` checks a path against summary.json's shape (analysis/summary_schema.py)
+before the run; analysis/verdict.py `add_expectations` judges them after it, into the verdict.
 """
 
 from __future__ import annotations
@@ -12,7 +15,10 @@ import operator
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from analysis.summary_schema import SPARK_ONLY, path_problem
 
 OPS: dict[str, Callable[[float, float], bool]] = {
     "==": operator.eq,
@@ -114,3 +120,22 @@ def evaluate(expectations: Iterable[Expectation | str], summary: Mapping[str, An
         evaluate_one(e if isinstance(e, Expectation) else parse_expectation(e), summary)
         for e in expectations
     ]
+
+
+def schema_problem(expectation: Expectation, spark: bool = True) -> str | None:
+    """What makes `expectation` unable to hold on any run: a path summary.json never has, a
+    value that cannot compare, or (`spark` false: judged in-process) a section only the
+    Spark analysis measures. None when it can be judged."""
+    problem = path_problem(expectation.path)
+    if problem is None and not spark and expectation.path[0] in SPARK_ONLY:
+        problem = (f"{expectation.path[0]} is measured by the Spark analysis of a protocol's "
+                   "run only; this run is judged in-process")
+    return problem
+
+
+def run_expectations(run_dir: Path) -> list[str]:
+    """The `expect:` lines of the run's experiment, as its spec.lock.yaml records them."""
+    from analysis.lockfile import read_lock
+
+    found = (read_lock(run_dir).get("experiment") or {}).get("expect") or []
+    return [str(e) for e in found] if isinstance(found, list) else []

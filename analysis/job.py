@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from analysis.optimistic import optimistic_section
 from analysis.session import EVENT_LINE_BYTES, spark_session
 from analysis.switching import switching_section
 from analysis.transit import transit_section
-from analysis.verdict import finish, run_sections
+from analysis.verdict import add_expectations, finish, run_sections
 
 SUMMARY = "summary.json"
 # The analysis sections a protocol's catalogue entry names (`Entry.sections`) that need the
@@ -60,8 +61,10 @@ def clock_uncertainty_ms(run_dir: Path) -> float | None:
     return round(sum(worst[:2]), 4)
 
 
-def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
-    """Analyse the run in `run_dir`, write `parquet/events/` and `summary.json`; return it."""
+def analyze(run_dir: Path, master: str | None = None, expect: Sequence[str] = ()
+            ) -> dict[str, Any]:
+    """Analyse the run in `run_dir`, write `parquet/events/` and `summary.json`; return it.
+    `expect`: the experiment's `expect:` lines, judged into the verdict before the write."""
     run_dir = Path(run_dir)
     if not (run_dir / "nodes").is_dir():
         raise FileNotFoundError(f"{run_dir} has no nodes/ folder; is it a run directory?")
@@ -71,6 +74,7 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
         judged = judge_maelstrom(run_dir, workload, spark_logs(run_dir, master))
         if crosscheck_enabled():
             crosscheck(run_dir, judged)
+        add_expectations(judged, expect)
         judged["analysis_s"] = round(time.monotonic() - started, 3)
         (run_dir / SUMMARY).write_text(json.dumps(judged, indent=2) + "\n")
         return judged
@@ -117,6 +121,7 @@ def analyze(run_dir: Path, master: str | None = None) -> dict[str, Any]:
     finish(summary, run_dir, history, claims)
     if crosscheck_enabled():  # the in-process judge must agree (analysis/judge.py)
         crosscheck(run_dir, summary)
+    add_expectations(summary, expect)
     summary["analysis_s"] = round(time.monotonic() - started, 3)
     (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
     return summary

@@ -16,6 +16,7 @@ This module never imports pyspark.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,23 +25,28 @@ from analysis.fault_history import fault_history
 from analysis.ingest import crashed_hosts, node_names, read_faults, read_tables
 from analysis.maelstrom import agent_errors, maelstrom_checks, maelstrom_workload, read_logs
 from analysis.optimistic import optimistic_section
-from analysis.verdict import finish
+from analysis.verdict import add_expectations, finish
 
 CROSSCHECK_ENV = "TESTBED_CROSSCHECK"
+# How a run is judged (`testbed run --engine`): the Spark job (analysis/job.py: the checks and
+# the measurements, pcaps, a cluster with --master) or this module (the checks, the liveness
+# and the verdict, no JVM).
+ENGINES = ("spark", "in-process")
 
 
-def judge_run(run_dir: Path) -> dict[str, Any]:
+def judge_run(run_dir: Path, expect: Sequence[str] = ()) -> dict[str, Any]:
     """Judge the run in `run_dir` in-process: a summary with the keys of summary.json that
     judging gives (`run`, `nodes`, `crashed`, `partitioned_at_end`, `checks`, `node_errors`,
     optimistic metrics when the run opt-delivers, `ingest.malformed_lines`, and from
     analysis/verdict.py `finish`: membership, qos, `liveness`, `verdict`, `ok`), equal to the
-    Spark job's for the same directory. Writes nothing."""
+    Spark job's for the same directory; `expect` lines judged into the verdict
+    (analysis/verdict.py `add_expectations`). Writes nothing."""
     run_dir = Path(run_dir)
     if not (run_dir / "nodes").is_dir():
         raise FileNotFoundError(f"{run_dir} has no nodes/ folder; is it a run directory?")
     workload = maelstrom_workload(run_dir)
     if workload is not None:
-        return judge_maelstrom(run_dir, workload)
+        return add_expectations(judge_maelstrom(run_dir, workload), expect)
     events, malformed = read_tables(run_dir)
     nodes = node_names(run_dir)
     faults = read_faults(run_dir)
@@ -55,7 +61,7 @@ def judge_run(run_dir: Path) -> dict[str, Any]:
         **optimistic_section(events),
         "ingest": {"malformed_lines": malformed},
     }
-    return finish(summary, run_dir, history, log_claims(events))
+    return add_expectations(finish(summary, run_dir, history, log_claims(events)), expect)
 
 
 def judge_maelstrom(run_dir: Path, workload: str,

@@ -44,7 +44,7 @@ border-radius:6px;padding:.4em .8em;min-width:7em}.card b{display:block;font-siz
 font-size:.9em}th,td{border:1px solid #ddd;padding:.25em .6em;text-align:right}
 th:first-child,td:first-child,td.l{text-align:left}th{background:#f5f5f5}
 td.bad{color:#c62828;font-weight:600}td.ok{color:#2e7d32}code{font-size:.9em}
-.unclaimed{color:#9e9e9e}
+.unclaimed{color:#9e9e9e}.unjudged{color:#b26a00}
 .cap{color:#555;font-size:.85em;margin:.1em 0 .4em}svg.plot{width:100%;height:auto;display:block}
 .grid{display:grid;grid-template-columns:1fr 1fr;gap:.5em}
 svg text{font-family:system-ui,sans-serif}.tick{font-size:11px;fill:#555}
@@ -77,15 +77,11 @@ def _td(value: Any, bad: bool = False, cls: str = "") -> str:
 
 
 def verdict(summary: dict[str, Any]) -> tuple[bool, list[str]]:
-    """PASS needs the run's verdict (`summary["verdict"]`, analysis/verdict.py: claimed
-    checks, node errors, and liveness against the protocol's claims) ok and every expectation
-    in `summary["expectations"]` (a list of `Result.as_dict()`, when the caller evaluated
-    any) to hold; plus the reasons (a stall the claims excuse is a reason, not a failure)."""
+    """PASS or FAIL is the run's verdict (`summary["verdict"]`, analysis/verdict.py: claimed
+    checks, node errors, liveness against the protocol's claims, the `expect:` lines), with
+    its reasons (a stall the claims excuse is a reason, not a failure)."""
     judged = summary.get("verdict") or run_verdict(summary)
-    reasons = list(judged["reasons"])
-    failed = [f"expectation failed: {r.get('expectation')} ({r.get('reason')})"
-              for r in summary.get("expectations", []) if not r.get("ok")]
-    return bool(judged["ok"]) and not failed, reasons + failed
+    return bool(judged["ok"]), list(judged["reasons"])
 
 
 def _checks_html(summary: dict[str, Any]) -> str:
@@ -94,14 +90,19 @@ def _checks_html(summary: dict[str, Any]) -> str:
         n = check.get("violations", 0)
         shown = "<br>".join(f"<code>{escape(json.dumps(e))}</code>"
                             for e in check.get("examples", [])[:3])
-        if check.get("judged") is False:  # the QoS bound's `note` says why; else liveness
-            shown = escape(check.get("note") or f"not judged: {check.get('unproven', 0)} "
-                           "undelivered, counted under liveness")
+        count = _td(n, bad=n > 0, cls="ok")
+        if check.get("judged") is False:  # no count: why it was not judged instead
+            why = str(check.get("note") or "").removeprefix("not judged: ")
+            if "unproven" in check:
+                why += f" ({check['unproven']} undelivered)"
+            shown = escape(why)
+            count = _td("not judged", cls="unjudged")
         if check.get("claimed", True):
-            rows.append([_td(name), _td(n, bad=n > 0, cls="ok"),
-                         f'<td class="l">{shown}</td>'])
+            rows.append([_td(name), count, f'<td class="l">{shown}</td>'])
         else:  # not promised by the protocol: shown greyed out, never failing the run
-            rows.append([_td(f"{name} (not claimed)", cls="unclaimed"), _td(n, cls="unclaimed"),
+            rows.append([_td(f"{name} (not claimed)", cls="unclaimed"),
+                         _td("not judged" if check.get("judged") is False else n,
+                             cls="unclaimed"),
                          f'<td class="l unclaimed">{shown}</td>'])
     line = liveness_line(summary)
     note = f'<p class="note">{escape(line)}</p>' if line else ""
@@ -276,7 +277,9 @@ def _faults_html(data: rd.RunData) -> str:
                  _td("instant" if f.stop is None else f"{f.stop:.2f}"),
                  f'<td class="l"><code>{escape(json.dumps(f.measured)[:240])}</code></td>']
                 for f in data.faults]
-        html += "<h2>Faults</h2>" + _table(["fault", "start s", "stop s", "measured"], rows)
+        html += ('<h2>Faults</h2><p class="cap">Seconds since the workload\'s start, as the '
+                 "spec's <code>at:</code> counts them.</p>"
+                 + _table(["fault", "start s", "stop s", "measured"], rows))
     if data.skipped:
         rows = [[_td(f.label), _td(f"{f.start:.2f}"),
                  _td(str(f.measured.get("skipped", "")))] for f in data.skipped]

@@ -51,7 +51,9 @@ class FaultSpan:
 
 @dataclass
 class RunData:
-    """A run's events as a DataFrame (t in ns), its nodes, time origin and faults."""
+    """A run's events as a DataFrame (t in ns), its nodes, time origin (`t0`: the workload's
+    start, as the spec's fault times count; the first event for a run without a plan) and
+    faults."""
 
     path: Path
     events: pd.DataFrame
@@ -101,7 +103,7 @@ def load_run(run_dir: Path) -> RunData:
     nodes = sorted(p.name for p in (run_dir / "nodes").iterdir() if p.is_dir()) \
         if (run_dir / "nodes").is_dir() else []
     nodes = sorted(set(nodes) | set(events["node"].dropna().unique()))
-    t0 = int(events["t"].min()) if len(events) else 0
+    t0 = workload_start(run_dir) or (int(events["t"].min()) if len(events) else 0)
     end = (int(events["t"].max()) - t0) / _NS_PER_S if len(events) else 1.0
     spec_path = run_dir / "spec.lock.yaml"
     # libyaml's loader when PyYAML has it: a hundred hosts' lock (9,900 paths) parses in ~2 s,
@@ -110,6 +112,16 @@ def load_run(run_dir: Path) -> RunData:
     faults = read_faults(run_dir, t0, end, nodes)
     skipped = read_faults(run_dir, t0, end, nodes, SKIPPED_FAULTS)
     return RunData(run_dir, events, nodes, t0, max(end, 1e-3), faults, spec or {}, skipped)
+
+
+def workload_start(run_dir: Path) -> int | None:
+    """The workload's start (plan.json `start_at_ns`): the origin of the spec's fault times
+    (`at: 4s`), so the report's times are the spec's; None for a run without a plan."""
+    try:
+        start = json.loads((run_dir / "plan.json").read_text()).get("start_at_ns")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return int(start) if isinstance(start, int) and start > 0 else None
 
 
 def _partition_label(params: dict[str, Any], nodes: list[str]) -> str:
@@ -201,6 +213,7 @@ def rate_per_node(ev: pd.DataFrame, t0: int, nodes: list[str], kind: str, end: f
     out = {}
     for node in nodes:
         ts = (sel.loc[sel["node"] == node, "t"].to_numpy() - t0) / _NS_PER_S
+        ts = ts[ts >= 0]  # before the workload's start (t0): nothing to rate
         counts = np.bincount(np.floor(ts / w).astype(int), minlength=n)[:n]
         out[node] = [float(c) / w for c in counts]
     return w, out

@@ -22,13 +22,18 @@ reasons without failing for it. A hazard voiding `liveness` withdraws the livene
 
 A claimed latency bound that was not judged (`checks.latency_bound.judged: false`: the QoS
 run left the bound's model) is a reason in `verdict` and fails the run; its `note` says why.
+
+`add_expectations` judges the experiment's `expect:` lines on the judged summary and folds
+them into the verdict before summary.json is written: a failed one fails the run and names
+itself among the reasons. The console's last line, the exit code, summary.json's `ok` and
+`verdict`, the report, `testbed serve` and the nightly all read this one `verdict`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -363,7 +368,10 @@ def stall_reason(live: dict[str, Any]) -> str:
 
 
 def verdict(summary: dict[str, Any]) -> dict[str, Any]:
-    """`{ok, safety, liveness, reasons}` of a judged summary (pure on the summary)."""
+    """`{ok, safety, liveness, reasons, not_judged}` of a judged summary (pure on the
+    summary): not ok when a claimed check failed, a node erred, the run stalled against its
+    claims or was cut short, or an expectation (`expectations`, `add_expectations`) failed.
+    A claimed check not judged is a reason, with why (`not_judged`), never a count."""
     reasons = [f"{name}: {c.get('violations')} violation(s)"
                for name, c in summary.get("checks", {}).items()
                if c.get("claimed", True) and c.get("violations", 0)]
@@ -400,8 +408,46 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
             else "params"
         reasons.append(f"hazard ({where}): {h.get('reason')}; not claimed: "
                        f"{', '.join(h.get('voids') or [])}")
-    ok = safety == "held" and not unjudged and liveness not in ("stalled", "cut-short")
-    return {"ok": ok, "safety": safety, "liveness": liveness, "reasons": reasons}
+    not_judged = not_judged_checks(summary)
+    others = {n: w for n, w in not_judged.items() if n != "latency_bound"}  # its own reason
+    if others:
+        for why in dict.fromkeys(others.values()):
+            names = [n for n, w in others.items() if w == why]
+            reasons.append(f"not judged: {', '.join(names)} ({why})")
+    failed = [r for r in summary.get("expectations") or [] if not r.get("ok")]
+    reasons += [f"expectation failed: {r.get('expectation')} ({r.get('reason')})"
+                for r in failed]
+    ok = (safety == "held" and not unjudged and liveness not in ("stalled", "cut-short")
+          and not failed)
+    out: dict[str, Any] = {"ok": ok, "safety": safety, "liveness": liveness, "reasons": reasons}
+    if not_judged:
+        out["not_judged"] = not_judged
+    return out
+
+
+def not_judged_checks(summary: dict[str, Any]) -> dict[str, str]:
+    """The claimed checks the run could not judge (`judged: false`: agreement and validity on
+    a run that did not settle, a bound on a run outside its model), each with why."""
+    out = {}
+    for name, c in summary.get("checks", {}).items():
+        if c.get("claimed", True) and c.get("judged") is False:
+            note = str(c.get("note") or "no reason recorded")
+            out[name] = note.removeprefix("not judged: ")
+    return out
+
+
+def add_expectations(summary: dict[str, Any], expect: Sequence[str]) -> dict[str, Any]:
+    """Judge the run's `expect:` lines (analysis/expect.py) on the judged `summary` (in place):
+    their results under `expectations`, then `verdict` and `ok` again, so a failed one fails
+    the run and names itself among the reasons. The lines read the summary as judged without
+    them (`ok == 1`: the claims, the liveness and the nodes). Returns the summary."""
+    from analysis.expect import evaluate
+
+    results = evaluate(expect, summary)
+    summary["expectations"] = [r.as_dict() for r in results]
+    summary["verdict"] = verdict(summary)
+    summary["ok"] = summary["verdict"]["ok"]
+    return summary
 
 
 def add_membership(summary: dict[str, Any], run_dir: Path, history: FaultHistory) -> None:

@@ -31,13 +31,18 @@ CLEAN = {"total_order": {"violations": 0, "claimed": True},
          "validity": {"violations": 0, "claimed": True, "judged": False, "unproven": 69}}
 STALL = {"quiescent": False, "drain_s": 30.0, "in_flight": 189,
          "unproven": {"agreement": 120, "validity": 69}}
+# agreement and validity of a run that did not settle: not judged, never a count
+UNSETTLED = "run not quiescent: missing deliveries are counted under liveness"
+UNJUDGED = {name: "no reason recorded" for name in ("agreement", "validity")}
+NOT_JUDGED = "not judged: agreement, validity (no reason recorded)"
 
 
 def test_a_stall_the_claims_promise_against_fails_with_the_missing_messages() -> None:
     v = verdict(judged(CLEAN, {**STALL, "promised": True, "promise": "no faults"}))
     assert v == {"ok": False, "safety": "held", "liveness": "stalled", "reasons": [
         "stalled: 189 deliveries of correct hosts' messages missing at correct hosts after a "
-        "30 s drain (unproven: agreement 120, validity 69); claimed: no faults"]}
+        "30 s drain (unproven: agreement 120, validity 69); claimed: no faults", NOT_JUDGED],
+        "not_judged": UNJUDGED}
     # a summary without a claim (an unknown protocol) is held to progress as well
     assert verdict(judged(CLEAN, STALL))["liveness"] == "stalled"
 
@@ -47,23 +52,25 @@ def test_a_stall_the_claims_excuse_is_ok_and_says_why() -> None:
            "sequencer")
     v = verdict(judged(CLEAN, {**STALL, "promised": False, "promise": why}))
     assert v == {"ok": True, "safety": "held", "liveness": "stalled-as-claimed",
-                 "reasons": [why]}
+                 "reasons": [why, NOT_JUDGED], "not_judged": UNJUDGED}
     summary = judged(CLEAN, {**STALL, "promised": False, "promise": why})
     summary["verdict"] = v
-    assert verdict_line(summary) == f"verdict: ok (safety held, stalled-as-claimed): {why}"
+    assert verdict_line(summary) == (f"verdict: ok (safety held, stalled-as-claimed): {why}; "
+                                     f"{NOT_JUDGED}")
 
 
 def test_safety_is_judged_on_claimed_checks_and_node_errors_whatever_the_liveness() -> None:
     quiet = {"quiescent": True, "in_flight": 0}
     assert verdict(judged(CLEAN, quiet)) == {"ok": True, "safety": "held",
-                                             "liveness": "quiescent", "reasons": []}
+                                             "liveness": "quiescent", "reasons": [NOT_JUDGED],
+                                             "not_judged": UNJUDGED}
     bad = {**CLEAN, "total_order": {"violations": 3, "claimed": True},
            "causal_order": {"violations": 7, "claimed": False}}
     v = verdict(judged(bad, {**STALL, "promised": False, "promise": "excused"}))
     assert not v["ok"] and v["safety"] == "violated"
     assert v["reasons"][0] == "total_order: 3 violation(s)"
     assert not any("causal_order" in r for r in v["reasons"])
-    assert verdict(judged(CLEAN, quiet, errors=2))["reasons"] == ["node errors: 2"]
+    assert verdict(judged(CLEAN, quiet, errors=2))["reasons"] == ["node errors: 2", NOT_JUDGED]
 
 
 def test_expect_reads_ok_and_verdict_ok() -> None:
@@ -162,7 +169,8 @@ faults:
     assert s["liveness"]["quiescent"] is False and s["liveness"]["in_flight"] > 0
     why = "sequencer h1 crashed at 2.0 s: `sequencer` claims no progress without its sequencer"
     assert s["verdict"] == {"ok": True, "safety": "held", "liveness": "stalled-as-claimed",
-                            "reasons": [why]}
+                            "reasons": [why, f"not judged: agreement, validity ({UNSETTLED})"],
+                            "not_judged": {"agreement": UNSETTLED, "validity": UNSETTLED}}
     assert s["ok"] is True and rc == 0, out
     assert out.rstrip().splitlines()[-1].startswith("verdict: ok (safety held, "
                                                     "stalled-as-claimed): sequencer h1")

@@ -8,7 +8,13 @@ from typing import Annotated
 
 import typer
 
-from testbed.cli.common import console, fail, print_summary, print_verdict
+from testbed.cli.common import (
+    console,
+    fail,
+    print_expectations,
+    print_summary,
+    print_verdict,
+)
 from testbed.rundir import RunDir
 
 
@@ -37,18 +43,26 @@ def analyze_cmd(
     inventory: Annotated[Path | None, typer.Option(
         "--inventory", help="the hosts `testbed spark up` started Spark on: their executor "
         "Python and shared directory (docs/remote.md); default master: its first host")] = None,
+    engine: Annotated[str, typer.Option(
+        help="how to judge: spark (checks and measurements) or in-process (the checks, the "
+        "liveness and the verdict, no JVM)")] = "spark",
 ) -> None:
-    """(Re)analyse a run with Spark: parquet/, summary.json, report.html.
+    """(Re)analyse a run: parquet/, summary.json, report.html; the verdict of its checks and
+    its `expect:` lines is the last line (exit 1 when not ok).
 
     Examples: [bold]testbed analyze runs/20261121T053000Z-quickstart-3fa2c1[/],
     [bold]testbed analyze RUN --master spark://198.19.128.1:7077 --inventory
     lab/latest/inventory.yaml[/]
     """
+    from analysis.expect import run_expectations
+    from analysis.judge import ENGINES
     from testbed.runner import analyze_run
 
+    if engine not in ENGINES:
+        raise fail(f"--engine {engine}: one of {', '.join(ENGINES)}")
     if not (run_dir / "nodes").is_dir():
         raise fail(f"{run_dir} is not a run directory (no nodes/ inside)")
-    exp: list[str] = []
+    exp = run_expectations(run_dir)  # the run's `expect:` lines, judged into its verdict
     if inventory is not None:
         from testbed.spark import SparkError, master_url, staged, start_driver
 
@@ -59,12 +73,12 @@ def analyze_cmd(
                 result = analyze_run(RunDir.open(stage), exp, console, master)
         except SparkError as exc:
             raise fail(str(exc)) from None
-        print_summary(result.summary)
-        print_verdict(result.summary)
-        return
-    result = analyze_run(RunDir.open(run_dir), exp, console, master)
+    else:
+        result = analyze_run(RunDir.open(run_dir), exp, console, master, engine)
     print_summary(result.summary)
+    print_expectations(result.summary)
     print_verdict(result.summary)
+    raise typer.Exit(0 if result.ok else 1)
 
 
 def report(

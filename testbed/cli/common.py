@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from testbed.pathcheck import (
@@ -112,6 +113,19 @@ def print_verdict(summary: dict[str, Any]) -> None:
                   soft_wrap=True)  # one line, whatever the terminal width: scripts read it
 
 
+def print_expectations(summary: dict[str, Any]) -> None:
+    """Each failed `expect:` line with why, or that all hold (the verdict names the failed)."""
+    results = summary.get("expectations") or []
+    failed = [r for r in results if not r.get("ok")]
+    for r in failed:
+        err.print(f"[red]expectation failed:[/] {r.get('expectation')}: {r.get('reason')}",
+                  highlight=False)
+    if results and not failed:
+        n = len(results)
+        console.print("[green]" + (f"all {n} expectations hold" if n > 1
+                                   else "the expectation holds") + "[/]")
+
+
 def print_summary(summary: dict[str, Any]) -> None:
     checks = summary.get("checks", {})
     # The run id on a line of its own: a table title wraps to the table's width.
@@ -119,8 +133,14 @@ def print_summary(summary: dict[str, Any]) -> None:
     table = Table("check", "violations")
     for name, res in checks.items():
         v = res.get("violations", 0)
+        # a check the run could not judge has no count (its note says why)
+        shown = "not judged" if res.get("judged") is False else str(v)
         if not res.get("claimed", True):  # not promised by the protocol: greyed out
-            table.add_row(f"[grey50]{name} (not claimed)[/]", f"[grey50]{v}[/]")
+            table.add_row(f"[grey50]{name} (not claimed)[/]", f"[grey50]{shown}[/]")
+            continue
+        if res.get("judged") is False:
+            why = str(res.get("note") or "").removeprefix("not judged: ")
+            table.add_row(name, f"[yellow]{shown}[/]" + (f" ({escape(why)})" if why else ""))
             continue
         table.add_row(name, f"[green]{v}[/]" if v == 0 else f"[red]{v}[/]")
     console.print(table)

@@ -12,8 +12,8 @@ from rich.table import Table
 from testbed.backends import BackendError
 from testbed.cli.common import (
     console,
-    err,
     fail,
+    print_expectations,
     print_paths,
     print_summary,
     print_verdict,
@@ -34,7 +34,10 @@ def run(
     out: Annotated[Path, typer.Option("--out", help="runs directory")] = DEFAULT_RUNS,
     master: Annotated[str | None, typer.Option(help="Spark master URL (default local[*])",
                                                metavar="URL")] = None,
-    analyze: Annotated[bool, typer.Option(help="run the Spark analysis afterwards")] = True,
+    analyze: Annotated[bool, typer.Option(help="judge the run afterwards")] = True,
+    engine: Annotated[str, typer.Option(
+        help="how to judge: spark (checks and measurements) or in-process (the checks, the "
+        "liveness and the verdict, no JVM)", metavar="ENGINE")] = "spark",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan, change nothing")] = (
         False),
     inventory: Annotated[Path | None, typer.Option(help="remote backend: hosts (docs/remote.md)"
@@ -48,10 +51,13 @@ def run(
 
     Example: [bold]testbed run experiments/quickstart.yaml --backend sim[/]
     """
+    from analysis.judge import ENGINES
     from testbed.runner import run_experiment
 
+    if engine not in ENGINES:
+        raise fail(f"--engine {engine}: one of {', '.join(ENGINES)}")
     try:
-        exp, topo = load_experiment(experiment, backend)
+        exp, topo = load_experiment(experiment, backend, engine=engine)
     except SpecError as exc:
         raise spec_errors(exc) from None
     if dry_run:
@@ -69,7 +75,7 @@ def run(
                 exp, topo, out, console, master=master, analyze=analyze, inventory=inventory,
                 on_start=None if stop_serving is None else
                 lambda run: live_url(out, run.path, serve_port),
-                command=reproduce(experiment, backend, inventory))
+                command=reproduce(experiment, backend, inventory, engine), engine=engine)
         except BaseException:
             if stop_serving is not None:
                 stop_serving()
@@ -78,14 +84,7 @@ def run(
         raise fail(str(exc)) from None
     if analyze:
         print_summary(result.summary)
-        for line in result.failures:
-            if line.startswith("verdict: "):
-                continue  # the last line says it
-            err.print(f"[red]expectation failed:[/] {line}", highlight=False)
-        if result.ok and exp.expect:
-            n = len(exp.expect)
-            held = f"all {n} expectations hold" if n > 1 else "the expectation holds"
-            console.print(held, style="green")
+        print_expectations(result.summary)
     console.print(f"results in {result.run.path}")
     if analyze:
         print_verdict(result.summary)
@@ -94,13 +93,15 @@ def run(
     raise typer.Exit(0 if result.ok else 1)
 
 
-def reproduce(experiment: Path, backend: str | None, inventory: Path | None) -> str:
+def reproduce(experiment: Path, backend: str | None, inventory: Path | None,
+              engine: str = "spark") -> str:
     """The command line that runs the experiment again (the seed is in the spec)."""
     import shlex
 
     words = ["testbed", "run", str(experiment)]
     words += ["--backend", backend] if backend else []
     words += ["--inventory", str(inventory)] if inventory else []
+    words += ["--engine", engine] if engine != "spark" else []
     return shlex.join(words)
 
 

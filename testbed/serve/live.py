@@ -96,7 +96,11 @@ class LiveRun:
         self.faults: list[dict[str, Any]] = []
         self.cuts: set[tuple[str, str]] = set()  # the partition's one-way cuts in force
         self.cut_since: int | None = None
-        self.t0: int | None = None
+        # the workload's start, the origin of the spec's fault times (the first event before
+        # the plan is written)
+        start = plan.get("start_at_ns")
+        self.t0: int | None = start if isinstance(start, int) and start > 0 else None
+        self.planned = self.t0 is not None
         self.t_last: int | None = None
         # per node, sends and final deliveries counted in its log: the counts of a node
         # without a management endpoint (the simulator's)
@@ -141,7 +145,7 @@ class LiveRun:
                 rec = parse_line(line, host)  # the delivery log's one parsing
                 if rec is None:
                     continue
-                if self.t0 is None or rec["t"] < self.t0:
+                if not self.planned and (self.t0 is None or rec["t"] < self.t0):
                     self.t0 = rec["t"]
                 if self.t_last is None or rec["t"] > self.t_last:
                     self.t_last = rec["t"]

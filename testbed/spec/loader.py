@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from analysis.expect import parse_expectation, schema_problem
 from nodes.protocols import catalogue
 from testbed.spec import messages
 from testbed.spec.experiment import BACKENDS, ExperimentSpec, check_experiment
@@ -122,17 +123,22 @@ def load_topology(path: Path) -> TopologySpec:
 
 
 def load_experiment(
-    path: Path, backend: str | None = None
+    path: Path, backend: str | None = None, engine: str = "spark"
 ) -> tuple[ExperimentSpec, TopologySpec]:
     """Load an experiment and its topology (inline, or a path relative to the experiment);
-    `backend` (`--backend`) overrides the spec's."""
+    `backend` (`--backend`) overrides the spec's. `engine`: how the run is to be judged
+    (analysis/judge.py `ENGINES`): an `expect:` line it cannot judge is an error now, before
+    anything starts."""
     if backend is not None and backend not in BACKENDS:  # the flag's error, not the file's
         raise SpecError([f"--backend: {backend!r} is not one of {', '.join(BACKENDS)}"])
     doc = read_document(path)
     data = dict(doc.data)
     if backend is not None:
         data["backend"] = backend
+    expect_errors(doc, data.get("expect"), spark=True)
     exp = validate(doc, ExperimentSpec, data)
+    if engine != "spark" or exp.maelstrom:  # judged in-process (analysis/judge.py)
+        expect_errors(doc, exp.expect, spark=False)
     if isinstance(exp.topology, TopologySpec):
         topo = exp.topology
         located = [doc.error(loc, msg, ("topology",)) for loc, msg in check_topology(topo)]
@@ -170,6 +176,27 @@ def load_experiment(
     if cross:
         raise SpecError(cross)
     return exp, topo
+
+
+def expect_errors(doc: Document, lines: Any, spark: bool) -> None:
+    """Raise SpecError with one `file:line: expect[i]: ...` per `expect:` line that cannot be
+    judged: not `PATH OP NUMBER`, a path summary.json never has, a value that cannot compare
+    (analysis/expect.py `schema_problem`)."""
+    if not isinstance(lines, list):
+        return  # not a list: the model's validation says so
+    problems = []
+    for i, text in enumerate(lines):
+        if not isinstance(text, str):
+            continue
+        try:
+            problem = schema_problem(parse_expectation(text), spark)
+        except ValueError as exc:
+            problem = str(exc)
+        if problem is not None:
+            problems.append(f"{doc.path}:{doc.line_of(('expect', i))}: expect[{i}]: "
+                            f"{_one_line(problem)}")
+    if problems:
+        raise SpecError(problems)
 
 
 def _resolve_program(doc: Document, exp: ExperimentSpec) -> tuple[ExperimentSpec, list[str]]:
