@@ -175,7 +175,8 @@ def test_bound_not_judged(served: tuple[Path, str]) -> None:
     s = agree(proc, run, url)
     check = s["checks"]["latency_bound"]
     assert check["judged"] is False and "latency_bound" in s["verdict"]["not_judged"]
-    assert any(r.startswith("not judged: latency_bound (the run left the bound's model")
+    assert not s["ok"]  # a claimed bound not judged vouches for nothing
+    assert any(r.startswith("latency_bound: not judged: the run left the bound's model")
                for r in s["verdict"]["reasons"])
     row = [line for line in proc.stdout.splitlines() if "│ latency_bound" in line][0]
     assert "not judged" in row, row
