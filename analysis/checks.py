@@ -195,6 +195,9 @@ def validity(recs: Records, history: FaultHistory) -> Check:
     validity of atomic broadcast, 004 Definition 1 liveness); `received_not_delivered`, a
     correct host received (recv) a correct sender's message and never delivered it (004
     Definition 2 liveness: gaps only for faulty senders or messages the network lost).
+    `restarted_senders`: how many of them are messages of a restarted process that stays
+    up (FaultHistory.restarted), whose progress the drain does not wait for (the verdict
+    excuses them where the protocol claims no progress: analysis/liveness.py).
     """
     examples = _interleave(
         recs, {"own": "not_self_delivered", "recv": "received_not_delivered"},
@@ -204,6 +207,7 @@ def validity(recs: Records, history: FaultHistory) -> Check:
     history.annotate(examples)
     own, recv = _total(recs, "own_n"), _total(recs, "recv_n")
     return {"violations": own + recv, "not_self_delivered": own, "received_not_delivered": recv,
+            "restarted_senders": _total(recs, "restarted_n"),
             "correct_nodes": history.correct, "restarted_nodes": history.restarted,
             "examples": examples}
 

@@ -413,15 +413,18 @@ class MidPass:
                   t_all: np.ndarray, mids: pa.Array, names: pa.Array) -> list[dict[str, Any]]:
         """A correct sender (a restarted process that stays up included) that never
         delivered its own message; a correct host that received (recv) a correct sender's
-        message and never delivered it. Examples by (t, host, mid)."""
+        message and never delivered it. Examples by (t, host, mid); the findings whose
+        sender is a restarted process are counted apart as well (`restarted_n`)."""
         recs: list[dict[str, Any]] = []
         correct = np.zeros(len(self.nodes) + 1, dtype=bool)
         correct[self.correct] = True
         senders = correct.copy()
         senders[self.restarted] = True
         m_ok = sent & senders[sender]  # sender -1 (never sent) reads the spare last slot
+        restarted = senders & ~correct  # the restarted processes' findings also count apart
         own = np.flatnonzero(m_ok)
         own = own[~held[own, sender[own]]]
+        n_restarted = int(restarted[sender[own]].sum())
         if len(own):
             recs.append({"r": "own_n", "n": len(own)})
             for k in _first_k([t_send[own], names.take(pa.array(sender[own])),
@@ -437,9 +440,12 @@ class MidPass:
             r_rows = r_rows[lex_order((t_all[r_rows], ncode[r_rows], mcode[r_rows]))]
             r_rows = r_rows[group_starts(mcode[r_rows] * len(self.nodes) + ncode[r_rows])]
             recs.append({"r": "recv_n", "n": len(r_rows)})
+            n_restarted += int(restarted[sender[mcode[r_rows]]].sum())
             for k in _first_k([t_all[r_rows], names.take(pa.array(ncode[r_rows])),
                                mids.take(pa.array(mcode[r_rows]))]).tolist():
                 row = int(r_rows[k])
                 recs.append({"r": "recv", "mid": mids[int(mcode[row])].as_py(),
                              "node": self.nodes[int(ncode[row])], "t": int(t_all[row])})
+        if n_restarted:
+            recs.append({"r": "restarted_n", "n": n_restarted})
         return recs

@@ -14,6 +14,8 @@ disagreement: the run is over, so a message some correct host delivered and anot
 host did not is one it never will. `judge_disagreement` judges agreement again on such a
 run; it fails the run unless a documented hazard voids agreement. A partition still on at the
 end leaves it unjudged: no message crosses it, so it shows a cut, not a host that never will.
+Validity's findings among a restarted process's own messages are progress the drain does
+not wait for: `excuse_restarted` un-judges them where the claims promise no progress.
 """
 
 from __future__ import annotations
@@ -78,6 +80,22 @@ def judge_disagreement(checks: dict[str, Any], live: dict[str, Any], healed: boo
                      "and another never did")
     live["disagreement"] = check["violations"]
     live.get("unproven", {}).pop("agreement", None)
+
+
+def excuse_restarted(checks: dict[str, Any], live: dict[str, Any]) -> None:
+    """Where the protocol claims no progress under the run's faults (`live["promised"]`
+    false), un-judge (in place) what validity found among a restarted process's own
+    messages (`restarted_senders`): the drain waits for the correct hosts' messages only, so
+    those are progress the claims do not promise, even on a quiescent run."""
+    check = checks.get("validity")
+    n = int((check or {}).get("restarted_senders") or 0)
+    if check is None or not n or live.get("promised") is not False \
+            or check.get("judged") is False:
+        return
+    check["violations"] -= n
+    check["unproven"] = n
+    check["note"] = ("no progress claimed under this run's faults: a restarted process's "
+                     "messages not delivered are counted under `unproven`")
 
 
 def disagreement_reason(summary: dict[str, Any]) -> str:

@@ -34,6 +34,7 @@ from typing import Any
 from analysis.fault_history import FaultHistory
 from analysis.liveness import (
     disagreement_reason,
+    excuse_restarted,
     judge_disagreement,
     liveness_section,
     read_drain,
@@ -461,6 +462,7 @@ def finish(summary: dict[str, Any], run_dir: Path, history: FaultHistory,
     if promise is not None:
         summary["liveness"]["promised"], summary["liveness"]["promise"] = promise
     apply_hazards(summary, run_hazards(run_dir, history))
+    excuse_restarted(summary["checks"], summary["liveness"])
     judge_disagreement(summary["checks"], summary["liveness"], healed=not any(
         f.kind == "partition" and math.isinf(f.stop) for f in history.intervals))
     summary["verdict"] = verdict(summary)

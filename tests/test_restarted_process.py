@@ -14,6 +14,7 @@ import pytest
 
 from analysis.fault_history import fault_history
 from analysis.judge import judge_run
+from analysis.liveness import excuse_restarted
 from tests.eventlogs import run_dir_of
 from tests.inproc import run_cli
 
@@ -103,7 +104,23 @@ def test_a_restarted_host_that_never_delivers_its_own_messages_fails(
     s = judge_run(run)
     validity = s["checks"]["validity"]
     assert validity["not_self_delivered"] == len(mids) and not s["verdict"]["ok"]
+    assert validity["restarted_senders"] == len(mids) == validity["violations"]
     assert {e["node"] for e in validity["examples"]} == {"h3@1"}
+
+
+def test_a_restarted_process_s_progress_is_excused_only_where_none_is_claimed() -> None:
+    """The drain waits for the correct hosts' messages only: where the claims promise no
+    progress under the run's faults, validity's findings among a restarted process's own
+    messages are unproven, not violations; where they do, they fail."""
+    def checks() -> dict[str, dict[str, object]]:
+        return {"validity": {"violations": 5, "restarted_senders": 3, "claimed": True}}
+
+    excused = checks()
+    excuse_restarted(excused, {"quiescent": True, "promised": False})
+    assert excused["validity"]["violations"] == 2 and excused["validity"]["unproven"] == 3
+    held = checks()
+    excuse_restarted(held, {"quiescent": True, "promised": True})
+    assert held == checks()
 
 
 def crash(host: str, t: int, phase: str, fault: int) -> dict[str, object]:

@@ -236,9 +236,10 @@ PRIMARY_HAZARDS = (
     for cut in ("loss", "partition"))
 # Chang-Maxemchuk without its reformation phase: after a crash the predecessor re-passes the
 # token to the restarted member (M7); an ORDER the crashed member issued that, through loss,
-# reached some members only is then numbered again (nodes/protocols/moving_sequencer.py).
+# reached some members only is then numbered again (nodes/protocols/moving_sequencer.py):
+# the two numberings' members then order, and deliver, different messages.
 MOVING_SEQUENCER_HAZARDS = (
-    Hazard(frozenset({"total_order", "causal_order"}), frozenset({"crash"}),
+    Hazard(frozenset({"total_order", "causal_order", "agreement"}), frozenset({"crash"}),
            reason="001 L130 (Chang-Maxemchuk) without token-site reformation: a token "
                   "re-passed after a crash conflicts with an ORDER of the crashed member that "
                   "some members never got (two numberings; with loss, or with two crashes and "
