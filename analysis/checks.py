@@ -74,11 +74,13 @@ def _partition_keys(spark: SparkSession, n: int) -> list[int]:
 
 
 def _records(events: DataFrame, nodes: list[str], correct: list[str],
-             seen: pa.Table | None = None) -> tuple[Records, list[str]]:
+             seen: pa.Table | None = None,
+             restarted: list[str] | tuple[str, ...] = ()) -> tuple[Records, list[str]]:
     """Run both passes and the causal pass; return their records by kind and the processes
     the holder bitmaps index (sorted): the run's `nodes`, later incarnations of restarted
     hosts (`host@k`, checks_mid.process_names) and any host named only in the events (a log
-    line naming another host). `correct` are the hosts held to agreement and validity.
+    line naming another host). `correct` are the hosts held to agreement and validity,
+    `restarted` the restarted processes correct from their restart on (MidPass).
 
     The rows the first pass reads come out of checks_mid.check_input_sql here (the JVM's
     generated code, before the shuffle by mid, so each event crosses from the JVM to Python
@@ -96,7 +98,7 @@ def _records(events: DataFrame, nodes: list[str], correct: list[str],
     # One scan, one shuffle by mid: the first pass also emits the causal pass's rows (each
     # process's first deliveries and each message's earliest send, `p` set).
     by_mid = (check_input_sql(wanted, names).repartition(parts, "mid")
-              .mapInArrow(MidPass(names, correct, causal=True), MID_BLOBS))
+              .mapInArrow(MidPass(names, correct, causal=True, restarted=restarted), MID_BLOBS))
     # A partition per process, and one more for the causal rows: causal order needs every
     # process's sends and deliveries at once, so one task gets them and hands back its
     # records; no event reaches the driver. The causal task is the longest of the stage, so
@@ -123,14 +125,14 @@ def _add(recs: Records, found: Iterable[dict[str, Any]]) -> None:
         recs.setdefault(rec.pop("r"), []).append(rec)
 
 
-def table_records(events: pa.Table, nodes: list[str],
-                  correct: list[str]) -> tuple[Records, list[str]]:
+def table_records(events: pa.Table, nodes: list[str], correct: list[str],
+                  restarted: list[str] | tuple[str, ...] = ()) -> tuple[Records, list[str]]:
     """`_records` in-process over an Arrow table of events (analysis/ingest.py ARROW_SCHEMA):
     the same two passes, each over the whole table as one partition."""
     rows = check_input(events)
     names = sorted(set(nodes) | {n for n in pc.unique(process_names(
         events["node"], events["inc"])).to_pylist() if n is not None})
-    by_mid = MidPass(names, correct).run(rows) if rows.num_rows else None
+    by_mid = MidPass(names, correct, restarted=restarted).run(rows) if rows.num_rows else None
     if by_mid is None:
         return {}, names
     split = checks_node.NodeChecks(checks_order.MAX_PAIRS_PER_NODE, names).split(
@@ -182,6 +184,7 @@ def agreement(recs: Records, correct: list[str], crashed: set[str],
                      "missing_per_node": dict(sorted(per_node.items())), "examples": examples}
     if history is not None:
         result["partitioned_at_end"] = sorted(history.partitioned_at_end)
+        result["restarted_nodes"] = history.restarted
     return result
 
 
@@ -192,6 +195,9 @@ def validity(recs: Records, history: FaultHistory) -> Check:
     validity of atomic broadcast, 004 Definition 1 liveness); `received_not_delivered`, a
     correct host received (recv) a correct sender's message and never delivered it (004
     Definition 2 liveness: gaps only for faulty senders or messages the network lost).
+    `restarted_senders`: how many of them are messages of a restarted process that stays
+    up (FaultHistory.restarted), whose progress the drain does not wait for (the verdict
+    excuses them where the protocol claims no progress: analysis/liveness.py).
     """
     examples = _interleave(
         recs, {"own": "not_self_delivered", "recv": "received_not_delivered"},
@@ -201,7 +207,9 @@ def validity(recs: Records, history: FaultHistory) -> Check:
     history.annotate(examples)
     own, recv = _total(recs, "own_n"), _total(recs, "recv_n")
     return {"violations": own + recv, "not_self_delivered": own, "received_not_delivered": recv,
-            "correct_nodes": history.correct, "examples": examples}
+            "restarted_senders": _total(recs, "restarted_n"),
+            "correct_nodes": history.correct, "restarted_nodes": history.restarted,
+            "examples": examples}
 
 
 def integrity(recs: Records) -> Check:
@@ -294,7 +302,7 @@ def check_suite(events: DataFrame, history: FaultHistory) -> dict[str, Check]:
     """
     # One scan for the processes and the protocols the log names (a few rows come back).
     seen = events.groupBy("node", "inc", "proto").count().toArrow()
-    recs, names = _records(events, history.nodes, history.correct, seen)
+    recs, names = _records(events, history.nodes, history.correct, seen, history.restarted)
 
     def lookup(mids: set[str]) -> checks_order.Firsts:
         return checks_order.first_fnl(events, mids)
@@ -305,7 +313,7 @@ def check_suite(events: DataFrame, history: FaultHistory) -> dict[str, Check]:
 
 def table_check_suite(events: pa.Table, history: FaultHistory) -> dict[str, Check]:
     """check_suite in-process, over an Arrow table of events (analysis/judge.py)."""
-    recs, names = table_records(events, history.nodes, history.correct)
+    recs, names = table_records(events, history.nodes, history.correct, history.restarted)
     fnl = events.filter(pc.equal(events["ev"], "fnl")).select(["node", "inc", "mid", "i", "t"])
 
     def lookup(mids: set[str]) -> checks_order.Firsts:

@@ -210,15 +210,22 @@ def blobs(table: pa.Table, dest: np.ndarray) -> Iterator[pa.RecordBatch]:
 class MidPass:
     """The per-partition function of the pass (picklable: Spark ships it to the workers).
 
-    `nodes` are the hosts (sorted: a holder bitmap's bit k is nodes[k]); `correct` those
-    held to agreement and validity (a subset of `nodes`). With `causal`, the causal pass's
-    rows come out too (MID_ROWS), so that one scan and one shuffle by mid feed all three
-    passes.
+    `nodes` are the processes (sorted: a holder bitmap's bit k is nodes[k]); `correct` the
+    hosts held to agreement and validity (a subset of `nodes`); `restarted` the restarted
+    processes correct from their restart on (analysis/fault_history.py
+    `FaultHistory.restarted`; those not among `nodes` logged nothing): what one delivers
+    binds the correct hosts as a correct host's delivery does, and its own messages must
+    reach them, but it is not held to deliver others' messages. With `causal`, the causal
+    pass's rows come out too (MID_ROWS), so that one scan and one shuffle by mid feed all
+    three passes.
     """
 
-    def __init__(self, nodes: list[str], correct: list[str], causal: bool = False) -> None:
+    def __init__(self, nodes: list[str], correct: list[str], causal: bool = False,
+                 restarted: list[str] | tuple[str, ...] = ()) -> None:
         self.nodes = sorted(nodes)
         self.correct = np.array([self.nodes.index(n) for n in correct], dtype=np.int64)
+        self.restarted = np.array([self.nodes.index(n) for n in restarted if n in self.nodes],
+                                  dtype=np.int64)
         self.causal = causal
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -300,8 +307,10 @@ class MidPass:
         # agreement and the order checkers see sent messages alone.
         # Agreement (000 §2.2): if a *correct* process delivers m, every correct process
         # eventually does. A message only faulty hosts delivered (a sender that crashed or was
-        # cut off right after delivering its own message) binds nobody.
-        by_correct = (held[:, self.correct].any(axis=1) if len(self.correct)
+        # cut off right after delivering its own message) binds nobody; one a restarted
+        # process that stays up delivered binds the correct hosts.
+        binding = np.r_[self.correct, self.restarted]
+        by_correct = (held[:, binding].any(axis=1) if len(binding)
                       else np.zeros(len(held), dtype=bool))
         recs += self._agreement(held, delivered & sent & by_correct, t_first, mids, names)
         recs += self._validity(held, sent, sender, t_send, e, mcode, ncode, t_all, mids, names)
@@ -402,15 +411,20 @@ class MidPass:
     def _validity(self, held: np.ndarray, sent: np.ndarray, sender: np.ndarray,
                   t_send: np.ndarray, e: np.ndarray, mcode: np.ndarray, ncode: np.ndarray,
                   t_all: np.ndarray, mids: pa.Array, names: pa.Array) -> list[dict[str, Any]]:
-        """A correct sender that never delivered its own message; a correct host that
-        received (recv) a correct sender's message and never delivered it. Examples by
-        (t, host, mid)."""
+        """A correct sender (a restarted process that stays up included) that never
+        delivered its own message; a correct host that received (recv) a correct sender's
+        message and never delivered it. Examples by (t, host, mid); the findings whose
+        sender is a restarted process are counted apart as well (`restarted_n`)."""
         recs: list[dict[str, Any]] = []
         correct = np.zeros(len(self.nodes) + 1, dtype=bool)
         correct[self.correct] = True
-        m_ok = sent & correct[sender]  # sender -1 (never sent) reads the spare last slot
+        senders = correct.copy()
+        senders[self.restarted] = True
+        m_ok = sent & senders[sender]  # sender -1 (never sent) reads the spare last slot
+        restarted = senders & ~correct  # the restarted processes' findings also count apart
         own = np.flatnonzero(m_ok)
         own = own[~held[own, sender[own]]]
+        n_restarted = int(restarted[sender[own]].sum())
         if len(own):
             recs.append({"r": "own_n", "n": len(own)})
             for k in _first_k([t_send[own], names.take(pa.array(sender[own])),
@@ -426,9 +440,12 @@ class MidPass:
             r_rows = r_rows[lex_order((t_all[r_rows], ncode[r_rows], mcode[r_rows]))]
             r_rows = r_rows[group_starts(mcode[r_rows] * len(self.nodes) + ncode[r_rows])]
             recs.append({"r": "recv_n", "n": len(r_rows)})
+            n_restarted += int(restarted[sender[mcode[r_rows]]].sum())
             for k in _first_k([t_all[r_rows], names.take(pa.array(ncode[r_rows])),
                                mids.take(pa.array(mcode[r_rows]))]).tolist():
                 row = int(r_rows[k])
                 recs.append({"r": "recv", "mid": mids[int(mcode[row])].as_py(),
                              "node": self.nodes[int(ncode[row])], "t": int(t_all[row])})
+        if n_restarted:
+            recs.append({"r": "restarted_n", "n": n_restarted})
         return recs

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from analysis.checks_mid import PROCESS_MARK
 from analysis.ingest import _fault_hosts, crashed_hosts
 from nodes.quiescence import cut_off
 
@@ -80,6 +81,21 @@ class FaultHistory:
     def correct(self) -> list[str]:
         """Hosts that never crashed and were not cut off by a partition still on at the end."""
         return sorted(set(self.nodes) - self.crashed - self.partitioned_at_end)
+
+    @property
+    def restarted(self) -> list[str]:
+        """The last incarnations that stay up to the end, as the checks name processes
+        (`host@k`, analysis/checks_mid.py): a crashed host whose every crash ended in a
+        restart, not cut off at the end. From its restart on such a process is correct
+        (000 sec. 2.2: a restarted process is a new process) for what it sends and
+        delivers: its messages must reach the correct hosts, and what it delivers too; it is
+        not held to what was sent while it was down or before it joined."""
+        out = []
+        for host in sorted(self.crashed - self.partitioned_at_end):
+            crashes = [f for f in self.intervals if f.kind == "crash" and host in f.hosts]
+            if crashes and not any(math.isinf(f.stop) for f in crashes):
+                out.append(f"{host}{PROCESS_MARK}{len(crashes)}")
+        return out
 
     def active_at(self, t: int | None, hosts: list[str] | None = None) -> list[dict[str, Any]]:
         """Faults active at true time `t`, restricted to those touching `hosts` when given

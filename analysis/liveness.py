@@ -8,6 +8,14 @@ quiescent, their counts are messages still in flight: they move to the `liveness
 order stay safety checks, judged on what was delivered. A run without a drain record (older
 runs, synthetic logs) is judged as before. A run the runner cut short at its wall limit
 (`cut_short` in drain.json, testbed/drain.py) keeps it in the section: its verdict is not ok.
+
+A stall the protocol's claims excuse (`stalled-as-claimed`) excuses missing progress, not
+disagreement: the run is over, so a message some correct host delivered and another correct
+host did not is one it never will. `judge_disagreement` judges agreement again on such a
+run; it fails the run unless a documented hazard voids agreement. A partition still on at the
+end leaves it unjudged: no message crosses it, so it shows a cut, not a host that never will.
+Validity's findings among a restarted process's own messages are progress the drain does
+not wait for: `excuse_restarted` un-judges them where the claims promise no progress.
 """
 
 from __future__ import annotations
@@ -53,6 +61,52 @@ def liveness_section(drain: dict[str, Any] | None, checks: dict[str, Any]) -> di
         check["note"] = "run not quiescent: missing deliveries are counted under liveness"
     section["unproven"] = unproven
     return section
+
+
+def judge_disagreement(checks: dict[str, Any], live: dict[str, Any], healed: bool) -> None:
+    """On a stall the claims excuse (`live`: the summary's `liveness` section, with
+    `promised` false and not cut short) whose partitions all `healed`, judge agreement again
+    (in place): its count, moved to `unproven` by `liveness_section`, is the correct hosts'
+    disagreement for good; the section gets it as `disagreement`."""
+    if live.get("quiescent") is not False or live.get("promised") is not False \
+            or live.get("cut_short") or not healed:
+        return
+    check = checks.get("agreement")
+    if check is None or "unproven" not in check:
+        return
+    check["violations"] = check.pop("unproven")
+    check["judged"] = True
+    check["note"] = ("stall excused, disagreement not: messages some correct host delivered "
+                     "and another never did")
+    live["disagreement"] = check["violations"]
+    live.get("unproven", {}).pop("agreement", None)
+
+
+def excuse_restarted(checks: dict[str, Any], live: dict[str, Any]) -> None:
+    """Where the protocol claims no progress under the run's faults (`live["promised"]`
+    false), un-judge (in place) what validity found among a restarted process's own
+    messages (`restarted_senders`): the drain waits for the correct hosts' messages only, so
+    those are progress the claims do not promise, even on a quiescent run."""
+    check = checks.get("validity")
+    n = int((check or {}).get("restarted_senders") or 0)
+    if check is None or not n or live.get("promised") is not False \
+            or check.get("judged") is False:
+        return
+    check["violations"] -= n
+    check["unproven"] = n
+    check["note"] = ("no progress claimed under this run's faults: a restarted process's "
+                     "messages not delivered are counted under `unproven`")
+
+
+def disagreement_reason(summary: dict[str, Any]) -> str:
+    """The verdict's reason for an excused stall's disagreement (`liveness.disagreement`)."""
+    check = summary.get("checks", {}).get("agreement") or {}
+    text = (f"correct hosts disagree: {summary['liveness']['disagreement']} deliveries some "
+            "correct host made and another never did (agreement")
+    if check.get("claimed", True):
+        return text + " claimed: the stall excuses no disagreement)"
+    return text + (" not claimed under the hazard below)" if check.get("hazard")
+                   else " not claimed)")
 
 
 def liveness_line(summary: dict[str, Any]) -> str | None:

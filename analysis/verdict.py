@@ -8,8 +8,9 @@ the in-process judge call it alike, so both give the same verdict for the same c
 `verdict` is pure on the summary: safety `held` or `violated` (every claimed check and the
 nodes' errors); liveness `quiescent`, `stalled-as-claimed` (the protocol's liveness claim,
 nodes/protocols/catalogue.py `Liveness`, promises no progress under this run's faults: the
-summary's `liveness.promised` is false), `stalled` (it does: the messages of correct hosts
-never delivered at correct hosts fail the run) or `cut-short` (the runner stopped the nodes
+summary's `liveness.promised` is false; correct hosts that disagree still fail agreement:
+analysis/liveness.py `judge_disagreement`), `stalled` (it does: the messages of correct
+hosts never delivered at correct hosts fail the run) or `cut-short` (the runner stopped the nodes
 at its wall limit, drain.json `cut_short`: not ok whatever the claims, the reason says why).
 `liveness_promise` answers the claim from the catalogue entry, the run's resolved params and
 its faults (`run_faults`: the topology's link model from spec.lock.yaml and faults.jsonl).
@@ -39,7 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from analysis.fault_history import FaultHistory
-from analysis.liveness import liveness_section, read_drain
+from analysis.liveness import (
+    disagreement_reason,
+    excuse_restarted,
+    judge_disagreement,
+    liveness_section,
+    read_drain,
+)
 from analysis.membership import membership_section
 from analysis.qos import latency_check, qos_for_run, run_protocol
 from nodes.protocols import catalogue
@@ -210,13 +217,13 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def role_hosts(entry: catalogue.Entry, params: dict[str, Any],
-               hosts: list[str]) -> dict[str, str]:
-    """host -> role for the entry's liveness roles (a param left out takes its default, the
-    first host when that is None)."""
+def role_hosts(entry: catalogue.Entry, params: dict[str, Any], hosts: list[str],
+               roles: tuple[str, ...] | None = None) -> dict[str, str]:
+    """host -> role for `roles` (default: the entry's liveness roles; a param left out takes
+    its default, the first host when that is None)."""
     defaults = {f.name: f.default for f in fields(entry.params)}
     out: dict[str, str] = {}
-    for role in entry.liveness.roles:
+    for role in entry.liveness.roles if roles is None else roles:
         host = params.get(role, defaults.get(role))
         if host is None and hosts:
             host = hosts[0]
@@ -288,19 +295,23 @@ def fault_kinds(faults: list[Fault]) -> set[str]:
 
 
 def matching_hazards(entry: catalogue.Entry, params: dict[str, Any],
-                     faults: list[Fault]
+                     faults: list[Fault], hosts: list[str] | None = None
                      ) -> list[tuple[catalogue.Hazard, dict[str, list[str]]]]:
-    """The entry's hazards the run matches (params equal, every fault kind present), each
-    with the faults that made it match, by kind."""
+    """The entry's hazards the run matches (params equal, every fault kind present, a crash
+    of a host of the hazard's roles when it names some; `hosts`: the run's, for a role param
+    left unset), each with the faults that made it match, by kind."""
     defaults = {f.name: f.default for f in fields(entry.params)}
-    kinds = fault_kinds(faults)
     out = []
     for h in entry.hazards:
         if any(params.get(k, defaults.get(k)) != v for k, v in h.params):
             continue
-        if not h.faults <= kinds:
+        hit = faults
+        if h.roles:
+            held = role_hosts(entry, params, hosts or [], h.roles)
+            hit = [f for f in faults if f.kind != "crash" or set(f.hosts) & set(held)]
+        if not h.faults <= fault_kinds(hit):
             continue
-        why = {kind: [f"{f.what}{f.when()}" for f in faults
+        why = {kind: [f"{f.what}{f.when()}" for f in hit
                       if f.kind == kind or (kind == catalogue.NONTRANSITIVE
                                             and f.kind == "partition" and f.nontransitive)
                       or (kind == catalogue.UNHEALED and f.kind == "partition"
@@ -316,7 +327,7 @@ def run_hazards(run_dir: Path, history: FaultHistory) -> list[dict[str, Any]]:
     entry = catalogue.find(name)
     if entry is None:
         return []
-    found = matching_hazards(entry, params, run_faults(run_dir, history))
+    found = matching_hazards(entry, params, run_faults(run_dir, history), list(history.nodes))
     # the first fault of each kind the hazard names, and how many faults matched
     return [{"reason": h.reason, "voids": sorted(h.voids),
              "faults": [texts[0] for texts in why.values() if texts],
@@ -397,6 +408,8 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
         if live.get("promised") is False:
             liveness = "stalled-as-claimed"
             reasons.append(str(live.get("promise") or "the protocol claims no progress"))
+            if live.get("disagreement"):
+                reasons.append(disagreement_reason(summary))
         else:
             liveness = "stalled"
             reasons.append(stall_reason(live))
@@ -503,6 +516,9 @@ def finish(summary: dict[str, Any], run_dir: Path, history: FaultHistory,
     if promise is not None:
         summary["liveness"]["promised"], summary["liveness"]["promise"] = promise
     apply_hazards(summary, run_hazards(run_dir, history))
+    excuse_restarted(summary["checks"], summary["liveness"])
+    judge_disagreement(summary["checks"], summary["liveness"], healed=not any(
+        f.kind == "partition" and math.isinf(f.stop) for f in history.intervals))
     summary["verdict"] = verdict(summary)
     summary["ok"] = summary["verdict"]["ok"]
     return summary

@@ -270,3 +270,24 @@ def test_agreement_binds_only_what_a_correct_host_delivered(
     assert judged(spark, agreement_run(tmp_path / "a", False))["agreement"]["violations"] == 0
     bad = judged(spark, agreement_run(tmp_path / "b", True))["agreement"]
     assert (bad["violations"], bad["missing_per_node"]) == (1, {"h1": 1})
+
+
+def test_a_restarted_process_that_stays_up_is_correct_from_its_restart_on(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """h1 restarts and stays up: what its second incarnation delivers binds the correct
+    hosts (h2 misses h1:1000001), and its own messages must reach itself (h1:1000002 never
+    does); both drivers alike."""
+    logs = {
+        "h1": [restart("h1", 0, 0), ev(100, "send", "h1:1"), ev(110, "fnl", "h1:1"),
+               restart("h1", 1000, 1), ev(1100, "send", "h1:1000001"),
+               ev(1110, "fnl", "h1:1000001"), ev(1200, "send", "h1:1000002")],
+        "h2": [restart("h2", 0, 0), ev(120, "fnl", "h1:1")],
+    }
+    faults = [{"t": 500, "kind": "crash", "host": "h1", "phase": "start", "fault": 1},
+              {"t": 900, "kind": "crash", "host": "h1", "phase": "stop", "fault": 1}]
+    checks = judged(spark, write_run(tmp_path / "run", logs, faults))
+    agreement, validity = checks["agreement"], checks["validity"]
+    assert agreement["restarted_nodes"] == ["h1@1"]
+    assert (agreement["violations"], agreement["missing_per_node"]) == (1, {"h2": 1})
+    assert agreement["examples"][0]["delivered_by"] == ["h1@1"]
+    assert (validity["not_self_delivered"], validity["restarted_senders"]) == (1, 1)

@@ -124,6 +124,8 @@ def test_both_judges_agree_on_faulty_sim_runs(tmp_path: Path, spark: Any,
     assert "split_brain" in seen["primary-partition"]["checks"]
     assert "latency_bound" in seen["qos-vbr-crash"]["checks"]
     assert seen["sequencer-faults"]["crashed"] == ["h3"]
+    # the restarted h3 stays up: its second incarnation is held to what it sends and delivers
+    assert seen["sequencer-faults"]["checks"]["agreement"]["restarted_nodes"] == ["h3@1"]
     assert not seen["reliable-nack-partition"]["checks"]["total_order"]["claimed"]
     ring = seen["primary-majority-ring"]
     assert ring["hazards"] and ring["checks"]["split_brain"]["claimed"] is False

@@ -177,6 +177,8 @@ class Hazard:
     - `voids`: the checks (and `liveness`) not claimed under the hazard.
     - `faults`: fault kinds that must all be in the run (empty: params alone decide).
     - `params`: (param, value) pairs the run's params must all equal.
+    - `roles`: parameters naming a host (as `Liveness.roles`): a `crash` counts only when it
+      hits the host of one of them (empty: any host's).
     - `reason`: one line, what goes wrong and the source.
     """
 
@@ -184,11 +186,22 @@ class Hazard:
     faults: frozenset[str] = frozenset()
     params: tuple[tuple[str, Any], ...] = ()
     reason: str = ""
+    roles: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """As `testbed schema` shows it (x-protocols) and docs/protocols.md lists it."""
         return {"voids": sorted(self.voids), "faults": sorted(self.faults),
-                "params": {k: v for k, v in self.params}, "reason": self.reason}
+                "params": {k: v for k, v in self.params}, "roles": list(self.roles),
+                "reason": self.reason}
+
+    def when(self) -> str:
+        """The schedule as docs/protocols.md's hazard table writes it."""
+        def kind(f: str) -> str:
+            if f == "crash" and self.roles:
+                return "`crash` of " + " or ".join(f"`{r}`" for r in self.roles)
+            return f"`{f}`"
+        return " and ".join([f"`{k}: {v}`" for k, v in self.params]
+                            + [kind(f) for f in sorted(self.faults)])
 
 
 # The common claims: reliable channels (NACK or ACK retransmission) deliver through loss,
@@ -226,9 +239,10 @@ PRIMARY_HAZARDS = (
     for cut in ("loss", "partition"))
 # Chang-Maxemchuk without its reformation phase: after a crash the predecessor re-passes the
 # token to the restarted member (M7); an ORDER the crashed member issued that, through loss,
-# reached some members only is then numbered again (nodes/protocols/moving_sequencer.py).
+# reached some members only is then numbered again (nodes/protocols/moving_sequencer.py):
+# the two numberings' members then order, and deliver, different messages.
 MOVING_SEQUENCER_HAZARDS = (
-    Hazard(frozenset({"total_order", "causal_order"}), frozenset({"crash"}),
+    Hazard(frozenset({"total_order", "causal_order", "agreement"}), frozenset({"crash"}),
            reason="001 L130 (Chang-Maxemchuk) without token-site reformation: a token "
                   "re-passed after a crash conflicts with an ORDER of the crashed member that "
                   "some members never got (two numberings; with loss, or with two crashes and "
@@ -248,13 +262,34 @@ PSYNC_TOTAL_HAZARDS = tuple(
 # from some members leaves them at the members that got them: agreement on a crashed
 # sender's messages is not claimed then (found by `testbed explore`, seeds 18, 5015 and 30139), nor
 # on those of a sender a partition cuts off for good before the others repaired (seed 9040).
-# The fixed sequencer relays (FETCH), so `sequencer` and its kin keep it.
+# The fixed sequencer relays (FETCH), so `sequencer` and its kin keep it while the sequencer
+# lives (SEQUENCER_HAZARDS).
 SENDER_REPAIR_HAZARDS = tuple(
     Hazard(frozenset({"agreement"}), faults,
            reason="002 L120-181 repairs from the sender only: the last messages of a sender "
                   "that crashed or was cut off for good stay at the members they reached")
     for faults in (frozenset({"crash", "partition"}), frozenset({"crash", "loss"}),
                    frozenset({UNHEALED})))
+# The fixed sequencer (000 §2.1) runs under a membership service whose view-synchronous
+# multicast gives every correct process every ordered message; none runs here. Its ORDERs
+# (and its own messages) are repaired by the sequencer alone, and FETCH asks the sequencer:
+# once it crashed, what loss or a cut kept from some members stays at the members it reached
+# (explore seeds in tests/reproducers/). A crash of another member keeps agreement.
+SEQUENCER_HAZARDS = tuple(
+    Hazard(frozenset({"agreement"}), frozenset({"crash", cut}), roles=("sequencer",),
+           reason="000 §2.1 leaves a crashed sequencer to the membership service, not run "
+                  "here: its last ORDERs, which loss or a cut kept from some members, are "
+                  "repaired by the sequencer alone and stay at the members they reached")
+    for cut in ("loss", "partition"))
+# Totem's single ring (002 L379-384) leaves a crash to its membership protocol: the token is
+# lost and with it the retransmission requests it carries (K3a), so what loss or a cut kept
+# from some members stays at the members it reached.
+TOKEN_RING_HAZARDS = tuple(
+    Hazard(frozenset({"agreement"}), frozenset({"crash", cut}),
+           reason="002 L379-384 (Totem single ring) leaves a crash to its membership "
+                  "protocol, not run here: the token stops and its retransmissions with it, "
+                  "so messages loss or a cut kept from some members stay at the others")
+    for cut in ("loss", "partition"))
 # Psync (002 L329-352): a restarted receiver joins each sender's chain where it finds it (C6)
 # and takes what came before as delivered without its context, so its new incarnation may
 # deliver a message before one its predecessor in the chain depended on.
@@ -375,6 +410,7 @@ CATALOGUE: tuple[Entry, ...] = (
           liveness=Liveness(RELIABLE_LIVE, roles=("sequencer",),
                             note="000 §2.1: the sequencer numbers every message and none "
                                  "takes its place"),
+          hazards=SEQUENCER_HAZARDS,
           tagged_ok=True,
           summary="fixed-sequencer total order over reliable FIFO (000 sec. 2.1, Fig. 1)"),
     Entry("seto", Proto.SETO, seto.build, seto.SetoParams, SEQUENCER_TOTAL, optimistic=True,
@@ -382,6 +418,7 @@ CATALOGUE: tuple[Entry, ...] = (
           liveness=Liveness(RELIABLE_LIVE, roles=("sequencer",),
                             note="000 §2.1: the sequencer numbers every message and none "
                                  "takes its place"),
+          hazards=SEQUENCER_HAZARDS,
           tagged_ok=True,
           summary="optimistic total order with delay compensation (000 sec. 3, Fig. 4)"),
     Entry("fast-seto", Proto.FAST_SETO, fast_seto.build, fast_seto.FastSetoParams,
@@ -389,6 +426,7 @@ CATALOGUE: tuple[Entry, ...] = (
           liveness=Liveness(RELIABLE_LIVE, roles=("sequencer",),
                             note="000 §2.1: the sequencer numbers every message and none "
                                  "takes its place"),
+          hazards=SEQUENCER_HAZARDS,
           tagged_ok=True,
           summary="SETO with planned delays (003 sec. 4.3, Fig. 7)"),
     Entry("reliable-nack", Proto.RELIABLE, ReliableNack, ReliableParams, RELIABLE_FIFO,
@@ -413,6 +451,7 @@ CATALOGUE: tuple[Entry, ...] = (
           SEQUENCER_TOTAL, edge=TOKEN_RING_EDGE,
           liveness=Liveness(LINK_LIVE, note="Totem: a crashed member breaks the ring "
                                             "(membership out of scope)"),
+          hazards=TOKEN_RING_HAZARDS,
           tagged_ok=True,
           summary="total order by a rotating token carrying the sequence number (002 "
                   "L379-384, Totem single ring)"),
