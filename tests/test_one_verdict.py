@@ -74,8 +74,8 @@ workload: {senders: all, rate: 20/s, size: 100B, arrival: poisson}
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
-    """A runs folder and `testbed serve` over it (testbed/serve.py, loopback)."""
-    from testbed.serve import serve_in_background
+    """A runs folder and `testbed serve` over it (testbed/serve/, loopback)."""
+    from testbed.serve.app import serve_in_background
 
     root = tmp_path_factory.mktemp("verdicts")
     with socket.socket() as probe:

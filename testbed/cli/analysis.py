@@ -45,7 +45,7 @@ def analyze_cmd(
         "Python and shared directory (docs/remote.md); default master: its first host")] = None,
     engine: Annotated[str, typer.Option(
         help="how to judge: spark (checks and measurements) or in-process (the checks, the "
-        "liveness and the verdict, no JVM)")] = "spark",
+        "liveness and the verdict, no JVM)", metavar="ENGINE")] = "spark",
 ) -> None:
     """(Re)analyse a run: parquet/, summary.json, report.html; the verdict of its checks and
     its `expect:` lines is the last line (exit 1 when not ok).
