@@ -1,5 +1,6 @@
 """Every failure `testbed explore` found, kept as its shrunk reproducer (tests/reproducers/,
-plain experiments whose comments say what failed and the per-node log digests): each must
+plain experiments whose comments say what failed and the per-node log digests; a scenario
+shrunk by hand outside the explorer's world says so on its first line): each must
 now judge ok -- fixed at its cause, or judged by a claim the catalogue documents (a hazard,
 a liveness claim that does not cover the schedule) -- and still replay the schedule that
 found it (the digests hold where the fix changed no event)."""
@@ -36,5 +37,6 @@ def test_the_reproducers_are_kept_for_what_they_found() -> None:
     assert len(FOUND) >= 6
     for spec in FOUND:
         head = spec.read_text().splitlines()[:2]
-        assert head[0].startswith("# testbed explore reproducer: seed ")
+        assert head[0].startswith(("# testbed explore reproducer: seed ",
+                                   "# hand-shrunk reproducer: "))
         assert head[1].startswith("# failing: ")
