@@ -67,8 +67,9 @@ def test_bound_formulas_per_protocol_and_failures() -> None:
     assert qos.bound_ns("vbr", d, g, th, po, False) == 80 * MS
     assert qos.bound_ns("vbr", d, g, th, po, True) == 90 * MS
     assert qos.bound_ns("leader", d, g, th, po, False) == 103 * MS
-    assert qos.bound_ns("timestamp-leader", d, g, th, po, False) == 103 * MS
-    assert qos.bound_ns("timestamp-leader", 5 * MS, g, th, 0, False) == 25 * MS
+    assert qos.bound_ns("timestamp-leader", d, g, th, po, False) == 120 * MS  # 2Δ+Θ
+    assert qos.bound_ns("timestamp-leader", d, g, th, 30 * MS, False) == 130 * MS  # 2Δ+pO
+    assert qos.bound_ns("timestamp-leader", 5 * MS, g, th, 0, False) == 30 * MS
     assert qos.bound_kind("qos-cbr") == "cbr" and qos.bound_kind("qos-vbr") == "vbr"
     assert qos.bound_kind("sequencer") == ""
 

@@ -413,6 +413,62 @@ def test_a_restarted_node_rejoins_through_relayed_copies(tmp_path: Path) -> None
     assert not [e for e in h2 if e["ev"] == "drop"]
 
 
+def restart_around_a_switch(out: Path, restart_s: float) -> protosim.Events:
+    """h2 crashes 200 ms before `restart_s` and restarts then (down for less than the failure
+    detector's timeout: never suspected); h1 asks for a switch (a to b) at 1 s and one back
+    at 2.5 s; 200 msgs/s per host for 4 s, so that a window (1,024) fills."""
+    cfgs = protosim.configs("switching", out, params={"instances": TWO_SEQUENCERS},
+                            duration_s=4, drain_s=2, rate=200, n=4, loss=0.0, delay_ms=5)
+    sim = Simulator(cfgs, seed=5)
+
+    def request(to: str) -> None:
+        core = sim.cores[0]
+        assert isinstance(core.protocol, Switching)
+        core.protocol.request_switch(to, core.clock.local(sim.now))
+
+    at = SIM_EPOCH_NS + round(restart_s * 1e9)
+    sim.schedule_faults([
+        {"t_ns": at - 200_000_000, "op": "crash", "params": {"host": "h2"}, "record": {}},
+        {"t_ns": at, "op": "restart", "params": {"host": "h2"}, "record": {}}],
+        out / "faults.jsonl")
+    sim.at(SIM_EPOCH_NS + 1_000_000_000, lambda: request("b"))
+    sim.at(SIM_EPOCH_NS + 2_500_000_000, lambda: request("a"))
+    sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
+    return protosim.read_events(out)
+
+
+def test_a_member_restarted_after_a_switch_is_out_and_one_restarted_before_follows(
+        tmp_path: Path) -> None:
+    """A restarted process starts at switch epoch 0. Restarted after the switch to b it can
+    never rejoin (no state transfer): the others take it out for good (001 §4.1.2,
+    `switch_gone`), so their windows do not wait for it, and the next switch excludes it;
+    every survivor delivers everything the survivors sent. Restarted before the switch it
+    rejoins instance a and follows both switches: nobody takes it out, its flag ends them."""
+    events = restart_around_a_switch(tmp_path / "after", 1.5)
+    survivors = {h: evs for h, evs in events.items() if h != "h2"}
+    sent = {e["mid"] for evs in survivors.values() for e in evs if e["ev"] == "send"}
+    assert len(sent) > 1500
+    for host, mids in protosim.deliveries(survivors).items():
+        assert sent <= set(mids), host
+    got = findings(survivors)
+    assert got["duplicates"] == 0 and got["total_order"] == 0 and got["same_sequence"]
+    for host, evs in survivors.items():
+        assert [(e["epoch"], e["to"]) for e in ends(events, host)] == [(1, "b"), (2, "a")]
+        assert [e["member"] for e in evs if e["ev"] == "switch_gone"] == ["h2"], host
+
+    events = restart_around_a_switch(tmp_path / "before", 0.5)
+    assert not [e for evs in events.values() for e in evs if e["ev"] in
+                ("switch_gone", "switch_exclude")]
+    for host in events:
+        assert [(e["epoch"], e["to"]) for e in ends(events, host)] == [(1, "b"), (2, "a")]
+    h2 = events["h2"]
+    restart = [i for i, e in enumerate(h2) if e["ev"] == "start"][1]
+    post = [e["mid"] for e in h2[restart:] if e["ev"] == "fnl"]
+    reference = protosim.deliveries(events)["h1"]
+    k = reference.index(post[0])
+    assert len(post) > 1000 and reference[k:k + len(post)] == post
+
+
 def crash_in_switch_window(out: Path, patch: Any = None) -> protosim.Events:
     """h4 crashes 3 ms after h1 asks for a switch (a to b), before it meets SWITCH, so its
     flag never comes; a second switch (b to a) is asked at 2.5 s."""

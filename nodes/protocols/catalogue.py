@@ -367,7 +367,7 @@ class Entry:
     summary: str = ""
     # A claimed latency bound (004): the formula analysis/qos.py judges the run's maximum
     # latency against -- "cbr" Δ+Γ, "vbr" Δ+Γ+Θ (Δ+2Γ+Θ with failures), "leader" 2Δ+pO,
-    # "timestamp-leader" Δ+max(Δ+pO, Θ); "" claims none.
+    # "timestamp-leader" 2Δ+max(pO, Θ); "" claims none.
     bound: str = ""
     check_params: ParamsCheck | None = None
     resolve_hosts: HostResolver | None = None
@@ -521,8 +521,8 @@ CATALOGUE: tuple[Entry, ...] = (
           liveness=Liveness(frozenset({"clock"}), note="004 §8 assumes no failures and no "
                                                        "loss; no clock synchrony (L663)"),
           model=Model(clocks=False, source="004 §2.1, §8 (no failures, L663)"),
-          summary="blocks of timestamps granted by a leader, latency <= Δ+max(Δ+pO, Θ) (004 "
-                  "§8.2)"),
+          summary="blocks of timestamps granted by a leader, latency <= 2Δ+max(pO, Θ) (004 "
+                  "§8.2.1 with unequal paths to the leader; Δ+max(Δ+pO, Θ) with equal ones)"),
     Entry("switching", switching.WIRE_ID, _hosting(switching.Switching), switching.SwitchingParams,
           SEQUENCER_TOTAL,
           summary="switches between total-order instances without stopping the flow, or by "

@@ -96,6 +96,14 @@ for members whose flag made the prefix. Now every node re-issues its undelivered
 the new instance, same ids and in order, when it starts the switch (live; stop: when it
 ends; RABP did already, R3): the watermark drops the copies of those the old prefix holds.
 
+Restarts: a restarted process starts at epoch 0 and cannot learn the group's epoch (no state
+transfer), so once the group has switched it can never rejoin: it is out for good, as 001
+§4.1.2 forces a member that lost progress to leave. It announces its incarnation and epoch
+(`_announce`); a node that has met a SWITCH since holds it suspected in every instance, so
+no acknowledgement window waits for a process that can never acknowledge (alive and never
+suspected, it held the current instance's window, and the group stopped after a window of
+unacknowledged messages), and a switch that waits for it excludes it as a crashed member.
+
 Liveness (what the layer promises, 001 ch. 2 promises nothing under failures): progress
 whenever the instance in use orders (and, during a switch, the old one until the switch
 point); crashes of members no instance depends on (EXCLUDE), healed partitions (above). Not
@@ -154,6 +162,11 @@ CONTROL = struct.Struct("!BIB")  # kind, epoch, instance index
 SWITCH, DONE, EXCLUDE, INCLUDE = 1, 2, 3, 4  # EXCLUDE/INCLUDE: CONTROL's epoch is the member
 TICK, NULL_KEY = "sw:tick", "sw:null"
 DATA = MsgType.DATA
+# A restarted process's announcement (`_announce`): header `proto` WIRE_ID, type HEARTBEAT,
+# `aux` its incarnation, `seq` its switch epoch, no payload; every HELLO_EVERY_NS while it
+# has not switched.
+HELLO = MsgType.HEARTBEAT
+HELLO_EVERY_NS = 100_000_000
 EARLY_LIMIT = 65536  # datagrams kept for an instance not yet created; past that, NACKs repair
 DROP_LOG_LIMIT = 10
 RETIRED_LIMIT = 8  # old instances kept for members that have not finished their switch
@@ -353,6 +366,12 @@ class Switching(LayerBase):
         self.suspects: dict[int, int] = {}  # member -> local time suspected since
         self.proposed: set[int] = set()  # EXCLUDEs this node sent on the current instance
         self.exclude_after_ns = round(float(params.get("exclude_after_ms", 1000)) * 1e6)
+        # Restarts (`_on_hello`): the newest incarnation announced per member, the members
+        # restarted behind the group's switches (out for good: suspected in every instance),
+        # and when this node (if restarted) last announced itself (-1: never).
+        self.incarnations: dict[int, int] = {}
+        self.gone: set[int] = set()
+        self.hello_at = -1
 
     # -- management (nodes/management/node_mbeans.py) ------------------------------------------
     @property
@@ -399,6 +418,8 @@ class Switching(LayerBase):
     # -- Layer interface ------------------------------------------------------------------------
     def start(self, now: int) -> list[Action]:
         self.cur, out = self._create(self.initial, 0, now)
+        if self.incarnation:
+            out += self._announce(now)
         return out + [SetTimer(TICK, self.tick_ns)]
 
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
@@ -417,6 +438,8 @@ class Switching(LayerBase):
         h = msg.header
         tag = h.proto - TAG_BASE
         if not 1 <= tag <= TAGS:
+            if h.proto == WIRE_ID and h.type is HELLO:
+                return self._on_hello(h.sender, msg, now)
             return self._reject("sw:type", f"{h.type.name} under proto {h.proto}")
         cur = self.cur
         inst = cur if cur is not None and cur.tag == tag else self._by_tag(tag)
@@ -436,6 +459,8 @@ class Switching(LayerBase):
             out = self._tick(now)
             if self.suspects:
                 out += self._propose_exclusions(now)
+            if self.incarnation and self.epoch == 0 and now - self.hello_at >= HELLO_EVERY_NS:
+                out += self._announce(now)
             return out + [SetTimer(TICK, self.tick_ns)]
         if key == NULL_KEY:
             return self._send_null(now)
@@ -447,6 +472,8 @@ class Switching(LayerBase):
             self._lift(inst, inst.host.layer.on_timer(parsed[1], now), now)
 
     def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
+        if member in self.gone:
+            return []  # out for good (`_on_hello`): its instances keep it suspected
         return self._suspicion(member, suspected, now) + self._each(
             lambda layer: layer.on_suspect(member, suspected, now), now)
 
@@ -877,6 +904,37 @@ class Switching(LayerBase):
         self.suspects.pop(member, None)
         self.proposed.discard(member)
         return self._control(INCLUDE, member, 0, now) if member in self.excluded else []
+
+    def _announce(self, now: int) -> list[Action]:
+        """A restarted process says which incarnation it is and at which switch epoch it
+        starts (0: it cannot learn the group's), until it switches (`_on_hello`)."""
+        self.hello_at = now
+        return [Send(None, Message(Header(HELLO, WIRE_ID, sender=self.me, seq=self.epoch,
+                                          aux=self.incarnation)))]
+
+    def _on_hello(self, member: int, msg: Message, now: int) -> list[Action]:
+        """A member's new incarnation, first heard at epoch `seq`. If this node has met a
+        SWITCH since that epoch, the member missed progress it cannot recover without a
+        state transfer (it starts at epoch 0 on an instance the group has left): it is out
+        of the group for good, as a member that lost a primary's progress is forced to leave
+        (001 §4.1.2). Every instance here then holds it suspected, so no acknowledgement
+        window waits for a process that can never acknowledge, and a switch that waits for
+        its flag or DONE excludes it as a crashed member (EXCLUDE, agreed in the order). The
+        decision is taken once per incarnation: a member restarted before the group's next
+        SWITCH joins the current instance from the present and follows that switch."""
+        h = msg.header
+        if msg.payload or h.aux < 1 or member not in self.all or member == self.me:
+            return self._reject("sw:hello", f"incarnation {h.aux}, {len(msg.payload)} bytes")
+        if h.aux <= self.incarnations.get(member, 0):
+            return []  # known (its announcements repeat)
+        self.incarnations[member] = h.aux
+        if h.seq >= self.epoch:
+            return []
+        self.gone.add(member)
+        self.suspects.setdefault(member, now)
+        out: list[Action] = [Log("switch_gone", {"member": member, "incarnation": h.aux,
+                                                 "its_epoch": h.seq, "epoch": self.epoch})]
+        return out + self._each(lambda layer: layer.on_suspect(member, True, now), now)
 
     def _propose_exclusions(self, now: int) -> list[Action]:
         """EXCLUDE a member suspected for `exclude_after_ms` while it holds up a switch (its

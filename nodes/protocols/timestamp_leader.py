@@ -19,8 +19,12 @@ L685-703; rules rebuilt from the description, numbered TS1-TS5 here).
 - TS5 reservations: the application's rate plus one REQ, one GRANT (at L, per process) and at
   most one DUMMY per slot (L691, L703).
 
-No failures, no clock synchrony (L663). AppLatency = Δ + max(Δ + pO, Θ) (L695-699), judged by
-analysis/qos.py with pO the largest wait the leader logged.
+No failures, no clock synchrony (L663). The paper's AppLatency = Δ + max(Δ + pO, Θ) (L695-699)
+holds when requests reach the leader in the order they were sent (equal paths to it): its
+case B counts only blocks requested before the message was sent. The leader grants in
+arrival order (L687), so a nearer sender's block requested up to Δ later is granted first and
+stays open up to Θ: the bound is 2Δ + max(pO, Θ), judged by analysis/qos.py (`bound_ns`)
+with pO the largest wait the leader logged.
 """
 
 from __future__ import annotations
