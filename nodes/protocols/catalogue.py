@@ -290,6 +290,14 @@ TOKEN_RING_HAZARDS = tuple(
                   "protocol, not run here: the token stops and its retransmissions with it, "
                   "so messages loss or a cut kept from some members stay at the others")
     for cut in ("loss", "partition"))
+# Switching (001 §4.1.2): a member that lost its progress (a crash and restart after the group's
+# first switch) cannot rejoin the instance in use without a state transfer, which the paper
+# does not give: it leaves the group for good, and its new incarnation's messages reach no one.
+SWITCHING_HAZARDS = (
+    Hazard(frozenset({"validity"}), frozenset({"crash"}),
+           reason="001 §4.1.2: a member restarted after a switch lost its progress and leaves "
+                  "the group for good; its new incarnation's messages are not delivered"),
+)
 # Psync (002 L329-352): a restarted receiver joins each sender's chain where it finds it (C6)
 # and takes what came before as delivered without its context, so its new incarnation may
 # deliver a message before one its predecessor in the chain depended on.
@@ -530,7 +538,7 @@ CATALOGUE: tuple[Entry, ...] = (
           check_params=lambda params, hosts: switching.check_params(params, hosts, find,
                                                                      params_model),
           resolve_hosts=lambda params, ids: switching.resolve_hosts(params, ids, find),
-          sections=("switching",),
+          sections=("switching",), hazards=SWITCHING_HAZARDS,
           liveness=Liveness(RELIABLE_LIVE, nested="instances",
                             note="001 §2.2: a member crashed during a switch is excluded; "
                                  "each instance must itself survive the fault plan")),
