@@ -22,7 +22,9 @@ protocols they protect:
 - ORDER (000 Fig. 1): only from the current sequencer, numbers inside `SEQ_WINDOW` of the
   next one to deliver, entries naming members;
 - NACK/ACK: ranges that are non-empty and inside what this node has sent (a forged ACK
-  cannot purge a send buffer); FETCH: only to the sequencer, at most 64 entries (decode);
+  cannot purge a send buffer); FETCH: only to the sequencer, at most 64 entries (decode),
+  and the delivered number it reports (header `seq`) at most what the sequencer numbered (a
+  forged one would drop from the relay store what a member still needs);
 - ESTIMATE/DELAY (003 Fig. 7): ESTIMATE only to the designated process and carrying a delay
   for every other member; DELAY only from the designated process and with one delay per
   member; delays between 0 and `HINT_MAX_US`.
@@ -189,8 +191,11 @@ def _ack(g: Gate, h: Header, msg: Message) -> str | None:
 
 
 def _fetch(g: Gate, h: Header, msg: Message) -> str | None:
-    if getattr(g.protocol, "sequencer", g.me) != g.me:
+    p = g.protocol
+    if getattr(p, "sequencer", g.me) != g.me:
         return "role"
+    if h.seq > getattr(p, "g", h.seq):
+        return "window"
     return g._origins(msg.payload)
 
 

@@ -88,6 +88,11 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
                    description="last final-delivered sequence number")
         .attribute("PendingQueue", "int", lambda: len(getattr(proto, "received", ())),
                    description="messages received and not yet final-delivered")
+        .attribute("RelayStore", "int", lambda: len(getattr(proto, "store", ())),
+                   description="messages the sequencer keeps for FETCHes (until every "
+                               "member delivered them)")
+        .attribute("FetchUnserved", "int", lambda: getattr(proto, "fetch_unserved", 0),
+                   description="FETCHed messages the sequencer's relay store did not hold")
         .operation("resetStats", reset_stats, [], None, "zero the delivery counters")
     )
     if isinstance(proto, Switching):
