@@ -23,7 +23,9 @@ protocols they protect:
 - ORDER (000 Fig. 1): numbers inside `SEQ_WINDOW` of the next one to deliver, entries
   naming members;
 - NACK/ACK: ranges that are non-empty and inside what this node has sent (a forged ACK
-  cannot purge a send buffer); FETCH: at most 64 entries (decode);
+  cannot purge a send buffer); FETCH: at most 64 entries (decode), and the delivered number
+  it reports (header `seq`) at most what the sequencer numbered (a forged one would drop from
+  the relay store what a member still needs);
 - ESTIMATE/DELAY (003 Fig. 7): an ESTIMATE carries a delay for every other member, a DELAY
   one per member; delays between 0 and `HINT_MAX_US`.
 
@@ -249,6 +251,8 @@ def _ack(g: Gate, h: Header, msg: Message) -> str | None:
 
 
 def _fetch(g: Gate, h: Header, msg: Message) -> str | None:
+    if h.seq > getattr(g.protocol, "g", h.seq):  # the role is the RoleRule's
+        return "window"
     return g._origins(msg.payload)
 
 

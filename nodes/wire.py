@@ -218,13 +218,14 @@ def register_proto(wire_id: int, name: str) -> None:
 # 6-byte entries are the sequencer's (origin, mno) pairs (ORDER, FETCH) and Fast SETO's
 # (member, microseconds) vector entries (ESTIMATE, DELAY). FETCH asks for at most 64
 # messages (nodes/protocols/sequencer.py `_fetch_missing`), which bounds what one FETCH can
-# make the sequencer send back. Types not listed (DATA, DUMMY) carry any payload.
+# make the sequencer send back, and for none when it only reports the member's delivered
+# number (its header `seq`). Types not listed (DATA, DUMMY) carry any payload.
 ENTRY_SIZE = 6
 FETCH_MAX = 64
 RULED_PROTOS = frozenset(int(p) for p in Proto)  # the ids PAYLOAD_RULES describes
 PAYLOAD_RULES: dict[MsgType, tuple[int, int, int]] = {
     MsgType.ORDER: (ENTRY_SIZE, 1, 65535 // ENTRY_SIZE),
-    MsgType.FETCH: (ENTRY_SIZE, 1, FETCH_MAX),
+    MsgType.FETCH: (ENTRY_SIZE, 0, FETCH_MAX),
     MsgType.ESTIMATE: (ENTRY_SIZE, 1, 4097),
     MsgType.DELAY: (ENTRY_SIZE, 1, 4096),
     MsgType.NACK: (0, 0, 0),

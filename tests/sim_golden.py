@@ -14,7 +14,9 @@ or a filled gap), its heartbeats waited for each member's measured ACK round tri
 ALIVE went out after a quarter of `fd_timeout_ms` of silence instead of every interval;
 `cbcast` again when a restarted sender's old stream was kept one incarnation back (B4): b,
 cut off from c while c sent its last messages before crashing, now holds their dependants
-(causal order; no liveness is claimed under a crash) instead of delivering them without them.
+(causal order; no liveness is claimed under a crash) instead of delivering them without them;
+the five on the sequencer again when members began to report their delivered number to the
+sequencer (an empty FETCH every `ack_every_ms`), which keeps its relay store until stable.
 Regenerate only for an intended change of behaviour:
 
     python -m tests.sim_golden > tests/sim_golden.json

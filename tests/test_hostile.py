@@ -223,6 +223,23 @@ def test_fetch_is_bounded_and_only_served_by_the_sequencer() -> None:
     assert member.counters.reasons == {"rejected:role": 1}
 
 
+def test_a_fetch_reports_at_most_what_the_sequencer_numbered() -> None:
+    """A FETCH's header `seq` is the member's last delivered number, which lets the
+    sequencer drop what every member delivered from its relay store: a number beyond what
+    the sequencer numbered is refused (it would drop what a member still needs); an empty
+    FETCH, a report alone, passes."""
+    seq = make_core("sequencer", 0)
+    seq.start(T0)
+    seq.receive(_from(2, MsgType.DATA, Proto.SEQUENCER, b"p", rseq=1, origin=2, mno=1), T0)
+    seq.timer("seq:flush", T0)
+    assert seq.protocol.g == 1  # type: ignore[attr-defined]
+    assert seq.receive(_from(3, MsgType.FETCH, Proto.SEQUENCER, seq=2), T0).sends == []
+    assert seq.counters.reasons == {"rejected:window": 1}
+    seq.receive(_from(3, MsgType.FETCH, Proto.SEQUENCER, seq=1), T0)
+    assert seq.counters.rejected == 1 and seq.counters.malformed == 0
+    assert seq.protocol.delivered_at[3] == 1  # type: ignore[attr-defined]
+
+
 def test_gate_leaves_unknown_protocols_to_generic_checks() -> None:
     class Other:
         proto = "not-in-the-table"

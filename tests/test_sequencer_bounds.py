@@ -1,22 +1,25 @@
 """The sequencer's bounded state under load (nodes/protocols/sequencer.py): duplicate
 suppression (SeenMessages) exact against a plain set, in memory bounded by the reordering,
-not by the messages seen; and ORDERs that wait behind a full reliable-multicast window
-coalesce into one instead of taking a window slot each."""
+not by the messages seen; ORDERs that wait behind a full reliable-multicast window
+coalesce into one instead of taking a window slot each; and the relay store, which keeps a
+message until every other member reported it delivered, however many come after it."""
 
 from __future__ import annotations
 
 import random
 
-from nodes.protocols.base import Send
+from nodes.protocols.base import Log, Send
 from nodes.protocols.sequencer import (
+    FETCH_ROUND,
     INCARNATION_SPAN,
     ORDER_COALESCE_BYTES,
     ORDER_ENTRY,
     SeenMessages,
     Sequencer,
+    pack_orders,
     unpack_orders,
 )
-from nodes.wire import Header, Message, MsgType, Proto
+from nodes.wire import FETCH_MAX, Header, Message, MsgType, Proto
 
 
 def test_seen_matches_a_plain_set_and_stays_small() -> None:
@@ -92,3 +95,59 @@ def test_orders_behind_a_full_window_coalesce_into_one_consecutive_order() -> No
     sent = [a.msg for a in out if isinstance(a, Send) and a.msg.header.type == MsgType.ORDER]
     assert [m.header.seq for m in sent] == [1]
     assert seq.fnl_delivered == len(entries[0])
+
+
+def _fetch(sender: int, delivered: int, mids: list[tuple[int, int]]) -> Message:
+    return Message(Header(MsgType.FETCH, Proto.SEQUENCER, sender=sender, seq=delivered),
+                   pack_orders(mids))
+
+
+def test_the_relay_store_keeps_what_a_member_has_not_delivered_however_much_follows() -> None:
+    """Member 3 reports nothing (cut off): 20,000 messages of origin 2 later -- more than
+    the 16,384 a count limit kept -- its first is still served; once 3 reports them
+    delivered, the store drops them. What the store no longer holds is counted and logged."""
+    seq = Sequencer(1, [1, 2, 3], {"window": 1 << 20})  # ORDERs never wait for ACKs here
+    for n in range(1, 20_001):
+        seq.on_message(2, _data(2, n), n)
+        seq.on_timer("seq:flush", n)
+    assert seq.next_deliver == 20_001 and len(seq.store) == 20_000
+    seq.on_message(2, _fetch(2, 20_000, []), 30_000)  # 2 has it all: 3 has not
+    out = seq.on_message(3, _fetch(3, 0, [(2, 1)]), 30_001)
+    assert [(a.dst, a.msg.header.mno) for a in out if type(a) is Send] == [(3, 1)]
+    seq.on_message(3, _fetch(3, 19_000, []), 30_002)
+    assert sorted(seq.store) == sorted((2 << 32) | n for n in range(19_001, 20_001))
+    out = seq.on_message(3, _fetch(3, 19_000, [(2, 5), (2, 19_500)]), 30_003)
+    assert [a.msg.header.mno for a in out if type(a) is Send] == [19_500]
+    assert [a.fields for a in out if type(a) is Log] == [{"member": 3, "count": 1}]
+    assert seq.fetch_unserved == 1
+
+
+def test_a_member_reports_its_position_and_fetches_in_rounds() -> None:
+    """A member reports the last number it delivered once per `ack_every_ms`; blocked on
+    messages it never got, it FETCHes up to FETCH_ROUND x FETCH_MAX of them after
+    `fetch_after_ms`, and the next round as soon as this one is answered."""
+    m = Sequencer(3, [1, 2, 3], {"ack_every_ms": 200, "fetch_after_ms": 200})
+    m.on_message(1, _data(1, 1), 0)
+    order = Message(Header(MsgType.ORDER, Proto.SEQUENCER, sender=1, rseq=2, origin=1, seq=1),
+                    pack_orders([(1, 1)] + [(2, n) for n in range(1, 601)]))
+    m.on_message(1, order, 1)
+    assert m.next_deliver == 2
+    report = m.on_timer("rm:tick", 10)
+    fetches = [a.msg for a in report if type(a) is Send and a.msg.header.type == MsgType.FETCH]
+    assert [(f.header.seq, f.payload) for f in fetches] == [(1, b"")]
+    assert not [a for a in m.on_timer("rm:tick", 20) if type(a) is Send]  # blocked from now
+    rnd = [a.msg for a in m.on_timer("rm:tick", 220_000_000) if type(a) is Send
+           and a.msg.header.type == MsgType.FETCH]
+    asked = [k for f in rnd for k in unpack_orders(f.payload)]
+    assert len(rnd) == FETCH_ROUND and asked == [(2, n) for n in range(1, FETCH_ROUND
+                                                                      * FETCH_MAX + 1)]
+    assert not [a for a in m.on_timer("rm:tick", 230_000_000) if type(a) is Send]
+    for o, n in asked:  # the relayed copies arrive: the next round goes at the next tick
+        relayed = Message(Header(MsgType.DATA, Proto.SEQUENCER, flags=2, sender=o, rseq=n,
+                                 origin=o, mno=n), b"x")
+        m.on_message(1, relayed, 231_000_000)
+    assert m.next_deliver == 2 + len(asked)
+    nxt = [a.msg for a in m.on_timer("rm:tick", 240_000_000) if type(a) is Send]
+    assert nxt[0].header.seq == 1 + len(asked)
+    assert [k for f in nxt for k in unpack_orders(f.payload)] == [
+        (2, n) for n in range(len(asked) + 1, 2 * len(asked) + 1)]

@@ -209,7 +209,6 @@ class Hazard:
 # stops its own stream.
 RELIABLE_LIVE = frozenset(FAULT_KINDS)
 LINK_LIVE = frozenset(LINK_FAULTS) | {"pause", "partition", "clock"}
-RELIABLE_FIFO_ACK_LIVE = frozenset(LINK_FAULTS) | {"crash", "clock"}
 
 # `primary_rule: majority` (P2, 001 §4.1.2): a member that misses the INSTALL its side's
 # coordinator sent still holds the old last primary, and two primaries take one counter. A
@@ -444,9 +443,9 @@ CATALOGUE: tuple[Entry, ...] = (
           summary="reliable FIFO multicast with negative acknowledgements (002)"),
     Entry("reliable-ack", reliable_ack.WIRE_ID, reliable_ack.ReliableAck,
           reliable_ack.ReliableAckParams, RELIABLE_FIFO,
-          liveness=Liveness(RELIABLE_FIFO_ACK_LIVE,
-                            note="002 L120-181: a receiver silent for `max_tries` "
-                                 "retransmissions (a pause, a partition) is given up"),
+          liveness=Liveness(RELIABLE_LIVE,
+                            note="002 L156-167: a message is resent until acknowledged; a "
+                                 "suspected receiver is parked and caught up when heard again"),
           hazards=SENDER_REPAIR_HAZARDS,
           summary="reliable FIFO multicast with positive acknowledgements (002 L120-181)"),
     Entry("cbcast", cbcast.WIRE_ID, cbcast.Cbcast, ReliableParams,

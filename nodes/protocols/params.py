@@ -71,5 +71,4 @@ class SequencerParams(ReliableParams):
     sequencer: str | None = param(None, "the host that numbers messages (default: the first)",
                                   host=True)
     optimistic: bool = param(False, "also opt-deliver in spontaneous receive order (000 2.2)")
-    relay_store: int = param(16384, "data messages the relay keeps for FETCH requests", ge=0)
     fetch_after_ms: float = ms("how long a missing ordered message waits before a FETCH", 200)

@@ -11,19 +11,23 @@ message and a message is purged once all receivers have (rules numbered here):
   (L146-147); c <= V[i]: discard, a duplicate (L148-149);
 - A3 receive ACK<c> from j (L153-155): remove j from c's pending set; purge c when it is empty;
 - A4 deadline of c passes (L156-158): resend m to the receivers still pending (unicast each,
-  or one multicast when more than half are) and set a new deadline, doubling the timeout per
-  try up to the failure detector's timeout (the backoff is ours: the notes say only "start a
-  new timer"). Why that cap: a receiver silent for `fd_timeout_ms` is suspected and then not
-  retried at all until heard again (A5), so a longer gap only delays a live receiver behind a
-  lossy path -- at 2^6 x `rto_ms` (6.4 s) one message whose DATA or ACK was lost five times
-  running (26 % a trip over three lossy hops at 9.8 % each) waited past any drain;
-- A5 (ours, answering L173-174 and L181): a receiver that has not acknowledged after
-  `max_tries` is given up (the give-up path for crashed receivers: dropped from every pending
-  set, logged as `give_up`). A receiver the failure detector suspects is not retried and does
-  not hold the window, but stays in the pending sets: a false suspicion (a slow start, a
-  partition that heals) must not lose it messages, so it is retried at once when heard again.
-  A full window (`window` messages some unsuspected receiver has not acknowledged) holds new
-  sends in a backlog, as the NACK layer does.
+  or one multicast when more than half are), keep it in the send buffer and set a new
+  deadline, doubling the timeout per try up to the failure detector's timeout (the backoff is
+  ours: the notes say only "start a new timer"). There is no retry limit: the notes resend
+  until the ACK comes, and a live receiver behind a lossy path is only slow, never lost. Why
+  the cap: a receiver silent for `fd_timeout_ms` is suspected and then not retried at all
+  until heard again (A5), so a longer gap only delays a live receiver behind a lossy path --
+  at 2^6 x `rto_ms` (6.4 s) one message whose DATA or ACK was lost five times running (26 %
+  a trip over three lossy hops at 9.8 % each) waited past any drain;
+- A5 (ours, answering L173-174 and L181): the failure detector decides who is given up, not
+  a count of tries. A suspected receiver is not retried and does not hold the window, but
+  what it has not acknowledged stays in the send buffer (parked, out of the deadline scan):
+  a suspicion may be false (a slow start, a partition that heals), so once the receiver is
+  heard again everything it lacks is due at once and it catches up. A full window (`window`
+  messages some unsuspected receiver has not acknowledged) holds new sends in a backlog, as
+  the NACK layer does. The cost: a receiver that crashed for good keeps its messages parked
+  at every sender (memory grows with the traffic it misses), as the NACK layer's send
+  buffers keep what a suspect misses.
 
 Restarts (A2's duplicate rule `c <= V[i]` assumes C_i never goes back; integrity): a
 restarted sender used to number from 1 again, so every receiver acknowledged its new messages
@@ -80,7 +84,6 @@ class ReliableAckParams(CommonParams):
     rto_ms: float = ms("retransmission timeout (L180: 'What is an appropriate length of a "
                        "timer?'; about 2x the largest round trip)", 100)
     tick_ms: float = ms("period of the deadline scan", 5)
-    max_tries: int = param(8, "retransmissions before a silent receiver is given up (A5)", ge=1)
     window: int = param(1024, "own messages kept unacknowledged at most (flow control)", ge=1)
 
 
@@ -113,7 +116,6 @@ class ReliableAck(LayerBase):
         # A4's longest gap between two tries of a message (docstring)
         self.max_gap_ns = max(self.rto_ns, round(p.fd_timeout_ms * 1e6))
         self.tick_ns = round(p.tick_ms * 1e6)
-        self.max_tries = p.max_tries
         self.window = p.window
         self.tick_key = f"{scope}:tick"
         self.instance = "" if scope == "ack" else f"reliable-ack#{scope}"  # written as `proto`
@@ -121,10 +123,12 @@ class ReliableAck(LayerBase):
         base = int(params.get("incarnation", 0)) * INCARNATION_SPAN
         self.next_c = base + 1  # C_i
         self.mno = base
+        # Own messages some unsuspected receiver has not acknowledged (scanned by `tick`,
+        # held against the window), and those only suspects lack (parked: A5).
         self.send_buffer: dict[int, _Pending] = {}
+        self.parked: dict[int, _Pending] = {}
         self.backlog: deque[tuple[bytes, int]] = deque()
         self.streams = {m: _Stream(adopt=base > 0) for m in self.others}
-        self.given_up: set[int] = set()  # receivers silent for max_tries (A5)
         self.suspected: set[int] = set()
         self.delivered = 0  # local delivery count: the `seq` of each fnl
         self.retransmissions = 0
@@ -142,12 +146,7 @@ class ReliableAck(LayerBase):
         return out + self._send_new(payload, self.mno, now)
 
     def _window_full(self) -> bool:
-        if len(self.send_buffer) < self.window:
-            return False
-        if not self.suspected:
-            return True
-        live = sum(1 for p in self.send_buffer.values() if p.waiting - self.suspected)
-        return live >= self.window
+        return len(self.send_buffer) >= self.window
 
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
         h = msg.header
@@ -165,7 +164,6 @@ class ReliableAck(LayerBase):
             if not old.adopt:
                 old.prev = None  # one incarnation back is kept
                 stream.prev = old
-            self.given_up.discard(h.sender)
         elif inc < stream.incarnation:
             # From before the sender restarted, overtaken by the newer incarnation's first
             # message: it continues the old stream, delivered in order as a correct member
@@ -186,38 +184,42 @@ class ReliableAck(LayerBase):
         out: list[Action] = [SetTimer(self.tick_key, self.tick_ns)]
         if key != self.tick_key:
             return out
-        for c, p in list(self.send_buffer.items()):
+        for p in list(self.send_buffer.values()):
             if p.deadline > now:
                 continue
-            p.waiting -= self.given_up
-            live = p.waiting - self.suspected if self.suspected else p.waiting
-            if p.tries >= self.max_tries:
-                for j in sorted(live):
-                    self.given_up.add(j)
-                    out.append(Log("give_up", {"member": j}))
-                p.waiting -= live
-                live = set()
-            if not p.waiting:
-                del self.send_buffer[c]
-                continue
-            if not live:
-                continue  # only suspects wait for it: retried when heard again
-            out += self._resend(p, live)
+            out += self._resend(p, p.waiting - self.suspected if self.suspected else p.waiting)
             p.tries += 1
             p.deadline = now + min(self.rto_ns << min(p.tries, MAX_BACKOFF_EXP),
                                    self.max_gap_ns)
-        return out + self._release(now)
+        return out
 
     def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
-        """A5: a suspect is not retried and does not hold the window; heard again, everything
-        it has not acknowledged is due at once."""
+        """A5: a suspect is not retried and does not hold the window (what only suspects lack
+        is parked); heard again, everything it has not acknowledged is due at once."""
         if suspected:
             self.suspected.add(member)
-            return self._release(now)
+            parked = [c for c, p in self.send_buffer.items() if p.waiting <= self.suspected]
+            for c in parked:
+                self.parked[c] = self.send_buffer.pop(c)
+            if parked:
+                out: list[Action] = [Log("give_up", {"member": member, "parked": len(parked)})]
+                return out + self._release(now)
+            return []
         self.suspected.discard(member)
+        due = 0
         for p in self.send_buffer.values():
             if member in p.waiting:
-                p.deadline = min(p.deadline, now)
+                p.deadline = now
+                due += 1
+        back = [c for c, p in self.parked.items() if member in p.waiting]
+        for c in back:
+            p = self.parked.pop(c)
+            p.deadline = now
+            self.send_buffer[c] = p
+        if back:  # resent in number order, the order the receiver delivers in
+            self.send_buffer = dict(sorted(self.send_buffer.items()))
+        if due or back:
+            return [Log("readmit", {"member": member, "due": due + len(back)})]
         return []
 
     # -- sending ------------------------------------------------------------------------------
@@ -227,9 +229,12 @@ class ReliableAck(LayerBase):
         self.next_c += 1
         msg = Message(Header(MsgType.DATA, WIRE_ID, sender=self.me, rseq=c, origin=self.me,
                              mno=mno, ts=now), payload)
-        waiting = set(self.others) - self.given_up
-        if waiting:
-            self.send_buffer[c] = _Pending(msg, waiting, now + self.rto_ns)
+        if self.others:
+            p = _Pending(msg, set(self.others), now + self.rto_ns)
+            if p.waiting <= self.suspected:
+                self.parked[c] = p
+            else:
+                self.send_buffer[c] = p
         self.delivered += 1
         return [Send(None, msg),
                 FinalDeliver(self.me, mno, self.delivered, len(payload), self.instance)]
@@ -244,14 +249,22 @@ class ReliableAck(LayerBase):
         return [Send(j, again) for j in sorted(live)]
 
     def _acked(self, src: int, c: int, now: int) -> list[Action]:
-        """A3: purge c once every receiver has acknowledged it."""
+        """A3: purge c once every receiver has acknowledged it (parked once only suspects
+        lack it)."""
         p = self.send_buffer.get(c)
         if p is None:
+            p = self.parked.get(c)
+            if p is not None:
+                p.waiting.discard(src)
+                if not p.waiting:
+                    del self.parked[c]
             return []
         p.waiting.discard(src)
-        if p.waiting:
+        if p.waiting and not p.waiting <= self.suspected:
             return []
         del self.send_buffer[c]
+        if p.waiting:
+            self.parked[c] = p
         return self._release(now)
 
     def _release(self, now: int) -> list[Action]:

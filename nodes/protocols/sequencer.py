@@ -20,6 +20,18 @@ makes sure every correct process gets every ordered message. Without a membershi
 here, a process that finds the next ORDER naming a message it never received (its origin
 crashed while this process was partitioned away) FETCHes it from the sequencer, which has
 R-delivered every message it ordered; the copy comes back flagged RELAYED.
+
+The relay store keeps a message until it is stable (ours, after view synchrony's stability):
+every other member has final-delivered it. Each member reports the last number it delivered
+to the sequencer at the ACK period (`ack_every_ms`, a FETCH whose header `seq` carries it and
+whose list may be empty; every FETCH carries it). A count limit evicted, under load, what a
+member cut off for long still needed once its origin crashed, and that member stalled for
+good; a member that never reports (cut off, or crashed for good) now keeps the store growing,
+as the reliable layer's send buffers keep what a suspect misses. A FETCH the store cannot
+serve is counted (`fetch_unserved`, `testbed:type=TotalOrder` `FetchUnserved`) and logged.
+A member catching up FETCHes in rounds of up to `FETCH_ROUND` datagrams of 64 entries: the
+next round goes out as soon as the last one is answered, and again after `fetch_after_ms`
+when it was not (lost, or unserved).
 """
 
 from __future__ import annotations
@@ -42,7 +54,7 @@ from nodes.protocols.base import (
 )
 from nodes.protocols.params import SequencerParams as SequencerParams  # re-exported
 from nodes.protocols.reliable import Below, OnReliable
-from nodes.wire import Flag, Header, Message, MsgType, Proto
+from nodes.wire import FETCH_MAX, Flag, Header, Message, MsgType, Proto
 
 ORDER_ENTRY: Final = struct.Struct("!HI")  # origin, mno
 FLUSH: Final = "seq:flush"
@@ -56,6 +68,7 @@ RELAYED: Final = int(Flag.RELAYED)  # IntFlag arithmetic is slow on the receive 
 _DATA: Final = MsgType.DATA
 _ORDER: Final = MsgType.ORDER
 _FETCH: Final = MsgType.FETCH
+FETCH_ROUND: Final = 4  # FETCH datagrams per round
 
 
 def mid_key(origin: int, mno: int) -> int:
@@ -198,17 +211,22 @@ class Sequencer(OnReliable):
         self.pending_orders: list[tuple[int, int]] = []
         self.opt_delivered = 0
         self.fnl_delivered = 0
-        # Relay (see module docstring): every data message seen, and recent ones kept to
-        # serve FETCH requests for an origin that crashed before everyone had its message.
+        # Relay (see module docstring): every data message seen, and those some member may
+        # still FETCH (until stable) kept at the sequencer.
         self.seen = SeenMessages()
-        # A plain dict with its keys oldest first beside it (each key enters once: `seen`
-        # guards it): evicting a plain dict's first key (`next(iter(d))`) walks the deleted
-        # slots at its front, O(store) per message -- 22 % of a node's time under load
-        # (py-spy) -- and an OrderedDict's upkeep costs more per insertion than the deque.
         self.store: dict[int, Message] = {}  # mid_key -> message
-        self.store_keys: deque[int] = deque()
-        self.store_limit = int(params.get("relay_store", 16384))
+        # The sequencer's own deliveries still in the store, oldest first: the front one is
+        # number next_deliver - len(stable_keys). A deque, as evicting a plain dict's first key
+        # walks the deleted slots at its front (O(store) per message).
+        self.stable_keys: deque[int] = deque()
+        # The last number each other member reported delivered (at the sequencer).
+        self.delivered_at: dict[int, int] = {m: 0 for m in members if m != me}
+        self.fetch_unserved = 0  # FETCHed messages the store did not hold
         self.fetch_after_ns = round(float(params.get("fetch_after_ms", 200)) * 1e6)
+        self.report_every_ns = round(float(params.get("ack_every_ms", 200)) * 1e6)
+        self.reported = 0  # the last number we reported delivered
+        self.reported_at = -1  # local time of that report (-1: none yet)
+        self.fetch_wanted: list[int] = []  # mid_keys asked for in the last FETCH round
         self.blocked_since: int | None = None  # when the next ORDER's data went missing
         self.policy = policy
         if policy is not None:
@@ -237,7 +255,12 @@ class Sequencer(OnReliable):
             Attribute("PendingQueue", "int", lambda: len(self.received),
                       description="messages received and not yet final-delivered"),
             Attribute("Sequencer", "str", lambda: host.name(self.sequencer),
-                      description="the host that numbers every message (000 Fig. 1)")))
+                      description="the host that numbers every message (000 Fig. 1)"),
+            Attribute("RelayStore", "int", lambda: len(self.store),
+                      description="messages the sequencer keeps for FETCHes (until every "
+                                  "member delivered them)"),
+            Attribute("FetchUnserved", "int", lambda: self.fetch_unserved,
+                      description="FETCHed messages the sequencer's relay store did not hold")))
         return [order, *super().managed(host)]
 
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
@@ -285,13 +308,8 @@ class Sequencer(OnReliable):
             if not self.seen.add_new((origin, mno)):
                 return []  # a relayed copy of what reliable multicast already gave us
             key = (origin << 32) | mno  # mid_key, inlined
-            if self.me == self.sequencer:  # only the sequencer serves FETCHes
-                store = self.store
-                store[key] = msg
-                keys = self.store_keys
-                keys.append(key)
-                if len(keys) > self.store_limit:
-                    del store[keys.popleft()]
+            if self.me == self.sequencer and self.delivered_at:  # it serves FETCHes
+                self.store[key] = msg
             size = len(msg.payload)
             self.received[key] = size
             out: list[Action] = [Received(origin, mno, size)]
@@ -338,30 +356,75 @@ class Sequencer(OnReliable):
     def _fetch_missing(self, now: int) -> list[Action]:
         """The next ORDER names a message we never got, and reliable FIFO cannot repair it
         (its origin crashed or restarted): after `fetch_after` ask the sequencer, which holds
-        every message it ordered, for up to 64 of them."""
-        key = self.order.get(self.next_deliver)
-        if key is None or key in self.received or self.me == self.sequencer:
-            self.blocked_since = None
+        every message not yet stable, for the missing ones, a round of up to `FETCH_ROUND`
+        FETCHes; the next round at once when this one is answered. Otherwise report our
+        position (module docstring) once per `report_every`."""
+        if self.me == self.sequencer or self.joining:
             return []
+        key = self.order.get(self.next_deliver)
+        if key is None or key in self.received:
+            self.blocked_since = None
+            self.fetch_wanted = []
+            return self._report(now)
         if self.blocked_since is None:
             self.blocked_since = now
-            return []
-        if now - self.blocked_since < self.fetch_after_ns:
-            return []
+            return self._report(now)
+        answered = bool(self.fetch_wanted) and all(mid_of(k) in self.seen
+                                                   for k in self.fetch_wanted)
+        if not answered and now - self.blocked_since < self.fetch_after_ns:
+            return self._report(now)
         self.blocked_since = now
-        wanted = [mid_of(k) for s, k in sorted(self.order.items())
-                  if k not in self.received][:64]
-        header = Header(MsgType.FETCH, self.proto, sender=self.me)
-        return [Send(self.sequencer, Message(header, pack_orders(wanted)))]
+        received = self.received
+        wanted = [k for _, k in sorted(self.order.items()) if k not in received]
+        wanted = wanted[:FETCH_MAX * FETCH_ROUND]
+        self.fetch_wanted = wanted
+        self.reported, self.reported_at = self.next_deliver - 1, now
+        header = Header(MsgType.FETCH, self.proto, sender=self.me, seq=self.reported)
+        return [Send(self.sequencer,
+                     Message(header, pack_orders([mid_of(k) for k in
+                                                  wanted[i:i + FETCH_MAX]])))
+                for i in range(0, len(wanted), FETCH_MAX)]
+
+    def _report(self, now: int) -> list[Action]:
+        """Tell the sequencer the last number we delivered (an empty FETCH), when it moved
+        and `report_every` passed since the last report."""
+        pos = self.next_deliver - 1
+        if pos <= self.reported or (self.reported_at >= 0
+                                    and now - self.reported_at < self.report_every_ns):
+            return []
+        self.reported, self.reported_at = pos, now
+        header = Header(MsgType.FETCH, self.proto, sender=self.me, seq=pos)
+        return [Send(self.sequencer, Message(header, b""))]
 
     def _serve_fetch(self, src: int, msg: Message) -> list[Action]:
+        """Relay what `src` asks for, and drop from the store what every member delivered."""
         out: list[Action] = []
+        unserved = 0
         for origin, mno in unpack_orders(msg.payload):
             data = self.store.get(mid_key(origin, mno))
             if data is not None:
                 h = data.header.with_(flags=data.header.flags | Flag.RELAYED)
                 out.append(Send(src, Message(h, data.payload)))
+            else:
+                unserved += 1
+        if unserved:
+            self.fetch_unserved += unserved
+            out.append(Log("fetch_unserved", {"member": src, "count": unserved}))
+        pos = msg.header.seq
+        if pos > self.delivered_at.get(src, pos):
+            self.delivered_at[src] = pos
+            self._collect()
         return out
+
+    def _collect(self) -> None:
+        """Drop from the store the messages every other member reported delivered."""
+        floor = min(self.delivered_at.values())
+        stable = self.stable_keys
+        first = self.next_deliver - len(stable)
+        store = self.store
+        while stable and first <= floor:
+            store.pop(stable.popleft(), None)
+            first += 1
 
     def enqueue_order(self, key: tuple[int, int]) -> list[Action]:
         """The sequencer numbers `key` next; the ORDER goes out at the end of the current
@@ -405,11 +468,16 @@ class Sequencer(OnReliable):
         out: list[Action] = []
         order, received = self.order, self.received
         n = self.next_deliver
+        # At the sequencer, what it delivers stays in the relay store until stable.
+        keep = self.me == self.sequencer and bool(self.delivered_at)
+        stable = self.stable_keys
         # One look-up of `key` in `received` (its size, or None), not a test then a pop:
         # each hashes the tuple again.
         while (key := order.get(n)) is not None and (size := received.pop(key, None)) is not None:
             del order[n]
             out.append(FinalDeliver(key >> 32, key & 0xFFFFFFFF, n, size))
+            if keep:
+                stable.append(key)
             n += 1
         if out:
             self.fnl_delivered += len(out)
