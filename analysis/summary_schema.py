@@ -31,6 +31,7 @@ CHECK = {
     "violations": NUMBER, "claimed": NUMBER, "judged": NUMBER, "unproven": NUMBER,
     "examples": LIST, "note": TEXT, "hazard": TEXT, "reference": TEXT, "truncated": NUMBER,
     "correct_nodes": LIST, "crashed_nodes": LIST, "partitioned_at_end": LIST,
+    "restarted_nodes": LIST, "restarted_senders": NUMBER,
     "not_self_delivered": NUMBER, "received_not_delivered": NUMBER, "duplicates": NUMBER,
     "never_sent": NUMBER, "observed": NUMBER, "bound_ms": NUMBER,
     ANY_KEY: OPEN,  # the fields a protocol's own checks add (membership, gaps, Maelstrom)
@@ -64,7 +65,7 @@ SCHEMA: dict[str, Any] = {
                  "drain_max_s": NUMBER, "in_flight": NUMBER,
                  "undelivered_per_node": PER_HOST_NUMBER, "promised": NUMBER,
                  "promise": TEXT, "cut_short": TEXT, "unproven": PER_HOST_NUMBER,
-                 "note": TEXT},
+                 "disagreement": NUMBER, "note": TEXT},
     "verdict": {"ok": NUMBER, "safety": TEXT, "liveness": TEXT, "reasons": LIST,
                 "not_judged": {ANY_KEY: TEXT}},
     "ok": NUMBER,
