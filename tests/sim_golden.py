@@ -14,7 +14,10 @@ or a filled gap), its heartbeats waited for each member's measured ACK round tri
 ALIVE went out after a quarter of `fd_timeout_ms` of silence instead of every interval;
 `cbcast` again when a restarted sender's old stream was kept one incarnation back (B4): b,
 cut off from c while c sent its last messages before crashing, now holds their dependants
-(causal order; no liveness is claimed under a crash) instead of delivering them without them.
+(causal order; no liveness is claimed under a crash) instead of delivering them without them;
+`sequencer-faults` again when a restarted sequencer member began to hold its broadcasts until
+it joined the order and to ask the sequencer for an ORDER to join at (docs/protocols.md
+"Restarts").
 Regenerate only for an intended change of behaviour:
 
     python -m tests.sim_golden > tests/sim_golden.json

@@ -20,6 +20,18 @@ makes sure every correct process gets every ordered message. Without a membershi
 here, a process that finds the next ORDER naming a message it never received (its origin
 crashed while this process was partitioned away) FETCHes it from the sequencer, which has
 R-delivered every message it ordered; the copy comes back flagged RELAYED.
+
+Restarts: the membership service of 000 §2.1 admits a process to the group before it
+multicasts there, and keeps the one sequencer's numbering going. Without it, a FETCH naming
+no message stands in for both (its header's `seq` says which):
+- a restarted member (incarnation > 0) holds its multicasts until it has joined the order at
+  the first ORDER it R-delivers, so each of them is numbered after its join and delivered by
+  itself too; it asks the sequencer to join (FETCH, `seq` 0), which answers with an ORDER at
+  once, empty when it has nothing to number, so a member joins even when nobody else sends;
+- a restarted sequencer must not reuse a number: it asks every member for the next number it
+  knows (FETCH, `seq` 0, answered by a FETCH whose `seq` is that number) and numbers nothing
+  until every member not suspected has answered; it then continues after the highest answer
+  and joins the order there.
 """
 
 from __future__ import annotations
@@ -193,6 +205,15 @@ class Sequencer(OnReliable):
         self.g = 0  # global sequence number (used by the sequencer)
         self.next_deliver = 1
         self.joining = self.incarnation > 0
+        self.held: list[bytes] = []  # our multicasts waiting for our join (module docstring)
+        self.join_asked = False  # the sequencer owes a joining member an ORDER
+        self.rejoin_at = 0  # when a joining member or recovering sequencer asks again
+        # A restarted sequencer: the members whose next number it waits for, and the highest
+        # of those that answered (module docstring).
+        self.waiting: set[int] = (set(m for m in members if m != me)
+                                  if self.joining and me == self.sequencer else set())
+        self.next_known = 1
+        self.suspected: set[int] = set()
         self.received: dict[int, int] = {}  # R: mid_key(origin, mno) -> payload size
         self.order: dict[int, int] = {}  # S: seq -> mid_key(origin, mno)
         self.pending_orders: list[tuple[int, int]] = []
@@ -216,7 +237,7 @@ class Sequencer(OnReliable):
 
     # -- Layer interface ----------------------------------------------------------------------
     def start(self, now: int) -> list[Action]:
-        out = self.rm.start(now)
+        out = self.rm.start(now) + self._rejoin(now)
         return out if self.policy is None else out + self.policy.start(now)
 
     def renumber(self, last: int) -> bool:
@@ -241,7 +262,14 @@ class Sequencer(OnReliable):
         return [order, *super().managed(host)]
 
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
-        """TO-multicast(m): R-multicast the data message (Fig. 1)."""
+        """TO-multicast(m): R-multicast the data message (Fig. 1); a restarted member holds it
+        until it has joined the order."""
+        if self.joining and self.me != self.sequencer:
+            self.held.append(payload)
+            return []
+        return self._multicast(payload, now)
+
+    def _multicast(self, payload: bytes, now: int) -> list[Action]:
         self.mno += 1
         header = Header(MsgType.DATA, origin=self.me, mno=self.mno, ts=now, hint=self._hint_us())
         out: list[Action] = [Log("send", {"mno": self.mno, "size": len(payload)})]
@@ -251,6 +279,8 @@ class Sequencer(OnReliable):
         h = msg.header
         typ = h.type
         if typ == _FETCH:
+            if not msg.payload:
+                return self._on_join_fetch(src, h.seq, now)
             return self._serve_fetch(src, msg)
         if typ == _DATA and h.flags & RELAYED:
             return self._r_deliver(msg, now)
@@ -271,7 +301,14 @@ class Sequencer(OnReliable):
             own = self.policy.on_timer(key, now)
             if own is not None:
                 return own
-        return self.rm.on_timer(key, now) + self._fetch_missing(now)
+        return self.rm.on_timer(key, now) + self._fetch_missing(now) + self._rejoin(now)
+
+    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
+        if suspected:
+            self.suspected.add(member)
+        else:
+            self.suspected.discard(member)
+        return self.rm.on_suspect(member, suspected, now) + self._recovered(now)
 
     # -- the algorithm ------------------------------------------------------------------------
     def _r_deliver_from(self, src: int, msg: Message, now: int) -> list[Action]:
@@ -302,9 +339,13 @@ class Sequencer(OnReliable):
             policy = self.policy
             if policy is not None:
                 policy.before_order(msg, now)
+            released: list[Action] = []
             if self.joining:
                 self.joining = False
                 self.next_deliver = h.seq
+                held, self.held = self.held, []
+                for payload in held:
+                    released += self._multicast(payload, now)
             order = self.order
             seq = h.seq
             payload = msg.payload
@@ -316,8 +357,8 @@ class Sequencer(OnReliable):
                 order[seq] = (o << 32) | n  # mid_key, inlined
                 seq += 1
             if policy is not None:
-                return self._try_deliver() + policy.after_order(msg, now)
-            return self._try_deliver()
+                return self._try_deliver() + policy.after_order(msg, now) + released
+            return self._try_deliver() + released
         return []
 
     def _on_data(self, msg: Message, now: int) -> list[Action]:
@@ -363,6 +404,55 @@ class Sequencer(OnReliable):
                 out.append(Send(src, Message(h, data.payload)))
         return out
 
+    def _rejoin(self, now: int) -> list[Action]:
+        """A joining member asks the sequencer for an ORDER to join at; a restarted sequencer
+        asks the members it waits for the next number they know; both every `fetch_after`
+        until answered (the FETCH is a datagram, which may be lost)."""
+        if not self.joining or now < self.rejoin_at:
+            return []
+        self.rejoin_at = now + self.fetch_after_ns
+        ask = Message(Header(MsgType.FETCH, self.proto, sender=self.me), b"")
+        if self.me != self.sequencer:
+            return [Send(self.sequencer, ask)]
+        return [Send(m, ask) for m in sorted(self.waiting - self.suspected)]
+
+    def _on_join_fetch(self, src: int, seq: int, now: int) -> list[Action]:
+        """A FETCH naming no message: a member's request to join (`seq` 0, at the sequencer),
+        the sequencer's question for the next number (`seq` 0, at a member), or a member's
+        answer to it (`seq` that number, at the sequencer)."""
+        if self.me != self.sequencer:
+            if src != self.sequencer or seq:
+                return []
+            known = max(self.next_deliver, max(self.order, default=0) + 1)
+            header = Header(MsgType.FETCH, self.proto, sender=self.me, seq=known)
+            return [Send(src, Message(header, b""))]
+        if seq:
+            if src in self.waiting:
+                self.waiting.discard(src)
+                self.next_known = max(self.next_known, seq)
+                return self._recovered(now)
+            return []
+        if self.joining:
+            return []  # we are restarting too: the member asks again
+        out: list[Action] = []
+        if not self.pending_orders and not self.join_asked:
+            out.append(SetTimer(FLUSH, 0))
+        self.join_asked = True
+        return out
+
+    def _recovered(self, now: int) -> list[Action]:
+        """A restarted sequencer that has every answer it waits for continues the numbering
+        after the highest number a member knows, and joins the order there."""
+        if not (self.joining and self.me == self.sequencer and self.waiting <= self.suspected):
+            return []
+        self.joining = False
+        self.waiting = set()
+        self.g = self.next_known - 1
+        self.next_deliver = self.next_known
+        if not self.pending_orders:
+            return []
+        return self._flush_orders(now)
+
     def enqueue_order(self, key: tuple[int, int]) -> list[Action]:
         """The sequencer numbers `key` next; the ORDER goes out at the end of the current
         instant, batched with any others."""
@@ -377,8 +467,11 @@ class Sequencer(OnReliable):
         return 0 if self.policy is None else self.policy.hint_us()
 
     def _flush_orders(self, now: int) -> list[Action]:
+        if self.joining:
+            return []  # a restarted sequencer numbers nothing before it knows where to go on
         entries, self.pending_orders = self.pending_orders, []
-        if not entries:
+        joins, self.join_asked = self.join_asked, False
+        if not entries and not joins:
             return []
         first = self.g + 1
         self.g += len(entries)
@@ -397,7 +490,7 @@ class Sequencer(OnReliable):
                 first += len(entries[:room])
                 entries = entries[room:]
                 if not entries:
-                    return []
+                    return []  # a joining member joins at that ORDER
         header = Header(MsgType.ORDER, seq=first, origin=self.me)
         return self.rm.multicast(header, pack_orders(entries), now)
 
