@@ -9,7 +9,9 @@ A `--master` URL hands the same jobs to a real cluster.
 from __future__ import annotations
 
 import os
+import re
 import sys
+import threading
 import warnings
 from pathlib import Path
 
@@ -60,6 +62,41 @@ def shuffle_partitions(events: int) -> int:
     return max(4, -(-events // PARTITION_EVENTS))
 
 
+# A line the JVM prints on stderr at its start that says nothing to the user: Spark's launcher
+# adds the incubating vector module to every driver JVM, and Java announces it.
+_JVM_NOISE = re.compile(rb"^WARNING: Using incubator modules: ")
+
+
+def _forward_stderr(fd: int) -> None:
+    """Copy what the JVM writes to the pipe `fd` to this process's stderr (file descriptor 2,
+    where it wrote when it inherited it), without the _JVM_NOISE lines."""
+    with os.fdopen(fd, "rb") as stream:
+        for line in stream:
+            if not _JVM_NOISE.match(line):
+                os.write(2, line)
+
+
+def start_jvm(options: dict[str, str]) -> None:
+    """Start the driver JVM with these Spark options (as SparkContext would) unless this
+    process has one, its stderr forwarded by a daemon thread without the _JVM_NOISE lines."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        read, write = os.pipe()
+        threading.Thread(target=_forward_stderr, args=(read,), name="jvm-stderr",
+                         daemon=True).start()
+        try:  # the thread reads from the start: a JVM that fails to start says why
+            gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(list(options.items())),
+                                     popen_kwargs={"stderr": write})
+        finally:
+            os.close(write)  # the JVM holds its own copy; the thread ends when it exits
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
+
+
 def spark_session(master: str | None = None, app: str = "testbed",
                   events: int = 0) -> SparkSession:
     """Return the active SparkSession, or start one (default master `local[*]`).
@@ -71,23 +108,23 @@ def spark_session(master: str | None = None, app: str = "testbed",
         return active
     master = master or "local[*]"
     java_opts = f"-Dlog4j2.configurationFile={_LOG4J.as_uri()}"
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app)
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions(events)))
-        .config("spark.default.parallelism", "4")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        # The checkers hand each node's (or each message range's) rows to numpy through Arrow:
-        # larger batches cut the per-batch cost of that hand-over on millions of deliveries.
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200000")
+    options: dict[str, str] = {
+        "spark.master": master,
+        "spark.app.name": app,
+        "spark.sql.shuffle.partitions": str(shuffle_partitions(events)),
+        "spark.default.parallelism": "4",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        # The checkers hand each node's (or each message range's) rows to numpy through
+        # Arrow: larger batches cut the per-batch cost of that hand-over on millions of
+        # deliveries.
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "200000",
         # ... and rows of large values (the checker suite's Arrow IPC blobs) in batches well
         # under the 2 GiB an Arrow binary column holds.
-        .config("spark.sql.execution.arrow.maxBytesPerBatch", str(256 << 20))
-        .config("spark.sql.adaptive.enabled", "true")
-        .config("spark.driver.extraJavaOptions", java_opts)
-    )
+        "spark.sql.execution.arrow.maxBytesPerBatch": str(256 << 20),
+        "spark.sql.adaptive.enabled": "true",
+    }
     # Python tasks (pcap decoding, per-node order checks) run in this interpreter, which has
     # pyarrow (the default `python3` may not); a cluster's workers need it at the same path.
     # pyspark reads only the environment variable for this.
@@ -97,30 +134,24 @@ def spark_session(master: str | None = None, app: str = "testbed",
     # cores. Millions of events need the optimizing JIT (and a GC that uses both cores).
     fast_jvm = ("-XX:+UseParallelGC" if events >= LARGE_JOB_EVENTS
                 else "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+    options["spark.driver.extraJavaOptions"] = f"{java_opts} {fast_jvm}"
     if _is_local(master):
         # Local mode runs in the driver JVM: give it a quarter of a 24 GiB box, and keep
         # every Spark socket on loopback (the testbed's network rule; also skips the slow
         # hostname lookup on start).
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = (
-            builder.config("spark.driver.extraJavaOptions", f"{java_opts} {fast_jvm}")
-            .config("spark.driver.memory", "4g")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-        )
+        options |= {"spark.driver.memory": "4g", "spark.driver.host": "127.0.0.1",
+                    "spark.driver.bindAddress": "127.0.0.1"}
     else:
         pythonpath = os.pathsep.join(p for p in (str(_ROOT), os.environ.get("PYTHONPATH")) if p)
         # The same JIT and GC choice for the driver and the executors (their JVMs start for
         # this one job too).
-        builder = builder.config("spark.driver.extraJavaOptions", f"{java_opts} {fast_jvm}"
-                                 ).config("spark.executor.extraJavaOptions",
-                                          f"{java_opts} {fast_jvm}").config(
-            "spark.executorEnv.PYTHONPATH", pythonpath)
+        options |= {"spark.executor.extraJavaOptions": f"{java_opts} {fast_jvm}",
+                    "spark.executorEnv.PYTHONPATH": pythonpath}
         if _loopback_master(master):
             # A master on loopback means a cluster on this machine: keep the driver's sockets
             # there too (the testbed's network rule).
-            builder = builder.config("spark.driver.host", "127.0.0.1").config(
-                "spark.driver.bindAddress", "127.0.0.1")
+            options |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
         elif (os.environ.get("SPARK_LOCAL_IP", "127.").startswith("127.")
               and (source := _route_source(master))):
             # A master elsewhere (e.g. `testbed spark up` on remote or lab hosts,
@@ -128,11 +159,11 @@ def spark_session(master: str | None = None, app: str = "testbed",
             # machine's address facing the master, not on whatever the hostname resolves to,
             # nor on the loopback SPARK_LOCAL_IP a local-mode analysis in this process (or
             # its parent) set. An explicit other SPARK_LOCAL_IP wins.
-            builder = builder.config("spark.driver.host", source).config(
-                "spark.driver.bindAddress", source)
+            options |= {"spark.driver.host": source, "spark.driver.bindAddress": source}
+    start_jvm(options)
     with warnings.catch_warnings():
         # pyspark warns about the pandas version on start; the analysis does not use pandas.
         warnings.simplefilter("ignore", FutureWarning)
-        spark = builder.getOrCreate()
+        spark = SparkSession.builder.config(map={k: v for k, v in options.items()}).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

@@ -88,6 +88,9 @@ def run(
     console.print(f"results in {result.run.path}")
     if analyze:
         print_verdict(result.summary)
+    else:
+        console.print(f"judge it later: {judge_later(result.run.path, master, engine)}",
+                      markup=False, highlight=False, soft_wrap=True)
     if stop_serving is not None:
         keep_serving(stop_serving, out, result.run.path, serve_port)
     raise typer.Exit(0 if result.ok else 1)
@@ -101,6 +104,16 @@ def reproduce(experiment: Path, backend: str | None, inventory: Path | None,
     words = ["testbed", "run", str(experiment)]
     words += ["--backend", backend] if backend else []
     words += ["--inventory", str(inventory)] if inventory else []
+    words += ["--engine", engine] if engine != "spark" else []
+    return shlex.join(words)
+
+
+def judge_later(run_path: Path, master: str | None, engine: str) -> str:
+    """The command line that judges a run made with --no-analyze as `testbed run` would have."""
+    import shlex
+
+    words = ["testbed", "analyze", str(run_path)]
+    words += ["--master", master] if master else []
     words += ["--engine", engine] if engine != "spark" else []
     return shlex.join(words)
 
