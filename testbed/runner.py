@@ -260,7 +260,7 @@ def _show(view: RunView, counts: RunCounts, plan: RunPlan, now_ns: int | None, s
         view.phase("workload", f"{exp.duration / 1e9:g} s of {exp.workload.msgs_per_s:g} "
                    "msgs/s per sender")
     for rec in faults:
-        if isinstance(rec.get("t"), int) and rec["t"] >= end:
+        if int(rec.get("t") or 0) >= end:
             view.phase("drain", drain)
         view.event(fault_text(rec, start, plan.hosts))
     if now is not None and now >= end:

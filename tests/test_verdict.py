@@ -169,8 +169,8 @@ faults:
     assert s["liveness"]["quiescent"] is False and s["liveness"]["in_flight"] > 0
     why = "sequencer h1 crashed at 2.0 s: `sequencer` claims no progress without its sequencer"
     assert s["verdict"] == {"ok": True, "safety": "held", "liveness": "stalled-as-claimed",
-                            "reasons": [why, f"not judged: agreement, validity ({UNSETTLED})"],
-                            "not_judged": {"agreement": UNSETTLED, "validity": UNSETTLED}}
+                            "reasons": [why, f"not judged: validity ({UNSETTLED})"],
+                            "not_judged": {"validity": UNSETTLED}}
     assert s["ok"] is True and rc == 0, out
     assert out.rstrip().splitlines()[-1].startswith("verdict: ok (safety held, "
                                                     "stalled-as-claimed): sequencer h1")
