@@ -1,6 +1,7 @@
 """Liveness after the workload: is every message a correct host sent final-delivered at every
 correct host? (docs/architecture.md "Liveness".) The drain also waits, up to its cap, for the
-messages of faulty hosts that some correct host delivered (`unsettled`).
+messages of faulty hosts that some correct host delivered (`unsettled`), and for those a
+restarted host that is up sent since its restart (`unsent_own`).
 
 The run drains until this holds or until its cap. Safety checks (total order, integrity, FIFO)
 are judged on whatever was delivered; agreement and validity only prove something about a run
@@ -87,11 +88,24 @@ def unsettled(progress: dict[str, dict[str, Any]], correct: list[str]) -> dict[s
     return out
 
 
+def unsent_own(progress: dict[str, dict[str, Any]], restarted: list[str]) -> dict[str, int]:
+    """For each restarted host that is up (its last incarnation): messages of that incarnation
+    it has not final-delivered itself. Validity holds it to them (docs/architecture.md
+    "Liveness"), and agreement the correct hosts, so the drain waits for them as for
+    `unsettled` (up to its cap; they do not decide quiescence). `progress[host]` is its
+    current incarnation's: `sent` and its own deliveries count from its restart."""
+    out = {}
+    for r in restarted:
+        got = progress.get(r) or {}
+        out[r] = max(0, int(got.get("sent", 0)) - int(got.get("delivered", {}).get(r, 0)))
+    return out
+
+
 def drain_record(quiescent: bool, drain_ns: int, drain_min_ns: int, drain_max_ns: int,
                  correct: list[str], missing: dict[str, int],
                  faulty_missing: dict[str, int] | None = None) -> dict[str, Any]:
-    """The content of `drain.json` (`faulty_in_flight`: `unsettled`'s total when the drain
-    ended, only when not zero)."""
+    """The content of `drain.json` (`faulty_in_flight`: `unsettled`'s total, with
+    `unsent_own`'s where the drain counts it, when the drain ended, only when not zero)."""
     rec = {"quiescent": quiescent, "drain_s": round(drain_ns / 1e9, 3),
            "drain_min_s": round(drain_min_ns / 1e9, 3),
            "drain_max_s": round(drain_max_ns / 1e9, 3), "correct": sorted(correct),

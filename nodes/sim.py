@@ -47,7 +47,7 @@ from nodes.faults import (  # noqa: E402
     primitive,
 )
 from nodes.linkmodel import LinkModel  # noqa: E402
-from nodes.quiescence import drain_record, undelivered, unsettled  # noqa: E402
+from nodes.quiescence import drain_record, undelivered, unsent_own, unsettled  # noqa: E402
 from nodes.wire import MsgType  # noqa: E402
 from nodes.workload import intervals, workload_rng  # noqa: E402
 
@@ -253,6 +253,13 @@ class Simulator:
             progress = {self.configs[n].name: self.cores[n].progress() for n in ids}
             missing = undelivered(progress, q.correct)
             faulty = unsettled(progress, q.correct)
+            # A restarted process that stays up: until it has its own messages, the correct
+            # hosts may not have them either (agreement and validity judge them).
+            restarted = [self.configs[n].name for n in sorted(self.cores)
+                         if n not in self.down and self.configs[n].incarnation > 0
+                         and self.configs[n].name not in q.correct]
+            faulty.update(unsent_own({h: self.cores[self.by_name[h]].progress()
+                                      for h in restarted}, restarted))
             done = not any(missing.values())
             if (done and not any(faulty.values())) or t >= q.cap_ns:
                 break

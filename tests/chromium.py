@@ -93,8 +93,17 @@ class DevTools:
                                  session=False)["sessionId"]
 
     def eval(self, expression: str) -> Any:
-        return self.call("Runtime.evaluate", {"expression": expression,
-                                              "returnByValue": True})["result"].get("value")
+        """The value of `expression` in the page; while the page navigates (a reload, a
+        redirect) it has no execution context for a moment, and the call is made again."""
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                return self.call("Runtime.evaluate", {"expression": expression,
+                                                      "returnByValue": True})["result"].get("value")
+            except AssertionError as exc:
+                if "execution context" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def wait(self, expression: str, timeout: float = 60) -> Any:
         """The first truthy value of `expression`, evaluated every 0.1 s."""

@@ -124,3 +124,16 @@ def test_the_drain_also_waits_for_a_faulty_hosts_message_that_a_correct_host_del
         p["delivered"]["h4"] = 20
     assert unsettled(progress, correct) == {"h1": 0, "h2": 0, "h3": 0}
     assert "faulty_in_flight" not in drain_record(True, 0, 0, 0, correct, {}, {"h1": 0})
+
+
+def test_the_drain_waits_for_a_restarted_host_to_deliver_its_own_messages() -> None:
+    """h2 restarted and stays up: its current incarnation sent 6 and delivered 5 of them
+    itself, so one is still owed (validity, and agreement at the correct hosts); a host that
+    has all of its own owes nothing, and one that did not answer owes nothing either."""
+    from nodes.quiescence import unsent_own
+
+    progress = {"h2": {"sent": 6, "delivered": {"h1": 40, "h2": 5}},
+                "h3": {"sent": 2, "delivered": {"h3": 2}}}
+    assert unsent_own(progress, ["h2", "h3", "h4"]) == {"h2": 1, "h3": 0, "h4": 0}
+    progress["h2"]["delivered"]["h2"] = 6
+    assert not any(unsent_own(progress, ["h2"]).values())
