@@ -17,20 +17,26 @@ from pathlib import Path
 from testbed.rundir import RUN_ENV, Journal
 
 
-def start_time(pid: int) -> int | None:
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name; None once the process is gone (it
+    may exit between any two reads)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    return stat.rsplit(")", 1)[1].split()
+
+
+def start_time(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return None if fields is None else int(fields[19])
 
 
 def is_alive(pid: int, started: int | None) -> bool:
-    st = start_time(pid)
-    if st is None or (started is not None and st != started):
+    fields = _stat_fields(pid)
+    if fields is None or (started is not None and int(fields[19]) != started):
         return False
-    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    return state != "Z"
+    return fields[0] != "Z"
 
 
 def spawn(journal: Journal, run_id: str, rid: str, argv: list[str], log: Path,

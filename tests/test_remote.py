@@ -72,7 +72,9 @@ def test_quickstart_on_the_remote_backend_total_order_pcaps_and_latency_per_pair
     for n, order in orders.items():
         assert sorted(order) == sorted(sent), n  # agreement and validity: all, once
         assert order == orders["h1"], n
-    # latency per pair against the topology (sequencer h1: s -> h1 -> r), 20% + 2 ms
+    # latency per pair against the topology (sequencer h1: s -> h1 -> r), 20% + 4 ms: a loaded
+    # machine adds scheduling delay to the containers' nodes (a 0.5 ms pair read 2.7 ms once),
+    # and 4 ms still tells a LAN pair (0.5-1 ms) from a WAN one (10.5 ms and more)
     from testbed.spec.loader import load_topology
 
     paths = load_topology(ROOT / "topologies" / "two-sites.yaml").paths()
@@ -82,7 +84,7 @@ def test_quickstart_on_the_remote_backend_total_order_pcaps_and_latency_per_pair
 
     for (s, r), got in median_fnl_latency_ms(events).items():
         want = d(s, "h1") + d("h1", r)
-        assert abs(got - want) <= 0.2 * want + 2.0, (s, r, got, want)
+        assert abs(got - want) <= 0.2 * want + 4.0, (s, r, got, want)
     manifest = yaml.safe_load((run / "pcaps" / "manifest.json").read_text())
     assert {m["host"] for m in manifest} == {"h1", "h2", "h3", "h4"}
     assert all(m["packets"] > 100 for m in manifest)
