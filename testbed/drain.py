@@ -4,7 +4,8 @@ From the end of the minimum drain on, the orchestrator asks every correct node f
 progress (`testbed:type=Node` `Progress`, over the control plane) and stops all nodes
 (`testbed:type=Node` `stop`) as soon as every message a correct host sent has been
 final-delivered at every correct host (and every faulty host's message some correct host
-delivered, nodes/quiescence.py `unsettled`, has reached them all). Nodes stop themselves at
+delivered, nodes/quiescence.py `unsettled`, has reached them all, and a restarted host that is
+up has delivered its own messages since its restart, `unsent_own`). Nodes stop themselves at
 the drain's cap (`drain_max`) if that never happens. The outcome goes to `drain.json` for the
 analysis, so a run that ended with messages in flight reports them under liveness, not as
 agreement or validity violations. The simulator runs the same check in virtual time
@@ -20,7 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from nodes.quiescence import DRAIN_FILE, drain_record, undelivered, unsettled
+from nodes.quiescence import DRAIN_FILE, drain_record, undelivered, unsent_own, unsettled
 from testbed.mgmt import MgmtClient, MgmtError
 from testbed.rundir import RunDir
 
@@ -34,10 +35,11 @@ class DrainWatch:
     """Polls the nodes during the drain and decides when the run is quiescent."""
 
     def __init__(self, run: RunDir, hosts: list[str], correct: list[str], workload_end_ns: int,
-                 drain_min_ns: int, drain_max_ns: int) -> None:
+                 drain_min_ns: int, drain_max_ns: int, restarted: list[str] | None = None) -> None:
         self.run = run
         self.hosts = hosts
         self.correct = correct
+        self.restarted = restarted or []  # restarted and up at the end (`restarted_up`)
         self.workload_end_ns = workload_end_ns
         self.drain_min_ns = drain_min_ns
         self.drain_max_ns = max(drain_min_ns, drain_max_ns)
@@ -62,16 +64,19 @@ class DrainWatch:
     def poll(self) -> bool:
         """Read every correct node's progress; on quiescence stop all nodes. True if stopped."""
         self._next_poll = time.monotonic() + POLL_EVERY_S
-        with ThreadPoolExecutor(max(1, min(POLL_WORKERS, len(self.correct)))) as pool:
-            got = dict(zip(self.correct, pool.map(self._progress, self.correct), strict=True))
+        asked = self.correct + self.restarted
+        with ThreadPoolExecutor(max(1, min(POLL_WORKERS, len(asked)))) as pool:
+            got = dict(zip(asked, pool.map(self._progress, asked), strict=True))
         # Each node's latest answer counts, from this poll or an earlier one: polls start after
         # the workload, so what a node has sent no longer grows and what it delivered only
         # grows. A hundred starved nodes rarely all answered one poll within its timeout, and
         # a run whose every message was delivered ran to its cap as not quiescent.
         self.progress.update({h: p for h, p in got.items() if p is not None})
-        progress = self.progress
+        progress = {h: self.progress[h] for h in self.correct if h in self.progress}
         self.missing = undelivered(progress, self.correct)
         self.faulty = unsettled(progress, self.correct)
+        # a restarted host's own messages since its restart: waited for like `unsettled`
+        self.faulty.update(unsent_own(self.progress, self.restarted))
         # Quiescent: every correct host answered and has every correct host's message. The
         # messages of faulty hosts that a correct host delivered are waited for too, to the cap.
         self.quiescent = len(progress) == len(self.correct) and not any(self.missing.values())

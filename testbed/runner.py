@@ -19,6 +19,7 @@ from rich.console import Console
 from testbed.backends import Backend, make_backend
 from testbed.drain import DrainWatch, mark_cut_short
 from testbed.faults.nemesis import Nemesis
+from testbed.faults.schedule import restarted_up
 from testbed.pathcheck import lock_paths, sites_of, write_paths_csv
 from testbed.rundir import RunDir
 from testbed.runplan import RunPlan
@@ -201,7 +202,8 @@ def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console,
     # Real nodes are watched during the drain and stopped once quiescent; the simulator does
     # the same in virtual time and writes drain.json itself.
     watch = None if virtual else DrainWatch(run, plan.hosts, plan.correct,
-                                            start + exp.duration, exp.drain, exp.drain_max)
+                                            start + exp.duration, exp.drain, exp.drain_max,
+                                            restarted_up(plan.hosts, plan.actions))
     limit_s = backend.wall_limit_s
     # The simulator stops itself before the limit (testbed/backends/sim.py); stopping it from
     # here is the backstop, for one that does not.

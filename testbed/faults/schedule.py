@@ -171,11 +171,27 @@ def correct_hosts(hosts: list[str], actions: list[Action]) -> list[str]:
     on at its end. They are the ones the drain waits for (nodes/quiescence.py) and that the
     checkers hold to agreement and validity."""
     crashed = {a.params["host"] for a in actions if a.op == "crash"}
+    gone = crashed | _cut_off_at_end(hosts, actions)
+    return [h for h in hosts if h not in gone]
+
+
+def _cut_off_at_end(hosts: list[str], actions: list[Action]) -> set[str]:
     cuts: list[list[str]] = []
     for a in sorted(actions, key=lambda a: a.at_ns):
         if a.op == "block":
             cuts += a.params["cuts"]
         elif a.op == "heal":
             cuts = []
-    gone = crashed | cut_off(hosts, cuts)
-    return [h for h in hosts if h not in gone]
+    return cut_off(hosts, cuts)
+
+
+def restarted_up(hosts: list[str], actions: list[Action]) -> list[str]:
+    """Hosts whose last crash the timeline follows with a restart, not cut off at the end:
+    their last incarnation is up at the end, and is held to agreement and validity from its
+    restart on (docs/architecture.md "Liveness"), so the drain waits for its messages too."""
+    last: dict[str, str] = {}
+    for a in sorted(actions, key=lambda a: a.at_ns):
+        if a.op in ("crash", "restart"):
+            last[a.params["host"]] = a.op
+    gone = _cut_off_at_end(hosts, actions)
+    return [h for h in hosts if last.get(h) == "restart" and h not in gone]
