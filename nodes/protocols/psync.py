@@ -1,6 +1,6 @@
-"""`psync`: causal order by a context graph (lecture notes 002, "Psync";
-Peterson, Buchholz and Schlichting, *Preserving and using context information in
-IPC*, TOCS 7, 1989), over reliable FIFO multicast (the NACK layer, "Psync: Observations").
+"""`psync`: causal order by a context graph (lecture notes 002, "Psync"; Peterson, Buchholz
+and Schlichting, *Preserving and using context information in IPC*, TOCS 7, 1989), over
+reliable FIFO multicast (the NACK layer, the recovery of "Psync: Observations").
 
 Message ids are <sender, n>. The context graph G holds the delivered messages,
 with an edge from each message to those sent in its context; `leaves(G)` are the messages no
