@@ -1,4 +1,4 @@
-"""Causal order (002 L236-244) by happened-before, with vector clocks over send and fnl.
+"""Causal order (002 "Causal ordering") by happened-before, with vector clocks over send and fnl.
 
 m1 -> m2 when the process that sent m2 had sent or fnl-delivered m1 before sending it, closed
 transitively: m1 -> m2 -> m3 puts m1 in m3's causal past even at a node that never delivers

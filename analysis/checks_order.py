@@ -208,7 +208,7 @@ def _causal_shown(recs: Records) -> list[dict[str, Any]]:
 
 def causal_order(recs: Records, lookup: Lookup,
                  history: FaultHistory | None = None) -> Check:
-    """Per node, the deliveries that must move to restore causal order (002 L236-244), from
+    """Per node, the deliveries that must move to restore causal order (002 "Causal ordering"), from
     the happened-before relation the logs show (analysis/checks_causal.py): the
     smaller of the node's early deliveries (a message before one of its predecessors) and
     late ones (a predecessor after one of its successors). Examples show early deliveries:

@@ -14,7 +14,7 @@ protocol's name and params (each node's config.json), never from a protocol's co
 - the maximum application latency: per message, the latest final delivery minus the
   message's network send (`net`, the tick that carried it; `send` when there is none);
 - `assumptions_hold`: Δ_meas <= Δ, Γ_meas <= Γ (not for the leader-based ones, which assume no
-  clock synchrony, §8 L663) and no reservation refused. Only then is a latency above the bound a
+  clock synchrony, §8) and no reservation refused. Only then is a latency above the bound a
   violation; otherwise the run is flagged and only safety is judged;
 - rates: per process the network's and the application's average message rate over the
   spans it was sending (per incarnation); the check (Thm 3; rates in msgs/s, so 1/Θ is one
@@ -129,7 +129,7 @@ Down = dict[str, list[tuple[int, float]]]
 
 def down_spans(history: Any) -> Down:
     """Per host, the true-time spans it took no steps: crashed until restarted, paused until
-    resumed (`math.inf` when it never came back) -- 004's failed process (§2 L74, §6)."""
+    resumed (`math.inf` when it never came back) -- 004's failed process (§2, §6)."""
     out: Down = {}
     for f in history.intervals:
         if f.kind in ("crash", "pause"):
@@ -139,10 +139,10 @@ def down_spans(history: Any) -> Down:
 
 
 def excused(node: str, sent: int, down: Down, bound: int, init: int) -> bool:
-    """Whether Thm 5 (§6.5 L616: "let i and j be two correct processes") leaves the delivery
+    """Whether Thm 5 (§6.5: "let i and j be two correct processes") leaves the delivery
     of a message sent at `sent` at `node` out: `node` failed before the message's deadline
     (`sent + bound`) and the message was sent before its initialization time after it woke
-    had passed (§6.3 L592: a process that recovers delivers "all the messages that were sent at
+    had passed (§6.3: a process that recovers delivers "all the messages that were sent at
     least Δ+2Γ+Θ after [it] wakes up", `init`). A process that was down meanwhile delivers
     late, if at all; one that failed only after the deadline had no excuse to be late."""
     return any(start < sent + bound and sent < stop + init
@@ -187,12 +187,12 @@ def bound_ns(kind: str, delta: int, gamma: int, theta: int, po: int, failures: b
     if kind == "vbr":
         return delta + (2 * gamma if failures else gamma) + theta  # Thm 2, Thm 5
     if kind == "leader":
-        return 2 * delta + po  # §8.1 L675
+        return 2 * delta + po  # §8.1
     if kind == "timestamp-leader":
-        # 004 §8.2.1 L695-699 claims Δ + max(Δ+pO, Θ): case A, m's own timestamp, 2Δ+pO;
+        # 004 §8.2.1 claims Δ + max(Δ+pO, Θ): case A, m's own timestamp, 2Δ+pO;
         # case B, the messages with earlier timestamps, Δ+Θ after m was sent. Case B holds
         # only for blocks requested no later than m was sent. The leader grants in the order
-        # requests reach it (L687), so a block requested up to Δ after m on a shorter path
+        # requests reach it (§8.2), so a block requested up to Δ after m on a shorter path
         # to the leader is granted first, stays open up to Θ and takes up to Δ to arrive:
         # Δ + Θ + Δ. With equal paths to the leader the paper's value is what runs reach.
         return delta + max(delta + po, delta + theta)
@@ -358,7 +358,7 @@ def qos_section(events: Events, skew_ns: float, protocol: str, params: dict[str,
     if not kind:
         return {}
     lossy = protocol == "qos-vbr" and int(params.get("loss_tolerance", 0) or 0) > 0
-    # §7.2 L653: with message loss (x > 0) a lost slot is passed at its deadline, as a crashed
+    # §7.2: with message loss (x > 0) a lost slot is passed at its deadline, as a crashed
     # process is: the bound is Thm 5's Δ+2Γ+Θ
     failures = failures or lossy
     delta = duration_ns(params.get("delta", 50))
@@ -374,7 +374,7 @@ def qos_section(events: Events, skew_ns: float, protocol: str, params: dict[str,
     refused = sum(1 for evs in events.values() for e in evs
                   if e["ev"] == "reserve" and e.get("granted") is False)
     # Thm 5 covers correct processes only; a process down (crashed or paused: the model's
-    # failed process, §6) is correct again Δ+2Γ+Θ after it wakes (§6.3 L592)
+    # failed process, §6) is correct again Δ+2Γ+Θ after it wakes (§6.3)
     init = delta + 2 * gamma + theta
     lat, lat_excused = split_latencies(events, down if kind == "vbr" else None, bound, init)
     worst = max(lat.values(), default=None)

@@ -635,7 +635,7 @@ THETA_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)  # the analytic curve: Θ/4 to 4Θ ar
 
 
 def _theta_html(summaries: list[dict[str, Any]], labels: list[str] | None = None) -> str:
-    """`qos-vbr`'s Θ trade-off (004 L556, Thms 2-3): latency bound Δ+Γ+Θ against the dummy
+    """`qos-vbr`'s Θ trade-off (004 §5.3, Thms 2-3): latency bound Δ+Γ+Θ against the dummy
     overhead 1/Θ per process. One run has one Θ, so its report draws the bound as a curve of Θ
     (the run's Δ, Γ and failure term; overhead 1/Θ) with the run measured as one point; a
     comparison of runs with different Θ (`testbed report RUN RUN...`) draws the measured
@@ -678,7 +678,7 @@ def _theta_html(summaries: list[dict[str, Any]], labels: list[str] | None = None
             "is several runs: compare qos-vbr runs with different Θ (<code>testbed report "
             "RUN RUN...</code>), or <code>python -m bench.qos_theta_sweep</code>."
             if one else "One point per run (sorted by Θ), the dashed curve the bound.")
-    return _section("Θ trade-off (qos-vbr)", "004 L556: a longer slot Θ costs latency (bound "
+    return _section("Θ trade-off (qos-vbr)", "004 §5.3: a longer slot Θ costs latency (bound "
                     "Δ+Γ+Θ, Thm 2), a shorter one dummies (1/Θ per process). " + what,
                     '<div class="grid">' + by_theta + by_over + "</div>")
 

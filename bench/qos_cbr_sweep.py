@@ -4,7 +4,7 @@
 
 The tight set-up of experiments/qos-cbr.yaml (Δ = 40 ms, Γ = 10 ms, offsets ±Γ/2) with an
 application sending `--app-rate` messages/s (Poisson) per host, for a range of reserved CBR
-rates r. Every tick that finds no message carries a DUMMY (004 §4.4 L353: "dummies cost
+rates r. Every tick that finds no message carries a DUMMY (004 §4.4: "dummies cost
 load, not reservation"), so the dummy share of the wire is 1 - app/r; in return a message
 waits less for its tick (at most 1/r) before the Δ+Γ the network part is bounded by.
 Prints a Markdown table: r, dummy share, max network-part latency (tick to last delivery,

@@ -8,7 +8,7 @@ messages/s (Poisson, `max_burst` 10), for Θ from 5 to 80 ms. Every slot a proce
 fill ends with a DUMMY (004 Fig. 7), so the protocol's overhead is about 1/Θ messages/s per
 process (Thm 3: NetAvgRate = AppAvgRate + 1/Θ); in return a message waits at most Θ (the
 end of its slot at the slowest clock) on top of Δ+Γ: the bound Δ+Γ+Θ (Thm 2). The
-"Θ trade-off" of 004 L556: latency against dummy overhead, a Pareto curve.
+"Θ trade-off" of 004 §5.3: latency against dummy overhead, a Pareto curve.
 
 Prints a Markdown table (Θ, bound, overhead measured as (net - app) msgs/s per process and the
 dummy share of the wire, max latency from the network send to the last delivery (what

@@ -1,12 +1,12 @@
 """001 §2.2, Figs. 2.2 and 2.3 on the simulator: throughput against send rate for
 non-adaptive (one sequencer instance, never switching), adaptive (`live`, Fig. 2.1),
-adaptive with payload once (`payload_once`, §2.2.1 L218) and stop-the-flow (`stop`).
+adaptive with payload once (`payload_once`, §2.2.1) and stop-the-flow (`stop`).
 
-Set-up (001 §2.2, L207-214): five nodes, full mesh, 100 Mbit/s per path, 0.1 ms one
+Set-up (001 §2.2.1): five nodes, full mesh, 100 Mbit/s per path, 0.1 ms one
 way; every node sends 5,120-byte messages at a constant rate r; the adaptive runs switch
 between two sequencer instances (both on h1: pure switching overhead) every `--period`
 seconds. Throughput = messages delivered / (last delivery - first send), per node, averaged
-over nodes (L214). The paper sends 5,000 messages per node; we send `--seconds` worth.
+over nodes (§2.2.1). The paper sends 5,000 messages per node; we send `--seconds` worth.
 
     python -m bench.switching_fig22 [--rates 100,200,400,600,800,1000,1200] [--seconds 3]
                                     [--period 0.25] [--json out.json]

@@ -1,5 +1,5 @@
 """Latency per workload phase for the switching policy against each protocol alone
-(beyond 001's evaluation; 001 L130-132 is the claim it tests).
+(beyond 001's evaluation; 001 ch. 2 is the claim it tests).
 
 Runs experiments/switching-policy.yaml (switching with `adapt_to_all: lam`, `adapt_to_one:
 seq`), switching-policy-sequencer.yaml and switching-policy-lamport.yaml on the simulator (the

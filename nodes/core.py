@@ -316,7 +316,7 @@ class NodeCore:
         return Output(sends, timers)
 
     def _reserve(self, a: Reserve, t: int) -> Output:
-        """Admission control answers at once (004 §2.1 L91-93: reservations take effect
+        """Admission control answers at once (004 §2.1: reservations take effect
         immediately); a refusal is logged and counted, and the layer sees it either way."""
         ans = self.reservations.reserve(a.key, a.rate_bps, a.burst_bytes, t)
         lt = self.clock.local(t)

@@ -35,9 +35,9 @@ protocols/base.py: member id by role name). A rule whose role the layer does not
 refuses the datagram (`role`): a missing declaration never lets a forged one through. The
 rules (each with its protocol): ORDER only from the `sequencer`, FETCH only to it (000
 Fig. 1 and the relay); ESTIMATE only to the `coordinator`, DELAY only from it (003 Fig. 7);
-the token only from the `predecessor` in the ring (Totem's ring, 002 L379-384); the
-`leader`'s relayed data and grants only from it, forwarded data and requests only to it (004
-§8.1, §8.2); a membership INSTALL only from the `installer`, the coordinator of the proposal
+the token only from the `predecessor` in the ring (Totem's ring, 002 "Total Ordering: Token
+Based"); the `leader`'s relayed data and grants only from it, forwarded data and requests only to it
+(004 §8.1, §8.2); a membership INSTALL only from the `installer`, the coordinator of the proposal
 this member answered (001 §4.1, nodes/protocols/membership.py M3, M5).
 
 Which message types a protocol's datagrams may carry, and its role rules, are its catalogue

@@ -1,8 +1,8 @@
 """Network reservations of one node: admission control, a token bucket per reservation, and
 the counters `testbed:type=QoS` shows (docs/reservations.md).
 
-The QoS protocols of paper 004 assume reserved bandwidth (§2.1 L91-106): a process reserves
-its rate, and a sender that exceeds it has no guarantee (L106). A layer asks with a `Reserve`
+The QoS protocols of paper 004 assume reserved bandwidth (§2.1): a process reserves
+its rate, and a sender that exceeds it has no guarantee (§2.1). A layer asks with a `Reserve`
 action (nodes/protocols/base.py); the node core hands it to `Reservations.reserve`, which
 admits it when the sum of the node's reservations fits the host's capacity (the topology's
 `qos.rate`), and answers through `Layer.on_reserve_result`.

@@ -3,9 +3,9 @@
 Arrivals (docs/reservations.md "Workloads"):
 - `constant`: one message every 1/rate, from a random phase;
 - `poisson`: exponential gaps of mean 1/rate;
-- `ticks`: the CBR application of 004 §2.1 L97 -- at each 1/rate tick it "can either send or
+- `ticks`: the CBR application of 004 §2.1 -- at each 1/rate tick it "can either send or
   not send a message"; it sends with probability `send_prob`;
-- `vbr`: 004 §2.1 L99-104 -- slots of `slot_ns`; in each slot a burst of k messages, k drawn
+- `vbr`: 004 §2.1 -- slots of `slot_ns`; in each slot a burst of k messages, k drawn
   binomially with at most `max_burst` and mean `avg`·slot, sent back to back at the slot's
   start.
 

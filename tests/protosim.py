@@ -2,7 +2,7 @@
 uniform or explicit delay matrix with loss and jitter, then judge the delivery logs with plain
 Python oracles (the Spark checker suite is exercised separately, in tests/test_protocols.py).
 
-The oracles follow the definitions of 002 (FIFO L44-48, causal L236-244, total L362-365), with
+The oracles follow the definitions of 002 ("FIFO ordering", "Causal ordering", "Total Order"), with
 happened-before rebuilt from the logs alone: m1 -> m2 iff the sender of m2 sent or delivered
 m1 before sending m2, closed transitively (per-node vector clocks over the logs, in true time).
 Each order oracle counts the deliveries that must move, as the checker suite does.

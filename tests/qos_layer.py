@@ -1,7 +1,7 @@
 """A test-only layer that reserves its rate (the QoS protocols' `Reserve`, before they land):
-`fifo` (002 L54-66) that asks for `msgs_per_s` worth of bandwidth at start and renegotiates
-on `on_new_rate`. It sends whatever the workload hands it, so a workload faster than the
-reservation is the misbehaving sender that the transport must police."""
+`fifo` (002 "FIFO Ordering: Implementation") that asks for `msgs_per_s` worth of bandwidth at
+start and renegotiates on `on_new_rate`. It sends whatever the workload hands it, so a workload
+faster than the reservation is the misbehaving sender that the transport must police."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """cbcast across a sender's restart (B4 in nodes/protocols/cbcast.py): a late message of the
 sender's previous incarnation, overtaken by its new incarnation's first message on a slower
 path, is still delivered, and only after what it depends on and before what depends on it
-(causal order, 002 L299-327)."""
+(causal order, 002 "ISIS: CBCAST")."""
 
 from __future__ import annotations
 

@@ -90,7 +90,7 @@ def test_sequencer_fetch_only_to_the_sequencer() -> None:
     assert rejected(seq) == {}
 
 
-# -- token-ring (002 L379-384, Totem): the token only from the predecessor ---------------------
+# -- token-ring (002 "Total Ordering: Token Based", Totem): the token only from the predecessor --
 def test_token_only_from_the_predecessor() -> None:
     core = make_core("token-ring", 2, {})
     ring = core.protocol

@@ -32,7 +32,7 @@ from tests.eventlogs import run_dir_of
 
 ROOT = Path(__file__).resolve().parents[1]
 # h1 -> h3 is slow, h1 -> h2 -> h3 fast: a reply of h2 to h1 overtakes h1's message at h3 (002
-# L244: FIFO reception does not imply causal reception).
+# "Causal ordering": FIFO reception does not imply causal reception).
 TRIANGLE = [[0, 5, 60], [5, 0, 5], [60, 5, 0]]
 RELIABLE = ("sequencer", "seto", "fast-seto", "reliable-nack", "reliable-ack", "cbcast",
             "token-ring", "lamport", "moving-sequencer", "psync", "psync-total")
@@ -80,7 +80,8 @@ def test_fifo_drops_late_messages_and_stays_fifo(tmp_path: Path) -> None:
     late = sum(c.protocol.late for c in sim.cores.values())  # type: ignore[attr-defined]
     logged = sum(1 for evs in events.values() for e in evs if e["ev"] == "late")
     assert late == logged > 0
-    assert ps.agreement(events) > 0  # no reliability: losses are gaps for good (002 L70)
+    # no reliability: losses are gaps for good (002 "FIFO Ordering: Observation")
+    assert ps.agreement(events) > 0
 
 
 def test_token_ring_numbers_are_gap_free_and_unique_when_tokens_are_lost_and_resent(

@@ -1,7 +1,7 @@
 """psync across a sender's restart (C5 in nodes/protocols/psync.py): a late message of the
 sender's previous incarnation, overtaken by its new incarnation's first message on a slower
 path, still enters the context graph, after its deps and before its dependants (causal
-order, 002 L329-352)."""
+order, 002 "Psync")."""
 
 from __future__ import annotations
 

@@ -96,7 +96,7 @@ def test_vbr_rates_and_total_order_with_gaps() -> None:
           ev("late", 206, mid="h1:3"), ev("fnl", 40, mid="h1:1", seq=1)]
     q = qos.qos_section({"h1": h1, "h2": h2}, 0, "qos-vbr",
                         {"delta": 20, "gamma": 5, "theta": 20, "loss_tolerance": 1}, False, True)
-    # x > 0: the §7 protocol passes a lost slot at its deadline, so Thm 5's bound (§7.2 L653)
+    # x > 0: the §7 protocol passes a lost slot at its deadline, so Thm 5's bound (§7.2)
     assert q["bound_ms"] == 50.0 and q["formula"] == "Δ+2Γ+Θ"
     row = q["rate_check"]["per_node"]["h1"]
     assert row["declared"] == 60.0 and row["net"] == 60.0 and row["ok"]
@@ -136,7 +136,7 @@ def paused_receiver(pause_ms: tuple[float, float] | None, sent_ms: float) -> dic
 
 def test_thm5_leaves_out_a_paused_receivers_late_deliveries_only() -> None:
     """Thm 5 (004 §6.5) bounds the latency between correct processes; a paused process is
-    the model's failed one, correct again Δ+2Γ+Θ after it wakes (§6.3 L592). The same late
+    the model's failed one, correct again Δ+2Γ+Θ after it wakes (§6.3). The same late
     delivery (300 ms against 50) is a violation when the receiver was not down, when it
     paused only after the message's deadline, and when the message was sent after its
     initialization time had passed."""

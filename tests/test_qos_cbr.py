@@ -40,7 +40,7 @@ def test_update_gives_the_briefs_test_vectors() -> None:
 
 
 def test_porder_is_the_virtual_time_order_after_any_rate_changes() -> None:
-    """Invariant (004 §4.1 L206): pairs (i, k), k < rate[i], sorted by k/rate[i], ties by the
+    """Invariant (004 §4.1): pairs (i, k), k < rate[i], sorted by k/rate[i], ties by the
     insertion order (a process moves last each time its rate changes)."""
     rng = random.Random(4)
     for _ in range(200):
@@ -205,7 +205,7 @@ def test_full_sim_run_meets_its_expectations(tmp_path: Path) -> None:
 
 
 def test_loss_leaves_gaps_but_never_breaks_the_total_order(tmp_path: Path) -> None:
-    """Beyond §4 (which assumes no loss, L163): message K fills entry K whatever was lost
+    """Beyond §4 (which assumes no loss): message K fills entry K whatever was lost
     before it, and a lost rate message halts its sender's stream, so 5% loss, reordering
     jitter and renegotiations leave gaps, never two orders (the nightly's partitions)."""
     cfgs = protosim.configs("qos-cbr", tmp_path, n=4, delay_ms=10, jitter_ms=2, loss=0.05,

@@ -81,7 +81,7 @@ def test_timestamp_leader_reaches_the_papers_value_on_equal_paths(
 def test_timestamp_leader_bursts_above_max_burst_lose_the_bound_not_the_order(
         tmp_path: Path) -> None:
     """Negative control: a Poisson application at 300/s, six messages a slot on average,
-    exceeds k = 3 per slot (opens further blocks in the slot, L106: no guarantee); the
+    exceeds k = 3 per slot (opens further blocks in the slot, §2.1: no guarantee); the
     oracle sees the bound, 2Δ+Θ = 40 ms, broken while the order holds."""
     ev, q = _ts_run(tmp_path, 10.0, 300.0, "poisson")
     assert protosim.total_order_pairs(ev) == 0 and protosim.agreement(ev) == 0

@@ -89,7 +89,7 @@ def counts(events: Events, ev: str) -> dict[str, int]:
 
 
 def test_vbr_tight_setup_reaches_delta_gamma_theta_and_never_passes_it(tmp_path: Path) -> None:
-    """Thm 2's tight set-up (004 L537-545): h1 idle and Γ/2 behind, h3 Γ/2 ahead and sending at
+    """Thm 2's tight set-up (004 §5.3): h1 idle and Γ/2 behind, h3 Γ/2 ahead and sending at
     (a sliding phase of) its slot starts, h1 -> h2 taking the whole Δ. Bound 40+10+20 = 70 ms."""
     cfgs = vbr_configs(tmp_path, matrix=[[0, 40, 5], [5, 0, 5], [5, 5, 0]],
                        offsets_ms=[-5, 0, 5], senders={2}, rate=49.9, duration_s=10,
@@ -279,7 +279,7 @@ def test_crash_mid_multicast_leaves_gaps_only_of_the_crashed_sender(tmp_path: Pa
 
 class BoundedLoss(LinkModel):
     """Loss with probability P, never more than X_MAX consecutive datagrams on one path (the
-    model of 004 §7 L631: at most x consecutive losses per sender); no delay variation."""
+    model of 004 §7: at most x consecutive losses per sender); no delay variation."""
 
     P = 0.1
     X_MAX = 2

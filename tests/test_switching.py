@@ -527,7 +527,7 @@ def test_a_crash_during_a_switch_does_not_block_its_end(tmp_path: Path) -> None:
 
 
 def test_policy_follows_the_workload_from_one_sender_to_all_and_back(tmp_path: Path) -> None:
-    """Beyond the paper (001 L130-132): h1 sends alone, all four send from 2 s to 4 s
+    """Beyond the paper (001 ch. 2): h1 sends alone, all four send from 2 s to 4 s
     (`workload.sending`), then h1 alone again. The lowest member's policy switches
     sequencer -> lamport when every member sends and back when one does; each switch is
     logged with reason `policy`, and the deliveries keep one total order."""
@@ -645,7 +645,7 @@ def test_rabp_discards_old_instance_deliveries_batched_after_the_change(
 @pytest.mark.spark
 def test_a_stub_waiting_for_its_payload_holds_the_rest_of_its_batch(
         tmp_path: Path, spark: Any) -> None:
-    """Payload-once (001 §2.2.1 L218): a stub delivered by the old instance before its
+    """Payload-once (001 §2.2.1): a stub delivered by the old instance before its
     payload reached the new one holds the old instance's sequence (`stub_wait`). Under loss
     and duplication an ORDER batch can carry the SWITCH, then such a stub, then more: the
     entries after the stub were once delivered past it (the batch had started with nothing

@@ -317,8 +317,8 @@ def test_qos_cbr_outside_its_model_measures_the_assumptions_and_judges_no_bound(
 def test_a_link_delay_change_reorders_so_fifo_stalls_as_claimed(tmp_path: Path) -> None:
     """Found by `testbed explore` (fifo, seed 2070): a `link` fault raising a path's delay to
     170 ms for 106 ms. When it ends, datagrams sent after it overtake those still in flight,
-    which FIFO without reliability drops (002 L54-66): the run stalls, and the verdict must
-    say the claim does not cover it instead of failing the run."""
+    which FIFO without reliability drops (002 "FIFO Ordering: Implementation"): the run stalls,
+    and the verdict must say the claim does not cover it instead of failing the run."""
     from analysis.judge import judge_run
 
     body = f"""topology: {ROOT / 'topologies/two-sites.yaml'}

@@ -61,10 +61,10 @@ if TYPE_CHECKING:
 # The checks a protocol can claim: the keys of summary.json's `checks` (analysis/checks.py).
 CHECKS = ("total_order", "fifo_order", "causal_order", "agreement", "integrity", "validity")
 # What reliable FIFO multicast promises (002, "Reliable FIFO"), and what a total order by one
-# numbering authority (a fixed sequencer, 000 Fig. 1, 003 Fig. 2; or a token, 002 L379-384)
-# adds to it: total order, and causal order too, since a message is numbered after everything
-# its sender had delivered when sending it. Lamport timestamps order messages consistently
-# with happened-before (the clock condition), so `lamport` claims the same.
+# numbering authority (a fixed sequencer, 000 Fig. 1, 003 Fig. 2; or a token, 002 "Total
+# Ordering: Token Based") adds to it: total order, and causal order too, since a message is numbered
+# after everything its sender had delivered when sending it. Lamport timestamps order messages
+# consistently with happened-before (the clock condition), so `lamport` claims the same.
 RELIABLE_FIFO = frozenset({"fifo_order", "agreement", "integrity", "validity"})
 SEQUENCER_TOTAL = RELIABLE_FIFO | {"total_order", "causal_order"}
 
@@ -242,21 +242,23 @@ PRIMARY_HAZARDS = (
 # the two numberings' members then order, and deliver, different messages.
 MOVING_SEQUENCER_HAZARDS = (
     Hazard(frozenset({"total_order", "causal_order", "agreement"}), frozenset({"crash"}),
-           reason="001 L130 (Chang-Maxemchuk) without token-site reformation: a token "
+           reason="001 ch. 2 (Chang-Maxemchuk) without token-site reformation: a token "
                   "re-passed after a crash conflicts with an ORDER of the crashed member that "
                   "some members never got (two numberings; with loss, or with two crashes and "
                   "restarts alone: explore seed 7266)"),
 )
-# Psync's waves (002 L386-390) assume no failures: the survivors' waves can differ.
+# Psync's waves (002 "Total Ordering: History Based") assume no failures: the survivors'
+# waves can differ.
 PSYNC_TOTAL_HAZARDS = tuple(
     Hazard(frozenset({"total_order", "causal_order"}), frozenset({"crash", cut}),
-           reason="002 L386-390 is failure-free: a crashed sender's last messages that loss or "
+           reason='002 "Total Ordering: History Based" is failure-free: a crashed sender\'s '
+                  "last messages that loss or "
                   "a cut kept from some members make the survivors' waves differ (explore "
                   "seeds 5147, 9087)")
     for cut in ("partition", "loss"))
 
-# Sender-based repair (002 "Reliable FIFO: Negative Acknowledgement", L120-181; Lamport's
-# order, L366-369, and Psync over the same repair): only the sender answers a gap, no member
+# Sender-based repair (002 "Recovering Lost Messages"; Lamport's
+# order, "Total Order", and Psync over the same repair): only the sender answers a gap, no member
 # relays another's message. A sender that crashes while loss or a cut kept its last messages
 # from some members leaves them at the members that got them: agreement on a crashed
 # sender's messages is not claimed then (found by `testbed explore`, seeds 18, 5015 and 30139), nor
@@ -265,7 +267,8 @@ PSYNC_TOTAL_HAZARDS = tuple(
 # lives (SEQUENCER_HAZARDS).
 SENDER_REPAIR_HAZARDS = tuple(
     Hazard(frozenset({"agreement"}), faults,
-           reason="002 L120-181 repairs from the sender only: the last messages of a sender "
+           reason='002 "Recovering Lost Messages" repairs from the sender only: the last '
+                  "messages of a sender "
                   "that crashed or was cut off for good stay at the members they reached")
     for faults in (frozenset({"crash", "partition"}), frozenset({"crash", "loss"}),
                    frozenset({UNHEALED})))
@@ -280,12 +283,13 @@ SEQUENCER_HAZARDS = tuple(
                   "here: its last ORDERs, which loss or a cut kept from some members, are "
                   "repaired by the sequencer alone and stay at the members they reached")
     for cut in ("loss", "partition"))
-# Totem's single ring (002 L379-384) leaves a crash to its membership protocol: the token is
-# lost and with it the retransmission requests it carries (K3a), so what loss or a cut kept
-# from some members stays at the members it reached.
+# Totem's single ring (002 "Total Ordering: Token Based") leaves a crash to its membership
+# protocol: the token is lost and with it the retransmission requests it carries (K3a), so what loss
+# or a cut kept from some members stays at the members it reached.
 TOKEN_RING_HAZARDS = tuple(
     Hazard(frozenset({"agreement"}), frozenset({"crash", cut}),
-           reason="002 L379-384 (Totem single ring) leaves a crash to its membership "
+           reason='002 "Total Ordering: Token Based" (Totem single ring) leaves a crash to '
+                  "its membership "
                   "protocol, not run here: the token stops and its retransmissions with it, "
                   "so messages loss or a cut kept from some members stay at the others")
     for cut in ("loss", "partition"))
@@ -297,12 +301,12 @@ SWITCHING_HAZARDS = (
            reason="001 §4.1.2: a member restarted after a switch lost its progress and leaves "
                   "the group for good; its new incarnation's messages are not delivered"),
 )
-# Psync (002 L329-352): a restarted receiver joins each sender's chain where it finds it (C6)
+# Psync (002 "Psync"): a restarted receiver joins each sender's chain where it finds it (C6)
 # and takes what came before as delivered without its context, so its new incarnation may
 # deliver a message before one its predecessor in the chain depended on.
 PSYNC_HAZARDS = SENDER_REPAIR_HAZARDS + (
     Hazard(frozenset({"causal_order"}), frozenset({"crash"}),
-           reason="002 L329-352 has no state transfer: a restarted receiver joins each chain "
+           reason='002 "Psync" has no state transfer: a restarted receiver joins each chain '
                   "mid-way without the context of what it skipped"),
 )
 
@@ -444,16 +448,18 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("reliable-ack", reliable_ack.WIRE_ID, reliable_ack.ReliableAck,
           reliable_ack.ReliableAckParams, RELIABLE_FIFO,
           liveness=Liveness(RELIABLE_LIVE,
-                            note="002 L156-167: a message is resent until acknowledged; a "
+                            note='002 "Reliable FIFO: Positive Acknowledgement": a message is '
+                                 "resent until acknowledged; a "
                                  "suspected receiver is parked and caught up when heard again"),
           hazards=SENDER_REPAIR_HAZARDS,
-          summary="reliable FIFO multicast with positive acknowledgements (002 L120-181)"),
+          summary="reliable FIFO multicast with positive acknowledgements (002 "
+                  '"Reliable FIFO: Positive Acknowledgement")'),
     Entry("cbcast", cbcast.WIRE_ID, cbcast.Cbcast, ReliableParams,
           RELIABLE_FIFO | {"causal_order"},
-          liveness=Liveness(LINK_LIVE, note="002 L299-327: without ISIS's flush a crashed "
+          liveness=Liveness(LINK_LIVE, note='002 "ISIS: CBCAST": without ISIS\'s flush a crashed '
                                             "sender's lost message holds its dependants"),
           hazards=SENDER_REPAIR_HAZARDS,
-          summary="causal order with vector clocks, ISIS CBCAST (002 L299-327)"),
+          summary='causal order with vector clocks, ISIS CBCAST (002 "ISIS: CBCAST")'),
     Entry("token-ring", token_ring.WIRE_ID, token_ring.TokenRing, token_ring.TokenRingParams,
           SEQUENCER_TOTAL, edge=TOKEN_RING_EDGE,
           liveness=Liveness(LINK_LIVE, note="Totem: a crashed member breaks the ring "
@@ -461,34 +467,35 @@ CATALOGUE: tuple[Entry, ...] = (
           hazards=TOKEN_RING_HAZARDS,
           tagged_ok=True,
           summary="total order by a rotating token carrying the sequence number (002 "
-                  "L379-384, Totem single ring)"),
+                  '"Total Ordering: Token Based", Totem single ring)'),
     Entry("lamport", lamport.WIRE_ID, lamport.Lamport, lamport.LamportParams, SEQUENCER_TOTAL,
           liveness=Liveness(LINK_LIVE, note="Lamport 1978: delivery waits for a later "
                                             "message of every member; a crash stops it"),
           hazards=SENDER_REPAIR_HAZARDS,
           tagged_ok=True,
           summary="symmetric total order by Lamport timestamps and acknowledgements (002 "
-                  "L366-369, Lamport 1978)"),
+                  '"Total Order", Lamport 1978)'),
     Entry("moving-sequencer", moving_sequencer.WIRE_ID, moving_sequencer.MovingSequencer,
           moving_sequencer.MovingSequencerParams, SEQUENCER_TOTAL,
           liveness=Liveness(LINK_LIVE, note="Chang-Maxemchuk: no token-site reformation, a "
                                             "crashed site stops the order"),
           hazards=MOVING_SEQUENCER_HAZARDS + SENDER_REPAIR_HAZARDS,
           tagged_ok=True,
-          summary="total order by a sequencer role rotating with a token (001 L130, "
+          summary="total order by a sequencer role rotating with a token (001 ch. 2, "
                   "Chang-Maxemchuk)"),
     Entry("psync", psync.WIRE_ID, psync.Psync, ReliableParams, RELIABLE_FIFO | {"causal_order"},
-          liveness=Liveness(LINK_LIVE, note="002 L329-352: a crashed sender's lost message "
+          liveness=Liveness(LINK_LIVE, note='002 "Psync": a crashed sender\'s lost message '
                                             "holds its dependants in the context graph"),
           hazards=PSYNC_HAZARDS,
-          summary="causal order by a context graph, Psync (002 L329-352)"),
+          summary='causal order by a context graph, Psync (002 "Psync")'),
     Entry("psync-total", psync_total.WIRE_ID, psync_total.PsyncTotal,
           psync_total.PsyncTotalParams, SEQUENCER_TOTAL,
-          liveness=Liveness(LINK_LIVE, note="002 L386-390: a wave waits for every "
+          liveness=Liveness(LINK_LIVE, note='002 "Total Ordering: History Based": a wave '
+                                            "waits for every "
                                             "participant; a crashed one stops it"),
           hazards=SENDER_REPAIR_HAZARDS + PSYNC_TOTAL_HAZARDS,
           summary="total order from Psync's causal order by waves, with NULLs (002 "
-                  "L386-390)"),
+                  '"Total Ordering: History Based")'),
     Entry("qos-vbr", qos_vbr.WIRE_ID, qos_vbr.QosVbr, qos_vbr.QosVbrParams,
           frozenset({"total_order", "integrity"}), bound="vbr",
           liveness=Liveness(frozenset({"crash"}),
@@ -519,15 +526,15 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("leader", leader.WIRE_ID, leader.Leader, leader.LeaderParams,
           RELIABLE_FIFO | {"total_order"}, bound="leader", edge=LEADER_EDGE,
           liveness=Liveness(frozenset({"clock"}), note="004 §8 assumes no failures and no "
-                                                       "loss; no clock synchrony (L663)"),
-          model=Model(clocks=False, source="004 §2.1, §8 (no failures, L663)"),
+                                                       "loss; no clock synchrony"),
+          model=Model(clocks=False, source="004 §2.1, §8 (no failures)"),
           summary="leader broadcast over reserved rates, latency <= 2Δ+pO (004 §8.1)"),
     Entry("timestamp-leader", timestamp_leader.WIRE_ID, timestamp_leader.TimestampLeader,
           timestamp_leader.TimestampLeaderParams, RELIABLE_FIFO | {"total_order"},
           bound="timestamp-leader", edge=TIMESTAMP_LEADER_EDGE,
           liveness=Liveness(frozenset({"clock"}), note="004 §8 assumes no failures and no "
-                                                       "loss; no clock synchrony (L663)"),
-          model=Model(clocks=False, source="004 §2.1, §8 (no failures, L663)"),
+                                                       "loss; no clock synchrony"),
+          model=Model(clocks=False, source="004 §2.1, §8 (no failures)"),
           summary="blocks of timestamps granted by a leader, latency <= 2Δ+max(pO, Θ) (004 "
                   "§8.2.1 with unequal paths to the leader; Δ+max(Δ+pO, Θ) with equal ones)"),
     Entry("switching", switching.WIRE_ID, _hosting(switching.Switching), switching.SwitchingParams,
@@ -543,9 +550,11 @@ CATALOGUE: tuple[Entry, ...] = (
                                  "each instance must itself survive the fault plan")),
     Entry("fifo", fifo.WIRE_ID, fifo.Fifo, CommonParams, frozenset({"fifo_order", "integrity"}),
           liveness=Liveness(frozenset({"duplicate", "crash", "clock"}),
-                            note="002 L54-66: a lost or overtaken datagram is never "
+                            note='002 "FIFO Ordering: Implementation": a lost or overtaken '
+                                 "datagram is never "
                                  "delivered"),
-          summary="FIFO without reliability, late messages dropped (002 L54-66)"),
+          summary="FIFO without reliability, late messages dropped (002 "
+                  '"FIFO Ordering: Implementation")'),
 )
 
 _BY_NAME: dict[str, Entry] = {}

@@ -1,22 +1,22 @@
-"""`cbcast`: causal order with vector clocks, ISIS CBCAST (lecture notes 002, "Causal Ordering:
-ISIS CBCAST", L299-327), over reliable FIFO multicast (the NACK layer; L322: "positive ack or
-negative ack techniques can be used in conjunction to recover from message losses").
+"""`cbcast`: causal order with vector clocks, ISIS CBCAST (lecture notes 002, "ISIS:
+CBCAST"), over reliable FIFO multicast (the NACK layer; "CBCAST Observations": "positive
+ack or negative ack techniques can be used in conjunction to recover from message losses").
 
-State: the vector VT_j and a hold-back buffer (L302). The notes start VT at -1; here, as
+State: the vector VT_j and a hold-back buffer. The notes start VT at -1; here, as
 everywhere in the project, numbers start at 1, so VT_j[k] = how many of k's messages j has
 delivered (initially 0) and a message's own entry equals its `mno`.
-- B1 multicast m at i (L303-305): VT_i[i] += 1; t_m := VT_i; R-multicast (m, t_m); deliver m
+- B1 multicast m at i: VT_i[i] += 1; t_m := VT_i; R-multicast (m, t_m); deliver m
   to self at once;
-- B2 receive (m, t_m) from i != j (L307-313): t_m[i] <= VT_j[i] is a duplicate (ours, needed
+- B2 receive (m, t_m) from i != j: t_m[i] <= VT_j[i] is a duplicate (ours, needed
   over retransmissions): discard. Otherwise hold m until (1) VT_j[i] = t_m[i] - 1 and
   (2) VT_j[k] >= t_m[k] for every k != i;
-- B3 deliver m (L315-316): VT_j[k] := max(VT_j[k], t_m[k]) for every k, then re-scan the
+- B3 deliver m: VT_j[k] := max(VT_j[k], t_m[k]) for every k, then re-scan the
   hold-back buffer until nothing more is deliverable.
 
-Wire: t_m is a payload prefix of n unsigned 32-bit entries in member order (4n bytes, L324),
-then the application payload; each message held back is logged as `hold`. Group membership and
-flush (ISIS) are out of scope: a crashed sender's lost message holds its dependants for ever
-(L356-360).
+Wire: t_m is a payload prefix of n unsigned 32-bit entries in member order (4n bytes,
+"CBCAST Observations"), then the application payload; each message held back is logged as `hold`.
+Group membership and flush (ISIS) are out of scope: a crashed sender's lost message holds its
+dependants for ever (002 "Causal ordering: Issues").
 
 Restarts (B2's conditions compare counts that never go back; integrity): a restarted process
 used to start VT_i[i] at 0 again, so its new messages carried t_m[i] <= VT_j[i] and every
@@ -35,8 +35,8 @@ continue and
   OLD_j[k] >= t_m[k] (delivered here: causal order, B2 (2)); one in a range older still, or
   of a stream this receiver never counted, is lost with it and counts as met. An old tail
   lost for good holds only its own dependants, as a crashed sender's lost message does
-  (L356-360; no liveness is claimed under a crash): the new stream waits for it only
-  through a dependant;
+  (002 "Causal ordering: Issues"; no liveness is claimed under a crash): the new stream waits
+  for it only through a dependant;
 - B5 (ours) a restarted receiver joins each sender's stream at the first message reliable
   FIFO hands it (which joins from the present too): VT_j[i] := t_m[i] - 1 then. A
   dependency on a sender it has not heard from since its restart holds until it does.
@@ -140,7 +140,7 @@ class Cbcast(OnReliable):
         return count is None or x <= count
 
     def _deliverable(self, i: int, t_m: list[int]) -> bool:
-        """B2's conditions (1) and (2) (L309-313), B4's old stream included."""
+        """B2's conditions (1) and (2), B4's old stream included."""
         if self._count(i, t_m[i]) != t_m[i] - 1:
             return False
         for k, x in enumerate(t_m):
@@ -151,7 +151,7 @@ class Cbcast(OnReliable):
         return True
 
     def _deliver(self, i: int, t_m: list[int], msg: Message) -> list[Action]:
-        """B3 (L315-316); a late old-range message advances OLD_j[i] (B4)."""
+        """B3; a late old-range message advances OLD_j[i] (B4)."""
         if t_m[i] // INCARNATION_SPAN < self.vt[i] // INCARNATION_SPAN:
             self.old[i] = t_m[i]
         for k, x in enumerate(t_m):

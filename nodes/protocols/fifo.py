@@ -1,13 +1,13 @@
 """`fifo`: FIFO multicast without reliability, late messages dropped (lecture notes 002,
-"FIFO Ordering: Implementation", L54-66).
+"FIFO Ordering: Implementation").
 
 The rules, with the project's 1-based numbers (002 starts C_i at 0 and V at -1):
-- A0.1 send m: attach <i, C_i> (header `rseq`), C_i += 1 (L56-60);
-- A0.2 receive m = <i, c>: if V[i] < c, deliver m and V[i] := c; else discard it (L61-66).
+- A0.1 send m: attach <i, C_i> (header `rseq`), C_i += 1;
+- A0.2 receive m = <i, c>: if V[i] < c, deliver m and V[i] := c; else discard it.
 
-Nothing is retransmitted (L70: "no reliability"), so a lost datagram is a gap for good and a
-reordered one arrives late and is dropped: the baseline that shows what loss does to every
-check. It claims FIFO order and integrity only. Each discard is logged as `late`.
+Nothing is retransmitted ("FIFO Ordering: Observation": "no reliability"), so a lost datagram
+is a gap for good and a reordered one arrives late and is dropped: the baseline that shows what loss
+does to every check. It claims FIFO order and integrity only. Each discard is logged as `late`.
 
 Restarts (integrity; A0.2's V[i] assumes C_i never goes back): a restarted process used to
 number from 1 again, so its receivers, whose V[i] still held the old incarnation's count,

@@ -1,5 +1,5 @@
 """`lamport`: symmetric total order with Lamport timestamps and acknowledgements (the
-timestamp-based family of the lecture notes 002 L366-369; 001 sec. 2 L132 "logical clocks
+timestamp-based family of the lecture notes 002 "Total Order"; 001 ch. 2 "logical clocks
 [13]"; Lamport, CACM 1978). *Reconstructed*: the notes give no rules; these are the standard
 ones (numbered L1-L4 here), over reliable FIFO multicast (the NACK layer), since
 the delivery rule needs per-pair FIFO channels without loss.

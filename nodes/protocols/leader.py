@@ -1,16 +1,16 @@
-"""`leader`: leader-based broadcast with reserved rates (004 §8.1, L665-683; rules rebuilt
+"""`leader`: leader-based broadcast with reserved rates (004 §8.1; rules rebuilt
 from the description; numbered LB1-LB5 here).
 
 - LB1 broadcast(m) at i != L: unicast FWD(origin=i, mno) to the leader L; at L: LB2 at once.
 - LB2 the leader appends each FWD (and its own messages) to its relay queue and relays them in
   arrival order: g += 1, multicast SEQDATA(seq=g, origin, mno). The time from receipt to relay
-  is the processing overhead pO (L673-677), logged per message as `relay` (`po_ns`); the
+  is the processing overhead pO (§8.1), logged per message as `relay` (`po_ns`); the
   optional `leader_service_us` models the leader's CPU as a single server.
 - LB3 every process delivers SEQDATA in the order of g: FIFO from L is the total order.
 - LB4 reservations: each i != L reserves its rate towards L (unicast), L reserves the sum of
-  all rates towards everyone (L667, L683).
+  all rates towards everyone (§8.1).
 
-No failures, no clock synchrony (L663). AppLatency = 2Δ + pO (L675): analysis/qos.py judges the
+No failures, no clock synchrony (§8). AppLatency = 2Δ + pO (§8.1): analysis/qos.py judges the
 latency against 2Δ + max pO. Runs over the unreliable per-pair FIFO channel
 (nodes/protocols/qos_common.py), like the symmetric QoS protocols; a gap in g is waited for.
 """

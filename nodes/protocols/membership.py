@@ -1,4 +1,4 @@
-"""Partitionable, view-synchronous group membership (001 §4.1 L414-416, the service the
+"""Partitionable, view-synchronous group membership (001 §4.1, the service the
 primary-partition layer needs; coordinator-based, as docs/protocols.md "primary" describes).
 
 It is fed by the node's heartbeat failure detector (nodes/protocols/failure_detector.py): a
@@ -32,7 +32,7 @@ process's *reachable set* is itself plus every member it does not suspect. Rules
   partition): the coordinator proposes again above it;
 - M6 a member that is not in one view with the lowest process it reaches (it is not the
   coordinator) sends that process JOIN every `retry`, which makes it propose a view with
-  both. Cause once seen (liveness, 001 §4.1 L414-416: the membership supports join): a
+  both. Cause once seen (liveness, 001 §4.1: the membership supports join): a
   clock jump made h3's detector suspect everyone, h3 installed the view {h3} and blocked;
   when it unsuspected them, the lowest process had never suspected h3 and its view was
   still everyone's, so no one proposed and h3 stayed alone for good (explore seed 40869).

@@ -1,5 +1,5 @@
-"""`moving-sequencer`: total order by a sequencer role that rotates around the ring (001 sec. 2
-L130: "the sequencer role is rotated among processes"; Chang and Maxemchuk, *Reliable
+"""`moving-sequencer`: total order by a sequencer role that rotates around the ring (001 ch. 2:
+"the sequencer role is rotated among processes"; Chang and Maxemchuk, *Reliable
 broadcast protocols*, TOCS 2(3), 1984). *Reconstructed*: 002 has no rules for it; these are
 the rules M1-M4 below, over reliable FIFO multicast (the NACK layer) as the fixed sequencer is.
 

@@ -11,7 +11,7 @@ Stack (one process):
          primary counter, so a stale instance's traffic is recognised by that tag alone
 ```
 
-Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
+Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1.1-4.1.2):
 - P1 bootstrap: the `bootstrap` host starts as primary with counter 1 and last primary
   {itself}; everyone else is fresh and joins it through P4/P6 in the first view.
 - P2 (paper rule, `primary_rule: majority`) a primary member seeing a view V that holds a
@@ -29,7 +29,7 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1 L422-426):
   none of them can have taken part in a primary I missed; otherwise V is probed (P3), and
   the member that missed the intermediate primary is excluded (P7).
   Cause once seen (agreement and total order under a crash of the view's sequencer with
-  loss): the shortcut stands on view synchrony (001 §4.1 L414-416: members that move
+  loss): the shortcut stands on view synchrony (001 §4.1: members that move
   together delivered the same in the old view), but membership installs after
   `flush_timeout` without it. Members the dead sequencer's last ORDERs had reached unevenly
   installed at once with different histories; nobody transferred state to the one behind,
@@ -395,7 +395,7 @@ class Primary(LayerBase):
 
     # -- management (testbed:type=Membership) -----------------------------------------------
     def managed(self, host: ManagedHost) -> list[Managed]:
-        """`testbed:type=Membership` (001 4.2 L432-436, Appia's `view`, `blocked`,
+        """`testbed:type=Membership` (001 4.2, Appia's `view`, `blocked`,
         `set_primary`): the view, whether it is primary, blocked, the primary counter; the
         operation `setPrimary` makes a blocked (or fresh) node's view the primary one (P9).
         On a node already in a primary view it is refused with a one-line error and changes

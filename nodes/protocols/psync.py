@@ -1,21 +1,21 @@
-"""`psync`: causal order by a context graph (lecture notes 002, "Causal Ordering: Psync",
-L329-352; Peterson, Buchholz and Schlichting, *Preserving and using context information in
-IPC*, TOCS 7, 1989), over reliable FIFO multicast (the NACK layer, L347's recovery).
+"""`psync`: causal order by a context graph (lecture notes 002, "Psync"; Peterson, Buchholz
+and Schlichting, *Preserving and using context information in IPC*, TOCS 7, 1989), over
+reliable FIFO multicast (the NACK layer, the recovery of "Psync: Observations").
 
-Message ids are <sender, n> (L335-336). The context graph G holds the delivered messages,
+Message ids are <sender, n>. The context graph G holds the delivered messages,
 with an edge from each message to those sent in its context; `leaves(G)` are the messages no
 delivered message depends on yet. The rules, numbered here:
-- C1 multicast m (L338-339): deps := leaves(G); attach deps; add m to G (an edge from every
+- C1 multicast m: deps := leaves(G); attach deps; add m to G (an edge from every
   leaf to m, so m is now the only leaf of that context); deliver m to self;
-- C2 receive m (L340-341): once every id in deps is in G, add m to G and deliver it; until
+- C2 receive m: once every id in deps is in G, add m to G and deliver it; until
   then hold it, and retry the held messages whenever a message enters G.
 
-G is kept compact (C4, answering L360 "When can a message be purged from context
-graph?"): delivery is causal, so what G holds of each sender's chain is a prefix, and G is one
-number per sender plus the current leaves; nothing else needs keeping. Recovery of a lost
-dependency (C3) is the reliable layer's. The trade-off against CBCAST (002 L324): a deps list
-costs 2 + 6k bytes for k leaves (k is at most n and usually smaller: concurrent messages only)
-against CBCAST's fixed 4n.
+G is kept compact (C4, answering "Causal ordering: Issues": "When can a message be purged
+from context graph?"): delivery is causal, so what G holds of each sender's chain is a prefix, and G
+is one number per sender plus the current leaves; nothing else needs keeping. Recovery of a lost
+dependency (C3) is the reliable layer's. The trade-off against CBCAST (002 "CBCAST
+Observations"): a deps list costs 2 + 6k bytes for k leaves (k is at most n and usually smaller:
+concurrent messages only) against CBCAST's fixed 4n.
 
 Restarts (C2 reads "every id in deps is in G" off one prefix number per sender, which
 assumes a sender's numbers never go back; integrity): a restarted process used to number its
@@ -32,8 +32,8 @@ convention), and
   its deps are in G, like any other; a dependency on the old chain is in G once it entered
   (causal order), one in a range older still, or of a chain this receiver never counted, is
   lost with it and counts as in G. An old tail lost for good holds only its own dependants,
-  as a crashed sender's lost message does (L356-360; no liveness is claimed under a
-  crash): the new chain waits for it only through a dependant;
+  as a crashed sender's lost message does (002 "Causal ordering: Issues"; no liveness is
+  claimed under a crash): the new chain waits for it only through a dependant;
 - C6 (ours) a restarted receiver's G holds its own old chain (the prefix starts at its base)
   and joins each sender's chain at the first message reliable FIFO hands it (prefix := n - 1).
   A dependency on a sender it has not heard from since its restart holds until it does.

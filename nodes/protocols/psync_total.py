@@ -1,7 +1,7 @@
 """`psync-total`: history-based total order built from Psync's causal order (lecture notes 002
-L386-390: "Total order is constructed from causal order", citing Psync; 001 sec. 2 L132: the
-symmetric family delivers "according to their partial order and concurrent messages are
-totally ordered using some deterministic algorithm", with latency close to D + t).
+"Total Ordering: History Based": "Total order is constructed from causal order", citing
+Psync; 001 ch. 2: the symmetric family delivers "according to their partial order and concurrent
+messages are totally ordered using some deterministic algorithm", with latency close to D + t).
 *Reconstructed*: the notes give two lines; this is a wave algorithm (rules W0-W3 below).
 
 - W0 U := the causally delivered (nodes/protocols/psync.py) but not yet totally delivered

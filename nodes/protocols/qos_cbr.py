@@ -4,24 +4,24 @@ Every process declares a rate r (messages/s) and sends exactly one message per 1
 next queued message, or a header-only DUMMY -- on the grid `E + K/r` of the common epoch E
 (nodes/protocols/qos_common.py). Every process delivers along the same schedule `Porder`:
 one "second" (cycle) with r_j entries for process j, the pairs (j, k), k < r_j, sorted by the
-fraction k/r_j, ties in insertion order (§4.1 L206). Message K of j fills j's K-th entry
+fraction k/r_j, ties in insertion order (§4.1). Message K of j fills j's K-th entry
 (modulo the cycle), so the delivery order depends only on the rates, and the latency from a
-message's tick to its delivery at every process is at most Δ+Γ (Theorem 1, L345-349).
+message's tick to its delivery at every process is at most Δ+Γ (Theorem 1).
 
 Rules (numbered here, with the paper's lines):
 - C1 init-rate at start, ahead of E: reserve, multicast RATE(init, r) out of the tick grid;
   ticks from E.
-- C3 a RATE(init) at the head of Rqueue[j] sets rate[j] (Fig. 4 update-rate, L240-243).
+- C3 a RATE(init) at the head of Rqueue[j] sets rate[j] (Fig. 4 update-rate).
 - C4 start-deliver once every rate is known: Porder of process 0, then Update inserts the
-  others one by one (Fig. 4 L248-257).
-- C6 at each tick: the head of Squeue, or a DUMMY (Fig. 4 net-mcast L271-276, dummy L280-283
+  others one by one (Fig. 4).
+- C6 at each tick: the head of Squeue, or a DUMMY (Fig. 4 net-mcast, dummy
   with the precondition "Squeue is empty", ours: the figure omits it). The next deadline is
   computed from the previous *deadline*, never from the clock reading at which the timer
   fired.
-- C8 deliver / handle-dummy / change-rate at Porder[current] (Fig. 4 L218-270): a new-rate
+- C8 deliver / handle-dummy / change-rate at Porder[current] (Fig. 4): a new-rate
   message uses up one entry of its sender and runs Update with `current` on it; then
   `current := cur mod total` (ours: Fig. 4 leaves the cursor past the cycle's end).
-- C9 new-rate: queued in Squeue, in FIFO with data, reserved at once (Fig. 4 L242-258).
+- C9 new-rate: queued in Squeue, in FIFO with data, reserved at once (Fig. 4).
 - Update (Fig. 5, reconstructed: the lost `else` branch and the repairs marked in `update`)
   with the cursor rule `update_cursor`: `aligned` (default) counts a new j entry as done when
   its *start* fraction is before the rate message's, `literal` keeps the paper's end-fraction
@@ -30,7 +30,7 @@ Rules (numbered here, with the paper's lines):
   message's tick (ours), or, with `literal`, every 1/r_new after it.
 
 It runs over the unreliable per-pair FIFO channel (no retransmission) and assumes no loss,
-no failures and FIFO links whose one-way delay is at most Δ (§4 L163). Under loss it stays
+no failures and FIFO links whose one-way delay is at most Δ (§4). Under loss it stays
 safe (docs/qos.md): message K fills its sender's entry K, a gap becomes `lost` entries, and a
 lost rate message halts that sender's stream rather than letting Porders diverge. A reservation the
 network refuses is logged (`refused`) and the bound is no longer claimed for the run.
@@ -174,7 +174,7 @@ class QosCbr(LayerBase):
         self.rejects = 0
         self.announced = 0  # rate messages sent (header `seq` of every message)
         # Receipt-side bookkeeping that keeps the order safe when datagrams are lost, which
-        # §4 assumes away (L163): message K of j fills j's K-th entry whatever arrived
+        # §4 assumes away: message K of j fills j's K-th entry whatever arrived
         # before it, a gap in K becomes `lost` entries, and a lost rate message (the `seq`
         # count differs) halts j's stream for good instead of letting Porders diverge.
         self.next_k: dict[int, int] = {}
@@ -201,7 +201,7 @@ class QosCbr(LayerBase):
         return [Log("send", {"mno": self.mno, "size": len(payload)})]
 
     def on_new_rate(self, rates: dict[str, float], now: int) -> list[Action]:
-        """C9 (Fig. 4 new-rate, L242-258): the rate message goes out in-band at a tick."""
+        """C9 (Fig. 4 new-rate): the rate message goes out in-band at a tick."""
         r = rates.get("rate")
         if r is None or int(r) != r or int(r) < 1 or int(r) > MAX_RATE:
             return [Log("reject", {"reason": "new-rate", "detail": repr(rates)})]
@@ -217,7 +217,7 @@ class QosCbr(LayerBase):
                           now: int) -> list[Action]:
         if key != RESERVE_KEY or granted:
             return []
-        # §2.1 L91-93 assumes every reservation is accepted: without it the bound is void.
+        # §2.1 assumes every reservation is accepted: without it the bound is void.
         self.refused += 1
         self.bound_claimed = False
         return [Log("refused", {"key": key, "rate_bps": rate_bps, "reason": reason})]
@@ -232,7 +232,7 @@ class QosCbr(LayerBase):
     # -- sending ------------------------------------------------------------------------------
     def _init_rate(self, now: int) -> list[Action]:
         """C1: init-rate at start, `epoch_ms` ahead of tick 0 at E (FirstReserve -> DetOrder
-        at once, §2.1 L93). Fig. 4 sends the first message 1/r after init-rate; leaving well
+        at once, §2.1). Fig. 4 sends the first message 1/r after init-rate; leaving well
         ahead keeps the init-rate first even on a link that reorders close datagrams."""
         r = self.declared_rate
         self.my_rate = r
@@ -409,7 +409,7 @@ class QosCbr(LayerBase):
             item = q.popleft()
             if kind == "lost" and item[1] > 1:
                 q.appendleft(("lost", item[1] - 1))  # one entry per lost message
-            if kind == "rate":  # change-rate (Fig. 4 L260-270; the cursor wraps, C8)
+            if kind == "rate":  # change-rate (Fig. 4; the cursor wraps, C8)
                 self.rate[j] = item[1]
                 self.order, cur = update(order, self.current, self.rate, j, self.members,
                                          self.aligned)
@@ -426,7 +426,7 @@ class QosCbr(LayerBase):
                 self.cycle += 1
 
     def _start_deliver(self) -> None:
-        """C4 (Fig. 4 start-deliver, L248-257)."""
+        """C4 (Fig. 4 start-deliver)."""
         first = self.members[0]
         order = [first] * self.rate[first]
         for idx in range(1, self.n):

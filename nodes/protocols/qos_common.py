@@ -8,7 +8,7 @@ Decisions (docs/qos.md "Model"):
   clock. Node i reaches it at true time `E - offset_i`, within Γ/2 of E: exactly §2.2's model.
 - **Ticks** are `E + (K * 10**9) // r` ns, computed with integers so every node agrees.
 - **Channel**: the QoS layers sit directly on an unreliable per-pair FIFO channel (002 "FIFO
-  Ordering: Implementation"; 004 §2.1 L83 footnote 1): each datagram carries the sender's
+  Ordering: Implementation"; 004 §2.1 footnote 1): each datagram carries the sender's
   datagram number `rseq`, a receiver drops any `rseq` it has passed. Never the NACK layer:
   a retransmission arrives later than Δ and breaks every bound.
 """
@@ -77,7 +77,8 @@ def own_value(value: Any, params: dict[str, Any], me: int, default: Any = _REQUI
 
 
 class FifoChannel:
-    """The unreliable per-pair FIFO channel under a QoS layer (002 A0.1/A0.2, L54-66).
+    """The unreliable per-pair FIFO channel under a QoS layer (002 A0.1/A0.2,
+    "FIFO Ordering: Implementation").
 
     A restarted sender numbers its datagrams from 1 again under a higher incarnation (header
     `aux`, 004 §6 joins): its first datagram of the new incarnation resets V[sender];

@@ -2,13 +2,13 @@
 Keidar, Lynch: §5 slots, §6 failures and joins, §7 message loss).
 
 Every process owns slots of Θ (`theta`) on its own clock, counted from one common epoch E:
-slot s is local `[E + sΘ, E + (s+1)Θ)` (004 §2.1 L99-104; docs/protocols.md "qos-vbr").
+slot s is local `[E + sΘ, E + (s+1)Θ)` (004 §2.1; docs/protocols.md "qos-vbr").
 In each slot it multicasts at most `max_burst` messages (AppMaxBurst) and, when it sent fewer,
 a DUMMY at the slot's end (Fig. 7 `dummy`). Every process delivers slot by slot, and within a
 slot process by process in index order, each process's messages of that slot in FIFO order
 (Fig. 7 `deliver`, `handle-dummy`). So the delivery sequence is the same everywhere (Lemma 5.2)
 and a message waits at most for the end of its slot at the slowest clock plus Δ: AppLatency
-<= Δ + Γ + Θ (Thm 2, L537-545).
+<= Δ + Γ + Θ (Thm 2).
 
 Rules (Fig. 7, numbered here; where the figure is damaged, reconciled so that the rate message
 is counted exactly once on both sides):
@@ -28,7 +28,7 @@ is counted exactly once on both sides):
 §6 failures and joins (always on; nothing fires while the assumptions hold, Lemma 6.1):
 - F2 slot-deadline detector: at local D(s) = E + (s+1)Θ + Δ + Γ (+1 ns: "more than", §6.2) the
   messages of j for slot s that arrived are delivered; if j's slot is incomplete, j is removed
-  from slot s+1 on (`remove`). With a crash the bound becomes Δ + 2Γ + Θ (Thm 5, L610-617).
+  from slot s+1 on (`remove`). With a crash the bound becomes Δ + 2Γ + Θ (Thm 5).
 - F3 a restarted process (new incarnation, carried in `aux`) joins: Smax = floor((c_w - E + Δ +
   Γ)/Θ) + 1 (ours: the first slot that starts more than Δ + Γ from now), JOIN(Smax,
   max_burst), sending from slot Smax starting with its RATE message; it delivers from Smax,
@@ -40,12 +40,12 @@ is counted exactly once on both sides):
   removed while cut off) starts a MERGE at Smax = floor((clock_i - E + Δ + Γ)/Θ) + 1 (as F3),
   answered by a MERGE REPLY; both sides take the larger Smax.
 
-§7 message loss (`loss_tolerance` x > 0): slot numbers in headers are authoritative (L635);
+§7 message loss (`loss_tolerance` x > 0): slot numbers in headers are authoritative (§7);
 the burst in force is piggybacked (flag RATE, `hint` = max, `seq` = first slot it applies to)
-on the first x+1 messages after every change or join (L633); JOINs go out x+1 times; the
+on the first x+1 messages after every change or join (§7); JOINs go out x+1 times; the
 delivery passes j in slot s on a full burst, its DUMMY, a later slot at the head of its queue
 (FIFO: nothing more for s can come) or D(s) (`skip`); j is removed only after x+1 silent slots
-(L637). The result is total order *with gaps* (Def. 2): every node delivers a FIFO subset of
+(§7). The result is total order *with gaps* (Def. 2): every node delivers a FIFO subset of
 each slot's messages, in the same key order (slot, index, FIFO).
 
 Wire (nodes/wire.py header; type, flags and fields as used here):
@@ -210,7 +210,7 @@ class QosVbr(LayerBase):
         return self.epoch + (s + 1) * self.theta + self.delta + self.gamma
 
     def _join_slot(self, now: int) -> int:
-        """Smax = floor((clock - E + Δ + Γ)/Θ) + 1 (004 §6.3 L586; F3, F6-F8)."""
+        """Smax = floor((clock - E + Δ + Γ)/Θ) + 1 (004 §6.3; F3, F6-F8)."""
         return (now - self.epoch + self.delta + self.gamma) // self.theta + 1
 
     def _active(self, j: int, s: int) -> bool:
@@ -273,7 +273,7 @@ class QosVbr(LayerBase):
 
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
         if self.smax is not None and self.slot < self.smax:
-            # V5: a recovering process takes part only from its join slot (§3.1 L130: it is
+            # V5: a recovering process takes part only from its join slot (§3.1: it is
             # correct after its initialisation); earlier messages are refused, not sent.
             return [Log("drop", {"reason": "joining", "size": len(payload)})]
         self.mno += 1

@@ -1,16 +1,16 @@
 """`reliable-ack`: reliable FIFO multicast with positive acknowledgements and retransmission
-on timeout (lecture notes 002, "Reliable FIFO: Positive Acknowledgement", L120-181).
+on timeout (lecture notes 002, "Reliable FIFO: Positive Acknowledgement").
 
 The notes give one sender and one receiver; for multicast every receiver acknowledges each
 message and a message is purged once all receivers have (rules numbered here):
-- A1 send m (L130-137): attach <i, C_i>, C_i += 1, keep m in the send buffer with the set of
+- A1 send m: attach <i, C_i>, C_i += 1, keep m in the send buffer with the set of
   receivers that have not acknowledged it and a deadline; multicast m and deliver it to self;
-- A2 receive m = <i, c> at j (L141-149): *always* acknowledge <i, c> first (L142 comes
+- A2 receive m = <i, c> at j: *always* acknowledge <i, c> first (the ack comes
   before the case split, so duplicates and out-of-order arrivals are acknowledged too); then
-  c = V[i] + 1: deliver m and every buffered successor (L144-145); c > V[i] + 1: buffer m
-  (L146-147); c <= V[i]: discard, a duplicate (L148-149);
-- A3 receive ACK<c> from j (L153-155): remove j from c's pending set; purge c when it is empty;
-- A4 deadline of c passes (L156-158): resend m to the receivers still pending (unicast each,
+  c = V[i] + 1: deliver m and every buffered successor; c > V[i] + 1: buffer m;
+  c <= V[i]: discard, a duplicate;
+- A3 receive ACK<c> from j: remove j from c's pending set; purge c when it is empty;
+- A4 deadline of c passes: resend m to the receivers still pending (unicast each,
   or one multicast when more than half are), keep it in the send buffer and set a new
   deadline, doubling the timeout per try up to the failure detector's timeout (the backoff is
   ours: the notes say only "start a new timer"). There is no retry limit: the notes resend
@@ -19,15 +19,15 @@ message and a message is purged once all receivers have (rules numbered here):
   until heard again (A5), so a longer gap only delays a live receiver behind a lossy path --
   at 2^6 x `rto_ms` (6.4 s) one message whose DATA or ACK was lost five times running (26 %
   a trip over three lossy hops at 9.8 % each) waited past any drain;
-- A5 (ours, answering L173-174 and L181): the failure detector decides who is given up, not
-  a count of tries. A suspected receiver is not retried and does not hold the window, but
-  what it has not acknowledged stays in the send buffer (parked, out of the deadline scan):
-  a suspicion may be false (a slow start, a partition that heals), so once the receiver is
-  heard again everything it lacks is due at once and it catches up. A full window (`window`
-  messages some unsuspected receiver has not acknowledged) holds new sends in a backlog, as
-  the NACK layer does. The cost: a receiver that crashed for good keeps its messages parked
-  at every sender (memory grows with the traffic it misses), as the NACK layer's send
-  buffers keep what a suspect misses.
+- A5 (ours, answering the slides' questions on failed processes and full buffers): the
+  failure detector decides who is given up, not a count of tries. A suspected receiver is not
+  retried and does not hold the window, but what it has not acknowledged stays in the send buffer
+  (parked, out of the deadline scan): a suspicion may be false (a slow start, a partition that
+  heals), so once the receiver is heard again everything it lacks is due at once and it catches up.
+  A full window (`window` messages some unsuspected receiver has not acknowledged) holds new sends
+  in a backlog, as the NACK layer does. The cost: a receiver that crashed for good keeps its
+  messages parked at every sender (memory grows with the traffic it misses), as the NACK layer's
+  send buffers keep what a suspect misses.
 
 Restarts (A2's duplicate rule `c <= V[i]` assumes C_i never goes back; integrity): a
 restarted sender used to number from 1 again, so every receiver acknowledged its new messages
@@ -48,9 +48,10 @@ and discarded them as duplicates of the old incarnation's, and their mids collid
 
 Deadlines are served by one periodic scan (`tick`), not a timer per message: cheaper, and the
 outcome is the same. Timer keys carry the layer instance's `scope`, so two
-instances can run side by side in one node. The ACK is selective, per message (L123: "the ack
-contains the sequence number of the message received"); it reuses MsgType.ACK under this
-protocol's wire id, so it is never confused with the NACK layer's cumulative ACK.
+instances can run side by side in one node. The ACK is selective, per message (002 "Positive
+Acknowledgement": "the ack contains the sequence number of the message received"); it reuses
+MsgType.ACK under this protocol's wire id, so it is never confused with the NACK layer's cumulative
+ACK.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ MAX_BACKOFF_EXP = 6
 
 @dataclass(frozen=True)
 class ReliableAckParams(CommonParams):
-    rto_ms: float = ms("retransmission timeout (L180: 'What is an appropriate length of a "
+    rto_ms: float = ms("retransmission timeout (002: 'What is an appropriate length of a "
                        "timer?'; about 2x the largest round trip)", 100)
     tick_ms: float = ms("period of the deadline scan", 5)
     window: int = param(1024, "own messages kept unacknowledged at most (flow control)", ge=1)
@@ -167,8 +168,8 @@ class ReliableAck(LayerBase):
         elif inc < stream.incarnation:
             # From before the sender restarted, overtaken by the newer incarnation's first
             # message: it continues the old stream, delivered in order as a correct member
-            # that got it sooner did (agreement, 002 L167). Not acknowledged: the ACK would
-            # go to the newer incarnation, which never sent it.
+            # that got it sooner did (agreement, 002 "Reliable FIFO: Positive Acknowledgement"). Not
+            # acknowledged: the ACK would go to the newer incarnation, which never sent it.
             prev = stream.prev
             if prev is None or inc != prev.incarnation:
                 return []
@@ -279,9 +280,9 @@ class ReliableAck(LayerBase):
         """A2, after the acknowledgement."""
         c = msg.header.rseq
         if c <= stream.delivered or c in stream.buffer:
-            return []  # duplicate (L148-149)
+            return []  # duplicate
         if c > stream.delivered + 1:
-            stream.buffer[c] = msg  # L146-147
+            stream.buffer[c] = msg  # A2: buffer
             return []
         out: list[Action] = []
         nxt: Message | None = msg

@@ -28,28 +28,28 @@ TO-broadcast on the current instance (001 Fig. 2.1 l.8 uses a reliable broadcast
 this layer use the current TO instead). Every node so meets SWITCH at the same point
 of the current instance's order, concurrent requests are settled by that order (the first
 SWITCH(epoch+1) wins, the others are `switch_rejected` everywhere), and "every node has
-finished the previous switch" (001 L197: no concurrent adaptations) is the same decision
+finished the previous switch" (001 §2.1: no concurrent adaptations) is the same decision
 everywhere: DONE(e) from every member delivered before the next SWITCH.
 
 Modes:
 - `live` (Fig. 2.1): on SWITCH, broadcast on both instances; the first message on the old
-  instance after the switch (or a NULL after `null_timeout_ms`, prose L193) is flagged; the
+  instance after the switch (or a NULL after `null_timeout_ms`, prose §2.1) is flagged; the
   new instance's deliveries wait in `undeliv`, in the new instance's order; once every
   member's flag is delivered from the old instance, the layer delivers `undeliv` and continues
-  on the new instance (l.28-35). Later old-instance deliveries are discarded (prose L193).
-- `rabp` (001 §2.2.2 L232-234, Rütti et al.): at CHANGE the node stops using the old
+  on the new instance (l.28-35). Later old-instance deliveries are discarded (prose §2.1).
+- `rabp` (001 §2.2.2, Rütti et al.): at CHANGE the node stops using the old
   instance and re-issues its own undelivered messages, same ids, on the new one (R0-R4 below).
   Everything the old instance orders after the CHANGE is discarded (R4), also when it comes
   up in the same batch as the CHANGE (one ORDER names several messages): `_lift` once took
   "current instance, nothing switching, nothing held" for the whole batch, so a node
   delivered the batch's rest from the instance it had just left, messages the others
   delivered later from the new one (total order broken at every fast switch).
-- `stop` (001 §2.2.2 L222): at STOP a node queues new application messages and confirms by a
+- `stop` (001 §2.2.2): at STOP a node queues new application messages and confirms by a
   flagged NULL on the old instance; once every confirmation is delivered (FIFO: everything
   the member sent before it is delivered too) it sends the queue on the new instance (T1-T5,
   with the confirmations ordered by the old instance instead of collected by a coordinator).
 
-`payload_once` (§2.2.1 L218, S10): while switching, the old instance carries a STUB
+`payload_once` (§2.2.1, S10): while switching, the old instance carries a STUB
 (the id only) and the new one the payload; a STUB delivery waits until the new instance has
 received the payload (logged as `stub_wait`), and so does every later delivery of the old
 instance (`held`), the rest of the STUB's own batch included. The batch that carries the
@@ -189,9 +189,9 @@ class SwitchingParams(CommonParams):
     mode: str = param("live", "live (001 Fig. 2.1), rabp or stop (001 §2.2.2 baselines)",
                       pattern="^(live|rabp|stop)$")
     payload_once: bool = param(False, "while switching, send the payload on the new instance "
-                                      "only (001 §2.2.1 L218)")
+                                      "only (001 §2.2.1)")
     null_timeout_ms: float = ms("live: send a flagged NULL when nothing was sent this long "
-                                "after SWITCH (prose L193; 0 = Fig. 2.1 l.13)", 30, ge=0)
+                                "after SWITCH (prose §2.1; 0 = Fig. 2.1 l.13)", 30, ge=0)
     tick_ms: float = ms("period at which an idle node looks at management requests and the "
                         "policy (a busy node looks at every event)", 20)
     adapt_to_all: str | None = param(None, "policy: switch to this instance when every member "
@@ -380,7 +380,7 @@ class Switching(LayerBase):
 
     def managed(self, host: ManagedHost) -> list[Managed]:
         """The switching attributes and `switchTo` of `testbed:type=TotalOrder,protocol=
-        switching` (001 §4.2 L432: the protocol "can be changed at runtime"; Appia's
+        switching` (001 §4.2: the protocol "can be changed at runtime"; Appia's
         getCurrentChannel and setCurrentChannel). A bad `switchTo` is a one-line error and
         changes nothing."""
         return [Managed("TotalOrder", (
@@ -737,7 +737,7 @@ class Switching(LayerBase):
         return out
 
     def _policy(self, now: int) -> list[Action]:
-        """Ours (001 L130-132): a sequencer suits one sender, a symmetric protocol all
+        """Ours (001 ch. 2): a sequencer suits one sender, a symmetric protocol all
         senders. The lowest member decides, so only one request goes out."""
         if self.switching or self.old is not None or self.cur is None or \
                 self.pending is not None:
@@ -766,7 +766,7 @@ class Switching(LayerBase):
             kind, epoch, _ = CONTROL.unpack(e[4])
             if kind == DONE:
                 self._retired_done(e[0], epoch)  # bookkeeping only, no order depends on it
-        return []  # an instance already left: its later deliveries are discarded (L193)
+        return []  # an instance already left: its later deliveries are discarded (001 §2.1)
 
     def _release_held(self, now: int) -> list[Action]:
         out: list[Action] = []
@@ -817,7 +817,7 @@ class Switching(LayerBase):
             self._retired_done(origin, epoch)
             return []
         # SWITCH (S1-S2): the first SWITCH(epoch+1) in this instance's order wins, and only
-        # once every member finished the previous switch (001 L197).
+        # once every member finished the previous switch (001 §2.1).
         if self.pending is not None and epoch >= self.pending:
             self.pending = None  # ours, or a rival's for the same epoch that settles ours
         if epoch != self.epoch + 1 or self.switching or self.old is not None or \

@@ -1,13 +1,13 @@
-"""`timestamp-leader`: total order by blocks of timestamps a leader grants (004 §8.2,
-L685-703; rules rebuilt from the description, numbered TS1-TS5 here).
+"""`timestamp-leader`: total order by blocks of timestamps a leader grants (004 §8.2;
+rules rebuilt from the description, numbered TS1-TS5 here).
 
 - TS1 a sender with no open block, on its first message: block := next req_no; unicast
   REQ(i, req_no, k = max_burst) to the leader L and at once multicast the message as
-  TSDATA(origin=i, mno, req_no, idx=0) (L687).
+  TSDATA(origin=i, mno, req_no, idx=0) (§8.2).
 - TS2 further messages of the block take idx 1..k-1. A block closes when its k timestamps are
-  used or at its deadline, the end of the sender's current local slot of Θ (L687). At the
+  used or at its deadline, the end of the sender's current local slot of Θ (§8.2). At the
   deadline with idx < k the sender multicasts ONE DUMMY(req_no, from=first unused idx) that
-  releases the rest of the block (ours: L687 leaves unused timestamps open). A message after
+  releases the rest of the block (ours: §8.2 leaves unused timestamps open). A message after
   a closed block opens a new one (a new REQ).
 - TS3 the leader on REQ(i, req_no, k): grant [first = g+1, k], g += k, multicast
   GRANT(i, req_no, first, k) (logged as `grant` with the time it waited, pO). The leader's own
@@ -17,12 +17,12 @@ L685-703; rules rebuilt from the description, numbered TS1-TS5 here).
   req_no, idx) if present, skip the rest of the block if a DUMMY(i, req_no, from <= idx) is,
   else wait. Grants come FIFO from L, so they are applied in the order given.
 - TS5 reservations: the application's rate plus one REQ, one GRANT (at L, per process) and at
-  most one DUMMY per slot (L691, L703).
+  most one DUMMY per slot (§8.2, §8.2.1).
 
-No failures, no clock synchrony (L663). The paper's AppLatency = Δ + max(Δ + pO, Θ) (L695-699)
+No failures, no clock synchrony (§8). The paper's AppLatency = Δ + max(Δ + pO, Θ) (§8.2.1)
 holds when requests reach the leader in the order they were sent (equal paths to it): its
 case B counts only blocks requested before the message was sent. The leader grants in
-arrival order (L687), so a nearer sender's block requested up to Δ later is granted first and
+arrival order (§8.2), so a nearer sender's block requested up to Δ later is granted first and
 stays open up to Θ: the bound is 2Δ + max(pO, Θ), judged by analysis/qos.py (`bound_ns`)
 with pO the largest wait the leader logged.
 """

@@ -1,8 +1,8 @@
 """`token-ring`: total order by a rotating token that carries the next sequence number
-(lecture notes 002 L379-384: "A token circulates among all group members. Token carries a
-global sequence number"), in the form of the Totem single ring (Amir, Moser, Melliar-Smith et
-al., TOCS 13(4), 1995). *Reconstructed*: the notes give two lines; the rules below are the
-standard Totem ones, numbered K1-K5 here.
+(lecture notes 002 "Total Ordering: Token Based": "A token circulates among all group members.
+Token carries a global sequence number"), in the form of the Totem single ring (Amir, Moser,
+Melliar-Smith et al., TOCS 13(4), 1995). *Reconstructed*: the notes give two lines; the rules below
+are the standard Totem ones, numbered K1-K5 here.
 
 The ring is the members sorted by id; the token goes to `succ`. It sits directly on datagrams
 and does its own recovery through the token's retransmission list:
