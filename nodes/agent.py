@@ -49,7 +49,9 @@ from nodes.maelstrom import (
     Reassembly,
     completion,
     fragments,
+    node_names,
 )
+from nodes.maelstrom_services import SERVICES, Services
 from nodes.management.mbeans import MBean, MBeanRegistry
 from nodes.management.server import ManagementServer
 from nodes.runtime import _grow_buffers
@@ -106,8 +108,16 @@ class Agent:
         self.topology: dict[str, list[str]] | None = m.get("topology")
         self.settle_ns = int(m.get("settle_ns", cfg.drain_ns))
         self.loop = asyncio.get_running_loop()
-        self.names = {mem.id: f"n{mem.id + 1}" for mem in cfg.members}
+        given = [str(x) for x in m.get("names") or node_names(len(cfg.members))]
+        self.names = {mem.id: given[k] for k, mem in enumerate(sorted(
+            cfg.members, key=lambda mem: mem.id))}
         self.me = self.names[cfg.node_id]
+        # Maelstrom's services live in the agent of the first node (docs/maelstrom.md): a
+        # request crosses the emulated network to that host and its reply comes back.
+        self.service_host = self.names[min(self.names)]
+        self.services = Services(f"{cfg.seed}:services") if self.me == self.service_host \
+            else None
+        self.service_in: Counter[str] = Counter()
         self.ids = {v: k for k, v in self.names.items()}
         self.addrs = {self.names[mem.id]: (mem.host, mem.port) for mem in cfg.members}
         self.by_addr = {a: n for n, a in self.addrs.items()}
@@ -188,7 +198,7 @@ class Agent:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._stop_program()
         self.event("stop", counters=dict(self.counters), msgs_in=dict(self.in_types),
-                   msgs_out=dict(self.out_types))
+                   msgs_out=dict(self.out_types), services=dict(self.service_in))
         self.log.close()
         if server is not None:
             await server.stop()
@@ -463,6 +473,9 @@ class Agent:
         if dest in self.addrs:
             self._send_node(dest, msg, line)
             return
+        if dest in SERVICES:  # across the network to the service host, like a node message
+            self._send_node(dest, msg, line, via=self.service_host)
+            return
         if dest == CONTROL_CLIENT or dest in self.clients:
             reply_to = body.get("in_reply_to")
             fut = self.waiting.get((dest, reply_to)) if isinstance(reply_to, int) else None
@@ -471,7 +484,20 @@ class Agent:
                 return
             fut.set_result(body)
             return
-        self._malformed("unknown dest", line)
+        self._unknown_dest(dest, body)
+
+    def _unknown_dest(self, dest: str, body: dict[str, Any]) -> None:
+        """A message to a node, service or client that does not exist: counted, logged, and
+        a request answered with error 1 (node-not-found), as Maelstrom's network does."""
+        self.counters["unknown_dest"] += 1
+        msg_id = _int(body.get("msg_id"))
+        if self.counters["unknown_dest"] <= MALFORMED_LOGGED:
+            self.event("unknown-dest", dest=dest[:100], type=str(body.get("type"))[:64],
+                       msg_id=msg_id)
+        if msg_id is not None and body.get("type") != "error":
+            self._to_program({"src": dest, "dest": self.me, "body": {
+                "type": "error", "in_reply_to": msg_id, "code": 1,
+                "text": f"node {dest[:100]} does not exist"}})
 
     def _to_program(self, msg: dict[str, Any] | bytes) -> None:
         proc = self.proc
@@ -489,7 +515,10 @@ class Agent:
         proc.stdin.write(data + b"\n")
 
     # -- node to node -------------------------------------------------------------------------
-    def _send_node(self, dest: str, msg: dict[str, Any], line: bytes) -> None:
+    def _send_node(self, dest: str, msg: dict[str, Any], line: bytes,
+                   via: str | None = None) -> None:
+        """Send to node `dest` over the data plane, through host `via` when `dest` is a
+        service that host keeps."""
         body = msg["body"]
         mtype = str(body.get("type"))[:64]
         self.out_types[mtype] += 1
@@ -500,10 +529,14 @@ class Agent:
             # The agent stamps the true sender: a program cannot speak for another node.
             msg = {**msg, "src": self.me}
             line = json.dumps(msg).encode()
-        if dest == self.me:
-            self._deliver(self.me, line)
+        self._transmit(via or dest, line)
+
+    def _transmit(self, host: str, line: bytes) -> None:
+        """A message's line to the agent of `host` as datagrams (to ourselves at once)."""
+        if host == self.me:
+            self._arrived(self.me, line)
             return
-        if dest in self.blocked_out:
+        if host in self.blocked_out:
             self.counters["blocked_out"] += 1
             return
         self.number += 1
@@ -513,9 +546,9 @@ class Agent:
             # overflow the receiver's socket buffer at once.
             burst = frags[k:k + FRAGMENT_BURST]
             if k == 0:
-                self._send_burst(dest, burst)
+                self._send_burst(host, burst)
             else:
-                self.loop.call_later(k // FRAGMENT_BURST * 1e-3, self._send_burst, dest, burst)
+                self.loop.call_later(k // FRAGMENT_BURST * 1e-3, self._send_burst, host, burst)
 
     def _send_burst(self, dest: str, frags: list[bytes]) -> None:
         if dest in self.blocked_out:  # a partition that began while the message left
@@ -564,16 +597,53 @@ class Agent:
             except ValueError:
                 self.counters["bad_datagrams"] += 1
                 return
-            if line is None:
-                return
-            if self.initialised:
-                self._deliver(src, line)
-            elif len(self.held) < HELD_MAX:
-                self.held.append((src, line))
-            else:
-                self.counters["dropped_before_init"] += 1
+            if line is not None:
+                self._arrived(src, line)
         except Exception as exc:
             self._error("datagram", exc)
+
+    def _arrived(self, src: str, line: bytes) -> None:
+        """A whole message from host `src`: a request to a service this agent keeps is
+        served; anything else goes to the program (held until it answered `init`)."""
+        if self.services is not None and b'"dest"' in line:
+            try:
+                msg = json.loads(line)
+                dest = msg["dest"]
+            except (ValueError, KeyError, TypeError):
+                dest = None
+            if isinstance(dest, str) and dest in SERVICES:
+                self._serve(src, dest, msg)
+                return
+        if self.initialised:
+            self._deliver(src, line)
+        elif len(self.held) < HELD_MAX:
+            self.held.append((src, line))
+        else:
+            self.counters["dropped_before_init"] += 1
+
+    def _serve(self, src: str, service: str, msg: dict[str, Any]) -> None:
+        """One service request from node `src` (the sending agent stamped `src`); the reply
+        goes back over the data plane like any node message."""
+        assert self.services is not None
+        body = msg.get("body")
+        if not isinstance(body, dict):
+            self.counters["bad_messages"] += 1
+            return
+        mtype = str(body.get("type"))[:64]
+        self.service_in[f"{service} {mtype}"] += 1
+        self.event("nrecv", durable=False, src=src, dest=service, type=mtype,
+                   msg_id=_int(body.get("msg_id")), in_reply_to=_int(body.get("in_reply_to")),
+                   size=0)
+        if _int(body.get("in_reply_to")) is not None or mtype == "error":
+            return  # a reply to a service: services make no requests
+        reply = self.services.handle(service, src, body)
+        out = {"src": service, "dest": src, "body": reply}
+        line = json.dumps(out).encode()
+        rtype = str(reply["type"])
+        self.service_in[f"{service} {rtype}"] += 1
+        self.event("nsend", durable=False, src=service, dest=src, type=rtype, msg_id=None,
+                   in_reply_to=_int(reply.get("in_reply_to")), size=len(line))
+        self._transmit(src, line)
 
     def _deliver(self, src: str, line: bytes) -> None:
         try:
@@ -583,6 +653,8 @@ class Agent:
         except (ValueError, KeyError, TypeError, AttributeError):
             self.counters["bad_messages"] += 1
             return
+        if msg.get("src") in SERVICES:  # a service's reply, by way of the service host
+            src = str(msg["src"])
         self.in_types[mtype] += 1
         self.event("nrecv", durable=False, src=src, dest=self.me, type=mtype,
                    msg_id=_int(body.get("msg_id")), in_reply_to=_int(body.get("in_reply_to")),
