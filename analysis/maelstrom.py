@@ -352,11 +352,13 @@ def check_counter(ops: list[Operation], hosts: list[str]) -> tuple[dict[str, Any
 
 
 def check_echo(ops: list[Operation]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Every echo answered with its text (Maelstrom's checker: a failed or unanswered echo
-    is an error too)."""
+    """Every echo answered with its text: a refused echo (a definite error, `fail`) is a
+    violation too, as in Maelstrom's checker; one of unknown outcome (`info`: a timeout, or
+    the kill nemesis, which Maelstrom does not have) is not."""
     bad = [{"node": op.node, "sent": op.value, "got": op.result, "type": op.type,
             **({"error": op.error} if op.error else {})} for op in ops
-           if op.f == "echo" and (op.type != "ok" or op.result != op.value)]
+           if op.f == "echo" and (op.type == "fail" or op.type == "ok" and
+                                  op.result != op.value)]
     return {"maelstrom_echo": _check(len(bad), bad)}, {}
 
 
@@ -441,7 +443,7 @@ def maelstrom_checks(run_dir: Path, workload: str,
                         "all": round((nsend + 2 * len(ops)) / n, 3)},
         "server_messages": nsend,
         "transit_ms": transit(logs),
-        # the hosts' Maelstrom names (n1..nN in the topology's order), as transit_ms uses them
+        # the hosts' Maelstrom names (n0..n(N-1) or as given), as transit_ms uses them
         "names": {h: r["node_id"] for h, rows in sorted(logs.items()) for r in rows[:1]
                   if r.get("ev") == "start" and "node_id" in r},
         "malformed": max(malformed, counted.get("malformed", 0)),

@@ -6,16 +6,21 @@ nodes.
 The agent
 - spawns the program (stderr to the host's node.log; it dies with the agent: a `kill` fault
   SIGKILLs both, the restart starts a fresh program with a fresh `init`),
-- sends `init` (`node_id`, `node_ids` n1..nN) and, for broadcast workloads, `topology`,
+- sends `init` (`node_id`, `node_ids`: n0..n(N-1) or the names given) and, for broadcast
+  workloads, `topology`,
 - carries node-to-node messages over the data plane: UDP datagrams from the host's data
   address, a message larger than one datagram in fragments (nodes/maelstrom.py), shaped by
   the in-process link model where the backend asks for it and cut by partitions,
 - acts as the workload's clients c1, c2, ... placed on this host, and logs every client
   operation (`ev=op`: invoke, ok, fail, info with their values) and every node-to-node message
   (`ev=nsend` / `ev=nrecv`) to events.jsonl,
+- on the first node's host, keeps Maelstrom's services (nodes/maelstrom_services.py): every
+  agent sends a request to `lin-kv`, `seq-kv`, `lww-kv` or `lin-tso` over the data plane to
+  that host, whose agent answers the same way,
 - counts and logs (`ev=malformed`) every line of the program that is not a JSON object with a
-  known `dest` and a `body`, or longer than 1 MiB; nothing the program writes or the network
-  delivers raises out of a callback.
+  `dest` and a `body`, or longer than 1 MiB, and (`ev=unknown-dest`) every message to a
+  destination that does not exist, answering a request with error 1 (node-not-found);
+  nothing the program writes or the network delivers raises out of a callback.
 The management endpoint serves `testbed:type=Node` (`Progress`, `stop`, for the drain),
 `testbed:type=Network` (`block`, `heal`: partitions on the local backend) and
 `testbed:type=Agent` (counters; `pause` and `resume` the program)."""

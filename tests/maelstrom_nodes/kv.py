@@ -8,6 +8,9 @@
   then reads the count. A service request unanswered for a second answers the client with
   error 0 (timeout, indefinite).
 - `--tso` (unique-ids): an id is a timestamp of `lin-tso`.
+- `--refuse` (any workload): a `read` is answered with nothing read (`value` 0, `messages`
+  []) and `topology` with `topology_ok`; every other request with error 10 (not-supported,
+  definite), so no write ever succeeds.
 - `--probe DEST` (echo): each echo first sends a request to DEST; the echo is answered only
   when that request was answered with error 1 (node-not-found), so the run is valid exactly
   when the harness answers an unknown destination that way.
@@ -125,12 +128,20 @@ def probe(dest: str) -> None:
     node.on("echo", echo)
 
 
+def refuse() -> None:
+    node.on("read", lambda msg: node.reply(msg, {"type": "read_ok", "value": 0,
+                                                 "messages": []}))
+    node.on("topology", lambda msg: node.reply(msg, {"type": "topology_ok"}))
+
+
 for kind in ("read_ok", "write_ok", "cas_ok", "ts_ok", "error"):
     node.on(kind, on_reply)
 if arg("--counter"):
     counter(str(arg("--counter")))
 elif "--tso" in sys.argv:
     tso()
+elif "--refuse" in sys.argv:
+    refuse()
 elif arg("--probe"):
     probe(str(arg("--probe")))
 node.every(0.1, expire)
