@@ -15,7 +15,8 @@ from typing import Annotated, Any
 
 import typer
 import yaml
-from typer._click.exceptions import UsageError  # Typer's own click: no public name
+from typer._click.core import Context as ClickContext  # Typer's own click: no public names
+from typer._click.exceptions import UsageError
 
 from analysis.maelstrom import results
 from nodes.maelstrom import (
@@ -51,7 +52,7 @@ class MaelstromCommand(Command):
     arguments are exactly those after `--` (`ctx.meta["program_args"]`), so a flag before it
     that is not Maelstrom's is an error, not an argument of the program."""
 
-    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: ClickContext, args: list[str]) -> list[str]:
         ctx.meta["program_args"] = args[args.index("--") + 1:] if "--" in args else []
         try:
             return super().parse_args(ctx, args)
