@@ -109,7 +109,7 @@ def _faults(nemesis: list[str], interval_s: float, duration_s: float, hosts: lis
 
 def _inventory_hosts(inventory: Path, count: int) -> list[str]:
     """A flat network on the remote backend: its hosts are the inventory's first `count`
-    (in the inventory's order), which are n1..nN to the program."""
+    (in the inventory's order), which are n0..n(N-1) to the program."""
     from testbed.backends.ansible import InventoryError, load_inventory
 
     try:
@@ -170,7 +170,7 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
             raise fail(f"--nodes {','.join(hosts)}: distinct names n<number>, e.g. "
                        "n1,n2,n3")
         if inventory is not None and backend == "remote":
-            hosts = _inventory_hosts(inventory, node_count)
+            hosts = _inventory_hosts(inventory, len(hosts))
         lan: dict[str, Any] = {"delay": f"{latency:g}ms"}
         if latency_dist in ("uniform", "exponential") and latency > 0:
             # uniform: between 0 and twice --latency; exponential: delay + jitter x (E - 1)
