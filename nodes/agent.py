@@ -618,7 +618,7 @@ class Agent:
             except (ValueError, KeyError, TypeError):
                 dest = None
             if isinstance(dest, str) and dest in SERVICES:
-                self._serve(src, dest, msg)
+                self._serve(src, dest, msg, len(line))
                 return
         if self.initialised:
             self._deliver(src, line)
@@ -627,7 +627,7 @@ class Agent:
         else:
             self.counters["dropped_before_init"] += 1
 
-    def _serve(self, src: str, service: str, msg: dict[str, Any]) -> None:
+    def _serve(self, src: str, service: str, msg: dict[str, Any], size: int) -> None:
         """One service request from node `src` (the sending agent stamped `src`); the reply
         goes back over the data plane like any node message."""
         assert self.services is not None
@@ -639,7 +639,7 @@ class Agent:
         self.service_in[f"{service} {mtype}"] += 1
         self.event("nrecv", durable=False, src=src, dest=service, type=mtype,
                    msg_id=_int(body.get("msg_id")), in_reply_to=_int(body.get("in_reply_to")),
-                   size=0)
+                   size=size)
         if _int(body.get("in_reply_to")) is not None or mtype == "error":
             return  # a reply to a service: services make no requests
         reply = self.services.handle(service, src, body)
