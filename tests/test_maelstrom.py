@@ -249,13 +249,13 @@ def test_refusals_make_echo_invalid_and_broadcast_unknown(tmp_path: Path) -> Non
     unknown (exit 2); results.json carries Maelstrom's keys."""
     kv = str(NODES / "kv.py")
     code, s, run, out = _test(tmp_path / "echo", "-w", "echo", "--bin", kv, "--node-count",
-                              "2", "--time-limit", "4", "--rate", "20", "--", "--refuse")
+                              "2", "--time-limit", "6", "--rate", "20", "--", "--refuse")
     res = json.loads((run / "results.json").read_text())
     assert code == 1 and res["valid?"] is False, out
     assert s["checks"]["maelstrom_echo"]["violations"] == s["maelstrom"]["ops"]["fail"] > 0
     assert out.rstrip().splitlines()[-1].startswith("Analysis invalid!")
     code, s, run, out = _test(tmp_path / "bc", "-w", "broadcast", "--bin", kv,
-                              "--node-count", "2", "--time-limit", "4", "--rate", "20", "--",
+                              "--node-count", "2", "--time-limit", "6", "--rate", "20", "--",
                               "--refuse")
     res = json.loads((run / "results.json").read_text())
     assert code == 2 and res["valid?"] == "unknown", out
