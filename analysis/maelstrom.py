@@ -127,7 +127,7 @@ def spark_logs(run_dir: Path, master: str | None = None
         return {}, 0
     spark = spark_session(master, app=f"testbed-maelstrom-{run_dir.name}")
     wanted = {"op", "nsend", "nrecv", "start", "stop", "malformed", "program-exit", "error",
-              "clock", "late"}
+              "clock", "late", "unknown-dest"}
 
     def parse(rows: Any) -> Any:
         for row in rows:
@@ -352,8 +352,13 @@ def check_counter(ops: list[Operation], hosts: list[str]) -> tuple[dict[str, Any
 
 
 def check_echo(ops: list[Operation]) -> tuple[dict[str, Any], dict[str, Any]]:
-    bad = [{"node": op.node, "sent": op.value, "got": op.result} for op in ops
-           if op.f == "echo" and op.type == "ok" and op.result != op.value]
+    """Every echo answered with its text: a refused echo (a definite error, `fail`) is a
+    violation too, as in Maelstrom's checker; one of unknown outcome (`info`: a timeout, or
+    the kill nemesis, which Maelstrom does not have) is not."""
+    bad = [{"node": op.node, "sent": op.value, "got": op.result, "type": op.type,
+            **({"error": op.error} if op.error else {})} for op in ops
+           if op.f == "echo" and (op.type == "fail" or op.type == "ok" and
+                                  op.result != op.value)]
     return {"maelstrom_echo": _check(len(bad), bad)}, {}
 
 
@@ -408,18 +413,37 @@ def maelstrom_checks(run_dir: Path, workload: str,
     latencies = [op.complete_t - op.invoke_t for op in ops
                  if op.type == "ok" and op.complete_t is not None]
     n = max(1, len(ops))
+    by_f: dict[str, Counter[str]] = defaultdict(Counter)
+    for op in ops:
+        by_f[op.f][op.type] += 1
+    services: Counter[str] = Counter()
+    for rows in logs.values():
+        for r in rows:
+            if r.get("ev") == "stop":
+                services.update({str(k): int(v) for k, v in (r.get("services") or {}).items()})
+    unknown_dest = Counter(str(r.get("dest")) for rows in logs.values() for r in rows
+                           if r.get("ev") == "unknown-dest")
     section = {
         "valid": not any(c["violations"] for c in checks.values()),
         "workload": workload,
         "ops": {"total": len(ops), "ok": by_type["ok"], "fail": by_type["fail"],
                 "info": by_type["info"]},
+        "by_f": {f: {"ok": c["ok"], "fail": c["fail"], "info": c["info"]}
+                 for f, c in sorted(by_f.items())},
+        # Maelstrom's services (nodes/maelstrom_services.py): "service type" -> messages,
+        # requests and replies, as the service host counted them
+        "services": dict(sorted(services.items())),
+        # messages to a destination that does not exist (answered with error 1)
+        "unknown_destinations": {"messages": max(sum(unknown_dest.values()),
+                                                 counted.get("unknown_dest", 0)),
+                                 "dests": dict(sorted(unknown_dest.items()))},
         "availability": round(by_type["ok"] / n, 4),
         "latency_ms": quantiles_ms(latencies),
         "msgs_per_op": {"servers": round(nsend / n, 3),
                         "all": round((nsend + 2 * len(ops)) / n, 3)},
         "server_messages": nsend,
         "transit_ms": transit(logs),
-        # the hosts' Maelstrom names (n1..nN in the topology's order), as transit_ms uses them
+        # the hosts' Maelstrom names (n0..n(N-1) or as given), as transit_ms uses them
         "names": {h: r["node_id"] for h, rows in sorted(logs.items()) for r in rows[:1]
                   if r.get("ev") == "start" and "node_id" in r},
         "malformed": max(malformed, counted.get("malformed", 0)),
@@ -470,3 +494,57 @@ def agent_errors(run_dir: Path, logs: dict[str, list[dict[str, Any]]] | None = N
     per = {h: sum(1 for r in rows if r.get("ev") == "error") for h, rows in logs.items()}
     per = {h: n for h, n in per.items() if n}
     return {"total": sum(per.values()), "per_node": per}
+
+
+def results(summary: dict[str, Any], availability: float | None = None) -> dict[str, Any]:
+    """Maelstrom's results map (its results.edn) of a judged run, as `results.json`:
+    `valid?` (true, false or "unknown"; false beats unknown beats true, as Jepsen's
+    composed checkers merge), `stats` (Jepsen's: unknown when some operation never
+    succeeded), `availability` (with `availability`, the fraction of operations that must
+    succeed), `net` (message counts, `msgs-per-op`), `workload` (the workload's checks),
+    and `notes` (what the verdict says beyond `valid?`)."""
+    m = summary.get("maelstrom") or {}
+    ops = m.get("ops") or {}
+    by_f = m.get("by_f") or {}
+    stats_valid: bool | str = "unknown" if any(not c.get("ok") for c in by_f.values()) \
+        else True
+    stats = {"valid?": stats_valid, "count": ops.get("total", 0),
+             "ok-count": ops.get("ok", 0), "fail-count": ops.get("fail", 0),
+             "info-count": ops.get("info", 0),
+             "by-f": {f: {"valid?": bool(c.get("ok")) or "unknown", "count": sum(c.values()),
+                          "ok-count": c.get("ok", 0), "fail-count": c.get("fail", 0),
+                          "info-count": c.get("info", 0)} for f, c in by_f.items()}}
+    avail: dict[str, Any] = {"valid?": True, "ok-fraction": m.get("availability", 0)}
+    if availability is not None:
+        avail["expected"] = availability
+        avail["valid?"] = bool(m.get("availability", 0) >= availability)
+    checks = summary.get("checks") or {}
+    workload = {"valid?": bool(summary.get("ok")),
+                "checks": {k: c.get("violations") for k, c in checks.items()},
+                **{k: m[k] for k in ("lost", "unexpected", "stable_latency_ms",
+                                     "acknowledged_sum", "possible", "final_values", "ids",
+                                     "duplicated") if k in m}}
+    servers = m.get("server_messages", 0)
+    net = {"valid?": True,
+           "servers": {"msg-count": servers,
+                       "msgs-per-op": (m.get("msgs_per_op") or {}).get("servers", 0)},
+           "all": {"msg-count": servers + 2 * ops.get("total", 0),
+                   "msgs-per-op": (m.get("msgs_per_op") or {}).get("all", 0)},
+           "services": m.get("services", {}),
+           "unknown-destinations": m.get("unknown_destinations", {})}
+    parts = [workload["valid?"], stats_valid, avail["valid?"]]
+    valid: bool | str = False if False in parts else "unknown" if "unknown" in parts \
+        else True
+    notes = []
+    unknown = (m.get("unknown_destinations") or {})
+    if unknown.get("messages"):
+        notes.append(f"{unknown['messages']} messages to destinations that do not exist "
+                     f"({', '.join(sorted(unknown.get('dests') or {})) or '?'}), answered "
+                     "with error 1 node-not-found")
+    if stats_valid == "unknown":
+        notes.append("no successful " + ", ".join(f for f, c in by_f.items() if not
+                                                   c.get("ok")) + ": valid? is unknown")
+    if not avail["valid?"]:
+        notes.append(f"availability {avail['ok-fraction']} below {availability}")
+    return {"valid?": valid, "stats": stats, "availability": avail, "net": net,
+            "workload": workload, "notes": notes}

@@ -6,16 +6,21 @@ nodes.
 The agent
 - spawns the program (stderr to the host's node.log; it dies with the agent: a `kill` fault
   SIGKILLs both, the restart starts a fresh program with a fresh `init`),
-- sends `init` (`node_id`, `node_ids` n1..nN) and, for broadcast workloads, `topology`,
+- sends `init` (`node_id`, `node_ids`: n0..n(N-1) or the names given) and, for broadcast
+  workloads, `topology`,
 - carries node-to-node messages over the data plane: UDP datagrams from the host's data
   address, a message larger than one datagram in fragments (nodes/maelstrom.py), shaped by
   the in-process link model where the backend asks for it and cut by partitions,
 - acts as the workload's clients c1, c2, ... placed on this host, and logs every client
   operation (`ev=op`: invoke, ok, fail, info with their values) and every node-to-node message
   (`ev=nsend` / `ev=nrecv`) to events.jsonl,
+- on the first node's host, keeps Maelstrom's services (nodes/maelstrom_services.py): every
+  agent sends a request to `lin-kv`, `seq-kv`, `lww-kv` or `lin-tso` over the data plane to
+  that host, whose agent answers the same way,
 - counts and logs (`ev=malformed`) every line of the program that is not a JSON object with a
-  known `dest` and a `body`, or longer than 1 MiB; nothing the program writes or the network
-  delivers raises out of a callback.
+  `dest` and a `body`, or longer than 1 MiB, and (`ev=unknown-dest`) every message to a
+  destination that does not exist, answering a request with error 1 (node-not-found);
+  nothing the program writes or the network delivers raises out of a callback.
 The management endpoint serves `testbed:type=Node` (`Progress`, `stop`, for the drain),
 `testbed:type=Network` (`block`, `heal`: partitions on the local backend) and
 `testbed:type=Agent` (counters; `pause` and `resume` the program)."""
@@ -49,7 +54,9 @@ from nodes.maelstrom import (
     Reassembly,
     completion,
     fragments,
+    node_names,
 )
+from nodes.maelstrom_services import SERVICES, Services
 from nodes.management.mbeans import MBean, MBeanRegistry
 from nodes.management.server import ManagementServer
 from nodes.runtime import _grow_buffers
@@ -61,6 +68,7 @@ STDIN_HIGH_WATER = 64 << 20  # bytes queued to a program that does not read: the
 FRAGMENT_BURST = 64  # datagrams of one message sent back to back
 STDERR_TAIL = 20  # the program's last stderr lines `testbed:type=Agent` shows
 MAX_STDERR_LINE = 1000
+SERVICE_NAMES = tuple(f'"{n}"'.encode() for n in SERVICES)  # a cheap test before parsing
 HELD_MAX = 10_000  # node messages kept for a program that has not answered init yet
 # libfaketime (Debian's `libfaketime`), preloaded into the program for the clock nemesis.
 FAKETIME_LIBS = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
@@ -106,8 +114,16 @@ class Agent:
         self.topology: dict[str, list[str]] | None = m.get("topology")
         self.settle_ns = int(m.get("settle_ns", cfg.drain_ns))
         self.loop = asyncio.get_running_loop()
-        self.names = {mem.id: f"n{mem.id + 1}" for mem in cfg.members}
+        given = [str(x) for x in m.get("names") or node_names(len(cfg.members))]
+        self.names = {mem.id: given[k] for k, mem in enumerate(sorted(
+            cfg.members, key=lambda mem: mem.id))}
         self.me = self.names[cfg.node_id]
+        # Maelstrom's services live in the agent of the first node (docs/maelstrom.md): a
+        # request crosses the emulated network to that host and its reply comes back.
+        self.service_host = self.names[min(self.names)]
+        self.services = Services(f"{cfg.seed}:services") if self.me == self.service_host \
+            else None
+        self.service_in: Counter[str] = Counter()
         self.ids = {v: k for k, v in self.names.items()}
         self.addrs = {self.names[mem.id]: (mem.host, mem.port) for mem in cfg.members}
         self.by_addr = {a: n for n, a in self.addrs.items()}
@@ -188,7 +204,7 @@ class Agent:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._stop_program()
         self.event("stop", counters=dict(self.counters), msgs_in=dict(self.in_types),
-                   msgs_out=dict(self.out_types))
+                   msgs_out=dict(self.out_types), services=dict(self.service_in))
         self.log.close()
         if server is not None:
             await server.stop()
@@ -463,6 +479,9 @@ class Agent:
         if dest in self.addrs:
             self._send_node(dest, msg, line)
             return
+        if dest in SERVICES:  # across the network to the service host, like a node message
+            self._send_node(dest, msg, line, via=self.service_host)
+            return
         if dest == CONTROL_CLIENT or dest in self.clients:
             reply_to = body.get("in_reply_to")
             fut = self.waiting.get((dest, reply_to)) if isinstance(reply_to, int) else None
@@ -471,7 +490,20 @@ class Agent:
                 return
             fut.set_result(body)
             return
-        self._malformed("unknown dest", line)
+        self._unknown_dest(dest, body)
+
+    def _unknown_dest(self, dest: str, body: dict[str, Any]) -> None:
+        """A message to a node, service or client that does not exist: counted, logged, and
+        a request answered with error 1 (node-not-found), as Maelstrom's network does."""
+        self.counters["unknown_dest"] += 1
+        msg_id = _int(body.get("msg_id"))
+        if self.counters["unknown_dest"] <= MALFORMED_LOGGED:
+            self.event("unknown-dest", dest=dest[:100], type=str(body.get("type"))[:64],
+                       msg_id=msg_id)
+        if msg_id is not None and body.get("type") != "error":
+            self._to_program({"src": dest, "dest": self.me, "body": {
+                "type": "error", "in_reply_to": msg_id, "code": 1,
+                "text": f"node {dest[:100]} does not exist"}})
 
     def _to_program(self, msg: dict[str, Any] | bytes) -> None:
         proc = self.proc
@@ -489,7 +521,10 @@ class Agent:
         proc.stdin.write(data + b"\n")
 
     # -- node to node -------------------------------------------------------------------------
-    def _send_node(self, dest: str, msg: dict[str, Any], line: bytes) -> None:
+    def _send_node(self, dest: str, msg: dict[str, Any], line: bytes,
+                   via: str | None = None) -> None:
+        """Send to node `dest` over the data plane, through host `via` when `dest` is a
+        service that host keeps."""
         body = msg["body"]
         mtype = str(body.get("type"))[:64]
         self.out_types[mtype] += 1
@@ -500,10 +535,14 @@ class Agent:
             # The agent stamps the true sender: a program cannot speak for another node.
             msg = {**msg, "src": self.me}
             line = json.dumps(msg).encode()
-        if dest == self.me:
-            self._deliver(self.me, line)
+        self._transmit(via or dest, line)
+
+    def _transmit(self, host: str, line: bytes) -> None:
+        """A message's line to the agent of `host` as datagrams (to ourselves at once)."""
+        if host == self.me:
+            self._arrived(self.me, line)
             return
-        if dest in self.blocked_out:
+        if host in self.blocked_out:
             self.counters["blocked_out"] += 1
             return
         self.number += 1
@@ -513,9 +552,9 @@ class Agent:
             # overflow the receiver's socket buffer at once.
             burst = frags[k:k + FRAGMENT_BURST]
             if k == 0:
-                self._send_burst(dest, burst)
+                self._send_burst(host, burst)
             else:
-                self.loop.call_later(k // FRAGMENT_BURST * 1e-3, self._send_burst, dest, burst)
+                self.loop.call_later(k // FRAGMENT_BURST * 1e-3, self._send_burst, host, burst)
 
     def _send_burst(self, dest: str, frags: list[bytes]) -> None:
         if dest in self.blocked_out:  # a partition that began while the message left
@@ -564,16 +603,53 @@ class Agent:
             except ValueError:
                 self.counters["bad_datagrams"] += 1
                 return
-            if line is None:
-                return
-            if self.initialised:
-                self._deliver(src, line)
-            elif len(self.held) < HELD_MAX:
-                self.held.append((src, line))
-            else:
-                self.counters["dropped_before_init"] += 1
+            if line is not None:
+                self._arrived(src, line)
         except Exception as exc:
             self._error("datagram", exc)
+
+    def _arrived(self, src: str, line: bytes) -> None:
+        """A whole message from host `src`: a request to a service this agent keeps is
+        served; anything else goes to the program (held until it answered `init`)."""
+        if self.services is not None and any(n in line for n in SERVICE_NAMES):
+            try:
+                msg = json.loads(line)
+                dest = msg["dest"]
+            except (ValueError, KeyError, TypeError):
+                dest = None
+            if isinstance(dest, str) and dest in SERVICES:
+                self._serve(src, dest, msg, len(line))
+                return
+        if self.initialised:
+            self._deliver(src, line)
+        elif len(self.held) < HELD_MAX:
+            self.held.append((src, line))
+        else:
+            self.counters["dropped_before_init"] += 1
+
+    def _serve(self, src: str, service: str, msg: dict[str, Any], size: int) -> None:
+        """One service request from node `src` (the sending agent stamped `src`); the reply
+        goes back over the data plane like any node message."""
+        assert self.services is not None
+        body = msg.get("body")
+        if not isinstance(body, dict):
+            self.counters["bad_messages"] += 1
+            return
+        mtype = str(body.get("type"))[:64]
+        self.service_in[f"{service} {mtype}"] += 1
+        self.event("nrecv", durable=False, src=src, dest=service, type=mtype,
+                   msg_id=_int(body.get("msg_id")), in_reply_to=_int(body.get("in_reply_to")),
+                   size=size)
+        if _int(body.get("in_reply_to")) is not None or mtype == "error":
+            return  # a reply to a service: services make no requests
+        reply = self.services.handle(service, src, body)
+        out = {"src": service, "dest": src, "body": reply}
+        line = json.dumps(out).encode()
+        rtype = str(reply["type"])
+        self.service_in[f"{service} {rtype}"] += 1
+        self.event("nsend", durable=False, src=service, dest=src, type=rtype, msg_id=None,
+                   in_reply_to=_int(reply.get("in_reply_to")), size=len(line))
+        self._transmit(src, line)
 
     def _deliver(self, src: str, line: bytes) -> None:
         try:
@@ -583,6 +659,8 @@ class Agent:
         except (ValueError, KeyError, TypeError, AttributeError):
             self.counters["bad_messages"] += 1
             return
+        if msg.get("src") in SERVICES:  # a service's reply, by way of the service host
+            src = str(msg["src"])
         self.in_types[mtype] += 1
         self.event("nrecv", durable=False, src=src, dest=self.me, type=mtype,
                    msg_id=_int(body.get("msg_id")), in_reply_to=_int(body.get("in_reply_to")),

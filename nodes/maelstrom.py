@@ -3,7 +3,8 @@ broadcast workload's neighbour maps, error codes, the workloads' client operatio
 datagram framing of node-to-node messages.
 
 A message is one JSON object on one line, `{"src", "dest", "body": {"type", "msg_id",
-"in_reply_to", ...}}`; nodes are `n1..nN`, clients `c1, c2, ...`; an error is
+"in_reply_to", ...}}`; nodes are `n0..n(N-1)` (or the names given), clients `c1, c2, ...`,
+services `lin-kv`, `seq-kv`, `lww-kv`, `lin-tso` (nodes/maelstrom_services.py); an error is
 `{"type": "error", "in_reply_to", "code", "text"}`. This module is pure (no I/O): the agent
 (nodes/agent.py) drives it, the orchestrator and the checkers (analysis/maelstrom.py) read
 its constants.
@@ -19,7 +20,9 @@ from typing import Any
 
 WORKLOADS = ("echo", "broadcast", "g-set", "g-counter", "pn-counter", "unique-ids",
              "total-order")
-TOPOLOGIES = ("grid", "line", "total", "tree2", "tree3", "tree4")
+# Maelstrom's workloads the agent has no clients and checker for yet.
+NOT_BUILT_WORKLOADS = ("kafka", "lin-kv", "txn-list-append", "txn-rw-register")
+TOPOLOGIES = ("grid", "line", "total", "tree", "tree2", "tree3", "tree4")  # tree: tree2
 LATENCY_DISTS = ("constant", "uniform", "exponential")
 NEMESES = ("partition", "kill", "pause", "clock")
 
@@ -45,7 +48,8 @@ ERRORS: dict[int, tuple[str, bool]] = {
 
 
 def node_names(n: int) -> list[str]:
-    return [f"n{i + 1}" for i in range(n)]
+    """Maelstrom's names for `--node-count n`: n0 .. n(n-1)."""
+    return [f"n{i}" for i in range(n)]
 
 
 def neighbours(names: list[str], kind: str) -> dict[str, list[str]]:
@@ -70,8 +74,8 @@ def neighbours(names: list[str], kind: str) -> dict[str, list[str]]:
                 if r >= 0 and 0 <= c < width and j < n:
                     out[a].append(names[j])
         return out
-    if kind.startswith("tree") and kind[4:].isdigit():
-        k = int(kind[4:])
+    if kind.startswith("tree") and (kind[4:].isdigit() or kind == "tree"):
+        k = int(kind[4:] or 2)
         for i, a in enumerate(names):
             if i > 0:
                 parent = names[(i - 1) // k]

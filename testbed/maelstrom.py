@@ -4,6 +4,12 @@ experiment and a topology."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import selectors
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +27,15 @@ def clients_of(concurrency: int, hosts: int) -> list[list[str]]:
     return out
 
 
+def maelstrom_names(hosts: list[str]) -> list[str]:
+    """The hosts' Maelstrom node names: the hosts' own when every one is `n` and a number
+    (the flat networks `testbed maelstrom test` builds: `--node-count N` makes n0..n(N-1),
+    `--nodes` lists them), else n0..n(N-1) in the topology's order."""
+    if all(re.fullmatch(r"n[0-9]+", h) for h in hosts):
+        return list(hosts)
+    return node_names(len(hosts))
+
+
 def agent_sections(exp: ExperimentSpec, hosts: list[str]) -> dict[str, dict[str, Any]]:
     """Per host, the `maelstrom` section of its node config (nodes/config.py)."""
     assert exp.node is not None and exp.workload.maelstrom is not None
@@ -28,14 +43,15 @@ def agent_sections(exp: ExperimentSpec, hosts: list[str]) -> dict[str, dict[str,
     n = len(hosts)
     concurrency = w.concurrency or n
     clients = clients_of(concurrency, n)
-    names = node_names(n)
+    names = maelstrom_names(hosts)
     topology = neighbours(names, w.topology) \
         if w.maelstrom in ("broadcast", "total-order") else None
     total = w.msgs_per_s
     clock = has_clock_faults(exp)
     return {h: {"program": list(exp.node.program), "workload": w.maelstrom,
-                "clients": clients[i], "rate": total * len(clients[i]) / concurrency,
-                "topology": topology, "settle_ns": exp.drain, "clock": clock}
+                "names": names, "clients": clients[i],
+                "rate": total * len(clients[i]) / concurrency, "topology": topology,
+                "settle_ns": exp.drain, "clock": clock}
             for i, h in enumerate(hosts)}
 
 
@@ -202,3 +218,55 @@ def interpreter(argv: list[str], sources: list[Path]) -> str:
         rest = [w for w in words[1:] if not w.startswith("-")]
         return rest[0] if rest else ""
     return words[0]
+
+
+PREFLIGHT_S = 10.0  # how long a program may take to answer its trial `init`
+
+
+def preflight(program: list[str], name: str, timeout_s: float = PREFLIGHT_S) -> str | None:
+    """Start `program` once on this machine and send it `init` as node `name` alone: None
+    when it answers or is still running after `timeout_s` (a slow starter: the run will
+    tell), else why it cannot start (it cannot be executed, or it exited first: its exit
+    status and last stderr lines). The program is killed either way."""
+    init = {"src": "c0", "dest": name, "body": {"type": "init", "msg_id": 1,
+                                                "node_id": name, "node_ids": [name]}}
+    try:
+        proc = subprocess.Popen(program, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+    except OSError as exc:
+        return f"{exc.strerror or exc}: {exc.filename or program[0]}"
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(json.dumps(init).encode() + b"\n")
+            proc.stdin.flush()
+        except OSError:
+            pass  # it exited already: its status and stderr say why
+        deadline = time.monotonic() + timeout_s
+        os_fd = proc.stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(os_fd, selectors.EVENT_READ)
+            buf = b""
+            while time.monotonic() < deadline:
+                if not sel.select(max(0.0, deadline - time.monotonic())):
+                    return None
+                chunk = os.read(os_fd, 1 << 16)
+                if not chunk:
+                    break
+                buf += chunk
+                if b"\n" in buf:
+                    return None  # it answered something: it runs
+            else:
+                return None
+        code = proc.wait(timeout=5)
+        assert proc.stderr is not None
+        tail = proc.stderr.read()[-2000:].decode("utf-8", "replace").strip().splitlines()
+        return f"exited with status {code} before answering init" + (
+            f": {' | '.join(tail[-3:])}" if tail else "")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for f in (proc.stdin, proc.stdout, proc.stderr):
+            if f is not None:
+                f.close()

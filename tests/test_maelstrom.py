@@ -36,14 +36,16 @@ needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="Node.js no
 # -- protocol pieces ------------------------------------------------------------------------
 def test_neighbour_maps_follow_maelstrom_topologies() -> None:
     names = node_names(9)
+    assert names[0] == "n0" and names[-1] == "n8"  # Maelstrom's --node-count names
     grid = neighbours(names, "grid")  # 3x3: the centre has four neighbours, a corner two
-    assert sorted(grid["n5"]) == ["n2", "n4", "n6", "n8"]
-    assert sorted(grid["n1"]) == ["n2", "n4"]
-    assert neighbours(names, "line")["n1"] == ["n2"]
-    assert sorted(neighbours(names, "line")["n5"]) == ["n4", "n6"]
-    assert len(neighbours(names, "total")["n3"]) == 8
+    assert sorted(grid["n4"]) == ["n1", "n3", "n5", "n7"]
+    assert sorted(grid["n0"]) == ["n1", "n3"]
+    assert neighbours(names, "line")["n0"] == ["n1"]
+    assert sorted(neighbours(names, "line")["n4"]) == ["n3", "n5"]
+    assert len(neighbours(names, "total")["n2"]) == 8
     tree = neighbours(names, "tree2")
-    assert sorted(tree["n1"]) == ["n2", "n3"] and sorted(tree["n2"]) == ["n1", "n4", "n5"]
+    assert sorted(tree["n0"]) == ["n1", "n2"] and sorted(tree["n1"]) == ["n0", "n3", "n4"]
+    assert neighbours(names, "tree") == tree  # Maelstrom's tree is tree2
     for kind in ("grid", "line", "tree3", "tree4"):
         m = neighbours(names, kind)
         assert all(a in m[b] for a in names for b in m[a]), kind  # symmetric
@@ -181,6 +183,106 @@ def test_bad_input_exits_2_and_dry_run_prints_the_experiment(tmp_path: Path) -> 
     assert list(tmp_path.iterdir()) == []  # nothing created
 
 
+def test_maelstroms_flags_node_names_and_one_line_errors(tmp_path: Path) -> None:
+    bin_ = str(NODES / "echo.js")
+
+    def cli(*args: str) -> Any:
+        return run_cli("maelstrom", "test", "--bin", bin_, "--out", str(tmp_path), *args)
+
+    def hosts(*args: str) -> list[str]:
+        r = cli("-w", "echo", "--dry-run", *args)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return [h["name"] for h in yaml.safe_load(r.stdout.split("dry run")[0])["topology"]
+                ["hosts"]]
+
+    assert hosts("--node-count", "3") == ["n0", "n1", "n2"]  # Maelstrom numbers from 0
+    assert hosts("--nodes", "n1,n2,n3") == ["n1", "n2", "n3"]
+    assert hosts() == ["n1", "n2", "n3", "n4", "n5"]  # Maelstrom's default nodes
+    # Every flag of Maelstrom's test command parses; --rate 0 makes no operations.
+    r = cli("-w", "broadcast", "--dry-run", "--availability", "total", "--log-stderr",
+            "--log-net-send", "--log-net-recv", "--test-count", "2", "--key-count", "3",
+            "--max-txn-length", "4", "--max-writes-per-key", "8", "--rate", "0", "--topology",
+            "tree", "--nemesis", "partition", "--nemesis-interval", "3", "--time-limit", "5",
+            "--concurrency", "2n", "--latency", "10", "--node-count", "2", "--", "--verbose")
+    assert r.returncode == 0, r.stdout + r.stderr
+    spec = yaml.safe_load(r.stdout.split("dry run")[0])
+    assert spec["workload"] == {"maelstrom": "broadcast", "concurrency": 4, "topology": "tree"}
+    assert spec["node"]["program"] == [bin_, "--verbose"]
+    errors = {
+        ("--frobnicate",): "--frobnicate",
+        ("--node-count", "0"): "--node-count 0: must be positive",
+        ("--nodes", "a,b"): "--nodes a,b",
+        ("--consistency-models", "serializable"): "not built here yet",
+        ("--availability", "most"): "--availability 'most'",
+        ("-w", "txn-rw-register"): "txn-rw-register workload is not built here yet; built: "
+                                   "echo, broadcast",
+    }
+    for args, words in errors.items():
+        r = cli(*(args if args[0] == "-w" else ("-w", "echo", *args)))
+        lines = (r.stdout + r.stderr).strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and words in lines[0], (args, lines)
+    for w in ("kafka", "lin-kv", "txn-list-append"):
+        r = cli("-w", w)
+        assert r.returncode == 2 and "g-counter" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert not tmp_path.exists() or list(tmp_path.iterdir()) == []  # nothing created
+
+
+def test_a_program_that_cannot_start_fails_at_once(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("#!/usr/bin/env python3\nimport nosuchmodule_x\n")
+    broken.chmod(0o755)
+    out = tmp_path / "runs"
+    r = run_cli("maelstrom", "test", "-w", "echo", "--bin", str(broken), "--out", str(out))
+    lines = (r.stdout + r.stderr).strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, lines
+    assert "cannot start" in lines[0] and "ModuleNotFoundError" in lines[0], lines
+    plain = tmp_path / "plain.txt"  # not executable
+    plain.write_text("x")
+    r = run_cli("maelstrom", "test", "-w", "echo", "--bin", str(plain), "--out", str(out))
+    assert r.returncode == 2 and "Permission denied" in r.stdout + r.stderr
+    assert not out.exists()
+
+
+def test_refusals_make_echo_invalid_and_broadcast_unknown(tmp_path: Path) -> None:
+    """Maelstrom's verdicts: an echo refused is an echo checker error (invalid, exit 1); a
+    broadcast that never succeeds leaves nothing to lose, and Jepsen's stats make it
+    unknown (exit 2); results.json carries Maelstrom's keys."""
+    kv = str(NODES / "kv.py")
+    code, s, run, out = _test(tmp_path / "echo", "-w", "echo", "--bin", kv, "--node-count",
+                              "2", "--time-limit", "6", "--rate", "20", "--", "--refuse")
+    res = json.loads((run / "results.json").read_text())
+    assert code == 1 and res["valid?"] is False, out
+    assert s["checks"]["maelstrom_echo"]["violations"] == s["maelstrom"]["ops"]["fail"] > 0
+    assert out.rstrip().splitlines()[-1].startswith("Analysis invalid!")
+    code, s, run, out = _test(tmp_path / "bc", "-w", "broadcast", "--bin", kv,
+                              "--node-count", "2", "--time-limit", "6", "--rate", "20", "--",
+                              "--refuse")
+    res = json.loads((run / "results.json").read_text())
+    assert code == 2 and res["valid?"] == "unknown", out
+    assert set(res) >= {"valid?", "stats", "net", "workload", "availability"}
+    assert res["stats"]["by-f"]["broadcast"]["valid?"] == "unknown"
+    assert res["stats"]["by-f"]["read"]["valid?"] is True
+    assert res["workload"]["valid?"] is True and res["net"]["servers"]["msgs-per-op"] == 0
+    assert out.rstrip().splitlines()[-1].startswith("Errors occurred during analysis")
+
+
+def test_results_availability_and_the_merge_of_verdicts() -> None:
+    from analysis.maelstrom import results
+
+    summary = {"ok": True, "checks": {}, "maelstrom": {
+        "ops": {"total": 10, "ok": 8, "fail": 2, "info": 0}, "availability": 0.8,
+        "by_f": {"add": {"ok": 4, "fail": 2, "info": 0}, "read": {"ok": 4, "fail": 0,
+                                                                  "info": 0}}}}
+    assert results(summary)["valid?"] is True
+    assert results(summary, 0.8)["valid?"] is True
+    low = results(summary, 1.0)
+    assert low["valid?"] is False and low["availability"]["valid?"] is False
+    summary["maelstrom"]["by_f"]["add"]["ok"] = 0
+    assert results(summary)["valid?"] == "unknown"  # an f that never succeeded
+    assert results(summary, 1.0)["valid?"] is False  # false beats unknown
+    assert results({**summary, "ok": False})["valid?"] is False
+
+
 def test_maelstrom_test_on_remote_needs_an_inventory_and_names_its_hosts(tmp_path: Path
                                                                          ) -> None:
     """`--backend remote` without `--inventory`: one line, exit 2, nothing created; with
@@ -296,7 +398,7 @@ def test_broadcast_with_retries_is_valid_under_partition(tmp_path: Path) -> None
     faults = [json.loads(x) for x in (run / "faults.jsonl").read_text().splitlines()]
     assert [(f["kind"], f["phase"]) for f in faults] == [("partition", "start"),
                                                          ("partition", "stop")]
-    stops = [json.loads(x) for h in ("n1", "n2", "n3", "n4")
+    stops = [json.loads(x) for h in ("n0", "n1", "n2", "n3")
              for x in (run / "nodes" / h / "events.jsonl").read_text().splitlines()
              if '"ev":"stop"' in x]
     # The partition really cut messages that the retries then carried across.
@@ -348,8 +450,8 @@ def test_messages_between_nodes_follow_the_wan(tmp_path: Path) -> None:
                             "--net", str(net), "--time-limit", "2", "--rate", "40")
     assert code == 0, out
     transit = s["maelstrom"]["transit_ms"]
-    assert s["maelstrom"]["names"] == {"h1": "n1", "h2": "n2", "h3": "n3", "h4": "n4"}
-    sites = {"n1": "a", "n2": "a", "n3": "b", "n4": "b"}
+    assert s["maelstrom"]["names"] == {"h1": "n0", "h2": "n1", "h3": "n2", "h4": "n3"}
+    sites = {"n0": "a", "n1": "a", "n2": "b", "n3": "b"}
     wan = [q["p50"] for pair, q in transit.items()
            if sites[pair[:2]] != sites[pair[-2:]]]
     lan = [q["p50"] for pair, q in transit.items()
@@ -411,7 +513,7 @@ def test_clock_nemesis_skews_the_programs_wall_clock(tmp_path: Path) -> None:
     shifts = [round((o - offsets[-1]) * 1000) for o in offsets]
     assert any(abs(d - skew_ms) < 100 for d in shifts), (skew_ms, shifts)  # skewed ...
     assert all(abs(d - skew_ms) < 100 or abs(d) < 100 for d in shifts), shifts  # ... or not
-    other = next(h for h in ("n1", "n2") if h != host)
+    other = next(h for h in ("n0", "n1") if h != host)
     theirs = [float(w) - float(m) for line in (run / "nodes" / other / "node.log")
               .read_text().splitlines() if line.startswith("clock ")
               for _, w, m in [line.split()]]
@@ -499,7 +601,7 @@ def test_a_crash_restarts_the_agent_and_its_program(tmp_path: Path) -> None:
     s = json.loads((run.path / "summary.json").read_text())
     assert s["maelstrom"]["restarts"] == 1 and s["maelstrom"]["program_exits"] == 0
     dup = s["checks"]["maelstrom_unique"]["examples"]
-    assert dup and all(str(d).startswith("n2-") for d in dup)  # the restarted node's ids
+    assert dup and all(str(d).startswith("n1-") for d in dup)  # the restarted node's ids
 
 
 def test_testbed_run_takes_the_same_experiment(tmp_path: Path) -> None:
@@ -533,14 +635,14 @@ def test_malformed_output_is_counted_and_large_messages_arrive(tmp_path: Path) -
     code, s, run, out = _test(tmp_path, "-w", "echo", "--bin", str(NODES / "hostile.py"),
                               "--node-count", "2", "--time-limit", "3", "--rate", "10")
     assert code == 0, out
-    assert s["maelstrom"]["malformed"] == 10  # five kinds on each of two hosts
+    assert s["maelstrom"]["malformed"] == 8  # four kinds on each of two hosts
     reasons = sorted(json.loads(x)["reason"] for x in
-                     (run / "nodes" / "n1" / "events.jsonl").read_text().splitlines()
+                     (run / "nodes" / "n0" / "events.jsonl").read_text().splitlines()
                      if '"ev":"malformed"' in x)
-    assert reasons == ["line over 1 MiB", "no dest", "not JSON", "not a JSON object",
-                       "unknown dest"]
+    assert reasons == ["line over 1 MiB", "no dest", "not JSON", "not a JSON object"]
+    assert s["maelstrom"]["unknown_destinations"] == {"messages": 2, "dests": {"zz9": 2}}
     # The 300 kB message went in fragments and reached the program whole.
-    assert "got big from n2: 300000 bytes" in (run / "nodes" / "n1" / "node.log").read_text()
+    assert "got big from n1: 300000 bytes" in (run / "nodes" / "n0" / "node.log").read_text()
 
 
 # -- checkers on logs they must flag and must not ------------------------------------------
@@ -700,18 +802,19 @@ def test_agent_in_process_keeps_the_programs_stderr_tail(tmp_path: Path) -> None
                 seen["tail"] = list(agent.stderr_tail)
                 seen["counters"] = dict(agent.counters)
                 if (any("got big" in line for line in seen["tail"])
-                        and seen["counters"].get("malformed", 0) >= 5
+                        and seen["counters"].get("malformed", 0) >= 4
                         and seen["counters"].get("ops_ok", 0) >= 3):
                     break
-            await asyncio.sleep(0.2)  # nothing more may come: five malformed lines, not six
+            await asyncio.sleep(0.2)  # nothing more may come: four malformed lines, not five
             seen["counters"] = dict(agent.counters)
             agent.done.set()  # what the drain's `stop` does
 
         await asyncio.gather(agent.run(), peek())
 
     asyncio.run(main())
-    assert any("got big from n1: 300000 bytes" in line for line in seen["tail"]), seen
-    assert seen["counters"]["malformed"] == 5 and seen["counters"]["ops_ok"] >= 3
+    assert any("got big from n0: 300000 bytes" in line for line in seen["tail"]), seen
+    assert seen["counters"]["malformed"] == 4 and seen["counters"]["ops_ok"] >= 3
+    assert seen["counters"]["unknown_dest"] == 1
     rows = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
     evs = [r["ev"] for r in rows]
     assert evs[0] == "start" and evs[-1] == "stop" and evs.count("init") == 1

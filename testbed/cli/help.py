@@ -45,7 +45,9 @@ def plain_help(app: typer.Typer) -> None:
     """Every command and group of `app`, nested groups included, reads as the module says."""
     app.info.cls = Group
     for command in app.registered_commands:
-        command.cls = Command
+        # a command's own class stays when it keeps these rules (a subclass of Command)
+        if not (isinstance(command.cls, type) and issubclass(command.cls, Command)):
+            command.cls = Command
     for group in app.registered_groups:
         group.cls = Group
         if group.typer_instance is not None:

@@ -1,11 +1,13 @@
 """`testbed maelstrom test`: a node program written for Maelstrom, with Maelstrom's own flags,
 on the emulated WAN (docs/maelstrom.md). The flags become an experiment spec like any other
 (`spec.lock.yaml` in the run directory; `--dry-run` prints it), run by `testbed run`'s
-runner and judged in-process. Exit 0 valid, 1 invalid, 2 bad input; the last line says which
-in Maelstrom's words."""
+runner and judged in-process. Exit codes are Maelstrom's: 0 valid, 1 invalid, 2 unknown (and 2
+for bad input, with one `error:` line and nothing created); the last line says which in
+Maelstrom's words, and `results.json` beside `summary.json` holds Maelstrom's result keys."""
 
 from __future__ import annotations
 
+import json
 import random
 import tempfile
 from pathlib import Path
@@ -13,10 +15,22 @@ from typing import Annotated, Any
 
 import typer
 import yaml
+from typer._click.core import Context as ClickContext  # Typer's own click: no public names
+from typer._click.exceptions import UsageError
 
-from nodes.maelstrom import LATENCY_DISTS, NEMESES, TOPOLOGIES, WORKLOADS, node_names
+from analysis.maelstrom import results
+from nodes.maelstrom import (
+    LATENCY_DISTS,
+    NEMESES,
+    NOT_BUILT_WORKLOADS,
+    TOPOLOGIES,
+    WORKLOADS,
+    node_names,
+)
 from testbed.backends import BackendError
 from testbed.cli.common import console, err, fail, print_summary, spec_errors
+from testbed.cli.help import Command
+from testbed.maelstrom import maelstrom_names, preflight
 from testbed.rundir import DEFAULT_RUNS
 from testbed.spec.loader import SpecError, load_experiment
 
@@ -28,6 +42,22 @@ BUILT_NEMESES = ("partition", "kill", "pause", "clock")
 AGENT = "testbed:type=Agent"
 GOOD = "Everything looks good! ヽ(‘ー`)ノ"
 BAD = "Analysis invalid! (ﾉಥ益ಥ）ﾉ ┻━┻"
+UNKNOWN = "Errors occurred during analysis, but no anomalies found. ಠ~ಠ"
+EXIT = {True: 0, False: 1, "unknown": 2}  # Maelstrom's (Jepsen's) exit codes by `valid?`
+DEFAULT_NODES = "n1,n2,n3,n4,n5"  # Maelstrom's nodes without --node-count or --nodes
+
+
+class MaelstromCommand(Command):
+    """`maelstrom test`'s parsing: a usage error is one line (exit 2), and the program's own
+    arguments are exactly those after `--` (`ctx.meta["program_args"]`), so a flag before it
+    that is not Maelstrom's is an error, not an argument of the program."""
+
+    def parse_args(self, ctx: ClickContext, args: list[str]) -> list[str]:
+        ctx.meta["program_args"] = args[args.index("--") + 1:] if "--" in args else []
+        try:
+            return super().parse_args(ctx, args)
+        except UsageError as exc:
+            raise fail(exc.format_message()) from None
 
 
 def _concurrency(text: str, nodes: int) -> int:
@@ -79,7 +109,7 @@ def _faults(nemesis: list[str], interval_s: float, duration_s: float, hosts: lis
 
 def _inventory_hosts(inventory: Path, count: int) -> list[str]:
     """A flat network on the remote backend: its hosts are the inventory's first `count`
-    (in the inventory's order), which are n1..nN to the program."""
+    (in the inventory's order), which are n0..n(N-1) to the program."""
     from testbed.backends.ansible import InventoryError, load_inventory
 
     try:
@@ -94,8 +124,13 @@ def _inventory_hosts(inventory: Path, count: int) -> list[str]:
 def build(workload: str, program: list[str], node_count: int, time_limit: float, rate: float,
           concurrency: str, latency: float, latency_dist: str, topology: str,
           nemesis: list[str], interval: float, net: Path | None, backend: str,
-          seed: int, settle: float = 10.0, inventory: Path | None = None) -> dict[str, Any]:
-    """The experiment (with its topology inline, or the `--net` file) the flags describe."""
+          seed: int, settle: float = 10.0, inventory: Path | None = None,
+          nodes: list[str] | None = None) -> dict[str, Any]:
+    """The experiment (with its topology inline, or the `--net` file) the flags describe:
+    `node_count` nodes n0..n(N-1), or the names `nodes` (node_count 0)."""
+    if workload in NOT_BUILT_WORKLOADS:
+        raise fail(f"-w {workload}: Maelstrom's {workload} workload is not built here yet; "
+                   f"built: {', '.join(WORKLOADS)}")
     if workload not in WORKLOADS:
         raise fail(f"-w {workload!r}: not a workload; known: {', '.join(WORKLOADS)}")
     if topology not in TOPOLOGIES:
@@ -108,8 +143,8 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
         if kind not in BUILT_NEMESES:
             raise fail(f"--nemesis {kind} is not built yet for Maelstrom programs "
                        f"({', '.join(BUILT_NEMESES)} are)")
-    if time_limit <= 0 or rate <= 0 or interval <= 0 or latency < 0 or settle < 0:
-        raise fail("--time-limit, --rate and --nemesis-interval must be positive, --latency "
+    if time_limit <= 0 or rate < 0 or interval <= 0 or latency < 0 or settle < 0:
+        raise fail("--time-limit and --nemesis-interval must be positive, --rate, --latency "
                    "and --settle not negative")
     topo: Any
     where: dict[str, Any] = {}
@@ -128,11 +163,14 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
             raise fail(f"--node-count {node_count} but {net} has {len(hosts)} hosts")
         topo = str(net.resolve())
     else:
-        if node_count < 1:
+        hosts = node_names(node_count) if node_count else list(nodes or [])
+        if not hosts:
             raise fail("--node-count must be at least 1")
-        hosts = node_names(node_count)
+        if maelstrom_names(hosts) != hosts or len(set(hosts)) != len(hosts):
+            raise fail(f"--nodes {','.join(hosts)}: distinct names n<number>, e.g. "
+                       "n1,n2,n3")
         if inventory is not None and backend == "remote":
-            hosts = _inventory_hosts(inventory, node_count)
+            hosts = _inventory_hosts(inventory, len(hosts))
         lan: dict[str, Any] = {"delay": f"{latency:g}ms"}
         if latency_dist in ("uniform", "exponential") and latency > 0:
             # uniform: between 0 and twice --latency; exponential: delay + jitter x (E - 1)
@@ -148,7 +186,8 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
         "drain": f"{settle:g}s",
         "seed": seed,
         "node": {"program": program, "speaks": "maelstrom"},
-        "workload": {"maelstrom": workload, "rate": f"{rate:g}/s",
+        # --rate 0: no `rate`, so the clients make no operations (final reads only)
+        "workload": {"maelstrom": workload, **({"rate": f"{rate:g}/s"} if rate else {}),
                      "concurrency": _concurrency(concurrency, len(hosts)),
                      "topology": topology},
         "faults": _faults(nemesis, interval, time_limit, hosts, seed),
@@ -156,20 +195,44 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
     }
 
 
-@maelstrom_app.command(context_settings={"allow_extra_args": True,
-                                         "ignore_unknown_options": True})
+def _positive(name: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise fail(f"{name} {value}: must be positive")
+
+
+def _availability(text: str | None) -> float | None:
+    """Maelstrom's --availability: `total` (1.0) or a fraction; None: not checked."""
+    if text is None:
+        return None
+    if text == "total":
+        return 1.0
+    try:
+        a = float(text)
+    except ValueError:
+        a = -1.0
+    if not 0 <= a <= 1:
+        raise fail(f"--availability {text!r}: either 'total' or a number between 0 and 1")
+    return a
+
+
+@maelstrom_app.command(cls=MaelstromCommand,
+                       context_settings={"allow_extra_args": True,
+                                         "ignore_unknown_options": False})
 def test(
     ctx: typer.Context,
     workload: Annotated[str, typer.Option("-w", "--workload", help=", ".join(WORKLOADS),
                                           metavar="WORKLOAD")],
     bin_: Annotated[str, typer.Option("--bin", help="the node program; its arguments after "
                                       "`--`", metavar="PROGRAM")],
-    node_count: Annotated[int, typer.Option("--node-count", help="nodes n1..nN (with --net: "
-                                            "the topology's hosts)")] = 0,
+    node_count: Annotated[int | None, typer.Option(
+        "--node-count", help="nodes n0..n(N-1) (with --net: the topology's hosts)")] = None,
+    nodes: Annotated[str | None, typer.Option(
+        "--nodes", help=f"node names, comma-separated (default {DEFAULT_NODES})",
+        metavar="NAMES")] = None,
     time_limit: Annotated[float, typer.Option("--time-limit", help="seconds of workload")
                           ] = 10.0,
     rate: Annotated[float, typer.Option("--rate", help="operations per second, all "
-                                        "clients together")] = 5.0,
+                                        "clients together (0: none, final reads only)")] = 5.0,
     concurrency: Annotated[str, typer.Option("--concurrency", help="clients: a number or "
                                              "Kn (K per node)", metavar="N|Kn")] = "1n",
     latency: Annotated[float, typer.Option("--latency", help="one-way ms between nodes "
@@ -183,8 +246,30 @@ def test(
                                          "partition, kill, pause, clock", metavar="FAULTS")] = "",
     nemesis_interval: Annotated[float, typer.Option("--nemesis-interval",
                                                     help="seconds between faults")] = 10.0,
+    availability: Annotated[str | None, typer.Option(
+        "--availability", help="the fraction of operations that must succeed: 0 to 1, or "
+        "total; default: not checked", metavar="A")] = None,
+    consistency_models: Annotated[str | None, typer.Option(
+        "--consistency-models", help="the transactional workloads' checks (not built)",
+        metavar="MODELS")] = None,
+    test_count: Annotated[int, typer.Option("--test-count", help="run the test this many "
+                                            "times (seeds --seed, --seed+1, ...)")] = 1,
+    key_count: Annotated[int | None, typer.Option(
+        "--key-count", help="txn-list-append's keys (workload not built; no effect)")] = None,
+    max_txn_length: Annotated[int, typer.Option(
+        "--max-txn-length", help="transactional workloads (not built; no effect)")] = 4,
+    max_writes_per_key: Annotated[int, typer.Option(
+        "--max-writes-per-key", help="txn-list-append, kafka (not built; no effect)")] = 16,
+    log_stderr: Annotated[bool, typer.Option(
+        "--log-stderr", help="print each node's last stderr lines after the run (always "
+        "in nodes/HOST/node.log)")] = False,
+    log_net_send: Annotated[bool, typer.Option(
+        "--log-net-send", help="no effect: every message sent is logged (ev=nsend)")] = False,
+    log_net_recv: Annotated[bool, typer.Option(
+        "--log-net-recv", help="no effect: every message received is logged (ev=nrecv)")
+                            ] = False,
     net: Annotated[Path | None, typer.Option("--net", help="a topology YAML (our WAN model);"
-                                             " its hosts are n1..nN in order")] = None,
+                                             " its hosts are n0..n(N-1) in order")] = None,
     backend: Annotated[str, typer.Option("--backend", help="local, mininet, docker or "
                                          "remote", metavar="BACKEND")] = "local",
     inventory: Annotated[Path | None, typer.Option("--inventory", help="remote backend: "
@@ -197,32 +282,62 @@ def test(
                                           "(faults healed) to the final reads; Maelstrom "
                                           "waits 10")] = 10.0,
 ) -> None:
-    """Test a Maelstrom node program; exit 0 valid, 1 invalid, 2 bad input.
+    """Test a Maelstrom node program; exit 0 valid, 1 invalid, 2 unknown or bad input.
 
     Example: [bold]testbed maelstrom test -w broadcast --bin ./node.py --node-count 5
     --time-limit 20 --rate 10 --nemesis partition[/]
     """
-    from testbed.runner import run_experiment
-
-    program = [str(Path(bin_).resolve()) if Path(bin_).is_file() else bin_, *ctx.args]
+    given = ctx.meta.get("program_args", [])
+    stray = ctx.args[:len(ctx.args) - len(given)]
+    if stray:
+        raise fail(f"{stray[0]}: not a flag of maelstrom test (the program's own arguments "
+                   "go after --)")
+    if consistency_models is not None:
+        raise fail("--consistency-models selects the transactional workloads' checks, which "
+                   "are not built here yet")
+    for name, value in (("--node-count", node_count), ("--test-count", test_count),
+                        ("--key-count", key_count), ("--max-txn-length", max_txn_length),
+                        ("--max-writes-per-key", max_writes_per_key)):
+        _positive(name, value)
+    expected = _availability(availability)
+    program = [str(Path(bin_).resolve()) if Path(bin_).is_file() else bin_, *given]
     kinds = [k.strip() for k in nemesis.split(",") if k.strip()]
-    if not (node_count or net):
-        node_count = 1
-    spec = build(workload, program, node_count, time_limit, rate, concurrency, latency,
-                 latency_dist, topology, kinds, nemesis_interval, net, backend, seed, settle,
-                 inventory)
-    text = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
-    with tempfile.TemporaryDirectory(prefix="testbed-maelstrom-") as tmp:
-        path = Path(tmp) / "maelstrom.yaml"
-        path.write_text(text)
-        try:
-            exp, topo = load_experiment(path)
-        except SpecError as exc:
-            raise spec_errors(exc) from None
+    names = [] if net or node_count else [
+        n.strip() for n in (nodes or DEFAULT_NODES).split(",") if n.strip()]
+    specs = [build(workload, program, node_count or 0, time_limit, rate, concurrency, latency,
+                   latency_dist, topology, kinds, nemesis_interval, net, backend, seed + k,
+                   settle, inventory, names) for k in range(test_count)]
+    loaded = []
+    for spec in specs:
+        text = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
+        with tempfile.TemporaryDirectory(prefix="testbed-maelstrom-") as tmp:
+            path = Path(tmp) / "maelstrom.yaml"
+            path.write_text(text)
+            try:
+                loaded.append(load_experiment(path))
+            except SpecError as exc:
+                raise spec_errors(exc) from None
     if dry_run:
+        text = yaml.safe_dump(specs[0], sort_keys=False, allow_unicode=True)
         console.print(text, highlight=False, markup=False, soft_wrap=True)  # YAML: never wrapped
         console.print("dry run: nothing created")
         return
+    if backend in ("local", "mininet"):  # the program runs on this machine: try it first
+        why = preflight(program, "n0")
+        if why is not None:
+            raise fail(f"--bin {bin_}: the program cannot start: {why}")
+    worst: bool | str = True
+    for exp, topo in loaded:
+        valid = _run_one(exp, topo, out, expected, log_stderr)
+        worst = valid if valid is False or worst is True else worst
+    raise typer.Exit(EXIT[worst])
+
+
+def _run_one(exp: Any, topo: Any, out: Path, availability: float | None,
+             log_stderr: bool) -> bool | str:
+    """One test: run, print its figures, write results.json; Maelstrom's `valid?`."""
+    from testbed.runner import run_experiment
+
     try:
         result = run_experiment(exp, topo, out, console,
                                 inventory=Path(exp.inventory) if exp.inventory else None)
@@ -239,11 +354,27 @@ def test(
                   f"{m.get('lost', 0)}, unexpected {m.get('unexpected', 0)}; stable latency "
                   f"{m.get('stable_latency_ms') or '-'} ms; malformed lines "
                   f"{m.get('malformed', 0)}", highlight=False)
+    if m.get("services"):
+        console.print("services: " + ", ".join(f"{k} {v}" for k, v in
+                                              sorted(m["services"].items())), highlight=False)
+    res = results(summary, availability)
+    (result.run.path / "results.json").write_text(json.dumps(res, indent=1) + "\n")
     for line in result.failures:
         err.print(f"[red]{line}[/]", highlight=False)
+    for note in res["notes"]:
+        err.print(f"[yellow]{note}[/]", highlight=False)
+    if log_stderr:
+        for log in sorted((result.run.path / "nodes").glob("*/node.log")):
+            tail = log.read_text(errors="replace").splitlines()[-20:]
+            console.print(f"--- {log.parent.name} stderr (last {len(tail)} lines)",
+                          highlight=False, markup=False)
+            console.print("\n".join(tail), highlight=False, markup=False)
     console.print(f"results in {result.run.path}")
-    if result.ok:
+    valid = res["valid?"]
+    if valid is True:
         console.print(GOOD, style="green", highlight=False)
-        raise typer.Exit(0)
-    console.print(BAD, style="red", highlight=False)
-    raise typer.Exit(1)
+    elif valid == "unknown":
+        console.print(UNKNOWN, style="yellow", highlight=False)
+    else:
+        console.print(BAD, style="red", highlight=False)
+    return bool(valid) if valid != "unknown" else "unknown"

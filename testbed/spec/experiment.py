@@ -172,7 +172,7 @@ class WorkloadSpec(Strict):
             extra = [k for k in ("avg", "max_burst", "slot") if getattr(self, k) is not None]
             if extra:
                 raise ValueError(f"{', '.join(extra)} only apply to arrival vbr")
-            if self.rate is None:
+            if self.rate is None and self.maelstrom is None:  # Maelstrom's: no operations
                 raise ValueError(f"arrival {self.arrival} needs a rate, e.g. rate: 50/s")
         if not 0 < self.send_prob <= 1:
             raise ValueError(f"send_prob must be in (0, 100%], got {self.send_prob:g}")

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""A Maelstrom echo node that also misbehaves on purpose: after `init` it writes five lines
-the agent must count as malformed (not JSON, not an object, no dest, an unknown dest, a line
-over 1 MiB) and one valid 300 kB message to the next node, which travels in fragments. It
-answers echo requests correctly, so the run stays valid."""
+"""A Maelstrom echo node that also misbehaves on purpose: after `init` it writes four lines
+the agent must count as malformed (not JSON, not an object, no dest, a line over 1 MiB), one
+message to a destination that does not exist (counted apart) and one valid 300 kB message to
+the next node, which travels in fragments. It answers echo requests correctly, so the run
+stays valid."""
 
 from __future__ import annotations
 
