@@ -3,7 +3,8 @@
 An emulated WAN is the one configured only while the machine keeps up: a saturated CPU delays
 the shapers, the kernel and the nodes' own event loops, and the datagrams' one-way transit
 grows past the configured delay (docs/architecture.md "Emulation fidelity"). Each node counts,
-at a cost of a header peek per datagram:
+at a cost of a header peek per datagram it accepted (a malformed or refused one measures
+nothing):
 
 - `transit`: per sender, the one-way transit of that sender's own data datagrams (DATA, no
   flag: neither a retransmission nor a relay, sent by their origin, with a stamp): the

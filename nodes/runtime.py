@@ -197,8 +197,12 @@ class NodeRuntime:
                     core.counters.rejected += 1
                     core.dropped(t, f"rejected:{getattr(exc, 'reason', 'auth')}", str(exc))
                     return
-            self.probe.arrived(data, t)
-            self._apply(self.core.receive(data, t))
+            c = self.core.counters
+            refused = c.malformed + c.rejected
+            out = self.core.receive(data, t)
+            if c.malformed + c.rejected == refused:  # measured only once the node accepted it
+                self.probe.arrived(data, t)
+            self._apply(out)
         except Exception as exc:
             self._error(t, "datagram", exc)
 
