@@ -22,7 +22,8 @@ Per ordered pair (src, dst), from src's own stamped data datagrams:
 
 A pair is judged on at least MIN_SAMPLES datagrams, and not at all when a fault touched one
 of its hosts (a crash, pause, partition, link or clock fault changes the path on purpose) or
-its path has a bandwidth limit (queueing is then the configured behaviour). The node loops'
+its path has a bandwidth limit (queueing is then the configured behaviour), and no pair is
+under `transport: tls` (streams wait for connections and retransmit). The node loops'
 lag and the CPU samples are reported and named in the cause; they decide nothing alone.
 The status is `degraded` when a judged pair is, `faithful` when at least one pair was judged
 and none is, `not judged` otherwise. The simulator's network is the configured one by
@@ -134,14 +135,18 @@ def fidelity(records: Mapping[str, Iterable[Mapping[str, Any]]],
              paths: Mapping[tuple[str, str], ConfiguredPath], cpu_text: str = "",
              offsets: Mapping[str, int] | None = None,
              faulted: Mapping[str, str] | None = None,
-             policy: str = "strict", loss_note: str | None = None) -> dict[str, Any]:
+             policy: str = "strict", loss_note: str | None = None,
+             not_judged: str | None = None) -> dict[str, Any]:
     """The `fidelity` section (module docstring). `records`: each host's `ev=emulation`
     events; `paths`: the configured paths; `cpu_text`: cpu.jsonl; `offsets`: host clock minus
     orchestrator clock, ns (remote); `faulted`: host -> the fault that excuses its pairs;
     `policy`: the experiment's `fidelity` (strict or best-effort); `loss_note`: why loss is
-    not judged (a loss model beyond paths.csv's `loss`), None to judge it."""
+    not judged (a loss model beyond paths.csv's `loss`), None to judge it; `not_judged`: why
+    no pair is judged (measured and reported all the same), None to judge them."""
     offsets = offsets or {}
     faulted = faulted or {}
+    if not_judged is not None:
+        faulted = {**dict.fromkeys(records, not_judged), **faulted}
     transit: dict[tuple[str, str], dict[int, int]] = {}
     received: dict[tuple[str, str], int] = {}
     sent: dict[tuple[str, str], int] = {}

@@ -524,7 +524,10 @@ def add_fidelity(summary: dict[str, Any], run_dir: Path, history: FaultHistory) 
                  else None)
     summary["fidelity"] = fid.fidelity(records, fid.parse_paths(text("paths.csv")),
                                        text("cpu.jsonl"), host_clock_offsets_ns(run_dir),
-                                       faulted, policy, loss_note)
+                                       faulted, policy, loss_note,
+                                       "transport: tls (streams wait for connections and "
+                                       "retransmit: transit is not the network's alone)"
+                                       if exp.get("transport") == "tls" else None)
     if summary["fidelity"]["status"] == "degraded":
         marked = [summary.get(k) for k in ("latency", "throughput", "qos")]
         marked.append(summary.get("checks", {}).get("latency_bound"))

@@ -125,6 +125,8 @@ def test_few_samples_and_faulted_hosts_are_not_judged() -> None:
     out = fidelity(records(transit), paths(), faulted={"h3": "pause fault"})
     assert out["status"] == "faithful", out
     assert {p["note"] for p in out["pairs"] if not p["judged"]} == {"h3: pause fault"}
+    out = fidelity(records(transit), paths(), not_judged="transport: tls")
+    assert out["status"] == "not judged" and out["judged_pairs"] == 0, out
 
 
 def test_clock_offsets_and_emulated_skew_are_taken_off() -> None:
