@@ -109,7 +109,7 @@ def differences(spark: dict[str, Any], judged: dict[str, Any]) -> list[str]:
                 out.append(f"checks.{name}.{key}: Spark {a.get(key)!r} != in-process "
                            f"{b.get(key)!r}")
     for key in ("node_errors", "liveness", "verdict", "ok", "crashed",
-                "partitioned_at_end"):
+                "partitioned_at_end", "fidelity"):
         if spark.get(key) != judged.get(key):
             out.append(f"{key}: Spark {spark.get(key)!r} != in-process {judged.get(key)!r}")
     return out

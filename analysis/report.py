@@ -336,6 +336,41 @@ def _paths_html(run_dir: Path) -> str:
     return out
 
 
+def _fidelity_html(summary: dict[str, Any]) -> str:
+    """Configured against measured per ordered pair (summary.json `fidelity`,
+    analysis/fidelity.py): the degraded pairs first, then every pair collapsed."""
+    fid = summary.get("fidelity") or {}
+    if not fid:
+        return ""
+    status = str(fid.get("status"))
+    if fid.get("by") == "construction":
+        return _section("Emulation fidelity", "faithful by construction (the simulator's "
+                        "network is the configured one)", "")
+    pairs = fid.get("pairs") or []
+    keys = ["src", "dst", "delay_ms", "jitter_ms", "p50_ms", "p99_ms", "allowed_p99_ms", "loss",
+            "measured_loss", "samples"]
+
+    def row(p: dict[str, Any]) -> list[str]:
+        cells = [f'<td class="l">{escape(str(p.get(k)))}</td>' for k in keys[:2]]
+        why = p.get("why") or ()
+        flagged = {k for k, w in (("p99_ms", "transit"), ("measured_loss", "loss")) if w in why}
+        cells += [_td(p.get(k), bad=k in flagged) for k in keys[2:]]
+        verdict_cell = (_td("DEGRADED", bad=True) if p.get("degraded")
+                        else _td("ok", cls="ok") if p.get("judged")
+                        else _td(p.get("note") or "not judged"))
+        return [*cells, verdict_cell]
+
+    bad = [p for p in pairs if p.get("degraded")]
+    caption = (f"{escape(status)}: {fid.get('judged_pairs', 0)} of {len(pairs)} pairs judged, "
+               f"{fid.get('degraded_pairs', 0)} degraded (p99 one-way transit over the "
+               "configured delay and hold beyond <code>allowed_p99_ms</code>, or loss beyond the "
+               "configured); " + escape(str(fid.get("cause") or fid.get("note") or "")))
+    return _section("Emulation fidelity", caption,
+                    (_table([*keys, ""], [row(p) for p in bad]) if bad else "")
+                    + _scroll_table(f"every measured pair ({len(pairs)})", [*keys, ""],
+                                    [row(p) for p in pairs]))
+
+
 def _section(title: str, caption: str, body: str) -> str:
     return f'<h2>{escape(title)}</h2><p class="cap">{caption}</p>{body}'
 
@@ -478,7 +513,8 @@ def render_report(summary: dict[str, Any], data: rd.RunData | None = None) -> st
                   _bandwidth_plot(data, bands), _accuracy_plot(data, summary),
                   _spacetime_plot(data, lat)]
     t0 = data.t0 if data is not None else None
-    parts += [_paths_html(data.path) if data is not None else "", _switching_html([summary]),
+    parts += [_paths_html(data.path) if data is not None else "", _fidelity_html(summary),
+              _switching_html([summary]),
               _switches_html(summary, t0),
               _membership_html(summary, t0), _theta_html([summary]),
               "<h2>Final-delivery latency (ms)</h2>", _latency_html(summary),

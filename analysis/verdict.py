@@ -381,7 +381,9 @@ def stall_reason(live: dict[str, Any]) -> str:
 def verdict(summary: dict[str, Any]) -> dict[str, Any]:
     """`{ok, safety, liveness, reasons, not_judged}` of a judged summary (pure on the
     summary): not ok when a claimed check failed, a node erred, the run stalled against its
-    claims or was cut short, or an expectation (`expectations`, `add_expectations`) failed.
+    claims or was cut short, an expectation (`expectations`, `add_expectations`) failed, or
+    the emulation was degraded (`fidelity`) and the experiment did not accept it
+    (`fidelity: best-effort`: then only a reason).
     A claimed check not judged is a reason, with why (`not_judged`), never a count."""
     reasons = [f"{name}: {c.get('violations')} violation(s)"
                for name, c in summary.get("checks", {}).items()
@@ -430,8 +432,12 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
     failed = [r for r in summary.get("expectations") or [] if not r.get("ok")]
     reasons += [f"expectation failed: {r.get('expectation')} ({r.get('reason')})"
                 for r in failed]
+    fid = summary.get("fidelity") or {}
+    degraded = fid.get("status") == "degraded"
+    if degraded:
+        reasons.append(f"emulation degraded: {fid.get('cause') or 'no cause recorded'}")
     ok = (safety == "held" and not unjudged and liveness not in ("stalled", "cut-short")
-          and not failed)
+          and not failed and not (degraded and fid.get("policy") != "best-effort"))
     out: dict[str, Any] = {"ok": ok, "safety": safety, "liveness": liveness, "reasons": reasons}
     if not_judged:
         out["not_judged"] = not_judged
@@ -485,6 +491,51 @@ def add_qos(summary: dict[str, Any], run_dir: Path, history: FaultHistory) -> No
                 summary["checks"][name]["claimed"] = False
 
 
+def add_fidelity(summary: dict[str, Any], run_dir: Path, history: FaultHistory) -> None:
+    """`fidelity`: whether the emulated WAN was the one configured (analysis/fidelity.py),
+    from the nodes' `ev=emulation` lines, paths.csv and cpu.jsonl, read here; on a degraded
+    emulation the latency, throughput and QoS-bound judgements say they were made on one."""
+    from analysis import fidelity as fid
+    from analysis.deliverylog import read_logs
+    from analysis.ingest import host_clock_offsets_ns
+
+    lock = _lock_doc(run_dir)
+    exp = lock.get("experiment") or {}
+    policy = str(exp.get("fidelity") or "strict")
+    if exp.get("backend") == "sim":
+        summary["fidelity"] = fid.by_construction(policy)
+        return
+    records = {h: log.events for h, log in read_logs(run_dir, {"emulation"}).items()}
+    faulted: dict[str, str] = {}
+    for f in history.intervals:
+        hosts = set(f.hosts) | {h for cut in f.cuts for h in cut}
+        for h in sorted(hosts):
+            faulted.setdefault(h, f"{f.kind} fault")
+
+    def text(name: str) -> str:
+        try:
+            return (run_dir / name).read_text()
+        except OSError:
+            return ""
+
+    modelled = [where for where, link in topology_links(lock.get("topology") or {})
+                if link.get("gemodel") or float(link.get("corrupt") or 0) > 0]
+    loss_note = (f"{modelled[0]} loses by a model beyond paths.csv's loss" if modelled
+                 else None)
+    summary["fidelity"] = fid.fidelity(records, fid.parse_paths(text("paths.csv")),
+                                       text("cpu.jsonl"), host_clock_offsets_ns(run_dir),
+                                       faulted, policy, loss_note,
+                                       "transport: tls (streams wait for connections and "
+                                       "retransmit: transit is not the network's alone)"
+                                       if exp.get("transport") == "tls" else None)
+    if summary["fidelity"]["status"] == "degraded":
+        marked = [summary.get(k) for k in ("latency", "throughput", "qos")]
+        marked.append(summary.get("checks", {}).get("latency_bound"))
+        for section in marked:
+            if isinstance(section, dict):
+                section["emulation"] = "degraded"
+
+
 # The analysis sections a protocol's catalogue entry names (`Entry.sections`, by key) that
 # judging completes, in this order; `switching` needs the Spark events (analysis/job.py).
 SECTIONS: dict[str, Callable[[dict[str, Any], Path, FaultHistory], None]] = {
@@ -511,6 +562,7 @@ def finish(summary: dict[str, Any], run_dir: Path, history: FaultHistory,
     for key, add in SECTIONS.items():
         if key in wanted:
             add(summary, run_dir, history)
+    add_fidelity(summary, run_dir, history)
     summary["liveness"] = liveness_section(read_drain(run_dir), summary["checks"])
     promise = run_promise(run_dir, history)
     if promise is not None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from nodes.config import NodeConfig, PathConfig
 from nodes.core import NodeCore, Output
+from nodes.emulation import LAG_PERIOD_S, EmulationProbe
 from nodes.linkmodel import LinkModel
 from nodes.loop import loop_factory
 from nodes.management.mbeans import MBean
@@ -102,6 +103,8 @@ class NodeRuntime:
         self.refused = 0
         self._refused_logged = 0
         self._refused_at = 0
+        self.probe = EmulationProbe()  # what analysis/fidelity.py judges the emulation by
+        self._lag_due = 0.0
 
     async def run(self) -> None:
         me = self.addrs[self.cfg.node_id]
@@ -121,6 +124,8 @@ class NodeRuntime:
         self.loop.set_exception_handler(self._loop_exception)
         server = await self._start_management()
         self._apply(self.core.start(time.time_ns()))
+        self._lag_due = self.loop.time() + LAG_PERIOD_S
+        self.loop.call_at(self._lag_due, self._probe_lag)
         if self.cfg.workload.send and self.cfg.workload.rate > 0:
             self._gaps = intervals(self.cfg.workload, workload_rng(self.cfg.seed,
                                                                    self.cfg.node_id))
@@ -145,7 +150,11 @@ class NodeRuntime:
             await server.stop()
         if self.tls is not None:
             await self.tls.stop()
-        self.core.stop(time.time_ns())
+        t = time.time_ns()
+        core = self.core
+        lt = core.clock.local(t)
+        core.log.write(t, lt, "emulation", **self.probe.fields(core.names, lt - t))
+        core.stop(time.time_ns())
         if transport is not None:
             transport.close()
         if self.htb is not None:
@@ -188,7 +197,12 @@ class NodeRuntime:
                     core.counters.rejected += 1
                     core.dropped(t, f"rejected:{getattr(exc, 'reason', 'auth')}", str(exc))
                     return
-            self._apply(self.core.receive(data, t))
+            c = self.core.counters
+            refused = c.malformed + c.rejected
+            out = self.core.receive(data, t)
+            if c.malformed + c.rejected == refused:  # measured only once the node accepted it
+                self.probe.arrived(data, t)
+            self._apply(out)
         except Exception as exc:
             self._error(t, "datagram", exc)
 
@@ -276,6 +290,13 @@ class NodeRuntime:
         except Exception as exc:
             self._error(t, "rate change", exc)
 
+    def _probe_lag(self) -> None:
+        """The event loop's lag: how late this periodic timer runs (nodes/emulation.py)."""
+        now = self.loop.time()
+        self.probe.late(round((now - self._lag_due) * 1e9))
+        self._lag_due = now + LAG_PERIOD_S
+        self.loop.call_at(self._lag_due, self._probe_lag)
+
     def _fire(self, key: str) -> None:
         self.timers.pop(key, None)
         t = time.time_ns()
@@ -314,13 +335,17 @@ class NodeRuntime:
             self._arm(key, delay)
         blocked = self.core.blocked_out
         sealer = self.sealer
+        me = self.cfg.node_id
         for dst, data, msg in out.sends:
             if sealer is not None:
                 data = sealer.seal(data)  # once for every destination of a multicast
             police = msg.header.type != MsgType.ALIVE  # heartbeats are not the protocol's
+            original = EmulationProbe.original(msg.header, me)
+            if original:
+                self.probe.held(self.core.clock.local(time.time_ns()) - msg.header.ts)
             for d in self.others if dst is None else (dst,):
                 if d not in blocked:
-                    self._send(d, data, police)
+                    self._send(d, data, police, original)
 
     def _arm(self, key: str, delay: int) -> None:
         old = self.timers.pop(key, None)
@@ -348,7 +373,8 @@ class NodeRuntime:
         if transport is not None and not transport.is_closing():
             transport.sendto(data, self.addrs[dst])
 
-    def _send(self, dst: int, data: bytes, police: bool = True) -> None:
+    def _send(self, dst: int, data: bytes, police: bool = True, original: bool = False
+              ) -> None:
         core = self.core
         c = core.counters
         c.datagrams_out += 1
@@ -367,6 +393,8 @@ class NodeRuntime:
                              f"{core.names[dst]}: the reservation's queue is full")
                 return
             at = departs
+        if original:  # handed to the network: what the link model drops is configured loss
+            self.probe.handed(dst)
         link = self.links.get(dst)
         if link is None:
             if at == now:

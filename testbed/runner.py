@@ -17,6 +17,7 @@ import yaml
 from rich.console import Console
 
 from testbed.backends import Backend, make_backend
+from testbed.cpuload import CpuSampler
 from testbed.drain import DrainWatch, mark_cut_short
 from testbed.faults.nemesis import Nemesis
 from testbed.faults.schedule import restarted_up
@@ -210,11 +211,15 @@ def _watch(plan: RunPlan, run: RunDir, backend: Backend, console: Console,
     stop_s = limit_s + (SIM_BACKSTOP_S if virtual else 0.0)
     cut = None
     counts = RunCounts(run, plan.hosts, backend.capabilities.management)
+    # the machine's CPU on the wall clock (cpu.jsonl, analysis/fidelity.py)
+    cpu = None if virtual else CpuSampler(run.path)
     with RunView(console, f"{exp.backend}: {exp.name}") as view:
         began = time.monotonic()
         while not backend.wait(timeout_s=0.25):
             elapsed = time.monotonic() - began
             counts.poll()
+            if cpu is not None:
+                cpu.poll(time.time_ns())
             if watch is not None and watch.due(time.time_ns()):
                 watch.poll()
             _show(view, counts, plan, None if virtual else time.time_ns(), start, watch)

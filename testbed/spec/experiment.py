@@ -315,6 +315,10 @@ class ExperimentSpec(Strict):
         "run a protocol with a latency bound outside its model (FIFO links, no loss, its "
         "failures, clocks within Γ/2): measure each assumption and judge the bound only "
         "when all held"))
+    fidelity: Literal["strict", "best-effort"] = Field(default="strict", description=(
+        "a run whose emulated WAN was not the one configured (summary.json `fidelity`, "
+        "docs/architecture.md \"Emulation fidelity\"): strict fails it, best-effort only "
+        "says so"))
 
     @model_validator(mode="before")
     @classmethod
