@@ -251,8 +251,8 @@ def _ack(g: Gate, h: Header, msg: Message) -> str | None:
 
 
 def _fetch(g: Gate, h: Header, msg: Message) -> str | None:
-    if h.seq > getattr(g.protocol, "g", h.seq):  # the role is the RoleRule's
-        return "window"
+    if h.aux == 0 and h.seq > getattr(g.protocol, "g", h.seq):  # the role is the RoleRule's
+        return "window"  # a delivery report beyond what the sequencer numbered
     return g._origins(msg.payload)
 
 

@@ -219,12 +219,14 @@ def register_proto(wire_id: int, name: str) -> None:
 # (member, microseconds) vector entries (ESTIMATE, DELAY). FETCH asks for at most 64
 # messages (nodes/protocols/sequencer.py `_fetch_missing`), which bounds what one FETCH can
 # make the sequencer send back, and for none when it only reports the member's delivered
-# number (its header `seq`). Types not listed (DATA, DUMMY) carry any payload.
+# number (its header `seq`). An ORDER may be empty: the sequencer's answer to a restarted
+# member's join request when it has nothing to number (the member joins at its `seq`). Types
+# not listed (DATA, DUMMY) carry any payload.
 ENTRY_SIZE = 6
 FETCH_MAX = 64
 RULED_PROTOS = frozenset(int(p) for p in Proto)  # the ids PAYLOAD_RULES describes
 PAYLOAD_RULES: dict[MsgType, tuple[int, int, int]] = {
-    MsgType.ORDER: (ENTRY_SIZE, 1, 65535 // ENTRY_SIZE),
+    MsgType.ORDER: (ENTRY_SIZE, 0, 65535 // ENTRY_SIZE),
     MsgType.FETCH: (ENTRY_SIZE, 0, FETCH_MAX),
     MsgType.ESTIMATE: (ENTRY_SIZE, 1, 4097),
     MsgType.DELAY: (ENTRY_SIZE, 1, 4096),

@@ -16,7 +16,10 @@ ALIVE went out after a quarter of `fd_timeout_ms` of silence instead of every in
 cut off from c while c sent its last messages before crashing, now holds their dependants
 (causal order; no liveness is claimed under a crash) instead of delivering them without them;
 the five on the sequencer again when members began to report their delivered number to the
-sequencer (an empty FETCH every `ack_every_ms`), which keeps its relay store until stable.
+sequencer (an empty FETCH every `ack_every_ms`), which keeps its relay store until stable;
+`sequencer-faults` again when a restarted sequencer member began to number and log its
+broadcasts at once but hold them until it joined the order, and to ask the sequencer for an
+ORDER to join at (docs/protocols.md "Restarts").
 Regenerate only for an intended change of behaviour:
 
     python -m tests.sim_golden > tests/sim_golden.json

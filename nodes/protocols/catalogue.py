@@ -52,7 +52,12 @@ from nodes.protocols import (
 from nodes.protocols.base import CommonParams, Layer
 from nodes.protocols.reliable import ReliableParams
 from nodes.protocols.reliable_nack import ReliableNack
-from nodes.protocols.sequencer import Sequencer, SequencerParams
+from nodes.protocols.sequencer import (
+    JOIN_QUESTION,
+    JOIN_TO_SEQUENCER,
+    Sequencer,
+    SequencerParams,
+)
 from nodes.wire import MsgType, Proto
 
 if TYPE_CHECKING:
@@ -312,11 +317,16 @@ PSYNC_HAZARDS = SENDER_REPAIR_HAZARDS + (
 
 
 # The fixed sequencer's messages (000 Fig. 1) over reliable FIFO (002), with the relay's FETCH:
-# ORDERs only from the sequencer, FETCHes only to it.
+# ORDERs only from the sequencer, FETCHes only to it, but the restarted sequencer's join
+# question (header `aux`, nodes/protocols/sequencer.py "Restarts"), only from it.
 SEQUENCER_EDGE = EdgeRules(frozenset({MsgType.DATA, MsgType.ORDER, MsgType.NACK, MsgType.ACK,
                                       MsgType.HEARTBEAT, MsgType.FETCH}),
                            roles=(RoleRule(MsgType.ORDER, "sequencer", sender=True),
-                                  RoleRule(MsgType.FETCH, "sequencer", sender=False)))
+                                  RoleRule(MsgType.FETCH, "sequencer", sender=False, aux=0),
+                                  RoleRule(MsgType.FETCH, "sequencer", sender=False,
+                                           aux=JOIN_TO_SEQUENCER),
+                                  RoleRule(MsgType.FETCH, "sequencer", sender=True,
+                                           aux=JOIN_QUESTION)))
 # ... and Fast SETO's planning (003 Fig. 7): ESTIMATEs only to the designated process, DELAY
 # rows only from it.
 FAST_SETO_EDGE = EdgeRules(SEQUENCER_EDGE.types | {MsgType.PING, MsgType.PONG,

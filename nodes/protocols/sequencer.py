@@ -32,6 +32,22 @@ serve is counted (`fetch_unserved`, `testbed:type=TotalOrder` `FetchUnserved`) a
 A member catching up FETCHes in rounds of up to `FETCH_ROUND` datagrams of 64 entries: the
 next round goes out as soon as the last one is answered, and again after `fetch_after_ms`
 when it was not (lost, or unserved).
+
+Restarts: the membership service of 000 §2.1 admits a process to the group before it
+multicasts there, and keeps the one sequencer's numbering going. Without it, a FETCH naming
+no message and marked by its header's `aux` stands in for both (`aux` JOIN_TO_SEQUENCER: a
+member's request, `seq` 0, or answer, `seq` N; `aux` JOIN_QUESTION: the sequencer's question;
+a delivery report is an unmarked FETCH):
+- a restarted member (incarnation > 0) numbers each multicast at once (its `send`: a layer
+  above, nodes/protocols/switching.py, maps the instance's ids to its own from it) but holds
+  it until it has joined the order at the first ORDER it R-delivers, so each of them is
+  ordered after its join and delivered by itself too; it asks the sequencer to join (FETCH,
+  `seq` 0), which answers with an ORDER at once, empty when it has nothing to number, so a
+  member joins even when nobody else sends;
+- a restarted sequencer must not reuse a number: it asks every member for the next number it
+  knows (FETCH, `seq` 0, answered by a FETCH whose `seq` is that number) and numbers nothing
+  until every member not suspected has answered; it then continues after the highest answer
+  and joins the order there.
 """
 
 from __future__ import annotations
@@ -69,6 +85,11 @@ _DATA: Final = MsgType.DATA
 _ORDER: Final = MsgType.ORDER
 _FETCH: Final = MsgType.FETCH
 FETCH_ROUND: Final = 4  # FETCH datagrams per round
+# A join FETCH's header `aux` (a plain FETCH, a request or delivery report, has 0): to the
+# sequencer (a member's request to join, `seq` 0, or its answer, `seq` the next number it
+# knows), or the restarted sequencer's question to a member.
+JOIN_TO_SEQUENCER: Final = 1
+JOIN_QUESTION: Final = 2
 
 
 def mid_key(origin: int, mno: int) -> int:
@@ -206,6 +227,16 @@ class Sequencer(OnReliable):
         self.g = 0  # global sequence number (used by the sequencer)
         self.next_deliver = 1
         self.joining = self.incarnation > 0
+        # (mno, payload): our multicasts waiting for our join (module docstring)
+        self.held: list[tuple[int, bytes]] = []
+        self.join_asked = False  # the sequencer owes a joining member an ORDER
+        self.rejoin_at = 0  # when a joining member or recovering sequencer asks again
+        # A restarted sequencer: the members whose next number it waits for, and the highest
+        # of those that answered (module docstring).
+        self.waiting: set[int] = (set(m for m in members if m != me)
+                                  if self.joining and me == self.sequencer else set())
+        self.next_known = 1
+        self.suspected: set[int] = set()
         self.received: dict[int, int] = {}  # R: mid_key(origin, mno) -> payload size
         self.order: dict[int, int] = {}  # S: seq -> mid_key(origin, mno)
         self.pending_orders: list[tuple[int, int]] = []
@@ -234,7 +265,7 @@ class Sequencer(OnReliable):
 
     # -- Layer interface ----------------------------------------------------------------------
     def start(self, now: int) -> list[Action]:
-        out = self.rm.start(now)
+        out = self.rm.start(now) + self._rejoin(now)
         return out if self.policy is None else out + self.policy.start(now)
 
     def renumber(self, last: int) -> bool:
@@ -264,16 +295,26 @@ class Sequencer(OnReliable):
         return [order, *super().managed(host)]
 
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
-        """TO-multicast(m): R-multicast the data message (Fig. 1)."""
+        """TO-multicast(m): R-multicast the data message (Fig. 1); a restarted member numbers
+        it now (its `send`, which a layer above maps to its own id) and holds it until it has
+        joined the order."""
         self.mno += 1
-        header = Header(MsgType.DATA, origin=self.me, mno=self.mno, ts=now, hint=self._hint_us())
         out: list[Action] = [Log("send", {"mno": self.mno, "size": len(payload)})]
-        return out + self.rm.multicast(header, payload, now)
+        if self.joining and self.me != self.sequencer:
+            self.held.append((self.mno, payload))
+            return out
+        return out + self._multicast(self.mno, payload, now)
+
+    def _multicast(self, mno: int, payload: bytes, now: int) -> list[Action]:
+        header = Header(MsgType.DATA, origin=self.me, mno=mno, ts=now, hint=self._hint_us())
+        return self.rm.multicast(header, payload, now)
 
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
         h = msg.header
         typ = h.type
         if typ == _FETCH:
+            if h.aux:
+                return self._on_join_fetch(src, h.aux, h.seq, now)
             return self._serve_fetch(src, msg)
         if typ == _DATA and h.flags & RELAYED:
             return self._r_deliver(msg, now)
@@ -294,7 +335,14 @@ class Sequencer(OnReliable):
             own = self.policy.on_timer(key, now)
             if own is not None:
                 return own
-        return self.rm.on_timer(key, now) + self._fetch_missing(now)
+        return self.rm.on_timer(key, now) + self._fetch_missing(now) + self._rejoin(now)
+
+    def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
+        if suspected:
+            self.suspected.add(member)
+        else:
+            self.suspected.discard(member)
+        return self.rm.on_suspect(member, suspected, now) + self._recovered(now)
 
     # -- the algorithm ------------------------------------------------------------------------
     def _r_deliver_from(self, src: int, msg: Message, now: int) -> list[Action]:
@@ -320,9 +368,13 @@ class Sequencer(OnReliable):
             policy = self.policy
             if policy is not None:
                 policy.before_order(msg, now)
+            released: list[Action] = []
             if self.joining:
                 self.joining = False
                 self.next_deliver = h.seq
+                held, self.held = self.held, []
+                for mno, data in held:
+                    released += self._multicast(mno, data, now)
             order = self.order
             seq = h.seq
             payload = msg.payload
@@ -334,8 +386,8 @@ class Sequencer(OnReliable):
                 order[seq] = (o << 32) | n  # mid_key, inlined
                 seq += 1
             if policy is not None:
-                return self._try_deliver() + policy.after_order(msg, now)
-            return self._try_deliver()
+                return self._try_deliver() + policy.after_order(msg, now) + released
+            return self._try_deliver() + released
         return []
 
     def _on_data(self, msg: Message, now: int) -> list[Action]:
@@ -426,6 +478,60 @@ class Sequencer(OnReliable):
             store.pop(stable.popleft(), None)
             first += 1
 
+    def _rejoin(self, now: int) -> list[Action]:
+        """A joining member asks the sequencer for an ORDER to join at; a restarted sequencer
+        asks the members it waits for the next number they know; both every `fetch_after`
+        until answered (the FETCH is a datagram, which may be lost)."""
+        if not self.joining or now < self.rejoin_at:
+            return []
+        self.rejoin_at = now + self.fetch_after_ns
+        if self.me != self.sequencer:
+            ask = Header(MsgType.FETCH, self.proto, sender=self.me, aux=JOIN_TO_SEQUENCER)
+            return [Send(self.sequencer, Message(ask, b""))]
+        question = Header(MsgType.FETCH, self.proto, sender=self.me, aux=JOIN_QUESTION)
+        return [Send(m, Message(question, b"")) for m in sorted(self.waiting - self.suspected)]
+
+    def _on_join_fetch(self, src: int, aux: int, seq: int, now: int) -> list[Action]:
+        """A join FETCH (marked by `aux`): a member's request to join (JOIN_TO_SEQUENCER,
+        `seq` 0, at the sequencer), the sequencer's question for the next number
+        (JOIN_QUESTION, at a member), or a member's answer to it (JOIN_TO_SEQUENCER, `seq`
+        that number, at the sequencer)."""
+        if self.me != self.sequencer:
+            if src != self.sequencer or aux != JOIN_QUESTION:
+                return []
+            known = max(self.next_deliver, max(self.order, default=0) + 1)
+            header = Header(MsgType.FETCH, self.proto, sender=self.me, seq=known,
+                            aux=JOIN_TO_SEQUENCER)
+            return [Send(src, Message(header, b""))]
+        if aux != JOIN_TO_SEQUENCER:
+            return []
+        if seq:
+            if src in self.waiting:
+                self.waiting.discard(src)
+                self.next_known = max(self.next_known, seq)
+                return self._recovered(now)
+            return []
+        if self.joining:
+            return []  # we are restarting too: the member asks again
+        out: list[Action] = []
+        if not self.pending_orders and not self.join_asked:
+            out.append(SetTimer(FLUSH, 0))
+        self.join_asked = True
+        return out
+
+    def _recovered(self, now: int) -> list[Action]:
+        """A restarted sequencer that has every answer it waits for continues the numbering
+        after the highest number a member knows, and joins the order there."""
+        if not (self.joining and self.me == self.sequencer and self.waiting <= self.suspected):
+            return []
+        self.joining = False
+        self.waiting = set()
+        self.g = self.next_known - 1
+        self.next_deliver = self.next_known
+        if not self.pending_orders:
+            return []
+        return self._flush_orders(now)
+
     def enqueue_order(self, key: tuple[int, int]) -> list[Action]:
         """The sequencer numbers `key` next; the ORDER goes out at the end of the current
         instant, batched with any others."""
@@ -440,8 +546,11 @@ class Sequencer(OnReliable):
         return 0 if self.policy is None else self.policy.hint_us()
 
     def _flush_orders(self, now: int) -> list[Action]:
+        if self.joining:
+            return []  # a restarted sequencer numbers nothing before it knows where to go on
         entries, self.pending_orders = self.pending_orders, []
-        if not entries:
+        joins, self.join_asked = self.join_asked, False
+        if not entries and not joins:
             return []
         first = self.g + 1
         self.g += len(entries)
@@ -460,7 +569,7 @@ class Sequencer(OnReliable):
                 first += len(entries[:room])
                 entries = entries[room:]
                 if not entries:
-                    return []
+                    return []  # a joining member joins at that ORDER
         header = Header(MsgType.ORDER, seq=first, origin=self.me)
         return self.rm.multicast(header, pack_orders(entries), now)
 
