@@ -11,7 +11,8 @@ first line, ``# <protocol>: <the bug>``, names the protocol to explore. Per muta
    drawn faults, the nightly's params of the protocol) with `--protocol`'s protocol, seeds
    0, 1, ... in growing chunks, `PYTHONPATH` the scratch copy, until a seed fails;
 3. a failing seed kills the mutant unless the unmodified code (a second scratch copy of HEAD)
-   fails that seed with the same checks: a bug HEAD has already is not the mutant's.
+   fails that seed with the same checks: a bug HEAD has already is not the mutant's (the
+   table names HEAD's checks when it fails the killing seed with others).
 
 The simulator runs compiled when the patch leaves the compiled modules' sources
 (nodes/fastpath.py `closure()`) alone and the real tree has a build for them (linked into the
@@ -69,6 +70,7 @@ class Result:
     seed: int | None = None
     failing: list[str] = field(default_factory=list)
     shared: list[int] = field(default_factory=list)  # failing seeds HEAD fails alike
+    head_failing: list[str] = field(default_factory=list)  # HEAD's checks on the killing seed
     compiled: bool = False
     wall_s: float = 0.0
     note: str = ""
@@ -189,10 +191,11 @@ def run_mutant(m: Mutant, seeds: int, workers: int, baseline: Baseline, tmp: Pat
                 if row["ok"]:
                     continue
                 failing = failing_of(row)
-                if baseline.failing(m.protocol, seed) == failing:
+                head = baseline.failing(m.protocol, seed)
+                if head == failing:
                     res.shared.append(seed)
                     continue
-                res.killed, res.seed, res.failing = True, seed, failing
+                res.killed, res.seed, res.failing, res.head_failing = True, seed, failing, head
                 return res
     except (subprocess.CalledProcessError, RuntimeError) as exc:
         detail = getattr(exc, "stderr", "") or str(exc)
@@ -231,6 +234,8 @@ def main() -> None:
     print(f"{'mutant':40} {'protocol':17} {'killed':6} {'seeds':>5}  by")
     for r in results:
         by = ", ".join(r.failing) if r.killed else (r.note or "-")
+        if r.head_failing:
+            by += f" (HEAD fails this seed too: {', '.join(r.head_failing)})"
         if r.shared:
             by += f" (seeds HEAD fails alike: {', '.join(map(str, r.shared))})"
         print(f"{r.mutant.name:40} {r.mutant.protocol:17} {'yes' if r.killed else 'NO':6} "
