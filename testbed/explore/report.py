@@ -34,6 +34,13 @@ def write_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
         "shrunk_faults": pa.array([r.get("shrunk_faults", "") for r in rows], pa.string()),
         # whether the seed ran on the compiled simulator (nodes/fastpath.py)
         "compiled": pa.array([bool(r.get("compiled", False)) for r in rows], pa.bool_()),
+        # world mode (docs/explore.md "Worlds"): the drawn values are in `params`
+        "features": pa.array([list(r.get("features", [])) for r in rows],
+                             pa.list_(pa.string())),
+        "shape": pa.array([r.get("shape", "") for r in rows], pa.string()),
+        "duration_s": pa.array([float(r.get("duration_s", 0.0)) for r in rows], pa.float64()),
+        "refused": pa.array([r.get("refused", "") for r in rows], pa.string()),
+        "counters": pa.array([r.get("counters", "{}") for r in rows], pa.string()),
     })
     pq.write_table(table, path)
 
