@@ -167,7 +167,8 @@ CSS = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1000px}"
        "code{font-size:12px}")
 
 
-def write_index(out: Path, base: Any, outcome: Any) -> None:
+def write_index(out: Path, base: Any, outcome: Any,
+                cov: dict[str, dict[str, Any]] | None = None) -> None:
     rows = outcome.rows
     failing = [r for r in rows if not r["ok"]]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>explore "
@@ -196,7 +197,8 @@ def write_index(out: Path, base: Any, outcome: Any) -> None:
         if shrunk:
             c = shrunk["case"]
             extra = [f"duration {c['duration_ns'] / 1e9:g} s" if c.get("duration_ns") else "",
-                     ", ".join(f"{k} {v}" for k, v in c.get("params", [])),
+                     ", ".join(f"{k} {v}" for k, v in c.get("params", [])
+                               if k != "topology"),
                      f"without {', '.join(c['drop_hosts'])}" if c.get("drop_hosts") else ""]
             parts.append(f"<p>from {shrunk['from_items']} item(s) in {shrunk['runs']} runs"
                          + "".join(f"; {escape(x)}" for x in extra if x) + "</p>")
@@ -206,6 +208,10 @@ def write_index(out: Path, base: Any, outcome: Any) -> None:
                     parts.append(failure_charts(run_dir, f"s{seed}"))
                 except (OSError, ValueError, KeyError) as exc:
                     parts.append(f"<p>no diagram: {escape(str(exc))}</p>")
+    if cov:
+        from testbed.explore.coverage import coverage_html
+
+        parts.append(coverage_html(cov))
     parts.append("<h2>All seeds</h2><table><tr><th>seed</th><th>ok</th><th>liveness</th>"
                  "<th>failing</th><th>events</th><th>faults</th></tr>")
     for r in sorted(rows, key=lambda r: (r["ok"], r["seed"])):
