@@ -86,7 +86,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.world:
         print(f"world mode, {os.cpu_count()} cores (load {os.getloadavg()[0]:.1f})")
-        for label, world in (("today's size", {"features": []}), ("drawn worlds", {})):
+        worlds: list[tuple[str, dict[str, object]]] = [("today's size", {"features": []}),
+                                                        ("drawn worlds", {})]
+        for label, world in worlds:
             per_hour, failing, cpu_s = explore_rate(args.seeds, args.workers, world)
             own = args.workers * 3600 / cpu_s if cpu_s else float("nan")
             print(f"  {label}: {per_hour:9,.0f} schedules/hour ({args.seeds} seeds, "

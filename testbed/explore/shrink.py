@@ -22,6 +22,7 @@ import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -103,12 +104,25 @@ def world_steps(case: Case) -> list[Callable[[Case], Case | None]]:
     """A world's simplifications before the duration, rate and hosts: parameters back to
     their defaults, impairments off, arrivals constant."""
     steps: list[Callable[[Case], Case | None]] = [
-        lambda c, k=k: _without(c, k) for k, _ in case.params
+        partial(_without_param, key=k) for k, _ in case.params
         if k.startswith("protocol.params.")]
-    steps += [lambda c, k=k: _topology(c, lambda e: e.pop(k, None)) for k in IMPAIRMENTS]
-    steps.append(lambda c: _with(_without(c, *BURSTY), "workload.arrival", "constant")
-                 if dict(c.params).get("workload.arrival") not in (None, "constant") else None)
+    steps += [partial(_without_impairment, key=k) for k in IMPAIRMENTS]
+    steps.append(_constant_arrivals)
     return steps
+
+
+def _without_param(case: Case, key: str) -> Case | None:
+    return _without(case, key)
+
+
+def _without_impairment(case: Case, key: str) -> Case | None:
+    return _topology(case, lambda entry: entry.pop(key, None))
+
+
+def _constant_arrivals(case: Case) -> Case | None:
+    if dict(case.params).get("workload.arrival") in (None, "constant"):
+        return None
+    return _with(_without(case, *BURSTY), "workload.arrival", "constant")
 
 
 def shrink(base: Base, case: Case, root: Path, keep: Path) -> dict[str, Any]:

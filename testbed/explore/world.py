@@ -33,7 +33,8 @@ MESSAGE_BUDGET = 10_000  # planned messages x hosts (today's set-up: 240 x 4 = 9
 DEFAULT_HOSTS, DEFAULT_SITES = 4, 2
 LAN_MS, WAN_MS = 0.5, 10.0
 DEFAULT_RATE, DEFAULT_SIZE, DEFAULT_DURATION_S = 20.0, 512, 3.0
-MAX_RATE = 2000.0  # "overload": far beyond what a WAN sequencer orders
+MAX_RATE = 2000.0
+BANDWIDTH_HEADROOM = 4  # "overload": far beyond what a WAN sequencer orders
 Override = tuple[str, Any]
 
 
@@ -172,6 +173,21 @@ def params(rng: random.Random, on: set[str], params_cls: type | None) -> list[Ov
     return out
 
 
+def _enough_bandwidth(topo: dict[str, Any], load: dict[str, Any], hosts: int) -> None:
+    """A drawn bandwidth carries at least BANDWIDTH_HEADROOM x the workload's offered bits
+    per second (every sender's messages on one path): a path slower than that never drains,
+    and a run that cannot drain tells nothing about the protocol."""
+    senders = hosts if load["workload.senders"] == "all" else len(load["workload.senders"])
+    rate = float(str(load["workload.rate"]).removesuffix("/s"))
+    size = int(str(load["workload.size"]).removesuffix("B"))
+    need = math.ceil(BANDWIDTH_HEADROOM * rate * size * 8 * senders / 1e6)
+    for row in topo["matrix"].values():
+        for entry in row.values():
+            if "bandwidth" in entry:
+                have = int(entry["bandwidth"].removesuffix("mbit"))
+                entry["bandwidth"] = f"{max(have, need)}mbit"
+
+
 def draw_world(seed: int, model: Model, params_cls: type | None,
                features: tuple[str, ...] = FEATURES) -> World:
     """Seed `seed`'s world: each of `features` on with probability 1/2 (swarm testing)."""
@@ -180,6 +196,7 @@ def draw_world(seed: int, model: Model, params_cls: type | None,
     topo = topology(rng, on, model)
     hosts = [h["name"] for h in topo["hosts"]]
     load, duration_s = workload(rng, on, hosts)
+    _enough_bandwidth(topo, dict(load), len(hosts))
     overrides: list[Override] = [("topology", topo), *load, *params(rng, on, params_cls)]
     return World(tuple(f for f in FEATURES if f in on), tuple(overrides),
                  round(duration_s * 1000) * 1_000_000)
