@@ -53,7 +53,13 @@ def test_a_seed_names_its_world_within_the_ranges(tmp_path: Path) -> None:
         n_send = len(names) if senders == "all" else len(senders)
         rate = float(drawn["workload.rate"].removesuffix("/s"))
         assert 1 <= rate <= 2000
-        assert 16 <= int(drawn["workload.size"].removesuffix("B")) <= 65536
+        size = int(drawn["workload.size"].removesuffix("B"))
+        assert 16 <= size <= 65536
+        for row in topo["matrix"].values():  # a limited path carries the offered load
+            for entry in row.values():
+                if "bandwidth" in entry:
+                    assert int(entry["bandwidth"].removesuffix("mbit")) * 1e6 >= (
+                        rate * size * 8 * n_send)
         assert case.duration_ns is not None and 1e9 <= case.duration_ns <= 30e9
         # The work is bounded (rounding of rate and duration aside).
         assert rate * case.duration_ns / 1e9 * n_send * len(names) <= MESSAGE_BUDGET * 1.1
