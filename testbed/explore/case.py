@@ -365,13 +365,14 @@ def simulate(exp: Any, topo: Any, root: Path, max_events: int | None = None,
     return run.path, record
 
 
-COUNTER_BEANS = ("TotalOrder", "Network", "FailureDetector")  # Node and Clock are not events
+COUNTER_BEANS = ("TotalOrder", "Transport")  # Node and Clock count no protocol event
 
 
 def counters(sim: Any) -> dict[str, int]:
     """The protocol's own event counters at the end of the run, summed over the hosts: every
-    integer attribute of the nodes' `TotalOrder` (the layers' `managed()` declarations),
-    `Network` and `FailureDetector` MBeans, as `Type.Attribute` (coverage.json)."""
+    integer attribute of the nodes' `TotalOrder` (the layers' `managed()` declarations) and
+    `Transport` (malformed, rejected datagrams, errors) MBeans, as `Type.Attribute`
+    (coverage.json)."""
     from nodes.management.node_mbeans import build_node_registry
 
     out: dict[str, int] = {}
