@@ -28,6 +28,9 @@ from testbed.explore.ranges import draw_value, set_path
 
 NETWORK = "network"
 MS_NS = 1_000_000
+# World mode's cap on the drain: a drawn partition or pause may outlast the detector timeout
+# five times (`long`: up to 5 s) and a lossy, slow world needs its retransmissions after it.
+WORLD_DRAIN_MAX = "15s"
 # A seed's budget (docs/explore.md "Budget"): a run that needs more simulator events than
 # EVENTS_PER_MESSAGE x planned messages x hosts (at least MIN_EVENTS), or more than
 # SEED_WALL_S wall seconds, is stopped and fails as `livelock`. A healthy quickstart seed needs
@@ -188,8 +191,8 @@ def world_case(base: Base, seed: int, features: tuple[str, ...] | None = None) -
     ctx = Context(tuple(h["name"] for h in topo["hosts"]), world.duration_ns, base.ctx.model,
                   False, round(float(timeout) * MS_NS), base.exp.protocol.name, instances)
     items = draw(seed, ctx, list(ex.generators or WORLD_GENERATORS), ex.max_faults, swarm=True)
-    return Case(seed, tuple(items), world.overrides, duration_ns=world.duration_ns,
-                features=world.features)
+    return Case(seed, tuple(items), (*world.overrides, ("drain_max", WORLD_DRAIN_MAX)),
+                duration_ns=world.duration_ns, features=world.features)
 
 
 def draw_case(base: Base, seed: int) -> Case:
