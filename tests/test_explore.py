@@ -11,16 +11,18 @@ import pytest
 import yaml
 from pydantic import TypeAdapter
 
-from testbed.explore.generators import GENERATORS, SHAPES, Context, Model, draw
+from testbed.explore.generators import SHAPES, Context, Model, draw
 from testbed.explore.shrink import ddmin
 from testbed.faults.schedule import check_faults, expand
 from testbed.faults.spec import FaultSpec
+from testbed.spec.experiment import EXPLORE_GENERATORS
 from testbed.spec.loader import load_experiment
 from tests.inproc import ROOT, run_cli
 
 QUICKSTART = ROOT / "experiments" / "quickstart.yaml"
 HOSTS = ("h1", "h2", "h3", "h4")
 CTX = Context(HOSTS, 3_000_000_000, Model(), has_links=True)
+GEN = list(EXPLORE_GENERATORS)  # the default generators (not world mode's)
 
 
 def _spec(tmp: Path, file: str = "spec.yaml", **changes: object) -> Path:
@@ -36,8 +38,8 @@ def test_generators_draw_valid_reproducible_schedules() -> None:
     adapter = TypeAdapter(FaultSpec)
     kinds, shapes, flapping = set(), set(), 0
     for seed in range(300):
-        items = draw(seed, CTX, list(GENERATORS), 4)
-        assert items == draw(seed, CTX, list(GENERATORS), 4)  # the seed names its schedule
+        items = draw(seed, CTX, GEN, 4)
+        assert items == draw(seed, CTX, GEN, 4)  # the seed names its schedule
         assert 1 <= len(items) <= 4
         faults = [adapter.validate_python(i) for i in items if i["kind"] != "network"]
         assert check_faults(faults, list(HOSTS), CTX.duration_ns) == []
@@ -50,7 +52,7 @@ def test_generators_draw_valid_reproducible_schedules() -> None:
     assert kinds >= {"partition", "crash", "pause", "clock", "link", "loss-burst", "network"}
     assert shapes == set(SHAPES)
     assert flapping > 0
-    assert draw(1, CTX, list(GENERATORS), 4) != draw(2, CTX, list(GENERATORS), 4)
+    assert draw(1, CTX, GEN, 4) != draw(2, CTX, GEN, 4)
 
 
 def test_generators_keep_to_a_bound_model() -> None:
@@ -59,10 +61,10 @@ def test_generators_keep_to_a_bound_model() -> None:
     and unsynchronised clocks gets those."""
     strict = Context(HOSTS, CTX.duration_ns, Model(frozenset(), False, False, False, False,
                                                    False, False), True)
-    assert all(draw(seed, strict, list(GENERATORS), 4) == [] for seed in range(200))
+    assert all(draw(seed, strict, GEN, 4) == [] for seed in range(200))
     crashes = Context(HOSTS, CTX.duration_ns, Model(frozenset({"crash"}), False, False, False,
                                                     True, False, False), True)
-    kinds = {i["kind"] for seed in range(200) for i in draw(seed, crashes, list(GENERATORS), 4)}
+    kinds = {i["kind"] for seed in range(200) for i in draw(seed, crashes, GEN, 4)}
     assert kinds == {"crash", "clock"}
     for seed in range(200):
         for i in draw(seed, crashes, ["clock"], 4):

@@ -27,6 +27,10 @@ from testbed.explore.generators import Context, Item, Model, describe, draw
 from testbed.explore.ranges import draw_value, set_path
 
 NETWORK = "network"
+MS_NS = 1_000_000
+# World mode's cap on the drain: a drawn partition or pause may outlast the detector timeout
+# five times (`long`: up to 5 s) and a lossy, slow world needs its retransmissions after it.
+WORLD_DRAIN_MAX = "15s"
 # A seed's budget (docs/explore.md "Budget"): a run that needs more simulator events than
 # EVENTS_PER_MESSAGE x planned messages x hosts (at least MIN_EVENTS), or more than
 # SEED_WALL_S wall seconds, is stopped and fails as `livelock`. A healthy quickstart seed needs
@@ -57,16 +61,24 @@ class Case:
     params: tuple[tuple[str, Any], ...] = ()  # (workload.rate, "50/s"), ...
     drop_hosts: tuple[str, ...] = ()
     duration_ns: int | None = None
+    features: tuple[str, ...] = ()  # world mode: the world features this seed turned on
+    refused: str = ""  # world mode: why the drawn world was refused (today's set-up ran)
 
     def record(self) -> dict[str, Any]:
         return {"seed": self.seed, "items": list(self.items), "params": list(self.params),
-                "drop_hosts": list(self.drop_hosts), "duration_ns": self.duration_ns}
+                "drop_hosts": list(self.drop_hosts), "duration_ns": self.duration_ns,
+                "features": list(self.features), "refused": self.refused}
 
     @classmethod
     def from_record(cls, r: dict[str, Any]) -> Case:
         return cls(int(r["seed"]), tuple(r.get("items", ())),
                    tuple((k, v) for k, v in r.get("params", ())),
-                   tuple(r.get("drop_hosts", ())), r.get("duration_ns"))
+                   tuple(r.get("drop_hosts", ())), r.get("duration_ns"),
+                   tuple(r.get("features", ())), str(r.get("refused", "")))
+
+    def topology(self) -> dict[str, Any] | None:
+        """The drawn topology (world mode), or None."""
+        return next((v for k, v in self.params if k == "topology"), None)
 
 
 @dataclass
@@ -156,14 +168,56 @@ def validate_data(data: dict[str, Any]) -> tuple[Any, Any]:
     return exp, topo
 
 
-def draw_case(base: Base, seed: int) -> Case:
-    """Seed `seed`'s case: its schedule from the generators, its parameters from the ranges;
-    items the spec checks refuse (a protocol's model, say) are dropped from the end."""
+def world_case(base: Base, seed: int, features: tuple[str, ...] | None = None) -> Case:
+    """World mode (world.py): seed `seed`'s world, then its schedule drawn in that world
+    from a random subset of the generators (swarm testing)."""
+    from nodes.protocols import catalogue
+    from testbed.explore.world import FEATURES, draw_world
+    from testbed.spec.experiment import WORLD_GENERATORS
+
     ex = base.explore
-    items = draw(seed, base.ctx, list(ex.generators), ex.max_faults)
+    entry = catalogue.find(base.exp.protocol.name)
+    if features is None:
+        features = tuple(ex.features) if ex.features is not None else FEATURES
+    world = draw_world(seed, base.ctx.model, entry.params if entry else None, features)
+    drawn = dict(world.overrides)
+    topo = drawn["topology"]
+    timeout = drawn.get("protocol.params.fd_timeout_ms") or base.exp.protocol.params.get(
+        "fd_timeout_ms") or 1000
+    params = base.exp.protocol.params
+    instances = tuple(str(i.get("name")) for i in params.get("instances") or []
+                      if isinstance(i, dict)) or (("seq-a", "seq-b") if base.exp.protocol.name
+                                                  == "switching" else ())
+    ctx = Context(tuple(h["name"] for h in topo["hosts"]), world.duration_ns, base.ctx.model,
+                  False, round(float(timeout) * MS_NS), base.exp.protocol.name, instances)
+    items = draw(seed, ctx, list(ex.generators or WORLD_GENERATORS), ex.max_faults, swarm=True)
+    return Case(seed, tuple(items), (*world.overrides, ("drain_max", WORLD_DRAIN_MAX)),
+                duration_ns=world.duration_ns, features=world.features)
+
+
+def draw_case(base: Base, seed: int) -> Case:
+    """Seed `seed`'s case: its schedule from the generators (world mode: its world too), its
+    parameters from the ranges; items the spec checks refuse (a protocol's model, say) are
+    dropped from the end. A drawn world the checks refuse runs as today's set-up, the reason
+    kept in the case (`refused`)."""
+    from testbed.spec.experiment import EXPLORE_GENERATORS
+
+    ex = base.explore
     rng = random.Random(f"explore:{seed}:ranges")
     params = tuple((k, draw_value(lo, hi, rng)) for k, (lo, hi) in sorted(ex.ranges.items()))
-    case = Case(seed, tuple(items), params)
+    refused = ""
+    if ex.world:
+        case = world_case(base, seed)
+        case = replace(case, params=case.params + params)
+        try:
+            materialise(base, replace(case, items=()))
+        except InvalidCase as exc:
+            refused = str(exc)
+    if not ex.world or refused:
+        items = draw(seed, base.ctx, list(ex.generators or EXPLORE_GENERATORS),
+                     ex.max_faults)
+        case = Case(seed, tuple(items), params, refused=refused)
+    items = list(case.items)
     try:
         materialise(base, case)
         return case
@@ -192,15 +246,18 @@ def spec_data(base: Base, case: Case) -> dict[str, Any]:
         from testbed.spec.units import format_duration
 
         data["duration"] = format_duration(case.duration_ns)
+    for key, value in case.params:
+        set_path(data, key, copy.deepcopy(value))
     topo = data["topology"]
     for item in case.items:
         if item.get("kind") == NETWORK:
             _apply_network(topo, item)
     if case.drop_hosts:
         _drop_hosts(topo, set(case.drop_hosts))
+        senders = (data.get("workload") or {}).get("senders")
+        if isinstance(senders, list):
+            data["workload"]["senders"] = [s for s in senders if s not in case.drop_hosts]
     data["faults"] = [dict(i) for i in case.items if i.get("kind") != NETWORK]
-    for key, value in case.params:
-        set_path(data, key, value)
     return data
 
 
@@ -214,6 +271,9 @@ def _apply_network(topo: dict[str, Any], item: Item) -> None:
 
 def _drop_hosts(topo: dict[str, Any], gone: set[str]) -> None:
     topo["hosts"] = [h for h in topo.get("hosts", []) if h.get("name") not in gone]
+    if isinstance(topo.get("matrix"), dict):
+        topo["matrix"] = {a: {b: e for b, e in row.items() if b not in gone}
+                          for a, row in topo["matrix"].items() if a not in gone}
     used = {h.get("site") for h in topo["hosts"]}
     if isinstance(topo.get("sites"), dict):
         topo["sites"] = {k: v for k, v in topo["sites"].items() if k in used}
@@ -304,7 +364,43 @@ def simulate(exp: Any, topo: Any, root: Path, max_events: int | None = None,
     if livelock is not None:
         record[LIVELOCK] = livelock
     (run.path / "sim.log").write_text(json.dumps(record) + "\n")
+    record["counters"] = counters(sim)
     return run.path, record
+
+
+COUNTER_BEANS = ("TotalOrder", "Transport")  # Node and Clock count no protocol event
+
+
+def counters(sim: Any) -> dict[str, int]:
+    """The protocol's own event counters at the end of the run, summed over the hosts: every
+    integer attribute of the nodes' `TotalOrder` (the layers' `managed()` declarations) and
+    `Transport` (malformed, rejected datagrams, errors) MBeans, as `Type.Attribute`
+    (coverage.json)."""
+    from nodes.management.node_mbeans import build_node_registry
+
+    out: dict[str, int] = {}
+    for core in sim.cores.values():
+        for bean in build_node_registry(core, true_now=lambda: sim.now):
+            kind = bean.name.canonical.partition("type=")[2].partition(",")[0]
+            if kind not in COUNTER_BEANS:
+                continue
+            for name, value in bean.read_all().items():
+                if isinstance(value, int) and not isinstance(value, bool):
+                    out[f"{kind}.{name}"] = out.get(f"{kind}.{name}", 0) + value
+    return out
+
+
+def world_columns(base: Base, case: Case) -> dict[str, Any]:
+    """The world's columns of a seed's row (seeds.parquet): features on, topology shape,
+    duration; the drawn values themselves are in `params`."""
+    from testbed.explore.world import shape
+
+    topo = case.topology() or base.data.get("topology") or {}
+    hosts = [h for h in (topo.get("hosts") or []) if h.get("name") not in case.drop_hosts]
+    return {"features": list(case.features),
+            "shape": shape({**topo, "hosts": hosts}) if isinstance(topo, dict) else "",
+            "duration_s": (case.duration_ns or base.exp.duration) / 1e9,
+            "refused": case.refused, "counters": "{}"}
 
 
 def digests(run_dir: Path) -> dict[str, str]:
@@ -340,12 +436,13 @@ def run_case(base: Base, case: Case, root: Path, keep: Path | None = None,
     row: dict[str, Any] = {"seed": case.seed, "faults": json.dumps(list(case.items)),
                            "params": json.dumps(dict(case.params)), "ok": True,
                            "verdict_ok": True, "liveness": "", "failing": [], "events": 0,
-                           "checks": [], "error": ""}
+                           "checks": [], "error": "", **world_columns(base, case)}
     run_dir: Path | None = None
     try:
         exp, topo = materialise(base, case)
         run_dir, stats = simulate(exp, topo, root)
         row["max_events"] = stats["max_events"]
+        row["counters"] = json.dumps(stats["counters"], sort_keys=True)
         if LIVELOCK in stats:  # stopped at its budget: a failure, not judged
             stop = stats[LIVELOCK]
             raise Livelock(f"{LIVELOCK}: {stop['reason']} at virtual time "

@@ -46,6 +46,9 @@ class Context:
     duration_ns: int
     model: Model
     has_links: bool  # the topology has site LANs / WAN links a `network` item can change
+    timeout_ns: int = 1000 * MS  # the failure detector's timeout (`long`, `mgmt`)
+    protocol: str = ""  # the mbean of `switch` requests
+    instances: tuple[str, ...] = ()  # switching: the instances a `switch` request names
 
 
 def ms(ns: float) -> str:
@@ -171,16 +174,89 @@ def network(rng: random.Random, ctx: Context) -> list[Item]:
     return [item]
 
 
+def restarts(rng: random.Random, ctx: Context) -> list[Item]:
+    """One host crashes and restarts again and again: 2-20 times, each down 1-10% of the
+    run, all inside the first 75% of it."""
+    if "crash" not in ctx.model.failures:
+        return []
+    host = rng.choice(ctx.hosts)
+    t, end = round(0.05 * ctx.duration_ns), round(0.75 * ctx.duration_ns)
+    out: list[Item] = []
+    for _ in range(rng.randint(2, 20)):
+        down = round(rng.uniform(0.01, 0.1) * ctx.duration_ns / MS) * MS
+        if t + down + MS > end:
+            break
+        t = round(t / MS) * MS
+        out.append({"kind": "crash", "host": host, "at": ms(t), "restart_after": ms(down)})
+        t += down + max(MS, round(rng.uniform(0.005, 0.05) * ctx.duration_ns))
+    return out
+
+
+def crashes(rng: random.Random, ctx: Context) -> list[Item]:
+    """Two or more hosts crash at the same instant, some restarting."""
+    if "crash" not in ctx.model.failures or len(ctx.hosts) < 2:
+        return []
+    at = ms(_at(rng, ctx))
+    out: list[Item] = []
+    for host in rng.sample(list(ctx.hosts), rng.randint(2, len(ctx.hosts))):
+        item: Item = {"kind": "crash", "host": host, "at": at}
+        if rng.random() < 0.6:
+            item["restart_after"] = ms(rng.uniform(0.02, 0.3) * ctx.duration_ns)
+        out.append(item)
+    return out
+
+
+def long(rng: random.Random, ctx: Context) -> list[Item]:
+    """A partition or a pause longer than the failure detector's timeout (1.5-5 times)."""
+    span = ms(rng.uniform(1.5, 5.0) * ctx.timeout_ns)
+    at = ms(_at(rng, ctx))
+    options = [k for k in ("partition", "pause") if k in ctx.model.failures]
+    if not options or len(ctx.hosts) < 2:
+        return []
+    if rng.choice(options) == "pause":
+        return [{"kind": "pause", "host": rng.choice(ctx.hosts), "at": at, "for": span}]
+    return [{"kind": "partition", "isolate": rng.choice(ctx.hosts), "at": at, "for": span}]
+
+
+def mgmt(rng: random.Random, ctx: Context) -> list[Item]:
+    """A management write to one host: its failure detector's timeout (100-1,000 ms) or its
+    clock's offset (inside the bound, or beyond it when the model allows)."""
+    item: Item = {"kind": "mgmt", "host": rng.choice(ctx.hosts), "at": ms(_at(rng, ctx))}
+    if ctx.model.clock and rng.random() < 0.5:
+        limit = CLOCK_BEYOND_NS if ctx.model.clock_beyond and rng.random() < 0.5 else \
+            CLOCK_INSIDE_NS
+        offset = round(rng.uniform(-1, 1) * limit / MS, 3)
+        item.update(mbean="testbed:type=Clock", write={"OffsetMs": offset})
+    else:
+        item.update(mbean="testbed:type=FailureDetector",
+                    write={"TimeoutMs": rng.randint(100, 1000)})
+    return [item]
+
+
+def switch(rng: random.Random, ctx: Context) -> list[Item]:
+    """`switching`: a request to switch to another instance, at one host."""
+    if len(ctx.instances) < 2:
+        return []
+    return [{"kind": "mgmt", "host": rng.choice(ctx.hosts), "at": ms(_at(rng, ctx)),
+             "mbean": f"testbed:type=TotalOrder,protocol={ctx.protocol}",
+             "exec": ["switchTo", rng.choice(ctx.instances)]}]
+
+
 GENERATORS: dict[str, Callable[[random.Random, Context], list[Item]]] = {
     "partition": partition, "crash": crash, "pause": pause, "clock": clock, "link": link,
-    "network": network}
+    "network": network, "restarts": restarts, "crashes": crashes, "long": long, "mgmt": mgmt,
+    "switch": switch}
 
 
-def draw(seed: int, ctx: Context, generators: list[str], max_faults: int) -> list[Item]:
-    """Seed `seed`'s schedule: 1..max_faults items from the named generators, in time order
-    of `at` (network items first)."""
+def draw(seed: int, ctx: Context, generators: list[str], max_faults: int,
+         swarm: bool = False) -> list[Item]:
+    """Seed `seed`'s schedule: 1..max_faults draws from the named generators (`swarm`: from
+    a random subset of them, each kept with probability 1/2), in time order of `at`
+    (network items first)."""
     rng = random.Random(f"explore:{seed}")
     usable = [g for g in generators if g in GENERATORS]
+    if swarm and usable:
+        usable = [g for g in usable if rng.random() < 0.5] or [rng.choice(usable)]
     items: list[Item] = []
     if not usable or max_faults <= 0:
         return items
@@ -197,7 +273,7 @@ def draw(seed: int, ctx: Context, generators: list[str], max_faults: int) -> lis
 
 
 def _order(item: Item) -> tuple[int, int]:
-    if item.get("kind") == "network":
+    if item.get("kind") == "network" or "at" not in item:
         return (0, 0)
     from testbed.spec.units import parse_duration
 

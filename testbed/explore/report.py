@@ -34,6 +34,13 @@ def write_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
         "shrunk_faults": pa.array([r.get("shrunk_faults", "") for r in rows], pa.string()),
         # whether the seed ran on the compiled simulator (nodes/fastpath.py)
         "compiled": pa.array([bool(r.get("compiled", False)) for r in rows], pa.bool_()),
+        # world mode (docs/explore.md "Worlds"): the drawn values are in `params`
+        "features": pa.array([list(r.get("features", [])) for r in rows],
+                             pa.list_(pa.string())),
+        "shape": pa.array([r.get("shape", "") for r in rows], pa.string()),
+        "duration_s": pa.array([float(r.get("duration_s", 0.0)) for r in rows], pa.float64()),
+        "refused": pa.array([r.get("refused", "") for r in rows], pa.string()),
+        "counters": pa.array([r.get("counters", "{}") for r in rows], pa.string()),
     })
     pq.write_table(table, path)
 
@@ -160,7 +167,8 @@ CSS = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1000px}"
        "code{font-size:12px}")
 
 
-def write_index(out: Path, base: Any, outcome: Any) -> None:
+def write_index(out: Path, base: Any, outcome: Any,
+                cov: dict[str, dict[str, Any]] | None = None) -> None:
     rows = outcome.rows
     failing = [r for r in rows if not r["ok"]]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>explore "
@@ -189,7 +197,8 @@ def write_index(out: Path, base: Any, outcome: Any) -> None:
         if shrunk:
             c = shrunk["case"]
             extra = [f"duration {c['duration_ns'] / 1e9:g} s" if c.get("duration_ns") else "",
-                     ", ".join(f"{k} {v}" for k, v in c.get("params", [])),
+                     ", ".join(f"{k} {v}" for k, v in c.get("params", [])
+                               if k != "topology"),
                      f"without {', '.join(c['drop_hosts'])}" if c.get("drop_hosts") else ""]
             parts.append(f"<p>from {shrunk['from_items']} item(s) in {shrunk['runs']} runs"
                          + "".join(f"; {escape(x)}" for x in extra if x) + "</p>")
@@ -199,6 +208,10 @@ def write_index(out: Path, base: Any, outcome: Any) -> None:
                     parts.append(failure_charts(run_dir, f"s{seed}"))
                 except (OSError, ValueError, KeyError) as exc:
                     parts.append(f"<p>no diagram: {escape(str(exc))}</p>")
+    if cov:
+        from testbed.explore.coverage import coverage_html
+
+        parts.append(coverage_html(cov))
     parts.append("<h2>All seeds</h2><table><tr><th>seed</th><th>ok</th><th>liveness</th>"
                  "<th>failing</th><th>events</th><th>faults</th></tr>")
     for r in sorted(rows, key=lambda r: (r["ok"], r["seed"])):

@@ -137,6 +137,7 @@ def _local_rows(ex: ProcessPoolExecutor, opts: Options, deadline: float | None
 def explore(base: Base, opts: Options, out: Path, console: Console,
             on_row: Callable[[dict[str, Any]], None] | None = None) -> Outcome:
     """Run the session; write seeds.parquet, reproducers/ and index.html under `out`."""
+    from testbed.explore.coverage import coverage
     from testbed.explore.report import write_index, write_parquet
 
     out.mkdir(parents=True, exist_ok=True)
@@ -161,7 +162,9 @@ def explore(base: Base, opts: Options, out: Path, console: Console,
     finally:
         shutil.rmtree(root, ignore_errors=True)
     write_parquet(out / "seeds.parquet", outcome.rows)
-    write_index(out, base, outcome)
+    cov = {base.exp.protocol.name: coverage(base.exp.protocol.name, outcome.rows)}
+    (out / "coverage.json").write_text(json.dumps(cov, indent=1) + "\n")
+    write_index(out, base, outcome, cov)
     outcome.wall_s = time.monotonic() - began
     return outcome
 

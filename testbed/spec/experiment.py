@@ -225,9 +225,13 @@ class ManagementSpec(Strict):
         return check_algorithm(v)
 
 
-ExploreGenerator = Literal["partition", "crash", "pause", "clock", "link", "network"]
+ExploreGenerator = Literal["partition", "crash", "pause", "clock", "link", "network",
+                           "restarts", "crashes", "long", "mgmt", "switch"]
 EXPLORE_GENERATORS: tuple[ExploreGenerator, ...] = ("partition", "crash", "pause", "clock",
                                                     "link", "network")
+# World mode's: today's and those that need a drawn world's timeouts and operations.
+WORLD_GENERATORS: tuple[ExploreGenerator, ...] = (*EXPLORE_GENERATORS, "restarts", "crashes",
+                                                  "long", "mgmt", "switch")
 RANGE_ROOTS = ("workload.", "protocol.params.")
 
 
@@ -236,9 +240,16 @@ class ExploreSpec(Strict):
     schedule, how many faults at most, and workload / protocol parameters drawn from ranges.
     `testbed run` ignores it."""
 
-    generators: list[ExploreGenerator] = Field(
-        default=list(EXPLORE_GENERATORS), description="fault generators to draw from, e.g. "
-        "[partition, crash]")
+    generators: list[ExploreGenerator] | None = Field(
+        default=None, description="fault generators to draw from, e.g. [partition, crash] "
+        "(default: " + ", ".join(EXPLORE_GENERATORS) + "; in world mode also restarts, "
+        "crashes, long, mgmt, switch, a random subset per seed)")
+    world: bool = Field(default=False, description="draw a world per seed (topology, "
+                        "delays, link impairments, workload, protocol parameters) as well as "
+                        "its faults")
+    features: list[str] | None = Field(
+        default=None, description="world mode: the world features a seed may turn on "
+        "(default: all of testbed/explore/world.py FEATURES)")
     max_faults: int = Field(default=4, ge=0, le=32, description="most faults one seed draws")
     max_events: int | None = Field(
         default=None, ge=1, description="simulator events one seed may take before it fails "
@@ -247,6 +258,17 @@ class ExploreSpec(Strict):
         default={}, description="a parameter (workload.KEY or protocol.params.KEY) drawn "
         "uniformly in [low, high] per seed, e.g. {workload.rate: [10/s, 100/s], "
         "protocol.params.fd_timeout_ms: [100, 1000]}")
+
+    @field_validator("features")
+    @classmethod
+    def _features(cls, v: list[str] | None) -> list[str] | None:
+        from testbed.explore.world import FEATURES
+
+        unknown = [f for f in v or [] if f not in FEATURES]
+        if unknown:
+            raise ValueError(f"unknown world feature(s) {', '.join(unknown)}; features: "
+                             f"{', '.join(FEATURES)}")
+        return v
 
     @field_validator("ranges")
     @classmethod

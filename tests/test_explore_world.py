@@ -1,0 +1,148 @@
+"""`testbed explore` in world mode (docs/explore.md "Worlds"): a seed draws its topology,
+links, workload and parameters as well as its faults; the world is in seeds.parquet and the
+reproducer, shrinks with the schedule, and coverage.json lists what was drawn and reached."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import yaml
+
+from testbed.explore.case import Base, draw_case, raw_data
+from testbed.explore.coverage import bucket
+from testbed.explore.generators import Model
+from testbed.explore.world import FEATURES, MESSAGE_BUDGET, draw_world
+from testbed.spec.units import parse_duration
+from tests.inproc import ROOT, run_cli
+
+QUICKSTART = ROOT / "experiments" / "quickstart.yaml"
+
+
+def _spec(tmp: Path, protocol: str, **explore: object) -> Path:
+    data = yaml.safe_load(QUICKSTART.read_text())
+    data["topology"] = str(ROOT / "topologies" / "two-sites.yaml")
+    data["protocol"] = {"name": protocol}
+    data["explore"] = {"world": True, "max_faults": 3, **explore}
+    path = tmp / f"{protocol}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _base(tmp: Path, protocol: str) -> Base:
+    return Base.from_data(raw_data(_spec(tmp, protocol)))
+
+
+def test_a_seed_names_its_world_within_the_ranges(tmp_path: Path) -> None:
+    base = _base(tmp_path, "sequencer")
+    hosts, features, arrivals = set(), set(), set()
+    for seed in range(120):
+        case = draw_case(base, seed)
+        assert case == draw_case(base, seed)  # deterministic from the seed
+        drawn = dict(case.params)
+        topo = drawn["topology"]
+        names = [h["name"] for h in topo["hosts"]]
+        hosts.add(len(names))
+        assert 2 <= len(names) <= 9
+        for src, row in topo["matrix"].items():
+            assert set(row) == set(names) - {src}
+            for entry in row.values():
+                assert 0.1 <= float(entry["delay"].removesuffix("ms")) <= 300
+        senders = drawn["workload.senders"]
+        n_send = len(names) if senders == "all" else len(senders)
+        rate = float(drawn["workload.rate"].removesuffix("/s"))
+        assert 1 <= rate <= 2000
+        size = int(drawn["workload.size"].removesuffix("B"))
+        assert 16 <= size <= 65536
+        for row in topo["matrix"].values():  # a limited path carries the offered load
+            for entry in row.values():
+                if "bandwidth" in entry:
+                    assert int(entry["bandwidth"].removesuffix("mbit")) * 1e6 >= (
+                        rate * size * 8 * n_send)
+        assert case.duration_ns is not None and 1e9 <= case.duration_ns <= 30e9
+        # The work is bounded (rounding of rate and duration aside).
+        assert rate * case.duration_ns / 1e9 * n_send * len(names) <= MESSAGE_BUDGET * 1.1
+        for item in case.items:
+            if "at" in item:
+                assert parse_duration(item["at"]) < case.duration_ns
+        timeout = drawn.get("protocol.params.fd_timeout_ms")
+        assert timeout is None or 100 <= timeout <= 1000
+        features |= set(case.features)
+        arrivals.add(drawn["workload.arrival"])
+        assert not case.refused
+    assert draw_case(base, 1) != draw_case(base, 2)
+    assert features == set(FEATURES)  # swarm: every feature on in some seed...
+    assert len(hosts) >= 6 and arrivals == {"constant", "poisson", "vbr"}
+    # ... and off in others: no seed has them all.
+    assert all(len(draw_case(base, s).features) < len(FEATURES) for s in range(40))
+
+
+def test_the_model_decides_what_a_world_may_hold() -> None:
+    """A model of FIFO links without loss or duplication and delays within Δ (004 §2.1)
+    gets no loss, duplication, reordering or bandwidth limit in any drawn path."""
+    strict = Model(frozenset(), loss=False, reorder=False, duplicate=False, clock=False,
+                   clock_beyond=False, delays=False)
+    loose = {k for s in range(200) for row in draw_world(s, Model(), None).overrides[0][1][
+        "matrix"].values() for e in row.values() for k in e}
+    assert {"loss", "duplicate", "bandwidth", "reorder", "jitter"} <= loose
+    for seed in range(200):
+        topo = dict(draw_world(seed, strict, None).overrides)["topology"]
+        for row in topo["matrix"].values():
+            for entry in row.values():
+                assert not {"loss", "duplicate", "bandwidth"} & set(entry)
+                assert entry.get("reorder", False) is False
+
+
+def test_world_exploration_shrinks_replays_and_covers(tmp_path: Path) -> None:
+    """reliable-ack does not claim total order: `--check total_order` in drawn worlds finds
+    violations (a real failing condition, not a mock); the drawn world is in the seed's row
+    and its reproducer, the shrunk world is smaller than the drawn one, the reproducer
+    replays byte-identically, and coverage.json lists what was drawn and reached."""
+    spec = _spec(tmp_path, "reliable-ack", features=["hosts", "senders", "rate", "size",
+                                                      "delays", "params", "fd_timeout"])
+    out = tmp_path / "out"
+    r = run_cli("explore", str(spec), "--seeds", "8", "--check", "total_order",
+                "--workers", "1", "--shrink", "1", "--out", str(out))
+    assert r.returncode == 1, r.stdout + r.stderr
+    rows = pq.read_table(out / "seeds.parquet").to_pylist()
+    assert [row["seed"] for row in rows] == list(range(8))
+    for row in rows:
+        drawn = json.loads(row["params"])
+        assert "topology" in drawn and "workload.rate" in drawn
+        assert row["shape"].startswith(f"{len(drawn['topology']['hosts'])}h")
+        assert row["duration_s"] >= 1
+        assert set(row["features"]) <= set(FEATURES)
+    shrunk = next(row for row in rows if row["reproducer"] and row["shrunk_faults"] != "")
+    repro = out / shrunk["reproducer"]
+    text = repro.read_text()
+    data = yaml.safe_load(text)
+    drawn = json.loads(shrunk["params"])
+    small = data["topology"]
+    # Smaller: fewer hosts, a lower rate, smaller messages, a shorter run or fewer
+    # parameters than drawn.
+    drawn_params = {k for k in drawn if k.startswith("protocol.params.")}
+    kept_params = set(data["protocol"].get("params") or {})
+    assert (len(small["hosts"]) < len(drawn["topology"]["hosts"])
+            or float(data["workload"]["rate"].removesuffix("/s"))
+            < float(drawn["workload.rate"].removesuffix("/s"))
+            or int(str(data["workload"]["size"]).removesuffix("B"))
+            < int(drawn["workload.size"].removesuffix("B"))
+            or parse_duration(data["duration"]) < shrunk["duration_s"] * 1e9
+            or len(kept_params) < len(drawn_params)), text
+    assert "matrix" in small and all(h["name"] in small["matrix"] for h in small["hosts"])
+    replay = run_cli("explore", "--replay", str(repro))
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert "byte-identical" in replay.stdout and "total_order" in replay.stdout
+    cov = json.loads((out / "coverage.json").read_text())["reliable-ack"]
+    assert cov["seeds"] == 8
+    assert set(cov["features"]) == {f for row in rows for f in row["features"]}
+    assert cov["fault_kinds"] and cov["topology_shapes"]
+    assert "workload.rate" in cov["param_buckets"]
+    assert any(k.startswith("TotalOrder.") for k in cov["events"])
+    assert "<h2>Coverage</h2>" in (out / "index.html").read_text()
+
+
+def test_decade_buckets() -> None:
+    assert bucket(137) == "100-1000" and bucket("20/s") == "10-100/s"
+    assert bucket("0.5ms") == "0.1-1ms" and bucket(["h1"]) is None and bucket("poisson") is None
