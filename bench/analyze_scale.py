@@ -28,6 +28,7 @@ from analysis.fault_history import fault_history  # noqa: E402
 from analysis.ingest import EVENT_SCHEMA, ingest  # noqa: E402
 from analysis.job import optimistic_section  # noqa: E402
 from analysis.metrics import clock_offsets, fnl_latency, message_counts, throughput  # noqa: E402
+from analysis.record import read_record  # noqa: E402
 from analysis.session import EVENT_LINE_BYTES, spark_session  # noqa: E402
 from analysis.synthetic import generate_run  # noqa: E402
 
@@ -60,7 +61,7 @@ def main() -> int:
             steps.append((name, now - last))
             last = now
 
-        data = ingest(spark, run)
+        data = ingest(spark, read_record(run))
         lap("ingest")
         events, nodes = data.events, data.nodes
         message_counts(events, nodes)

@@ -44,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from analysis import deliverylog
+from analysis.record import read_record
 from nodes.loop import loop_factory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +100,7 @@ def steady_rates(run: Path) -> dict[str, float]:
     """Final deliveries/s per node at the full rate, while every node's workload runs: from
     one second after the warm-up (or after the last node's first send, if later) to the
     workload's configured end."""
-    logs = deliverylog.events(run, ("send", "fnl"))
+    logs = read_record(run).events(("send", "fnl"))
     cfg = json.loads(next((run / "nodes").glob("*/node.json")).read_text())
     end = cfg["start_at_ns"] + cfg["duration_ns"]
     firsts = [min((e["t"] for e in evs if e["ev"] == "send"), default=end)
