@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
+from analysis.fault_history import crashed_hosts
 from analysis.revocation import drop_revoked_table, state_rows
 
 if TYPE_CHECKING:
@@ -226,27 +227,6 @@ def _typed(value: Any, kind: pa.DataType) -> Any:
     if isinstance(value, str):
         return value
     return json.dumps(value) if isinstance(value, int | float) else None
-
-
-def _fault_hosts(entry: dict[str, Any]) -> list[str]:
-    hosts = entry.get("hosts") or []
-    if isinstance(hosts, str):
-        hosts = [hosts]
-    if "host" in entry:
-        hosts = [*hosts, entry["host"]]
-    return [str(h) for h in hosts]
-
-
-def crashed_hosts(faults: list[dict[str, Any]]) -> set[str]:
-    """Hosts that did not stay correct: every host that crashed during the run.
-
-    A restarted host is a new incarnation that joined from the present (nodes/protocols/
-    reliable.py): it is not expected to deliver what was ordered while it was down, so
-    agreement is judged among the hosts that never crashed.
-    """
-    return {host for entry in faults
-            if entry.get("kind") == "crash" and entry.get("phase", "start") == "start"
-            for host in _fault_hosts(entry)}
 
 
 def ingest(spark: SparkSession, record: RunRecord, write: bool = True) -> Ingested:

@@ -1,9 +1,4 @@
-"""The judge: a run record's checks and verdict, with Spark or in-process.
-
-`judge(record, engine)` is what every surface calls: the Spark job (analysis/job.py: the checks
-and the measurements) or this module's in-process judge, `judge_run` (the checks, the
-liveness and the verdict, no JVM); a Maelstrom program's run is judged in-process whatever the
-engine (docs/maelstrom.md). Both end in analysis/verdict.py `finish`: one verdict.
+"""The in-process judge: a run record's checks and verdict without Spark.
 
 `testbed explore` judges thousands of small runs; a JVM per run would cost more than the run.
 `judge_run` reads the delivery logs with Arrow (analysis/ingest.py `read_tables`, the same
@@ -25,7 +20,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from analysis.checks import log_claims, node_errors, table_check_suite
-from analysis.ingest import crashed_hosts, read_tables
+from analysis.fault_history import crashed_hosts
+from analysis.ingest import read_tables
 from analysis.maelstrom import agent_errors, maelstrom_checks, read_logs
 from analysis.optimistic import optimistic_section
 from analysis.record import RunRecord
@@ -36,19 +32,6 @@ CROSSCHECK_ENV = "TESTBED_CROSSCHECK"
 # the measurements, pcaps, a cluster with --master) or this module (the checks, the liveness
 # and the verdict, no JVM).
 ENGINES = ("spark", "in-process")
-
-
-def judge(record: RunRecord, engine: str = "in-process", expect: Sequence[str] = (),
-          master: str | None = None) -> dict[str, Any]:
-    """The judged summary of the run with `engine` (`ENGINES`), its `expect` lines judged into
-    the verdict. Spark writes `parquet/events/` and summary.json (analysis/job.py `analyze`,
-    `master`: a cluster); in-process writes nothing. A Maelstrom run is judged in-process
-    with either engine."""
-    if engine == "spark" and not record.is_maelstrom:
-        from analysis.job import analyze
-
-        return analyze(record, master=master, expect=expect)
-    return judge_run(record, expect)
 
 
 def judge_run(record: RunRecord, expect: Sequence[str] = ()) -> dict[str, Any]:

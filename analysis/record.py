@@ -168,6 +168,11 @@ def log_files(path: Path) -> list[tuple[str, Path]]:
         f"*/{deliverylog.LOG}"))]
 
 
+def drained(path: Path) -> bool:
+    """Whether the run in `path` wrote its drain record: its nodes stopped."""
+    return (Path(path) / DRAIN).is_file()
+
+
 def read_record(path: Path) -> RunRecord:
     """The run in `path`. NotARunError without a `nodes/` folder; a malformed spec.lock.yaml
     raises yaml.YAMLError."""

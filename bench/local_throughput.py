@@ -90,8 +90,7 @@ def protocol_run(hosts: int, rate: int, seconds: int, out: Path,
         raise subprocess.CalledProcessError(proc.returncode, proc.args)
     run = next((out / "runs").iterdir())
     if stats is not None:
-        fnl = sum(log.read_text().count('"ev":"fnl"')
-                  for log in (run / "nodes").glob("*/events.jsonl"))
+        fnl = sum(len(evs) for evs in read_record(run).events(("fnl",)).values())
         stats["fnl_per_cpu_s"] = fnl / max(sum(cpu.values()), 1e-9)
     return steady_rates(run)
 

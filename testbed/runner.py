@@ -279,11 +279,11 @@ def _show(view: RunView, counts: RunCounts, plan: RunPlan, now_ns: int | None, s
 
 def analyze_run(record: RunRecord, expect: list[str], console: Console,
                 master: str | None = None, engine: str = "spark") -> RunResult:
-    """Judge the run record with `engine` (analysis/judge.py `judge`), its `expect` lines
+    """Judge the run record with `engine` (analysis/engine.py `judge`), its `expect` lines
     into the verdict, then write summary.json and report.html. The result fails when the
     verdict is not ok (analysis/verdict.py), whatever failed: every surface reads that one
     verdict."""
-    from analysis.judge import judge
+    from analysis.engine import judge
     from analysis.report import write_report
 
     # A Maelstrom program's run is judged in-process (analysis/judge.py, docs/maelstrom.md).

@@ -10,7 +10,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from analysis.checks import run_checks
-from analysis.ingest import crashed_hosts, ingest, read_events
+from analysis.fault_history import crashed_hosts
+from analysis.ingest import ingest, read_events
 from analysis.record import read_record
 from analysis.session import spark_session
 from analysis.synthetic import write_run

@@ -35,11 +35,13 @@ def is_run(d: Path) -> bool:
 
 def finished(d: Path) -> bool:
     """The run stopped: its journal has `down` (torn down) or it wrote drain.json."""
+    from analysis.record import drained
+
     try:
         text = (d / "journal.jsonl").read_text(errors="replace")
     except OSError:
         return True
-    return '"op": "down"' in text or (d / "drain.json").is_file()
+    return '"op": "down"' in text or drained(d)
 
 
 def judged(summary: dict[str, Any]) -> dict[str, Any]:
