@@ -173,16 +173,19 @@ def drained(path: Path) -> bool:
     return (Path(path) / DRAIN).is_file()
 
 
-def read_record(path: Path) -> RunRecord:
-    """The run in `path`. NotARunError without a `nodes/` folder; a malformed spec.lock.yaml
-    raises yaml.YAMLError."""
+def read_record(path: Path, need_nodes: bool = True) -> RunRecord:
+    """The run in `path`. NotARunError without a `nodes/` folder when `need_nodes` (to judge a
+    run; a page that shows what there is reads a run without one as having no hosts); a
+    malformed spec.lock.yaml raises yaml.YAMLError."""
     path = Path(path)
-    if not (path / NODES).is_dir():
+    has_nodes = (path / NODES).is_dir()
+    if need_nodes and not has_nodes:
         raise NotARunError(f"{path} has no nodes/ folder; is it a run directory?")
     lock = read_lock(path)
     return RunRecord(
         path=path,
-        nodes=tuple(sorted(p.name for p in (path / NODES).iterdir() if p.is_dir())),
+        nodes=tuple(sorted(p.name for p in (path / NODES).iterdir() if p.is_dir()))
+        if has_nodes else (),
         lock=lock,
         plan=_json_object(path / PLAN),
         faults=_fault_lines(path / FAULTS),
