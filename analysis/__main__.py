@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from analysis.expect import run_expectations
 from analysis.job import analyze
+from analysis.record import read_record
 from analysis.report import write_report
 
 
@@ -24,9 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.run_dir / "nodes").is_dir():
         print(f"error: {args.run_dir} has no nodes/ folder; pass a run directory.", file=sys.stderr)
         return 2
-    summary = analyze(args.run_dir, master=args.master,
-                      expect=run_expectations(args.run_dir))
-    write_report(args.run_dir, summary)
+    record = read_record(args.run_dir)
+    summary = analyze(record, master=args.master, expect=record.expect)
+    write_report(record, summary)
     print(json.dumps(summary, indent=2))
     return 0
 

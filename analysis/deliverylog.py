@@ -1,5 +1,6 @@
 """The delivery log read in plain Python: one parsing of `nodes/<host>/events.jsonl` for every
-reader that is not the Spark ingest (docs/architecture.md "Delivery log").
+reader that is not the Spark ingest (docs/architecture.md "Delivery log"); the run record
+(analysis/record.py `RunRecord.events`) reads a run's logs through here.
 
 The Spark job and the in-process judge read whole logs as Arrow tables (analysis/ingest.py
 `node_table`); the sections that need only a few kinds of events -- QoS, load, transport,
@@ -21,14 +22,14 @@ read them here, under the same rules:
 - with `revoke=True` an `fnl` that a later `ev=state` revokes is dropped
   (analysis/revocation.py), so a reader sees the history the application finally holds.
 
-`events(...)` filters by event kind cheaply: a line is parsed only when the quoted name of a
+`read_node(...)` filters by event kind cheaply: a line is parsed only when the quoted name of a
 wanted kind (or `start`, for the incarnations; `state`, for revocation) occurs in it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,12 +39,6 @@ from analysis.revocation import drop_revoked
 LOG = "events.jsonl"
 
 Event = dict[str, Any]
-
-
-def log_paths(run_dir: Path) -> list[tuple[str, Path]]:
-    """(host, its events.jsonl) for every host that has one, in host order."""
-    nodes = Path(run_dir) / "nodes"
-    return [(p.parent.name, p) for p in sorted(nodes.glob(f"*/{LOG}"))]
 
 
 def parse_line(line: bytes | str, node: str) -> Event | None:
@@ -112,22 +107,3 @@ def read_node(path: Path, node: str, kinds: Collection[str] | None = None,
         parsed = drop_revoked([{**e, "node": node} for e in parsed])
     out.events = parsed if wanted is None else [e for e in parsed if e["ev"] in wanted]
     return out
-
-
-def read_logs(run_dir: Path, kinds: Collection[str] | None = None,
-              revoke: bool = False) -> dict[str, NodeLog]:
-    """Every host's log (`read_node`), by host."""
-    return {host: read_node(path, host, kinds, revoke) for host, path in log_paths(run_dir)}
-
-
-def events(run_dir: Path, kinds: Collection[str] | None = None,
-           revoke: bool = False) -> dict[str, list[Event]]:
-    """Per host, its events (all, or those of `kinds`), sorted by `i`, each with `inc`."""
-    return {host: log.events for host, log in read_logs(run_dir, kinds, revoke).items()}
-
-
-def iter_events(run_dir: Path, kinds: Collection[str] | None = None,
-                revoke: bool = False) -> Iterator[Event]:
-    """The events of every host, host after host."""
-    for evs in events(run_dir, kinds, revoke).values():
-        yield from evs

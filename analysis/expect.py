@@ -15,7 +15,6 @@ import operator
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from analysis.summary_schema import SPARK_ONLY, path_problem
@@ -131,11 +130,3 @@ def schema_problem(expectation: Expectation, spark: bool = True) -> str | None:
         problem = (f"{expectation.path[0]} is measured by the Spark analysis of a protocol's "
                    "run only; this run is judged in-process")
     return problem
-
-
-def run_expectations(run_dir: Path) -> list[str]:
-    """The `expect:` lines of the run's experiment, as its spec.lock.yaml records them."""
-    from analysis.lockfile import read_lock
-
-    found = (read_lock(run_dir).get("experiment") or {}).get("expect") or []
-    return [str(e) for e in found] if isinstance(found, list) else []

@@ -14,8 +14,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from analysis.checks_mid import PROCESS_MARK
-from analysis.ingest import _fault_hosts, crashed_hosts
 from nodes.quiescence import cut_off
+
+
+def _fault_hosts(entry: dict[str, Any]) -> list[str]:
+    hosts = entry.get("hosts") or []
+    if isinstance(hosts, str):
+        hosts = [hosts]
+    if "host" in entry:
+        hosts = [*hosts, entry["host"]]
+    return [str(h) for h in hosts]
+
+
+def crashed_hosts(faults: list[dict[str, Any]]) -> set[str]:
+    """Hosts that did not stay correct: every host that crashed during the run.
+
+    A restarted host is a new incarnation that joined from the present (nodes/protocols/
+    reliable.py): it is not expected to deliver what was ordered while it was down, so
+    agreement is judged among the hosts that never crashed.
+    """
+    return {host for entry in faults
+            if entry.get("kind") == "crash" and entry.get("phase", "start") == "start"
+            for host in _fault_hosts(entry)}
 
 
 @dataclass(frozen=True)

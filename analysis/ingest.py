@@ -1,4 +1,5 @@
-"""Reading a run directory: delivery logs into one typed DataFrame, faults into hosts.
+"""Reading a run's delivery logs (the run record's paths, analysis/record.py) into one typed
+DataFrame; faults into hosts.
 
 Every node writes `nodes/<host>/events.jsonl` (docs/architecture.md, "Delivery log"). A node
 killed mid-write leaves a truncated last line; such lines are counted and skipped, never fatal.
@@ -27,10 +28,13 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
+from analysis.fault_history import crashed_hosts
 from analysis.revocation import drop_revoked_table, state_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from analysis.record import RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -82,58 +86,31 @@ class Ingested:
             self.scratch = None
 
 
-def node_names(run_dir: Path) -> list[str]:
-    """Hosts that have a directory under `nodes/`, whether or not they logged anything."""
-    nodes_dir = run_dir / "nodes"
-    if not nodes_dir.is_dir():
-        return []
-    return sorted(p.name for p in nodes_dir.iterdir() if p.is_dir())
-
-
-def read_events(spark: SparkSession, run_dir: Path,
+def read_events(spark: SparkSession, record: RunRecord,
                 out: Path | None = None) -> tuple[DataFrame, dict[str, int]]:
-    """Parse every node's events.jsonl into Parquet at `out` (default: the run's
-    `parquet/events/`); return the intact rows and the malformed-line counts per node.
+    """Parse every node's delivery log (the record's `log_paths`) into Parquet at `out`
+    (default: the run's `parquet/events/`); return the intact rows and the malformed-line
+    counts per node.
 
     The node column falls back to the directory name, so a log line without `node` still
     lands at the right host.
     """
-    out = run_dir / EVENTS_PARQUET if out is None else out
-    logs = sorted(p for p in (run_dir / "nodes").glob("*/events.jsonl") if p.stat().st_size)
+    out = record.path / EVENTS_PARQUET if out is None else out
+    logs = [p for _, p in record.log_paths() if p.stat().st_size]
     if out.is_dir():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     schema = __getattr__("EVENT_SCHEMA")
     if not logs:
         return spark.createDataFrame([], schema), {}
-    offsets = host_clock_offsets_ns(run_dir)
+    offsets = record.clock_offsets_ns()
     tasks = [(str(p), p.parent.name, str(out / f"{p.parent.name}.parquet"),
               offsets.get(p.parent.name, 0)) for p in logs]
     done = spark.sparkContext.parallelize(tasks, len(tasks)).map(_convert).collect()
     malformed = {node: n for node, n in done if n}
     for node, n in sorted(malformed.items()):
-        log.warning("skipped %d malformed line(s) in nodes/%s/events.jsonl", n, node)
+        log.warning("skipped %d malformed line(s) in the delivery log of %s", n, node)
     return spark.read.schema(schema).parquet(str(out)), malformed
-
-
-def host_clock_offsets_ns(run_dir: Path) -> dict[str, int]:
-    """Hosts whose clock is not the orchestrator's (the remote backend measures each offset
-    before the run: spec.lock.yaml `clocks`, docs/remote.md): host clock minus orchestrator
-    clock, ns. Empty for backends on one machine."""
-    import yaml
-
-    lock = run_dir / "spec.lock.yaml"
-    try:
-        text = lock.read_text()
-        if "clocks:" not in text:  # the usual case, without parsing a long lock file
-            return {}
-        from analysis.lockfile import read_lock
-
-        clocks = read_lock(run_dir).get("clocks") or {}
-    except (OSError, yaml.YAMLError):
-        return {}
-    return {h: int(round(float(c.get("offset_ms", 0)) * 1e6)) for h, c in clocks.items()
-            if isinstance(c, dict)}
 
 
 def _convert(task: tuple[str, str, str, int]) -> tuple[str, int]:
@@ -157,11 +134,11 @@ def node_table(src: Path, node: str, offset_ns: int = 0) -> tuple[pa.Table, int]
     return table, malformed
 
 
-def read_tables(run_dir: Path) -> tuple[pa.Table, dict[str, int]]:
+def read_tables(record: RunRecord) -> tuple[pa.Table, dict[str, int]]:
     """Every node's log as one Arrow table (node_table each, in host order) and the
     malformed-line counts per node: what `read_events` writes as Parquet, without Spark."""
-    logs = sorted(p for p in (run_dir / "nodes").glob("*/events.jsonl") if p.stat().st_size)
-    offsets = host_clock_offsets_ns(run_dir) if logs else {}
+    logs = [p for _, p in record.log_paths() if p.stat().st_size]
+    offsets = record.clock_offsets_ns() if logs else {}
     tables, malformed = [], {}
     for p in logs:
         table, bad = node_table(p, p.parent.name, offsets.get(p.parent.name, 0))
@@ -252,55 +229,15 @@ def _typed(value: Any, kind: pa.DataType) -> Any:
     return json.dumps(value) if isinstance(value, int | float) else None
 
 
-def read_faults(run_dir: Path) -> list[dict[str, Any]]:
-    """Fault history from faults.jsonl; missing file, blank or broken lines give fewer entries."""
-    path = run_dir / "faults.jsonl"
-    if not path.is_file():
-        return []
-    faults = []
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            log.warning("skipped a malformed line in faults.jsonl")
-            continue
-        if isinstance(entry, dict):
-            faults.append(entry)
-    return faults
-
-
-def _fault_hosts(entry: dict[str, Any]) -> list[str]:
-    hosts = entry.get("hosts") or []
-    if isinstance(hosts, str):
-        hosts = [hosts]
-    if "host" in entry:
-        hosts = [*hosts, entry["host"]]
-    return [str(h) for h in hosts]
-
-
-def crashed_hosts(faults: list[dict[str, Any]]) -> set[str]:
-    """Hosts that did not stay correct: every host that crashed during the run.
-
-    A restarted host is a new incarnation that joined from the present (nodes/protocols/
-    reliable.py): it is not expected to deliver what was ordered while it was down, so
-    agreement is judged among the hosts that never crashed.
-    """
-    return {host for entry in faults
-            if entry.get("kind") == "crash" and entry.get("phase", "start") == "start"
-            for host in _fault_hosts(entry)}
-
-
-def ingest(spark: SparkSession, run_dir: Path, write: bool = True) -> Ingested:
+def ingest(spark: SparkSession, record: RunRecord, write: bool = True) -> Ingested:
     """Read a run's logs and faults; with `write`, the events' Parquet is the run's own
     `parquet/events/` (one file per node), else a scratch folder that `release()` removes."""
-    scratch = None if write else Path(tempfile.mkdtemp(prefix=".ingest-", dir=run_dir))
-    events, malformed = read_events(spark, run_dir, scratch)
-    faults = read_faults(run_dir)
+    scratch = None if write else Path(tempfile.mkdtemp(prefix=".ingest-", dir=record.path))
+    events, malformed = read_events(spark, record, scratch)
+    faults = list(record.faults)
     return Ingested(
         events=events,
-        nodes=node_names(run_dir),
+        nodes=list(record.nodes),
         malformed=malformed,
         faults=faults,
         crashed=crashed_hosts(faults),

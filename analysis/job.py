@@ -1,22 +1,21 @@
-"""The analysis job for one run: ingest, check, measure, write summary.json."""
+"""The analysis job for one run record: ingest, check, measure, write summary.json."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from analysis import deliverylog
 from analysis.checks import check_suite, log_claims, node_errors
 from analysis.fault_history import fault_history
 from analysis.ingest import EVENTS_PARQUET, ingest
 from analysis.judge import crosscheck, crosscheck_enabled, judge_maelstrom
 from analysis.load import load_section
-from analysis.maelstrom import maelstrom_workload, spark_logs
+from analysis.maelstrom import spark_logs
 from analysis.metrics import clock_offsets, fnl_latency, message_counts, recovery, throughput
 from analysis.optimistic import optimistic_section
+from analysis.record import RunRecord
 from analysis.session import EVENT_LINE_BYTES, spark_session
 from analysis.switching import switching_section
 from analysis.transit import transit_section
@@ -28,12 +27,12 @@ SUMMARY = "summary.json"
 SPARK_SECTIONS = {"switching": switching_section}
 
 
-def transport_section(run_dir: Path) -> dict[str, Any]:
+def transport_section(record: RunRecord) -> dict[str, Any]:
     """What each node refused on its data plane (its `stop` events, nodes/core.py), summed
     over restarts: malformed and rejected datagrams, and the counts per reason. A refused TLS
     handshake (a certificate from another CA) shows as `rejected:tls`."""
     out: dict[str, Any] = {}
-    for host, stops in deliverylog.events(run_dir, ("stop",)).items():
+    for host, stops in record.events(("stop",)).items():
         node: dict[str, Any] = {"malformed": 0, "rejected": 0, "drops": {}}
         for stop in stops:
             node["malformed"] += int(stop.get("malformed", 0))
@@ -44,16 +43,11 @@ def transport_section(run_dir: Path) -> dict[str, Any]:
     return out
 
 
-def clock_uncertainty_ms(run_dir: Path) -> float | None:
+def clock_uncertainty_ms(record: RunRecord) -> float | None:
     """With clocks measured per host (remote backend, spec.lock.yaml `clocks`): the largest
     error a latency between two hosts can carry, the sum of the two worst half round trips.
     None when all hosts share the orchestrator's clock."""
-    import yaml
-
-    try:
-        lock = yaml.safe_load((run_dir / "spec.lock.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return None
+    lock = record.lock
     worst = sorted((float(c.get("uncertainty_ms", 0)) for c in (lock.get("clocks") or {})
                     .values() if isinstance(c, dict)), reverse=True)
     if not worst:
@@ -61,43 +55,39 @@ def clock_uncertainty_ms(run_dir: Path) -> float | None:
     return round(sum(worst[:2]), 4)
 
 
-def analyze(run_dir: Path, master: str | None = None, expect: Sequence[str] = ()
+def analyze(record: RunRecord, master: str | None = None, expect: Sequence[str] = ()
             ) -> dict[str, Any]:
-    """Analyse the run in `run_dir`, write `parquet/events/` and `summary.json`; return it.
-    `expect`: the experiment's `expect:` lines, judged into the verdict before the write."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "nodes").is_dir():
-        raise FileNotFoundError(f"{run_dir} has no nodes/ folder; is it a run directory?")
+    """Analyse the run, write `parquet/events/` and `summary.json`; return it. `expect`: the
+    experiment's `expect:` lines, judged into the verdict before the write."""
+    run_dir = record.path
     started = time.monotonic()
-    workload = maelstrom_workload(run_dir)
-    if workload is not None:  # a user's Maelstrom program (docs/maelstrom.md)
-        judged = judge_maelstrom(run_dir, workload, spark_logs(run_dir, master))
+    if record.workload is not None:  # a user's Maelstrom program (docs/maelstrom.md)
+        judged = judge_maelstrom(record, record.workload, spark_logs(record, master))
         if crosscheck_enabled():
-            crosscheck(run_dir, judged)
+            crosscheck(record, judged)
         add_expectations(judged, expect)
         judged["analysis_s"] = round(time.monotonic() - started, 3)
         (run_dir / SUMMARY).write_text(json.dumps(judged, indent=2) + "\n")
         return judged
-    logs = sum(p.stat().st_size for p in (run_dir / "nodes").glob("*/events.jsonl"))
-    spark = spark_session(master, app=f"testbed-analyze-{run_dir.name}",
-                          events=logs // EVENT_LINE_BYTES)
-    data = ingest(spark, run_dir)
+    spark = spark_session(master, app=f"testbed-analyze-{record.name}",
+                          events=record.log_bytes() // EVENT_LINE_BYTES)
+    data = ingest(spark, record)
     events = data.events
     history = fault_history(data.nodes, data.faults)
     claims = log_claims(events)
     try:
         summary: dict[str, Any] = {
-            "run": run_dir.name,
+            "run": record.name,
             "nodes": data.nodes,
             "crashed": sorted(data.crashed),
             "partitioned_at_end": sorted(history.partitioned_at_end),
             "messages": message_counts(events, data.nodes),
             "checks": check_suite(events, history),
             "node_errors": node_errors(events),
-            "transport": transport_section(run_dir),
+            "transport": transport_section(record),
             "latency": {"fnl": fnl_latency(events)},
             "throughput": throughput(events, data.nodes),
-            "load": load_section(run_dir, events, data.nodes),
+            "load": load_section(record, events, data.nodes),
             "recovery": recovery(events, history),
             "clock": clock_offsets(events),
             **optimistic_section(events),
@@ -106,21 +96,21 @@ def analyze(run_dir: Path, master: str | None = None, expect: Sequence[str] = ()
                 "parquet": str(EVENTS_PARQUET / ""),
             },
         }
-        for key in run_sections(run_dir):
-            section = SPARK_SECTIONS[key](events, run_dir) if key in SPARK_SECTIONS else None
+        for key in run_sections(record):
+            section = SPARK_SECTIONS[key](events, record) if key in SPARK_SECTIONS else None
             if section:
                 summary[key] = section
-        network = transit_section(spark, run_dir, events, data.nodes)
+        network = transit_section(spark, record, events, data.nodes)
         if network:
             summary["network"] = network
     finally:
         data.release()
-    uncertainty = clock_uncertainty_ms(run_dir)
+    uncertainty = clock_uncertainty_ms(record)
     if uncertainty is not None:  # next to the latencies that depend on it (docs/remote.md)
         summary["latency"]["fnl"]["clock_uncertainty_ms"] = uncertainty
-    finish(summary, run_dir, history, claims)
+    finish(summary, record, history, claims)
     if crosscheck_enabled():  # the in-process judge must agree (analysis/judge.py)
-        crosscheck(run_dir, summary)
+        crosscheck(record, summary)
     add_expectations(summary, expect)
     summary["analysis_s"] = round(time.monotonic() - started, 3)
     (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")

@@ -1,4 +1,4 @@
-"""The in-process judge: a run directory's checks and verdict without Spark.
+"""The in-process judge: a run record's checks and verdict without Spark.
 
 `testbed explore` judges thousands of small runs; a JVM per run would cost more than the run.
 `judge_run` reads the delivery logs with Arrow (analysis/ingest.py `read_tables`, the same
@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from analysis.checks import log_claims, node_errors, table_check_suite
-from analysis.fault_history import fault_history
-from analysis.ingest import crashed_hosts, node_names, read_faults, read_tables
-from analysis.maelstrom import agent_errors, maelstrom_checks, maelstrom_workload, read_logs
+from analysis.fault_history import crashed_hosts
+from analysis.ingest import read_tables
+from analysis.maelstrom import agent_errors, maelstrom_checks, read_logs
 from analysis.optimistic import optimistic_section
+from analysis.record import RunRecord
 from analysis.verdict import add_expectations, finish
 
 CROSSCHECK_ENV = "TESTBED_CROSSCHECK"
@@ -34,25 +34,21 @@ CROSSCHECK_ENV = "TESTBED_CROSSCHECK"
 ENGINES = ("spark", "in-process")
 
 
-def judge_run(run_dir: Path, expect: Sequence[str] = ()) -> dict[str, Any]:
-    """Judge the run in `run_dir` in-process: a summary with the keys of summary.json that
+def judge_run(record: RunRecord, expect: Sequence[str] = ()) -> dict[str, Any]:
+    """Judge the run in-process: a summary with the keys of summary.json that
     judging gives (`run`, `nodes`, `crashed`, `partitioned_at_end`, `checks`, `node_errors`,
     optimistic metrics when the run opt-delivers, `ingest.malformed_lines`, and from
     analysis/verdict.py `finish`: membership, qos, `liveness`, `verdict`, `ok`), equal to the
     Spark job's for the same directory; `expect` lines judged into the verdict
     (analysis/verdict.py `add_expectations`). Writes nothing."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "nodes").is_dir():
-        raise FileNotFoundError(f"{run_dir} has no nodes/ folder; is it a run directory?")
-    workload = maelstrom_workload(run_dir)
-    if workload is not None:
-        return add_expectations(judge_maelstrom(run_dir, workload), expect)
-    events, malformed = read_tables(run_dir)
-    nodes = node_names(run_dir)
-    faults = read_faults(run_dir)
-    history = fault_history(nodes, faults)
+    if record.workload is not None:
+        return add_expectations(judge_maelstrom(record, record.workload), expect)
+    events, malformed = read_tables(record)
+    nodes = list(record.nodes)
+    faults = list(record.faults)
+    history = record.history()
     summary: dict[str, Any] = {
-        "run": run_dir.name,
+        "run": record.name,
         "nodes": nodes,
         "crashed": sorted(crashed_hosts(faults)),
         "partitioned_at_end": sorted(history.partitioned_at_end),
@@ -61,32 +57,32 @@ def judge_run(run_dir: Path, expect: Sequence[str] = ()) -> dict[str, Any]:
         **optimistic_section(events),
         "ingest": {"malformed_lines": malformed},
     }
-    return add_expectations(finish(summary, run_dir, history, log_claims(events)), expect)
+    return add_expectations(finish(summary, record, history, log_claims(events)), expect)
 
 
-def judge_maelstrom(run_dir: Path, workload: str,
+def judge_maelstrom(record: RunRecord, workload: str,
                     read: tuple[dict[str, list[dict[str, Any]]], int] | None = None
                     ) -> dict[str, Any]:
     """A run of a user's Maelstrom program (docs/maelstrom.md): the workload's checkers
     (analysis/maelstrom.py) instead of the delivery-log suite, the same `finish`. `read`:
     the logs as the Spark job read them (analysis/maelstrom.py `spark_logs`); default: read
     here."""
-    nodes = node_names(run_dir)
-    faults = read_faults(run_dir)
-    history = fault_history(nodes, faults)
-    read = read if read is not None else read_logs(run_dir)
-    checks, section = maelstrom_checks(run_dir, workload, read)
+    nodes = list(record.nodes)
+    faults = list(record.faults)
+    history = record.history()
+    read = read if read is not None else read_logs(record)
+    checks, section = maelstrom_checks(record, workload, read)
     summary: dict[str, Any] = {
-        "run": run_dir.name,
+        "run": record.name,
         "nodes": nodes,
         "crashed": sorted(crashed_hosts(faults)),
         "partitioned_at_end": sorted(history.partitioned_at_end),
         "checks": checks,
-        "node_errors": agent_errors(run_dir, read[0]),
+        "node_errors": agent_errors(record, read[0]),
         "maelstrom": section,
         "ingest": {"malformed_lines": section["unreadable_log_lines"]},
     }
-    return finish(summary, run_dir, history, frozenset())
+    return finish(summary, record, history, frozenset())
 
 
 def crosscheck_enabled() -> bool:
@@ -115,10 +111,10 @@ def differences(spark: dict[str, Any], judged: dict[str, Any]) -> list[str]:
     return out
 
 
-def crosscheck(run_dir: Path, spark_summary: dict[str, Any]) -> None:
-    """Judge `run_dir` in-process and raise AssertionError naming every differing key when
+def crosscheck(record: RunRecord, spark_summary: dict[str, Any]) -> None:
+    """Judge the run in-process and raise AssertionError naming every differing key when
     the result differs from the Spark job's `spark_summary`."""
-    diff = differences(spark_summary, judge_run(run_dir))
+    diff = differences(spark_summary, judge_run(record))
     if diff:
-        raise AssertionError(f"in-process judge disagrees with the Spark job on {run_dir}:\n  "
+        raise AssertionError(f"in-process judge disagrees with the Spark job on {record.path}:\n  "
                              + "\n  ".join(diff))

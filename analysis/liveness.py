@@ -20,24 +20,13 @@ not wait for: `excuse_restarted` un-judges them where the claims promise no prog
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
-
-from nodes.quiescence import DRAIN_FILE
 
 NEEDS_QUIESCENCE = ("agreement", "validity")
 
 
-def read_drain(run_dir: Path) -> dict[str, Any] | None:
-    try:
-        rec = json.loads((Path(run_dir) / DRAIN_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return rec if isinstance(rec, dict) and "quiescent" in rec else None
-
-
-def liveness_section(drain: dict[str, Any] | None, checks: dict[str, Any]) -> dict[str, Any]:
+def liveness_section(drain: Mapping[str, Any] | None, checks: dict[str, Any]) -> dict[str, Any]:
     """The summary's `liveness` section; un-judges agreement and validity in `checks` (in
     place) when the run was not quiescent."""
     if drain is None:

@@ -11,30 +11,29 @@ The simulator never refuses (virtual time has no overload).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from analysis import deliverylog
+from analysis.record import RunRecord
 
 
-def refused_per_node(run_dir: Path) -> dict[str, int]:
+def refused_per_node(record: RunRecord) -> dict[str, int]:
     """Messages each node's workload refused: the sum of `n` over its `ev=refused` lines (at
     most ten a second, so a plain scan for them is cheap)."""
     out: dict[str, int] = {}
-    for node, evs in deliverylog.events(Path(run_dir), ("refused",)).items():
+    for node, evs in record.events(("refused",)).items():
         out[node] = sum(e["n"] for e in evs if isinstance(e.get("n"), int) and e["n"] > 0)
     return out
 
 
-def load_section(run_dir: Path, events: DataFrame, nodes: list[str]) -> dict[str, Any]:
+def load_section(record: RunRecord, events: DataFrame, nodes: list[str]) -> dict[str, Any]:
     """`offered`, `accepted` (messages sent), `refused` in total and `per_node`, and
     `accepted_fraction` (accepted / offered; 1.0 when nothing was offered)."""
     sends = {r["node"]: int(r["count"]) for r in
              events.filter(F.col("ev") == "send").groupBy("node").count().collect()}
-    refused = refused_per_node(run_dir)
+    refused = refused_per_node(record)
     per_node = {}
     for node in sorted(set(nodes) | set(sends) | {n for n, v in refused.items() if v}):
         acc, ref = sends.get(node, 0), refused.get(node, 0)

@@ -2,7 +2,7 @@
 
 The agents (nodes/agent.py) log each client operation as `ev=op` lines (`client`, `type`
 invoke/ok/fail/info, `f`, `value`, `final` for the read after the network settled) and each
-node-to-node message as `ev=nsend` / `ev=nrecv`. `maelstrom_checks(run_dir)` rebuilds the
+node-to-node message as `ev=nsend` / `ev=nrecv`. `maelstrom_checks(record)` rebuilds the
 history (an invoke without a completion, as when its host was killed, is `info`), judges it by
 the workload's rules and returns the `checks` entries (all claimed) and the summary's
 `maelstrom` section. `total-order` is judged by the testbed's own checkers (total order,
@@ -22,11 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from analysis import deliverylog
 from analysis.deliverylog import parse_line
-from analysis.lockfile import read_lock
+from analysis.record import RunRecord
 
 MAX_EXAMPLES = 5
 
@@ -49,19 +46,6 @@ class Operation:
 # What the clock nemesis can and cannot reach; the summary and the report say it.
 CLOCK_NOTE = ("clocks skewed through libfaketime: a program that reads the time without libc "
               "(Go's runtime) is not skewed; monotonic clocks are never skewed")
-
-def maelstrom_workload(run_dir: Path) -> str | None:
-    """The run's Maelstrom workload from spec.lock.yaml, None for a protocol run."""
-    try:
-        lock = read_lock(run_dir)
-    except yaml.YAMLError:
-        return None
-    exp = lock.get("experiment") or {}
-    if not exp.get("node"):
-        return None
-    w = (exp.get("workload") or {}).get("maelstrom")
-    return str(w) if w else None
-
 
 def parse_lines(lines: list[bytes] | list[str], node: str = ""
                 ) -> tuple[list[dict[str, Any]], int]:
@@ -88,22 +72,20 @@ def by_ordinal(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def read_logs(run_dir: Path) -> tuple[dict[str, list[dict[str, Any]]], int]:
-    """Each host's events by ordinal, with `inc` (analysis/deliverylog.py), and the count of
+def read_logs(record: RunRecord) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """Each host's events by ordinal, with `inc` (the record's `node_logs`), and the count of
     unreadable lines."""
-    logs = deliverylog.read_logs(run_dir)
-    return (_on_our_clock(run_dir, {h: log.events for h, log in logs.items()}),
+    logs = record.node_logs()
+    return (_on_our_clock(record, {h: log.events for h, log in logs.items()}),
             sum(log.malformed for log in logs.values()))
 
 
-def _on_our_clock(run_dir: Path, logs: dict[str, list[dict[str, Any]]]
+def _on_our_clock(record: RunRecord, logs: dict[str, list[dict[str, Any]]]
                   ) -> dict[str, list[dict[str, Any]]]:
     """Each host's `t` moved onto the orchestrator's clock: minus the offset the remote
     backend measured before the run (spec.lock.yaml `clocks`; analysis/ingest.py does the same
     for protocol nodes), so that transit times and the history's order hold across hosts."""
-    from analysis.ingest import host_clock_offsets_ns
-
-    offsets = host_clock_offsets_ns(run_dir)
+    offsets = record.clock_offsets_ns()
     for host, rows in logs.items():
         off = offsets.get(host, 0)
         if off:
@@ -113,7 +95,7 @@ def _on_our_clock(run_dir: Path, logs: dict[str, list[dict[str, Any]]]
     return logs
 
 
-def spark_logs(run_dir: Path, master: str | None = None
+def spark_logs(record: RunRecord, master: str | None = None
                ) -> tuple[dict[str, list[dict[str, Any]]], int]:
     """`read_logs` with Spark (the Spark job's driver, analysis/job.py): every host's log read
     and parsed by the executors, the rows the checkers read (client operations, node
@@ -121,11 +103,10 @@ def spark_logs(run_dir: Path, master: str | None = None
     the in-process judge."""
     from analysis.session import spark_session
 
-    paths = sorted(str(p) for p in (run_dir / "nodes").glob("*/events.jsonl")
-                   if p.stat().st_size)
+    paths = sorted(str(p) for _, p in record.log_paths() if p.stat().st_size)
     if not paths:
         return {}, 0
-    spark = spark_session(master, app=f"testbed-maelstrom-{run_dir.name}")
+    spark = spark_session(master, app=f"testbed-maelstrom-{record.name}")
     wanted = {"op", "nsend", "nrecv", "start", "stop", "malformed", "program-exit", "error",
               "clock", "late", "unknown-dest"}
 
@@ -148,7 +129,7 @@ def spark_logs(run_dir: Path, master: str | None = None
             bad += 1
         else:
             out[host].append(json.loads(text))
-    return _on_our_clock(run_dir, {h: by_ordinal(rows) for h, rows in out.items()}), bad
+    return _on_our_clock(record, {h: by_ordinal(rows) for h, rows in out.items()}), bad
 
 
 def history(logs: dict[str, list[dict[str, Any]]]) -> list[Operation]:
@@ -260,7 +241,7 @@ def _hashable(v: Any) -> Any:
 
 
 def check_total_order(ops: list[Operation], hosts: list[str],
-                      run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+                      record: RunRecord) -> tuple[dict[str, Any], dict[str, Any]]:
     checks, section = check_broadcast(ops, hosts)
     finals, _ = _final_reads(ops, hosts)
     bad_prefix = []
@@ -272,12 +253,12 @@ def check_total_order(ops: list[Operation], hosts: list[str],
         if op.inc == finals[op.node].inc and final[:len(mine)] != mine:
             bad_prefix.append({"node": op.node, "read": mine[:20], "final": final[:20]})
     checks["read_prefix"] = _check(len(bad_prefix), bad_prefix)
-    checks.update(_testbed_checks(ops, finals, hosts, run_dir))
+    checks.update(_testbed_checks(ops, finals, hosts, record))
     return checks, section
 
 
 def _testbed_checks(ops: list[Operation], finals: dict[str, Operation], hosts: list[str],
-                    run_dir: Path) -> dict[str, Any]:
+                    record: RunRecord) -> dict[str, Any]:
     """The testbed's total order, agreement, validity and integrity checkers over the final
     reads taken as deliveries: each acknowledged broadcast is a message `send` by the host
     that took it, each value in a final read a final delivery at that host, in read order."""
@@ -285,7 +266,7 @@ def _testbed_checks(ops: list[Operation], finals: dict[str, Operation], hosts: l
 
     from analysis.checks import table_check_suite
     from analysis.fault_history import fault_history
-    from analysis.ingest import ARROW_SCHEMA, read_faults
+    from analysis.ingest import ARROW_SCHEMA
 
     mid_of: dict[Any, str] = {}
     rows: list[dict[str, Any]] = []
@@ -311,7 +292,7 @@ def _testbed_checks(ops: list[Operation], finals: dict[str, Operation], hosts: l
                          "proto": "maelstrom", "size": 0, "inc": 0})
             ordinal[host] += 1
     table = pa.Table.from_pylist(rows, schema=ARROW_SCHEMA)
-    hist = fault_history(hosts, read_faults(run_dir))
+    hist = fault_history(hosts, list(record.faults))
     # Reads after a kill come from a fresh program: judged as the host's one process.
     hist.crashed = set()
     found = table_check_suite(table, hist)
@@ -370,18 +351,18 @@ def check_unique_ids(ops: list[Operation]) -> tuple[dict[str, Any], dict[str, An
             {"ids": sum(seen.values()), "duplicated": len(dup)})
 
 
-def maelstrom_checks(run_dir: Path, workload: str,
+def maelstrom_checks(record: RunRecord, workload: str,
                      read: tuple[dict[str, list[dict[str, Any]]], int] | None = None
                      ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(checks, the summary's `maelstrom` section) of a Maelstrom run, from its logs as
     `read_logs` (default) or `spark_logs` gives them."""
-    logs, bad = read if read is not None else read_logs(run_dir)
+    logs, bad = read if read is not None else read_logs(record)
     hosts = sorted(logs)
     ops = history(logs)
     if workload == "broadcast":
         checks, section = check_broadcast(ops, hosts)
     elif workload == "total-order":
-        checks, section = check_total_order(ops, hosts, run_dir)
+        checks, section = check_total_order(ops, hosts, record)
     elif workload == "g-set":
         checks, section = check_broadcast(ops, hosts, write="add")
     elif workload in ("g-counter", "pn-counter"):
@@ -487,10 +468,10 @@ def transit(logs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]
     return {pair: quantiles_ms(v) for pair, v in sorted(per.items())}
 
 
-def agent_errors(run_dir: Path, logs: dict[str, list[dict[str, Any]]] | None = None
+def agent_errors(record: RunRecord, logs: dict[str, list[dict[str, Any]]] | None = None
                  ) -> dict[str, Any]:
     """`ev=error` lines of the agents (a bug of the agent: fails the verdict)."""
-    logs = logs if logs is not None else read_logs(run_dir)[0]
+    logs = logs if logs is not None else read_logs(record)[0]
     per = {h: sum(1 for r in rows if r.get("ev") == "error") for h, rows in logs.items()}
     per = {h: n for h, n in per.items() if n}
     return {"total": sum(per.values()), "per_node": per}

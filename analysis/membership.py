@@ -29,13 +29,13 @@ lines in ordinal (`i`) order. Checks (keys of summary.json `checks`, claimed by 
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from analysis import deliverylog
 from nodes.quiescence import connected_groups
+
+if TYPE_CHECKING:
+    from analysis.record import RunRecord
 
 EXAMPLES = 5
 MEMBERSHIP_CHECKS = ("split_brain", "blocked_delivery", "minority_blocked", "notification_order",
@@ -46,10 +46,10 @@ _WANTED = ("start", "stop", "view", "blocked", "excluded", "join", "opt", "fnl",
 Events = dict[str, list[dict[str, Any]]]
 
 
-def read_membership_events(run_dir: Path) -> Events:
+def read_membership_events(record: RunRecord) -> Events:
     """Per node, the events these checks read, sorted by ordinal `i`, without the `fnl`s a
     later state transfer revoked."""
-    return deliverylog.events(Path(run_dir), _WANTED, revoke=True)
+    return record.events(_WANTED, revoke=True)
 
 
 def _primary_views(events: Events) -> list[tuple[str, dict[str, Any]]]:
@@ -161,17 +161,9 @@ def uniform(events: Events) -> list[dict[str, Any]]:
 Partition = tuple[int, float, list[list[str]]]  # start, stop, connected groups
 
 
-def read_partitions(run_dir: Path, hosts: list[str]) -> list[Partition]:
+def read_partitions(record: RunRecord, hosts: list[str]) -> list[Partition]:
     """Partition intervals of faults.jsonl (start to stop, or to the end) with their groups."""
-    path = Path(run_dir) / "faults.jsonl"
-    if not path.exists():
-        return []
-    entries = []
-    for line in path.read_text().splitlines():
-        try:
-            entries.append(json.loads(line))
-        except ValueError:
-            continue
+    entries = record.faults
     out: list[Partition] = []
     open_: dict[Any, dict[str, Any]] = {}
     for e in sorted(entries, key=lambda e: int(e.get("t", 0))):
@@ -228,13 +220,12 @@ def minority_blocked(events: Events, partitions: list[Partition]) -> list[dict[s
     return found
 
 
-def membership_section(run_dir: Path) -> dict[str, Any]:
+def membership_section(record: RunRecord) -> dict[str, Any]:
     """`checks` (the four above) and `membership` for summary.json; {} for a run without
     primary views (another protocol)."""
-    if not any(b'"view"' in log.read_bytes()  # a run of another protocol: no parsing
-               for _, log in deliverylog.log_paths(Path(run_dir))):
+    if not record.logs_mention("view"):  # a run of another protocol: no parsing
         return {}
-    events = read_membership_events(run_dir)
+    events = read_membership_events(record)
     views = _primary_views(events)
     if not views:
         return {}
@@ -255,7 +246,7 @@ def membership_section(run_dir: Path) -> dict[str, Any]:
     checks = {"split_brain": _result(split_brain(events), True),
               "blocked_delivery": _result(blocked_delivery(events), True),
               "minority_blocked": _result(
-                  minority_blocked(events, read_partitions(run_dir, sorted(events))), True),
+                  minority_blocked(events, read_partitions(record, sorted(events))), True),
               "notification_order": _result(notification_order(events), True),
               "uniform": _result(uniform(events), True)}
     # The primary views as installed (first install of each counter; `operator`: by

@@ -25,13 +25,13 @@ protocol's name and params (each node's config.json), never from a protocol's co
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from analysis import deliverylog
 from nodes.protocols import catalogue
 from nodes.protocols.qos_common import NS_PER_S, duration_ns
+
+if TYPE_CHECKING:
+    from analysis.record import RunRecord
 
 # The events analysis reads; the others only count for Γ (lt - t).
 WANTED = frozenset({"send", "fnl", "net", "netrecv", "recv", "reserve", "relay",
@@ -50,36 +50,17 @@ def bound_kind(protocol: str) -> str:
     return entry.bound if entry is not None else ""
 
 
-def read_events(run_dir: Path) -> tuple[Events, float]:
+def read_events(record: RunRecord) -> tuple[Events, float]:
     """The QoS-relevant events per node, and max |lt - t| over all events (ns)."""
     events: Events = {}
     skew = 0.0
-    for node, evs in deliverylog.events(run_dir).items():
+    for node, evs in record.events().items():
         for e in evs:
             lt = e.get("lt")
             if isinstance(lt, int):
                 skew = max(skew, abs(lt - e["t"]))
         events[node] = [e for e in evs if e["ev"] in WANTED]
     return events, skew
-
-
-def _lock(run_dir: Path) -> dict[str, Any]:
-    """The resolved experiment of spec.lock.yaml (testbed/runner.py), {} without one."""
-    from analysis.lockfile import read_lock
-
-    exp = read_lock(run_dir).get("experiment")
-    return exp if isinstance(exp, dict) else {}
-
-
-def run_protocol(run_dir: Path) -> tuple[str, dict[str, Any]]:
-    """The protocol's name and params: spec.lock.yaml, else the first node's config.json."""
-    proto = _lock(run_dir).get("protocol")
-    if isinstance(proto, dict) and proto.get("name"):
-        return str(proto["name"]), dict(proto.get("params") or {})
-    for cfg in sorted((run_dir / "nodes").glob("*/config.json")):
-        d = json.loads(cfg.read_text())
-        return str(d.get("protocol", "")), dict(d.get("params") or {})
-    return "", {}
 
 
 def _ms(ns: float | None) -> float | None:
@@ -467,17 +448,13 @@ def failure_kinds(history: Any) -> list[str]:
     return sorted(kinds | ({"crash"} if history.crashed else set()))
 
 
-def backend_is_sim(run_dir: Path) -> bool:
-    return _lock(run_dir).get("backend") == "sim"
-
-
-def qos_for_run(run_dir: Path, history: Any, correct: list[str]) -> dict[str, Any]:
-    protocol, params = run_protocol(run_dir)
+def qos_for_run(record: RunRecord, history: Any, correct: list[str]) -> dict[str, Any]:
+    protocol, params = record.protocol
     if not bound_kind(protocol):
         return {}
-    events, skew = read_events(run_dir)
-    return qos_section(events, skew, protocol, params, failures_in(history),
-                       backend_is_sim(run_dir), correct, failure_kinds(history),
+    events, skew = read_events(record)
+    return qos_section(events, skew, protocol, dict(params), failures_in(history),
+                       record.experiment.get("backend") == "sim", correct, failure_kinds(history),
                        down_spans(history))
 
 

@@ -23,6 +23,7 @@ from analysis import report_data as rd
 from analysis.liveness import liveness_line
 from analysis.plots import Arrow, Band, Series
 from analysis.qos import qos_html
+from analysis.record import RunRecord
 from analysis.switching import switch_windows
 from analysis.topology_view import topology_html
 from analysis.verdict import verdict as run_verdict
@@ -262,7 +263,7 @@ def _bands(data: rd.RunData, lanes: bool = False) -> list[Band]:
     Switch windows of the `switching` protocol (first `start` to last `end` of an epoch) are
     shaded too, as 001 Figs. 2.4-2.9 mark the switching phases."""
     out = [Band((w0 - data.t0) / 1e9, (w1 - data.t0) / 1e9, f"switch {epoch}", "switch")
-           for epoch, (w0, w1) in sorted(switch_windows(data.path).items())]
+           for epoch, (w0, w1) in sorted(switch_windows(data.record).items())]
     for f in data.faults:
         stop = f.start if f.stop is None else f.stop
         own = lanes and f.kind in ("crash", "pause") and len(f.hosts) == 1
@@ -522,10 +523,10 @@ def render_report(summary: dict[str, Any], data: rd.RunData | None = None) -> st
     return "".join(parts)
 
 
-def write_report(run_dir: Path, summary: dict[str, Any]) -> Path:
+def write_report(record: RunRecord, summary: dict[str, Any]) -> Path:
     """Write `<run>/report.html` and return its path."""
-    path = Path(run_dir) / REPORT
-    path.write_text(render_report(summary, rd.load_run(Path(run_dir))))
+    path = record.path / REPORT
+    path.write_text(render_report(summary, rd.load_run(record)))
     return path
 
 
@@ -730,16 +731,14 @@ def min_rate(data: rd.RunData) -> float:
     return float(rates.min()) if len(rates) else 0.0
 
 
-def write_comparison(run_dirs: list[Path], out: Path) -> Path:
+def write_comparison(records: list[RunRecord], out: Path) -> Path:
     """Write a comparison of runs to `out` (a file, or `comparison.html` inside an existing
     directory) and return its path. Runs without summary.json are compared as not analysed."""
     runs = []
-    for d in map(Path, run_dirs):
-        if not (d / "nodes").is_dir():
-            raise FileNotFoundError(f"{d} is not a run directory (no nodes/ inside)")
-        summary_path = d / "summary.json"
+    for record in records:
+        summary_path = record.path / "summary.json"
         summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-        runs.append((summary, rd.load_run(d)))
+        runs.append((summary, rd.load_run(record)))
     out = Path(out)
     path = out / COMPARISON if out.is_dir() else out
     path.write_text(render_comparison(runs))

@@ -1,7 +1,7 @@
-"""The numbers behind the report's plots, computed from one run directory with pandas.
+"""The numbers behind the report's plots, computed from one run record with pandas.
 
-Reads `parquet/events/` when the analysis job wrote it, else the nodes' events.jsonl, plus
-faults.jsonl, spec.lock.yaml and pcaps/. No Spark: a report must render in a second or two,
+Reads `parquet/events/` when the analysis job wrote it, else the record's delivery logs, plus
+its fault history, spec lock and pcaps/. No Spark: a report must render in a second or two,
 also for runs analysed elsewhere. Every series is binned or sampled to a few hundred points, so
 the report's size does not grow with the run's length or rate.
 
@@ -23,15 +23,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow.dataset as ds
-import yaml
 
-from analysis import deliverylog
 from analysis.ingest import EVENTS_PARQUET
-from analysis.lockfile import Loader as LockLoader
+from analysis.record import RunRecord
 
 COLUMNS = ["t", "i", "node", "ev", "mid", "seq"]
-#: the faults a run did not apply, as the records they would have had (testbed/faults/nemesis.py)
-SKIPPED_FAULTS = "faults.skipped.jsonl"
 _NS_PER_S = 1e9
 
 
@@ -55,7 +51,7 @@ class RunData:
     start, as the spec's fault times count; the first event for a run without a plan) and
     faults."""
 
-    path: Path
+    record: RunRecord
     events: pd.DataFrame
     nodes: list[str]
     t0: int
@@ -66,11 +62,15 @@ class RunData:
     #: why); never shaded, never part of the run's fault history
     skipped: list[FaultSpan] = field(default_factory=list)
 
+    @property
+    def path(self) -> Path:
+        return self.record.path
 
-def read_events(run_dir: Path) -> pd.DataFrame:
+
+def read_events(record: RunRecord) -> pd.DataFrame:
     """Delivery-log rows (COLUMNS and `inc`); Parquet if present, else the jsonl, skipping
     broken lines."""
-    pq = run_dir / EVENTS_PARQUET
+    pq = record.path / EVENTS_PARQUET
     if pq.is_dir() and any(pq.rglob("*.parquet")):
         dataset = ds.dataset(pq, format="parquet", partitioning="hive")
         wanted = [*COLUMNS, *(["inc"] if "inc" in dataset.schema.names else [])]
@@ -80,7 +80,7 @@ def read_events(run_dir: Path) -> pd.DataFrame:
     # the plain reader applies what the ingest applies: intact lines, incarnations, revoked
     # deliveries dropped (analysis/deliverylog.py)
     rows = [{k: e.get(k) for k in (*COLUMNS, "inc")}
-            for e in deliverylog.iter_events(run_dir, revoke=True)]
+            for e in record.iter_events(revoke=True)]
     return pd.DataFrame(rows, columns=[*COLUMNS, "inc"]).astype({"inc": "int64"})
 
 
@@ -96,32 +96,18 @@ def with_incarnations(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def load_run(run_dir: Path) -> RunData:
-    """Everything the report plots, for the run in `run_dir`."""
-    run_dir = Path(run_dir)
-    events = read_events(run_dir)
-    nodes = sorted(p.name for p in (run_dir / "nodes").iterdir() if p.is_dir()) \
-        if (run_dir / "nodes").is_dir() else []
-    nodes = sorted(set(nodes) | set(events["node"].dropna().unique()))
-    t0 = workload_start(run_dir) or (int(events["t"].min()) if len(events) else 0)
+def load_run(record: RunRecord) -> RunData:
+    """Everything the report plots, for the run of `record`. Its times count from the
+    workload's start (the record's `start_ns`, the origin of the spec's fault times), from
+    the first event for a run without a plan."""
+    events = read_events(record)
+    nodes = sorted(set(record.nodes) | set(events["node"].dropna().unique()))
+    t0 = record.start_ns or (int(events["t"].min()) if len(events) else 0)
     end = (int(events["t"].max()) - t0) / _NS_PER_S if len(events) else 1.0
-    spec_path = run_dir / "spec.lock.yaml"
-    # libyaml's loader when PyYAML has it: a hundred hosts' lock (9,900 paths) parses in ~2 s,
-    # not ~15 s
-    spec = yaml.load(spec_path.read_text(), Loader=LockLoader) if spec_path.is_file() else {}
-    faults = read_faults(run_dir, t0, end, nodes)
-    skipped = read_faults(run_dir, t0, end, nodes, SKIPPED_FAULTS)
-    return RunData(run_dir, events, nodes, t0, max(end, 1e-3), faults, spec or {}, skipped)
-
-
-def workload_start(run_dir: Path) -> int | None:
-    """The workload's start (plan.json `start_at_ns`): the origin of the spec's fault times
-    (`at: 4s`), so the report's times are the spec's; None for a run without a plan."""
-    try:
-        start = json.loads((run_dir / "plan.json").read_text()).get("start_at_ns")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return int(start) if isinstance(start, int) and start > 0 else None
+    faults = fault_spans(record.faults, t0, end, nodes)
+    skipped = fault_spans(record.skipped_faults, t0, end, nodes)
+    return RunData(record, events, nodes, t0, max(end, 1e-3), faults, dict(record.lock),
+                   skipped)
 
 
 def _partition_label(params: dict[str, Any], nodes: list[str]) -> str:
@@ -133,20 +119,11 @@ def _partition_label(params: dict[str, Any], nodes: list[str]) -> str:
         else "partition"
 
 
-def read_faults(run_dir: Path, t0: int, end: float, nodes: list[str],
-                name: str = "faults.jsonl") -> list[FaultSpan]:
-    """Pair start and stop records of faults.jsonl (or another file of fault records, `name`)
-    by fault id."""
-    path = run_dir / name
-    records = []
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and "t" in rec and "kind" in rec:
-                records.append(rec)
+def fault_spans(entries: Sequence[dict[str, Any]], t0: int, end: float, nodes: list[str]
+                ) -> list[FaultSpan]:
+    """Pair the start and stop records of a fault history (the record's `faults` or
+    `skipped_faults`) by fault id."""
+    records = [rec for rec in entries if "t" in rec and "kind" in rec]
     starts: dict[Any, dict[str, Any]] = {}
     stops: dict[Any, dict[str, Any]] = {}
     for k, rec in enumerate(records):

@@ -52,12 +52,12 @@ def _bands(data: rd.RunData, t0: int) -> list[Band]:
 
 
 def maelstrom_html(summary: dict[str, Any], data: rd.RunData | None) -> str:
-    """The section; the plots need the run's logs (`data.path`)."""
+    """The section; the plots need the run's logs (`data.record`)."""
     m = summary.get("maelstrom") or {}
     parts = [_table(m)]
     if data is None:
         return "".join(parts)
-    logs, _ = read_logs(data.path)
+    logs, _ = read_logs(data.record)
     ops = [op for op in history(logs) if op.complete_t is not None]
     rows = [r for rs in logs.values() for r in rs]
     if not rows:

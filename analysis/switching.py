@@ -21,12 +21,12 @@ nodes' logs directly (there are a few per switch); deliveries come from the even
 from __future__ import annotations
 
 import bisect
-import json
 from collections import defaultdict
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from analysis import deliverylog
+if TYPE_CHECKING:
+    from analysis.record import RunRecord
+
 
 PAD_NS = 200_000_000  # deliveries this long around a window count for its gap
 SCHEDULE_SLACK_NS = 1_000_000_000  # a schedule's switchTo reaches the node within this
@@ -35,16 +35,16 @@ SCHEDULE_SLACK_NS = 1_000_000_000  # a schedule's switchTo reaches the node with
 SWITCH_EVENTS = ("switch", "switch_rejected", "switch_policy")
 
 
-def switch_events(run_dir: Path) -> list[dict[str, Any]]:
+def switch_events(record: RunRecord) -> list[dict[str, Any]]:
     """The `switch`, `switch_rejected` and `switch_policy` events of every node."""
-    return list(deliverylog.iter_events(Path(run_dir), SWITCH_EVENTS))
+    return list(record.iter_events(SWITCH_EVENTS))
 
 
-def switching_section(events: Any, run_dir: Path) -> dict[str, Any]:
+def switching_section(events: Any, record: RunRecord) -> dict[str, Any]:
     """`summary.json` `switching`, or {} for a run without switching events."""
     from pyspark.sql import functions as F
 
-    sw = switch_events(run_dir)
+    sw = switch_events(record)
     fnl = events.filter(events.ev == "fnl")
     if not sw and fnl.filter(F.col("proto").startswith("switching#")).limit(1).count() == 0:
         return {}
@@ -62,7 +62,7 @@ def switching_section(events: Any, run_dir: Path) -> dict[str, Any]:
     per_node: dict[str, list[tuple[int, str, int | None]]] = defaultdict(list)
     for r in rows:
         per_node[r["node"]].append((int(r["t"]), r["proto"] or "", r["sent"]))
-    switches = _per_switch(sw, per_node, scheduled_switches(run_dir))
+    switches = _per_switch(sw, per_node, scheduled_switches(record))
     mode = next((e.get("mode") for e in sw if e.get("mode")), None)
     extra = sum(s["extra_bytes"] for s in switches)
     gaps = [s["max_gap_ms"] for s in switches if s["max_gap_ms"] is not None]
@@ -89,18 +89,11 @@ def switching_section(events: Any, run_dir: Path) -> dict[str, Any]:
     }
 
 
-def scheduled_switches(run_dir: Path) -> list[tuple[int, str]]:
+def scheduled_switches(record: RunRecord) -> list[tuple[int, str]]:
     """(true ns, host) of every `switchTo` the fault schedule called (faults.jsonl `mgmt`
     entries), so that a request can be told apart from an operator's or a client's."""
     out: list[tuple[int, str]] = []
-    path = Path(run_dir) / "faults.jsonl"
-    if not path.exists():
-        return out
-    for line in path.read_text().splitlines():
-        try:
-            f = json.loads(line)
-        except ValueError:
-            continue
+    for f in record.faults:
         params = f.get("params") or {}
         if isinstance(f, dict) and f.get("kind") == "mgmt" and \
                 (params.get("exec") or [None])[0] == "switchTo":
@@ -206,11 +199,11 @@ def _steady_gap_p99(per_node: dict[str, list[tuple[int, str, int | None]]],
     return round(gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))] / 1e6, 3)
 
 
-def switch_windows(run_dir: Path) -> dict[int, tuple[int, int]]:
+def switch_windows(record: RunRecord) -> dict[int, tuple[int, int]]:
     """Per epoch: (first `start`, last `end`) in true ns, over all nodes (report shading)."""
     starts: dict[int, int] = {}
     ends: dict[int, int] = {}
-    for e in switch_events(run_dir):
+    for e in switch_events(record):
         epoch = e.get("epoch")
         if e["ev"] != "switch" or not isinstance(epoch, int):
             continue

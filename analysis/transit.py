@@ -16,7 +16,6 @@ Overhead counts each datagram once, in the capture of the host that sent it (its
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from analysis.pcap import PcapFormatError, read_pcap
+from analysis.record import RunRecord
 from nodes.wire import MsgType
 
 PCAPS_PARQUET = Path("parquet") / "pcaps"
@@ -35,25 +35,9 @@ _NS_PER_MS = 1e6
 _KEEP = ("ts_ns", "ip_len", "frame_len", "tb_type", "tb_sender", "tb_origin", "tb_mno")
 
 
-def capture_files(run_dir: Path) -> list[tuple[str, Path]]:
-    """(host, file) for every capture of the run: the manifest's list, else `pcaps/<host>-*`."""
-    pcaps = run_dir / "pcaps"
-    manifest = pcaps / "manifest.json"
-    if manifest.is_file():
-        entries = json.loads(manifest.read_text())
-        return [(str(e["host"]), pcaps / str(e["file"])) for e in entries
-                if (pcaps / str(e["file"])).is_file()]
-    if not pcaps.is_dir():
-        return []
-    return [(p.name.split("-", 1)[0], p) for p in sorted(pcaps.iterdir())
-            if p.is_file() and ".pcap" in p.name]
-
-
-def host_order(run_dir: Path, nodes: list[str]) -> list[str]:
+def host_order(record: RunRecord, nodes: list[str]) -> list[str]:
     """Host names by member id: spec.lock.yaml's topology host order (else sorted names)."""
-    from analysis.lockfile import read_lock
-
-    spec = read_lock(run_dir)
+    spec = record.lock
     if spec:
         hosts = [h["name"] for h in (spec.get("topology") or {}).get("hosts") or []]
         if hosts:
@@ -74,12 +58,14 @@ def _convert(task: tuple[str, str, str]) -> dict[str, Any]:
     return {"file": path, "packets": table.num_rows, "wire_packets": wire.num_rows}
 
 
-def pcaps_to_parquet(spark: SparkSession, run_dir: Path) -> tuple[Path | None, dict[str, Any]]:
-    """Convert every capture with one Spark task per file; (Parquet folder or None, stats)."""
-    files = capture_files(run_dir)
+def pcaps_to_parquet(spark: SparkSession, record: RunRecord
+                     ) -> tuple[Path | None, dict[str, Any]]:
+    """Convert every capture (the record's `capture_files`) with one Spark task per file;
+    (Parquet folder or None, stats)."""
+    files = record.capture_files()
     if not files:
         return None, {"files": 0}
-    out_dir = (run_dir / PCAPS_PARQUET).resolve()
+    out_dir = (record.path / PCAPS_PARQUET).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("*.parquet"):
         old.unlink()
@@ -158,13 +144,13 @@ def overhead(events: DataFrame, packets: DataFrame, hosts: list[str]) -> dict[st
     }
 
 
-def transit_section(spark: SparkSession, run_dir: Path, events: DataFrame,
+def transit_section(spark: SparkSession, record: RunRecord, events: DataFrame,
                     nodes: list[str]) -> dict[str, Any]:
     """The summary's `network` section, or {} when the run has no captures."""
-    folder, stats = pcaps_to_parquet(spark, run_dir)
+    folder, stats = pcaps_to_parquet(spark, record)
     if folder is None:
         return {"pcaps": stats} if stats.get("files") else {}
-    hosts = host_order(run_dir, nodes)
+    hosts = host_order(record, nodes)
     packets = spark.read.parquet(str(folder)).cache()
     try:
         return {"pcaps": {**stats, "parquet": str(PCAPS_PARQUET / "")},

@@ -32,11 +32,9 @@ itself among the reasons. The console's last line, the exit code, summary.json's
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any
 
 from analysis.fault_history import FaultHistory
@@ -45,10 +43,10 @@ from analysis.liveness import (
     excuse_restarted,
     judge_disagreement,
     liveness_section,
-    read_drain,
 )
 from analysis.membership import membership_section
-from analysis.qos import latency_check, qos_for_run, run_protocol
+from analysis.qos import latency_check, qos_for_run
+from analysis.record import RunRecord
 from nodes.protocols import catalogue
 from nodes.quiescence import connected_groups, cut_off
 
@@ -123,28 +121,22 @@ def topology_links(topo: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def run_faults(run_dir: Path, history: FaultHistory) -> list[Fault]:
+def run_faults(record: RunRecord, history: FaultHistory) -> list[Fault]:
     """The run's faults: its topology's datagram faults (spec.lock.yaml; none under `transport:
     tls`, whose streams turn loss into delay) and its fault history (faults.jsonl), times from
-    the workload start (plan.json `start_at_ns`)."""
-    lock = _lock_doc(run_dir)
+    the workload start (the record's `since_start_s`)."""
+    lock = record.lock
     faults: list[Fault] = []
     exp = lock.get("experiment") or {}
     if exp.get("transport") != "tls":
         for where, link in topology_links(lock.get("topology") or {}):
             faults += link_faults(link, where)
-    try:
-        start = int(json.loads((run_dir / "plan.json").read_text()).get("start_at_ns") or 0)
-    except (OSError, ValueError, AttributeError):
-        start = 0
     stamps = {}  # the params of each `link` fault start (loss, jitter), by time and fault id
-    for line in _lines(run_dir / "faults.jsonl"):
+    for line in record.faults:
         if line.get("kind") == "link" and line.get("phase", "start") == "start":
             stamps[(int(line.get("t", 0)), line.get("fault"))] = line.get("params") or {}
 
-    def secs(t: int) -> float:
-        return round((t - start) / 1e9, 3) if start else round(t / 1e9, 3)
-
+    secs = record.since_start_s
     for f in history.intervals:
         ended = not math.isinf(f.stop)
         if f.kind == "crash":
@@ -188,33 +180,6 @@ def nontransitive(hosts: list[str], cuts: Any) -> bool:
     group = {h: i for i, g in enumerate(connected_groups(hosts, cuts)) for h in g}
     clean = {(a, b) for a in hosts for b in hosts if a != b and group.get(a) != group.get(b)}
     return blocked != clean
-
-
-def _lock_doc(run_dir: Path) -> dict[str, Any]:
-    import yaml
-
-    from analysis.lockfile import read_lock
-
-    try:
-        return read_lock(run_dir)
-    except yaml.YAMLError:
-        return {}
-
-
-def _lines(path: Path) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text()
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
 
 
 def role_hosts(entry: catalogue.Entry, params: dict[str, Any], hosts: list[str],
@@ -275,13 +240,14 @@ def liveness_promise(entry: catalogue.Entry, params: dict[str, Any], hosts: list
     return True, f"every fault of the run is within `{entry.name}`'s liveness claim"
 
 
-def run_promise(run_dir: Path, history: FaultHistory) -> tuple[bool, str] | None:
-    """The liveness claim judged on a run directory; None for an unknown protocol."""
-    name, params = run_protocol(run_dir)
+def run_promise(record: RunRecord, history: FaultHistory) -> tuple[bool, str] | None:
+    """The liveness claim judged on a run; None for an unknown protocol."""
+    name, params = record.protocol
     entry = catalogue.find(name)
     if entry is None:
         return None
-    return liveness_promise(entry, params, list(history.nodes), run_faults(run_dir, history))
+    return liveness_promise(entry, dict(params), list(history.nodes),
+                            run_faults(record, history))
 
 
 def fault_kinds(faults: list[Fault]) -> set[str]:
@@ -321,13 +287,14 @@ def matching_hazards(entry: catalogue.Entry, params: dict[str, Any],
     return out
 
 
-def run_hazards(run_dir: Path, history: FaultHistory) -> list[dict[str, Any]]:
+def run_hazards(record: RunRecord, history: FaultHistory) -> list[dict[str, Any]]:
     """The run's matched hazards as summary.json lists them under `hazards`."""
-    name, params = run_protocol(run_dir)
+    name, params = record.protocol
     entry = catalogue.find(name)
     if entry is None:
         return []
-    found = matching_hazards(entry, params, run_faults(run_dir, history), list(history.nodes))
+    found = matching_hazards(entry, dict(params), run_faults(record, history),
+                             list(history.nodes))
     # the first fault of each kind the hazard names, and how many faults matched
     return [{"reason": h.reason, "voids": sorted(h.voids),
              "faults": [texts[0] for texts in why.values() if texts],
@@ -469,19 +436,19 @@ def add_expectations(summary: dict[str, Any], expect: Sequence[str]) -> dict[str
     return summary
 
 
-def add_membership(summary: dict[str, Any], run_dir: Path, history: FaultHistory) -> None:
+def add_membership(summary: dict[str, Any], record: RunRecord, history: FaultHistory) -> None:
     """`membership`: primary views (001 §4.1) and notifications, and their checks."""
-    membership = membership_section(run_dir)
+    membership = membership_section(record)
     if membership:
         summary["checks"].update(membership["checks"])
         summary["membership"] = membership["membership"]
 
 
-def add_qos(summary: dict[str, Any], run_dir: Path, history: FaultHistory) -> None:
+def add_qos(summary: dict[str, Any], record: RunRecord, history: FaultHistory) -> None:
     """`qos`: 004's bounds (docs/qos.md). A latency above the bound fails the run only when
     the run met the bound's assumptions; a run with gaps (§7) is held to Def. 2 instead of
     agreement and validity."""
-    qos = qos_for_run(run_dir, history, history.correct)
+    qos = qos_for_run(record, history, history.correct)
     if qos:
         summary["qos"] = qos
         summary["checks"]["latency_bound"] = {**latency_check(qos), "claimed": True}
@@ -491,21 +458,19 @@ def add_qos(summary: dict[str, Any], run_dir: Path, history: FaultHistory) -> No
                 summary["checks"][name]["claimed"] = False
 
 
-def add_fidelity(summary: dict[str, Any], run_dir: Path, history: FaultHistory) -> None:
+def add_fidelity(summary: dict[str, Any], record: RunRecord, history: FaultHistory) -> None:
     """`fidelity`: whether the emulated WAN was the one configured (analysis/fidelity.py),
     from the nodes' `ev=emulation` lines, paths.csv and cpu.jsonl, read here; on a degraded
     emulation the latency, throughput and QoS-bound judgements say they were made on one."""
     from analysis import fidelity as fid
-    from analysis.deliverylog import read_logs
-    from analysis.ingest import host_clock_offsets_ns
 
-    lock = _lock_doc(run_dir)
+    lock = record.lock
     exp = lock.get("experiment") or {}
     policy = str(exp.get("fidelity") or "strict")
     if exp.get("backend") == "sim":
         summary["fidelity"] = fid.by_construction(policy)
         return
-    records = {h: log.events for h, log in read_logs(run_dir, {"emulation"}).items()}
+    records = record.events({"emulation"})
     faulted: dict[str, str] = {}
     for f in history.intervals:
         hosts = set(f.hosts) | {h for cut in f.cuts for h in cut}
@@ -514,7 +479,7 @@ def add_fidelity(summary: dict[str, Any], run_dir: Path, history: FaultHistory) 
 
     def text(name: str) -> str:
         try:
-            return (run_dir / name).read_text()
+            return (record.path / name).read_text()
         except OSError:
             return ""
 
@@ -523,7 +488,7 @@ def add_fidelity(summary: dict[str, Any], run_dir: Path, history: FaultHistory) 
     loss_note = (f"{modelled[0]} loses by a model beyond paths.csv's loss" if modelled
                  else None)
     summary["fidelity"] = fid.fidelity(records, fid.parse_paths(text("paths.csv")),
-                                       text("cpu.jsonl"), host_clock_offsets_ns(run_dir),
+                                       text("cpu.jsonl"), record.clock_offsets_ns(),
                                        faulted, policy, loss_note,
                                        "transport: tls (streams wait for connections and "
                                        "retransmit: transit is not the network's alone)"
@@ -538,36 +503,37 @@ def add_fidelity(summary: dict[str, Any], run_dir: Path, history: FaultHistory) 
 
 # The analysis sections a protocol's catalogue entry names (`Entry.sections`, by key) that
 # judging completes, in this order; `switching` needs the Spark events (analysis/job.py).
-SECTIONS: dict[str, Callable[[dict[str, Any], Path, FaultHistory], None]] = {
+SECTIONS: dict[str, Callable[[dict[str, Any], RunRecord, FaultHistory], None]] = {
     "membership": add_membership,
     "qos": add_qos,
 }
 
 
-def run_sections(run_dir: Path) -> tuple[str, ...]:
+def run_sections(record: RunRecord) -> tuple[str, ...]:
     """The analysis sections of the run's protocol (nodes/protocols/catalogue.py
     `sections`)."""
-    return catalogue.sections(*run_protocol(run_dir))
+    name, params = record.protocol
+    return catalogue.sections(name, dict(params))
 
 
-def finish(summary: dict[str, Any], run_dir: Path, history: FaultHistory,
+def finish(summary: dict[str, Any], record: RunRecord, history: FaultHistory,
            claims: frozenset[str]) -> dict[str, Any]:
     """Complete `summary` (counted checks in `checks`, `local_order` at top level when the
     run opt-delivers) in place: the sections the run's protocol adds (membership, QoS),
     liveness, verdict and `ok`; return it."""
-    wanted = run_sections(run_dir)
+    wanted = run_sections(record)
     if "local_order" in summary:
         summary["checks"]["local_order"] = summary.pop("local_order")
         summary["checks"]["local_order"]["claimed"] = "local_order" in claims
     for key, add in SECTIONS.items():
         if key in wanted:
-            add(summary, run_dir, history)
-    add_fidelity(summary, run_dir, history)
-    summary["liveness"] = liveness_section(read_drain(run_dir), summary["checks"])
-    promise = run_promise(run_dir, history)
+            add(summary, record, history)
+    add_fidelity(summary, record, history)
+    summary["liveness"] = liveness_section(record.drain, summary["checks"])
+    promise = run_promise(record, history)
     if promise is not None:
         summary["liveness"]["promised"], summary["liveness"]["promise"] = promise
-    apply_hazards(summary, run_hazards(run_dir, history))
+    apply_hazards(summary, run_hazards(record, history))
     excuse_restarted(summary["checks"], summary["liveness"])
     judge_disagreement(summary["checks"], summary["liveness"], healed=not any(
         f.kind == "partition" and math.isinf(f.stop) for f in history.intervals))

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from analysis import deliverylog
+from analysis.record import read_record
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = 1024
@@ -41,7 +41,7 @@ def one_run(hosts: int, rate: int, seconds: int, transport: str, out: Path
     subprocess.run([sys.executable, "-m", "testbed", "run", str(spec), "--out", str(runs),
                     "--no-analyze"], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     run = next(runs.iterdir())
-    events = deliverylog.events(run, ("send", "fnl"))
+    events = read_record(run).events(("send", "fnl"))
     sent = {e["mid"]: e["t"] for evs in events.values() for e in evs if e["ev"] == "send"}
     start = min(sent.values()) + 1_000_000_000
     end = start + (seconds - 1) * 1_000_000_000

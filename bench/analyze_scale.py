@@ -28,6 +28,7 @@ from analysis.fault_history import fault_history  # noqa: E402
 from analysis.ingest import EVENT_SCHEMA, ingest  # noqa: E402
 from analysis.job import optimistic_section  # noqa: E402
 from analysis.metrics import clock_offsets, fnl_latency, message_counts, throughput  # noqa: E402
+from analysis.record import read_record  # noqa: E402
 from analysis.session import EVENT_LINE_BYTES, spark_session  # noqa: E402
 from analysis.synthetic import generate_run  # noqa: E402
 
@@ -43,11 +44,13 @@ def main() -> int:
         run = args.out or Path(tmp) / "run"
         if not (run / "nodes").is_dir():
             generate_run(run, nodes=args.nodes, duration_s=args.seconds, rate=args.rate)
-        size = sum(p.stat().st_size for p in run.glob("nodes/*/events.jsonl"))
-        lines = sum(1 for p in run.glob("nodes/*/events.jsonl") for _ in p.open("rb"))
+        record = read_record(run)
+        logs = [p for _, p in record.log_paths()]
+        size = record.log_bytes()
+        lines = sum(1 for p in logs for _ in p.open("rb"))
         spark = spark_session(app="analyze-scale", events=size // EVENT_LINE_BYTES)
         t0 = time.perf_counter()
-        (spark.read.text([str(p) for p in run.glob("nodes/*/events.jsonl")])
+        (spark.read.text([str(p) for p in logs])
          .select(F.from_json("value", EVENT_SCHEMA).alias("e")).select("e.*")
          .write.mode("overwrite").parquet(str(Path(tmp) / "from_json")))
         baseline = time.perf_counter() - t0
@@ -60,7 +63,7 @@ def main() -> int:
             steps.append((name, now - last))
             last = now
 
-        data = ingest(spark, run)
+        data = ingest(spark, record)
         lap("ingest")
         events, nodes = data.events, data.nodes
         message_counts(events, nodes)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from analysis import deliverylog
+from analysis.record import read_record
 from nodes.wire import HEADER, HEADER_SIZE, MAGIC, WIRE_VERSION, MsgType
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,13 +125,14 @@ def main() -> None:
         run = next(p for p in sorted(out.iterdir()) if p.is_dir())
         print(f"transport {args.transport}: sent {sum(sent.values())} forged datagrams "
               f"({args.rate}/s) to {sent}")
-        for host, log in deliverylog.log_paths(run):
-            events = deliverylog.read_node(log, host).events
+        record = read_record(run)
+        for host, events in record.events().items():
             stop = events[-1] if events and events[-1]["ev"] == "stop" else {}
             errors = sum(1 for e in events if e["ev"] == "error")
-            tracebacks = (log.parent / "node.log").read_text().count("Traceback")
+            tracebacks = (record.path / "nodes" / host / "node.log").read_text().count(
+                "Traceback")
             fnl = sum(1 for e in events if e["ev"] == "fnl")
-            print(f"  {log.parent.name}: malformed {stop.get('malformed')}, rejected "
+            print(f"  {host}: malformed {stop.get('malformed')}, rejected "
                   f"{stop.get('rejected')}, ev=error {errors}, tracebacks {tracebacks}, "
                   f"fnl {fnl}, drops {stop.get('drops')}")
         summary = json.loads((run / "summary.json").read_text()) if (

@@ -44,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from analysis import deliverylog
+from analysis.record import read_record
 from nodes.loop import loop_factory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,8 +90,7 @@ def protocol_run(hosts: int, rate: int, seconds: int, out: Path,
         raise subprocess.CalledProcessError(proc.returncode, proc.args)
     run = next((out / "runs").iterdir())
     if stats is not None:
-        fnl = sum(log.read_text().count('"ev":"fnl"')
-                  for log in (run / "nodes").glob("*/events.jsonl"))
+        fnl = sum(len(evs) for evs in read_record(run).events(("fnl",)).values())
         stats["fnl_per_cpu_s"] = fnl / max(sum(cpu.values()), 1e-9)
     return steady_rates(run)
 
@@ -100,7 +99,7 @@ def steady_rates(run: Path) -> dict[str, float]:
     """Final deliveries/s per node at the full rate, while every node's workload runs: from
     one second after the warm-up (or after the last node's first send, if later) to the
     workload's configured end."""
-    logs = deliverylog.events(run, ("send", "fnl"))
+    logs = read_record(run).events(("send", "fnl"))
     cfg = json.loads(next((run / "nodes").glob("*/node.json")).read_text())
     end = cfg["start_at_ns"] + cfg["duration_ns"]
     firsts = [min((e["t"] for e in evs if e["ev"] == "send"), default=end)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.job import analyze
+from analysis.record import read_record
 from nodes.protocols import catalogue
 from nodes.sim import SIM_EPOCH_NS, Simulator
 from testbed.backends.base import HostAddress
@@ -41,7 +42,7 @@ def run_one(name: str, seconds: float, out: Path) -> dict[str, Any]:
                            duration_ns=round(seconds * 1e9))
     sim = Simulator(configs, seed=exp.seed)
     sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in configs))
-    return analyze(out)
+    return analyze(read_record(out))
 
 
 def main() -> None:

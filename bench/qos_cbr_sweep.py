@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from analysis import qos
+from analysis.record import read_record
 from nodes.config import ClockConfig
 from tests import protosim
 
@@ -34,7 +35,7 @@ def one(rate: int, app_rate: float, seconds: float) -> dict[str, float]:
         cfgs = [replace(c, clock=ClockConfig(round(o * 1e6)))
                 for c, o in zip(cfgs, (-5, 5, 0), strict=True)]
         protosim.run(cfgs)
-        events, _ = qos.read_events(out)
+        events, _ = qos.read_events(read_record(out))
     net = [e for evs in events.values() for e in evs if e["ev"] == "net"]
     dummies = sum(1 for e in net if e.get("kind") == "dummy")
     tick = qos.latencies(events)

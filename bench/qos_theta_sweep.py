@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from analysis import plots, qos
+from analysis.record import read_record
 from nodes.config import ClockConfig
 from tests import protosim
 
@@ -46,7 +47,7 @@ def one(theta_ms: float, app_rate: float, seconds: float) -> dict[str, float]:
         cfgs = [replace(c, clock=ClockConfig(round(o * 1e6)))
                 for c, o in zip(cfgs, OFFSETS_MS, strict=True)]
         protosim.run(cfgs)
-        events, skew = qos.read_events(out)
+        events, skew = qos.read_events(read_record(out))
     section = qos.qos_section(events, skew, "qos-vbr", params, failures=False, sim=True)
     net = [e for evs in events.values() for e in evs if e["ev"] == "net"]
     dummies = sum(1 for e in net if e.get("kind") == "dummy")

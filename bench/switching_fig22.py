@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from analysis import deliverylog
+from analysis.record import read_record
 from nodes.config import Member, NodeConfig, PathConfig, WorkloadConfig
 from nodes.protocols.switching import Switching
 from nodes.sim import SIM_EPOCH_NS, Simulator
@@ -77,7 +77,7 @@ def point(variant: str, rate: float, seconds: float, period: float) -> dict[str,
         sim.run(max(c.start_at_ns + c.duration_ns + c.drain_ns for c in cfgs))
         per_node, n_switches, undelivered = [], 0, 0
         expected = sum(1 for _ in range(int(rate * seconds))) * HOSTS
-        for evs in deliverylog.events(Path(tmp), ("send", "fnl", "switch")).values():
+        for evs in read_record(Path(tmp)).events(("send", "fnl", "switch")).values():
             sends, fnl = [], []
             for e in evs:
                 if e["ev"] == "send":

@@ -23,7 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from analysis import deliverylog, plots
+from analysis import plots
+from analysis.record import read_record
 from analysis.switching import switch_windows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +49,7 @@ def deliveries(run_dir: Path, node: str | None = None) -> tuple[
     fnl: list[tuple[int, str]] = []
     requests: list[dict[str, Any]] = []
     t0 = None
-    for evs in deliverylog.events(run_dir, ("start", "send", "fnl", "switch")).values():
+    for evs in read_record(run_dir).events(("start", "send", "fnl", "switch")).values():
         for e in evs:
             if e["ev"] == "start":
                 t0 = e["t"] if t0 is None else min(t0, e["t"])
@@ -67,7 +68,8 @@ def series(run_dir: Path, node: str) -> tuple[int, list[tuple[int, int]],
                                                list[tuple[int, int]]]:
     """(t0, [(delivery t, latency ns)] at `node`, switch windows [(start, end)])."""
     t0, sends, fnl, _ = deliveries(run_dir, node)
-    return t0, [(t, t - sends[m]) for t, m in fnl], sorted(switch_windows(run_dir).values())
+    windows = switch_windows(read_record(run_dir))
+    return t0, [(t, t - sends[m]) for t, m in fnl], sorted(windows.values())
 
 
 def stats(dl: list[tuple[int, int]], windows: list[tuple[int, int]], lo: int,

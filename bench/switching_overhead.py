@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from analysis import deliverylog
+from analysis.record import read_record
 from bench.local_throughput import machine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def run(exp: dict[str, Any], out: Path) -> Path:
 
 
 def events_of(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    return deliverylog.events(run_dir)
+    return read_record(run_dir).events()
 
 
 def throughput(protocol: dict[str, Any], hosts: int, rate: int, seconds: int,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from rich.console import Console
@@ -28,6 +28,9 @@ from testbed.runview import RunCounts, RunView, counts_text, fault_text
 from testbed.spec.experiment import ExperimentSpec
 from testbed.spec.topology import PathMatrix, TopologySpec
 from testbed.teardown import teardown
+
+if TYPE_CHECKING:
+    from analysis.record import RunRecord
 
 
 @dataclass
@@ -104,7 +107,9 @@ def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: 
         teardown(run)
     if not analyze:  # not judged; a run cut short still fails (the verdict would say so)
         return RunResult(run, {}, [f"cut short: {cut}"] if cut else [])
-    return analyze_run(run, exp.expect, console, master, engine)
+    from analysis.record import read_record
+
+    return analyze_run(read_record(run.path), exp.expect, console, master, engine)
 
 
 def start_nodes(plan: RunPlan, run: RunDir, backend: Backend,
@@ -279,26 +284,22 @@ def _show(view: RunView, counts: RunCounts, plan: RunPlan, now_ns: int | None, s
     view.update(done_s, (exp.duration + exp.drain) / 1e9, text)
 
 
-def analyze_run(run: RunDir, expect: list[str], console: Console,
+def analyze_run(record: RunRecord, expect: list[str], console: Console,
                 master: str | None = None, engine: str = "spark") -> RunResult:
-    """Judge the run with `engine` (analysis/judge.py `ENGINES`), its `expect` lines into the
-    verdict, then write summary.json and report.html. The result fails when the verdict is
-    not ok (analysis/verdict.py), whatever failed: every surface reads that one verdict."""
-    from analysis.job import analyze
-    from analysis.maelstrom import maelstrom_workload
+    """Judge the run record with `engine` (analysis/engine.py `judge`), its `expect` lines
+    into the verdict, then write summary.json and report.html. The result fails when the
+    verdict is not ok (analysis/verdict.py), whatever failed: every surface reads that one
+    verdict."""
+    from analysis.engine import judge
     from analysis.report import write_report
 
     # A Maelstrom program's run is judged in-process (analysis/judge.py, docs/maelstrom.md).
-    spark = engine == "spark" and maelstrom_workload(run.path) is None
+    spark = engine == "spark" and not record.is_maelstrom
     console.print("analysis: " + ("Spark" if spark else "judged in-process"))
     with console.status("analysing with Spark" if spark else "judging"):
-        if spark:
-            summary = analyze(run.path, master=master, expect=expect)
-        else:
-            from analysis.judge import judge_run
-
-            summary = judge_run(run.path, expect)
-        (run.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        write_report(run.path, summary)
+        summary = judge(record, engine, expect, master)
+        (record.path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_report(record, summary)
     judged = summary["verdict"]
-    return RunResult(run, summary, [] if judged["ok"] else list(judged["reasons"]) or ["not ok"])
+    return RunResult(RunDir.open(record.path), summary,
+                     [] if judged["ok"] else list(judged["reasons"]) or ["not ok"])

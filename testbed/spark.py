@@ -331,11 +331,12 @@ def start_driver(run_dir: Path, master: str, inventory: Path) -> Any:
     tree's code shipped to the executors; `analysis.job.analyze` then uses it."""
     import os
 
+    from analysis.record import log_files
     from analysis.session import EVENT_LINE_BYTES, spark_session
 
     _, section = _inventory(inventory)
     os.environ["PYSPARK_PYTHON"] = str(section.get("python") or SPARK_PYTHON)
-    logs = sum(p.stat().st_size for p in (run_dir / "nodes").glob("*/events.jsonl"))
+    logs = sum(p.stat().st_size for _, p in log_files(run_dir))
     spark = spark_session(master, app=f"testbed-analyze-{run_dir.name}",
                           events=logs // EVENT_LINE_BYTES)  # as analysis.job.analyze does
     spark.sparkContext.addPyFile(str(code_zip(run_dir.parent / "testbed-code.zip")))

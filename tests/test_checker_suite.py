@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from analysis.checks import check_suite
 from analysis.fault_history import cut_off, fault_history, intervals
 from analysis.ingest import ingest
+from analysis.record import read_record
 from analysis.session import spark_session
 from analysis.synthetic import write_run
 
@@ -50,7 +51,7 @@ def history_run(
 
 
 def suite(spark: SparkSession, run: Path) -> dict[str, dict[str, Any]]:
-    data = ingest(spark, run, write=False)
+    data = ingest(spark, read_record(run), write=False)
     try:
         return check_suite(data.events, fault_history(data.nodes, data.faults))
     finally:

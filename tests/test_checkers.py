@@ -10,7 +10,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from analysis.checks import run_checks
-from analysis.ingest import crashed_hosts, ingest, read_events
+from analysis.fault_history import crashed_hosts
+from analysis.ingest import ingest, read_events
+from analysis.record import read_record
 from analysis.session import spark_session
 from analysis.synthetic import write_run
 
@@ -48,7 +50,7 @@ def run_with(
 
 
 def checks_of(spark: SparkSession, run_dir: Path) -> dict[str, dict[str, Any]]:
-    data = ingest(spark, run_dir, write=False)
+    data = ingest(spark, read_record(run_dir), write=False)
     return run_checks(data.events, data.nodes, data.crashed)
 
 
@@ -199,7 +201,7 @@ def test_a_log_line_naming_a_host_without_a_directory_is_checked_like_any_other(
         logs[h] += [{"t": 200, "ev": "fnl", "mid": "h1:1"}, {"t": 201, "ev": "fnl", "mid": "h2:1"}]
     logs["h1"] += [{"t": 50, "ev": "fnl", "mid": "h1:1", "node": "a0"},
                    {"t": 51, "ev": "fnl", "mid": "h2:1", "node": "a0"}]
-    data = ingest(spark, write_run(tmp_path / "run", logs), write=False)
+    data = ingest(spark, read_record(write_run(tmp_path / "run", logs)), write=False)
     checks = run_checks(data.events, data.nodes, data.crashed)
     assert violations(checks) == {"total_order": 1, "agreement": 0, "integrity": 0}
     order = checks["total_order"]

@@ -17,6 +17,7 @@ from analysis.checks import check_suite
 from analysis.fault_history import fault_history
 from analysis.ingest import ingest
 from analysis.optimistic import optimistic_section
+from analysis.record import read_record
 from analysis.session import spark_session
 from analysis.synthetic import write_run
 
@@ -41,7 +42,7 @@ def judged(spark: SparkSession, run: Path) -> dict[str, dict[str, Any]]:
     that the in-process judge gives the same, examples included."""
     from analysis.judge import judge_run
 
-    data = ingest(spark, run, write=False)
+    data = ingest(spark, read_record(run), write=False)
     try:
         checks = check_suite(data.events, fault_history(data.nodes, data.faults))
         local = optimistic_section(data.events).get("local_order")
@@ -49,7 +50,7 @@ def judged(spark: SparkSession, run: Path) -> dict[str, dict[str, Any]]:
         data.release()
     if local is not None:
         checks["local_order"] = local
-    mine = judge_run(run)["checks"]
+    mine = judge_run(read_record(run))["checks"]
     for name, check in checks.items():
         ours = {k: v for k, v in mine[name].items() if k in check}
         assert ours == check, name
@@ -224,7 +225,7 @@ def test_seto_through_a_crash_and_restart_keeps_local_order(spark: SparkSession,
     assert h3.count('"ev":"start"') == 2 and '"ev":"opt"' in h3
     checks = judged(spark, run)
     assert checks["local_order"]["violations"] == 0
-    assert judge_run(run)["verdict"]["ok"]
+    assert judge_run(read_record(run))["verdict"]["ok"]
 
 
 def test_a_restarted_process_is_held_to_total_order_on_its_own(spark: SparkSession,

@@ -11,6 +11,7 @@ from analysis import deliverylog
 from analysis.ingest import log_table
 from analysis.load import refused_per_node
 from analysis.membership import read_membership_events
+from analysis.record import read_record
 
 
 def _write(path: Path, lines: list[Any], compact: bool = True, tail: str = "") -> Path:
@@ -60,11 +61,11 @@ def test_kinds_filter_keeps_incarnations_and_revocation(tmp_path: Path) -> None:
     """Asking for a few kinds still counts every `start` and applies every `state`."""
     _write(tmp_path / "nodes" / "h1", LOG)
     _write(tmp_path / "nodes" / "h2", [{"t": 1, "i": 0, "ev": "fnl", "mid": "a:1"}])
-    got = deliverylog.events(tmp_path, ("fnl",), revoke=True)
+    got = read_record(tmp_path).events(("fnl",), revoke=True)
     assert sorted(got) == ["h1", "h2"]
     assert [(e["mid"], e["inc"]) for e in got["h1"]] == [("a:1", 0), ("c:1", 0), ("a:2", 1)]
     assert [e["mid"] for e in got["h2"]] == ["a:1"]
-    assert refused_per_node(tmp_path) == {"h1": 7, "h2": 0}
+    assert refused_per_node(read_record(tmp_path)) == {"h1": 7, "h2": 0}
 
 
 def test_readers_do_not_depend_on_the_json_layout(tmp_path: Path) -> None:
@@ -76,7 +77,7 @@ def test_readers_do_not_depend_on_the_json_layout(tmp_path: Path) -> None:
     lines = [LOG[0], view, *LOG[1:4], LOG[6]]
     _write(tmp_path / "compact" / "nodes" / "h1", lines, compact=True)
     _write(tmp_path / "spaced" / "nodes" / "h1", lines, compact=False)
-    compact = read_membership_events(tmp_path / "compact")
-    spaced = read_membership_events(tmp_path / "spaced")
+    compact = read_membership_events(read_record(tmp_path / "compact"))
+    spaced = read_membership_events(read_record(tmp_path / "spaced"))
     assert [e["ev"] for e in compact["h1"]] == ["start", "view", "fnl", "state"]
     assert spaced == compact

@@ -16,6 +16,7 @@ import yaml
 
 from analysis import membership
 from analysis.judge import judge_run
+from analysis.record import read_record
 from analysis.verdict import (
     Fault,
     apply_hazards,
@@ -224,7 +225,7 @@ def test_primary_majority_split_brain_under_a_ring_is_a_hazard_not_a_failure(
     """Whether this schedule splits the brain depends on the membership code (it did, seed 2,
     when this test was written: 5 split-brain and 144 uniform findings); the hazard applies
     by the schedule, reported either way and never failing the run."""
-    s = judge_run(split_brain_run)
+    s = judge_run(read_record(split_brain_run))
     assert isinstance(s["checks"]["split_brain"]["violations"], int)
     for name in ("split_brain", "uniform", "notification_order", "total_order", "causal_order",
                  "agreement"):
@@ -248,7 +249,7 @@ def test_the_same_logs_under_the_attempt_rule_fail_the_run(split_brain_run: Path
     lock = yaml.safe_load((run / "spec.lock.yaml").read_text())
     lock["experiment"]["protocol"]["params"]["primary_rule"] = "attempt"
     (run / "spec.lock.yaml").write_text(yaml.safe_dump(lock))
-    s = judge_run(run)
+    s = judge_run(read_record(run))
     assert "hazards" not in s
     voided = ("split_brain", "uniform", "notification_order", "total_order", "agreement")
     for name in voided:
@@ -296,7 +297,7 @@ def test_crash_plus_loss_voids_total_order_and_loss_alone_does_not(tmp_path: Pat
         proc = run_cli("run", str(spec), "--backend", "sim", "--no-analyze", "--out",
                        str(tmp_path / tag))
         assert proc.returncode in (0, 1), proc.stdout + proc.stderr
-        judged[tag] = judge_run(run_dir_of(tmp_path / tag))
+        judged[tag] = judge_run(read_record(run_dir_of(tmp_path / tag)))
     crash, lossy = judged["crash"], judged["lossy"]
     assert crash["checks"]["total_order"]["claimed"] is False
     assert crash["checks"]["total_order"]["hazard"].startswith("00")

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from analysis.judge import differences, judge_run
+from analysis.record import read_record
 from tests.eventlogs import run_dir_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,8 +104,8 @@ def _both(run: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], d
     from analysis.job import analyze
 
     monkeypatch.delenv("TESTBED_CROSSCHECK", raising=False)  # compared here, explicitly
-    spark_summary = analyze(run)
-    return spark_summary, judge_run(run)
+    spark_summary = analyze(read_record(run))
+    return spark_summary, judge_run(read_record(run))
 
 
 @pytest.mark.spark
@@ -147,7 +148,7 @@ def test_a_difference_is_reported_by_key(tmp_path: Path, spark: Any,
     assert [d.split(":")[0] for d in diff] == ["checks.integrity.violations", "verdict"]
     monkeypatch.setattr(judge, "judge_run", lambda _run: judged)
     with pytest.raises(AssertionError, match="checks.integrity.violations"):
-        judge.crosscheck(run, spark_summary)
+        judge.crosscheck(read_record(run), spark_summary)
 
 
 def test_judging_never_imports_spark(tmp_path: Path) -> None:
@@ -155,7 +156,8 @@ def test_judging_never_imports_spark(tmp_path: Path) -> None:
     run = _sim_run(tmp_path, "seq", RUNS["sequencer-faults"], duration="1.5s")
     code = ("import sys; sys.modules['pyspark'] = None\n"
             "from pathlib import Path\nfrom analysis.judge import judge_run\n"
-            f"r = judge_run(Path({str(run)!r}))\n"
+            "from analysis.record import read_record\n"
+            f"r = judge_run(read_record(Path({str(run)!r})))\n"
             "print(r['ok'], r['checks']['integrity']['claimed'], r['crashed'])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
@@ -179,7 +181,7 @@ def test_causal_count_is_the_happened_before_oracles(tmp_path: Path, name: str,
         setup = {**setup, "matrix_ms": TRIANGLE}
     ps.run(ps.configs(name, tmp_path, duration_s=3.0, **setup))
     expected = ps.causal_moves(ps.read_events(tmp_path))
-    causal = judge_run(tmp_path)["checks"]["causal_order"]
+    causal = judge_run(read_record(tmp_path))["checks"]["causal_order"]
     assert expected and causal["per_node"] == expected
     assert causal["violations"] == sum(expected.values()) and not causal["claimed"]
 
@@ -208,7 +210,7 @@ def test_judging_parses_the_lock_once(tmp_path: Path, monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(yaml, "load", counting_load)
     monkeypatch.setattr(yaml, "safe_load", counting_safe_load)
-    summary = judge_run(run_dir)
+    summary = judge_run(read_record(run_dir))
     assert summary["crashed"] == ["h2"] and summary["checks"]
     assert len(parses) == 1
     if hasattr(yaml, "CSafeLoader"):

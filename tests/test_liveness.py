@@ -14,6 +14,7 @@ import pytest
 
 from analysis.job import analyze
 from analysis.liveness import liveness_line
+from analysis.record import read_record
 from tests.eventlogs import run_dir_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +66,7 @@ def test_a_run_cut_short_reports_messages_in_flight_under_liveness(
     run = sim_run(tmp_path, "0s")
     drain = json.loads((run / "drain.json").read_text())
     assert drain["quiescent"] is False and drain["in_flight"] > 0
-    summary = analyze(run)
+    summary = analyze(read_record(run))
     live, checks = summary["liveness"], summary["checks"]
     assert live["quiescent"] is False and live["in_flight"] == drain["in_flight"]
     assert checks["agreement"]["violations"] == 0 and checks["validity"]["violations"] == 0
@@ -88,7 +89,7 @@ def test_the_drain_waits_for_quiescence_and_a_dropped_delivery_is_one_violation(
     # Two WAN hops (sender -> sequencer -> receiver) are 0.4 s: the drain stops soon after.
     assert drain["quiescent"] is True and drain["in_flight"] == 0
     assert 0.3 <= drain["drain_s"] <= 1.5, drain
-    summary = analyze(run)
+    summary = analyze(read_record(run))
     assert summary["liveness"]["quiescent"] is True and summary["ok"], summary["checks"]
     assert liveness_line(summary) is None
     # Drop one final delivery (of h2's 10th message) from h4's log: a real agreement violation.
@@ -97,7 +98,7 @@ def test_the_drain_waits_for_quiescence_and_a_dropped_delivery_is_one_violation(
     victim = next(i for i, line in enumerate(lines)
                   if '"ev":"fnl"' in line and '"mid":"h2:10"' in line)
     log.write_text("\n".join(lines[:victim] + lines[victim + 1:]) + "\n")
-    mutated = analyze(run)
+    mutated = analyze(read_record(run))
     agreement = mutated["checks"]["agreement"]
     assert agreement["violations"] == 1 and agreement["missing_per_node"] == {"h4": 1}
     assert agreement["examples"][0]["mid"] == "h2:10" and not mutated["ok"]

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from analysis.judge import judge_run
+from analysis.record import read_record
 from nodes.agent import libfaketime
 from nodes.maelstrom import (
     CHUNK,
@@ -367,10 +368,10 @@ def test_maelstrom_logs_are_moved_onto_the_orchestrators_clock(tmp_path: Path) -
             {"t": t, "lt": t, "node": host, "i": 0, "ev": ev, "src": src, "dest": dst,
              "type": "gossip", "msg_id": 7, "in_reply_to": None, "size": 10}) + "\n"
             for ev, t, src, dst in rows))
-    assert transit(read_logs(tmp_path)[0])["n1->n2"]["p50"] == 250.0
+    assert transit(read_logs(read_record(tmp_path))[0])["n1->n2"]["p50"] == 250.0
     (tmp_path / "spec.lock.yaml").write_text(yaml.safe_dump(
         {"clocks": {"h2": {"offset_ms": 240.0}}}))  # h2's clock runs 240 ms ahead
-    assert transit(read_logs(tmp_path)[0])["n1->n2"]["p50"] == 10.0
+    assert transit(read_logs(read_record(tmp_path))[0])["n1->n2"]["p50"] == 10.0
 
 
 def _test(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], Path, str]:
@@ -590,7 +591,7 @@ def test_a_crash_restarts_the_agent_and_its_program(tmp_path: Path) -> None:
     finally:
         backend.down()
         teardown(run)
-    result = analyze_run(run, exp.expect, console)
+    result = analyze_run(read_record(run.path), exp.expect, console)
     assert not result.ok
     faults = [json.loads(x) for x in (run.path / "faults.jsonl").read_text().splitlines()]
     assert [(f["kind"], f["phase"], f["measured"]["alive"]) for f in faults] == [
@@ -669,11 +670,11 @@ def _log(run: Path, workload: str, hosts: dict[str, list[Any]]) -> None:
 
 def test_a_program_that_exits_fails_the_run(tmp_path: Path) -> None:
     _log(tmp_path / "r", "echo", {"h1": [("invoke", "echo", "a", {}), ("ok", "echo", "a", {})]})
-    assert judge_run(tmp_path / "r")["ok"]
+    assert judge_run(read_record(tmp_path / "r"))["ok"]
     with (tmp_path / "r" / "nodes" / "h1" / "events.jsonl").open("a") as f:
         f.write(json.dumps({"t": 99, "i": 9, "node": "h1", "ev": "program-exit", "code": 3})
                 + "\n")
-    s = judge_run(tmp_path / "r")
+    s = judge_run(read_record(tmp_path / "r"))
     assert not s["ok"] and s["checks"]["program_exits"]["examples"][0]["code"] == 3
 
 
@@ -683,11 +684,11 @@ def test_an_agent_up_after_the_workload_fails_the_run(tmp_path: Path) -> None:
     fin = {"final": True}
     _log(tmp_path / "r", "broadcast", {"h1": [("invoke", "read", None, fin),
                                               ("ok", "read", [], fin)]})
-    assert judge_run(tmp_path / "r")["ok"]
+    assert judge_run(read_record(tmp_path / "r"))["ok"]
     with (tmp_path / "r" / "nodes" / "h1" / "events.jsonl").open("a") as f:
         f.write(json.dumps({"t": 2, "i": 9, "node": "h1", "ev": "late", "by_ms": 4100.0})
                 + "\n")
-    s = judge_run(tmp_path / "r")
+    s = judge_run(read_record(tmp_path / "r"))
     assert not s["ok"] and s["checks"]["maelstrom_workload_ran"]["examples"] == [
         {"node": "h1", "late_ms": 4100.0}]
 
@@ -699,8 +700,8 @@ def test_unique_ids_checker_flags_a_duplicate_and_passes_distinct_ids(tmp_path: 
 
     _log(tmp_path / "bad", "unique-ids", ids(7, 7))
     _log(tmp_path / "good", "unique-ids", ids("n1-0", "n2-0"))
-    assert judge_run(tmp_path / "bad")["checks"]["maelstrom_unique"]["violations"] == 1
-    assert judge_run(tmp_path / "good")["ok"]
+    assert judge_run(read_record(tmp_path / "bad"))["checks"]["maelstrom_unique"]["violations"] == 1
+    assert judge_run(read_record(tmp_path / "good"))["ok"]
 
 
 def test_g_counter_checker_judges_final_values(tmp_path: Path) -> None:
@@ -713,7 +714,7 @@ def test_g_counter_checker_judges_final_values(tmp_path: Path) -> None:
     # 3 acknowledged, 2 more that may have happened: a final read of 3 to 5 is valid.
     for final, ok in ((3, True), (4, True), (5, True), (6, False), (2, False)):
         _log(tmp_path / str(final), "g-counter", run(final))
-        got = judge_run(tmp_path / str(final))["checks"]["maelstrom_final_value"]
+        got = judge_run(read_record(tmp_path / str(final)))["checks"]["maelstrom_final_value"]
         assert (got["violations"] == 0) == ok, final
 
 
@@ -731,7 +732,7 @@ def test_pn_counter_checker_bounds_reads_by_negative_and_positive_adds(tmp_path:
                              ((5, 4), False), ((-4, 1), False)):
         path = tmp_path / f"{mid}_{final}"
         _log(path, "pn-counter", run(mid, final))
-        assert judge_run(path)["ok"] == ok, (mid, final)
+        assert judge_run(read_record(path))["ok"] == ok, (mid, final)
 
 
 def test_g_set_checker_flags_a_lost_and_an_invented_element(tmp_path: Path) -> None:
@@ -745,7 +746,7 @@ def test_g_set_checker_flags_a_lost_and_an_invented_element(tmp_path: Path) -> N
     for read, lost, invented in (([1], 0, 0), ([1, 2], 0, 0), ([], 1, 0), ([1, 7], 0, 1)):
         path = tmp_path / "-".join(map(str, read or [0]))
         _log(path, "g-set", run(read))
-        checks = judge_run(path)["checks"]
+        checks = judge_run(read_record(path))["checks"]
         assert checks["maelstrom_lost"]["violations"] == lost, read
         assert checks["maelstrom_unexpected"]["violations"] == invented, read
 
@@ -762,7 +763,7 @@ def test_the_spark_job_judges_like_the_in_process_judge(tmp_path: Path, spark: A
             "h1": [("invoke", "add", 3, {}), ("ok", "add", 3, {}),
                    ("invoke", "read", None, fin), ("ok", "read", final, fin)],
             "h2": [("invoke", "read", None, fin), ("ok", "read", 3, fin), "not json"]})
-    bad, good = analyze(tmp_path / "bad"), analyze(tmp_path / "good")
+    bad, good = analyze(read_record(tmp_path / "bad")), analyze(read_record(tmp_path / "good"))
     assert bad["checks"]["maelstrom_final_value"]["violations"] == 1 and not bad["ok"]
     assert good["ok"] and good["maelstrom"]["final_values"] == {"h1": 3, "h2": 3}
     assert json.loads((tmp_path / "good" / "summary.json").read_text())["ok"]

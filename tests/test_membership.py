@@ -14,6 +14,7 @@ from typing import Any, cast
 import pytest
 
 from analysis import membership as checks
+from analysis.record import read_record
 from analysis.report import render_report
 from analysis.revocation import drop_revoked
 from nodes.management.jolokia import Jolokia
@@ -64,7 +65,7 @@ def secs(e: dict[str, Any]) -> float:
 
 
 def judged(out: Path) -> dict[str, int]:
-    section = checks.membership_section(out)
+    section = checks.membership_section(read_record(out))
     return {k: v["violations"] for k, v in section["checks"].items()}
 
 
@@ -167,7 +168,7 @@ def test_ambiguous_installation(tmp_path: Path, rule: str, split: bool) -> None:
     found = judged(tmp_path)
     if split:
         assert found["split_brain"] >= 1
-        example = checks.split_brain(checks.read_membership_events(tmp_path))[0]
+        example = checks.split_brain(checks.read_membership_events(read_record(tmp_path)))[0]
         assert example["counter"] == 3 and example["why"].startswith("two member sets")
     else:
         assert found == dict.fromkeys(checks.MEMBERSHIP_CHECKS, 0)
@@ -213,7 +214,7 @@ def test_set_primary_unblocks_a_minority_and_refuses_a_primary_node(tmp_path: Pa
     assert judged(tmp_path)["split_brain"] == 0
     assert_total_order_stack_clean(events)
     # the report shows the operator's call and the view it installed (001 §4.2)
-    section = checks.membership_section(tmp_path)
+    section = checks.membership_section(read_record(tmp_path))
     html = render_report({"run": "setprimary", **section})
     assert "<h2>Membership (primary partitions)</h2>" in html
     call = section["membership"]["set_primary"]
@@ -295,7 +296,7 @@ def test_primary_partition_experiment_on_the_simulator(tmp_path: Path) -> None:
     events = run_testbed(ROOT / "experiments" / "primary-partition.yaml", tmp_path / "runs")
     run = run_dir_of(tmp_path / "runs")
     assert_total_order_stack_clean(events)
-    section = checks.membership_section(run)
+    section = checks.membership_section(read_record(run))
     assert {k: v["violations"] for k, v in section["checks"].items()} == dict.fromkeys(
         checks.MEMBERSHIP_CHECKS, 0)
     per_node = section["membership"]["per_node"]
@@ -337,7 +338,7 @@ def test_primary_on_the_local_backend(tmp_path: Path) -> None:
     (tmp_path / "exp.yaml").write_text(LOCAL_EXP)
     events = run_testbed(tmp_path / "exp.yaml", tmp_path / "runs")
     assert_total_order_stack_clean(events)
-    section = checks.membership_section(run_dir_of(tmp_path / "runs"))
+    section = checks.membership_section(read_record(run_dir_of(tmp_path / "runs")))
     assert {k: v["violations"] for k, v in section["checks"].items()} == dict.fromkeys(
         checks.MEMBERSHIP_CHECKS, 0)
     last = str(section["membership"]["last_counter"])

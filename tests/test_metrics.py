@@ -16,6 +16,7 @@ from analysis.__main__ import main
 from analysis.ingest import ingest
 from analysis.job import analyze
 from analysis.metrics import fnl_latency, message_counts, throughput
+from analysis.record import read_record
 from analysis.report import write_report
 from analysis.session import spark_session
 from analysis.synthetic import write_run
@@ -55,7 +56,7 @@ def latency_run(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def latency_data(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    data = ingest(spark, latency_run(tmp_path_factory.mktemp("lat")), write=False)
+    data = ingest(spark, read_record(latency_run(tmp_path_factory.mktemp("lat"))), write=False)
     yield data
     data.release()
 
@@ -130,7 +131,7 @@ def test_latency_quantiles_stay_exact_past_the_approximation(
                 values.setdefault((sender, node), []).append(ns / MS)
     for events in logs.values():
         events.sort(key=lambda e: e["t"])
-    data = ingest(spark, write_run(tmp_path / "run", logs), write=False)
+    data = ingest(spark, read_record(write_run(tmp_path / "run", logs)), write=False)
     try:
         lat = metrics.fnl_latency(data.events)
     finally:
@@ -146,7 +147,7 @@ def test_latency_quantiles_stay_exact_past_the_approximation(
             [v for (s, _), vs in values.items() if s == sender for v in vs])
     assert (len(passes) > 1) == (bracket == 0), passes  # widened only when it missed
     monkeypatch.setattr(metrics, "LATENCY_DRIVER_MAX", 10**9)  # the driver's one sort agrees
-    data = ingest(spark, write_run(tmp_path / "run2", logs), write=False)
+    data = ingest(spark, read_record(write_run(tmp_path / "run2", logs)), write=False)
     try:
         on_driver = metrics.fnl_latency(data.events)
     finally:
@@ -203,13 +204,13 @@ def test_analyze_cli_writes_summary_parquet_and_report(
 
 def test_analyze_a_run_where_no_node_logged_anything(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", {"h1": [], "h2": []})
-    summary = analyze(run)
+    summary = analyze(read_record(run))
     assert summary["messages"] == {"sent": 0, "fnl": {"h1": 0, "h2": 0}, "opt": {"h1": 0, "h2": 0}}
     assert summary["latency"]["fnl"]["all"]["count"] == 0
     assert summary["latency"]["fnl"]["all"]["p99_ms"] is None
     assert {c["violations"] for c in summary["checks"].values()} == {0}
     assert summary["throughput"]["min_msgs_per_s"] == 0.0
-    assert "PASS" in write_report(run, summary).read_text()
+    assert "PASS" in write_report(read_record(run), summary).read_text()
 
 
 def test_analyze_cli_rejects_a_folder_that_is_not_a_run(
@@ -233,7 +234,7 @@ def test_node_errors_fail_the_verdict(tmp_path: Path) -> None:
                {"t": 4 * S, "ev": "stop", "malformed": 0, "rejected": 1,
                 "drops": {"rejected:tls": 1}}],
         "h2": [{"t": S + 2 * MS, "ev": "fnl", "mid": "h1:1", "seq": 1}]}
-    summary = analyze(write_run(tmp_path / "run", logs))
+    summary = analyze(read_record(write_run(tmp_path / "run", logs)))
     assert {c["violations"] for c in summary["checks"].values()} == {0}
     assert summary["node_errors"] == {"total": 1, "per_node": {"h1": 1}}
     assert summary["ok"] is False

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.fault_history import fault_history
-from analysis.ingest import read_faults
+from analysis.record import read_record
 from testbed.faults.nemesis import AFTER_END, SKIPPED_FILE, Nemesis
 from testbed.faults.schedule import Action
 
@@ -84,5 +84,6 @@ def test_an_action_reached_after_the_runs_end_is_not_applied(tmp_path: Path) -> 
     assert len(nemesis.skipped) == 2
     assert nemesis.skipped[0].startswith("crash at 0s: after the run's end (reached 1.")
     # What the analysis and the verdict read (faults.jsonl): no crash, h1 stayed correct.
-    assert read_faults(tmp_path) == []
-    assert fault_history(["h1", "h2"], read_faults(tmp_path)).correct == ["h1", "h2"]
+    (tmp_path / "nodes").mkdir(exist_ok=True)
+    assert read_record(tmp_path).faults == ()
+    assert fault_history(["h1", "h2"], list(read_record(tmp_path).faults)).correct == ["h1", "h2"]

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from analysis.load import refused_per_node
+from analysis.record import read_record
 from tests.eventlogs import read_events, run_dir_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,10 +78,10 @@ def test_a_small_window_refuses_instead_of_queueing_and_nothing_refused_counts_a
     for node in ("h2", "h3"):
         lines = [e for e in events[node] if e["ev"] == "refused"]
         assert lines and all(e["window"] == 4 and e["n"] > 0 for e in lines), node
-    refused = refused_per_node(run)
+    refused = refused_per_node(read_record(run))
     # (A node that starts late on a loaded machine offers, and refuses, less.)
     assert refused["h2"] + refused["h3"] > 100, refused
-    summary = analyze(run)
+    summary = analyze(read_record(run))
     load = summary["load"]
     assert load["refused"] == sum(refused.values())
     assert load["offered"] == load["accepted"] + load["refused"]
@@ -108,7 +109,7 @@ def test_the_pure_python_path_runs_a_cluster_and_the_default_window_refuses_noth
         assert {e["mid"] for e in evs if e["ev"] == "fnl"} == sent, node
     # The window never refused; at most a planned message or two whose timer fired after the
     # workload's end count as refused (offered, never sent).
-    refused = refused_per_node(run)
+    refused = refused_per_node(read_record(run))
     assert set(refused) == {"h1", "h2", "h3"} and all(n <= 3 for n in refused.values()), refused
 
 
@@ -135,4 +136,4 @@ def test_refused_counts_survive_a_line_cut_short_and_ignore_bad_values(tmp_path:
              {"t": 4, "lt": 4, "i": 3, "node": "h1", "ev": "send", "mid": "h1:1"}]
     text = "\n".join(json.dumps(x, separators=(",", ":")) for x in lines)
     log.write_text(text + '\n{"t":5,"lt":5,"i":4,"node":"h1","ev":"refused","n":4')
-    assert refused_per_node(tmp_path) == {"h1": 7}
+    assert refused_per_node(read_record(tmp_path)) == {"h1": 7}

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from analysis.lockfile import lock_paths as read_lock_paths
+from analysis.record import read_record
 from analysis.report import render_report
 from analysis.report_data import load_run
 from testbed.backends.mininet import rtt_report
@@ -225,7 +226,7 @@ def test_paths_csv_and_check_csv_hold_every_row_and_the_report_shows_them(
     assert [(r["src"], r["dst"]) for r in s.worst[:2]] == [pairs[3], pairs[7]]
     assert not s.worst[2]["off"]
     assert "every site pair and every host" in s.line()
-    html = render_report({"run": "paths", "checks": {}}, load_run(run.path))
+    html = render_report({"run": "paths", "checks": {}}, load_run(read_record(run.path)))
     assert "9900 ordered pairs" in html and "100 pairs pinged, 2 flagged" in html
     assert html.count("<details>") == 2 and html.count("OFF") == 4  # flagged, then in all
 

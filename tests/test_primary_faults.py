@@ -22,6 +22,7 @@ from typing import Any, cast
 
 import pytest
 
+from analysis.record import read_record
 from analysis.revocation import drop_revoked
 from tests import protosim as ps
 from tests.eventlogs import run_dir_of
@@ -145,7 +146,7 @@ def test_a_paused_primary_member_does_not_install_the_counter_it_missed(
 
     raw = two_sites_pause(tmp_path, [("h1", 1.0, 1.7)], duration_s=4)
     found = {k: v["violations"]
-             for k, v in checks.membership_section(tmp_path)["checks"].items()}
+             for k, v in checks.membership_section(read_record(tmp_path))["checks"].items()}
     assert found == dict.fromkeys(checks.MEMBERSHIP_CHECKS, 0), found
     assert [e["counter"] for e in raw["h1"] if e["ev"] == "excluded"] == [2]
     assert not [e for h in ("h2", "h3", "h4") for e in raw[h] if e["ev"] == "state"]

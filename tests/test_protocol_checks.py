@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from analysis.checks import check_suite
 from analysis.fault_history import fault_history
 from analysis.ingest import ingest
+from analysis.record import read_record
 from analysis.session import spark_session
 from analysis.verdict import checks_ok
 from nodes.protocols import catalogue
@@ -30,7 +31,7 @@ def spark() -> Iterator[SparkSession]:
 
 
 def suite(spark: SparkSession, run: Path) -> dict[str, dict[str, Any]]:
-    data = ingest(spark, run, write=False)
+    data = ingest(spark, read_record(run), write=False)
     try:
         return check_suite(data.events, fault_history(data.nodes, data.faults))
     finally:

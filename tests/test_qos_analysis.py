@@ -10,6 +10,7 @@ from typing import Any
 
 from analysis import qos
 from analysis.fault_history import fault_history
+from analysis.record import read_record
 from analysis.verdict import verdict
 
 MS = 1_000_000
@@ -182,7 +183,7 @@ def test_read_events_from_a_run_directory(tmp_path: Path) -> None:
         (d / "events.jsonl").write_text("".join(json.dumps({**e, "i": k}) + "\n"
                                                 for k, e in enumerate(evs))
                                         + '{"t": 1, "lt"\n')  # a line cut short
-    events, skew = qos.read_events(tmp_path)
+    events, skew = qos.read_events(read_record(tmp_path))
     assert skew == 3 * MS and len(events["h1"]) == 5
     assert qos.delta_measured(events) == 10 * MS
 
@@ -218,7 +219,7 @@ def test_empirical_delta_pairs_datagrams_within_one_incarnation(tmp_path: Path) 
                ev("start", 250, incarnation=2),
                ev("netrecv", 304, member="h1", rseq=2, kind="dummy", inc=1)],
     })
-    events, _ = qos.read_events(tmp_path)
+    events, _ = qos.read_events(read_record(tmp_path))
     assert [e["member_inc"] for e in events["h2"] if e["ev"] == "netrecv"] == [0, 1, 1]
     assert [e["inc"] for e in events["h2"] if e["ev"] == "netrecv"] == [1, 1, 2]
     assert qos.delta_measured(events) == 55 * MS
@@ -230,7 +231,7 @@ def test_empirical_delta_pairs_datagrams_within_one_incarnation(tmp_path: Path) 
     _write_run(tmp_path, {"h2": [ev("start", -1, incarnation=0),
                                  ev("netrecv", 215, member="h1", rseq=1, kind="dummy", inc=1),
                                  ev("netrecv", 310, member="h1", rseq=3, kind="dummy", inc=1)]})
-    events, _ = qos.read_events(tmp_path)
+    events, _ = qos.read_events(read_record(tmp_path))
     assert qos.path_counts(events) == ({}, {"h1->h2": 1})
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from analysis import qos
+from analysis.record import read_record
 from nodes.config import ClockConfig
 from nodes.protocols.base import Reserve, Send, SetTimer
 from nodes.protocols.qos_cbr import QosCbr, update
@@ -71,7 +72,7 @@ def _tight(out: Path, offsets_ms: list[float], params: dict | None = None,
 
 
 def _judge(out: Path) -> tuple[protosim.Events, dict]:
-    events, skew = qos.read_events(out)
+    events, skew = qos.read_events(read_record(out))
     return protosim.read_events(out), qos.qos_section(events, skew, "qos-cbr",
                                                       {"delta": 40, "gamma": 10}, False, True)
 

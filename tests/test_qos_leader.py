@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from analysis import qos
+from analysis.record import read_record
 from nodes.protocols.base import Reserve
 from nodes.protocols.leader import Leader
 from tests import protosim
@@ -27,7 +28,7 @@ def test_leader_total_order_within_two_delta_plus_po(tmp_path: Path, service_us:
     assert protosim.total_order_pairs(ev) == 0
     assert protosim.agreement(ev) == 0 and protosim.validity(ev) == 0
     assert protosim.integrity(ev) == 0
-    events, skew = qos.read_events(tmp_path)
+    events, skew = qos.read_events(read_record(tmp_path))
     q = qos.qos_section(events, skew, "leader", {"delta": 10}, False, True)
     assert q["delta_measured_ms"] == 10.0 and q["assumptions_hold"]
     assert q["above_bound"] == 0
@@ -57,7 +58,7 @@ def _ts_run(out: Path, delta: float, rate: float, arrival: str) -> tuple[protosi
                             params={"delta": delta, "theta": 20, "max_burst": 3, "avg": rate})
     cfgs = [replace(c, workload=WorkloadConfig(True, rate, 100, arrival)) for c in cfgs]
     protosim.run(cfgs)
-    events, skew = qos.read_events(out)
+    events, skew = qos.read_events(read_record(out))
     return protosim.read_events(out), qos.qos_section(
         events, skew, "timestamp-leader", {"delta": delta, "theta": 20}, False, True)
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from analysis.qos import qos_for_run
+from analysis.record import read_record
 from tests.eventlogs import run_dir_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -238,7 +239,7 @@ def test_qos_cbr_on_mininet_reserves_refuses_renegotiates_and_is_policed(tmp_pat
             assert [m for m in order[a] if m in common] == [m for m in order[b] if m in common]
     # The analysis's `qos` section (summary.json `qos`, analysis/qos.py; Spark's checks are
     # left out for time): both refusals counted, Porders equal everywhere.
-    qos = qos_for_run(run, SimpleNamespace(crashed=[], intervals=[]), list(ev))
+    qos = qos_for_run(read_record(run), SimpleNamespace(crashed=[], intervals=[]), list(ev))
     assert qos["refused"] == 2 and qos["assumptions_hold"] is False
     assert "2 reservation(s) refused" in qos["assumptions_violated"]
     assert qos["porder_mismatches"] == 0

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from analysis.record import read_record
 from testbed.backends.ansible import InventoryError, load_inventory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,21 +66,22 @@ def test_the_backend_refuses_a_missing_inventory_or_host_before_touching_anythin
 def test_analysis_subtracts_each_hosts_measured_clock_offset(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
-    from analysis.ingest import _convert, host_clock_offsets_ns
+    from analysis.ingest import _convert
     from analysis.job import clock_uncertainty_ms
 
     (tmp_path / "spec.lock.yaml").write_text(yaml.safe_dump({"clocks": {
         "h1": {"offset_ms": 2.5, "uncertainty_ms": 0.05},
         "h2": {"offset_ms": 0.0, "uncertainty_ms": 0.02}}}))
+    (tmp_path / "nodes").mkdir()
     log = tmp_path / "events.jsonl"
     log.write_text(json.dumps({"t": 10_000_000, "lt": 1, "i": 0, "node": "h1", "ev": "send",
                                "mid": "h1:1"}) + "\n")
-    assert host_clock_offsets_ns(tmp_path) == {"h1": 2_500_000, "h2": 0}
+    assert read_record(tmp_path).clock_offsets_ns() == {"h1": 2_500_000, "h2": 0}
     _convert((str(log), "h1", str(tmp_path / "h1.parquet"), 2_500_000))
     assert pq.read_table(tmp_path / "h1.parquet")["t"].to_pylist() == [7_500_000]
-    assert clock_uncertainty_ms(tmp_path) == pytest.approx(0.07)
+    assert clock_uncertainty_ms(read_record(tmp_path)) == pytest.approx(0.07)
     (tmp_path / "spec.lock.yaml").write_text("seed: 1\n")
-    assert clock_uncertainty_ms(tmp_path) is None
+    assert clock_uncertainty_ms(read_record(tmp_path)) is None
 
 
 def test_a_remote_run_without_an_inventory_file_fails_and_creates_nothing(

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from analysis.job import analyze
+from analysis.record import read_record
 from testbed.lab import ssh_argv
 from tests.remotelab import lab_of
 from tests.remotelab import testbed as cli
@@ -93,7 +94,7 @@ def test_analysis_on_lab_spark_matches_local_mode_and_down_leaves_nothing(
     shutil.copytree(local_run, cluster_run)
     with ThreadPoolExecutor(1) as pool:  # the local analysis while the daemons start
         starting = pool.submit(cli, "spark", "up", "--inventory", str(spark_lab), timeout=300)
-        local = analyze(local_run)
+        local = analyze(read_record(local_run))
         up = starting.result()
     assert up.returncode == 0, up.stdout + up.stderr
     assert url in up.stdout.split()

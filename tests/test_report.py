@@ -22,6 +22,7 @@ from scapy.utils import wrpcap
 
 from analysis import plots
 from analysis import report_data as rd
+from analysis.record import SKIPPED_FAULTS, read_record
 from analysis.report import render_report, write_comparison
 from tests.eventlogs import run_dir_of
 from tests.inproc import run_cli
@@ -134,7 +135,7 @@ def test_report_of_a_faulty_optimistic_run_renders_every_plot_cleanly(seto_fault
 @browser
 def test_comparison_of_two_runs_renders_table_and_cdfs(seto_faults: Path, calm: Path,
                                                        tmp_path: Path) -> None:
-    page = write_comparison([seto_faults, calm], tmp_path)
+    page = write_comparison([read_record(seto_faults), read_record(calm)], tmp_path)
     dom, console = browse(page)
     assert console == []
     assert plot_marks(dom)["cdf"] >= 2
@@ -144,7 +145,7 @@ def test_comparison_of_two_runs_renders_table_and_cdfs(seto_faults: Path, calm: 
 
 def test_plot_numbers_agree_with_the_spark_summary(seto_faults: Path) -> None:
     summary = json.loads((seto_faults / "summary.json").read_text())
-    data = rd.load_run(seto_faults)
+    data = rd.load_run(read_record(seto_faults))
     assert data.events["node"].nunique() == 4  # read from parquet/events, which analysis wrote
     acc = rd.accuracy_per_node(data.events)
     spark = summary["optimistic"]["accuracy"]["per_node"]
@@ -156,7 +157,7 @@ def test_plot_numbers_agree_with_the_spark_summary(seto_faults: Path) -> None:
 
 
 def test_the_isolated_node_stalls_during_the_partition_in_the_timeline(seto_faults: Path) -> None:
-    data = rd.load_run(seto_faults)
+    data = rd.load_run(read_record(seto_faults))
     part = next(f for f in data.faults if f.kind == "partition")
     assert part.stop is not None and part.stop - part.start == pytest.approx(2.0, abs=0.01)
     w, rates = rd.rate_per_node(data.events, data.t0, data.nodes, "fnl", data.end, 160)
@@ -168,14 +169,14 @@ def test_the_isolated_node_stalls_during_the_partition_in_the_timeline(seto_faul
 def test_jsonl_and_parquet_give_the_same_events(seto_faults: Path, tmp_path: Path) -> None:
     copy = tmp_path / "run"
     shutil.copytree(seto_faults / "nodes", copy / "nodes")
-    raw, pq = rd.read_events(copy), rd.read_events(seto_faults)
+    raw, pq = rd.read_events(read_record(copy)), rd.read_events(read_record(seto_faults))
     key = ["node", "i"]
     assert raw.sort_values(key).reset_index(drop=True)[["t", "ev", "mid"]].equals(
         pq.sort_values(key).reset_index(drop=True)[["t", "ev", "mid"]])
 
 
 def test_report_stays_small_and_well_formed(calm: Path) -> None:
-    html = render_report({"run": calm.name}, rd.load_run(calm))
+    html = render_report({"run": calm.name}, rd.load_run(read_record(calm)))
     assert len(html) < 2_000_000 and "NOT ANALYSED" in html
     svgs = re.findall(r"<svg .*?</svg>", html, re.S)
     assert len(svgs) >= 4
@@ -188,7 +189,7 @@ def test_bandwidth_from_pcaps_is_measured_against_the_reservation(calm: Path,
                                                                    tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(calm, run)
-    data = rd.load_run(run)
+    data = rd.load_run(read_record(run))
     # h1 sends 125 frames of 1000 B in each of its first 4 s (1 Mbit/s), and receives some.
     pkts = []
     for k in range(500):
@@ -208,8 +209,8 @@ def test_bandwidth_from_pcaps_is_measured_against_the_reservation(calm: Path,
     full = bw["h1"][: int(3.5 / w)]
     assert sum(full) / len(full) == pytest.approx(1.0, rel=0.02)
     assert min(full) > 0.9 and sum(bw["h1"][int(4.1 / w):]) == 0
-    assert rd.reservations(rd.load_run(run).spec) == {"h1": 2_000_000.0}
-    html = render_report({"run": run.name}, rd.load_run(run))
+    assert rd.reservations(rd.load_run(read_record(run)).spec) == {"h1": 2_000_000.0}
+    html = render_report({"run": run.name}, rd.load_run(read_record(run)))
     assert "reserved 2 Mbit/s" in html and plot_marks(html)["bandwidth-h1"] > 0
 
 
@@ -228,7 +229,8 @@ def test_unhealed_fault_lasts_to_the_end_and_clock_jump_is_instant(tmp_path: Pat
         '{"t": 2000000000, "kind": "pause", "phase": "start", "hosts": ["h2"], "fault": 0}\n'
         '{"t": 3000000000, "kind": "clock", "phase": "start", "hosts": ["h1"], "fault": 1}\n'
         '{"t": 4000000000, "kind": "crash", "phase": "st')  # truncated last line
-    spans = rd.read_faults(tmp_path, 1_000_000_000, 9.0, ["h1", "h2"])
+    (tmp_path / "nodes").mkdir()
+    spans = rd.fault_spans(read_record(tmp_path).faults, 1_000_000_000, 9.0, ["h1", "h2"])
     assert [(s.kind, s.start, s.stop) for s in spans] == [("pause", 1.0, 9.0),
                                                           ("clock", 2.0, None)]
 
@@ -278,16 +280,17 @@ def test_faults_not_applied_are_listed_apart_and_never_shaded(tmp_path: Path) ->
     from analysis.report import _faults_html
     from testbed.faults.nemesis import SKIPPED_FILE
 
-    assert rd.SKIPPED_FAULTS == SKIPPED_FILE
+    assert SKIPPED_FAULTS == SKIPPED_FILE
     (tmp_path / "faults.jsonl").write_text(
         '{"t": 2000000000, "kind": "pause", "phase": "start", "hosts": ["h2"], "fault": 0}\n')
     (tmp_path / SKIPPED_FILE).write_text(
         '{"t": 9000000000, "kind": "crash", "phase": "start", "hosts": ["h3"], "fault": 1, '
         '"measured": {"skipped": "after the run\'s end", "reached_s": 8.2}}\n')
-    faults = rd.read_faults(tmp_path, 1_000_000_000, 7.0, ["h1", "h2", "h3"])
-    skipped = rd.read_faults(tmp_path, 1_000_000_000, 7.0, ["h1", "h2", "h3"],
-                             rd.SKIPPED_FAULTS)
-    data = rd.RunData(tmp_path, pd.DataFrame(columns=rd.COLUMNS), ["h1", "h2", "h3"],
+    (tmp_path / "nodes").mkdir()
+    record = read_record(tmp_path)
+    faults = rd.fault_spans(record.faults, 1_000_000_000, 7.0, ["h1", "h2", "h3"])
+    skipped = rd.fault_spans(record.skipped_faults, 1_000_000_000, 7.0, ["h1", "h2", "h3"])
+    data = rd.RunData(record, pd.DataFrame(columns=rd.COLUMNS), ["h1", "h2", "h3"],
                       1_000_000_000, 7.0, faults, {}, skipped)
     html = _faults_html(data)
     applied, _, not_applied = html.partition("<h2>Faults not applied</h2>")

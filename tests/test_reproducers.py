@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from analysis.judge import judge_run
+from analysis.record import read_record
 from tests.eventlogs import run_dir_of
 from tests.inproc import run_cli
 
@@ -23,7 +24,7 @@ FOUND = sorted((Path(__file__).parent / "reproducers").glob("*.yaml"))
 def test_a_found_failure_now_judges_ok(spec: Path, tmp_path: Path) -> None:
     proc = run_cli("run", str(spec), "--backend", "sim", "--no-analyze", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    summary = judge_run(run_dir_of(tmp_path))
+    summary = judge_run(read_record(run_dir_of(tmp_path)))
     head = spec.read_text().splitlines()
     why = head[2].removeprefix("# verdict: NOT OK: ") if len(head) > 2 else ""
     if why != head[2]:  # documented NOT OK: the verdict says why, and fails the run

@@ -15,6 +15,7 @@ import pytest
 from analysis.fault_history import fault_history
 from analysis.judge import judge_run
 from analysis.liveness import excuse_restarted
+from analysis.record import read_record
 from tests.eventlogs import run_dir_of
 from tests.inproc import run_cli
 
@@ -73,7 +74,7 @@ def after_restart(run: Path) -> set[str]:
 
 
 def test_a_normal_restart_is_ok_and_its_incarnation_is_correct(restarted_run: Path) -> None:
-    s = judge_run(restarted_run)
+    s = judge_run(read_record(restarted_run))
     assert s["verdict"]["ok"], s["verdict"]
     agreement = s["checks"]["agreement"]
     assert agreement["restarted_nodes"] == ["h3@1"] and "h3" not in agreement["correct_nodes"]
@@ -85,7 +86,7 @@ def test_a_restarted_hosts_messages_that_reach_nobody_fail(restarted_run: Path,
                                                            tmp_path: Path) -> None:
     mids = after_restart(restarted_run)
     run = copy_without(restarted_run, tmp_path / "run", mids, {"h1", "h2", "h4"})
-    s = judge_run(run)
+    s = judge_run(read_record(run))
     assert not s["verdict"]["ok"] and s["verdict"]["safety"] == "violated"
     agreement = s["checks"]["agreement"]
     delivered = {e["mid"] for e in map(json.loads, (run / "nodes" / "h3" / "events.jsonl")
@@ -101,7 +102,7 @@ def test_a_restarted_host_that_never_delivers_its_own_messages_fails(
         restarted_run: Path, tmp_path: Path) -> None:
     mids = after_restart(restarted_run)
     run = copy_without(restarted_run, tmp_path / "run", mids, {"h1", "h2", "h3", "h4"})
-    s = judge_run(run)
+    s = judge_run(read_record(run))
     validity = s["checks"]["validity"]
     assert validity["not_self_delivered"] == len(mids) and not s["verdict"]["ok"]
     assert validity["restarted_senders"] == len(mids) == validity["violations"]

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from analysis.judge import judge_run
 from analysis.liveness import liveness_line, liveness_section
+from analysis.record import read_record
 from analysis.verdict import verdict, verdict_line
 from testbed import runner
 from testbed.spec.loader import load_experiment
@@ -53,7 +54,7 @@ def test_a_simulator_past_its_wall_limit_stops_itself_with_complete_logs(
     drain = json.loads((result.run.path / "drain.json").read_text())
     assert "the simulator stopped every node at one instant (wall-clock budget of 0.8 s " \
         "exceeded at virtual time" in drain["cut_short"]
-    summary = judge_run(result.run.path)
+    summary = judge_run(read_record(result.run.path))
     assert summary["verdict"]["liveness"] == "cut-short" and summary["ok"] is False
     assert summary["checks"]["integrity"]["violations"] == 0
     assert summary["checks"]["total_order"]["violations"] == 0
@@ -80,7 +81,8 @@ def test_a_simulator_that_does_not_stop_itself_is_stopped_and_judged(
     drain = json.loads((result.run.path / "drain.json").read_text())
     assert drain["quiescent"] is False and drain["in_flight"] is None
     assert "the simulator was stopped mid-run" in drain["cut_short"]
-    summary = judge_run(result.run.path)  # what the nodes logged until they were stopped
+    # what the nodes logged until they were stopped
+    summary = judge_run(read_record(result.run.path))
     assert summary["verdict"]["liveness"] == "cut-short" and summary["ok"] is False
     assert any(r.startswith("cut short: the nodes had not finished")
                for r in summary["verdict"]["reasons"])

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.judge import judge_run
+from analysis.record import read_record
 from testbed.explore.case import Base, Case, materialise, raw_data, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,7 +30,7 @@ def test_a_hundred_hosts_simulate_within_an_event_bound_per_delivery(tmp_path: P
                            "workload": {**data["workload"], "rate": "5/s"}})
     exp, topo = materialise(base, Case(1))
     run_dir, stats = simulate(exp, topo, tmp_path, max_events=0, max_wall_s=0)
-    summary = judge_run(run_dir)
+    summary = judge_run(read_record(run_dir))
     assert summary["ok"], summary["verdict"]
     checks = summary["checks"]
     assert all(checks[c]["violations"] == 0 for c in ("total_order", "agreement", "integrity"))

@@ -23,6 +23,7 @@ import pyspark
 import pytest
 
 from analysis.job import analyze
+from analysis.record import read_record
 from tests.test_transit import build_run
 
 pytestmark = pytest.mark.spark
@@ -105,10 +106,11 @@ def test_cluster_job_gives_the_same_summary_as_local_mode(
     local_run = build_run(tmp_path / "local" / "run")
     cluster_run = tmp_path / "cluster" / "run"
     shutil.copytree(local_run, cluster_run)
-    local = analyze(local_run)
+    local = analyze(read_record(local_run))
     # Its own process: one Python process holds one SparkContext, and the local one is shared.
     code = ("import sys; from pathlib import Path; from analysis.job import analyze; "
-            "analyze(Path(sys.argv[1]), master=sys.argv[2])")
+            "from analysis.record import read_record; "
+            "analyze(read_record(Path(sys.argv[1])), master=sys.argv[2])")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1"}
     done = subprocess.run([sys.executable, "-c", code, str(cluster_run), cluster], env=env,
                           cwd=ROOT, capture_output=True, text=True, timeout=240)

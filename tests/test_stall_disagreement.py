@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from analysis.judge import judge_run
+from analysis.record import read_record
 from analysis.verdict import Fault, matching_hazards
 from nodes.protocols import catalogue
 from tests.eventlogs import run_dir_of
@@ -56,7 +57,7 @@ def stalled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_an_excused_stall_where_the_survivors_agree_is_ok(stalled_run: Path) -> None:
-    s = judge_run(stalled_run)
+    s = judge_run(read_record(stalled_run))
     assert s["verdict"]["ok"] and s["verdict"]["liveness"] == "stalled-as-claimed"
     assert s["checks"]["agreement"] == {**s["checks"]["agreement"], "violations": 0,
                                         "judged": True}
@@ -75,7 +76,7 @@ def test_an_excused_stall_where_correct_hosts_disagree_fails(stalled_run: Path,
     last = [e["mid"] for e in events if e["ev"] == "fnl"][-2:]
     log.write_text("".join(json.dumps(e) + "\n" for e in events
                            if not (e["ev"] == "fnl" and e["mid"] in last)))
-    s = judge_run(run)
+    s = judge_run(read_record(run))
     v = s["verdict"]
     assert not v["ok"] and v["safety"] == "violated" and v["liveness"] == "stalled-as-claimed"
     agreement = s["checks"]["agreement"]

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from analysis.record import read_record
 from nodes.management.jolokia import Jolokia
 from nodes.management.node_mbeans import build_node_registry
 from nodes.protocols.base import Layer
@@ -95,7 +96,8 @@ def rendered_switches(run: Path) -> tuple[list[dict[str, Any]], str]:
     sends = {e["mid"]: e["t"] for evs in events.values() for e in evs if e["ev"] == "send"}
     per_node = {h: [(e["t"], e.get("proto") or "", sends.get(e["mid"])) for e in evs
                     if e["ev"] == "fnl"] for h, evs in events.items()}
-    per = _per_switch(switch_events(run), per_node, scheduled_switches(run))
+    record = read_record(run)
+    per = _per_switch(switch_events(record), per_node, scheduled_switches(record))
     return per, render_report({"run": run.name, "switching": {"per_switch": per}})
 
 
@@ -386,7 +388,7 @@ def test_per_switch_metrics_measure_the_gap_and_the_switch_time(tmp_path: Path) 
     node.mkdir(parents=True)
     (node / "events.jsonl").write_text("\n".join(json.dumps({**e, "i": i})
                                                 for i, e in enumerate(sw)) + "\n")
-    assert switch_windows(tmp_path) == {1: (1010 * ms, 1030 * ms)}
+    assert switch_windows(read_record(tmp_path)) == {1: (1010 * ms, 1030 * ms)}
 
 
 def test_a_restarted_node_rejoins_through_relayed_copies(tmp_path: Path) -> None:

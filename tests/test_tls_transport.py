@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from analysis.record import read_record
 from nodes.config import Member, NodeConfig
 from nodes.protocols import catalogue
 from nodes.tls_transport import TlsTransport
@@ -229,7 +230,7 @@ def test_a_node_with_another_cas_certificate_is_refused_on_mininet_and_reported(
     exp, topo = load_experiment(exp_path)
     console = Console(file=io.StringIO(), width=120)
     result = runner.run_experiment(exp, topo, tmp_path / "runs", console, analyze=False)
-    refused = transport_section(result.run.path)
+    refused = transport_section(read_record(result.run.path))
     assert all(refused[h]["drops"].get("rejected:tls", 0) >= 1 for h in ("h1", "h2", "h3")), \
         refused
     events = read_events(result.run.path)

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from analysis.record import read_record
 from testbed.cli import app
 from testbed.spec.loader import load_topology
 from testbed.spec.measured import host_name
@@ -304,7 +305,7 @@ def test_cloud_regions_short_sim_run(tmp_path: Path) -> None:
                             "--no-analyze", "--out", str(tmp_path / "runs")])
     assert code == 0, output
     (run_dir,) = (tmp_path / "runs").iterdir()
-    summary = judge_run(run_dir)
+    summary = judge_run(read_record(run_dir))
     assert summary["verdict"]["ok"], summary["verdict"]
     assert summary["checks"]["total_order"]["violations"] == 0
 

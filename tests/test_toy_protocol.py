@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from analysis.record import read_record
 from nodes.protocols import catalogue
 from nodes.protocols.base import Action, FinalDeliver, Log, Received
 from nodes.protocols.catalogue import RELIABLE_FIFO, Entry, Liveness
@@ -77,7 +78,7 @@ def run(tmp_path: Path, protocol: str) -> dict[str, Any]:
         Path(cfg.log_path).parent.mkdir(parents=True, exist_ok=True)
         Path(cfg.log_path).with_name("config.json").write_text(json.dumps(cfg.to_dict()))
     Simulator(cfgs, seed=3).run(cfgs[0].start_at_ns + 3 * S)
-    return judge_run(run_dir)
+    return judge_run(read_record(run_dir))
 
 
 @pytest.mark.usefixtures("isolated_catalogue")

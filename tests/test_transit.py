@@ -16,8 +16,8 @@ from scapy.packet import Raw
 from scapy.utils import EDecimal, PcapWriter
 
 from analysis.job import analyze
+from analysis.record import read_record
 from analysis.synthetic import write_run
-from analysis.transit import capture_files
 from nodes.wire import Header, Message, MsgType, Proto, encode
 
 pytestmark = pytest.mark.spark
@@ -103,7 +103,7 @@ def build_run(run: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def summary(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    yield analyze(build_run(tmp_path_factory.mktemp("transit") / "run"))
+    yield analyze(read_record(build_run(tmp_path_factory.mktemp("transit") / "run")))
 
 
 def test_every_rotated_capture_is_converted(summary: dict[str, Any], tmp_path: Path) -> None:
@@ -165,4 +165,5 @@ def test_capture_files_fall_back_to_names_without_a_manifest(tmp_path: Path) -> 
     (tmp_path / "pcaps").mkdir()
     (tmp_path / "pcaps" / "h2-d0.pcap").write_bytes(b"")
     (tmp_path / "pcaps" / "h2-d0.log").write_text("")
-    assert capture_files(tmp_path) == [("h2", tmp_path / "pcaps" / "h2-d0.pcap")]
+    (tmp_path / "nodes").mkdir()
+    assert read_record(tmp_path).capture_files() == [("h2", tmp_path / "pcaps" / "h2-d0.pcap")]

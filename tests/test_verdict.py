@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from analysis.expect import evaluate
+from analysis.record import read_record
 from analysis.verdict import Fault, liveness_promise, verdict, verdict_line
 from nodes.protocols import catalogue
 from tests.eventlogs import run_dir_of
@@ -332,7 +333,7 @@ faults:
 """
     rc, out, runs = run(tmp_path, "fifo-delay", body, "--no-analyze")
     assert rc == 0, out
-    s = judge_run(run_dir_of(runs))
+    s = judge_run(read_record(run_dir_of(runs)))
     assert s["liveness"]["quiescent"] is False
     assert s["verdict"]["liveness"] == "stalled-as-claimed" and s["ok"], s["verdict"]
     assert "link h3-h2 delay change" in s["verdict"]["reasons"][0]

@@ -15,7 +15,6 @@ from testbed.cli.common import (
     print_summary,
     print_verdict,
 )
-from testbed.rundir import RunDir
 
 
 def pcap(
@@ -54,15 +53,16 @@ def analyze_cmd(
     [bold]testbed analyze RUN --master spark://198.19.128.1:7077 --inventory
     lab/latest/inventory.yaml[/]
     """
-    from analysis.expect import run_expectations
     from analysis.judge import ENGINES
+    from analysis.record import read_record
     from testbed.runner import analyze_run
 
     if engine not in ENGINES:
         raise fail(f"--engine {engine}: one of {', '.join(ENGINES)}")
     if not (run_dir / "nodes").is_dir():
         raise fail(f"{run_dir} is not a run directory (no nodes/ inside)")
-    exp = run_expectations(run_dir)  # the run's `expect:` lines, judged into its verdict
+    record = read_record(run_dir)
+    exp = record.expect  # the run's `expect:` lines, judged into its verdict
     if inventory is not None:
         from testbed.spark import SparkError, master_url, staged, start_driver
 
@@ -70,11 +70,11 @@ def analyze_cmd(
             master = master or master_url(inventory)
             with staged(run_dir, inventory) as stage:
                 start_driver(stage, master, inventory)
-                result = analyze_run(RunDir.open(stage), exp, console, master)
+                result = analyze_run(read_record(stage), exp, console, master)
         except SparkError as exc:
             raise fail(str(exc)) from None
     else:
-        result = analyze_run(RunDir.open(run_dir), exp, console, master, engine)
+        result = analyze_run(record, exp, console, master, engine)
     print_summary(result.summary)
     print_expectations(result.summary)
     print_verdict(result.summary)
@@ -92,6 +92,7 @@ def report(
     [bold]testbed report runs/*seto* --out /tmp/seto.html[/],
     [bold]testbed report history/smoke/2026-11-16.parquet history/smoke/2026-11-23.parquet[/]
     """
+    from analysis.record import read_record
     from analysis.report import write_comparison, write_report
     from testbed.nightly.command import is_night_file, write_nights_comparison
 
@@ -104,8 +105,9 @@ def report(
     if len(runs_) == 1 and out is None:
         summary_path = runs_[0] / "summary.json"
         summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-        console.print(f"wrote {write_report(runs_[0], summary)}")
+        console.print(f"wrote {write_report(read_record(runs_[0]), summary)}")
         return
-    console.print(f"wrote {write_comparison(runs_, out or Path('comparison.html'))}")
+    records = [read_record(r) for r in runs_]
+    console.print(f"wrote {write_comparison(records, out or Path('comparison.html'))}")
 
 

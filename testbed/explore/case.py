@@ -405,8 +405,9 @@ def world_columns(base: Base, case: Case) -> dict[str, Any]:
 
 def digests(run_dir: Path) -> dict[str, str]:
     """sha256 of each node's delivery log, by host."""
-    return {p.parent.name: hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted((run_dir / "nodes").glob("*/events.jsonl"))}
+    from analysis.record import log_files
+
+    return {host: hashlib.sha256(p.read_bytes()).hexdigest() for host, p in log_files(run_dir)}
 
 
 def failing_checks(summary: dict[str, Any], extra: tuple[str, ...] = ()) -> list[str]:
@@ -423,8 +424,9 @@ def failing_checks(summary: dict[str, Any], extra: tuple[str, ...] = ()) -> list
 
 def judge(run_dir: Path) -> dict[str, Any]:
     from analysis.judge import judge_run
+    from analysis.record import read_record
 
-    return judge_run(run_dir)
+    return judge_run(read_record(run_dir))
 
 
 def run_case(base: Base, case: Case, root: Path, keep: Path | None = None,

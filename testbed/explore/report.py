@@ -9,7 +9,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from analysis import deliverylog
+from analysis.record import RunRecord, read_record
 from testbed.explore.generators import describe
 
 MS = 1_000_000
@@ -45,10 +45,10 @@ def write_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
     pq.write_table(table, path)
 
 
-def _events(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+def _events(record: RunRecord) -> dict[str, list[dict[str, Any]]]:
     """Each node's `send` and `fnl` events, as the checkers see them (revoked deliveries
     dropped; analysis/deliverylog.py)."""
-    return deliverylog.events(run_dir, ("send", "fnl"), revoke=True)
+    return record.events(("send", "fnl"), revoke=True)
 
 
 def first_divergence(events: dict[str, list[dict[str, Any]]]) -> int | None:
@@ -104,14 +104,16 @@ def _bands(plan: dict[str, Any], start: int, end: int) -> list[Any]:
     return bands
 
 
-def failure_charts(run_dir: Path, name: str) -> str:
+def failure_charts(record: RunRecord, name: str) -> str:
     """The spacetime diagram around the first violation (or the first fault) and the fault
     timeline over each node's final deliveries per 100 ms."""
     from analysis import plots
 
-    plan = json.loads((run_dir / "plan.json").read_text())
+    if record.plan is None:
+        raise FileNotFoundError(f"{record.path} has no plan")
+    plan = dict(record.plan)
     start = int(plan.get("start_at_ns", 0))
-    events = _events(run_dir)
+    events = _events(record)
     lanes = sorted(events)
     every = [e for evs in events.values() for e in evs]
     if not every:
@@ -205,7 +207,7 @@ def write_index(out: Path, base: Any, outcome: Any,
             run_dir = Path(shrunk["row"].get("run_dir", ""))
             if run_dir.is_dir():
                 try:
-                    parts.append(failure_charts(run_dir, f"s{seed}"))
+                    parts.append(failure_charts(read_record(run_dir), f"s{seed}"))
                 except (OSError, ValueError, KeyError) as exc:
                     parts.append(f"<p>no diagram: {escape(str(exc))}</p>")
     if cov:

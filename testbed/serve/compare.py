@@ -94,6 +94,7 @@ def spec_diff(names: list[str], locks: list[dict[str, Any]]) -> str:
 def comparison_page(rels: list[str], dirs: list[Path]) -> str:
     """The whole page: a link back to the runs, what differs, the spec diff, the report."""
     from analysis import report_data as rd
+    from analysis.record import read_record
     from analysis.report import render_comparison
 
     locks = [read_yaml(d / "spec.lock.yaml") for d in dirs]
@@ -121,7 +122,8 @@ def comparison_page(rels: list[str], dirs: list[Path]) -> str:
     style = ("<style>pre.diff{background:#f7f7f7;padding:.6em;overflow:auto;font-size:12px}"
              ".diff .add{color:#17803d}.diff .del{color:#b91c1c}.diff .at{color:#1d4ed8}"
              "nav.back{margin-bottom:1em}</style>")
-    report = render_comparison([(read_json(d / "summary.json"), rd.load_run(d)) for d in dirs])
+    report = render_comparison([(read_json(d / "summary.json"),
+                                 rd.load_run(read_record(d, need_nodes=False))) for d in dirs])
     # The report's own header stays; what differs goes first after its title.
     marker = "</h1>"
     at = report.index(marker) + len(marker)

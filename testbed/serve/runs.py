@@ -35,11 +35,13 @@ def is_run(d: Path) -> bool:
 
 def finished(d: Path) -> bool:
     """The run stopped: its journal has `down` (torn down) or it wrote drain.json."""
+    from analysis.record import drained
+
     try:
         text = (d / "journal.jsonl").read_text(errors="replace")
     except OSError:
         return True
-    return '"op": "down"' in text or (d / "drain.json").is_file()
+    return '"op": "down"' in text or drained(d)
 
 
 def judged(summary: dict[str, Any]) -> dict[str, Any]:
@@ -133,7 +135,9 @@ def from_events(d: Path) -> tuple[dict[str, Any], float | None]:
     """p50/p99 final-delivery latency and the slowest node's rate of a run never analysed,
     from its delivery logs with the functions the multi-run report uses (no Spark), cached
     until a log changes; nothing for logs over MAX_EVENTS_BYTES."""
-    logs = sorted((d / "nodes").glob("*/events.jsonl"))
+    from analysis.record import log_files
+
+    logs = [p for _, p in log_files(d)]
     try:
         stats = [p.stat() for p in logs]
     except OSError:
@@ -147,10 +151,11 @@ def from_events(d: Path) -> tuple[dict[str, Any], float | None]:
     import numpy as np
 
     from analysis import report_data as rd
+    from analysis.record import read_record
     from analysis.report import min_rate
 
     try:
-        data = rd.load_run(d)
+        data = rd.load_run(read_record(d))
         values = rd.latencies(data.events, data.t0)["latency_ms"].to_numpy()
         fnl = ({"p50_ms": float(np.quantile(values, 0.5)),
                 "p99_ms": float(np.quantile(values, 0.99))} if len(values) else {})
