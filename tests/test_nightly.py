@@ -83,6 +83,12 @@ def test_smoke_suite_covers_every_protocol_on_sim_and_local() -> None:
     assert families >= {"none", "partition", "crash", "clock"}
     assert {(p, b) for p in protocols() for b in ("sim", "local", "mininet", "docker")} <= \
         {(e.protocol, e.backend) for e in full}
+    # A set-up outside a bound's model is skipped with the model's reason (never run to a
+    # NOT OK by construction); inside it, every protocol runs.
+    outside = {e.protocol for e in full if e.outside}
+    assert outside and outside <= {"qos-vbr", "qos-cbr", "leader", "timestamp-leader"}
+    assert all("outside" in e.outside and "model" in e.outside for e in full if e.outside)
+    assert not any(e.outside for e in smoke)
 
 
 def test_a_bad_catalogue_entry_is_one_located_error(tmp_path: Path) -> None:

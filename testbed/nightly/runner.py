@@ -153,13 +153,19 @@ def run_night(entries: list[Entry], runs: Path, budget_s: float, console: Consol
     skip = skip or {}
     outcomes: list[Outcome] = []
     began = time.monotonic()
-    runnable = [e for e in entries if e.backend not in skip]
+    runnable = [e for e in entries if e.backend not in skip and not e.outside]
 
     def guess(e: Entry) -> float:
         return estimates.get(e.id, e.estimate_s)
 
     left_s = sum(guess(e) for e in runnable)
     for i, entry in enumerate(entries, 1):
+        if entry.outside:
+            console.print(f"[{i}/{len(entries)}] [yellow]skip[/] {entry.id}: {entry.outside}",
+                          highlight=False)
+            outcomes.append(Outcome(entry.id, entry.protocol, entry.backend, "skipped",
+                                    entry.outside, metrics=_empty(entry)))
+            continue
         if entry.backend in skip:
             console.print(f"[{i}/{len(entries)}] [yellow]skip[/] {entry.id}: {skip[entry.backend]}",
                           highlight=False)
