@@ -220,24 +220,36 @@ def liveness_promise(entry: catalogue.Entry, params: dict[str, Any], hosts: list
         return False, (f"{len(crashed)} of {len(hosts)} hosts crashed "
                        f"({', '.join(sorted(crashed))}): `{entry.name}` claims progress only "
                        "while a majority never crashed")
-    if claim.nested:
-        from nodes.protocols.switching import instance_specs
-
-        nested: Any = params.get(claim.nested) or instance_specs({})
-        for inst in nested if isinstance(nested, list) else []:
-            if not isinstance(inst, dict):
-                continue
-            sub = catalogue.find(str(inst.get("protocol")))
-            if sub is None:
-                continue
-            sub_params = inst.get("params")
-            ok, why = liveness_promise(sub, sub_params if isinstance(sub_params, dict) else {},
-                                       hosts, faults)
-            if not ok:
-                return False, f"instance {inst.get('name', sub.name)}: {why}"
+    for name, sub, sub_params in nested_instances(entry, params):
+        ok, why = liveness_promise(sub, sub_params, hosts, faults)
+        if not ok:
+            return False, f"instance {name}: {why}"
     if not faults:
         return True, "no faults"
     return True, f"every fault of the run is within `{entry.name}`'s liveness claim"
+
+
+def nested_instances(entry: catalogue.Entry, params: dict[str, Any]
+                     ) -> list[tuple[str, catalogue.Entry, dict[str, Any]]]:
+    """The protocol instances a container (`Liveness.nested`: switching's `instances`) runs,
+    as (name, catalogue entry, params): each must itself survive the fault plan, so its
+    liveness claim and its hazards hold for the container too."""
+    if not entry.liveness.nested:
+        return []
+    from nodes.protocols.switching import instance_specs
+
+    nested: Any = params.get(entry.liveness.nested) or instance_specs({})
+    out = []
+    for inst in nested if isinstance(nested, list) else []:
+        if not isinstance(inst, dict):
+            continue
+        sub = catalogue.find(str(inst.get("protocol")))
+        if sub is None:
+            continue
+        sub_params = inst.get("params")
+        out.append((str(inst.get("name", sub.name)), sub,
+                    sub_params if isinstance(sub_params, dict) else {}))
+    return out
 
 
 def run_promise(record: RunRecord, history: FaultHistory) -> tuple[bool, str] | None:
@@ -265,7 +277,8 @@ def matching_hazards(entry: catalogue.Entry, params: dict[str, Any],
                      ) -> list[tuple[catalogue.Hazard, dict[str, list[str]]]]:
     """The entry's hazards the run matches (params equal, every fault kind present, a crash
     of a host of the hazard's roles when it names some; `hosts`: the run's, for a role param
-    left unset), each with the faults that made it match, by kind."""
+    left unset), and those of the instances it runs (`nested_instances`), each with the
+    faults that made it match, by kind."""
     defaults = {f.name: f.default for f in fields(entry.params)}
     out = []
     for h in entry.hazards:
@@ -284,6 +297,9 @@ def matching_hazards(entry: catalogue.Entry, params: dict[str, Any],
                           and not f.ended)]
                for kind in sorted(h.faults)}
         out.append((h, why))
+    for _, sub, sub_params in nested_instances(entry, params):
+        out += [m for m in matching_hazards(sub, sub_params, faults, hosts)
+                if m[0] not in (h for h, _ in out)]
     return out
 
 
