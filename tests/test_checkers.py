@@ -145,7 +145,7 @@ def test_truncated_last_line_is_counted_and_intact_rows_are_kept(
     run = run_with(tmp_path)
     log = run / "nodes" / "h3" / "events.jsonl"
     log.write_text(log.read_text() + '{"t": 99999, "lt": 99999, "i": 7, "node": "h3", "ev": "f')
-    events, malformed = read_events(spark, run)
+    events, malformed = read_events(spark, read_record(run))
     assert malformed == {"h3": 1}
     assert events.filter("node = 'h3' and ev = 'fnl'").count() == len(MIDS)
     assert violations(checks_of(spark, run)) == {"total_order": 0, "agreement": 0, "integrity": 0}

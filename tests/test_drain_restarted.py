@@ -22,7 +22,7 @@ topology:
     h2: {h1: 2ms, h3: 800ms}
     h3: {h1: 2ms, h2: 2ms}
 backend: local
-duration: 3s
+duration: 6s
 drain: 100ms
 drain_max: 5s
 seed: 1
@@ -63,7 +63,7 @@ def test_a_restarted_hosts_own_messages_are_delivered_before_the_local_drain_sto
     # h3's second incarnation numbers its messages from 1,000,001
     own = {e["mid"] for e in events["h3"]
            if e["ev"] == "send" and int(e["mid"].split(":")[1]) > 1_000_000}
-    assert len(own) > 10
+    assert len(own) > 10  # a restart that takes seconds on a loaded machine still leaves 3 s
     for host, evs in events.items():
         delivered = {e["mid"] for e in evs if e["ev"] == "fnl"}
         assert own <= delivered, (host, sorted(own - delivered)[:5])

@@ -249,7 +249,7 @@ def test_a_flush_that_timed_out_is_no_shortcut_to_the_next_primary(tmp_path: Pat
                    str(tmp_path / "runs"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run = run_dir_of(tmp_path / "runs")
-    summary = judge_run(run)
+    summary = judge_run(read_record(run))
     assert summary["verdict"]["ok"], summary["verdict"]
     assert summary["verdict"]["liveness"] == "quiescent"
     # claimed or not (a crash beside loss is a hazard for the crashed process's last fnl),

@@ -316,7 +316,7 @@ def test_a_maelstrom_program_runs_on_the_remote_hosts_valid_and_invalid(
     assert code == 0, out
     assert out.rstrip().splitlines()[-1].startswith("Everything looks good!"), out
     assert m["valid"] and m["lost"] == 0 and m["acknowledged"] > 5, m
-    assert m["names"] == {"h1": "n1", "h2": "n2", "h3": "n3", "h4": "n4"}, m["names"]
+    assert m["names"] == {"h1": "n0", "h2": "n1", "h3": "n2", "h4": "n3"}, m["names"]
     assert m["server_messages"] > 0 and min(q["p50"] for q in m["transit_ms"].values()) >= 1.5
     run_id = run_dir.name.rsplit("-", 1)[1]
     starts = [e for e in read_events(run_dir)["h1"] if e["ev"] == "start"]
