@@ -89,5 +89,6 @@ def test_a_heal_stops_every_partition_then_on_in_the_history(tmp_path: Path) -> 
     spans = intervals(lines)
     assert [(f.fault, f.start, f.stop) for f in spans] == [(0, 100, 300), (1, 200, 300),
                                                            (2, 400, 500)]
-    assert [(s, e) for s, e, _ in read_partitions(read_record(tmp_path, need_nodes=False), ["h2", "h3"])] == [
+    record = read_record(tmp_path, need_nodes=False)
+    assert [(s, e) for s, e, _ in read_partitions(record, ["h2", "h3"])] == [
         (100, 300), (200, 300), (400, 500)]
