@@ -137,7 +137,7 @@ def _total_order_pairs(recs: Records, names: list[str]) -> tuple[
     # missing from a pair's inverted list proves nothing, so a pair counts only when a holder
     # that is not truncated keeps g's order. (All nodes of a restarted member's run that
     # deliver a backlog at one instant invert g -- ties broken by mid -- hundreds of thousands
-    # of times; the one incarnation enumerated in full used to make every one of its pairs a
+    # of times; enumerating that one incarnation in full would make every one of its pairs a
     # violation.)
     cut = {n for n, v in totals.items() if v > MAX_PAIRS_PER_NODE}
     bad = sorted(k for k, (inverted, h) in pairs.items()

@@ -41,8 +41,8 @@ heartbeats and the failure detector's ALIVEs were 46 % of the simulator's events
   with 45 NACKs; now 1,691.) A lost tail is exposed one RTO after the sender fell idle, then
   NACKed and resent: RTO plus a round trip and a half (`tests/test_reliable_control.py`).
 - A heartbeat whose number a receiver already has means its last ACK was lost (or is late):
-  it ACKs again at the next tick (it used to wait for news that never came, and the heartbeats
-  went on at `heartbeat_max_ns`).
+  it ACKs again at the next tick (news may never come, and the heartbeats go on at
+  `heartbeat_max_ns`).
 
 Flow control: a sender keeps at most `window` of its own messages unacknowledged by some member;
 further multicasts wait in a backlog until ACKs free the window. Without it an overloaded
@@ -55,16 +55,17 @@ Restarts: every reliable message carries its sender's incarnation (header.aux). 
 newer incarnation resets that sender's stream; the old stream is kept behind it, so the old
 incarnation's data still in flight when the new one's first message overtook it (a slower
 path) is delivered in order, as a correct member that got it sooner delivered it (agreement,
-002 "Reliable FIFO"); no NACK or ACK goes to the gone incarnation. It used to be discarded.
+002 "Reliable FIFO"); no NACK or ACK goes to the gone incarnation.
 A restarted process (incarnation > 0) joins from
 the present: the lowest message sent fresh (not a retransmission) that it gets from each stream
 within `nack_delay` of the first fixes where it starts, since the history before its crash is
-gone (a crashed process is no longer correct; 002 leaves recovery to membership). It used to
-join at the first message of any kind, and a retransmission -- asked for by its NACK of
-everything below a heartbeat's number -- made it deliver again what its previous incarnation had
-delivered (integrity: one log, one delivery per message); heartbeats and retransmissions no
-longer count until it has joined. One heartbeat does: reaching it before any fresh message,
-it makes the receiver join after the heartbeat's number and acknowledge it. The sender may
+gone (a crashed process is no longer correct; 002 leaves recovery to membership). Were it to
+join at the first message of any kind, a retransmission -- asked for by its NACK of
+everything below a heartbeat's number -- would make it deliver again what its previous
+incarnation had delivered (integrity: one log, one delivery per message); heartbeats and
+retransmissions do not count until it has joined. One heartbeat does: reaching it before any
+fresh message, it makes the receiver join after the heartbeat's number and acknowledge it. The
+sender may
 have nothing fresh to send until then -- its window held full by the last ACK of the receiver's
 previous incarnation, which counts again once unsuspected -- and every process had stopped
 delivering after a restart some six seconds after the crash.

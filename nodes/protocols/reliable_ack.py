@@ -40,7 +40,7 @@ and discarded them as duplicates of the old incarnation's, and their mids collid
   old one). The old stream is kept behind it: the old incarnation's data still in flight,
   overtaken by the new one's first message on a faster path, is delivered in order as a
   correct member that got it sooner delivered it (unacknowledged: nobody waits for that
-  ACK). It used to be dropped, and a correct member missed a message another delivered;
+  ACK). Dropped, a correct member would miss a message another delivered;
 - a restarted receiver joins each stream at the first message sent fresh to it: a
   retransmission is acknowledged and dropped (it was sent before the restart, and the old
   incarnation may have delivered it), so the new incarnation never delivers a message twice
