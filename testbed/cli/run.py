@@ -161,6 +161,24 @@ def keep_serving(stop: Any, out: Path, run_path: Path, port: int) -> None:
         stop()
 
 
+def print_estimate(exp: Any, topo: Any) -> None:
+    """The load the experiment will put on this machine (testbed/estimate.py)."""
+    from testbed.estimate import EstimateError, cached_cost, describe, simulated_rates
+
+    if exp.maelstrom:
+        console.print("load: not estimated for a node program", highlight=False)
+        return
+    with console.status("estimating the load: simulating a second idle and one under the "
+                        "workload"):
+        try:
+            rates = simulated_rates(exp, topo)
+        except EstimateError as exc:
+            console.print(f"load: not estimated: {exc}", highlight=False)
+            return
+    for line in describe(rates, cached_cost()):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 def print_run_plan(exp: Any, topo: Any) -> None:
     from testbed.runplan import RunPlan
 
@@ -193,6 +211,7 @@ def print_run_plan(exp: Any, topo: Any) -> None:
                                            else "")
             t.add_row(f"{a.at_ns / 1e9:g}", a.op, text)
         console.print(t)
+    print_estimate(exp, topo)
     console.print("dry run: nothing created")
 
 
