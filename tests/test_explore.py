@@ -329,7 +329,12 @@ def test_nightly_explores_new_seeds_each_night(tmp_path: Path) -> None:
     r = run_cli("nightly", "--catalogue", str(cat), "--history", str(tmp_path / "h"),
                 "--runs", str(tmp_path / "runs"), "--date", "2026-11-20")
     assert r.returncode == 1, r.stdout + r.stderr  # a failing entry fails the night
-    rows = read_history(tmp_path / "h").sort_values("experiment")
+    rows = read_history(tmp_path / "h")
+    coverage = rows[rows["metric"].str.startswith("coverage.", na=False)]
+    reached = dict(zip(coverage["metric"], coverage["value"], strict=True))
+    # every seed of the passing entry broadcast: its share of seeds is 1
+    assert reached["coverage.event:TotalOrder.MsgsBroadcast"] == 1.0, reached
+    rows = rows[~rows["metric"].str.startswith("coverage.", na=False)].sort_values("experiment")
     assert rows["experiment"].tolist() == ["nx.sequencer.sim",
                                            "nxl.sequencer.sim"], rows["experiment"]
     assert rows["status"].tolist() == ["pass", "fail"]
@@ -372,6 +377,33 @@ def test_trend_report_links_a_new_exploration_failure(tmp_path: Path) -> None:
     assert "Exploration failures" in page and "new: regression" in page
     assert 'class="reproducer" href="runs/explore-x/reproducers/seed-7.yaml"' in page
     assert 'href="runs/explore-x/index.html"' in page
+
+
+def test_trend_report_lists_coverage_that_dropped(tmp_path: Path) -> None:
+    """An event the night before reached and tonight did not is listed; one reached both
+    nights, or only tonight, is not; coverage is no tracked series (no sparkline)."""
+    from testbed.nightly.catalogue import FlakyRule, Thresholds
+    from testbed.nightly.detect import judge
+    from testbed.nightly.history import Outcome, read_history, write_night
+    from testbed.nightly.trend import write_trend
+
+    nights = {"2026-11-19": {"event:Transport.Retransmissions": 0.4, "fault:crash": 0.5,
+                             "event:TotalOrder.RelayStore": 0.0},
+              "2026-11-20": {"event:Transport.Retransmissions": 0.0, "fault:crash": 0.45,
+                             "event:TotalOrder.RelayStore": 0.1}}
+    for night, items in nights.items():
+        metrics: dict[str, tuple[float | None, str]] = {
+            f"coverage.{k}": (v, "down") for k, v in items.items()}
+        metrics["explore.failing_seeds"] = (0.0, "up")
+        write_night(tmp_path / "h", night, "full", [Outcome(
+            "explore.seto.sim", "seto", "sim", "pass", metrics=metrics)], "c" * 40, {}, {})
+    j = judge(read_history(tmp_path / "h"), lambda e, m: Thresholds(), FlakyRule())
+    assert j.coverage_dropped() == [("explore.seto.sim", "event:Transport.Retransmissions",
+                                     0.4, "2026-11-19")]
+    assert [s.metric for s in j.series] == ["explore.failing_seeds"]
+    page = write_trend(j, tmp_path / "nightly.html").read_text()
+    assert "Coverage that dropped" in page and "event:Transport.Retransmissions" in page
+    assert "40% of seeds on 2026-11-19" in page and "RelayStore" not in page
 
 
 def test_explore_workers_run_the_compiled_simulator(tmp_path: Path) -> None:

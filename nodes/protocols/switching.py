@@ -103,6 +103,12 @@ transfer), so once the group has switched it can never rejoin: it is out for goo
 no acknowledgement window waits for a process that can never acknowledge (alive and never
 suspected, it held the current instance's window, and the group stopped after a window of
 unacknowledged messages), and a switch that waits for it excludes it as a crashed member.
+Every member answers the announcement with its epoch. The restarted process delivers
+nothing until every member it does not suspect has answered with its own epoch (then it is
+admitted and follows the group's next switch); an answer from a later epoch puts it out,
+and it delivers nothing more: the instance it started on is one the group has left, which
+may still order the newcomer's messages (a retired instance answers repairs) that nobody
+else delivers.
 
 Liveness (what the layer promises, 001 ch. 2 promises nothing under failures): progress
 whenever the instance in use orders (and, during a switch, the old one until the switch
@@ -163,8 +169,9 @@ SWITCH, DONE, EXCLUDE, INCLUDE = 1, 2, 3, 4  # EXCLUDE/INCLUDE: CONTROL's epoch 
 TICK, NULL_KEY = "sw:tick", "sw:null"
 DATA = MsgType.DATA
 # A restarted process's announcement (`_announce`): header `proto` WIRE_ID, type HEARTBEAT,
-# `aux` its incarnation, `seq` its switch epoch, no payload; every HELLO_EVERY_NS while it
-# has not switched.
+# `aux` its incarnation, `seq` its switch epoch, no payload; every HELLO_EVERY_NS until it is
+# admitted or out. Every member answers each one with the same header, `aux` 0 and `seq` its
+# own epoch (`_on_reply`).
 HELLO = MsgType.HEARTBEAT
 HELLO_EVERY_NS = 100_000_000
 EARLY_LIMIT = 65536  # datagrams kept for an instance not yet created; past that, NACKs repair
@@ -372,6 +379,12 @@ class Switching(LayerBase):
         self.incarnations: dict[int, int] = {}
         self.gone: set[int] = set()
         self.hello_at = -1
+        # A restarted process's admission (`_on_reply`): until every member it does not
+        # suspect has answered its announcement with the same epoch, its deliveries wait
+        # (`waiting`); an answer from a later epoch puts it out for good (`left`).
+        self.waiting: list[Action] | None = [] if self.incarnation else None
+        self.answered: set[int] = set()
+        self.left = False
 
     # -- management (nodes/management/node_mbeans.py) ------------------------------------------
     @property
@@ -419,7 +432,7 @@ class Switching(LayerBase):
     def start(self, now: int) -> list[Action]:
         self.cur, out = self._create(self.initial, 0, now)
         if self.incarnation:
-            out += self._announce(now)
+            out = self._gate(out + self._announce(now))
         return out + [SetTimer(TICK, self.tick_ns)]
 
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
@@ -432,9 +445,14 @@ class Switching(LayerBase):
         if self.stopped:
             self.queue.append((sn, payload))  # T2: no further messages until the switch ends
             return out
-        return out + self._send_app(sn, payload, now)
+        out += self._send_app(sn, payload, now)
+        return out if self.waiting is None else self._gate(out)
 
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
+        out = self._on_message(src, msg, now)
+        return out if self.waiting is None else self._gate(out)
+
+    def _on_message(self, src: int, msg: Message, now: int) -> list[Action]:
         h = msg.header
         tag = h.proto - TAG_BASE
         if not 1 <= tag <= TAGS:
@@ -455,11 +473,16 @@ class Switching(LayerBase):
         return self._inner(inst, src, msg, now)
 
     def on_timer(self, key: str, now: int) -> list[Action]:
+        out = self._on_timer(key, now)
+        return out if self.waiting is None else self._gate(out)
+
+    def _on_timer(self, key: str, now: int) -> list[Action]:
         if key == TICK:
             out = self._tick(now)
             if self.suspects:
                 out += self._propose_exclusions(now)
-            if self.incarnation and self.epoch == 0 and now - self.hello_at >= HELLO_EVERY_NS:
+            if self.waiting is not None and not self.left and \
+                    now - self.hello_at >= HELLO_EVERY_NS:
                 out += self._announce(now)
             return out + [SetTimer(TICK, self.tick_ns)]
         if key == NULL_KEY:
@@ -474,8 +497,9 @@ class Switching(LayerBase):
     def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
         if member in self.gone:
             return []  # out for good (`_on_hello`): its instances keep it suspected
-        return self._suspicion(member, suspected, now) + self._each(
+        out = self._suspicion(member, suspected, now) + self._each(
             lambda layer: layer.on_suspect(member, suspected, now), now)
+        return out if self.waiting is None else self._gate(out)
 
     def on_view(self, members: list[int], now: int) -> list[Action]:
         return self._each(lambda layer: layer.on_view(members, now), now)
@@ -923,18 +947,58 @@ class Switching(LayerBase):
         decision is taken once per incarnation: a member restarted before the group's next
         SWITCH joins the current instance from the present and follows that switch."""
         h = msg.header
-        if msg.payload or h.aux < 1 or member not in self.all or member == self.me:
+        if msg.payload or member not in self.all or member == self.me:
             return self._reject("sw:hello", f"incarnation {h.aux}, {len(msg.payload)} bytes")
+        if h.aux == 0:
+            return self._on_reply(member, h.seq)
+        reply: list[Action] = [Send(member, Message(Header(HELLO, WIRE_ID, sender=self.me,
+                                                           seq=self.epoch, aux=0)))]
         if h.aux <= self.incarnations.get(member, 0):
-            return []  # known (its announcements repeat)
+            return reply  # known (its announcements repeat until it is answered)
         self.incarnations[member] = h.aux
         if h.seq >= self.epoch:
-            return []
+            return reply
         self.gone.add(member)
         self.suspects.setdefault(member, now)
-        out: list[Action] = [Log("switch_gone", {"member": member, "incarnation": h.aux,
-                                                 "its_epoch": h.seq, "epoch": self.epoch})]
+        out: list[Action] = reply + [Log("switch_gone", {
+            "member": member, "incarnation": h.aux, "its_epoch": h.seq, "epoch": self.epoch})]
         return out + self._each(lambda layer: layer.on_suspect(member, True, now), now)
+
+    def _on_reply(self, member: int, epoch: int) -> list[Action]:
+        """A member's answer to this restarted process's announcement, with its epoch. A later
+        epoch than this process's: the group has switched since it crashed, and it cannot
+        learn where (no state transfer), so it is out for good (001 §4.1.2) and delivers
+        nothing more: the instance it started on is one the group has left, whose later
+        order nobody else delivers. Its own epoch from every member it does not suspect:
+        it is admitted, and what it was to deliver meanwhile is delivered."""
+        if self.waiting is None or self.left:
+            return []
+        if epoch > self.epoch:
+            self.left, self.waiting = True, []
+            return [Log("switch_left", {"epoch": self.epoch, "group_epoch": epoch,
+                                        "answered_by": member})]
+        if epoch == self.epoch:
+            self.answered.add(member)
+        return []
+
+    def _gate(self, out: list[Action]) -> list[Action]:
+        """A restarted process's outputs until it is admitted (`_on_reply`): deliveries wait
+        in order, everything else goes; once out for good, deliveries are dropped."""
+        waiting = self.waiting
+        assert waiting is not None
+        if self.left:
+            return [a for a in out if not isinstance(a, FinalDeliver | OptDeliver)]
+        kept: list[Action] = []
+        for a in out:
+            if isinstance(a, FinalDeliver | OptDeliver):
+                waiting.append(a)
+            else:
+                kept.append(a)
+        if self.answered >= self.all - {self.me} - set(self.suspects):
+            self.waiting = None
+            kept += [Log("switch_admitted", {"epoch": self.epoch,
+                                             "answered_by": sorted(self.answered)})] + waiting
+        return kept
 
     def _propose_exclusions(self, now: int) -> list[Action]:
         """EXCLUDE a member suspected for `exclude_after_ms` while it holds up a switch (its

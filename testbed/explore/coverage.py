@@ -72,6 +72,17 @@ def coverage(protocol: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
             "events_never_reached": sorted(seen - set(reached))}
 
 
+def shares(cov: dict[str, Any]) -> dict[str, float]:
+    """One protocol's coverage as the share of seeds reaching each of its events
+    (`event:<counter>`) and drawing each fault kind (`fault:<kind>`), 0 for an event counted
+    but never reached: what the nightly compares night to night (a share, so nights of
+    different seed counts compare)."""
+    seeds = max(1, int(cov.get("seeds") or 0))
+    out = {f"event:{k}": v / seeds for k, v in (cov.get("events") or {}).items()}
+    out.update({f"fault:{k}": v / seeds for k, v in (cov.get("fault_kinds") or {}).items()})
+    return out
+
+
 def coverage_html(cov: dict[str, dict[str, Any]]) -> str:
     """The coverage section of index.html."""
     from html import escape

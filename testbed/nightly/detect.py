@@ -13,6 +13,10 @@ the new level.
 Only nights the experiment passed feed a metric's series: a failed night is reported as a
 failure already. An experiment whose verdict flipped pass<->fail at least `flips` times in the
 last `window` nights is flaky.
+
+An exploration's coverage (`coverage.<item>` metrics: the share of seeds reaching a protocol
+event or drawing a fault kind) is no tracked series: what matters is an item reached one night
+and not the next (`coverage_dropped`), whatever the verdict.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import pandas as pd
 from testbed.nightly.catalogue import FlakyRule, Thresholds
 
 MAD_SIGMA = 1.4826  # MAD x this estimates the standard deviation of normal noise
+COVERAGE = "coverage."  # the metric prefix of an exploration's coverage
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,25 @@ class Judgement:
     series: list[Series]
     flaky: dict[str, int]  # experiment -> flips in the window
     commits: dict[str, str]
+    coverage: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
+
+    def coverage_dropped(self) -> list[tuple[str, str, float, str]]:
+        """(experiment, item, its share the night before, that night) of every coverage item
+        the latest night's exploration did not reach and its previous exploration did."""
+        if not self.nights:
+            return []
+        latest = self.nights[-1]
+        out = []
+        for (night, exp), items in sorted(self.coverage.items()):
+            if night != latest:
+                continue
+            before = [n for n in self.nights[:-1] if (n, exp) in self.coverage]
+            if not before:
+                continue
+            prev = self.coverage[(before[-1], exp)]
+            out += [(exp, item, share, before[-1]) for item, share in sorted(prev.items())
+                    if share > 0 and not items.get(item, 0.0) > 0]
+        return out
 
     @property
     def regressions(self) -> list[Regression]:
@@ -207,12 +231,16 @@ def judge(history: pd.DataFrame, thresholds: Callable[[str, str], Thresholds],
         k = flips([status.get((n, exp), "") for n in window])
         if k >= flaky.flips:
             flaky_out[exp] = k
+    measured = history[history["metric"].notna() & history["value"].notna()]
+    is_cov = measured["metric"].str.startswith(COVERAGE)
+    coverage: dict[tuple[str, str], dict[str, float]] = {}
+    for r in measured[is_cov].itertuples():
+        coverage.setdefault((r.night, r.experiment), {})[r.metric[len(COVERAGE):]] = r.value
     series = []
-    tracked = history[history["metric"].notna() & (history["status"] == "pass")
-                      & history["value"].notna()]
+    tracked = measured[~is_cov & (measured["status"] == "pass")]
     for (exp, metric), rows in tracked.groupby(["experiment", "metric"], sort=True):
         rows = rows.sort_values("night")
         series.append(judge_series(rows["value"].tolist(), rows["night"].tolist(),
                                    rows["commit"].tolist(), thresholds(exp, metric),
                                    str(rows["bad"].iloc[-1]), str(exp), str(metric)))
-    return Judgement(nights, status, reasons, run_dirs, series, flaky_out, commits)
+    return Judgement(nights, status, reasons, run_dirs, series, flaky_out, commits, coverage)

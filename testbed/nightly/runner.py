@@ -23,6 +23,7 @@ from rich.console import Console
 
 from testbed.doctor import Check
 from testbed.nightly.catalogue import Entry
+from testbed.nightly.detect import COVERAGE
 from testbed.nightly.history import Outcome
 
 # The doctor checks each backend needs beyond Java (which the analysis of every run needs).
@@ -81,6 +82,20 @@ def nightly_seeds(night: str, protocol: str, n: int) -> list[int]:
             for k in range(n)]
 
 
+def coverage_metrics(where: Path, protocol: str) -> dict[str, tuple[float | None, str]]:
+    """The session's coverage (testbed/explore/coverage.py `shares`) as history metrics
+    `coverage.<item>`, bad when down; the trend report lists those that dropped to zero."""
+    import json
+
+    from testbed.explore.coverage import shares
+
+    try:
+        cov = json.loads((where / "coverage.json").read_text()).get(protocol) or {}
+    except (OSError, ValueError):
+        return {}
+    return {f"{COVERAGE}{k}": (v, "down") for k, v in sorted(shares(cov).items())}
+
+
 def explore_entry(entry: Entry, out: Path, console: Console) -> Outcome:
     """Explore one protocol with the night's seeds (`out` ends with the night's date):
     fail when a seed fails, with its shrunk reproducer named in the reason."""
@@ -115,6 +130,7 @@ def explore_entry(entry: Entry, out: Path, console: Console) -> Outcome:
     metrics: dict[str, tuple[float | None, str]] = {
         t.metric: ((float(len(failing)) if t.metric == "explore.failing_seeds" else None), t.bad)
         for t in entry.trend}
+    metrics.update(coverage_metrics(where, entry.protocol))
     return Outcome(entry.id, entry.protocol, entry.backend, "fail" if failing else "pass",
                    reason, metrics=metrics, run_dir=str(where.resolve()),
                    wall_s=time.monotonic() - began, started_at=started)

@@ -75,6 +75,19 @@ def _explore_failures(j: Judgement, out_dir: Path) -> str:
             "<th>reason</th><th>shrunk reproducer</th></tr>" + "".join(rows) + "</table>")
 
 
+def _coverage_dropped(j: Judgement) -> str:
+    """Coverage items (protocol events, fault kinds) the latest exploration did not reach and
+    the one before did: the seeds may no longer exercise what they used to."""
+    rows = "".join(f"<tr><td>{escape(exp)}</td><td><code>{escape(item)}</code></td>"
+                   f"<td>{share:.0%} of seeds on {escape(night)}</td></tr>"
+                   for exp, item, share, night in j.coverage_dropped())
+    if not rows:
+        return ""
+    return ("<h2>Coverage that dropped</h2><p class=cap>Reached the night before, not "
+            "tonight.</p><table><tr><th>experiment</th><th>event or fault kind</th>"
+            f"<th>before</th></tr>{rows}</table>")
+
+
 def _grid(j: Judgement, out_dir: Path) -> str:
     experiments = sorted({e for (_, e) in j.status})
     head = "".join(f"<th>{escape(n)}</th>" for n in j.nights)
@@ -181,7 +194,7 @@ def render(j: Judgement, title: str, out_dir: Path) -> str:
         f'<div class="banner {"bad" if bad else "ok"}">{escape(banner)}</div>'
         f"<p class=cap>{len(j.nights)} night(s): {escape(', '.join(j.nights))}</p>"
         f"<h2>Regressions</h2>{_regressions(j)}"
-        + _explore_failures(j, out_dir) +
+        + _explore_failures(j, out_dir) + _coverage_dropped(j) +
         f"<h2>Flaky experiments</h2><ul>{flaky}</ul>"
         + (f"<h2>Failing on {escape(latest)}</h2><ul>{failures or '<li>none</li>'}</ul>"
            if latest else "")
