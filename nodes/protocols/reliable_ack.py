@@ -62,10 +62,13 @@ from typing import Any
 
 from nodes.protocols.base import (
     Action,
+    Attribute,
     CommonParams,
     FinalDeliver,
     LayerBase,
     Log,
+    Managed,
+    ManagedHost,
     Send,
     SetTimer,
     ms,
@@ -133,8 +136,17 @@ class ReliableAck(LayerBase):
         self.suspected: set[int] = set()
         self.delivered = 0  # local delivery count: the `seq` of each fnl
         self.retransmissions = 0
+        self.give_ups = 0  # A5: times a suspected receiver was given up (its messages parked)
 
     # -- Layer interface ----------------------------------------------------------------------
+    def managed(self, host: ManagedHost) -> list[Managed]:
+        """`testbed:type=Transport`: what the node's retries and give-ups came to."""
+        return [Managed("Transport", (
+            Attribute("Retransmissions", "int", lambda: self.retransmissions,
+                      description="data messages sent again (timed out)"),
+            Attribute("GiveUps", "int", lambda: self.give_ups,
+                      description="receivers given up while suspected (A5)"),))]
+
     def start(self, now: int) -> list[Action]:
         return [SetTimer(self.tick_key, self.tick_ns)]
 
@@ -203,6 +215,7 @@ class ReliableAck(LayerBase):
             for c in parked:
                 self.parked[c] = self.send_buffer.pop(c)
             if parked:
+                self.give_ups += 1
                 out: list[Action] = [Log("give_up", {"member": member, "parked": len(parked)})]
                 return out + self._release(now)
             return []
