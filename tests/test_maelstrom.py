@@ -179,9 +179,40 @@ def test_bad_input_exits_2_and_dry_run_prints_the_experiment(tmp_path: Path) -> 
                                 "topology": "line"}
     assert spec["topology"]["sites"]["net"]["lan"] == {"delay": "30ms", "jitter": "30ms",
                                                        "jitter_dist": "uniform"}
-    assert [(f["kind"], f.get("exec")) for f in spec["faults"]] == [
-        ("partition", None), ("mgmt", ["kill"]), ("mgmt", ["start"])] * 2
+    kinds = [(f["kind"], f.get("exec")) for f in spec["faults"]]
+    # kills every interval; partitions drawn as Maelstrom's nemesis draws them (below)
+    assert [k for k in kinds if k[0] == "mgmt"] == [("mgmt", ["kill"]), ("mgmt", ["start"])] * 4
+    assert ("partition", None) in kinds
     assert list(tmp_path.iterdir()) == []  # nothing created
+
+
+def test_partitions_are_drawn_as_maelstroms_nemesis_draws_them() -> None:
+    """Jepsen's combined partition package with Maelstrom's defaults: targets one node, a
+    minority third, majority halves, a majorities ring; start and heal each after a delay
+    drawn from [0, 2 x interval); one at a time, healed by the workload's end."""
+    from testbed.cli.maelstrom import _partitions
+
+    hosts = [f"n{i}" for i in range(7)]
+    seen: set[str] = set()
+    for seed in range(200):
+        parts = _partitions(10.0, 60.0, hosts, random.Random(seed))
+        ends = 0.0
+        for p in parts:
+            at, lasts = float(p["at"].rstrip("s")), float(p["for"].rstrip("s"))
+            assert ends <= at and at < 60 and at + lasts <= 60.0 + 1e-9
+            assert at - ends < 20 + 1e-9 and lasts < 20
+            ends = at + lasts
+            if "isolate" in p:
+                seen.add("one")
+            elif "groups" in p:
+                assert sorted(len(g) for g in p["groups"]) == [2, 5]  # (7 - 1) // 3 = 2
+                seen.add("minority-third")
+            else:
+                seen.add(p["shape"])
+    assert seen == {"one", "minority-third", "majority", "majorities-ring"}
+    # with three nodes a minority third is empty: never drawn as a partition
+    assert all("groups" not in p for seed in range(50)
+               for p in _partitions(2.0, 30.0, hosts[:3], random.Random(seed)))
 
 
 def test_maelstroms_flags_node_names_and_one_line_errors(tmp_path: Path) -> None:

@@ -72,23 +72,57 @@ def _concurrency(text: str, nodes: int) -> int:
     return n
 
 
+PARTITION_TARGETS = ("one", "minority-third", "majority", "majorities-ring")
+
+
+def _partitions(interval_s: float, duration_s: float, hosts: list[str],
+                rng: random.Random) -> list[dict[str, Any]]:
+    """Maelstrom's partition nemesis (Jepsen's combined partition package, which Maelstrom
+    uses with its default targets): start and heal in turn, each after a staggered delay
+    drawn uniformly from [0, 2 x interval), every partition a target drawn from
+    PARTITION_TARGETS: one node cut off, a random minority third (the largest number of
+    nodes strictly below a third) from the rest, random halves with a majority side, or a
+    ring of overlapping majorities. The last one heals before the workload ends."""
+    out: list[dict[str, Any]] = []
+    at = rng.uniform(0, 2 * interval_s)
+    while at < duration_s:
+        lasts = rng.uniform(0, 2 * interval_s)
+        target = rng.choice(PARTITION_TARGETS)
+        span = {"at": f"{at:.3f}s", "for": f"{max(0.001, min(lasts, duration_s - at)):.3f}s"}
+        shuffled = rng.sample(hosts, len(hosts))
+        third = (len(hosts) - 1) // 3
+        if target == "one" and len(hosts) > 1:
+            out.append({"kind": "partition", "isolate": shuffled[0], **span})
+        elif target == "minority-third" and third > 0:
+            out.append({"kind": "partition", "groups": [shuffled[:third], shuffled[third:]],
+                        **span})
+        elif target == "majority" and len(hosts) > 1:
+            out.append({"kind": "partition", "shape": "majority", "seed": rng.randrange(2**31),
+                        **span})
+        elif target == "majorities-ring" and len(hosts) > 2:
+            out.append({"kind": "partition", "shape": "majorities-ring",
+                        "seed": rng.randrange(2**31), **span})
+        at += lasts + rng.uniform(0, 2 * interval_s)
+    return out
+
+
 def _faults(nemesis: list[str], interval_s: float, duration_s: float, hosts: list[str],
             seed: int) -> list[dict[str, Any]]:
-    """Maelstrom's nemesis schedule: every interval one fault of the given kinds in turn, on
-    for half the interval and over before the workload ends. `kill` and `pause` act on the
-    program through its agent (`testbed:type=Agent`), so the clients, which live in the
-    agent, see the node go and come back as Maelstrom's clients do."""
+    """Maelstrom's nemesis schedule. Partitions as Maelstrom draws them (`_partitions`); the
+    other kinds every interval in turn, on for half the interval and over before the
+    workload ends. `kill` and `pause` act on the program through its agent
+    (`testbed:type=Agent`), so the clients, which live in the agent, see the node go and
+    come back as Maelstrom's clients do."""
     rng = random.Random(f"{seed}:maelstrom-nemesis")
     out: list[dict[str, Any]] = []
+    if "partition" in nemesis:
+        out += _partitions(interval_s, duration_s, hosts, rng)
+    others = [k for k in nemesis if k != "partition"]
     k = 0
     at = interval_s / 2
-    while nemesis and at + interval_s / 2 < duration_s:
-        kind = nemesis[k % len(nemesis)]
-        span = f"{interval_s / 2:g}s"
-        if kind == "partition":
-            out.append({"kind": "partition", "shape": "halves", "seed": k, "at": f"{at:g}s",
-                        "for": span})
-        elif kind == "clock":  # one program's wall clock off by up to a minute, then back
+    while others and at + interval_s / 2 < duration_s:
+        kind = others[k % len(others)]
+        if kind == "clock":  # one program's wall clock off by up to a minute, then back
             host = rng.choice(hosts)
             skew = rng.choice((-1, 1)) * rng.randint(1_000, 60_000)
             out.append({"kind": "mgmt", "host": host, "mbean": AGENT, "exec": ["skew", skew],
@@ -104,7 +138,7 @@ def _faults(nemesis: list[str], interval_s: float, duration_s: float, hosts: lis
                         "at": f"{at + interval_s / 2:g}s"})
         k += 1
         at += interval_s
-    return out
+    return sorted(out, key=lambda f: float(str(f["at"]).rstrip("s")))
 
 
 def _inventory_hosts(inventory: Path, count: int) -> list[str]:
