@@ -9,12 +9,12 @@ Nothing is retransmitted ("FIFO Ordering: Observation": "no reliability"), so a 
 is a gap for good and a reordered one arrives late and is dropped: the baseline that shows what loss
 does to every check. It claims FIFO order and integrity only. Each discard is logged as `late`.
 
-Restarts (integrity; A0.2's V[i] assumes C_i never goes back): a restarted process used to
-number from 1 again, so its receivers, whose V[i] still held the old incarnation's count,
-dropped its new messages as `late`, and their mids collided with the old ones. C_i now
-starts at `incarnation * INCARNATION_SPAN` (the sequencer's convention): a counter that
-continues above anything the earlier incarnation sent, so V[i] and the mids need nothing
-else. A restarted receiver starts with V = 0 and takes each sender from its next message.
+Restarts (integrity; A0.2's V[i] assumes C_i never goes back): C_i starts at
+`incarnation * INCARNATION_SPAN` (the sequencer's convention), a counter that continues above
+anything the earlier incarnation sent; numbered from 1 again, a restarted process's new
+messages would be dropped as `late` by receivers whose V[i] holds the old count, and their
+mids would collide with the old ones. A restarted receiver starts with V = 0 and takes each
+sender from its next message.
 """
 
 from __future__ import annotations

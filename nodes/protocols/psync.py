@@ -18,12 +18,11 @@ Observations"): a deps list costs 2 + 6k bytes for k leaves (k is at most n and 
 concurrent messages only) against CBCAST's fixed 4n.
 
 Restarts (C2 reads "every id in deps is in G" off one prefix number per sender, which
-assumes a sender's numbers never go back; integrity): a restarted process used to number its
-chain from 1 again, so its receivers took its new messages for ones already in G and dropped
-them (their mids collided with the old incarnation's), and a restarted receiver, whose G was
-empty, held every message for ever behind the history it lost. Now a chain counts in its
-sender's incarnation range, `incarnation * INCARNATION_SPAN` + n (the sequencer's
-convention), and
+assumes a sender's numbers never go back; integrity): numbered from 1 again, a restarted
+process's new messages would be taken for ones already in G and dropped (their mids collide
+with the old incarnation's), and a restarted receiver, whose G is empty, would hold every
+message for ever behind the history it lost. So a chain counts in its sender's incarnation
+range, `incarnation * INCARNATION_SPAN` + n (the sequencer's convention), and
 - C5 (ours) a message whose number lies in a newer incarnation range than G's prefix for its
   sender starts that sender's new chain: the prefix := the range's base (reliable FIFO hands
   the new incarnation's messages up from its first, and the old incarnation's tail that

@@ -29,9 +29,9 @@ message and a message is purged once all receivers have (rules numbered here):
   messages parked at every sender (memory grows with the traffic it misses), as the NACK layer's
   send buffers keep what a suspect misses.
 
-Restarts (A2's duplicate rule `c <= V[i]` assumes C_i never goes back; integrity): a
-restarted sender used to number from 1 again, so every receiver acknowledged its new messages
-and discarded them as duplicates of the old incarnation's, and their mids collided. Now
+Restarts (A2's duplicate rule `c <= V[i]` assumes C_i never goes back; integrity): numbered
+from 1 again, a restarted sender's new messages would be acknowledged and discarded as
+duplicates of the old incarnation's, and their mids would collide. So
 - C_i and the message numbers start at `incarnation * INCARNATION_SPAN` (the sequencer's
   convention): they continue above the old incarnation's, so a selective ACK always names one
   message of one incarnation;
