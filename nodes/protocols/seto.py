@@ -41,10 +41,11 @@ Local Order across a restart (000 sec. 2.2: a process fnl-delivers what it opt-d
 the same order): a restarted process (incarnation > 0) joins the final order at the first
 ORDER it sees (sequencer.py). Opt-delivering every message it received before that would
 include those the sequencer numbered before its join point, which it never fnl-delivers. So
-it opt-delivers a message of origin o only once it knows o's messages will be fnl-delivered: the sequencer numbers each origin's messages in
-their FIFO order (below), so once an ORDER from the join point on names (o, n), o's messages
-from n on are fnl-delivered here and those below n that no such ORDER names never are (they
-are not opt-delivered; `opt_skipped` counts them). Until then o's messages wait (parked);
+it opt-delivers a message of origin o only once it knows o's messages will be fnl-delivered:
+the sequencer numbers each origin's messages in their FIFO order (below), so once an ORDER
+from the join point on names (o, n), o's messages from n on are fnl-delivered here and those
+below n that no such ORDER names never are (they are not opt-delivered; `opt_skipped` counts
+them). Until then o's messages wait (parked);
 the opt-delivery just before a fnl-delivery still applies to them.
 
 FIFO (002, "FIFO ordering", which every total-order protocol here claims): Fig. 4 reads as if
