@@ -1,5 +1,5 @@
 """The checker of Maelstrom's kafka workload (docs/maelstrom.md, kafka): the anomalies of
-Jepsen's kafka checker [JepsenKafka] that single sends and polls can show, under its names.
+Jepsen's kafka checker (`009`) that single sends and polls can show, under its names.
 
 From every acknowledged send (`[key, [offset, msg]]`) and every successful poll (`{key:
 [[offset, msg], ...]}`) it builds each key's log: offset -> messages; the offsets that hold

@@ -1,7 +1,7 @@
 """Linearizability of one register's history (docs/maelstrom.md, lin-kv): the Wing-Gong
-search [WingGong1993] with Lowe's just-in-time linearization and memoization of (linearized
-set, state) [Lowe2017], over a compare-and-set register model as Knossos checks it
-[Knossos]; linearizability as [HerlihyWing1990] defines it.
+search (`006`) with Lowe's just-in-time linearization and cache of (linearized set, state)
+configurations (`007`, the WGL algorithm), over Knossos's compare-and-set register model
+(`008`); linearizability as `005` §2 defines it.
 
 A history is a list of `RegisterOp`s: `ok` operations took effect between their invocation
 and their completion; `info` ones (a timeout, a crash) may have taken effect at any time

@@ -356,10 +356,11 @@ def check_unique_ids(ops: list[Operation]) -> tuple[dict[str, Any], dict[str, An
 
 def check_lin_kv(ops: list[Operation], time_limit_s: float = TIME_LIMIT_S
                  ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """lin-kv: each key an independent compare-and-set register, linearizable
-    (analysis/linearizability.py); the section's `workload_results` is Jepsen's independent
-    checker's map: `valid?` (false beats unknown beats true), `results` per key with its
-    `linearizable` result, `failures` (the keys not linearizable)."""
+    """lin-kv: each key an independent compare-and-set register (locality, `005` §3.1),
+    linearizable (analysis/linearizability.py); the section's `workload_results` is
+    Jepsen's independent checker's map: `valid?` (false beats unknown beats true),
+    `results` per key with its `linearizable` result, `failures` (the keys not
+    linearizable)."""
     per_key: dict[Any, list[RegisterOp]] = defaultdict(list)
     for op in ops:
         if op.f not in ("read", "write", "cas") or not isinstance(op.value, list) \
@@ -398,7 +399,7 @@ def check_lin_kv(ops: list[Operation], time_limit_s: float = TIME_LIMIT_S
 
 
 def _label(op: Operation) -> dict[str, Any]:
-    """An operation as a report shows it, as Jepsen's history does."""
+    """An operation as a report shows it: process (host/client), type, f, value, times."""
     return {"process": f"{op.node}/{op.client}", "type": op.type, "f": op.f,
             "value": op.result if op.type == "ok" else op.value, "invoke_t": op.invoke_t,
             "complete_t": op.complete_t, **({"error": op.error} if op.error else {})}
