@@ -11,6 +11,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from analysis.linearizability import RegisterOp, check
 from analysis.maelstrom import Operation, check_lin_kv, results
 from nodes.maelstrom import Generator, Op, completion
@@ -129,6 +131,19 @@ def test_generator_and_completions() -> None:
     assert completion(c, {"type": "cas_ok"}) == ("ok", [3, [1, 2]], "")
     assert completion(c, {"type": "error", "code": 22})[0] == "fail"
     assert completion(c, {"type": "error", "code": 0})[0] == "info"
+
+
+def test_key_count_and_max_writes_per_key_reach_the_experiment(tmp_path: Path) -> None:
+    def spec(*args: str) -> dict[str, Any]:
+        r = run_cli("maelstrom", "test", "--bin", LIN_KV, "--dry-run", "--out", str(tmp_path),
+                    *args)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return dict(yaml.safe_load(r.stdout.split("dry run")[0])["workload"])
+
+    assert spec("-w", "lin-kv", "--key-count", "2")["key_count"] == 2
+    kafka = spec("-w", "kafka", "--key-count", "4", "--max-writes-per-key", "8")
+    assert (kafka["key_count"], kafka["max_writes_per_key"]) == (4, 8)
+    assert "key_count" not in spec("-w", "echo", "--key-count", "2")  # no keys to count
 
 
 # -- end to end ----------------------------------------------------------------------------------
