@@ -57,6 +57,7 @@ from nodes.maelstrom import (
     Reassembly,
     completion,
     fragments,
+    idempotent,
     node_names,
 )
 from nodes.maelstrom_services import SERVICES, Services
@@ -406,7 +407,7 @@ class Agent:
         self.counters["ops"] += 1
         reply = await self._request(client, dict(op.body), CLIENT_TIMEOUT_NS / 1e9)
         if reply is None:
-            kind, value, note = "info", op.value, "timeout"
+            kind, value, note = ("fail" if idempotent(op) else "info"), op.value, "timeout"
         else:
             kind, value, note = completion(op, reply)
         self.gen.observe(client, op, kind, value)

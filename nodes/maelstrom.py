@@ -251,21 +251,24 @@ class Generator:
         return None
 
 
+def idempotent(op: Op) -> bool:
+    """Whether an operation of unknown outcome certainly changed nothing: lin-kv's read
+    (Maelstrom's client records any error of it, and its timeout, as `fail`)."""
+    return op.f == "read" and "key" in op.body
+
+
 def completion(op: Op, reply: dict[str, Any]) -> tuple[str, Any, str]:
     """(type, value, note) of an operation's completion from the node's reply body: `ok`
     with the value the workload reads from the reply, `fail` for a definite error, `info`
-    for an indefinite one or a reply of the wrong type or shape (the checker counts those).
-    lin-kv's read changes nothing, so any error makes it `fail` (Maelstrom's client treats
-    it as idempotent)."""
+    for an indefinite one (but `fail` when `idempotent`) or a reply of the wrong type or
+    shape (the checker counts those)."""
     rtype = reply.get("type")
     if rtype == "error":
         code = reply.get("code")
         name, definite = ERRORS.get(code, ("unknown", False)) if isinstance(code, int) \
             else ("unknown", False)
-        if op.f == "read" and "key" in op.body:
-            definite = True
-        return ("fail" if definite else "info"), op.value, f"error {code} {name}: " \
-            f"{str(reply.get('text', ''))[:200]}"
+        return ("fail" if definite or idempotent(op) else "info"), op.value, \
+            f"error {code} {name}: {str(reply.get('text', ''))[:200]}"
     if rtype != f"{op.body['type']}_ok":
         return "info", op.value, f"unexpected reply type {str(rtype)[:40]!r}"
     if op.f == "echo":
