@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from analysis.deliverylog import parse_line
+from analysis.kafka import check_kafka
+from analysis.linearizability import TIME_LIMIT_S, RegisterOp
+from analysis.linearizability import check as check_register
 from analysis.record import RunRecord
 
 MAX_EXAMPLES = 5
@@ -351,6 +354,70 @@ def check_unique_ids(ops: list[Operation]) -> tuple[dict[str, Any], dict[str, An
             {"ids": sum(seen.values()), "duplicated": len(dup)})
 
 
+def check_lin_kv(ops: list[Operation], time_limit_s: float = TIME_LIMIT_S
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """lin-kv: each key an independent compare-and-set register (locality, `005` §3.1),
+    linearizable (analysis/linearizability.py); the section's `workload_results` is
+    Jepsen's independent checker's map: `valid?` (false beats unknown beats true),
+    `results` per key with its `linearizable` result, `failures` (the keys not
+    linearizable)."""
+    per_key: dict[Any, list[RegisterOp]] = defaultdict(list)
+    for op in ops:
+        if op.f not in ("read", "write", "cas") or not isinstance(op.value, list) \
+                or len(op.value) != 2:
+            continue
+        key = _hashable(op.value[0])
+        value = op.result[1] if op.f == "read" and op.type == "ok" and \
+            isinstance(op.result, list) and len(op.result) == 2 else op.value[1]
+        if op.f == "cas" and not (isinstance(value, list) and len(value) == 2):
+            continue
+        per_key[key].append(RegisterOp(op.f, value, op.invoke_t, op.complete_t, op.type,
+                                       label=_label(op)))
+    results_: dict[str, Any] = {}
+    failures, unknown = [], []
+    for key, reg in sorted(per_key.items(), key=lambda x: str(x[0])):
+        got = check_register(reg, time_limit_s=time_limit_s)
+        lin: dict[str, Any] = {"valid?": got.valid, "analyzer": "wgl",
+                               "explored": got.explored}
+        if got.valid is False:
+            failures.append(key)
+            lin.update({"op": got.op.label if got.op else None,
+                        "previous-ok": got.previous_ok.label if got.previous_ok else None,
+                        "final-state": got.state})
+        elif got.valid == "unknown":
+            unknown.append(key)
+            lin["cause"] = "timeout"
+        results_[str(key)] = {"valid?": got.valid, "linearizable": lin}
+    valid: bool | str = False if failures else "unknown" if unknown else True
+    bad = [{"key": k, **results_[str(k)]["linearizable"]} for k in failures]
+    checks = {"maelstrom_linearizable": _check(len(failures), bad, unknown=len(unknown))}
+    section = {"keys": len(per_key), "not_linearizable": len(failures),
+               "unknown_keys": len(unknown),
+               "workload_results": {"valid?": valid, "results": results_,
+                                    "failures": failures}}
+    return checks, section
+
+
+def _label(op: Operation) -> dict[str, Any]:
+    """An operation as a report shows it: process (host/client), type, f, value, times."""
+    return {"process": f"{op.node}/{op.client}", "type": op.type, "f": op.f,
+            "value": op.result if op.type == "ok" else op.value, "invoke_t": op.invoke_t,
+            "complete_t": op.complete_t, **({"error": op.error} if op.error else {})}
+
+
+def check_kafka_workload(ops: list[Operation]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """kafka (analysis/kafka.py); the section's `workload_results` is Jepsen's kafka
+    checker's map."""
+    got = check_kafka(ops)
+    kinds = got["error-types"]
+    checks = {"maelstrom_kafka": _check(len(kinds), [{"type": k, **(
+        {"count": got[k]["count"], "first": got[k]["errs"][:1]} if "count" in got[k]
+        else {"unseen": got[k]["unseen"]})} for k in kinds])}
+    sent = sum(1 for op in ops if op.f == "send" and op.type == "ok")
+    return checks, {"acknowledged_sends": sent, "error_types": kinds,
+                    "workload_results": got}
+
+
 def maelstrom_checks(record: RunRecord, workload: str,
                      read: tuple[dict[str, list[dict[str, Any]]], int] | None = None
                      ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -371,6 +438,10 @@ def maelstrom_checks(record: RunRecord, workload: str,
         checks, section = check_echo(ops)
     elif workload == "unique-ids":
         checks, section = check_unique_ids(ops)
+    elif workload == "lin-kv":
+        checks, section = check_lin_kv(ops)
+    elif workload == "kafka":
+        checks, section = check_kafka_workload(ops)
     else:
         raise ValueError(f"no checker for Maelstrom workload {workload!r}")
     # A program that exits on its own crashed (the agent's stop and a `kill` end it without
@@ -536,11 +607,14 @@ def results(summary: dict[str, Any], availability: float | None = None) -> dict[
         avail["expected"] = availability
         avail["valid?"] = bool(m.get("availability", 0) >= availability)
     checks = summary.get("checks") or {}
-    workload = {"valid?": bool(summary.get("ok")),
-                "checks": {k: c.get("violations") for k, c in checks.items()},
+    # lin-kv and kafka: the checker's own map, Maelstrom's keys; its `valid?` may be unknown
+    own = m.get("workload_results") or {}
+    workload = {"checks": {k: c.get("violations") for k, c in checks.items()},
                 **{k: m[k] for k in ("lost", "unexpected", "stable_latency_ms",
                                      "acknowledged_sum", "possible", "final_values", "ids",
-                                     "duplicated") if k in m}}
+                                     "duplicated") if k in m},
+                **own,
+                "valid?": False if not summary.get("ok") else own.get("valid?", True)}
     servers = m.get("server_messages", 0)
     net = {"valid?": True,
            "servers": {"msg-count": servers,

@@ -34,6 +34,13 @@ def _table(m: dict[str, Any]) -> str:
             ("malformed lines", m.get("malformed")),
             ("program exits", m.get("program_exits")), ("restarts", m.get("restarts")),
             ("node names", m.get("names"))]
+    if "keys" in m:  # lin-kv
+        rows[5:8] = [("keys (not linearizable, unknown)",
+                      f"{m['keys']} ({m.get('not_linearizable', 0)}, "
+                      f"{m.get('unknown_keys', 0)})")]
+    elif "error_types" in m:  # kafka
+        rows[5:8] = [("acknowledged sends", m.get("acknowledged_sends")),
+                     ("anomalies", ", ".join(m["error_types"]) or "none")]
     clock = m.get("clock")
     if clock:  # the clock nemesis: which programs it skewed, and what it cannot reach
         faked = ", ".join(clock.get("faked") or []) or "no program"

@@ -48,12 +48,16 @@ from nodes.loop import loop_factory
 from nodes.maelstrom import (
     CLIENT_TIMEOUT_NS,
     CONTROL_CLIENT,
+    FINAL_POLL_S,
+    KEY_COUNT,
     MAX_LINE,
+    MAX_WRITES_PER_KEY,
     Generator,
     Op,
     Reassembly,
     completion,
     fragments,
+    idempotent,
     node_names,
 )
 from nodes.maelstrom_services import SERVICES, Services
@@ -69,6 +73,7 @@ FRAGMENT_BURST = 64  # datagrams of one message sent back to back
 STDERR_TAIL = 20  # the program's last stderr lines `testbed:type=Agent` shows
 MAX_STDERR_LINE = 1000
 SERVICE_NAMES = tuple(f'"{n}"'.encode() for n in SERVICES)  # a cheap test before parsing
+FINAL_PAUSE_S = 0.2  # between a client's final reads (kafka's polls; Maelstrom's stagger)
 HELD_MAX = 10_000  # node messages kept for a program that has not answered init yet
 # libfaketime (Debian's `libfaketime`), preloaded into the program for the clock nemesis.
 FAKETIME_LIBS = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
@@ -164,7 +169,10 @@ class Agent:
         self.skew_file = Path(cfg.log_path).parent / "faketime.rc"
         host_index = cfg.node_id
         self.gen = Generator(self.workload, host_index, len(cfg.members), cfg.incarnation,
-                             random.Random(f"{cfg.seed}:{cfg.node_id}:{cfg.incarnation}:ops"))
+                             random.Random(f"{cfg.seed}:{cfg.node_id}:{cfg.incarnation}:ops"),
+                             key_count=int(m.get("key_count") or KEY_COUNT),
+                             max_writes_per_key=int(m.get("max_writes_per_key")
+                                                    or MAX_WRITES_PER_KEY))
 
     # -- lifecycle ----------------------------------------------------------------------------
     def now(self) -> int:
@@ -346,16 +354,25 @@ class Agent:
                 per_client = len(self.clients) / self.rate
                 await asyncio.gather(*(self._client(c, end, per_client) for c in self.clients))
             await asyncio.sleep(max(0.0, (end + self.settle_ns - self.now()) / 1e9))
-            final = self.gen.final()
-            if final is not None:  # every client reads once more (Maelstrom: each thread)
-                await asyncio.gather(*(self._operation(c, Op(final.f, dict(final.body)),
-                                                       final=True)
-                                       for c in (self.clients or [CONTROL_CLIENT])))
+            # every client reads once more (Maelstrom: each thread), kafka's until caught up
+            await asyncio.gather(*(self._final(c) for c in (self.clients or [CONTROL_CLIENT])))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             self._error("drive", exc)
         self.finished = True
+
+    async def _final(self, client: str) -> None:
+        """The client's final reads: as many as the generator gives, within FINAL_POLL_S."""
+        deadline = self.now() + int(FINAL_POLL_S * 1e9)
+        op = self.gen.final(client)
+        while op is not None:
+            await self._operation(client, op, final=True)
+            if self.now() >= deadline:
+                return
+            op = self.gen.final(client)
+            if op is not None:
+                await asyncio.sleep(FINAL_PAUSE_S)
 
     async def _handshake(self) -> None:
         names = [self.names[i] for i in sorted(self.names)]
@@ -380,7 +397,7 @@ class Agent:
         await asyncio.sleep(rng.uniform(0, period_s))  # stagger the clients
         while self.now() < end:
             began = self.now()
-            await self._operation(client, self.gen.next())
+            await self._operation(client, self.gen.next(client))
             spent = (self.now() - began) / 1e9
             await asyncio.sleep(max(0.0, rng.expovariate(1 / period_s) - spent))
 
@@ -390,9 +407,10 @@ class Agent:
         self.counters["ops"] += 1
         reply = await self._request(client, dict(op.body), CLIENT_TIMEOUT_NS / 1e9)
         if reply is None:
-            kind, value, note = "info", op.value, "timeout"
+            kind, value, note = ("fail" if idempotent(op) else "info"), op.value, "timeout"
         else:
             kind, value, note = completion(op, reply)
+        self.gen.observe(client, op, kind, value)
         self.counters[f"ops_{kind}"] += 1
         more: dict[str, Any] = {"error": note} if note else {}
         self.event("op", client=client, type=kind, f=op.f, value=value, **more, **extra)

@@ -15,13 +15,14 @@ from __future__ import annotations
 import math
 import random
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 WORKLOADS = ("echo", "broadcast", "g-set", "g-counter", "pn-counter", "unique-ids",
-             "total-order")
+             "total-order", "lin-kv", "kafka")
 # Maelstrom's workloads the agent has no clients and checker for yet.
-NOT_BUILT_WORKLOADS = ("kafka", "lin-kv", "txn-list-append", "txn-rw-register")
+NOT_BUILT_WORKLOADS = ("txn-list-append", "txn-rw-register")
 TOPOLOGIES = ("grid", "line", "total", "tree", "tree2", "tree3", "tree4")  # tree: tree2
 LATENCY_DISTS = ("constant", "uniform", "exponential")
 NEMESES = ("partition", "kill", "pause", "clock")
@@ -29,6 +30,11 @@ NEMESES = ("partition", "kill", "pause", "clock")
 MAX_LINE = 1 << 20  # a program's output line longer than this is malformed (1 MiB)
 CONTROL_CLIENT = "c0"  # the agent's own client: init and topology
 CLIENT_TIMEOUT_NS = 5_000_000_000  # a request unanswered this long completes as `info`
+KEY_COUNT = 3  # lin-kv and kafka: keys in use at once without --key-count
+MAX_WRITES_PER_KEY = 16  # kafka: sends to one key (from one host) before it is retired
+REGISTER_VALUES = 5  # lin-kv: written values 0..4, as Jepsen's linearizable-register test
+ASSIGN_P = 1 / 16  # kafka: the chance that a client re-assigns its keys instead of an op
+FINAL_POLL_S = 10.0  # kafka: how long the final polls try to catch up (Maelstrom's clip)
 
 # Maelstrom's error codes: name and whether the error is definite (the operation certainly
 # did not happen: the client records `fail`) or not (`info`: it may have happened).
@@ -95,10 +101,27 @@ class Op:
 
 
 @dataclass
+class Consumer:
+    """A kafka client's own state: the next offset to poll per assigned key, and the offsets
+    its last poll read, to commit next."""
+
+    offsets: dict[str, int] = field(default_factory=dict)
+    to_commit: dict[str, int] = field(default_factory=dict)
+    final_started: bool = False
+
+
+@dataclass
 class Generator:
     """The client operations of one workload on one host. Values that must be unique in the
-    run (broadcast messages) come from this host's index and incarnation, so no two hosts or
-    incarnations ever pick the same one."""
+    run (broadcast messages, kafka messages) come from this host's index and incarnation, so
+    no two hosts or incarnations ever pick the same one.
+
+    lin-kv: read, write and cas on keys 0..key_count-1 (half reads; of the rest one write
+    to two cas, values 0..4), as Jepsen's linearizable-register test. kafka: each client
+    sends to or polls its keys, commits what a poll read right after it, and now and then
+    re-assigns itself the keys in use (`list_committed_offsets`: it then polls from the
+    committed offsets, or from where it was), as Maelstrom's kafka client; `key_count` keys
+    are in use at once, a key retired after `max_writes_per_key` sends from this host."""
 
     workload: str
     host_index: int
@@ -107,8 +130,18 @@ class Generator:
     rng: random.Random
     counter: int = 0
     added: int = field(default=0)
+    key_count: int = KEY_COUNT
+    max_writes_per_key: int = MAX_WRITES_PER_KEY
+    consumers: dict[str, Consumer] = field(default_factory=dict)
+    active: list[int] = field(default_factory=list)  # kafka: the keys in use
+    sends: dict[int, int] = field(default_factory=dict)  # kafka: sends per key from here
+    max_offsets: dict[str, int] = field(default_factory=dict)  # kafka: highest offset seen
+    final_done: set[str] = field(default_factory=set)
 
-    def next(self) -> Op:
+    def _unique(self) -> int:
+        return ((self.incarnation << 20) + self.counter) * self.hosts + self.host_index
+
+    def next(self, client: str = "") -> Op:
         self.counter += 1
         w = self.workload
         if w == "echo":
@@ -117,12 +150,12 @@ class Generator:
         if w in ("broadcast", "total-order"):
             if self.rng.random() < 0.5:
                 return Op("read", {"type": "read"})
-            value = ((self.incarnation << 20) + self.counter) * self.hosts + self.host_index
+            value = self._unique()
             return Op("broadcast", {"type": "broadcast", "message": value}, value)
         if w == "g-set":
             if self.rng.random() < 0.5:
                 return Op("read", {"type": "read"})
-            value = ((self.incarnation << 20) + self.counter) * self.hosts + self.host_index
+            value = self._unique()
             return Op("add", {"type": "add", "element": value}, value)
         if w in ("g-counter", "pn-counter"):
             if self.rng.random() < 0.5:
@@ -133,36 +166,150 @@ class Generator:
             return Op("add", {"type": "add", "delta": delta}, delta)
         if w == "unique-ids":
             return Op("generate", {"type": "generate"})
+        if w == "lin-kv":
+            return self._register_op()
+        if w == "kafka":
+            return self._kafka_op(client)
         raise ValueError(f"unknown workload {w!r}")
 
-    def final(self) -> Op | None:
-        """The read every node answers once the network has settled (None: no final read)."""
+    def _register_op(self) -> Op:
+        key = self.rng.randrange(self.key_count)
+        x = self.rng.random()
+        if x < 0.5:
+            return Op("read", {"type": "read", "key": key}, [key, None])
+        if x < 2 / 3:
+            v = self.rng.randrange(REGISTER_VALUES)
+            return Op("write", {"type": "write", "key": key, "value": v}, [key, v])
+        a, b = self.rng.randrange(REGISTER_VALUES), self.rng.randrange(REGISTER_VALUES)
+        return Op("cas", {"type": "cas", "key": key, "from": a, "to": b}, [key, [a, b]])
+
+    def _keys(self) -> list[str]:
+        """kafka: the keys in use (strings, as Maelstrom's), a retired key replaced by the
+        next unused one."""
+        if not self.active:
+            self.active = list(range(self.key_count))
+        for i, k in enumerate(self.active):
+            if self.sends.get(k, 0) >= self.max_writes_per_key:
+                self.active[i] = max(self.active) + 1
+        return [str(k) for k in self.active]
+
+    def _kafka_op(self, client: str) -> Op:
+        c = self.consumers.setdefault(client, Consumer())
+        if c.to_commit:
+            offsets, c.to_commit = c.to_commit, {}
+            return Op("commit_offsets", {"type": "commit_offsets", "offsets": offsets}, offsets)
+        keys = self._keys()
+        if not c.offsets or self.rng.random() < ASSIGN_P:
+            return Op("list_committed_offsets", {"type": "list_committed_offsets",
+                                                 "keys": keys}, keys)
+        if self.rng.random() < 0.5:
+            key = self.rng.choice(self.active)
+            self.sends[key] = self.sends.get(key, 0) + 1
+            msg = self._unique()
+            return Op("send", {"type": "send", "key": str(key), "msg": msg}, [str(key), msg])
+        offsets = dict(c.offsets)
+        return Op("poll", {"type": "poll", "offsets": offsets}, offsets)
+
+    def observe(self, client: str, op: Op, kind: str, value: Any) -> None:
+        """A completed operation of `client` (kafka: its consumer's offsets follow its polls
+        and assigns; the host's highest offsets, for the final polls)."""
+        if self.workload != "kafka" or kind != "ok":
+            return
+        c = self.consumers.setdefault(client, Consumer())
+        if op.f == "send":
+            k, (offset, _) = value
+            self.max_offsets[k] = max(self.max_offsets.get(k, -1), offset)
+        elif op.f == "poll":
+            for k, pairs in value.items():
+                if pairs:
+                    top = max(int(p[0]) for p in pairs)
+                    c.offsets[k] = max(c.offsets.get(k, 0), top + 1)
+                    c.to_commit[k] = top
+                    self.max_offsets[k] = max(self.max_offsets.get(k, -1), top)
+        elif op.f == "list_committed_offsets":
+            c.offsets = {k: c.offsets.get(k, value.get(k, 0)) for k in op.value}
+
+    def final(self, client: str = "") -> Op | None:
+        """The next read of `client` once the network has settled; None when it has read
+        enough (most workloads: one read; kafka: polls from offset 0 of every key this
+        host saw until its polls reach the highest offset this host saw of each, within
+        FINAL_POLL_S, which the agent keeps)."""
+        if self.workload == "kafka":
+            c = self.consumers.setdefault(client, Consumer())
+            if not c.final_started:
+                c.final_started = True
+                c.offsets = {k: 0 for k in self.max_offsets}
+            if not c.offsets or all(c.offsets.get(k, 0) > top
+                                    for k, top in self.max_offsets.items()):
+                return None
+            return Op("poll", {"type": "poll", "offsets": dict(c.offsets)}, dict(c.offsets))
+        if client in self.final_done:
+            return None
+        self.final_done.add(client)
         if self.workload in ("broadcast", "total-order", "g-set", "g-counter", "pn-counter"):
             return Op("read", {"type": "read"})
         return None
 
 
+def idempotent(op: Op) -> bool:
+    """Whether an operation of unknown outcome certainly changed nothing: lin-kv's read
+    (Maelstrom's client records any error of it, and its timeout, as `fail`)."""
+    return op.f == "read" and "key" in op.body
+
+
 def completion(op: Op, reply: dict[str, Any]) -> tuple[str, Any, str]:
     """(type, value, note) of an operation's completion from the node's reply body: `ok`
     with the value the workload reads from the reply, `fail` for a definite error, `info`
-    for an indefinite one or a reply of the wrong type (the checker counts those)."""
+    for an indefinite one (but `fail` when `idempotent`) or a reply of the wrong type or
+    shape (the checker counts those)."""
     rtype = reply.get("type")
     if rtype == "error":
         code = reply.get("code")
         name, definite = ERRORS.get(code, ("unknown", False)) if isinstance(code, int) \
             else ("unknown", False)
-        return ("fail" if definite else "info"), op.value, f"error {code} {name}: " \
-            f"{str(reply.get('text', ''))[:200]}"
+        return ("fail" if definite or idempotent(op) else "info"), op.value, \
+            f"error {code} {name}: {str(reply.get('text', ''))[:200]}"
     if rtype != f"{op.body['type']}_ok":
         return "info", op.value, f"unexpected reply type {str(rtype)[:40]!r}"
     if op.f == "echo":
         return "ok", reply.get("echo"), ""
+    if op.f == "read" and "key" in op.body:  # lin-kv
+        return "ok", [op.body["key"], reply.get("value")], ""
     if op.f == "read":
         key = "value" if "value" in reply else "messages"
         return "ok", reply.get(key), ""
     if op.f == "generate":
         return "ok", reply.get("id"), ""
+    if op.f in KAFKA_REPLIES:
+        field_, valid = KAFKA_REPLIES[op.f]
+        got = reply.get(field_)
+        if not valid(got):
+            return "info", op.value, f"malformed {rtype}: {field_} {str(got)[:100]}"
+        if op.f == "send":
+            return "ok", [op.body["key"], [got, op.body["msg"]]], ""
+        return "ok", got, ""
     return "ok", op.value, ""
+
+
+def _offset(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _offset_map(v: Any) -> bool:
+    return isinstance(v, dict) and all(isinstance(k, str) and _offset(o) for k, o in v.items())
+
+
+def _msgs(v: Any) -> bool:
+    return isinstance(v, dict) and all(
+        isinstance(k, str) and isinstance(pairs, list) and all(
+            isinstance(p, list) and len(p) == 2 and _offset(p[0]) for p in pairs)
+        for k, pairs in v.items())
+
+
+# kafka: the reply field each operation reads, and what makes it well-formed.
+KAFKA_REPLIES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "send": ("offset", _offset), "poll": ("msgs", _msgs),
+    "list_committed_offsets": ("offsets", _offset_map)}
 
 
 # -- node-to-node datagrams -------------------------------------------------------------------

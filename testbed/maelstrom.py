@@ -51,7 +51,8 @@ def agent_sections(exp: ExperimentSpec, hosts: list[str]) -> dict[str, dict[str,
     return {h: {"program": list(exp.node.program), "workload": w.maelstrom,
                 "names": names, "clients": clients[i],
                 "rate": total * len(clients[i]) / concurrency, "topology": topology,
-                "settle_ns": exp.drain, "clock": clock}
+                "settle_ns": exp.drain, "clock": clock, "key_count": w.key_count,
+                "max_writes_per_key": w.max_writes_per_key}
             for i, h in enumerate(hosts)}
 
 

@@ -45,6 +45,7 @@ BAD = "Analysis invalid! (ﾉಥ益ಥ）ﾉ ┻━┻"
 UNKNOWN = "Errors occurred during analysis, but no anomalies found. ಠ~ಠ"
 EXIT = {True: 0, False: 1, "unknown": 2}  # Maelstrom's (Jepsen's) exit codes by `valid?`
 DEFAULT_NODES = "n1,n2,n3,n4,n5"  # Maelstrom's nodes without --node-count or --nodes
+KEYED = ("lin-kv", "kafka")  # the workloads --key-count acts on
 
 
 class MaelstromCommand(Command):
@@ -159,7 +160,8 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
           concurrency: str, latency: float, latency_dist: str, topology: str,
           nemesis: list[str], interval: float, net: Path | None, backend: str,
           seed: int, settle: float = 10.0, inventory: Path | None = None,
-          nodes: list[str] | None = None) -> dict[str, Any]:
+          nodes: list[str] | None = None, key_count: int | None = None,
+          max_writes_per_key: int | None = None) -> dict[str, Any]:
     """The experiment (with its topology inline, or the `--net` file) the flags describe:
     `node_count` nodes n0..n(N-1), or the names `nodes` (node_count 0)."""
     if workload in NOT_BUILT_WORKLOADS:
@@ -223,7 +225,10 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
         # --rate 0: no `rate`, so the clients make no operations (final reads only)
         "workload": {"maelstrom": workload, **({"rate": f"{rate:g}/s"} if rate else {}),
                      "concurrency": _concurrency(concurrency, len(hosts)),
-                     "topology": topology},
+                     "topology": topology,
+                     **({"key_count": key_count} if key_count and workload in KEYED else {}),
+                     **({"max_writes_per_key": max_writes_per_key}
+                        if max_writes_per_key and workload == "kafka" else {})},
         "faults": _faults(nemesis, interval, time_limit, hosts, seed),
         **where,
     }
@@ -289,11 +294,12 @@ def test(
     test_count: Annotated[int, typer.Option("--test-count", help="run the test this many "
                                             "times (seeds --seed, --seed+1, ...)")] = 1,
     key_count: Annotated[int | None, typer.Option(
-        "--key-count", help="txn-list-append's keys (workload not built; no effect)")] = None,
+        "--key-count", help="lin-kv, kafka: keys in use at once (default 3)")] = None,
     max_txn_length: Annotated[int, typer.Option(
         "--max-txn-length", help="transactional workloads (not built; no effect)")] = 4,
     max_writes_per_key: Annotated[int, typer.Option(
-        "--max-writes-per-key", help="txn-list-append, kafka (not built; no effect)")] = 16,
+        "--max-writes-per-key", help="kafka: sends to a key (from one node's clients) before "
+        "the key is retired")] = 16,
     log_stderr: Annotated[bool, typer.Option(
         "--log-stderr", help="print each node's last stderr lines after the run (always "
         "in nodes/HOST/node.log)")] = False,
@@ -340,7 +346,8 @@ def test(
         n.strip() for n in (nodes or DEFAULT_NODES).split(",") if n.strip()]
     specs = [build(workload, program, node_count or 0, time_limit, rate, concurrency, latency,
                    latency_dist, topology, kinds, nemesis_interval, net, backend, seed + k,
-                   settle, inventory, names) for k in range(test_count)]
+                   settle, inventory, names, key_count, max_writes_per_key)
+             for k in range(test_count)]
     loaded = []
     for spec in specs:
         text = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)

@@ -113,6 +113,11 @@ class WorkloadSpec(Strict):
         + ", ".join(WORKLOADS))
     concurrency: int | None = Field(default=None, ge=1, description="Maelstrom clients in "
                                     "all (default: one per host), placed on hosts in turn")
+    key_count: int | None = Field(default=None, ge=1, description="lin-kv and kafka: keys in "
+                                  "use at once (default 3)")
+    max_writes_per_key: int | None = Field(default=None, ge=1, description="kafka: sends to "
+                                           "a key from one host before it is retired "
+                                           "(default 16)")
     topology: Literal[TOPOLOGIES] = Field(  # type: ignore[valid-type]
         default="grid", description="broadcast workloads: the neighbour map sent to the "
         "nodes (" + ", ".join(TOPOLOGIES) + ")")
