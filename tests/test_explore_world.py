@@ -146,3 +146,35 @@ def test_world_exploration_shrinks_replays_and_covers(tmp_path: Path) -> None:
 def test_decade_buckets() -> None:
     assert bucket(137) == "100-1000" and bucket("20/s") == "10-100/s"
     assert bucket("0.5ms") == "0.1-1ms" and bucket(["h1"]) is None and bucket("poisson") is None
+
+
+def test_a_world_drains_the_backlog_of_a_throughput_ceiling(tmp_path: Path) -> None:
+    """token-ring orders at most n x max_per_visit messages per rotation (K3b): a world
+    offering more gets a drain that covers the backlog at that ceiling beyond 15 s; a
+    protocol without a ceiling keeps 15 s. World seed 1045 of token-ring (five hosts, 168.6
+    msgs/s each, 2.4 s; shrunk: two hosts 300 ms and 100 ms apart, 50 msgs/s at most) needed
+    15.25 s after its run and was called stalled at 15 s; with its drain it is quiescent."""
+    ring, seq = _base(tmp_path, "token-ring"), _base(tmp_path, "sequencer")
+    longer = 0
+    for seed in [*range(40), 1045]:
+        drawn = dict(draw_case(ring, seed).params)
+        names = [h["name"] for h in drawn["topology"]["hosts"]]
+        matrix = drawn["topology"]["matrix"]
+        rotation = sum(float(matrix[a][b]["delay"].removesuffix("ms")) / 1e3
+                       for a, b in zip(names, names[1:] + names[:1], strict=True))
+        per_visit = drawn.get("protocol.params.max_per_visit", 10)
+        senders = drawn["workload.senders"]
+        duration = draw_case(ring, seed).duration_ns / 1e9
+        offered = (float(drawn["workload.rate"].removesuffix("/s")) * duration
+                   * (len(names) if senders == "all" else len(senders)))
+        backlog_s = offered * rotation / (len(names) * per_visit) - duration
+        drain = parse_duration(drawn["drain_max"]) / 1e9
+        assert drain >= 15 + backlog_s and drain < 16 + max(0.0, backlog_s), (seed, drain)
+        longer += drain > 15
+        assert dict(draw_case(seq, seed).params)["drain_max"] == "15s"
+    assert longer >= 2
+    out = tmp_path / "out"
+    r = run_cli("explore", str(_spec(tmp_path, "token-ring")), "--first-seed", "1045",
+                "--seeds", "1", "--workers", "1", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no failure" in r.stdout

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import random
 import shutil
 import time
@@ -29,8 +30,10 @@ from testbed.explore.ranges import draw_value, set_path
 NETWORK = "network"
 MS_NS = 1_000_000
 # World mode's cap on the drain: a drawn partition or pause may outlast the detector timeout
-# five times (`long`: up to 5 s) and a lossy, slow world needs its retransmissions after it.
-WORLD_DRAIN_MAX = "15s"
+# five times (`long`: up to 5 s) and a lossy, slow world needs its retransmissions after it;
+# beyond it, the time a protocol's throughput ceiling needs for the world's backlog
+# (`world_drain_max`).
+WORLD_DRAIN_MAX_S = 15
 # A seed's budget (docs/explore.md "Budget"): a run that needs more simulator events than
 # EVENTS_PER_MESSAGE x planned messages x hosts (at least MIN_EVENTS), or more than
 # SEED_WALL_S wall seconds, is stopped and fails as `livelock`. A healthy quickstart seed needs
@@ -191,8 +194,32 @@ def world_case(base: Base, seed: int, features: tuple[str, ...] | None = None) -
     ctx = Context(tuple(h["name"] for h in topo["hosts"]), world.duration_ns, base.ctx.model,
                   False, round(float(timeout) * MS_NS), base.exp.protocol.name, instances)
     items = draw(seed, ctx, list(ex.generators or WORLD_GENERATORS), ex.max_faults, swarm=True)
-    return Case(seed, tuple(items), (*world.overrides, ("drain_max", WORLD_DRAIN_MAX)),
+    drain = world_drain_max(entry, {**params, **{k.removeprefix("protocol.params."): v
+                                                 for k, v in drawn.items()
+                                                 if k.startswith("protocol.params.")}},
+                            drawn, world.duration_ns)
+    return Case(seed, tuple(items), (*world.overrides, ("drain_max", drain)),
                 duration_ns=world.duration_ns, features=world.features)
+
+
+def world_drain_max(entry: Any, params: dict[str, Any], drawn: dict[str, Any],
+                    duration_ns: int) -> str:
+    """A world's `drain_max`: WORLD_DRAIN_MAX_S, plus, for a protocol with a throughput
+    ceiling (catalogue `Entry.ceiling`), the time the ceiling needs beyond the run to order
+    the messages the world offers: above it, the backlog outlasts any fixed cap, and a run
+    cut before its backlog is ordered tells nothing about the protocol."""
+    seconds = float(WORLD_DRAIN_MAX_S)
+    if entry is not None and entry.ceiling is not None:
+        topo = drawn["topology"]
+        hosts = [h["name"] for h in topo["hosts"]]
+        matrix = topo["matrix"]
+        cap = entry.ceiling(params, hosts, lambda a, b: float(
+            str(matrix[a][b]["delay"]).removesuffix("ms")) / 1e3)
+        senders = drawn["workload.senders"]
+        rate = float(str(drawn["workload.rate"]).removesuffix("/s"))
+        offered = rate * duration_ns / 1e9 * (len(hosts) if senders == "all" else len(senders))
+        seconds += max(0.0, offered / cap - duration_ns / 1e9)
+    return f"{math.ceil(seconds)}s"
 
 
 def draw_case(base: Base, seed: int) -> Case:
