@@ -376,8 +376,10 @@ def _hosting(cls: Callable[..., Layer]) -> Factory:
 ParamsCheck = Callable[[dict[str, Any], list[str]], list[tuple[tuple[Any, ...], str]]]
 HostResolver = Callable[[dict[str, Any], dict[str, int]], dict[str, Any]]
 # A protocol whose order has a throughput ceiling below the network's: (params, the hosts in
-# id order, one-way delay in seconds from one host to another) -> messages per second at most.
-Ceiling = Callable[[dict[str, Any], list[str], Callable[[str, str], float]], float]
+# id order, how many of them send, (one-way delay in seconds, loss fraction) from one host to
+# another) -> messages per second at most.
+Ceiling = Callable[[dict[str, Any], list[str], int, Callable[[str, str], tuple[float, float]]],
+                   float]
 
 
 @dataclass(frozen=True)

@@ -93,14 +93,20 @@ class TokenRingParams(CommonParams):
     rtr_max: int = param(64, "sequence numbers a token asks to retransmit at most", ge=1)
 
 
-def ceiling(params: dict[str, Any], hosts: list[str],
-            delay_s: Callable[[str, str], float]) -> float:
-    """The ring's throughput ceiling in messages per second: every member broadcasts at most
-    `max_per_visit` per visit (K3b), once per rotation R, the sum of the one-way delays
-    around the ring (`hosts` in id order, as the ring is sorted): n x max_per_visit / R."""
+def ceiling(params: dict[str, Any], hosts: list[str], senders: int,
+            path: Callable[[str, str], tuple[float, float]]) -> float:
+    """The ring's throughput ceiling in messages per second: each of the `senders` broadcasts
+    at most `max_per_visit` per visit (K3b), once per rotation R (`hosts` in id order, as the
+    ring is sorted; `path`: a hop's one-way delay in seconds and loss fraction). R is the
+    expected sum over the hops of the delay plus `token_retransmit_ms` per lost copy (K4: a
+    hop losing p of its datagrams loses p / (1 - p) copies on average before one arrives):
+    senders x max_per_visit / R."""
     p = typed_params(TokenRingParams, params)
-    rotation = sum(delay_s(a, b) for a, b in zip(hosts, hosts[1:] + hosts[:1], strict=True))
-    return len(hosts) * p.max_per_visit / rotation if rotation > 0 else math.inf
+    rotation = 0.0
+    for a, b in zip(hosts, hosts[1:] + hosts[:1], strict=True):
+        delay, loss = path(a, b)
+        rotation += delay + min(loss, 0.99) / (1 - min(loss, 0.99)) * p.token_retransmit_ms / 1e3
+    return senders * p.max_per_visit / rotation if rotation > 0 else math.inf
 
 
 @dataclass

@@ -33,7 +33,7 @@ MS_NS = 1_000_000
 # five times (`long`: up to 5 s) and a lossy, slow world needs its retransmissions after it;
 # beyond it, the time a protocol's throughput ceiling needs for the world's backlog
 # (`world_drain_max`).
-WORLD_DRAIN_MAX_S = 15
+WORLD_DRAIN_MAX = "15s"
 # A seed's budget (docs/explore.md "Budget"): a run that needs more simulator events than
 # EVENTS_PER_MESSAGE x planned messages x hosts (at least MIN_EVENTS), or more than
 # SEED_WALL_S wall seconds, is stopped and fails as `livelock`. A healthy quickstart seed needs
@@ -194,32 +194,39 @@ def world_case(base: Base, seed: int, features: tuple[str, ...] | None = None) -
     ctx = Context(tuple(h["name"] for h in topo["hosts"]), world.duration_ns, base.ctx.model,
                   False, round(float(timeout) * MS_NS), base.exp.protocol.name, instances)
     items = draw(seed, ctx, list(ex.generators or WORLD_GENERATORS), ex.max_faults, swarm=True)
-    drain = world_drain_max(entry, {**params, **{k.removeprefix("protocol.params."): v
-                                                 for k, v in drawn.items()
-                                                 if k.startswith("protocol.params.")}},
-                            drawn, world.duration_ns)
-    return Case(seed, tuple(items), (*world.overrides, ("drain_max", drain)),
+    return Case(seed, tuple(items), (*world.overrides, ("drain_max", WORLD_DRAIN_MAX)),
                 duration_ns=world.duration_ns, features=world.features)
 
 
-def world_drain_max(entry: Any, params: dict[str, Any], drawn: dict[str, Any],
-                    duration_ns: int) -> str:
-    """A world's `drain_max`: WORLD_DRAIN_MAX_S, plus, for a protocol with a throughput
-    ceiling (catalogue `Entry.ceiling`), the time the ceiling needs beyond the run to order
-    the messages the world offers: above it, the backlog outlasts any fixed cap, and a run
-    cut before its backlog is ordered tells nothing about the protocol."""
-    seconds = float(WORLD_DRAIN_MAX_S)
-    if entry is not None and entry.ceiling is not None:
-        topo = drawn["topology"]
-        hosts = [h["name"] for h in topo["hosts"]]
-        matrix = topo["matrix"]
-        cap = entry.ceiling(params, hosts, lambda a, b: float(
-            str(matrix[a][b]["delay"]).removesuffix("ms")) / 1e3)
-        senders = drawn["workload.senders"]
-        rate = float(str(drawn["workload.rate"]).removesuffix("/s"))
-        offered = rate * duration_ns / 1e9 * (len(hosts) if senders == "all" else len(senders))
-        seconds += max(0.0, offered / cap - duration_ns / 1e9)
-    return f"{math.ceil(seconds)}s"
+def world_drain_max(data: dict[str, Any]) -> str:
+    """A world's `drain_max` (`data`: the case as a plain experiment, shrunk or not):
+    WORLD_DRAIN_MAX, plus, for a protocol with a throughput ceiling (catalogue
+    `Entry.ceiling`), the time the ceiling needs beyond the run to order the messages the
+    world offers: above it, the backlog outlasts any fixed cap, and a run cut before its
+    backlog is ordered tells nothing about the protocol."""
+    from nodes.protocols import catalogue
+    from testbed.spec.units import parse_duration
+
+    protocol = data.get("protocol") or {}
+    entry = catalogue.find(str(protocol.get("name")))
+    topo = data["topology"]
+    if entry is None or entry.ceiling is None or "matrix" not in topo:
+        return WORLD_DRAIN_MAX
+    hosts = [h["name"] for h in topo["hosts"]]
+    matrix = topo["matrix"]
+    senders = data["workload"].get("senders", "all")
+    n_send = len(hosts) if senders == "all" else len(senders)
+
+    def path(a: str, b: str) -> tuple[float, float]:
+        link = matrix[a][b]
+        return (parse_duration(str(link["delay"])) / 1e9,
+                float(str(link.get("loss", "0%")).removesuffix("%")) / 100)
+
+    cap = entry.ceiling(dict(protocol.get("params") or {}), hosts, n_send, path)
+    duration = parse_duration(str(data["duration"])) / 1e9
+    offered = float(str(data["workload"]["rate"]).removesuffix("/s")) * duration * n_send
+    backlog = max(0.0, offered / cap - duration)
+    return f"{math.ceil(parse_duration(WORLD_DRAIN_MAX) / 1e9 + backlog)}s"
 
 
 def draw_case(base: Base, seed: int) -> Case:
@@ -285,6 +292,8 @@ def spec_data(base: Base, case: Case) -> dict[str, Any]:
         if isinstance(senders, list):
             data["workload"]["senders"] = [s for s in senders if s not in case.drop_hosts]
     data["faults"] = [dict(i) for i in case.items if i.get("kind") != NETWORK]
+    if case.features and dict(case.params).get("drain_max") == WORLD_DRAIN_MAX:
+        data["drain_max"] = world_drain_max(data)  # the world as shrunk so far
     return data
 
 
