@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
-from testbed.explore.case import Base, draw_case, raw_data
+from testbed.explore.case import Base, draw_case, raw_data, spec_data
 from testbed.explore.coverage import bucket
 from testbed.explore.generators import Model
 from testbed.explore.world import FEATURES, MESSAGE_BUDGET, draw_world
@@ -146,3 +146,41 @@ def test_world_exploration_shrinks_replays_and_covers(tmp_path: Path) -> None:
 def test_decade_buckets() -> None:
     assert bucket(137) == "100-1000" and bucket("20/s") == "10-100/s"
     assert bucket("0.5ms") == "0.1-1ms" and bucket(["h1"]) is None and bucket("poisson") is None
+
+
+def test_a_world_drains_the_backlog_of_a_throughput_ceiling(tmp_path: Path) -> None:
+    """token-ring orders at most max_per_visit messages per sender and rotation (K3b; a lost
+    token copy costs token_retransmit_ms, K4): a world offering more gets a drain that covers
+    the backlog at that ceiling beyond 15 s; a protocol without a ceiling keeps 15 s. World
+    seed 1045 of token-ring (five hosts, 168.6 msgs/s each, 2.4 s; shrunk: two hosts 300 ms
+    and 100 ms apart, 50 msgs/s at most) needed 15.25 s after its run and was called stalled
+    at 15 s; with its drain it is quiescent. World seed 2008: one sender of six at 822
+    msgs/s, 29.5 % loss, about 70 ordered a second."""
+    ring, seq = _base(tmp_path, "token-ring"), _base(tmp_path, "sequencer")
+    longer = 0
+    for seed in [*range(40), 1045, 2008]:
+        drawn = dict(draw_case(ring, seed).params)
+        names = [h["name"] for h in drawn["topology"]["hosts"]]
+        matrix = drawn["topology"]["matrix"]
+        resend = drawn.get("protocol.params.token_retransmit_ms", 50) / 1e3
+        rotation = 0.0
+        for a, b in zip(names, names[1:] + names[:1], strict=True):
+            loss = float(matrix[a][b].get("loss", "0%").removesuffix("%")) / 100
+            rotation += (float(matrix[a][b]["delay"].removesuffix("ms")) / 1e3
+                         + loss / (1 - loss) * resend)
+        per_visit = drawn.get("protocol.params.max_per_visit", 10)
+        senders = drawn["workload.senders"]
+        n_send = len(names) if senders == "all" else len(senders)
+        duration = draw_case(ring, seed).duration_ns / 1e9
+        offered = float(drawn["workload.rate"].removesuffix("/s")) * duration * n_send
+        backlog_s = offered * rotation / (n_send * per_visit) - duration
+        drain = parse_duration(spec_data(ring, draw_case(ring, seed))["drain_max"]) / 1e9
+        assert drain >= 15 + backlog_s and drain < 16 + max(0.0, backlog_s), (seed, drain)
+        longer += drain > 15
+        assert spec_data(seq, draw_case(seq, seed))["drain_max"] == "15s"
+    assert longer >= 2
+    out = tmp_path / "out"
+    r = run_cli("explore", str(_spec(tmp_path, "token-ring")), "--first-seed", "1045",
+                "--seeds", "1", "--workers", "1", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no failure" in r.stdout

@@ -375,6 +375,11 @@ def _hosting(cls: Callable[..., Layer]) -> Factory:
 # them itself: (params, topology hosts) -> [(location, message)], (params, {host: id}) -> params.
 ParamsCheck = Callable[[dict[str, Any], list[str]], list[tuple[tuple[Any, ...], str]]]
 HostResolver = Callable[[dict[str, Any], dict[str, int]], dict[str, Any]]
+# A protocol whose order has a throughput ceiling below the network's: (params, the hosts in
+# id order, how many of them send, (one-way delay in seconds, loss fraction) from one host to
+# another) -> messages per second at most.
+Ceiling = Callable[[dict[str, Any], list[str], int, Callable[[str, str], tuple[float, float]]],
+                   float]
 
 
 @dataclass(frozen=True)
@@ -407,6 +412,9 @@ class Entry:
     edge: EdgeRules | None = None
     # The analysis sections (SECTIONS above) a run of it adds to summary.json.
     sections: tuple[str, ...] = ()
+    # Its throughput ceiling (Ceiling above; None: none but the network's): a drawn world's
+    # drain covers the backlog an offered load above it leaves (testbed/explore/case.py).
+    ceiling: Ceiling | None = None
 
     def host_params(self) -> tuple[str, ...]:
         """Parameters that name a host: specs check them, nodes get the member id
@@ -475,7 +483,7 @@ CATALOGUE: tuple[Entry, ...] = (
           liveness=Liveness(LINK_LIVE, note="Totem: a crashed member breaks the ring "
                                             "(membership out of scope)"),
           hazards=TOKEN_RING_HAZARDS,
-          tagged_ok=True,
+          tagged_ok=True, ceiling=token_ring.ceiling,
           summary="total order by a rotating token carrying the sequence number (002 "
                   '"Total Ordering: Token Based", Totem single ring)'),
     Entry("lamport", lamport.WIRE_ID, lamport.Lamport, lamport.LamportParams, SEQUENCER_TOTAL,

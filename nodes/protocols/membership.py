@@ -41,9 +41,13 @@ process's *reachable set* is itself plus every member it does not suspect. Rules
   (the coordinator cannot reach that process, so each new view lacks it again).
 - M4 a flush once started ends in a view: the coordinator installs one even when its
   reachable set is back to the installed view's, and a member whose flush coordinator is no
-  longer the lowest it reaches drops that flush and sends JOIN to the one that is. Cause once
-  seen: a proposal dropped because the partition healed first left its members flushing
-  (sending nothing) for good, the group split over two primary counters.
+  longer the lowest it reaches drops that flush and sends JOIN to the one that is, every
+  `retry` until it answers a proposal or installs a view (a JOIN can be lost too). Causes
+  once seen: a proposal dropped because the partition healed first left its members flushing
+  (sending nothing) for good, the group split over two primary counters; a member that
+  dropped its own proposal (it had suspected the coordinator for a moment) while the
+  coordinator installed a view with it sent one JOIN, which was lost: it stayed in its old
+  view and the others waited for its probe for good (world seed 0 of `primary`).
 
 Views are partitionable: each side of a partition installs its own. The first view (id 1,
 every configured member) is installed by configuration, as all nodes of a run start together.
@@ -151,6 +155,7 @@ class Membership:
         self.last_state = b""
         self.installed: list[View] = []
         self.rejected = 0
+        self.asking = False  # M4: JOIN every retry until a proposal or a view comes
 
     @property
     def flushing(self) -> bool:
@@ -187,7 +192,7 @@ class Membership:
             if reach[0] == self.me:
                 self.joiners.add(self.me)
             else:
-                out.append(self._msg(reach[0], JOIN, self.view.vid, b""))
+                self.asking = True
         if reach[0] == self.me and (reach != self.view.members or self.joiners & set(reach)
                                     or self.accepted is not None):
             # M1; a flush once started (members stopped sending) ends in a new view even
@@ -197,9 +202,11 @@ class Membership:
             self.proposal = None  # no longer the coordinator, or nothing left to change
         if self.view.vid == 0 and self.accepted is None:
             out += [self._msg(m, JOIN, 0, b"") for m in reach if m != self.me]
-        elif self.accepted is None and reach[0] != self.me and reach[0] not in self.view.members:
-            # M6: the lowest I reach is not in my view and may never notice (it suspected
-            # nobody): I ask it for a view with me
+        elif self.accepted is None and reach[0] != self.me and (
+                self.asking or reach[0] not in self.view.members):
+            # M4: I dropped a flush, and the lowest I reach may have installed a view with me
+            # that I never took; M6: the lowest I reach is not in my view and may never
+            # notice (it suspected nobody). Either way I ask it for a view with me
             out.append(self._msg(reach[0], JOIN, self.view.vid, b""))
         if self.accepted is not None and self.accepted[1] != self.me:
             state = self.flush_state()
@@ -277,6 +284,7 @@ class Membership:
             return [self._msg(src, REJECT, self.flushed[0], b"")]
         self.accepted = (vid, src, members)
         self.flushed = (vid, src)
+        self.asking = False
         if self.proposal is not None and self.proposal.vid < vid:
             self.proposal = None
         state = self.flush_state()
@@ -311,6 +319,7 @@ class Membership:
         self.view = view
         self.joiners -= set(view.members)
         self.accepted = None
+        self.asking = False
         self.installed.append(view)
         return [Log("view", {"layer": "membership", "vid": view.vid,
                              "members": list(view.members)})]

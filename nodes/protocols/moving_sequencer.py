@@ -29,7 +29,11 @@ ring's first member, believed it held the token. Now
   n), o's messages below n that they do not name were ordered before the join: they are dropped
   (ORDERs come from different sites' streams: one still on its way may name lower numbers than a
   later one that arrived first, hence "without a gap"). Until then o's messages stay out of the
-  ORDERs this process issues (another site orders them: every site holds them). Conversely an
+  ORDERs this process issues (another site orders them: every site holds them); after, only
+  o's messages that follow the highest number of o named since the join without a gap go in
+  (its messages between the two were sent before the restart, which reliable FIFO never hands
+  it, and another site orders them first: numbering a later one now would break o's FIFO
+  order, world seed 2151). Conversely an
   ORDER from the join point on may name a message sent before the restart, which reliable FIFO
   never hands it: an entry (o, n) below the first message of o it received is skipped (M4 would
   wait for it for ever, and with it the token).
@@ -92,6 +96,7 @@ class MovingSequencer(OnReliable):
         self.joining = self.incarnation > 0
         self.first_named: dict[int, int] | None = {} if self.joining else None
         self.join_seq: int | None = None
+        self.top_named: dict[int, int] = {}  # M6: per origin, the highest named since the join
         self.named_to = 0  # M6: ORDERs recorded without a gap from the join up to here
         # M6: per origin, the first message received since the restart (ours: our first).
         self.first_data: dict[int, int] | None = {me: self.mno + 1} if self.joining else None
@@ -185,6 +190,8 @@ class MovingSequencer(OnReliable):
             self.order[h.seq + k] = key
             self.ordered.add(key)
             self.unordered.pop(key, None)
+            if self.first_named is not None:
+                self.top_named[key[0]] = max(self.top_named.get(key[0], 0), key[1])
         if self.first_named is not None:
             self._note_named()
         last = h.seq + len(entries) - 1
@@ -258,8 +265,13 @@ class MovingSequencer(OnReliable):
         if named is None:
             entries = list(self.unordered)
             self.unordered.clear()
-        else:  # M6: only origins whose join point is known
-            entries = [k for k in self.unordered if k[0] in named]
+        else:  # M6: only origins whose join point is known, in FIFO order from there
+            after = {o: self.top_named[o] + 1 for o in named}
+            entries = []
+            for key in self.unordered:
+                if after.get(key[0]) == key[1]:
+                    entries.append(key)
+                    after[key[0]] += 1
             for key in entries:
                 del self.unordered[key]
         first = self.g + 1

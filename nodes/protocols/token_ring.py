@@ -18,9 +18,12 @@ and does its own recovery through the token's retransmission list:
   f. t.token_seq += 1; pass t to succ -- after `token_hold_ms` when the ring is idle (nothing
      queued, rtr empty, t.seq unchanged since this process's last visit);
 - K4 until there is evidence that succ got the token (a DATA numbered above the copy's seq,
-  or a later token), resend the copy every `token_retransmit_ms`; a duplicate costs one
-  datagram and is discarded by token_seq. No token for `token_loss_ms` logs `token_loss`
-  once: a crashed member breaks the ring, which is Totem's membership problem (out of scope);
+  or a later token), resend the copy every `token_retransmit_ms` from the pass (a timer
+  armed with it: a periodic tick would come up to one period late, and each lost token
+  would stretch a lossy ring's rotation by up to twice `token_retransmit_ms`); a duplicate
+  costs one datagram and is discarded by token_seq. No token for `token_loss_ms` logs
+  `token_loss` once: a crashed member breaks the ring, which is Totem's membership problem
+  (out of scope);
 - K5 drop received[s] once s is at most the token's aru on two successive visits (every
   member has it) and delivered here.
 Safe delivery (K3e) is not implemented.
@@ -48,8 +51,10 @@ ring id, payload = rtr as unsigned 32-bit numbers. DATA carries its global numbe
 
 from __future__ import annotations
 
+import math
 import struct
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +93,22 @@ class TokenRingParams(CommonParams):
     rtr_max: int = param(64, "sequence numbers a token asks to retransmit at most", ge=1)
 
 
+def ceiling(params: dict[str, Any], hosts: list[str], senders: int,
+            path: Callable[[str, str], tuple[float, float]]) -> float:
+    """The ring's throughput ceiling in messages per second: each of the `senders` broadcasts
+    at most `max_per_visit` per visit (K3b), once per rotation R (`hosts` in id order, as the
+    ring is sorted; `path`: a hop's one-way delay in seconds and loss fraction). R is the
+    expected sum over the hops of the delay plus `token_retransmit_ms` per lost copy (K4: a
+    hop losing p of its datagrams loses p / (1 - p) copies on average before one arrives):
+    senders x max_per_visit / R."""
+    p = typed_params(TokenRingParams, params)
+    rotation = 0.0
+    for a, b in zip(hosts, hosts[1:] + hosts[:1], strict=True):
+        delay, loss = path(a, b)
+        rotation += delay + min(loss, 0.99) / (1 - min(loss, 0.99)) * p.token_retransmit_ms / 1e3
+    return senders * p.max_per_visit / rotation if rotation > 0 else math.inf
+
+
 @dataclass
 class Token:
     token_seq: int = 0
@@ -113,6 +134,7 @@ class TokenRing(LayerBase):
         self.loss_ns = round(p.token_loss_ms * 1e6)
         self.rtr_max = p.rtr_max
         self.tick_key, self.hold_key = f"{scope}:tick", f"{scope}:hold"
+        self.resend_key = f"{scope}:resend"
         self.instance = "" if scope == "tr" else f"token-ring#{scope}"
         self.incarnation = int(params.get("incarnation", 0))
         self.mno = self.incarnation * INCARNATION_SPAN  # mids stay unique across restarts
@@ -126,7 +148,6 @@ class TokenRing(LayerBase):
         self.aru_prev = 0  # t.aru at the previous visit (K5)
         self.held: Token | None = None  # the token, while holding it idle
         self.copy: Token | None = None  # the token last passed, until succ shows it got it
-        self.copy_sent_at = 0
         self.last_token_at = 0
         self.loss_logged = False
         self.tokens_resent = 0
@@ -177,13 +198,15 @@ class TokenRing(LayerBase):
                 return []
             token, self.held = self.held, None
             return self._pass(token, now, idle=False)
+        if key == self.resend_key:  # K4
+            if self.copy is None:
+                return []
+            self.tokens_resent += 1
+            return [Send(self.succ, self._token_msg(self.copy)),
+                    SetTimer(self.resend_key, self.retransmit_ns)]
         out: list[Action] = [SetTimer(self.tick_key, self.retransmit_ns)]
         if key != self.tick_key:
             return out
-        if self.copy is not None and now - self.copy_sent_at >= self.retransmit_ns:  # K4
-            self.tokens_resent += 1
-            self.copy_sent_at = now
-            out.append(Send(self.succ, self._token_msg(self.copy)))
         if (not self.loss_logged and self.held is None and not self.alone
                 and now - self.last_token_at > self.loss_ns):
             self.loss_logged = True
@@ -295,8 +318,7 @@ class TokenRing(LayerBase):
             self.held = t
             return [SetTimer(self.hold_key, self.hold_ns or self.retransmit_ns)]
         self.copy = Token(t.token_seq, t.seq, t.aru, t.aru_id, list(t.rtr or []))
-        self.copy_sent_at = now
-        return [Send(self.succ, self._token_msg(t))]
+        return [Send(self.succ, self._token_msg(t)), SetTimer(self.resend_key, self.retransmit_ns)]
 
     def _token_msg(self, t: Token) -> Message:
         rtr = t.rtr or []

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import random
 import shutil
 import time
@@ -29,7 +30,9 @@ from testbed.explore.ranges import draw_value, set_path
 NETWORK = "network"
 MS_NS = 1_000_000
 # World mode's cap on the drain: a drawn partition or pause may outlast the detector timeout
-# five times (`long`: up to 5 s) and a lossy, slow world needs its retransmissions after it.
+# five times (`long`: up to 5 s) and a lossy, slow world needs its retransmissions after it;
+# beyond it, the time a protocol's throughput ceiling needs for the world's backlog
+# (`world_drain_max`).
 WORLD_DRAIN_MAX = "15s"
 # A seed's budget (docs/explore.md "Budget"): a run that needs more simulator events than
 # EVENTS_PER_MESSAGE x planned messages x hosts (at least MIN_EVENTS), or more than
@@ -195,6 +198,37 @@ def world_case(base: Base, seed: int, features: tuple[str, ...] | None = None) -
                 duration_ns=world.duration_ns, features=world.features)
 
 
+def world_drain_max(data: dict[str, Any]) -> str:
+    """A world's `drain_max` (`data`: the case as a plain experiment, shrunk or not):
+    WORLD_DRAIN_MAX, plus, for a protocol with a throughput ceiling (catalogue
+    `Entry.ceiling`), the time the ceiling needs beyond the run to order the messages the
+    world offers: above it, the backlog outlasts any fixed cap, and a run cut before its
+    backlog is ordered tells nothing about the protocol."""
+    from nodes.protocols import catalogue
+    from testbed.spec.units import parse_duration
+
+    protocol = data.get("protocol") or {}
+    entry = catalogue.find(str(protocol.get("name")))
+    topo = data["topology"]
+    if entry is None or entry.ceiling is None or "matrix" not in topo:
+        return WORLD_DRAIN_MAX
+    hosts = [h["name"] for h in topo["hosts"]]
+    matrix = topo["matrix"]
+    senders = data["workload"].get("senders", "all")
+    n_send = len(hosts) if senders == "all" else len(senders)
+
+    def path(a: str, b: str) -> tuple[float, float]:
+        link = matrix[a][b]
+        return (parse_duration(str(link["delay"])) / 1e9,
+                float(str(link.get("loss", "0%")).removesuffix("%")) / 100)
+
+    cap = entry.ceiling(dict(protocol.get("params") or {}), hosts, n_send, path)
+    duration = parse_duration(str(data["duration"])) / 1e9
+    offered = float(str(data["workload"]["rate"]).removesuffix("/s")) * duration * n_send
+    backlog = max(0.0, offered / cap - duration)
+    return f"{math.ceil(parse_duration(WORLD_DRAIN_MAX) / 1e9 + backlog)}s"
+
+
 def draw_case(base: Base, seed: int) -> Case:
     """Seed `seed`'s case: its schedule from the generators (world mode: its world too), its
     parameters from the ranges; items the spec checks refuse (a protocol's model, say) are
@@ -258,6 +292,8 @@ def spec_data(base: Base, case: Case) -> dict[str, Any]:
         if isinstance(senders, list):
             data["workload"]["senders"] = [s for s in senders if s not in case.drop_hosts]
     data["faults"] = [dict(i) for i in case.items if i.get("kind") != NETWORK]
+    if case.features and dict(case.params).get("drain_max") == WORLD_DRAIN_MAX:
+        data["drain_max"] = world_drain_max(data)  # the world as shrunk so far
     return data
 
 
