@@ -18,10 +18,10 @@ State: the Lamport clock L, a queue Q ordered by (ts, origin), and last[q], the 
   own message; a strict ">" would stall delivery behind an idle origin, a classic off-by-one.
 
 Restarts (L4 assumes that nothing smaller than last[q] will still come from q, and integrity
-assumes mids are unique): a restarted process used to number its messages from 1 again (its
-mids collided with the old incarnation's; nodes delivered h3:1.. twice) and restarted its
-clock at 0, so its first messages carried timestamps below what the others had already
-delivered, and were ordered behind them at some nodes and ahead at others. Now
+assumes mids are unique): a restarted process numbering from 1 again would collide with the
+old incarnation's mids (h3:1.. delivered twice), and with its clock back at 0 its first
+messages would carry timestamps below what the others have already delivered, ordered behind
+them at some nodes and ahead at others. So
 - mnos start at `incarnation * INCARNATION_SPAN` (the sequencer's convention);
 - L0 (ours) a restarted process multicasts a JOIN (a null message, `slot` 1) and holds its
   broadcasts until every other member has answered with a WELCOME (a null message, `slot`

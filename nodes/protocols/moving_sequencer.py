@@ -16,10 +16,10 @@ Resilience (M5, option L) and token-site reformation after a crash (Chang-Maxemc
 membership phase) are not implemented: a crashed site stops the order.
 
 Restarts (integrity, and M2's "U is exactly what nobody ordered yet"): a restarted process
-used to number its messages from 1 again (its mids collided with the old incarnation's, and
-the others dropped its new messages as already received), waited for ever at next_deliver =
-1 -- so the token passed to it was never taken again and the order stopped -- and, as the
-ring's first member, believed it held the token. Now
+numbering from 1 again would collide with the old incarnation's mids (the others would drop
+its new messages as already received); at next_deliver = 1 it would wait for ever, the token
+passed to it never taken again and the order stopped; and, as the ring's first member, it
+would believe it held the token. So
 - mnos start at `incarnation * INCARNATION_SPAN` (the sequencer's convention);
 - M6 (ours) a restarted process (incarnation > 0) starts without the token and joins the order
   at the first ORDER it R-delivers (next_deliver = its first number). What it received before

@@ -61,8 +61,8 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1.1-4.1.2):
   primary's deliveries in another order than the primary's (total order lost, `attempt`
   under a flapping ring). Histories are now compared by their segments (the instance that
   ordered each delivery: the same instances, each a prefix of that instance's total order).
-  A receiver whose DELIVER_VIEW was lost used to stay blocked (it had decided, so it probed
-  no more); it now probes the leader again every tick until the transfer comes.
+  A receiver whose DELIVER_VIEW was lost probes the leader again every tick until the
+  transfer comes (decided, it would otherwise probe no more and stay blocked).
   Cause once seen (the simulator never ended): a decided member answers a probe with its
   own, and answered answers too: two decided members played probe ping-pong for ever, and
   with duplicating links every copy started one more game (events grew without bound,

@@ -28,11 +28,11 @@ and does its own recovery through the token's retransmission list:
   member has it) and delivered here.
 Safe delivery (K3e) is not implemented.
 
-Restarts (integrity and K2's gap-free delivery): a restarted member used to number its
-messages from 1 again (its mids collided with the old incarnation's), started at
-next_deliver = 1 and asked the ring, on its first token, to retransmit everything from 1 --
-numbers K5 had long dropped, so it delivered the first old ones again and then waited for
-ever -- and, as the ring's first member, created a second token. Now
+Restarts (integrity and K2's gap-free delivery): a restarted member numbering from 1 again
+would collide with the old incarnation's mids; starting at next_deliver = 1 it would ask the
+ring, on its first token, for everything from 1 -- numbers K5 has long dropped, so it would
+deliver the first old ones again and then wait for ever -- and, as the ring's first member,
+it would create a second token. So
 - mnos start at `incarnation * INCARNATION_SPAN` (the sequencer's convention);
 - K6 (ours) a restarted member (incarnation > 0) never creates a token; it joins at the
   first token it gets (its predecessor resends the copy it passed the crashed member, K4):
