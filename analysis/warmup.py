@@ -35,6 +35,7 @@ WARM_UP_GROUP = "testbed-warm-up"
 class _WarmUp:
     thread: threading.Thread
     ready: Future[None] = field(default_factory=Future)  # the session is up (or failed)
+    wanted: threading.Event = field(default_factory=threading.Event)  # the analysis waits
     done: threading.Event = field(default_factory=threading.Event)  # the thread has ended
 
 
@@ -47,9 +48,10 @@ def warm_up(start: Callable[[], Any], rehearse: Callable[[], object] | None = No
     """Call `start` (which starts the SparkSession the analysis's `spark_session` will
     return) in a background thread, then `rehearse` there (a small analysis: its first queries
     load and compile what the real one runs, its Python workers import the checkers and stay,
-    `spark.python.worker.reuse`); nothing if this process has a SparkContext already. Returns
-    at once: the thread imports Spark too. The next `spark_session` waits for the session,
-    raises what made its start fail, and cancels what is left of the rehearsal."""
+    `spark.python.worker.reuse`), unless the analysis is waiting by then; nothing if this
+    process has a SparkContext already. Returns at once: the thread imports Spark too. The
+    next `spark_session` waits for the session, raises what made its start fail, and cancels
+    what is left of the rehearsal."""
     global _warming
 
     def run() -> None:
@@ -61,7 +63,7 @@ def warm_up(start: Callable[[], Any], rehearse: Callable[[], object] | None = No
             return
         warm.ready.set_result(None)
         try:
-            if rehearse is not None:
+            if rehearse is not None and not warm.wanted.is_set():  # else it only delays
                 spark.sparkContext.setJobGroup(WARM_UP_GROUP, "warm-up", interruptOnCancel=True)
                 rehearse()
         except Exception as exc:  # cancelled; the analysis runs the same code, and says
@@ -86,11 +88,12 @@ def await_warm_up() -> None:
         if warm is None or warm.thread is threading.current_thread():
             return
         _warming = None
+    warm.wanted.set()
     warm.ready.result()
-    from pyspark import SparkContext
-
-    sc = SparkContext._active_spark_context
-    assert sc is not None, "the warm-up's session is up"
     while not warm.done.is_set():  # each job the rehearsal starts from now on is cancelled
-        sc.cancelJobGroup(WARM_UP_GROUP)
+        from pyspark import SparkContext
+
+        sc = SparkContext._active_spark_context
+        if sc is not None:
+            sc.cancelJobGroup(WARM_UP_GROUP)
         warm.done.wait(0.05)

@@ -40,6 +40,22 @@ def test_a_failed_start_is_raised_by_the_analysis_that_waits_for_it(
     warmup.await_warm_up()  # waited for once: nothing left to wait for
 
 
+def test_an_analysis_waiting_for_the_session_is_not_kept_waiting_by_a_rehearsal(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(warmup, "_has_context", lambda: False)
+    up = threading.Event()
+
+    def start() -> object:
+        assert up.wait(30)
+        return object()  # no session: a rehearsal would fail on it
+
+    rehearsed: list[bool] = []
+    warmup.warm_up(start, lambda: rehearsed.append(True))
+    threading.Timer(0.5, up.set).start()
+    warmup.await_warm_up()  # waits from before the session is up
+    assert not rehearsed
+
+
 def test_the_quickstart_estimate_is_near_its_logs() -> None:
     exp, topo = load_experiment(ROOT / "experiments" / "quickstart.yaml", "sim")
     plan = RunPlan.build(exp, topo)
