@@ -4,11 +4,13 @@ DataFrame; faults into hosts.
 Every node writes `nodes/<host>/events.jsonl` (docs/architecture.md, "Delivery log"). A node
 killed mid-write leaves a truncated last line; such lines are counted and skipped, never fatal.
 
-Each log becomes one Parquet file in a Spark task of its own, parsed by Arrow's JSON reader
-(bench/analyze_scale.py, 2.2M lines: 3.6 s, against 10.4 s for Spark's from_json on the same
-logs), and the analysis reads the Parquet. A file that Arrow refuses (a truncated last line, a
-corrupt line) is parsed again without its unfinished tail, then line by line, so every intact
-line is kept.
+Every log is parsed by Arrow's JSON reader (bench/analyze_scale.py, 2.2M lines: 3.6 s, against
+10.4 s for Spark's from_json on the same logs) and kept as one Parquet file per node. A small
+record (below LARGE_JOB_EVENTS, analysis/session.py) is parsed here in the driver and handed
+to Spark from memory as Arrow batches: no Python task, no Parquet read back. A large one is
+parsed in one Spark task per log, and the analysis reads the Parquet. A file that Arrow refuses
+(a truncated last line, a corrupt line) is parsed again without its unfinished tail, then line
+by line, so every intact line is kept.
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ def read_events(spark: SparkSession, record: RunRecord,
     The node column falls back to the directory name, so a log line without `node` still
     lands at the right host.
     """
+    from analysis.session import EVENT_LINE_BYTES, LARGE_JOB_EVENTS
+
     out = record.path / EVENTS_PARQUET if out is None else out
     logs = [p for _, p in record.log_paths() if p.stat().st_size]
     if out.is_dir():
@@ -106,19 +110,31 @@ def read_events(spark: SparkSession, record: RunRecord,
     offsets = record.clock_offsets_ns()
     tasks = [(str(p), p.parent.name, str(out / f"{p.parent.name}.parquet"),
               offsets.get(p.parent.name, 0)) for p in logs]
-    done = spark.sparkContext.parallelize(tasks, len(tasks)).map(_convert).collect()
+    small = sum(p.stat().st_size for p in logs) // EVENT_LINE_BYTES < LARGE_JOB_EVENTS
+    if small:
+        tables = [_write(task) for task in tasks]
+        done = [(node, n) for node, n, _ in tables]
+    else:
+        done = spark.sparkContext.parallelize(tasks, len(tasks)).map(_convert).collect()
     malformed = {node: n for node, n in done if n}
     for node, n in sorted(malformed.items()):
         log.warning("skipped %d malformed line(s) in the delivery log of %s", n, node)
+    if small:
+        return spark.createDataFrame(pa.concat_tables([t for _, _, t in tables]), schema), malformed
     return spark.read.schema(schema).parquet(str(out)), malformed
 
 
-def _convert(task: tuple[str, str, str, int]) -> tuple[str, int]:
-    """One Spark task: a node's log to Parquet (node_table); returns (node, malformed
-    lines)."""
+def _write(task: tuple[str, str, str, int]) -> tuple[str, int, pa.Table]:
+    """A node's log to Parquet (node_table); returns (node, malformed lines, the table)."""
     src, node, dst, offset_ns = task
     table, malformed = node_table(Path(src), node, offset_ns)
     pq.write_table(table, dst)
+    return node, malformed, table
+
+
+def _convert(task: tuple[str, str, str, int]) -> tuple[str, int]:
+    """One Spark task: _write; returns (node, malformed lines)."""
+    node, malformed, _ = _write(task)
     return node, malformed
 
 

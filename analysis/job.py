@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from analysis.checks import check_suite, log_claims, node_errors
@@ -15,9 +17,10 @@ from analysis.load import load_section
 from analysis.maelstrom import spark_logs
 from analysis.metrics import clock_offsets, fnl_latency, message_counts, recovery, throughput
 from analysis.optimistic import optimistic_section
-from analysis.record import RunRecord
+from analysis.record import RunRecord, read_record
 from analysis.session import EVENT_LINE_BYTES, spark_session
 from analysis.switching import switching_section
+from analysis.synthetic import generate_run
 from analysis.transit import transit_section
 from analysis.verdict import add_expectations, finish, run_sections
 
@@ -25,6 +28,11 @@ SUMMARY = "summary.json"
 # The analysis sections a protocol's catalogue entry names (`Entry.sections`) that need the
 # Spark events; analysis/verdict.py `SECTIONS` has the others.
 SPARK_SECTIONS = {"switching": switching_section}
+
+
+def analysis_app(run: str) -> str:
+    """The Spark application's name for the analysis of the run named `run`."""
+    return f"testbed-analyze-{run}"
 
 
 def transport_section(record: RunRecord) -> dict[str, Any]:
@@ -69,7 +77,7 @@ def analyze(record: RunRecord, master: str | None = None, expect: Sequence[str] 
         judged["analysis_s"] = round(time.monotonic() - started, 3)
         (run_dir / SUMMARY).write_text(json.dumps(judged, indent=2) + "\n")
         return judged
-    spark = spark_session(master, app=f"testbed-analyze-{record.name}",
+    spark = spark_session(master, app=analysis_app(record.name),
                           events=record.log_bytes() // EVENT_LINE_BYTES)
     data = ingest(spark, record)
     events = data.events
@@ -115,3 +123,12 @@ def analyze(record: RunRecord, master: str | None = None, expect: Sequence[str] 
     summary["analysis_s"] = round(time.monotonic() - started, 3)
     (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
     return summary
+
+
+def rehearse() -> None:
+    """`analyze` of a tiny clean run (analysis/synthetic.py) in a scratch folder: what
+    analysis/warmup.py runs while a run runs, so that the JVM has loaded and compiled the
+    analysis's queries and its Python workers hold the checkers before the real one."""
+    with tempfile.TemporaryDirectory(prefix="testbed-rehearsal-") as scratch:
+        analyze(read_record(generate_run(Path(scratch) / "rehearsal", nodes=2,
+                                         duration_s=1.0, rate=4.0)))

@@ -4,6 +4,8 @@ Defaults suit the testbed's own machine (2 cores, 24 GiB): local mode, few shuff
 partitions (delivery logs are megabytes, not terabytes; more for a job over millions of
 events, shuffle_partitions), no UI, errors-only logging.
 A `--master` URL hands the same jobs to a real cluster.
+
+A session that analysis/warmup.py started while the run ran is waited for and returned.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import warnings
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+
+from analysis.warmup import await_warm_up
 
 _LOG4J = Path(__file__).with_name("log4j2.properties")
 # The project root: Python workers on executors import `analysis` (and `nodes.wire`) from it.
@@ -62,6 +66,14 @@ def shuffle_partitions(events: int) -> int:
     return max(4, -(-events // PARTITION_EVENTS))
 
 
+def job_conf(events: int) -> dict[str, str]:
+    """The SQL settings of a job over about `events` log events, which a running session
+    takes too: its shuffle partitions, and adaptive execution for a large job only (on a small
+    one each of its re-plannings is one more Spark job, and there is no skew to adapt to)."""
+    return {"spark.sql.shuffle.partitions": str(shuffle_partitions(events)),
+            "spark.sql.adaptive.enabled": str(events >= LARGE_JOB_EVENTS).lower()}
+
+
 # A line the JVM prints on stderr at its start that says nothing to the user: Spark's launcher
 # adds the incubating vector module to every driver JVM, and Java announces it.
 _JVM_NOISE = re.compile(rb"^WARNING: Using incubator modules: ")
@@ -99,19 +111,32 @@ def start_jvm(options: dict[str, str]) -> None:
 
 def spark_session(master: str | None = None, app: str = "testbed",
                   events: int = 0) -> SparkSession:
-    """Return the active SparkSession, or start one (default master `local[*]`).
+    """Return the active SparkSession (the one analysis/warmup.py started, once it is up), or
+    start one (default master `local[*]`).
 
     `events` is about how many log events the job will read: a local JVM is tuned for a short
-    job below LARGE_JOB_EVENTS and for throughput from there on."""
-    active = SparkSession.getActiveSession()
+    job below LARGE_JOB_EVENTS and for throughput from there on; a session already up gets
+    the shuffle partitions for them."""
+    await_warm_up()
+    active = SparkSession.getActiveSession() or SparkSession._instantiatedSession
     if active is not None:
+        if events:
+            for key, value in job_conf(events).items():
+                active.conf.set(key, value)
         return active
-    master = master or "local[*]"
+    return new_session(master, app, events)
+
+
+LOCAL = "local[*]"
+
+
+def new_session(master: str | None, app: str, events: int) -> SparkSession:
+    """A new SparkSession with the project's settings."""
+    master = master or LOCAL
     java_opts = f"-Dlog4j2.configurationFile={_LOG4J.as_uri()}"
     options: dict[str, str] = {
         "spark.master": master,
         "spark.app.name": app,
-        "spark.sql.shuffle.partitions": str(shuffle_partitions(events)),
         "spark.default.parallelism": "4",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -123,7 +148,7 @@ def spark_session(master: str | None = None, app: str = "testbed",
         # ... and rows of large values (the checker suite's Arrow IPC blobs) in batches well
         # under the 2 GiB an Arrow binary column holds.
         "spark.sql.execution.arrow.maxBytesPerBatch": str(256 << 20),
-        "spark.sql.adaptive.enabled": "true",
+        **job_conf(events),
     }
     # Python tasks (pcap decoding, per-node order checks) run in this interpreter, which has
     # pyarrow (the default `python3` may not); a cluster's workers need it at the same path.

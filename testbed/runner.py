@@ -99,6 +99,10 @@ def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: 
     if exp.backend == "remote":  # --inventory, else the spec's (docs/remote.md)
         options["inventory"] = inventory or exp.inventory
     backend = make_backend(exp.backend, run, topo, plan.paths, **options)
+    if analyze and not exp.maelstrom:  # the engine starts up while the run runs
+        from analysis.engine import prepare
+
+        prepare(engine, run.path.name, expected_events(exp, plan.hosts), master)
     try:
         cut = _execute(plan, run, backend, console)
         backend.collect()
@@ -110,6 +114,14 @@ def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: 
     from analysis.record import read_record
 
     return analyze_run(read_record(run.path), exp.expect, console, master, engine)
+
+
+def expected_events(exp: ExperimentSpec, hosts: list[str]) -> int:
+    """About how many events the run's delivery logs will hold: each message's send, and its
+    optimistic and final delivery at every host."""
+    w = exp.workload
+    senders = len(hosts) if w.senders == "all" else len(w.senders)
+    return int(senders * w.msgs_per_s * exp.duration / 1e9 * (1 + 2 * len(hosts)))
 
 
 def start_nodes(plan: RunPlan, run: RunDir, backend: Backend,
