@@ -99,7 +99,9 @@ def run_experiment(exp: ExperimentSpec, topo: TopologySpec, out: Path, console: 
     if exp.backend == "remote":  # --inventory, else the spec's (docs/remote.md)
         options["inventory"] = inventory or exp.inventory
     backend = make_backend(exp.backend, run, topo, plan.paths, **options)
-    if analyze and not exp.maelstrom:  # the engine starts up while the run runs
+    # The engine starts up while a simulated run runs; never beside real-time nodes, whose
+    # emulated WAN a starting JVM would slow (docs/architecture.md "Emulation fidelity").
+    if analyze and not exp.maelstrom and plan.capabilities.virtual_clock:
         from analysis.engine import prepare
 
         prepare(engine, run.path.name, expected_events(exp, plan.hosts), master)
