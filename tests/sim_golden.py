@@ -19,7 +19,8 @@ the five on the sequencer again when members began to report their delivered num
 sequencer (an empty FETCH every `ack_every_ms`), which keeps its relay store until stable;
 `sequencer-faults` again when a restarted sequencer member began to number and log its
 broadcasts at once but hold them until it joined the order, and to ask the sequencer for an
-ORDER to join at (docs/protocols.md "Restarts").
+ORDER to join at (docs/protocols.md "Restarts"); `cbcast` again when a restarted receiver
+began to log where it joins each stream (`stream_join`, B5).
 Regenerate only for an intended change of behaviour:
 
     python -m tests.sim_golden > tests/sim_golden.json
