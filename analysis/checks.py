@@ -19,7 +19,7 @@ few messages). No event comes to the driver.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 Check = dict[str, Any]
+# A run's protocol params by protocol name (analysis/record.py `RunRecord.protocol`).
+Params = Mapping[str, Mapping[str, Any]]
 Records = checks_order.Records
 
 
@@ -172,7 +174,10 @@ def agreement(recs: Records, correct: list[str], crashed: set[str],
     did (000 §2.2 Agreement; a message only faulty hosts delivered binds nobody); a restarted
     process that stays up owes, as a correct node does, the messages of each sender from
     its join point in that sender's stream on (`joins`, analysis/joins.py: reported as
-    `restarted_joins`, the first mid it owes of each sender).
+    `restarted_joins`, the first mid it owes of each sender). `faulty_senders`: how many of
+    the findings are messages of a faulty sender (crashed for good, an incarnation before
+    its restart, cut off at the end), which some claims spare (analysis/verdict.py
+    `spare_faulty_senders`).
 
     With a fault `history`, hosts cut off by a partition that never healed are not correct
     either (they could not have caught up), and each example carries the time of the
@@ -190,7 +195,8 @@ def agreement(recs: Records, correct: list[str], crashed: set[str],
         history.annotate(examples)
     result: Check = {"violations": sum(per_node.values()), "correct_nodes": correct,
                      "crashed_nodes": sorted(crashed),
-                     "missing_per_node": dict(sorted(per_node.items())), "examples": examples}
+                     "missing_per_node": dict(sorted(per_node.items())),
+                     "faulty_senders": _total(recs, "agree_faulty_n"), "examples": examples}
     if history is not None:
         result["partitioned_at_end"] = sorted(history.partitioned_at_end)
         result["restarted_nodes"] = history.restarted
@@ -240,26 +246,30 @@ def integrity(recs: Records) -> Check:
 UNKNOWN_CLAIMS = frozenset({*catalogue.CHECKS, "local_order"} - {"causal_order"})
 
 
-def claims_of(protos: set[str]) -> frozenset[str]:
-    """The checks every protocol in `protos` claims (nodes/protocols/catalogue.py), plus
-    `local_order` for optimistic ones; a log naming no protocol gets UNKNOWN_CLAIMS."""
+def claims_of(protos: set[str], params: Params | None = None) -> frozenset[str]:
+    """The checks every protocol in `protos` claims (nodes/protocols/catalogue.py) with its
+    `params` (by protocol name; a protocol without any: its defaults), the catalogue's
+    ParamClaims included, plus `local_order` for optimistic ones; a log naming no protocol
+    gets UNKNOWN_CLAIMS."""
     sets = []
     for instance in protos:
-        entry = catalogue.find(instance.split("#", 1)[0])  # "<protocol>#<scope>": an instance
+        name = instance.split("#", 1)[0]  # "<protocol>#<scope>": an instance
+        entry = catalogue.find(name)
         if entry is None:
             sets.append(UNKNOWN_CLAIMS)
         else:
-            sets.append(entry.claims | ({"local_order"} if entry.optimistic else set()))
+            sets.append(entry.claims_for((params or {}).get(name, {}))
+                        | ({"local_order"} if entry.optimistic else set()))
     return frozenset.intersection(*sets) if sets else UNKNOWN_CLAIMS
 
 
-def log_claims(events: DataFrame | pa.Table) -> frozenset[str]:
+def log_claims(events: DataFrame | pa.Table, params: Params | None = None) -> frozenset[str]:
     """The claims of the protocols named in the log's `proto` column (a DataFrame or an Arrow
-    table of events)."""
+    table of events), with the run's `params` (claims_of)."""
     if isinstance(events, pa.Table):
-        return claims_of({p for p in pc.unique(events["proto"]).to_pylist() if p})
+        return claims_of({p for p in pc.unique(events["proto"]).to_pylist() if p}, params)
     return claims_of({r["proto"] for r in events.select("proto").distinct().collect()
-                      if r["proto"]})
+                      if r["proto"]}, params)
 
 
 def node_errors(events: DataFrame | pa.Table) -> dict[str, Any]:
@@ -301,7 +311,8 @@ def run_checks(events: DataFrame, nodes: list[str], crashed: set[str]) -> dict[s
     }
 
 
-def check_suite(events: DataFrame, history: FaultHistory) -> dict[str, Check]:
+def check_suite(events: DataFrame, history: FaultHistory,
+                params: Params | None = None) -> dict[str, Check]:
     """Every checker, judged against the crash and partition history; keyed as in summary.json.
 
     Every check reports its count; each carries `claimed` (the protocol promises it, per the
@@ -320,11 +331,12 @@ def check_suite(events: DataFrame, history: FaultHistory) -> dict[str, Check]:
     def lookup(mids: set[str]) -> checks_order.Firsts:
         return checks_order.first_fnl(events, mids)
 
-    claims = claims_of({p for p in pc.unique(seen["proto"]).to_pylist() if p})
+    claims = claims_of({p for p in pc.unique(seen["proto"]).to_pylist() if p}, params)
     return judge_records(recs, names, lookup, history, claims, joins)
 
 
-def table_check_suite(events: pa.Table, history: FaultHistory) -> dict[str, Check]:
+def table_check_suite(events: pa.Table, history: FaultHistory,
+                      params: Params | None = None) -> dict[str, Check]:
     """check_suite in-process, over an Arrow table of events (analysis/judge.py)."""
     joins = join_points(events, history.restarted)
     recs, names = table_records(events, history.nodes, history.correct, history.restarted,
@@ -334,7 +346,7 @@ def table_check_suite(events: pa.Table, history: FaultHistory) -> dict[str, Chec
     def lookup(mids: set[str]) -> checks_order.Firsts:
         return checks_order.first_fnl_table(fnl, mids)
 
-    return judge_records(recs, names, lookup, history, log_claims(events), joins)
+    return judge_records(recs, names, lookup, history, log_claims(events, params), joins)
 
 
 def judge_records(recs: Records, names: list[str], lookup: checks_order.Lookup,

@@ -319,9 +319,11 @@ class MidPass:
         binding = np.r_[self.correct, self.restarted]
         by_correct = (held[:, binding].any(axis=1) if len(binding)
                       else np.zeros(len(held), dtype=bool))
-        recs += self._agreement(held, delivered & sent & by_correct, t_first, mids, names)
+        bound = delivered & sent & by_correct
+        recs += self._agreement(held, bound, t_first, mids, names)
         if self.joined:
-            recs += self._agreement_joined(held, delivered & sent & by_correct, t_first, mids)
+            recs += self._agreement_joined(held, bound, t_first, mids)
+        recs += self._faulty_senders(held, bound, sender, mids)
         recs += self._validity(held, sent, sender, t_send, e, mcode, ncode, t_all, mids, names)
 
         # Rows for the per-node pass: first deliveries of sent messages, and sends of
@@ -416,6 +418,27 @@ class MidPass:
                                  "delivered_by": by, "t": int(t_first[m])})
                     shown += 1
         return recs
+
+    def _faulty_senders(self, held: np.ndarray, bound: np.ndarray, sender: np.ndarray,
+                        mids: pa.Array) -> list[dict[str, Any]]:
+        """How many of the agreement findings are messages of a faulty sender (a process
+        neither correct nor a restarted one that stays up: crashed for good, an incarnation
+        before its restart, cut off at the end), which a claim may spare (catalogue
+        `ParamClaim.spares_faulty`)."""
+        ok = np.zeros(len(self.nodes) + 1, dtype=bool)  # sender -1 reads the spare last slot
+        ok[self.correct] = True
+        ok[self.restarted] = True
+        faulty = bound & ~ok[sender]
+        if not faulty.any():
+            return []
+        n = int((~held[np.ix_(faulty, self.correct)]).sum()) if len(self.correct) else 0
+        if self.joined:
+            from analysis.joins import owed, split_mids
+
+            origin, mno = split_mids(mids)
+            for j, joins in self.joined:
+                n += int((faulty & owed(joins, origin, mno) & ~held[:, j]).sum())
+        return [{"r": "agree_faulty_n", "n": n}] if n else []
 
     def _agreement_joined(self, held: np.ndarray, bound: np.ndarray, t_first: np.ndarray,
                           mids: pa.Array) -> list[dict[str, Any]]:
