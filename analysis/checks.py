@@ -19,7 +19,7 @@ few messages). No event comes to the driver.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -36,12 +36,15 @@ from analysis.checks_mid import (
     process_names,
 )
 from analysis.fault_history import FaultHistory
+from analysis.joins import Joins, join_points, join_points_sql
 from nodes.protocols import catalogue
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 Check = dict[str, Any]
+# A run's protocol params by protocol name (analysis/record.py `RunRecord.protocol`).
+Params = Mapping[str, Mapping[str, Any]]
 Records = checks_order.Records
 
 
@@ -75,12 +78,14 @@ def _partition_keys(spark: SparkSession, n: int) -> list[int]:
 
 def _records(events: DataFrame, nodes: list[str], correct: list[str],
              seen: pa.Table | None = None,
-             restarted: list[str] | tuple[str, ...] = ()) -> tuple[Records, list[str]]:
+             restarted: list[str] | tuple[str, ...] = (),
+             joins: Joins | None = None) -> tuple[Records, list[str]]:
     """Run both passes and the causal pass; return their records by kind and the processes
     the holder bitmaps index (sorted): the run's `nodes`, later incarnations of restarted
     hosts (`host@k`, checks_mid.process_names) and any host named only in the events (a log
     line naming another host). `correct` are the hosts held to agreement and validity,
-    `restarted` the restarted processes correct from their restart on (MidPass).
+    `restarted` the restarted processes correct from their restart on and `joins` where they
+    joined each sender's stream (MidPass).
 
     The rows the first pass reads come out of checks_mid.check_input_sql here (the JVM's
     generated code, before the shuffle by mid, so each event crosses from the JVM to Python
@@ -98,7 +103,8 @@ def _records(events: DataFrame, nodes: list[str], correct: list[str],
     # One scan, one shuffle by mid: the first pass also emits the causal pass's rows (each
     # process's first deliveries and each message's earliest send, `p` set).
     by_mid = (check_input_sql(wanted, names).repartition(parts, "mid")
-              .mapInArrow(MidPass(names, correct, causal=True, restarted=restarted), MID_BLOBS))
+              .mapInArrow(MidPass(names, correct, causal=True, restarted=restarted,
+                                joins=joins), MID_BLOBS))
     # A partition per process, and one more for the causal rows: causal order needs every
     # process's sends and deliveries at once, so one task gets them and hands back its
     # records; no event reaches the driver. The causal task is the longest of the stage, so
@@ -126,13 +132,15 @@ def _add(recs: Records, found: Iterable[dict[str, Any]]) -> None:
 
 
 def table_records(events: pa.Table, nodes: list[str], correct: list[str],
-                  restarted: list[str] | tuple[str, ...] = ()) -> tuple[Records, list[str]]:
+                  restarted: list[str] | tuple[str, ...] = (),
+                  joins: Joins | None = None) -> tuple[Records, list[str]]:
     """`_records` in-process over an Arrow table of events (analysis/ingest.py ARROW_SCHEMA):
     the same two passes, each over the whole table as one partition."""
     rows = check_input(events)
     names = sorted(set(nodes) | {n for n in pc.unique(process_names(
         events["node"], events["inc"])).to_pylist() if n is not None})
-    by_mid = MidPass(names, correct, restarted=restarted).run(rows) if rows.num_rows else None
+    by_mid = (MidPass(names, correct, restarted=restarted, joins=joins).run(rows)
+              if rows.num_rows else None)
     if by_mid is None:
         return {}, names
     split = checks_node.NodeChecks(checks_order.MAX_PAIRS_PER_NODE, names).split(
@@ -161,9 +169,15 @@ def _total(recs: Records, kind: str) -> int:
 
 
 def agreement(recs: Records, correct: list[str], crashed: set[str],
-              history: FaultHistory | None = None) -> Check:
+              history: FaultHistory | None = None, joins: Joins | None = None) -> Check:
     """(mid, node) pairs where a correct node never fnl-delivered a message some correct node
-    did (000 §2.2 Agreement; a message only faulty hosts delivered binds nobody).
+    did (000 §2.2 Agreement; a message only faulty hosts delivered binds nobody); a restarted
+    process that stays up owes, as a correct node does, the messages of each sender from
+    its join point in that sender's stream on (`joins`, analysis/joins.py: reported as
+    `restarted_joins`, the first mid it owes of each sender). `faulty_senders`: how many of
+    the findings are messages of a faulty sender (crashed for good, an incarnation before
+    its restart, cut off at the end), which some claims spare (analysis/verdict.py
+    `spare_faulty_senders`).
 
     With a fault `history`, hosts cut off by a partition that never healed are not correct
     either (they could not have caught up), and each example carries the time of the
@@ -181,10 +195,13 @@ def agreement(recs: Records, correct: list[str], crashed: set[str],
         history.annotate(examples)
     result: Check = {"violations": sum(per_node.values()), "correct_nodes": correct,
                      "crashed_nodes": sorted(crashed),
-                     "missing_per_node": dict(sorted(per_node.items())), "examples": examples}
+                     "missing_per_node": dict(sorted(per_node.items())),
+                     "faulty_senders": _total(recs, "agree_faulty_n"), "examples": examples}
     if history is not None:
         result["partitioned_at_end"] = sorted(history.partitioned_at_end)
         result["restarted_nodes"] = history.restarted
+        result["restarted_joins"] = {p: {o: f"{o}:{n}" for o, n in sorted(j.items())}
+                                     for p, j in sorted((joins or {}).items())}
     return result
 
 
@@ -229,26 +246,30 @@ def integrity(recs: Records) -> Check:
 UNKNOWN_CLAIMS = frozenset({*catalogue.CHECKS, "local_order"} - {"causal_order"})
 
 
-def claims_of(protos: set[str]) -> frozenset[str]:
-    """The checks every protocol in `protos` claims (nodes/protocols/catalogue.py), plus
-    `local_order` for optimistic ones; a log naming no protocol gets UNKNOWN_CLAIMS."""
+def claims_of(protos: set[str], params: Params | None = None) -> frozenset[str]:
+    """The checks every protocol in `protos` claims (nodes/protocols/catalogue.py) with its
+    `params` (by protocol name; a protocol without any: its defaults), the catalogue's
+    ParamClaims included, plus `local_order` for optimistic ones; a log naming no protocol
+    gets UNKNOWN_CLAIMS."""
     sets = []
     for instance in protos:
-        entry = catalogue.find(instance.split("#", 1)[0])  # "<protocol>#<scope>": an instance
+        name = instance.split("#", 1)[0]  # "<protocol>#<scope>": an instance
+        entry = catalogue.find(name)
         if entry is None:
             sets.append(UNKNOWN_CLAIMS)
         else:
-            sets.append(entry.claims | ({"local_order"} if entry.optimistic else set()))
+            sets.append(entry.claims_for((params or {}).get(name, {}))
+                        | ({"local_order"} if entry.optimistic else set()))
     return frozenset.intersection(*sets) if sets else UNKNOWN_CLAIMS
 
 
-def log_claims(events: DataFrame | pa.Table) -> frozenset[str]:
+def log_claims(events: DataFrame | pa.Table, params: Params | None = None) -> frozenset[str]:
     """The claims of the protocols named in the log's `proto` column (a DataFrame or an Arrow
-    table of events)."""
+    table of events), with the run's `params` (claims_of)."""
     if isinstance(events, pa.Table):
-        return claims_of({p for p in pc.unique(events["proto"]).to_pylist() if p})
+        return claims_of({p for p in pc.unique(events["proto"]).to_pylist() if p}, params)
     return claims_of({r["proto"] for r in events.select("proto").distinct().collect()
-                      if r["proto"]})
+                      if r["proto"]}, params)
 
 
 def node_errors(events: DataFrame | pa.Table) -> dict[str, Any]:
@@ -290,7 +311,8 @@ def run_checks(events: DataFrame, nodes: list[str], crashed: set[str]) -> dict[s
     }
 
 
-def check_suite(events: DataFrame, history: FaultHistory) -> dict[str, Check]:
+def check_suite(events: DataFrame, history: FaultHistory,
+                params: Params | None = None) -> dict[str, Check]:
     """Every checker, judged against the crash and partition history; keyed as in summary.json.
 
     Every check reports its count; each carries `claimed` (the protocol promises it, per the
@@ -302,35 +324,41 @@ def check_suite(events: DataFrame, history: FaultHistory) -> dict[str, Check]:
     """
     # One scan for the processes and the protocols the log names (a few rows come back).
     seen = events.groupBy("node", "inc", "proto").count().toArrow()
-    recs, names = _records(events, history.nodes, history.correct, seen, history.restarted)
+    joins = join_points_sql(events, history.restarted)
+    recs, names = _records(events, history.nodes, history.correct, seen, history.restarted,
+                           joins)
 
     def lookup(mids: set[str]) -> checks_order.Firsts:
         return checks_order.first_fnl(events, mids)
 
-    claims = claims_of({p for p in pc.unique(seen["proto"]).to_pylist() if p})
-    return judge_records(recs, names, lookup, history, claims)
+    claims = claims_of({p for p in pc.unique(seen["proto"]).to_pylist() if p}, params)
+    return judge_records(recs, names, lookup, history, claims, joins)
 
 
-def table_check_suite(events: pa.Table, history: FaultHistory) -> dict[str, Check]:
+def table_check_suite(events: pa.Table, history: FaultHistory,
+                      params: Params | None = None) -> dict[str, Check]:
     """check_suite in-process, over an Arrow table of events (analysis/judge.py)."""
-    recs, names = table_records(events, history.nodes, history.correct, history.restarted)
+    joins = join_points(events, history.restarted)
+    recs, names = table_records(events, history.nodes, history.correct, history.restarted,
+                                joins)
     fnl = events.filter(pc.equal(events["ev"], "fnl")).select(["node", "inc", "mid", "i", "t"])
 
     def lookup(mids: set[str]) -> checks_order.Firsts:
         return checks_order.first_fnl_table(fnl, mids)
 
-    return judge_records(recs, names, lookup, history, log_claims(events))
+    return judge_records(recs, names, lookup, history, log_claims(events, params), joins)
 
 
 def judge_records(recs: Records, names: list[str], lookup: checks_order.Lookup,
-                  history: FaultHistory, claims: frozenset[str]) -> dict[str, Check]:
+                  history: FaultHistory, claims: frozenset[str],
+                  joins: Joins | None = None) -> dict[str, Check]:
     """The checks of the suite from the two passes' records (either driver). The examples'
     first deliveries come from one lookup (a scan of every event on the Spark driver)."""
     correct = history.correct
     lookup = checks_order.Prefetched(lookup, checks_order.example_mids(recs, names))
     return mark_claimed({
         "total_order": checks_order.total_order(recs, names, lookup, history),
-        "agreement": agreement(recs, correct, history.crashed, history),
+        "agreement": agreement(recs, correct, history.crashed, history, joins),
         "validity": validity(recs, history),
         "integrity": integrity(recs),
         "fifo_order": checks_order.fifo_order(recs, history),

@@ -26,6 +26,8 @@ import pyarrow.compute as pc
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from analysis.joins import Joins
+
 MAX_EXAMPLES = 10
 
 # Event kinds in the `e` column of the pass's input.
@@ -215,17 +217,22 @@ class MidPass:
     processes correct from their restart on (analysis/fault_history.py
     `FaultHistory.restarted`; those not among `nodes` logged nothing): what one delivers
     binds the correct hosts as a correct host's delivery does, and its own messages must
-    reach them, but it is not held to deliver others' messages. With `causal`, the causal
-    pass's rows come out too (MID_ROWS), so that one scan and one shuffle by mid feed all
-    three passes.
+    reach them; it owes the messages of each sender from its join point in that sender's
+    stream on (`joins`, analysis/joins.py), as a correct host owes all. With `causal`, the
+    causal pass's rows come out too (MID_ROWS), so that one scan and one shuffle by mid feed
+    all three passes.
     """
 
     def __init__(self, nodes: list[str], correct: list[str], causal: bool = False,
-                 restarted: list[str] | tuple[str, ...] = ()) -> None:
+                 restarted: list[str] | tuple[str, ...] = (),
+                 joins: Joins | None = None) -> None:
         self.nodes = sorted(nodes)
         self.correct = np.array([self.nodes.index(n) for n in correct], dtype=np.int64)
         self.restarted = np.array([self.nodes.index(n) for n in restarted if n in self.nodes],
                                   dtype=np.int64)
+        # (process index, its join points) of the restarted processes that joined a stream
+        self.joined = [(self.nodes.index(n), dict(j)) for n, j in sorted((joins or {}).items())
+                       if n in restarted and n in self.nodes and j]
         self.causal = causal
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -312,7 +319,11 @@ class MidPass:
         binding = np.r_[self.correct, self.restarted]
         by_correct = (held[:, binding].any(axis=1) if len(binding)
                       else np.zeros(len(held), dtype=bool))
-        recs += self._agreement(held, delivered & sent & by_correct, t_first, mids, names)
+        bound = delivered & sent & by_correct
+        recs += self._agreement(held, bound, t_first, mids, names)
+        if self.joined:
+            recs += self._agreement_joined(held, bound, t_first, mids)
+        recs += self._faulty_senders(held, bound, sender, mids)
         recs += self._validity(held, sent, sender, t_send, e, mcode, ncode, t_all, mids, names)
 
         # Rows for the per-node pass: first deliveries of sent messages, and sends of
@@ -403,6 +414,51 @@ class MidPass:
             by = [self.nodes[j] for j in np.flatnonzero(held[m]).tolist()]
             for j in sorted(self.correct[missing[m]].tolist(), key=lambda j: self.nodes[j]):
                 if shown < MAX_EXAMPLES:
+                    recs.append({"r": "agree", "mid": mids[m].as_py(), "node": self.nodes[j],
+                                 "delivered_by": by, "t": int(t_first[m])})
+                    shown += 1
+        return recs
+
+    def _faulty_senders(self, held: np.ndarray, bound: np.ndarray, sender: np.ndarray,
+                        mids: pa.Array) -> list[dict[str, Any]]:
+        """How many of the agreement findings are messages of a faulty sender (a process
+        neither correct nor a restarted one that stays up: crashed for good, an incarnation
+        before its restart, cut off at the end), which a claim may spare (catalogue
+        `ParamClaim.spares_faulty`)."""
+        ok = np.zeros(len(self.nodes) + 1, dtype=bool)  # sender -1 reads the spare last slot
+        ok[self.correct] = True
+        ok[self.restarted] = True
+        faulty = bound & ~ok[sender]
+        if not faulty.any():
+            return []
+        n = int((~held[np.ix_(faulty, self.correct)]).sum()) if len(self.correct) else 0
+        if self.joined:
+            from analysis.joins import owed, split_mids
+
+            origin, mno = split_mids(mids)
+            for j, joins in self.joined:
+                n += int((faulty & owed(joins, origin, mno) & ~held[:, j]).sum())
+        return [{"r": "agree_faulty_n", "n": n}] if n else []
+
+    def _agreement_joined(self, held: np.ndarray, bound: np.ndarray, t_first: np.ndarray,
+                          mids: pa.Array) -> list[dict[str, Any]]:
+        """(mid, process) pairs: a restarted process missing a message it owes (analysis/
+        joins.py) that some host held to agreement delivered; counted and shown as
+        `_agreement`'s findings are."""
+        from analysis.joins import owed, split_mids  # it names processes as this module does
+
+        origin, mno = split_mids(mids)
+        recs: list[dict[str, Any]] = []
+        shown = 0
+        for j, joins in self.joined:
+            missing = np.flatnonzero(bound & owed(joins, origin, mno) & ~held[:, j])
+            if not len(missing):
+                continue
+            recs.append({"r": "agree_n", "node": self.nodes[j], "n": len(missing)})
+            for k in _first_k([mids.take(pa.array(missing))]).tolist():
+                m = int(missing[k])
+                if shown < MAX_EXAMPLES:
+                    by = [self.nodes[x] for x in np.flatnonzero(held[m]).tolist()]
                     recs.append({"r": "agree", "mid": mids[m].as_py(), "node": self.nodes[j],
                                  "delivered_by": by, "t": int(t_first[m])})
                     shown += 1

@@ -82,7 +82,7 @@ def analyze(record: RunRecord, master: str | None = None, expect: Sequence[str] 
     data = ingest(spark, record)
     events = data.events
     history = fault_history(data.nodes, data.faults)
-    claims = log_claims(events)
+    claims = log_claims(events, record.params_by_protocol)
     try:
         summary: dict[str, Any] = {
             "run": record.name,
@@ -90,7 +90,7 @@ def analyze(record: RunRecord, master: str | None = None, expect: Sequence[str] 
             "crashed": sorted(data.crashed),
             "partitioned_at_end": sorted(history.partitioned_at_end),
             "messages": message_counts(events, data.nodes),
-            "checks": check_suite(events, history),
+            "checks": check_suite(events, history, record.params_by_protocol),
             "node_errors": node_errors(events),
             "transport": transport_section(record),
             "latency": {"fnl": fnl_latency(events)},

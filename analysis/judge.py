@@ -52,12 +52,13 @@ def judge_run(record: RunRecord, expect: Sequence[str] = ()) -> dict[str, Any]:
         "nodes": nodes,
         "crashed": sorted(crashed_hosts(faults)),
         "partitioned_at_end": sorted(history.partitioned_at_end),
-        "checks": table_check_suite(events, history),
+        "checks": table_check_suite(events, history, record.params_by_protocol),
         "node_errors": node_errors(events),
         **optimistic_section(events),
         "ingest": {"malformed_lines": malformed},
     }
-    return add_expectations(finish(summary, record, history, log_claims(events)), expect)
+    return add_expectations(finish(summary, record, history,
+                                   log_claims(events, record.params_by_protocol)), expect)
 
 
 def judge_maelstrom(record: RunRecord, workload: str,

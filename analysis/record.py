@@ -70,6 +70,13 @@ class RunRecord:
         return self.path.name
 
     @property
+    def params_by_protocol(self) -> dict[str, Mapping[str, Any]]:
+        """The run's protocol params by protocol name ({} when unknown), as the claims take
+        them (analysis/checks.py `claims_of`)."""
+        name, params = self.protocol
+        return {name: params} if name else {}
+
+    @property
     def is_maelstrom(self) -> bool:
         """Whether the run ran a user's Maelstrom program (docs/maelstrom.md), judged by the
         workload's checkers instead of the delivery-log suite."""

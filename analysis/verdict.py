@@ -337,6 +337,24 @@ def apply_hazards(summary: dict[str, Any], hazards: list[dict[str, Any]]) -> Non
             live["promise"] = "no progress claimed under a documented hazard (below)"
 
 
+def spare_faulty_senders(checks: dict[str, Any], record: RunRecord) -> None:
+    """Where a claim of the run's protocol spares faulty senders (catalogue
+    `ParamClaim.spares_faulty`: 004 Definition 2 lets a crashed sender's last messages reach
+    some correct processes only), take agreement's findings among their messages out of its
+    violations (in place), counted under `spared`."""
+    name, params = record.protocol
+    entry = catalogue.find(name)
+    check = checks.get("agreement")
+    n = int((check or {}).get("faulty_senders") or 0)
+    if check is None or not n or entry is None or not any(
+            c.spares_faulty for c in entry.param_claims_of(params)):
+        return
+    check["violations"] -= n
+    check["spared"] = n
+    check["note"] = ("messages of faulty senders that reached some correct hosts only are "
+                     "spared (`spared`): the claim binds correct senders' messages")
+
+
 def checks_ok(summary: dict[str, Any]) -> bool:
     """True when every claimed checker in the summary found no violation (a check without
     `claimed`, from an older summary, counts as claimed) and no node caught an exception
@@ -545,6 +563,7 @@ def finish(summary: dict[str, Any], record: RunRecord, history: FaultHistory,
     run opt-delivers) in place: the sections the run's protocol adds (membership, QoS),
     liveness, verdict and `ok`; return it."""
     wanted = run_sections(record)
+    spare_faulty_senders(summary["checks"], record)
     if "local_order" in summary:
         summary["checks"]["local_order"] = summary.pop("local_order")
         summary["checks"]["local_order"]["claimed"] = "local_order" in claims

@@ -1,14 +1,16 @@
 """Explorer mutation score: how many planted protocol bugs `testbed explore` finds.
 
 Run from the repository root: ``python -m bench.mutants [--seeds N] [--only NAME]
-[--workers N]``. Each `bench/mutants/*.patch` plants one realistic bug in one protocol; its
-first line, ``# <protocol>: <the bug>``, names the protocol to explore. Per mutant:
+[--workers N] [--world]``. Each `bench/mutants/*.patch` plants one realistic bug in one
+protocol; its first line, ``# <protocol>: <the bug>``, names the protocol to explore. Per
+mutant:
 
 1. a scratch copy of HEAD (`git archive`, under a temporary directory; the real tree is never
    touched) with the patch applied (`git apply`);
 2. `python -m testbed explore` of the nightly's base spec
    (experiments/nightly/sim-explore.yaml: two sites, 3 s at 20 msgs/s per host, up to 3
-   drawn faults, the nightly's params of the protocol) with `--protocol`'s protocol, seeds
+   drawn faults, the nightly's params of the protocol; `--world`: each seed's drawn world
+   instead of the fixed set-up) with `--protocol`'s protocol, seeds
    0, 1, ... in growing chunks, `PYTHONPATH` the scratch copy, until a seed fails;
 3. a failing seed kills the mutant unless the unmodified code (a second scratch copy of HEAD)
    fails that seed with the same checks: a bug HEAD has already is not the mutant's (the
@@ -119,13 +121,14 @@ def link_build(copy: Path, touched: tuple[str, ...]) -> bool:
     return True
 
 
-def write_spec(copy: Path, protocol: str) -> Path:
+def write_spec(copy: Path, protocol: str, world: bool = False) -> Path:
     """The nightly explore spec for one protocol (its nightly params), next to the original
     so that the topology's relative path holds. Fault schedules on the nightly's fixed set-up
-    (`world: false`): the score in docs/benchmarks.md measures that mode."""
+    (`world: false`), the mode the score in docs/benchmarks.md measures, or with `world`
+    each seed's drawn world (docs/explore.md "Worlds")."""
     data = yaml.safe_load((copy / BASE_SPEC).read_text())
     nightly = data.pop("nightly", {}) or {}
-    data.setdefault("explore", {})["world"] = False
+    data.setdefault("explore", {})["world"] = world
     params = (nightly.get("params") or {}).get(protocol) or {}
     data["protocol"] = {"name": protocol, **({"params": params} if params else {})}
     spec = copy / BASE_SPEC.parent / f"mutant-{protocol}.yaml"
@@ -159,18 +162,18 @@ def failing_of(row: dict[str, object]) -> list[str]:
 class Baseline:
     """HEAD's verdicts on the seeds a mutant fails, one scratch copy per bench run."""
 
-    def __init__(self, tmp: Path, workers: int):
+    def __init__(self, tmp: Path, workers: int, world: bool = False):
         self.copy = tmp / "head"
         scratch_copy(self.copy)
         self.compiled = link_build(self.copy, ())
-        self.tmp, self.workers = tmp, workers
+        self.tmp, self.workers, self.world = tmp, workers, world
         self.cache: dict[tuple[str, int], list[str]] = {}
 
     def failing(self, protocol: str, seed: int) -> list[str]:
         """[] when HEAD passes the seed."""
         key = (protocol, seed)
         if key not in self.cache:
-            spec = write_spec(self.copy, protocol)
+            spec = write_spec(self.copy, protocol, self.world)
             row = explore(self.copy, spec, seed, 1, 1, self.tmp / "head-out")[0]
             self.cache[key] = [] if row["ok"] else failing_of(row)
         return self.cache[key]
@@ -185,7 +188,7 @@ def run_mutant(m: Mutant, seeds: int, workers: int, baseline: Baseline, tmp: Pat
         subprocess.run(["git", "apply", str(m.patch)], cwd=copy, check=True,
                        capture_output=True, text=True)
         res.compiled = link_build(copy, m.files)
-        spec = write_spec(copy, m.protocol)
+        spec = write_spec(copy, m.protocol, baseline.world)
         for first, count in chunks(seeds):
             for row in explore(copy, spec, first, count, workers, tmp / "out"):
                 seed = int(row["seed"])  # type: ignore[call-overload]
@@ -214,6 +217,8 @@ def main() -> None:
     parser.add_argument("--only", action="append", metavar="NAME",
                         help="this mutant only (repeatable)")
     parser.add_argument("--workers", type=int, default=1, help="explore worker processes")
+    parser.add_argument("--world", action="store_true",
+                        help="explore drawn worlds (`world: true`), not the fixed set-up")
     args = parser.parse_args()
     todo = mutants()
     if args.only:
@@ -224,7 +229,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-mutants-"))
     results: list[Result] = []
     try:
-        baseline = Baseline(tmp, args.workers)
+        baseline = Baseline(tmp, args.workers, args.world)
         for m in todo:
             res = run_mutant(m, args.seeds, args.workers, baseline, tmp)
             results.append(res)

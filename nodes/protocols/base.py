@@ -196,6 +196,13 @@ class Log:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
+# The Log a restarted process writes where it joins a sender's stream (fields `origin` and
+# `mno`, logged as the `mid` of the first message it takes from that sender): from that
+# message on it owes every message of the sender some correct host delivers (agreement,
+# analysis/joins.py).
+JOIN_EVENT = "stream_join"
+
+
 @dataclass(frozen=True, slots=True)
 class Reserve:
     """Ask the network for a reservation of `rate_bps` (bits/s) for this node's sends.

@@ -23,7 +23,7 @@ Importing this module needs no pydantic (the node image has none): only `params_
 from __future__ import annotations
 
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, fields
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -209,6 +209,31 @@ class Hazard:
                             + [kind(f) for f in sorted(self.faults)])
 
 
+@dataclass(frozen=True)
+class ParamClaim:
+    """Checks a protocol claims only under some parameter values: a theorem of its paper that
+    holds under them. A run whose resolved params equal every `params` value (a param left
+    out takes its default, as for a Hazard) is held to `claims` besides the entry's own.
+
+    - `spares_faulty`: agreement spares the messages of faulty senders (a host that crashed
+      for good, an incarnation before its restart, a host cut off at the end): a definition
+      whose liveness binds only correct senders' messages (004 Definition 2) lets such a
+      message reach some correct hosts and not others. The checks count those findings
+      apart (`agreement.faulty_senders`) and the verdict does not fail for them.
+    - `source`: the theorem or section that gives the claim.
+    """
+
+    claims: frozenset[str]
+    params: tuple[tuple[str, Any], ...]
+    source: str
+    spares_faulty: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """As `testbed schema` shows it (x-protocols) and docs/protocols.md lists it."""
+        return {"claims": sorted(self.claims), "params": {k: v for k, v in self.params},
+                "spares_faulty": self.spares_faulty, "source": self.source}
+
+
 # The common claims: reliable channels (NACK or ACK retransmission) deliver through loss,
 # duplication, reordering, pauses, healed partitions and clock faults; a crashed member only
 # stops its own stream.
@@ -315,6 +340,27 @@ PSYNC_HAZARDS = SENDER_REPAIR_HAZARDS + (
                   "mid-way without the context of what it skipped"),
 )
 
+# qos-vbr without loss (`loss_tolerance: 0`, 004 §6): every message a correct sender sends
+# reaches every correct process, which delivers every message it receives (Lemma 6.1; a
+# joining process every one of the slots from its join on, §6.3, §6.6): agreement among the
+# correct processes. Only a crashed sender's last messages may reach some of them and not
+# others (§6.2: total order with gaps, Definition 2). With loss (§7) gaps come from the
+# network too, and no agreement is claimed.
+QOS_VBR_CLAIMS = (
+    ParamClaim(frozenset({"agreement"}), (("loss_tolerance", 0),), spares_faulty=True,
+               source="004 §6.4 Lemma 6.1 and Definition 2 (gaps only from faulty senders) "
+                      "without loss"),
+)
+# ... but a partition or a pause is detected as a failure (§6.6): the others remove the
+# detached processes, whose messages meanwhile reach the detached side only, and merge them
+# later; a lost datagram (outside the model with x = 0) is a gap for good.
+QOS_VBR_HAZARDS = tuple(
+    Hazard(frozenset({"agreement"}), frozenset({kind}), (("loss_tolerance", 0),),
+           reason="004 §6.6 detects a partition or pause as a failure (the detached processes "
+                  "are removed and merged later: their messages meanwhile are gaps), and §6 "
+                  "has no repair of a lost datagram")
+    for kind in ("partition", "pause", "loss"))
+
 
 # The fixed sequencer's messages (000 Fig. 1) over reliable FIFO (002), with the relay's FETCH:
 # ORDERs only from the sequencer, FETCHes only to it, but the restarted sequencer's join
@@ -415,6 +461,8 @@ class Entry:
     # Its throughput ceiling (Ceiling above; None: none but the network's): a drawn world's
     # drain covers the backlog an offered load above it leaves (testbed/explore/case.py).
     ceiling: Ceiling | None = None
+    # Checks claimed only under some params (ParamClaim above).
+    param_claims: tuple[ParamClaim, ...] = ()
 
     def host_params(self) -> tuple[str, ...]:
         """Parameters that name a host: specs check them, nodes get the member id
@@ -431,6 +479,17 @@ class Entry:
         if check == "local_order":
             return self.optimistic
         return check in self.claims
+
+    def param_claims_of(self, params: Mapping[str, Any]) -> tuple[ParamClaim, ...]:
+        """The ParamClaims a run with `params` matches (a param left out: its default)."""
+        defaults = {f.name: f.default for f in fields(self.params)}
+        return tuple(c for c in self.param_claims
+                     if all(params.get(k, defaults.get(k)) == v for k, v in c.params))
+
+    def claims_for(self, params: Mapping[str, Any]) -> frozenset[str]:
+        """The checks a run with `params` is held to: the claims and the matching
+        ParamClaims'."""
+        return self.claims.union(*(c.claims for c in self.param_claims_of(params)))
 
 
 CATALOGUE: tuple[Entry, ...] = (
@@ -522,6 +581,7 @@ CATALOGUE: tuple[Entry, ...] = (
           model=Model(loss=True, loss_param="loss_tolerance",
                       failures=frozenset({"crash", "pause", "partition"}),
                       source="004 §2.1, §6 (crashes, joins, merges), §7 (loss with x > 0)"),
+          param_claims=QOS_VBR_CLAIMS, hazards=QOS_VBR_HAZARDS,
           summary="QoS-preserving total order for variable bit rate: slots of theta, latency "
                   "<= delta+gamma+theta, delta+2gamma+theta with a crash; total order with "
                   "gaps when loss_tolerance > 0 (004 secs. 5-7)"),
@@ -601,6 +661,11 @@ def register(entry: Entry) -> Entry:
         if not {k for k, _ in h.params} <= {f.name for f in fields(e.params)} or not h.reason:
             raise RuntimeError(f"protocol {e.name!r}: a hazard names unknown params or has "
                                "no reason")
+    for c in e.param_claims:
+        if not c.claims <= set(CHECKS) or not c.params or not c.source or not {
+                k for k, _ in c.params} <= {f.name for f in fields(e.params)}:
+            raise RuntimeError(f"protocol {e.name!r}: a param claim claims unknown checks, "
+                               "names no or unknown params, or has no source")
     if not set(e.sections) <= set(SECTIONS):
         raise RuntimeError(f"protocol {e.name!r}: unknown analysis sections")
     if bool(e.bound) != (e.model is not None):

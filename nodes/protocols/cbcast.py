@@ -38,8 +38,9 @@ continue and
   (002 "Causal ordering: Issues"; no liveness is claimed under a crash): the new stream waits
   for it only through a dependant;
 - B5 (ours) a restarted receiver joins each sender's stream at the first message reliable
-  FIFO hands it (which joins from the present too): VT_j[i] := t_m[i] - 1 then. A
-  dependency on a sender it has not heard from since its restart holds until it does.
+  FIFO hands it (which joins from the present too): VT_j[i] := t_m[i] - 1 then, logged as
+  `stream_join` naming that message (from it on, the receiver owes every message of i).
+  A dependency on a sender it has not heard from since its restart holds until it does.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from nodes.protocols.base import Action, FinalDeliver, Log, Received
+from nodes.protocols.base import JOIN_EVENT, Action, FinalDeliver, Log, Received
 from nodes.protocols.reliable import Below, OnReliable
 from nodes.protocols.sequencer import INCARNATION_SPAN
 from nodes.wire import Header, Message, MsgType
@@ -104,6 +105,10 @@ class Cbcast(OnReliable):
         t_m = list(self.vt_format.unpack_from(msg.payload))
         i = self.index[h.origin]
         moved = False
+        # B5 starts i's stream here: logged, the checks hold this process to every message
+        # of i from this one on (analysis/joins.py).
+        joins: list[Action] = ([] if i in self.joined else
+                               [Log(JOIN_EVENT, {"origin": h.origin, "mno": t_m[i]})])
         if i not in self.joined:  # B5
             self.joined.add(i)
             moved = t_m[i] - 1 > self.vt[i]
@@ -113,8 +118,9 @@ class Cbcast(OnReliable):
             self.vt[i] = t_m[i] // INCARNATION_SPAN * INCARNATION_SPAN
             moved = True
         if self._stale(i, t_m[i]):
-            return self._rescan() if moved else []
-        out: list[Action] = [Received(h.origin, h.mno, len(msg.payload) - size, self.instance)]
+            return joins + self._rescan() if moved else joins
+        out: list[Action] = [*joins,
+                             Received(h.origin, h.mno, len(msg.payload) - size, self.instance)]
         if not self._deliverable(i, t_m):
             self.held.append((i, t_m, msg))
             self.max_held = max(self.max_held, len(self.held))

@@ -31,6 +31,7 @@ def _protocol_schema(schema: dict[str, Any]) -> None:
         e.name: {"summary": e.summary, "claims": sorted(e.claims), "optimistic": e.optimistic,
                  "liveness": e.liveness.as_dict(),
                  "hazards": [h.as_dict() for h in e.hazards],
+                 "param_claims": [c.as_dict() for c in e.param_claims],
                  **({"bound": e.bound, "model": e.model.as_dict()} if e.model else {}),
                  "params": catalogue.params_model(e.name).model_json_schema()}
         for e in catalogue.CATALOGUE}
