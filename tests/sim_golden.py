@@ -19,7 +19,9 @@ the five on the sequencer again when members began to report their delivered num
 sequencer (an empty FETCH every `ack_every_ms`), which keeps its relay store until stable;
 `sequencer-faults` again when a restarted sequencer member began to number and log its
 broadcasts at once but hold them until it joined the order, and to ask the sequencer for an
-ORDER to join at (docs/protocols.md "Restarts").
+ORDER to join at (docs/protocols.md "Restarts");
+all again when the failure detector began to probe (a PING and an ACK a round instead of an
+ALIVE to every member: other link draws, the same checks hold).
 Regenerate only for an intended change of behaviour:
 
     python -m tests.sim_golden > tests/sim_golden.json
