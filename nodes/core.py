@@ -107,7 +107,8 @@ class NodeCore:
         self.fd = FailureDetector(cfg.node_id, sorted(self.names),
                                   round(float(p.get("fd_interval_ms", 100)) * 1e6),
                                   round(float(p.get("fd_timeout_ms", 1000)) * 1e6),
-                                  int(p.get("fd_alives_per_timeout", 4)))
+                                  int(p.get("fd_alives_per_timeout", 4)),
+                                  announce=cfg.incarnation > 0)
         # Node-side network filters (partitions on backends without iptables): datagrams to
         # `blocked_out` are not sent, datagrams from `blocked_in` are dropped on arrival.
         self.blocked_out: set[int] = set()
@@ -191,11 +192,13 @@ class NodeCore:
             actions = fd.heard(src, lt)
             if msg.header.type != ALIVE:
                 actions += self.protocol.on_message(src, msg, lt)
+            else:
+                actions += fd.on_alive(src, msg.header, lt)
         else:
             fd.last_heard[src] = lt  # the common case of FailureDetector.heard, inlined
             # The protocol's own list: not extended in place (copied below if need be).
             if msg.header.type == ALIVE:
-                actions = []
+                actions = fd.on_alive(src, msg.header, lt)
             else:
                 seq = self.native_sequencer
                 actions = (seq.on_message(src, msg, lt) if seq is not None
@@ -268,7 +271,6 @@ class NodeCore:
         sends: list[tuple[int | None, bytes, Message]] | None = None
         timers: list[tuple[str, int]] | None = None
         lt: int | None = None
-        multicast = False
         for a in actions:
             kind = type(a)
             # `a` is Any: each branch reads its fields through the narrowed type (`cast`),
@@ -279,8 +281,6 @@ class NodeCore:
                     sends = []
                 msg = snd.msg
                 sends.append((snd.dst, encode(msg), msg))
-                if snd.dst is None:
-                    multicast = True
             elif kind is SetTimer:
                 st = cast(SetTimer, a)
                 if timers is None:
@@ -309,8 +309,6 @@ class NodeCore:
             else:
                 lt = self.clock.local(t) if lt is None else lt
                 self._record(a, t, lt)
-        if multicast:  # heard by every member: the failure detector's ALIVE can wait
-            self.fd.multicast_at = self.clock.local(t) if lt is None else lt
         if sends is None and timers is None:
             return NOTHING
         return Output(sends, timers)

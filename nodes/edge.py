@@ -10,8 +10,8 @@ The check table (`CHECKS`) holds one function per message type. The rules come f
 protocols they protect:
 
 - every message: the sender is a member other than this node; the header's protocol is the
-  node's (or a layer's beside it, `EdgeRules.protos`; ALIVE: the failure detector's RAW),
-  and the type is one that protocol uses;
+  node's (or a layer's beside it, `EdgeRules.protos`; ALIVE: the failure detector's RAW, a
+  known kind about a member), and the type is one that protocol uses;
 - DATA (reliable FIFO multicast, 002 "Reliable FIFO: Negative Acknowledgement"): the origin
   R-multicasts its own messages, so origin == sender (a RELAYED copy, 000 sec. 2.1 and the
   relay in nodes/protocols/sequencer.py, keeps its origin's header too); the reliable
@@ -56,6 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from nodes.protocols.failure_detector import KINDS as ALIVE_KINDS
 from nodes.wire import Flag, Header, Message, MsgType, Proto
 
 RSEQ_WINDOW = 1 << 16  # reliable numbers ahead of the last delivered from that sender
@@ -136,8 +137,10 @@ class Gate:
         h = msg.header
         if h.sender == self.me or h.sender not in self.members:
             return "sender"
-        if h.type == MsgType.ALIVE:
-            return None if h.proto == Proto.RAW else "proto"
+        if h.type == MsgType.ALIVE:  # the failure detector's: a known kind about a member
+            if h.proto != Proto.RAW:
+                return "proto"
+            return None if h.aux in ALIVE_KINDS and h.origin in self.members else "alive"
         if self.allowed is None:
             return None  # a protocol this table does not describe: generic checks only
         if h.proto != self.proto and h.proto not in self.protos:

@@ -21,7 +21,9 @@ sequencer (an empty FETCH every `ack_every_ms`), which keeps its relay store unt
 broadcasts at once but hold them until it joined the order, and to ask the sequencer for an
 ORDER to join at (docs/protocols.md "Restarts"); `token-ring` again when K4's resend was timed
 from the pass (a timer armed with it) instead of the next periodic tick; `cbcast` again when a
-restarted receiver began to log where it joins each stream (`stream_join`, B5).
+restarted receiver began to log where it joins each stream (`stream_join`, B5); all again when
+the failure detector began to probe (a PING and an ACK a round instead of an ALIVE to every
+member: other link draws, the same checks hold).
 Regenerate only for an intended change of behaviour:
 
     python -m tests.sim_golden > tests/sim_golden.json

@@ -102,6 +102,7 @@ def test_writing_fd_timeout_through_mgmt_changes_when_suspicions_fire(testbed_up
     try:
         time.sleep(1.5)
         assert h1.read("testbed:type=FailureDetector", "SuspectedMembers") == []
+        raised = h1.read("testbed:type=FailureDetector", "Suspicions")
         w = cli("mgmt", "h1", "write", "testbed:type=FailureDetector", "TimeoutMs", "300",
                 "--runs", str(out))
         assert w.returncode == 0 and json.loads(w.stdout) == 4000.0
@@ -109,6 +110,7 @@ def test_writing_fd_timeout_through_mgmt_changes_when_suspicions_fire(testbed_up
         # delays ticks, hence the wait for it rather than a fixed sleep).
         assert eventually(lambda: h1.read("testbed:type=FailureDetector",
                                           "SuspectedMembers") == ["h4"])
+        assert h1.read("testbed:type=FailureDetector", "Suspicions") >= raised + 1
     finally:
         MgmtClient(run.control_url("h4"), run.token).exec("testbed:type=Network", "heal")
     assert eventually(lambda: h1.read("testbed:type=FailureDetector",

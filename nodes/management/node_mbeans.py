@@ -103,13 +103,15 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
         fd.interval_ns = round(ms * 1e6)
 
     registry.register(
-        MBean("testbed:type=FailureDetector", "Heartbeat failure detector (D3.5 section 4.2)")
+        MBean("testbed:type=FailureDetector", "Probing failure detector (D3.5 section 4.2)")
         .attribute("TimeoutMs", "float", lambda: fd.timeout_ns / 1e6, set_fd_timeout,
-                   "silence after which a member is suspected")
+                   "how long an unanswered probe waits before its target is suspected")
         .attribute("IntervalMs", "float", lambda: fd.interval_ns / 1e6, set_fd_interval,
-                   "heartbeat period")
+                   "period of the detector's check")
         .attribute("SuspectedMembers", "list",
                    lambda: sorted(core.names[m] for m in fd.suspected))
+        .attribute("Suspicions", "int", lambda: fd.suspicions,
+                   description="suspicions raised since start (each one a member suspected)")
     )
 
     def ids(names: list[str]) -> set[int]:

@@ -25,12 +25,13 @@ def param(default: Any, doc: str, **meta: Any) -> Any:
 class CommonParams:
     """Parameters every protocol takes: the failure detector the node core runs beside it."""
 
-    fd_interval_ms: float = ms("period of the failure detector's check (suspicions; an ALIVE "
-                               "when due)", 100)
-    fd_timeout_ms: float = ms("silence after which a member is suspected", 1000)
-    fd_alives_per_timeout: int = param(4, "ALIVEs a node silent towards the group sends per "
-                                       "fd_timeout_ms (one after timeout / this, at least an "
-                                       "interval; a multicast stands for one)", ge=1)
+    fd_interval_ms: float = ms("period of the failure detector's check (probes due, "
+                               "suspicions)", 100)
+    fd_timeout_ms: float = ms("how long an unanswered probe waits before its target is "
+                              "suspected", 1000)
+    fd_alives_per_timeout: int = param(4, "probe rounds per fd_timeout_ms (a round is timeout "
+                                       "/ this, at least an interval; each member sends one "
+                                       "PING and one ACK a round when idle)", ge=1)
 
 
 P = TypeVar("P", bound=CommonParams)

@@ -29,7 +29,14 @@ config) is for daemons that have a core each: with more daemons than cores every
 the core another daemon's deadline or a node needs, so the applier turns it off there and the
 daemon sleeps until the deadline itself (at real-time priority with 1 us timer slack the
 wake-up is tens of microseconds late, against paths of milliseconds). At 30 hosts and 1
-message/s each the 30 spinning daemons took more CPU than the 30 nodes.
+message/s each the 30 spinning daemons took more CPU than the 30 nodes. Holding nothing, it
+blocks in select() without a timeout (a packet, an ARP reply, a control request or a signal
+wakes it): an idle daemon takes no CPU (it woke every 200 ms before: 1-2 % of a core each).
+It runs at real-time priority only while it holds packets (their deadlines need the prompt
+wake-up) and at normal priority while it holds nothing, so an idle daemon never outranks the
+nodes; the packet that wakes an idle daemon is read at normal priority (its delay runs from
+that read, so on a busy machine a scheduler's wake-up latency can be added to the first packet
+after a silence; the ones behind it wait at real-time priority).
 
 Control socket (a Unix stream socket; one JSON request per connection, one JSON reply):
   {"op": "ping"}  {"op": "stats"}  {"op": "set", "dst": IP, "path": {delay_ns, ...}}
@@ -258,6 +265,9 @@ class Daemon:
         # the kernel's or the receiver's when a measured delay is off.
         self.late_max = self.late_1ms = 0
         self.stop = False
+        # SCHED_FIFO priority while holding packets (0: none, e.g. without CAP_SYS_NICE).
+        self.rt_priority = int(cfg.get("rt_priority", RT_PRIORITY))
+        self.realtime = False
         self.neigh = Neighbours()
         self.tx = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_IP))
         self.tx.setblocking(False)
@@ -364,27 +374,48 @@ class Daemon:
             return {"ok": True}
         return {"ok": False, "error": f"unknown op {op!r}"}
 
-    def run(self, nfq: Any, ctl: socket.socket) -> None:
+    def hold_priority(self, holding: bool) -> None:
+        """Real-time priority while holding packets, normal while holding nothing (a daemon
+        that cannot take real-time priority stays at normal priority for good)."""
+        if self.rt_priority <= 0:
+            return
+        try:
+            if holding:
+                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(self.rt_priority))
+            else:
+                os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        except (OSError, AttributeError):
+            self.rt_priority = 0
+            return
+        self.realtime = holding
+
+    def run(self, nfq: Any, ctl: socket.socket, wake: socket.socket) -> None:
+        """Until stopped: release what is due, then sleep until the next deadline (less the
+        spin) or, holding nothing, until a packet, an ARP reply, a control connection or a
+        signal (`wake`, the signal wake-up socket) arrives: an idle daemon takes no CPU."""
         fd = nfq.get_fd()
         arp = self.neigh.arp
-        rlist = [fd, ctl, arp]
+        rlist = [fd, ctl, arp, wake]
         mono, sel = time.monotonic_ns, select.select
         spin = int(self.cfg.get("spin_ns", SPIN_NS))
         while not self.stop:
             now = mono()
             self.release(now)
+            if bool(self.heap) != self.realtime:
+                self.hold_priority(bool(self.heap))
+            timeout: float | None = None
             if self.heap:
                 wait = self.heap[0][0] - now
                 timeout = (wait - spin) / 1e9 if wait > spin else 0.0
-                timeout = min(timeout, 0.2)
-            else:
-                timeout = 0.2
             ready, _, _ = sel(rlist, [], [], timeout)
             if ready:
                 if fd in ready:
                     nfq.run(block=False)
                 if arp in ready:
                     self.neigh.on_arp()
+                if wake in ready:
+                    with contextlib.suppress(OSError):
+                        wake.recv(64)
                 if ctl in ready:
                     try:
                         conn, _ = ctl.accept()
@@ -465,14 +496,12 @@ def main(argv: list[str] | None = None) -> int:
     # Without this the default 50 us timer slack stays: coarser, still correct.
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
-    # Real-time priority: on a busy machine a normal-priority wakeup can wait for a whole
-    # scheduler slice (milliseconds), which is exactly the tail we must not add. The spin before
-    # each deadline is short, and the kernel's RT throttling bounds what a bug could take. The
-    # priority sits above the probes' (bench/owd_probe.py, 20): a measuring or load-generating
-    # process must not be able to delay the delay line it measures.
-    with contextlib.suppress(OSError, AttributeError):
-        os.sched_setscheduler(0, os.SCHED_FIFO,
-                              os.sched_param(int(cfg.get("rt_priority", RT_PRIORITY))))
+    # Real-time priority while holding packets (Daemon.hold_priority): on a busy machine a
+    # normal-priority wakeup can wait for a whole scheduler slice (milliseconds), which is
+    # exactly the tail a deadline must not get. The spin before each deadline is short, and the
+    # kernel's RT throttling bounds what a bug could take. The priority sits above the probes'
+    # (bench/owd_probe.py, 20): a measuring or load-generating process must not be able to
+    # delay the delay line it measures.
     gc.disable()
     daemon = Daemon(cfg)
 
@@ -481,6 +510,12 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    # A signal writes to `notify`, which wakes the loop's select(): without a timeout, the
+    # handler alone would leave it asleep (Python retries an interrupted select).
+    wake, notify = socket.socketpair()
+    wake.setblocking(False)
+    notify.setblocking(False)
+    signal.set_wakeup_fd(notify.fileno(), warn_on_full_buffer=False)
     nfq = NetfilterQueue()
     nfq.bind(int(cfg["queue"]), daemon.on_packet, max_len=QUEUE_MAXLEN, range=COPY_RANGE)
     path = cfg["control"]
@@ -492,10 +527,13 @@ def main(argv: list[str] | None = None) -> int:
     ctl.setblocking(False)
     print(f"shaping {len(daemon.lanes)} destination(s) on queue {cfg['queue']}", flush=True)
     try:
-        daemon.run(nfq, ctl)
+        daemon.run(nfq, ctl, wake)
     finally:
         nfq.unbind()
         ctl.close()
+        signal.set_wakeup_fd(-1)
+        wake.close()
+        notify.close()
         if os.path.exists(path):
             os.unlink(path)
     return 0
