@@ -32,11 +32,9 @@ wake-up is tens of microseconds late, against paths of milliseconds). At 30 host
 message/s each the 30 spinning daemons took more CPU than the 30 nodes. Holding nothing, it
 blocks in select() without a timeout (a packet, an ARP reply, a control request or a signal
 wakes it): an idle daemon takes no CPU (it woke every 200 ms before: 1-2 % of a core each).
-It runs at real-time priority only while it holds packets (their deadlines need the prompt
-wake-up) and at normal priority while it holds nothing, so an idle daemon never outranks the
-nodes; the packet that wakes an idle daemon is read at normal priority (its delay runs from
-that read, so on a busy machine a scheduler's wake-up latency can be added to the first packet
-after a silence; the ones behind it wait at real-time priority).
+It keeps its real-time priority while idle: a sleeping task's priority costs nothing, and the
+packet that wakes it needs the prompt wake-up as much as a deadline does (its delay runs from
+when the daemon reads it, so a scheduler slice of waiting would be added to its path).
 
 Control socket (a Unix stream socket; one JSON request per connection, one JSON reply):
   {"op": "ping"}  {"op": "stats"}  {"op": "set", "dst": IP, "path": {delay_ns, ...}}
@@ -265,9 +263,6 @@ class Daemon:
         # the kernel's or the receiver's when a measured delay is off.
         self.late_max = self.late_1ms = 0
         self.stop = False
-        # SCHED_FIFO priority while holding packets (0: none, e.g. without CAP_SYS_NICE).
-        self.rt_priority = int(cfg.get("rt_priority", RT_PRIORITY))
-        self.realtime = False
         self.neigh = Neighbours()
         self.tx = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_IP))
         self.tx.setblocking(False)
@@ -374,21 +369,6 @@ class Daemon:
             return {"ok": True}
         return {"ok": False, "error": f"unknown op {op!r}"}
 
-    def hold_priority(self, holding: bool) -> None:
-        """Real-time priority while holding packets, normal while holding nothing (a daemon
-        that cannot take real-time priority stays at normal priority for good)."""
-        if self.rt_priority <= 0:
-            return
-        try:
-            if holding:
-                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(self.rt_priority))
-            else:
-                os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-        except (OSError, AttributeError):
-            self.rt_priority = 0
-            return
-        self.realtime = holding
-
     def run(self, nfq: Any, ctl: socket.socket, wake: socket.socket) -> None:
         """Until stopped: release what is due, then sleep until the next deadline (less the
         spin) or, holding nothing, until a packet, an ARP reply, a control connection or a
@@ -401,8 +381,6 @@ class Daemon:
         while not self.stop:
             now = mono()
             self.release(now)
-            if bool(self.heap) != self.realtime:
-                self.hold_priority(bool(self.heap))
             timeout: float | None = None
             if self.heap:
                 wait = self.heap[0][0] - now
@@ -496,12 +474,14 @@ def main(argv: list[str] | None = None) -> int:
     # Without this the default 50 us timer slack stays: coarser, still correct.
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
-    # Real-time priority while holding packets (Daemon.hold_priority): on a busy machine a
-    # normal-priority wakeup can wait for a whole scheduler slice (milliseconds), which is
-    # exactly the tail a deadline must not get. The spin before each deadline is short, and the
-    # kernel's RT throttling bounds what a bug could take. The priority sits above the probes'
-    # (bench/owd_probe.py, 20): a measuring or load-generating process must not be able to
-    # delay the delay line it measures.
+    # Real-time priority: on a busy machine a normal-priority wakeup can wait for a whole
+    # scheduler slice (milliseconds), which is exactly the tail we must not add. The spin before
+    # each deadline is short, and the kernel's RT throttling bounds what a bug could take. The
+    # priority sits above the probes' (bench/owd_probe.py, 20): a measuring or load-generating
+    # process must not be able to delay the delay line it measures.
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_FIFO,
+                              os.sched_param(int(cfg.get("rt_priority", RT_PRIORITY))))
     gc.disable()
     daemon = Daemon(cfg)
 
