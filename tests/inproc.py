@@ -55,3 +55,21 @@ def maelstrom_run(out: Path, *args: str) -> tuple[Path, dict[str, Any]]:
     assert r.returncode == 0, r.stdout + r.stderr
     run = sorted(p for p in out.iterdir() if p.is_dir())[-1]
     return run, json.loads((run / "summary.json").read_text())
+
+
+# Four hosts on two sites, 10 ms apart (topologies/two-sites.yaml inline): the topology of the
+# tests' small inline experiments.
+TWO_SITES = """\
+topology:
+  name: two-sites
+  sites:
+    lisbon: {lan: {delay: 0.5ms}}
+    boston: {lan: {delay: 0.5ms}}
+  wan:
+    - {between: [lisbon, boston], delay: 10ms}
+  hosts:
+    - {name: h1, site: lisbon}
+    - {name: h2, site: lisbon}
+    - {name: h3, site: boston}
+    - {name: h4, site: boston}
+"""

@@ -19,22 +19,11 @@ from analysis.joins import join_points
 from analysis.judge import judge_run
 from analysis.record import read_record
 from tests.eventlogs import run_dir_of
-from tests.inproc import run_cli
+from tests.inproc import TWO_SITES, run_cli
 
 SPEC = """\
 name: restart-joins
-topology:
-  name: two-sites
-  sites:
-    lisbon: {lan: {delay: 0.5ms}}
-    boston: {lan: {delay: 0.5ms}}
-  wan:
-    - {between: [lisbon, boston], delay: 10ms}
-  hosts:
-    - {name: h1, site: lisbon}
-    - {name: h2, site: lisbon}
-    - {name: h3, site: boston}
-    - {name: h4, site: boston}
+""" + TWO_SITES + """\
 backend: sim
 duration: 3s
 drain: 1s

@@ -16,24 +16,13 @@ from analysis.record import read_record
 from analysis.verdict import Fault, matching_hazards
 from nodes.protocols import catalogue
 from tests.eventlogs import run_dir_of
-from tests.inproc import run_cli
+from tests.inproc import TWO_SITES, run_cli
 
 # The sequencer crashes for good: a stall its claim excuses. No loss, so the survivors got
 # every ORDER it sent and agree.
 SPEC = """\
 name: seqcrash
-topology:
-  name: two-sites
-  sites:
-    lisbon: {lan: {delay: 0.5ms}}
-    boston: {lan: {delay: 0.5ms}}
-  wan:
-    - {between: [lisbon, boston], delay: 10ms}
-  hosts:
-    - {name: h1, site: lisbon}
-    - {name: h2, site: lisbon}
-    - {name: h3, site: boston}
-    - {name: h4, site: boston}
+""" + TWO_SITES + """\
 backend: sim
 duration: 3s
 drain: 1s
