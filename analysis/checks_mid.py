@@ -26,9 +26,12 @@ import pyarrow.compute as pc
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from analysis.joins import Joins
-
 MAX_EXAMPLES = 10
+
+# process (`host@k`) -> origin host -> the message number it joined that sender's stream at
+# (analysis/joins.py computes them)
+Joins = dict[str, dict[str, int]]
+MID_PATTERN = r"^(?P<origin>.+):(?P<mno>[0-9]{1,18})$"
 
 # Event kinds in the `e` column of the pass's input.
 FNL, SEND, RECV = 0, 1, 2
@@ -433,8 +436,6 @@ class MidPass:
             return []
         n = int((~held[np.ix_(faulty, self.correct)]).sum()) if len(self.correct) else 0
         if self.joined:
-            from analysis.joins import owed, split_mids
-
             origin, mno = split_mids(mids)
             for j, joins in self.joined:
                 n += int((faulty & owed(joins, origin, mno) & ~held[:, j]).sum())
@@ -445,8 +446,6 @@ class MidPass:
         """(mid, process) pairs: a restarted process missing a message it owes (analysis/
         joins.py) that some host held to agreement delivered; counted and shown as
         `_agreement`'s findings are."""
-        from analysis.joins import owed, split_mids  # it names processes as this module does
-
         origin, mno = split_mids(mids)
         recs: list[dict[str, Any]] = []
         shown = 0
@@ -505,3 +504,21 @@ class MidPass:
         if n_restarted:
             recs.append({"r": "restarted_n", "n": n_restarted})
         return recs
+
+
+def split_mids(mids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(origin, mno) of each mid as numpy arrays (object, int64); a mid not of the form
+    `origin:mno` gets origin None and mno -1."""
+    parts = pc.extract_regex(mids, MID_PATTERN)
+    origin = pc.struct_field(parts, "origin").to_numpy(zero_copy_only=False)
+    mno = pc.cast(pc.struct_field(parts, "mno"), pa.int64())
+    return origin, pc.fill_null(mno, -1).to_numpy(zero_copy_only=False)
+
+
+def owed(joins: dict[str, int], origin: np.ndarray, mno: np.ndarray) -> np.ndarray:
+    """Which messages (their origin and mno, split_mids) a process with join points `joins`
+    owes: those of a joined origin from its join point on."""
+    need = np.zeros(len(mno), dtype=bool)
+    for o, first in joins.items():
+        need |= (origin == o) & (mno >= first)
+    return need

@@ -23,30 +23,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.checks_mid import PROCESS_MARK, host_of, process_names
+from analysis.checks_mid import (
+    MID_PATTERN,
+    PROCESS_MARK,
+    Joins,
+    host_of,
+    process_names,
+    split_mids,
+)
 from nodes.protocols.base import JOIN_EVENT
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-# process (`host@k`) -> origin host -> the message number it joined that sender's stream at
-Joins = dict[str, dict[str, int]]
-
-MID_PATTERN = r"^(?P<origin>.+):(?P<mno>[0-9]{1,18})$"
 _KINDS = ("fnl", JOIN_EVENT)
-
-
-def split_mids(mids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(origin, mno) of each mid as numpy arrays (object, int64); a mid not of the form
-    `origin:mno` gets origin None and mno -1."""
-    parts = pc.extract_regex(mids, MID_PATTERN)
-    origin = pc.struct_field(parts, "origin").to_numpy(zero_copy_only=False)
-    mno = pc.cast(pc.struct_field(parts, "mno"), pa.int64())
-    return origin, pc.fill_null(mno, -1).to_numpy(zero_copy_only=False)
 
 
 def join_points(events: pa.Table, restarted: list[str] | tuple[str, ...]) -> Joins:
@@ -94,12 +87,3 @@ def join_points_sql(events: DataFrame, restarted: list[str] | tuple[str, ...]) -
     for r in rows:
         out.setdefault(str(r["p"]), {})[str(r["origin"])] = int(r["mno"])
     return out
-
-
-def owed(joins: dict[str, int], origin: np.ndarray, mno: np.ndarray) -> np.ndarray:
-    """Which messages (their origin and mno, split_mids) a process with join points `joins`
-    owes: those of a joined origin from its join point on."""
-    need = np.zeros(len(mno), dtype=bool)
-    for o, first in joins.items():
-        need |= (origin == o) & (mno >= first)
-    return need
