@@ -539,42 +539,6 @@ def transit(logs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]
     return {pair: quantiles_ms(v) for pair, v in sorted(per.items())}
 
 
-def emulation_records(logs: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
-    """The agents' `nsend` and `nrecv` of node-to-node messages in the form of a protocol
-    node's `ev=emulation` line (nodes/emulation.py), for the fidelity judge
-    (analysis/fidelity.py): per receiver, the one-way transit per sender (µs bins; messages
-    matched as `transit` matches them) and the messages received per sender; per sender, the
-    messages sent per destination. Clients and services are not hosts: left out. A saturated
-    harness shows here first: transit far beyond the configured path."""
-    hosts = set(logs)
-    sent: dict[str, Counter[str]] = defaultdict(Counter)
-    received: dict[str, Counter[str]] = defaultdict(Counter)
-    at: dict[tuple[str, str, int], int] = {}
-    for rows in logs.values():
-        for r in rows:
-            src, dst = str(r.get("src")), str(r.get("dest"))
-            if r.get("ev") != "nsend" or src == dst or src not in hosts or dst not in hosts:
-                continue
-            sent[src][dst] += 1
-            if isinstance(r.get("msg_id"), int) and isinstance(r.get("t"), int):
-                at.setdefault((src, dst, r["msg_id"]), r["t"])
-    transit: dict[str, dict[str, Counter[int]]] = defaultdict(lambda: defaultdict(Counter))
-    for rows in logs.values():
-        for r in rows:
-            src, dst = str(r.get("src")), str(r.get("dest"))
-            if r.get("ev") != "nrecv" or src == dst or src not in hosts or dst not in hosts:
-                continue
-            received[dst][src] += 1
-            if isinstance(r.get("msg_id"), int) and isinstance(r.get("t"), int):
-                t0 = at.pop((src, dst, r["msg_id"]), None)
-                if t0 is not None:
-                    transit[dst][src][max(0, (r["t"] - t0) // 1000)] += 1
-    return {h: [{"transit": {src: {str(b): n for b, n in hist.items()}
-                             for src, hist in transit[h].items()},
-                 "received": dict(received[h]), "sent": dict(sent[h])}]
-            for h in sorted(hosts)}
-
-
 def agent_errors(record: RunRecord, logs: dict[str, list[dict[str, Any]]] | None = None
                  ) -> dict[str, Any]:
     """`ev=error` lines of the agents (a bug of the agent: fails the verdict)."""

@@ -436,9 +436,7 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
     fid = summary.get("fidelity") or {}
     degraded = fid.get("status") == "degraded"
     if degraded:
-        reasons.append(f"emulation degraded: {fid.get('cause') or 'no cause recorded'}"
-                       + ("; the harness was saturated: the program's result may not mean "
-                          "what it says" if summary.get("maelstrom") else ""))
+        reasons.append(f"emulation degraded: {fid.get('cause') or 'no cause recorded'}")
     ok = (safety == "held" and not unjudged and liveness not in ("stalled", "cut-short")
           and not failed and not (degraded and fid.get("policy") != "best-effort"))
     out: dict[str, Any] = {"ok": ok, "safety": safety, "liveness": liveness, "reasons": reasons}
@@ -506,12 +504,7 @@ def add_fidelity(summary: dict[str, Any], record: RunRecord, history: FaultHisto
     if exp.get("backend") == "sim":
         summary["fidelity"] = fid.by_construction(policy)
         return
-    if record.is_maelstrom:  # a program's agents log what they carried instead
-        from analysis.maelstrom import emulation_records, read_logs
-
-        records = emulation_records(read_logs(record)[0])
-    else:
-        records = record.events({"emulation"})
+    records = record.events({"emulation"})
     faulted: dict[str, str] = {}
     for f in history.intervals:
         hosts = set(f.hosts) | {h for cut in f.cuts for h in cut}
