@@ -22,21 +22,9 @@ from typing import Any
 
 from testbed.explore.case import judge, simulate
 from testbed.spec.loader import load_experiment
+from tests.inproc import TWO_SITES
 
-TOPOLOGY = """\
-topology:
-  name: two-sites
-  sites:
-    lisbon: {lan: {delay: 0.5ms}}
-    boston: {lan: {delay: 0.5ms}}
-  wan:
-  - between: [lisbon, boston]
-    delay: 10ms
-  hosts:
-  - {name: h1, site: lisbon}
-  - {name: h2, site: lisbon}
-  - {name: h3, site: boston}
-  - {name: h4, site: boston}
+TOPOLOGY = TWO_SITES + """\
 backend: sim
 """
 

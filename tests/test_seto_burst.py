@@ -11,22 +11,11 @@ from pathlib import Path
 
 from testbed.explore.case import failing_checks, judge, simulate
 from testbed.spec.loader import load_experiment
+from tests.inproc import TWO_SITES
 
 SPEC = """\
 name: seto-burst
-topology:
-  name: two-sites
-  sites:
-    lisbon: {lan: {delay: 0.5ms}}
-    boston: {lan: {delay: 0.5ms}}
-  wan:
-  - between: [lisbon, boston]
-    delay: 10ms
-  hosts:
-  - {name: h1, site: lisbon}
-  - {name: h2, site: lisbon}
-  - {name: h3, site: boston}
-  - {name: h4, site: boston}
+""" + TWO_SITES + """\
 backend: sim
 duration: 3s
 drain: 1s
