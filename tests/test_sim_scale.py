@@ -4,11 +4,10 @@ of simulator events per final delivery -- a mechanism bound, not a timing.
 
 A delivery costs at least the datagrams that carry it: the DATA and its share of an ORDER
 (about two events per delivery), plus the ACKs that free send buffers and the failure
-detector's probes. Every idle sender used to send a HEARTBEAT to every member at every 10 ms
-tick until all had acknowledged (a WAN round trip), and at 100 hosts those heartbeats were
-most of the events (this run failed the bound before); now they go to the members still
-behind, once the sender has been idle for `heartbeat_after_ms` and backing off from there, and
-the failure detector probes one member a round instead of sending ALIVEs to all.
+detector's probes. An idle sender's HEARTBEATs go only to the members still behind, once it
+has been idle for `heartbeat_after_ms` and backing off from there, and the failure detector
+probes one member a round: HEARTBEATs or ALIVEs to every member at every tick would make most
+of a hundred hosts' events, and the bound fails.
 """
 
 from __future__ import annotations
