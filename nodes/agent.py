@@ -343,13 +343,13 @@ class Agent:
         """init, topology, the clients until the workload's end, the final read."""
         try:
             await self._handshake()
-            start = self.cfg.start_at_ns
-            end = start + self.cfg.duration_ns
+            start, end = self._window()
             await asyncio.sleep(max(0.0, (start - self.now()) / 1e9))
             if self.clients and self.rate > 0 and self.now() >= end:
-                # Up only after the workload's end (a machine loaded far beyond its cores):
-                # its clients made no operation, which the checker must not take for valid.
-                self.event("late", by_ms=round((self.now() - start) / 1e6, 1))
+                # Up only after the workload's end and its cap (a machine loaded far beyond
+                # its cores): its clients made no operation, which the checker must not take
+                # for valid.
+                self.event("late", by_ms=round((self.now() - self.cfg.start_at_ns) / 1e6, 1))
             if self.clients and self.rate > 0:
                 per_client = len(self.clients) / self.rate
                 await asyncio.gather(*(self._client(c, end, per_client) for c in self.clients))
@@ -361,6 +361,19 @@ class Agent:
         except Exception as exc:
             self._error("drive", exc)
         self.finished = True
+
+    def _window(self) -> tuple[int, int]:
+        """When this node's clients start and stop. As in Maelstrom, the workload's time
+        begins once the node is initialised: a node up after the planned start (a loaded
+        machine) still gets its `duration` of operations, within the node's cap less the
+        settle and the final reads."""
+        planned = self.cfg.start_at_ns
+        start = max(planned, self.now())
+        if start > planned:
+            self.event("shifted", by_ms=round((start - planned) / 1e6, 1))
+        latest = self.cfg.end_ns - self.settle_ns - int(FINAL_POLL_S * 1e9)
+        end = max(planned + self.cfg.duration_ns, min(start + self.cfg.duration_ns, latest))
+        return start, end
 
     async def _final(self, client: str) -> None:
         """The client's final reads: as many as the generator gives, within FINAL_POLL_S."""

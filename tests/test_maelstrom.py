@@ -662,6 +662,26 @@ def test_testbed_run_takes_the_same_experiment(tmp_path: Path) -> None:
     assert config["program"][1] == str((NODES / "unique_ids.py").resolve())
 
 
+def test_a_program_initialised_after_the_planned_start_still_gets_its_time_limit(
+        tmp_path: Path) -> None:
+    """Maelstrom's workload time starts once the nodes are initialised: a program that
+    answers `init` 2.5 s late (a loaded machine) still makes a second of operations."""
+    slow = tmp_path / "slow.sh"
+    slow.write_text(f"#!/bin/sh\nsleep 2.5\nexec python3 {NODES / 'unique_ids.py'}\n")
+    slow.chmod(0o755)
+    code, s, run, out = _test(tmp_path / "out", "-w", "unique-ids", "--bin", str(slow),
+                              "--node-count", "1", "--time-limit", "1", "--rate", "20")
+    assert code == 0, out
+    events = [json.loads(x) for x in (run / "nodes" / "n0" / "events.jsonl").read_text()
+              .splitlines()]
+    shifted = [e for e in events if e["ev"] == "shifted"]
+    assert shifted and shifted[0]["by_ms"] >= 1000, events[:5]
+    assert not [e for e in events if e["ev"] == "late"]
+    first = min(e["t"] for e in events if e["ev"] == "op")
+    assert first >= next(e["t"] for e in events if e["ev"] == "init")
+    assert s["maelstrom"]["ops"]["ok"] > 5
+
+
 def test_malformed_output_is_counted_and_large_messages_arrive(tmp_path: Path) -> None:
     # 3 s of workload: a loaded machine starts the agents late, and one that comes up after
     # the workload's end fails the run (maelstrom_workload_ran), whatever the lines were
