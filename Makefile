@@ -17,7 +17,7 @@ TEST_DEBS := openjdk-17-jre-headless iproute2 iptables tcpdump tshark mininet br
 # from Debian only when no `npm` is on PATH (machines that ship their own Node.js have npm
 # outside dpkg, and Debian's npm package conflicts with it).
 
-.PHONY: run test test-stress lint venv venv-test java system-deps clean-venv hotpath
+.PHONY: run test test-stress lint venv venv-test java system-deps clean-venv hotpath spark-cds
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ java:
 	  fi; \
 	fi
 
+# The Spark analysis's class-data archive (analysis/cds.py): built once per Java and Spark
+# install (a no-op otherwise); a failed build prints one line and leaves Spark as it was.
+spark-cds: java $(STAMP)
+	-@$(BIN)/python -m analysis.cds build
+
 system-deps:
 	@if [ "$(IS_ROOT)" = yes ]; then \
 	  missing=$$(for p in $(TEST_DEBS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
@@ -55,7 +60,7 @@ system-deps:
 	  echo "not root: skipping Debian packages (root tests will be skipped)"; \
 	fi
 
-run: java $(STAMP) hotpath
+run: java $(STAMP) hotpath spark-cds
 	$(BIN)/testbed run experiments/quickstart.yaml
 
 # Root tests need the emulation extras (Mininet, NFQUEUE binding, Docker SDK) and the remote
@@ -71,7 +76,7 @@ HISTORY ?= history/$(SUITE)
 BUDGET ?= 2h
 BACKENDS ?=
 DATE ?=
-NIGHTLY_DEPS := $(if $(filter full,$(SUITE)),system-deps venv-test,$(STAMP) hotpath)
+NIGHTLY_DEPS := $(if $(filter full,$(SUITE)),system-deps venv-test,$(STAMP) hotpath) spark-cds
 .PHONY: nightly
 nightly: java $(NIGHTLY_DEPS)
 	$(BIN)/testbed nightly --suite $(SUITE) --history $(HISTORY) --budget $(BUDGET) \
@@ -84,13 +89,13 @@ lint: $(STAMP)
 # Two workers (pytest-xdist): every root or timing test runs on one of them, one after
 # another, while the other tests run beside them (tests/conftest.py). TEST_WORKERS=0: serial.
 TEST_WORKERS ?= 2
-test: system-deps java venv-test lint
+test: system-deps java venv-test spark-cds lint
 	$(BIN)/python -m pytest -ra $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
 
 # The flake hunt: the timing-sensitive tests (`-m timing`), ROUNDS times, each while a CPU-bound
 # process keeps one core busy; reports per test how many rounds failed (0 is the bar).
 ROUNDS ?= 5
-test-stress: system-deps java venv-test
+test-stress: system-deps java venv-test spark-cds
 	$(BIN)/python -m tests.stress --rounds $(ROUNDS) $(PYTEST_ARGS)
 
 clean-venv:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from analysis.cds import java_options
 from analysis.warmup import await_warm_up
 
 _LOG4J = Path(__file__).with_name("log4j2.properties")
@@ -159,7 +160,8 @@ def new_session(master: str | None, app: str, events: int) -> SparkSession:
     # cores. Millions of events need the optimizing JIT (and a GC that uses both cores).
     fast_jvm = ("-XX:+UseParallelGC" if events >= LARGE_JOB_EVENTS
                 else "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-    options["spark.driver.extraJavaOptions"] = f"{java_opts} {fast_jvm}"
+    # The driver JVM maps the class-data archive of this install when it is built.
+    options["spark.driver.extraJavaOptions"] = f"{java_opts} {fast_jvm} {java_options()}".strip()
     if _is_local(master):
         # Local mode runs in the driver JVM: give it a quarter of a 24 GiB box, and keep
         # every Spark socket on loopback (the testbed's network rule; also skips the slow
