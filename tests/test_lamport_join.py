@@ -9,8 +9,10 @@ whose timestamp exceeds 2's clock, on the old 1's timestamps and 2's acknowledge
 restarted 1 reaches 2 first (2 welcomes it) and 3 later. Waiting for 3's WELCOME as well gives
 its message y a timestamp past m at both; ending the join at 2's WELCOME (the bench's mutant
 `lamport-join-first-welcome`) gives y a timestamp below m: 2 delivers y before m, 3 after.
-Explore reaches this only when a restart falls within a few milliseconds of a partition's
-heal (docs/benchmarks.md "Explorer mutation score"); this test fails on the mutant."""
+Explore does not draw this within 500 seeds: it needs the restart between a heal and the
+repair of what 2 missed, and the restarted 1 sending before any datagram of 3 reaches it, yet
+late enough that 3 delivered m first (docs/benchmarks.md, "Explorer mutation score"). This
+test fails on the mutant by total order."""
 
 from __future__ import annotations
 
