@@ -79,17 +79,15 @@ def java_options() -> str:
     return f"-XX:SharedArchiveFile={path} {QUIET}" if path and path.exists() else ""
 
 
-def _train() -> None:
-    """In the child: rehearse the analysis, then end the JVM and wait for it to write."""
-    from analysis.job import rehearse
-    from analysis.session import spark_session
-
-    spark = spark_session(app="testbed-cds")
-    rehearse()
+def end_jvm() -> None:
+    """Stop this process's Spark and wait for its driver JVM to exit: in the training child
+    (analysis/job.py run as a module), so that the archive is whole when the child ends."""
     from pyspark import SparkContext
 
     gateway = SparkContext._gateway
-    spark.stop()
+    sc = SparkContext._active_spark_context
+    if sc is not None:
+        sc.stop()
     proc = getattr(gateway, "proc", None)
     if proc is not None and proc.stdin is not None:
         proc.stdin.close()  # the gateway exits on end of input, and the archive is written
@@ -107,7 +105,7 @@ def build() -> Path:
     partial = path.with_name(f"{path.stem}.{os.getpid()}.partial")
     env = {**os.environ, DUMP_ENV: str(partial)}
     try:
-        done = subprocess.run([sys.executable, "-m", "analysis.cds", "train"], env=env,
+        done = subprocess.run([sys.executable, "-m", "analysis.job", "--rehearse"], env=env,
                               capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         if done.returncode != 0 or not partial.exists():
             tail = (done.stderr.strip().splitlines() or ["no archive written"])[-1]
@@ -121,9 +119,6 @@ def build() -> Path:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["train"]:
-        _train()
-        return 0
     if argv[:1] != ["build"]:
         print("usage: python -m analysis.cds build", file=sys.stderr)
         return 2

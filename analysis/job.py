@@ -132,3 +132,15 @@ def rehearse() -> None:
     with tempfile.TemporaryDirectory(prefix="testbed-rehearsal-") as scratch:
         analyze(read_record(generate_run(Path(scratch) / "rehearsal", nodes=2,
                                          duration_s=1.0, rate=4.0)))
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--rehearse"]:
+        sys.exit("usage: python -m analysis.job --rehearse")
+    # analysis/cds.py's training child: the rehearsal, then a JVM that exits whole
+    from analysis.cds import end_jvm
+
+    rehearse()
+    end_jvm()
