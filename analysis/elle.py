@@ -82,6 +82,7 @@ class Graph:
 
 
 def _h(v: Any) -> Any:
+    """A value as a dictionary key (lists and maps as their JSON)."""
     return json.dumps(v, sort_keys=True) if isinstance(v, list | dict) else v
 
 
@@ -118,7 +119,8 @@ def check(txns: list[Txn], models: tuple[str, ...] = DEFAULT_MODELS) -> dict[str
             if f == "append":
                 mine[key].append(_h(v))
                 continue
-            got = [_h(x) for x in v] if isinstance(v, list) else []
+            got = ([x if isinstance(x, int | str) else _h(x) for x in v]
+                   if isinstance(v, list) else [])
             if mine[key] and got[-len(mine[key]):] != mine[key]:
                 found["internal"].append({"op": t.label(), "key": k, "expected-suffix":
                                           mine[key], "read": v})

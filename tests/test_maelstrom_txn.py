@@ -269,3 +269,5 @@ def test_nodes_applying_their_own_transactions_are_flagged(tmp_path: Path) -> No
     assert "incompatible-order" in kinds, kinds
     assert s["checks"]["maelstrom_txn"]["violations"] >= 1
     assert "Analysis invalid!" in out
+    report = next(p for p in tmp_path.iterdir() if p.is_dir()) / "report.html"
+    assert "incompatible-order" in report.read_text()  # the report's anomalies row
