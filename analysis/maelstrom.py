@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from analysis.deliverylog import parse_line
+from analysis.elle import DEFAULT_MODELS, prohibited, txns_of
+from analysis.elle import check as check_elle
 from analysis.kafka import check_kafka
 from analysis.linearizability import TIME_LIMIT_S, RegisterOp
 from analysis.linearizability import check as check_register
@@ -418,6 +420,23 @@ def check_kafka_workload(ops: list[Operation]) -> tuple[dict[str, Any], dict[str
                     "workload_results": got}
 
 
+def check_txn_list_append(ops: list[Operation], models: tuple[str, ...] = DEFAULT_MODELS
+                          ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """txn-list-append (analysis/elle.py); the section's `workload_results` is Elle's map
+    (`valid?`, `anomaly-types`, `anomalies`, `not`). Every anomaly type that `models`
+    prohibits is a violation."""
+    txns, malformed = txns_of(ops)
+    got = check_elle(txns, models)
+    got["consistency-models"] = list(models)
+    bad = [k for k in got["anomaly-types"] if k in prohibited(models)]
+    checks = {"maelstrom_txn": _check(len(bad), [{"type": k, "count": len(
+        got["anomalies"][k]), "first": got["anomalies"][k][:1]} for k in bad])}
+    by_type = Counter(t.type for t in txns)
+    return checks, {"txns": {"ok": by_type["ok"], "fail": by_type["fail"],
+                             "info": by_type["info"], "malformed": malformed},
+                    "anomaly_types": got["anomaly-types"], "workload_results": got}
+
+
 def maelstrom_checks(record: RunRecord, workload: str,
                      read: tuple[dict[str, list[dict[str, Any]]], int] | None = None
                      ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -442,6 +461,9 @@ def maelstrom_checks(record: RunRecord, workload: str,
         checks, section = check_lin_kv(ops)
     elif workload == "kafka":
         checks, section = check_kafka_workload(ops)
+    elif workload == "txn-list-append":
+        models = (record.experiment.get("workload") or {}).get("consistency_models")
+        checks, section = check_txn_list_append(ops, tuple(models or DEFAULT_MODELS))
     else:
         raise ValueError(f"no checker for Maelstrom workload {workload!r}")
     # A program that exits on its own crashed (the agent's stop and a `kill` end it without

@@ -41,6 +41,11 @@ def _table(m: dict[str, Any]) -> str:
     elif "error_types" in m:  # kafka
         rows[5:8] = [("acknowledged sends", m.get("acknowledged_sends")),
                      ("anomalies", ", ".join(m["error_types"]) or "none")]
+    elif "txns" in m:  # txn-list-append
+        txns = m["txns"]
+        rows[5:8] = [("transactions", f"{txns.get('ok', 0)} ok, {txns.get('fail', 0)} "
+                                      f"fail, {txns.get('info', 0)} info"),
+                     ("anomalies", ", ".join(m.get("anomaly_types") or []) or "none")]
     clock = m.get("clock")
     if clock:  # the clock nemesis: which programs it skewed, and what it cannot reach
         faked = ", ".join(clock.get("faked") or []) or "no program"

@@ -51,7 +51,9 @@ from nodes.maelstrom import (
     FINAL_POLL_S,
     KEY_COUNT,
     MAX_LINE,
+    MAX_TXN_LENGTH,
     MAX_WRITES_PER_KEY,
+    TXN_KEY_COUNT,
     Generator,
     Op,
     Reassembly,
@@ -170,9 +172,12 @@ class Agent:
         host_index = cfg.node_id
         self.gen = Generator(self.workload, host_index, len(cfg.members), cfg.incarnation,
                              random.Random(f"{cfg.seed}:{cfg.node_id}:{cfg.incarnation}:ops"),
-                             key_count=int(m.get("key_count") or KEY_COUNT),
+                             key_count=int(m.get("key_count") or (
+                                 TXN_KEY_COUNT if self.workload == "txn-list-append"
+                                 else KEY_COUNT)),
                              max_writes_per_key=int(m.get("max_writes_per_key")
-                                                    or MAX_WRITES_PER_KEY))
+                                                    or MAX_WRITES_PER_KEY),
+                             max_txn_length=int(m.get("max_txn_length") or MAX_TXN_LENGTH))
 
     # -- lifecycle ----------------------------------------------------------------------------
     def now(self) -> int:

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 WORKLOADS = ("echo", "broadcast", "g-set", "g-counter", "pn-counter", "unique-ids",
-             "total-order", "lin-kv", "kafka")
+             "total-order", "lin-kv", "kafka", "txn-list-append")
 # Maelstrom's workloads the agent has no clients and checker for yet.
-NOT_BUILT_WORKLOADS = ("txn-list-append", "txn-rw-register")
+NOT_BUILT_WORKLOADS = ("txn-rw-register",)
 TOPOLOGIES = ("grid", "line", "total", "tree", "tree2", "tree3", "tree4")  # tree: tree2
 LATENCY_DISTS = ("constant", "uniform", "exponential")
 NEMESES = ("partition", "kill", "pause", "clock")
@@ -31,7 +31,13 @@ MAX_LINE = 1 << 20  # a program's output line longer than this is malformed (1 M
 CONTROL_CLIENT = "c0"  # the agent's own client: init and topology
 CLIENT_TIMEOUT_NS = 5_000_000_000  # a request unanswered this long completes as `info`
 KEY_COUNT = 3  # lin-kv and kafka: keys in use at once without --key-count
-MAX_WRITES_PER_KEY = 16  # kafka: sends to one key (from one host) before it is retired
+TXN_KEY_COUNT = 10  # txn-list-append: keys in use at once without --key-count (Elle's)
+MAX_WRITES_PER_KEY = 16  # kafka, txn-list-append: writes to a key (from one host) before
+# it is retired
+MAX_TXN_LENGTH = 4  # txn-list-append: micro-operations per transaction, at most
+# txn-list-append: the models --consistency-models names (analysis/elle.py checks them)
+CONSISTENCY_MODELS = ("read-uncommitted", "read-committed", "snapshot-isolation",
+                      "serializable", "strict-serializable")
 REGISTER_VALUES = 5  # lin-kv: written values 0..4, as Jepsen's linearizable-register test
 ASSIGN_P = 1 / 16  # kafka: the chance that a client re-assigns its keys instead of an op
 FINAL_POLL_S = 10.0  # kafka: how long the final polls try to catch up (Maelstrom's clip)
@@ -121,7 +127,11 @@ class Generator:
     sends to or polls its keys, commits what a poll read right after it, and now and then
     re-assigns itself the keys in use (`list_committed_offsets`: it then polls from the
     committed offsets, or from where it was), as Maelstrom's kafka client; `key_count` keys
-    are in use at once, a key retired after `max_writes_per_key` sends from this host."""
+    are in use at once, a key retired after `max_writes_per_key` sends from this host.
+    txn-list-append: transactions of 1..max_txn_length micro-operations, each a read or an
+    append (even odds) of a key in use, as Elle's list-append generator (`010`); an append's
+    value is unique in the run and increasing per key from this host; `key_count` keys in
+    use, a key retired after `max_writes_per_key` appends from this host."""
 
     workload: str
     host_index: int
@@ -132,6 +142,7 @@ class Generator:
     added: int = field(default=0)
     key_count: int = KEY_COUNT
     max_writes_per_key: int = MAX_WRITES_PER_KEY
+    max_txn_length: int = MAX_TXN_LENGTH
     consumers: dict[str, Consumer] = field(default_factory=dict)
     active: list[int] = field(default_factory=list)  # kafka: the keys in use
     sends: dict[int, int] = field(default_factory=dict)  # kafka: sends per key from here
@@ -170,6 +181,8 @@ class Generator:
             return self._register_op()
         if w == "kafka":
             return self._kafka_op(client)
+        if w == "txn-list-append":
+            return self._txn_op()
         raise ValueError(f"unknown workload {w!r}")
 
     def _register_op(self) -> Op:
@@ -192,6 +205,19 @@ class Generator:
             if self.sends.get(k, 0) >= self.max_writes_per_key:
                 self.active[i] = max(self.active) + 1
         return [str(k) for k in self.active]
+
+    def _txn_op(self) -> Op:
+        txn: list[list[Any]] = []
+        for _ in range(self.rng.randint(1, self.max_txn_length)):
+            self._keys()
+            key = self.rng.choice(self.active)
+            if self.rng.random() < 0.5:
+                txn.append(["r", key, None])
+            else:
+                self.sends[key] = self.sends.get(key, 0) + 1
+                self.counter += 1
+                txn.append(["append", key, self._unique()])
+        return Op("txn", {"type": "txn", "txn": txn}, txn)
 
     def _kafka_op(self, client: str) -> Op:
         c = self.consumers.setdefault(client, Consumer())
@@ -288,7 +314,21 @@ def completion(op: Op, reply: dict[str, Any]) -> tuple[str, Any, str]:
         if op.f == "send":
             return "ok", [op.body["key"], [got, op.body["msg"]]], ""
         return "ok", got, ""
+    if op.f == "txn":
+        got = reply.get("txn")
+        if not _txn_reply(op.value, got):
+            return "info", op.value, f"malformed txn_ok: txn {str(got)[:100]}"
+        return "ok", got, ""
     return "ok", op.value, ""
+
+
+def _txn_reply(asked: list[list[Any]], got: Any) -> bool:
+    """Whether a `txn_ok`'s `txn` completes the one asked: the same micro-operations in the
+    same order, each read with a list (null: a key never appended), each append as sent."""
+    return isinstance(got, list) and len(got) == len(asked) and all(
+        isinstance(m, list) and len(m) == 3 and m[0] == a[0] and m[1] == a[1]
+        and (isinstance(m[2], list) or m[2] is None if a[0] == "r" else m[2] == a[2])
+        for m, a in zip(got, asked, strict=True))
 
 
 def _offset(v: Any) -> bool:

@@ -52,7 +52,8 @@ def agent_sections(exp: ExperimentSpec, hosts: list[str]) -> dict[str, dict[str,
                 "names": names, "clients": clients[i],
                 "rate": total * len(clients[i]) / concurrency, "topology": topology,
                 "settle_ns": exp.drain, "clock": clock, "key_count": w.key_count,
-                "max_writes_per_key": w.max_writes_per_key}
+                "max_writes_per_key": w.max_writes_per_key,
+                "max_txn_length": w.max_txn_length}
             for i, h in enumerate(hosts)}
 
 

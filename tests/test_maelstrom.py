@@ -128,7 +128,7 @@ def test_spec_takes_a_program_and_a_workload(tmp_path: Path) -> None:
     ({"workload": {"rate": "10/s"}}, "workload.maelstrom", "needs a workload"),
     ({"node": {"program": ["./nope"], "speaks": "maelstrom"}}, "node.program.0", "no program"),
     ({"node": {"program": ["python3"], "speaks": "erlang"}}, "node.speaks", "maelstrom"),
-    ({"workload": {"maelstrom": "txn-list-append", "rate": "1/s"}}, "workload.maelstrom",
+    ({"workload": {"maelstrom": "txn-rw-register", "rate": "1/s"}}, "workload.maelstrom",
      "broadcast"),
     ({"faults": [{"kind": "pause", "host": "h1", "at": "1s"}]}, "faults.0.kind",
      "not built yet"),
@@ -153,7 +153,7 @@ def test_a_maelstrom_workload_needs_a_program(tmp_path: Path) -> None:
 # -- the CLI -----------------------------------------------------------------------------------
 def test_bad_input_exits_2_and_dry_run_prints_the_experiment(tmp_path: Path) -> None:
     bin_ = str(NODES / "broadcast.py")
-    for args in (["-w", "txn-list-append"], ["-w", "echo", "--nemesis", "clocks"],
+    for args in (["-w", "txn-rw-register"], ["-w", "echo", "--nemesis", "clocks"],
                  ["-w", "echo", "--latency-dist", "poisson"],
                  ["-w", "echo", "--concurrency", "x"]):
         r = run_cli("maelstrom", "test", "--bin", bin_, "--out", str(tmp_path), *args)
@@ -245,7 +245,7 @@ def test_maelstroms_flags_node_names_and_one_line_errors(tmp_path: Path) -> None
         ("--frobnicate",): "--frobnicate",
         ("--node-count", "0"): "--node-count 0: must be positive",
         ("--nodes", "a,b"): "--nodes a,b",
-        ("--consistency-models", "serializable"): "not built here yet",
+        ("--consistency-models", "linearizable"): "--consistency-models 'linearizable'",
         ("--availability", "most"): "--availability 'most'",
         ("-w", "txn-rw-register"): "txn-rw-register workload is not built here yet; built: "
                                    "echo, broadcast",
@@ -254,9 +254,8 @@ def test_maelstroms_flags_node_names_and_one_line_errors(tmp_path: Path) -> None
         r = cli(*(args if args[0] == "-w" else ("-w", "echo", *args)))
         lines = (r.stdout + r.stderr).strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and words in lines[0], (args, lines)
-    for w in ("txn-list-append", "txn-rw-register"):
-        r = cli("-w", w)
-        assert r.returncode == 2 and "g-counter" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = cli("-w", "txn-rw-register")
+    assert r.returncode == 2 and "txn-list-append" in r.stdout + r.stderr, r.stdout + r.stderr
     assert not tmp_path.exists() or list(tmp_path.iterdir()) == []  # nothing created
 
 

@@ -20,6 +20,7 @@ from typer._click.exceptions import UsageError
 
 from analysis.maelstrom import results
 from nodes.maelstrom import (
+    CONSISTENCY_MODELS,
     LATENCY_DISTS,
     NEMESES,
     NOT_BUILT_WORKLOADS,
@@ -45,7 +46,8 @@ BAD = "Analysis invalid! (ﾉಥ益ಥ）ﾉ ┻━┻"
 UNKNOWN = "Errors occurred during analysis, but no anomalies found. ಠ~ಠ"
 EXIT = {True: 0, False: 1, "unknown": 2}  # Maelstrom's (Jepsen's) exit codes by `valid?`
 DEFAULT_NODES = "n1,n2,n3,n4,n5"  # Maelstrom's nodes without --node-count or --nodes
-KEYED = ("lin-kv", "kafka")  # the workloads --key-count acts on
+KEYED = ("lin-kv", "kafka", "txn-list-append")  # the workloads --key-count acts on
+RETIRING = ("kafka", "txn-list-append")  # the workloads --max-writes-per-key acts on
 
 
 class MaelstromCommand(Command):
@@ -161,7 +163,8 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
           nemesis: list[str], interval: float, net: Path | None, backend: str,
           seed: int, settle: float = 10.0, inventory: Path | None = None,
           nodes: list[str] | None = None, key_count: int | None = None,
-          max_writes_per_key: int | None = None) -> dict[str, Any]:
+          max_writes_per_key: int | None = None, max_txn_length: int | None = None,
+          consistency_models: list[str] | None = None) -> dict[str, Any]:
     """The experiment (with its topology inline, or the `--net` file) the flags describe:
     `node_count` nodes n0..n(N-1), or the names `nodes` (node_count 0)."""
     if workload in NOT_BUILT_WORKLOADS:
@@ -228,7 +231,11 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
                      "topology": topology,
                      **({"key_count": key_count} if key_count and workload in KEYED else {}),
                      **({"max_writes_per_key": max_writes_per_key}
-                        if max_writes_per_key and workload == "kafka" else {})},
+                        if max_writes_per_key and workload in RETIRING else {}),
+                     **({"max_txn_length": max_txn_length}
+                        if max_txn_length and workload == "txn-list-append" else {}),
+                     **({"consistency_models": consistency_models}
+                        if consistency_models and workload == "txn-list-append" else {})},
         "faults": _faults(nemesis, interval, time_limit, hosts, seed),
         **where,
     }
@@ -237,6 +244,17 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
 def _positive(name: str, value: int | None) -> None:
     if value is not None and value < 1:
         raise fail(f"{name} {value}: must be positive")
+
+
+def _models(text: str | None) -> list[str] | None:
+    """Maelstrom's --consistency-models: comma-separated names; None: the default."""
+    if text is None:
+        return None
+    models = [m.strip() for m in text.split(",") if m.strip()]
+    for m in models or [text]:
+        if m not in CONSISTENCY_MODELS:
+            raise fail(f"--consistency-models {m!r}: known: {', '.join(CONSISTENCY_MODELS)}")
+    return models
 
 
 def _availability(text: str | None) -> float | None:
@@ -289,17 +307,20 @@ def test(
         "--availability", help="the fraction of operations that must succeed: 0 to 1, or "
         "total; default: not checked", metavar="A")] = None,
     consistency_models: Annotated[str | None, typer.Option(
-        "--consistency-models", help="the transactional workloads' checks (not built)",
+        "--consistency-models", help="txn-list-append: the models to check, comma-separated "
+        "(default strict-serializable): " + ", ".join(CONSISTENCY_MODELS),
         metavar="MODELS")] = None,
     test_count: Annotated[int, typer.Option("--test-count", help="run the test this many "
                                             "times (seeds --seed, --seed+1, ...)")] = 1,
     key_count: Annotated[int | None, typer.Option(
-        "--key-count", help="lin-kv, kafka: keys in use at once (default 3)")] = None,
+        "--key-count", help="lin-kv, kafka, txn-list-append: keys in use at once (default 3; "
+        "txn-list-append 10)")] = None,
     max_txn_length: Annotated[int, typer.Option(
-        "--max-txn-length", help="transactional workloads (not built; no effect)")] = 4,
+        "--max-txn-length", help="txn-list-append: micro-operations per transaction, at "
+        "most")] = 4,
     max_writes_per_key: Annotated[int, typer.Option(
-        "--max-writes-per-key", help="kafka: sends to a key (from one node's clients) before "
-        "the key is retired")] = 16,
+        "--max-writes-per-key", help="kafka, txn-list-append: writes to a key (from one "
+        "node's clients) before the key is retired")] = 16,
     log_stderr: Annotated[bool, typer.Option(
         "--log-stderr", help="print each node's last stderr lines after the run (always "
         "in nodes/HOST/node.log)")] = False,
@@ -332,9 +353,7 @@ def test(
     if stray:
         raise fail(f"{stray[0]}: not a flag of maelstrom test (the program's own arguments "
                    "go after --)")
-    if consistency_models is not None:
-        raise fail("--consistency-models selects the transactional workloads' checks, which "
-                   "are not built here yet")
+    models = _models(consistency_models)
     for name, value in (("--node-count", node_count), ("--test-count", test_count),
                         ("--key-count", key_count), ("--max-txn-length", max_txn_length),
                         ("--max-writes-per-key", max_writes_per_key)):
@@ -346,7 +365,8 @@ def test(
         n.strip() for n in (nodes or DEFAULT_NODES).split(",") if n.strip()]
     specs = [build(workload, program, node_count or 0, time_limit, rate, concurrency, latency,
                    latency_dist, topology, kinds, nemesis_interval, net, backend, seed + k,
-                   settle, inventory, names, key_count, max_writes_per_key)
+                   settle, inventory, names, key_count, max_writes_per_key, max_txn_length,
+                   models)
              for k in range(test_count)]
     loaded = []
     for spec in specs:

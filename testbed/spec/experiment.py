@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from analysis.expect import parse_expectation
-from nodes.maelstrom import TOPOLOGIES, WORKLOADS
+from nodes.maelstrom import CONSISTENCY_MODELS, TOPOLOGIES, WORKLOADS
 from nodes.protocols import catalogue
 from testbed.faults.schedule import check_faults
 from testbed.faults.spec import FaultSpec, MgmtFault
@@ -114,11 +114,17 @@ class WorkloadSpec(Strict):
         + ", ".join(WORKLOADS))
     concurrency: int | None = Field(default=None, ge=1, description="Maelstrom clients in "
                                     "all (default: one per host), placed on hosts in turn")
-    key_count: int | None = Field(default=None, ge=1, description="lin-kv and kafka: keys in "
-                                  "use at once (default 3)")
-    max_writes_per_key: int | None = Field(default=None, ge=1, description="kafka: sends to "
-                                           "a key from one host before it is retired "
-                                           "(default 16)")
+    key_count: int | None = Field(default=None, ge=1, description="lin-kv, kafka and "
+                                  "txn-list-append: keys in use at once (default 3; "
+                                  "txn-list-append 10)")
+    max_writes_per_key: int | None = Field(default=None, ge=1, description="kafka and "
+                                           "txn-list-append: writes to a key from one host "
+                                           "before it is retired (default 16)")
+    max_txn_length: int | None = Field(default=None, ge=1, description="txn-list-append: "
+                                       "micro-operations per transaction, at most (default 4)")
+    consistency_models: list[Literal[CONSISTENCY_MODELS]] | None = Field(  # type: ignore[valid-type]
+        default=None, description="txn-list-append: the models whose anomalies fail the "
+        "run (default strict-serializable): " + ", ".join(CONSISTENCY_MODELS))
     topology: Literal[TOPOLOGIES] = Field(  # type: ignore[valid-type]
         default="grid", description="broadcast workloads: the neighbour map sent to the "
         "nodes (" + ", ".join(TOPOLOGIES) + ")")
