@@ -210,11 +210,12 @@ class Cbcast(OnReliable):
         joins: list[Action] = []
         if i not in self.joined:  # B5
             self.joined.add(i)
-            moved = t_m[i] - 1 > self.vt[i]
-            self.vt[i] = max(self.vt[i], t_m[i] - 1)
-            # Logged: the checks hold this process to every message of i from the one after
-            # VT_j[i] on (analysis/joins.py).
-            joins.append(Log(JOIN_EVENT, {"origin": h.origin, "mno": self.vt[i] + 1}))
+            first = max(self.vt[i] + 1, t_m[i])  # i's first message owed here
+            moved = first - 1 > self.vt[i]
+            self.vt[i] = first - 1
+            # Logged: the checks hold this process to every message of i from `first` on
+            # (analysis/joins.py).
+            joins.append(Log(JOIN_EVENT, {"origin": h.origin, "mno": first}))
         elif t_m[i] // INCARNATION_SPAN > self.vt[i] // INCARNATION_SPAN:  # B4
             self.old[i] = self.vt[i]
             self.vt[i] = t_m[i] // INCARNATION_SPAN * INCARNATION_SPAN
