@@ -23,7 +23,9 @@ ORDER to join at (docs/protocols.md "Restarts"); `token-ring` again when K4's re
 from the pass (a timer armed with it) instead of the next periodic tick; `cbcast` again when a
 restarted receiver began to log where it joins each stream (`stream_join`, B5); all again when
 the failure detector began to probe (a PING and an ACK a round instead of an ALIVE to every
-member: other link draws, the same checks hold).
+member: other link draws, the same checks hold); `cbcast` again when a restarted process
+began to ask every member for its counts (the join handshake, B6: other link draws, the same
+deliveries and join points).
 Regenerate only for an intended change of behaviour:
 
     python -m tests.sim_golden > tests/sim_golden.json

@@ -38,9 +38,26 @@ continue and
   (002 "Causal ordering: Issues"; no liveness is claimed under a crash): the new stream waits
   for it only through a dependant;
 - B5 (ours) a restarted receiver joins each sender's stream at the first message reliable
-  FIFO hands it (which joins from the present too): VT_j[i] := t_m[i] - 1 then, logged as
-  `stream_join` naming that message (from it on, the receiver owes every message of i).
-  A dependency on a sender it has not heard from since its restart holds until it does.
+  FIFO hands it (which joins from the present too): VT_j[i] := max(VT_j[i], t_m[i] - 1)
+  then, logged as `stream_join` naming i's message VT_j[i] + 1 (from it on, the receiver
+  owes every message of i; one at or below it is a duplicate);
+- B6 (ours) the join handshake. 002 gives no rule for a restarted process (its "Group
+  Communication Protocols" name a member recovery protocol, "Causal ordering: Issues" leaves
+  a failed receiver open). A message of k may depend on i's messages sent before j
+  restarted, which reliable FIFO never hands j: with VT_j[i] still at its start, condition
+  (2) would hold it for ever once i falls silent. So a restarted j sends every member an ASK
+  at its start, and again every JOIN_RETRY_NS while a held message waits on a sender whose
+  stream it has not joined (an ASK or its answer may be lost; a member that answered may
+  have delivered more since). Every member answers an ASK with COUNTS, its VT (its own
+  entry: how many messages it sent). For each sender i whose stream j has not joined,
+  VT_j[i] := max(VT_j[i], COUNTS[i]): i's messages up to there were sent before the answer,
+  are owed by no join point j logs (B5 names one above them) and count as met, and the ones
+  after it come from reliable FIFO. The stream of a sender j has joined is not touched.
+
+Wire: ASK and COUNTS are single datagrams beside reliable FIFO, MsgType.DUMMY with `slot`
+ASK (no payload) or COUNTS (t_m's format: n unsigned 32-bit entries). Datagrams are
+untrusted: a DUMMY of another slot or payload size, or a DATA shorter than its t_m, is
+refused, counted (`RejectedMessages`) and logged as `reject`.
 """
 
 from __future__ import annotations
@@ -48,12 +65,25 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from nodes.protocols.base import JOIN_EVENT, Action, FinalDeliver, Log, Received
+from nodes.protocols.base import (
+    JOIN_EVENT,
+    Action,
+    Attribute,
+    FinalDeliver,
+    Log,
+    Managed,
+    ManagedHost,
+    Received,
+    Send,
+    SetTimer,
+)
 from nodes.protocols.reliable import Below, OnReliable
 from nodes.protocols.sequencer import INCARNATION_SPAN
 from nodes.wire import Header, Message, MsgType
 
 WIRE_ID = 7
+ASK, COUNTS = 1, 2  # `slot` of the join handshake's datagrams (B6)
+JOIN_RETRY_NS = 200_000_000
 
 
 class Cbcast(OnReliable):
@@ -65,6 +95,8 @@ class Cbcast(OnReliable):
         self.index = {m: k for k, m in enumerate(self.members)}
         self.vt_format = struct.Struct(f"!{len(self.members)}I")
         self.rm = Below(me, members, params, WIRE_ID, self._r_deliver, scope)
+        self.proto = WIRE_ID  # stamped on the handshake's datagrams (B6)
+        self.join_key = f"cbcast:{scope}:join"
         self.vt = [0] * len(self.members)  # VT_j
         incarnation = int(params.get("incarnation", 0))
         self.vt[self.index[me]] = incarnation * INCARNATION_SPAN  # B4: mnos continue
@@ -74,6 +106,38 @@ class Cbcast(OnReliable):
         self.held: list[tuple[int, list[int], Message]] = []  # (origin, t_m, message)
         self.delivered = 0  # local delivery count: the `seq` of each fnl
         self.max_held = 0
+        self.rejected = 0  # datagrams refused as malformed
+
+    def start(self, now: int) -> list[Action]:
+        """B6: a restarted process asks every member for its counts."""
+        out = self.rm.start(now)
+        if len(self.joined) < len(self.members):
+            out += [self._ask(), SetTimer(self.join_key, JOIN_RETRY_NS)]
+        return out
+
+    def on_timer(self, key: str, now: int) -> list[Action]:
+        """B6: ask again while a held message waits on a sender not joined yet."""
+        if key != self.join_key:
+            return self.rm.on_timer(key, now)
+        if len(self.joined) == len(self.members):
+            return []
+        out: list[Action] = [self._ask()] if self._waits_on_unjoined() else []
+        return out + [SetTimer(self.join_key, JOIN_RETRY_NS)]
+
+    def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
+        if msg.header.type == MsgType.DUMMY:
+            return self._handshake(msg)
+        return self.rm.on_message(src, msg, now)
+
+    def retag(self, proto: int) -> bool:
+        self.proto = proto
+        return super().retag(proto)
+
+    def managed(self, host: ManagedHost) -> list[Managed]:
+        return super().managed(host) + [Managed("TotalOrder", (
+            Attribute("RejectedMessages", "int", lambda: self.rejected,
+                      description="datagrams refused as malformed (short t_m, bad handshake)"),
+        ))]
 
     # -- Layer interface ----------------------------------------------------------------------
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
@@ -89,6 +153,44 @@ class Cbcast(OnReliable):
         # The own R-delivery is skipped in _r_deliver (it is delivered above, at once).
         return out + sent
 
+    # -- the join handshake (B6) --------------------------------------------------------------
+    def _ask(self) -> Send:
+        return Send(None, Message(Header(MsgType.DUMMY, self.proto, sender=self.me, slot=ASK)))
+
+    def _handshake(self, msg: Message) -> list[Action]:
+        """B6: answer an ASK with our counts; take a COUNTS' entries for the senders whose
+        stream we have not joined."""
+        h = msg.header
+        if h.sender not in self.index or h.sender == self.me:
+            return self._reject("sender", h)
+        if h.slot == ASK and not msg.payload:
+            counts = self.vt_format.pack(*self.vt)
+            return [Send(h.sender, Message(Header(MsgType.DUMMY, self.proto, sender=self.me,
+                                                  slot=COUNTS), counts))]
+        if h.slot != COUNTS or len(msg.payload) != self.vt_format.size:
+            return self._reject("handshake", h)
+        moved = False
+        for k, x in enumerate(self.vt_format.unpack(msg.payload)):
+            if k not in self.joined and x > self.vt[k]:
+                self.vt[k] = x
+                moved = True
+        return self._rescan() if moved else []
+
+    def _waits_on_unjoined(self) -> bool:
+        """Whether a held message waits on a sender whose stream we have not joined."""
+        for i, t_m, _ in self.held:
+            for k, x in enumerate(t_m):
+                if k != i and k not in self.joined:
+                    count = self._count(k, x)
+                    if count is not None and count < x:
+                        return True
+        return False
+
+    def _reject(self, reason: str, h: Header) -> list[Action]:
+        self.rejected += 1
+        return [Log("reject", {"reason": reason,
+                               "detail": f"{h.type.name} slot {h.slot} from {h.sender}"})]
+
     # -- the algorithm ------------------------------------------------------------------------
     def _r_deliver(self, src: int, msg: Message, now: int) -> list[Action]:
         h = msg.header
@@ -101,18 +203,19 @@ class Cbcast(OnReliable):
         h = msg.header
         size = self.vt_format.size
         if len(msg.payload) < size or h.origin not in self.index:
-            return []
+            return self._reject("data", h)
         t_m = list(self.vt_format.unpack_from(msg.payload))
         i = self.index[h.origin]
         moved = False
-        # B5 starts i's stream here: logged, the checks hold this process to every message
-        # of i from this one on (analysis/joins.py).
-        joins: list[Action] = ([] if i in self.joined else
-                               [Log(JOIN_EVENT, {"origin": h.origin, "mno": t_m[i]})])
+        joins: list[Action] = []
         if i not in self.joined:  # B5
             self.joined.add(i)
-            moved = t_m[i] - 1 > self.vt[i]
-            self.vt[i] = max(self.vt[i], t_m[i] - 1)
+            first = max(self.vt[i] + 1, t_m[i])  # i's first message owed here
+            moved = first - 1 > self.vt[i]
+            self.vt[i] = first - 1
+            # Logged: the checks hold this process to every message of i from `first` on
+            # (analysis/joins.py).
+            joins.append(Log(JOIN_EVENT, {"origin": h.origin, "mno": first}))
         elif t_m[i] // INCARNATION_SPAN > self.vt[i] // INCARNATION_SPAN:  # B4
             self.old[i] = self.vt[i]
             self.vt[i] = t_m[i] // INCARNATION_SPAN * INCARNATION_SPAN
