@@ -1,7 +1,8 @@
 """Liveness after the workload: is every message a correct host sent final-delivered at every
 correct host? (docs/architecture.md "Liveness".) The drain also waits, up to its cap, for the
 messages of faulty hosts that some correct host delivered (`unsettled`), and for those a
-restarted host that is up sent since its restart (`unsent_own`).
+restarted host that is up sent since its restart, at that host (`unsent_own`) and at every
+correct host (`owed_restarted`).
 
 The run drains until this holds or until its cap. Safety checks (total order, integrity, FIFO)
 are judged on whatever was delivered; agreement and validity only prove something about a run
@@ -99,6 +100,33 @@ def unsent_own(progress: dict[str, dict[str, Any]], restarted: list[str]) -> dic
         got = progress.get(r) or {}
         out[r] = max(0, int(got.get("sent", 0)) - int(got.get("delivered", {}).get(r, 0)))
     return out
+
+
+def owed_restarted(progress: dict[str, dict[str, Any]], correct: list[str],
+                   restarted: list[str]) -> dict[str, int]:
+    """For each correct host: messages that the restarted hosts that are up sent in their
+    current incarnation and it has not final-delivered. Agreement holds the correct hosts to
+    them (docs/architecture.md "Liveness"), and a count per origin cannot tell them apart from
+    the earlier incarnation's deliveries, so they are counted per incarnation (`incarnations`
+    of `NodeCore.progress()`). Waited for as `unsettled` (up to the cap; they do not decide
+    quiescence)."""
+    out = {}
+    for r in correct:
+        got = (progress.get(r) or {}).get("incarnations", {})
+        owed = 0
+        for h in restarted:
+            mine = progress.get(h) or {}
+            inc = int(mine.get("incarnation", 0))
+            if inc > 0:  # a host that does not say its incarnation is not counted
+                owed += max(0, int(mine.get("sent", 0)) - int(got.get(h, {}).get(str(inc), 0)))
+        out[r] = owed
+    return out
+
+
+def add_counts(into: dict[str, int], more: dict[str, int]) -> None:
+    """Sum `more` into `into`, host by host."""
+    for h, n in more.items():
+        into[h] = into.get(h, 0) + n
 
 
 def drain_record(quiescent: bool, drain_ns: int, drain_min_ns: int, drain_max_ns: int,

@@ -138,3 +138,24 @@ def test_the_drain_waits_for_a_restarted_host_to_deliver_its_own_messages() -> N
     assert unsent_own(progress, ["h2", "h3", "h4"]) == {"h2": 1, "h3": 0, "h4": 0}
     progress["h2"]["delivered"]["h2"] = 6
     assert not any(unsent_own(progress, ["h2"]).values())
+
+
+def test_the_drain_waits_for_the_correct_hosts_to_deliver_a_restarted_hosts_new_messages(
+) -> None:
+    """h2 crashed after 20 messages, all delivered everywhere, and its incarnation 1 sent 2
+    more: h1 has one of them, h3 none. A count per origin (22 against 21 and 20 delivered)
+    cannot tell those from the earlier incarnation's; the count of incarnation 1 can. A host
+    that does not report its incarnation is not counted."""
+    from nodes.quiescence import owed_restarted
+
+    progress = {"h1": {"sent": 5, "delivered": {"h2": 21}, "incarnations": {"h2": {"1": 1}}},
+                "h3": {"sent": 5, "delivered": {"h2": 20}},
+                "h2": {"incarnation": 1, "sent": 2, "delivered": {"h2": 2}}}
+    assert owed_restarted(progress, ["h1", "h3"], ["h2"]) == {"h1": 1, "h3": 2}
+    progress["h1"]["incarnations"]["h2"]["1"] = 2
+    progress["h3"]["incarnations"] = {"h2": {"1": 2}}
+    assert owed_restarted(progress, ["h1", "h3"], ["h2"]) == {"h1": 0, "h3": 0}
+    progress["h3"]["incarnations"] = {"h2": {"2": 2}}  # another incarnation's: still owed
+    assert owed_restarted(progress, ["h1", "h3"], ["h2"]) == {"h1": 0, "h3": 2}
+    del progress["h2"]["incarnation"]
+    assert owed_restarted(progress, ["h1", "h3"], ["h2"]) == {"h1": 0, "h3": 0}
