@@ -101,6 +101,7 @@ class NodeCore:
         self.sent = 0
         self.fnl_from: dict[int, int] = {}
         self.fnl_late: dict[tuple[int, int], int] = {}
+        self.fnl_first: dict[int, int] = {}  # per origin, the first mno final-delivered
         entry = catalogue.get(cfg.protocol)
         self.gate = Gate(cfg.node_id, sorted(self.names), self.protocol, entry.edge,
                          entry.wire_id)
@@ -256,15 +257,17 @@ class NodeCore:
 
     def progress(self) -> dict[str, Any]:
         """What the quiescence check needs: this incarnation and the messages it sent, final
-        deliveries per origin, and per origin the deliveries of each later incarnation of it
+        deliveries per origin, per origin the deliveries of each later incarnation of it
         (`incarnations`: name -> {incarnation: n}; mids of incarnation k are numbered from
-        k * INCARNATION_SPAN, docs/protocols.md "Restarts")."""
+        k * INCARNATION_SPAN, docs/protocols.md "Restarts"), and per origin the first mno
+        this incarnation final-delivered (`first`: where it joined that stream)."""
         late: dict[str, dict[str, int]] = {}
         for (o, inc), n in self.fnl_late.items():
             late.setdefault(self.names[o], {})[str(inc)] = n
         return {"incarnation": self.cfg.incarnation, "sent": self.sent,
                 "delivered": {self.names[o]: n for o, n in self.fnl_from.items()},
-                "incarnations": late}
+                "incarnations": late,
+                "first": {self.names[o]: n for o, n in self.fnl_first.items()}}
 
     def _count_late(self, origin: int, mno: int, n: int) -> None:
         key = (origin, mno // INCARNATION_SPAN)
@@ -316,6 +319,8 @@ class NodeCore:
                 self.counters.fnl += 1
                 origin = fnl.origin
                 fnl_from = self.fnl_from
+                if origin not in fnl_from:
+                    self.fnl_first[origin] = fnl.mno
                 fnl_from[origin] = fnl_from.get(origin, 0) + 1
                 if fnl.mno >= INCARNATION_SPAN:
                     self._count_late(origin, fnl.mno, 1)
@@ -345,6 +350,8 @@ class NodeCore:
                               a.instance)
         elif kind is FinalDeliver:
             self.counters.fnl += 1
+            if a.origin not in self.fnl_from:
+                self.fnl_first[a.origin] = a.mno
             self.fnl_from[a.origin] = self.fnl_from.get(a.origin, 0) + 1
             if a.mno >= INCARNATION_SPAN:
                 self._count_late(a.origin, a.mno, 1)

@@ -49,6 +49,7 @@ from nodes.faults import (  # noqa: E402
 from nodes.linkmodel import LinkModel  # noqa: E402
 from nodes.quiescence import (  # noqa: E402
     add_counts,
+    behind_restarted,
     drain_record,
     owed_restarted,
     undelivered,
@@ -269,6 +270,8 @@ class Simulator:
             faulty.update(unsent_own(mine, restarted))
             # ... and the correct hosts owe them that incarnation's messages
             add_counts(faulty, owed_restarted(progress | mine, q.correct, restarted))
+            # ... and it owes theirs from its join points on
+            add_counts(faulty, behind_restarted(progress | mine, q.correct, restarted))
             done = not any(missing.values())
             if (done and not any(faulty.values())) or t >= q.cap_ns:
                 break
