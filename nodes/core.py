@@ -28,7 +28,7 @@ from nodes.protocols.base import (
     SetTimer,
 )
 from nodes.protocols.failure_detector import FailureDetector
-from nodes.protocols.sequencer import Sequencer
+from nodes.protocols.sequencer import INCARNATION_SPAN, Sequencer
 from nodes.reservation import DEFAULT_CAPACITY_BPS, Reservations
 from nodes.wire import Message, MsgType, WireError, decode, encode
 from nodes.workload import Arrivals
@@ -96,9 +96,12 @@ class NodeCore:
         self.native_sequencer: Sequencer | None = proto if type(proto) is Sequencer else None
         self.counters = Counters()
         # Liveness bookkeeping for the orchestrator's quiescence check: messages this node
-        # sent, and final deliveries per origin member id.
+        # sent, final deliveries per origin member id, and those of a restarted origin's
+        # incarnation (mno // INCARNATION_SPAN >= 1) per (origin, incarnation).
         self.sent = 0
         self.fnl_from: dict[int, int] = {}
+        self.fnl_late: dict[tuple[int, int], int] = {}
+        self.fnl_first: dict[int, int] = {}  # per origin, the first mno final-delivered
         entry = catalogue.get(cfg.protocol)
         self.gate = Gate(cfg.node_id, sorted(self.names), self.protocol, entry.edge,
                          entry.wire_id)
@@ -253,9 +256,22 @@ class NodeCore:
         return Output()
 
     def progress(self) -> dict[str, Any]:
-        """What the quiescence check needs: messages sent, final deliveries per origin."""
-        return {"sent": self.sent,
-                "delivered": {self.names[o]: n for o, n in self.fnl_from.items()}}
+        """What the quiescence check needs: this incarnation and the messages it sent, final
+        deliveries per origin, per origin the deliveries of each later incarnation of it
+        (`incarnations`: name -> {incarnation: n}; mids of incarnation k are numbered from
+        k * INCARNATION_SPAN, docs/protocols.md "Restarts"), and per origin the first mno
+        this incarnation final-delivered (`first`: where it joined that stream)."""
+        late: dict[str, dict[str, int]] = {}
+        for (o, inc), n in self.fnl_late.items():
+            late.setdefault(self.names[o], {})[str(inc)] = n
+        return {"incarnation": self.cfg.incarnation, "sent": self.sent,
+                "delivered": {self.names[o]: n for o, n in self.fnl_from.items()},
+                "incarnations": late,
+                "first": {self.names[o]: n for o, n in self.fnl_first.items()}}
+
+    def _count_late(self, origin: int, mno: int, n: int) -> None:
+        key = (origin, mno // INCARNATION_SPAN)
+        self.fnl_late[key] = self.fnl_late.get(key, 0) + n
 
     def stop(self, t: int) -> None:
         c = self.counters
@@ -303,7 +319,11 @@ class NodeCore:
                 self.counters.fnl += 1
                 origin = fnl.origin
                 fnl_from = self.fnl_from
+                if origin not in fnl_from:
+                    self.fnl_first[origin] = fnl.mno
                 fnl_from[origin] = fnl_from.get(origin, 0) + 1
+                if fnl.mno >= INCARNATION_SPAN:
+                    self._count_late(origin, fnl.mno, 1)
                 self.log.delivery(t, lt, "fnl", self.names[origin], fnl.mno, fnl.seq,
                                      fnl.size, fnl.instance)
             else:
@@ -330,7 +350,11 @@ class NodeCore:
                               a.instance)
         elif kind is FinalDeliver:
             self.counters.fnl += 1
+            if a.origin not in self.fnl_from:
+                self.fnl_first[a.origin] = a.mno
             self.fnl_from[a.origin] = self.fnl_from.get(a.origin, 0) + 1
+            if a.mno >= INCARNATION_SPAN:
+                self._count_late(a.origin, a.mno, 1)
             self.log.delivery(t, lt, "fnl", self.names[a.origin], a.mno, a.seq, a.size,
                               a.instance)
         elif kind is OptDeliver:
@@ -362,9 +386,12 @@ class NodeCore:
         they no longer count in `progress()`, so the drain waits for them to come again."""
         ids = {name: i for i, name in self.names.items()}
         for mid in mids:
-            origin = ids.get(str(mid).rpartition(":")[0])
+            name, _, mno = str(mid).rpartition(":")
+            origin = ids.get(name)
             if origin is not None and self.fnl_from.get(origin, 0) > 0:
                 self.fnl_from[origin] -= 1
+                if mno.isdigit() and int(mno) >= INCARNATION_SPAN:
+                    self._count_late(origin, int(mno), -1)
 
 
 # Member id -> name maps, one per distinct membership: the hundred nodes of one simulation

@@ -1,7 +1,9 @@
 """Liveness after the workload: is every message a correct host sent final-delivered at every
 correct host? (docs/architecture.md "Liveness".) The drain also waits, up to its cap, for the
 messages of faulty hosts that some correct host delivered (`unsettled`), and for those a
-restarted host that is up sent since its restart (`unsent_own`).
+restarted host that is up sent since its restart, at that host (`unsent_own`) and at every
+correct host (`owed_restarted`), and for the correct hosts' messages such a host owes from
+where it joined their streams (`behind_restarted`).
 
 The run drains until this holds or until its cap. Safety checks (total order, integrity, FIFO)
 are judged on whatever was delivered; agreement and validity only prove something about a run
@@ -11,6 +13,8 @@ that reached quiescence, so the drain's outcome is written next to the logs, in 
 from __future__ import annotations
 
 from typing import Any
+
+from nodes.protocols.sequencer import INCARNATION_SPAN
 
 DRAIN_FILE = "drain.json"
 
@@ -99,6 +103,66 @@ def unsent_own(progress: dict[str, dict[str, Any]], restarted: list[str]) -> dic
         got = progress.get(r) or {}
         out[r] = max(0, int(got.get("sent", 0)) - int(got.get("delivered", {}).get(r, 0)))
     return out
+
+
+def owed_restarted(progress: dict[str, dict[str, Any]], correct: list[str],
+                   restarted: list[str]) -> dict[str, int]:
+    """For each correct host: messages that the restarted hosts that are up sent in their
+    current incarnation and it has not final-delivered. Agreement holds the correct hosts to
+    them (docs/architecture.md "Liveness"), and a count per origin cannot tell them apart from
+    the earlier incarnation's deliveries, so they are counted per incarnation (`incarnations`
+    of `NodeCore.progress()`). Waited for as `unsettled` (up to the cap; they do not decide
+    quiescence)."""
+    out = {}
+    for r in correct:
+        got = (progress.get(r) or {}).get("incarnations", {})
+        owed = 0
+        for h in restarted:
+            mine = progress.get(h) or {}
+            inc = int(mine.get("incarnation", 0))
+            if inc > 0:  # a host that does not say its incarnation is not counted
+                owed += max(0, int(mine.get("sent", 0)) - int(got.get(h, {}).get(str(inc), 0)))
+        out[r] = owed
+    return out
+
+
+def behind_restarted(progress: dict[str, dict[str, Any]], correct: list[str],
+                     restarted: list[str]) -> dict[str, int]:
+    """For each restarted host that is up: messages of the correct hosts' origins that it owes
+    and has not final-delivered. From its join point in a sender's stream on (the first
+    message of it that it delivered, analysis/joins.py) agreement holds it to every message of
+    that sender some correct host delivered; a sender numbers each incarnation's messages
+    1, 2, ... from k * INCARNATION_SPAN, so a correct host's deliveries from the join point
+    on are its count of that incarnation less the ones below the join point, plus those of
+    later incarnations. Waited for as `unsettled` (up to the cap; they do not decide
+    quiescence)."""
+    out = {}
+    for h in restarted:
+        mine = progress.get(h) or {}
+        owed = 0
+        for origin, first in (mine.get("first") or {}).items():
+            if origin == h:
+                continue  # its own messages are `unsent_own`'s
+            inc, at = divmod(int(first), INCARNATION_SPAN)
+            most = 0
+            for c in correct:
+                got = progress.get(c) or {}
+                per_inc = {int(k): int(n) for k, n in
+                           (got.get("incarnations") or {}).get(origin, {}).items()}
+                per_inc[0] = int((got.get("delivered") or {}).get(origin, 0)) - sum(
+                    per_inc.values())
+                since = max(0, per_inc.get(inc, 0) - at + 1) + sum(
+                    n for k, n in per_inc.items() if k > inc)
+                most = max(most, since)
+            owed += max(0, most - int((mine.get("delivered") or {}).get(origin, 0)))
+        out[h] = owed
+    return out
+
+
+def add_counts(into: dict[str, int], more: dict[str, int]) -> None:
+    """Sum `more` into `into`, host by host."""
+    for h, n in more.items():
+        into[h] = into.get(h, 0) + n
 
 
 def drain_record(quiescent: bool, drain_ns: int, drain_min_ns: int, drain_max_ns: int,

@@ -47,7 +47,15 @@ from nodes.faults import (  # noqa: E402
     primitive,
 )
 from nodes.linkmodel import LinkModel  # noqa: E402
-from nodes.quiescence import drain_record, undelivered, unsent_own, unsettled  # noqa: E402
+from nodes.quiescence import (  # noqa: E402
+    add_counts,
+    behind_restarted,
+    drain_record,
+    owed_restarted,
+    undelivered,
+    unsent_own,
+    unsettled,
+)
 from nodes.wire import MsgType  # noqa: E402
 from nodes.workload import intervals, workload_rng  # noqa: E402
 
@@ -258,8 +266,12 @@ class Simulator:
             restarted = [self.configs[n].name for n in sorted(self.cores)
                          if n not in self.down and self.configs[n].incarnation > 0
                          and self.configs[n].name not in q.correct]
-            faulty.update(unsent_own({h: self.cores[self.by_name[h]].progress()
-                                      for h in restarted}, restarted))
+            mine = {h: self.cores[self.by_name[h]].progress() for h in restarted}
+            faulty.update(unsent_own(mine, restarted))
+            # ... and the correct hosts owe them that incarnation's messages
+            add_counts(faulty, owed_restarted(progress | mine, q.correct, restarted))
+            # ... and it owes theirs from its join points on
+            add_counts(faulty, behind_restarted(progress | mine, q.correct, restarted))
             done = not any(missing.values())
             if (done and not any(faulty.values())) or t >= q.cap_ns:
                 break

@@ -5,12 +5,14 @@ progress (`testbed:type=Node` `Progress`, over the control plane) and stops all 
 (`testbed:type=Node` `stop`) as soon as every message a correct host sent has been
 final-delivered at every correct host (and every faulty host's message some correct host
 delivered, nodes/quiescence.py `unsettled`, has reached them all, and a restarted host that is
-up has delivered its own messages since its restart, `unsent_own`). Nodes stop themselves at
-the drain's cap (`drain_max`) if that never happens. The outcome goes to `drain.json` for the
-analysis, so a run that ended with messages in flight reports them under liveness, not as
-agreement or validity violations. The simulator runs the same check in virtual time
-(nodes/sim.py). A run the runner stopped at its wall limit has `cut_short` in drain.json
-(`mark_cut_short` where the nodes drain themselves): its verdict is not ok and says why.
+up has delivered its own messages since its restart, `unsent_own`, as has every correct host,
+`owed_restarted`, and the correct hosts' messages it owes, `behind_restarted`). Nodes stop
+themselves at the drain's cap (`drain_max`) if that never happens. The outcome goes to
+`drain.json` for the analysis, so a run that ended with messages in flight reports them under
+liveness, not as agreement or validity violations. The simulator runs the same check in
+virtual time (nodes/sim.py). A run the runner stopped at its wall limit has `cut_short` in
+drain.json (`mark_cut_short` where the nodes drain themselves): its verdict is not ok and says
+why.
 """
 
 from __future__ import annotations
@@ -21,7 +23,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from nodes.quiescence import DRAIN_FILE, drain_record, undelivered, unsent_own, unsettled
+from nodes.quiescence import (
+    DRAIN_FILE,
+    add_counts,
+    behind_restarted,
+    drain_record,
+    owed_restarted,
+    undelivered,
+    unsent_own,
+    unsettled,
+)
 from testbed.mgmt import MgmtClient, MgmtError
 from testbed.rundir import RunDir
 
@@ -77,6 +88,10 @@ class DrainWatch:
         self.faulty = unsettled(progress, self.correct)
         # a restarted host's own messages since its restart: waited for like `unsettled`
         self.faulty.update(unsent_own(self.progress, self.restarted))
+        # ... and its messages of that incarnation at the correct hosts
+        add_counts(self.faulty, owed_restarted(self.progress, self.correct, self.restarted))
+        # ... and the correct hosts' messages it owes from its join points on
+        add_counts(self.faulty, behind_restarted(self.progress, self.correct, self.restarted))
         # Quiescent: every correct host answered and has every correct host's message. The
         # messages of faulty hosts that a correct host delivered are waited for too, to the cap.
         self.quiescent = len(progress) == len(self.correct) and not any(self.missing.values())

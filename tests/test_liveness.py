@@ -138,3 +138,46 @@ def test_the_drain_waits_for_a_restarted_host_to_deliver_its_own_messages() -> N
     assert unsent_own(progress, ["h2", "h3", "h4"]) == {"h2": 1, "h3": 0, "h4": 0}
     progress["h2"]["delivered"]["h2"] = 6
     assert not any(unsent_own(progress, ["h2"]).values())
+
+
+def test_the_drain_waits_for_the_correct_hosts_to_deliver_a_restarted_hosts_new_messages(
+) -> None:
+    """h2 crashed after 20 messages, all delivered everywhere, and its incarnation 1 sent 2
+    more: h1 has one of them, h3 none. A count per origin (22 against 21 and 20 delivered)
+    cannot tell those from the earlier incarnation's; the count of incarnation 1 can. A host
+    that does not report its incarnation is not counted."""
+    from nodes.quiescence import owed_restarted
+
+    progress = {"h1": {"sent": 5, "delivered": {"h2": 21}, "incarnations": {"h2": {"1": 1}}},
+                "h3": {"sent": 5, "delivered": {"h2": 20}},
+                "h2": {"incarnation": 1, "sent": 2, "delivered": {"h2": 2}}}
+    assert owed_restarted(progress, ["h1", "h3"], ["h2"]) == {"h1": 1, "h3": 2}
+    progress["h1"]["incarnations"]["h2"]["1"] = 2
+    progress["h3"]["incarnations"] = {"h2": {"1": 2}}
+    assert owed_restarted(progress, ["h1", "h3"], ["h2"]) == {"h1": 0, "h3": 0}
+    progress["h3"]["incarnations"] = {"h2": {"2": 2}}  # another incarnation's: still owed
+    assert owed_restarted(progress, ["h1", "h3"], ["h2"]) == {"h1": 0, "h3": 2}
+    del progress["h2"]["incarnation"]
+    assert owed_restarted(progress, ["h1", "h3"], ["h2"]) == {"h1": 0, "h3": 0}
+
+
+def test_the_drain_waits_for_a_restarted_host_to_deliver_what_it_owes_from_its_join() -> None:
+    """h3 restarted and joined h1's stream at h1:114 (its first delivery of h1): the correct
+    hosts delivered h1:1..h1:150, so it owes 37 and has 30; a correct host further behind
+    does not lower what is owed. h1's restarted incarnation counts from its own join point:
+    h3 joined it at h1:1000002, h2 has h1:1000001..1000004, so h3 owes 3 and has 1. h3's own
+    messages are `unsent_own`'s."""
+    from nodes.quiescence import behind_restarted
+
+    progress = {"h1": {"delivered": {"h1": 150}},
+                "h2": {"delivered": {"h1": 140, "h3": 9}},
+                "h3": {"incarnation": 1, "delivered": {"h1": 30, "h3": 2},
+                       "first": {"h1": 114, "h3": 1_000_001}}}
+    assert behind_restarted(progress, ["h1", "h2"], ["h3"]) == {"h3": 7}
+    progress["h3"]["delivered"]["h1"] = 37
+    assert behind_restarted(progress, ["h1", "h2"], ["h3"]) == {"h3": 0}
+    progress["h2"]["delivered"]["h1"] = 144
+    progress["h2"]["incarnations"] = {"h1": {"1": 4}}
+    progress["h3"]["first"]["h1"] = 1_000_002
+    progress["h3"]["delivered"]["h1"] = 1
+    assert behind_restarted(progress, ["h2"], ["h3"]) == {"h3": 2}

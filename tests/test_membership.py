@@ -382,8 +382,9 @@ def test_a_restart_faster_than_the_failure_detector_rejoins_by_join(tmp_path: Pa
 
 
 def test_malformed_view_messages_are_counted_not_raised() -> None:
-    """Nothing from the network is trusted: bad probes, state transfers, membership lists
-    and forged inner senders are refused (`ev=drop`, RejectedMessages), never raised."""
+    """Nothing from the network is trusted: bad probes, state transfers and catch-ups,
+    membership lists and forged inner senders are refused (`ev=drop`, RejectedMessages),
+    never raised."""
     from nodes.protocols import catalogue
     from nodes.protocols import primary as pv
     from nodes.wire import Header, Message, MsgType, encode
@@ -399,6 +400,11 @@ def test_malformed_view_messages_are_counted_not_raised() -> None:
            msg(pv.WIRE_ID, pv.PROBE, b"\x00\x00\x00\x00\x00\x07"),  # vector of a wrong size
            msg(pv.WIRE_ID, pv.DELIVER_VIEW, b"\x00\x01\x00\x00\x01"),
            msg(pv.WIRE_ID, 99, b""),
+           msg(pv.WIRE_ID, pv.CATCH_UP, b"\x00\x00"),                 # shorter than its head
+           msg(pv.WIRE_ID, pv.CATCH_UP, bytes(12) + pv.pack_segs([(7, 2)])
+               + pv.XFER_ENTRY.pack(1, 1, 8)),                       # 2 announced, 1 sent
+           msg(pv.WIRE_ID, pv.CATCH_UP, bytes(12) + pv.pack_segs([(7, 1)])
+               + pv.XFER_ENTRY.pack(9, 1, 8)),                       # a non-member origin
            msg(mb.WIRE_ID, mb.PROPOSE, b"\x00\x02\x00\x01"),        # not sorted
            msg(mb.WIRE_ID, mb.FLUSH_OK, b"\x00"),
            msg(pv.WIRE_ID, pv.INNER, b"garbage", seq=layer.epoch),

@@ -43,7 +43,8 @@ def build_node_registry(core: NodeCore, true_now: Callable[[], int] = time.time_
         .attribute("Uptime", "float", lambda: (true_now() - started) / 1e9,
                    description="seconds since the node started")
         .attribute("Progress", "dict", core.progress,
-                   description="messages sent, and final deliveries per origin host")
+                   description="incarnation, messages sent, final deliveries per origin "
+                               "host and per later incarnation of it")
     )
     if on_stop is not None:
         node.operation("stop", on_stop, [], None,

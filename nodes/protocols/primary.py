@@ -15,28 +15,18 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1.1-4.1.2):
 - P1 bootstrap: the `bootstrap` host starts as primary with counter 1 and last primary
   {itself}; everyone else is fresh and joins it through P4/P6 in the first view.
 - P2 (paper rule, `primary_rule: majority`) a primary member seeing a view V that holds a
-  strict majority of its last primary and no one outside it installs V at once; a primary
-  member without that majority blocks (`blocked`).
-  Cause once seen (liveness): nobody planned a state transfer for a view P2 installed at
-  once, so a lineage member that had blocked and was behind waited for ever; installed
-  members now plan it once every probe is in (a member still primary leads, P6).
-  Cause once seen (safety, a paused member): "V within my last primary" is not "everyone
-  in V moved with me": h1, paused, came back into a view of all four whose other members
-  had formed counter 3 without it (by P2, 3 of 4), and installed counter 3 a second time
-  (split brain, and their `uniform` deliveries revoked). 4.1.2 forces such a member to
-  leave. The shortcut now also needs every member of V to come straight from the
-  membership view in which I installed my primary (membership's M5, `View.prev`): then
-  none of them can have taken part in a primary I missed; otherwise V is probed (P3), and
-  the member that missed the intermediate primary is excluded (P7).
-  Cause once seen (agreement and total order under a crash of the view's sequencer with
-  loss): the shortcut stands on view synchrony (001 §4.1: members that move
-  together delivered the same in the old view), but membership installs after
-  `flush_timeout` without it. Members the dead sequencer's last ORDERs had reached unevenly
-  installed at once with different histories; nobody transferred state to the one behind,
-  its own pending messages went out again on the new instance after the others had
-  delivered them in the old one (order lost), and the others' were never delivered there.
-  The shortcut now also needs the flush to have agreed (membership's `View.synced`);
-  otherwise V is probed and the members behind get the leader's history (P6).
+  strict majority of its last primary installs V at once when V holds no one outside it,
+  every member of V comes straight from the membership view in which I installed my primary
+  (membership's M5, `View.prev`) and that flush agreed (`View.synced`); a primary member
+  without that majority blocks (`blocked`). The shortcut stands on view synchrony (001
+  §4.1: the members that move together delivered the same in the old view): "V within my
+  last primary" alone is not "everyone in V moved with me" (a paused member may come back
+  into a view whose other members formed a primary without it, and must be forced to leave,
+  4.1.2), and a flush that timed out may leave them with different histories. Otherwise V
+  is probed (P3): a member that missed an intermediate primary is excluded (P7), the members
+  behind get the leader's history (P6). Once every probe of a view P2 installed at once is
+  in, the installed members plan the state transfer (a member still primary leads, P6), so
+  a lineage member that blocked and is behind gets it.
   Hazard, not claimed: under flapping partitions this immediate installation is ambiguous
   (a member cut off right after the coordinator's INSTALL still holds the old last primary)
   and two primaries take the same counter (split brain); what one of them delivered, even
@@ -44,7 +34,10 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1.1-4.1.2):
   different members never agree on a lineage again. `attempt` is the rule that holds.
 - P3 every member multicasts PROBE(counter, status, last primary, attempt, delivered vector)
   in each new view; the decision below is taken once all of V has probed (every member sees
-  the same probes, so every member decides the same).
+  the same probes, so every member decides the same). A decided member answers a probe with
+  its own, marked as an answer (`rseq` 1), which is never answered: two decided members
+  exchange one probe each, not one for ever (with duplicating links every copy would start
+  another exchange).
 - P4/P5/P7 a non-fresh member whose counter is below the highest probed counter missed an
   intermediate primary (4.1.2): it is **excluded** (`excluded`), becomes fresh and probes
   again; the others wait for its fresh probe (the paper's KICK is this self-detection).
@@ -54,56 +47,44 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1.1-4.1.2):
   fresh member and every lineage member whose history differs: where their common history
   ends and its own from there. 4.1.2: a member forced to leave has its state replaced: what
   it delivered beyond the common prefix is revoked (`state`, its own messages broadcast
-  again), the leader's deliveries follow as `fnl`, then it installs (`join`).
-  Cause once seen: the transfer was "the deliveries it lacks by its per-origin watermark",
-  appended after its own; a member cut off with the sequencer had final-delivered messages
-  the primary never ordered (kept for good, agreement lost), and a member behind got the
-  primary's deliveries in another order than the primary's (total order lost, `attempt`
-  under a flapping ring). Histories are now compared by their segments (the instance that
-  ordered each delivery: the same instances, each a prefix of that instance's total order).
-  A receiver whose DELIVER_VIEW was lost probes the leader again every tick until the
-  transfer comes (decided, it would otherwise probe no more and stay blocked).
-  Cause once seen (the simulator never ended): a decided member answers a probe with its
-  own, and answered answers too: two decided members played probe ping-pong for ever, and
-  with duplicating links every copy started one more game (events grew without bound,
-  virtual time barely moved). An answer is now marked (`rseq` 1) and never answered.
-- P8 cause once seen (liveness, a restart of the view's sequencer): members that installed
-  first broadcast their pending messages on the new instance at once; the restarted
-  sequencer, still waiting for its state transfer, dropped them (no instance yet) and,
-  the workload over, nothing told it they existed. Instance traffic of a later counter is
-  now kept (bounded) and replayed when that instance starts.
-  Cause once seen (liveness under a minority crash, 001 §4.1.2: a restarted member rejoins
-  with the primary's state): the view's instance inherited the process's incarnation, so
-  at a restarted member its reliable FIFO and sequencer took each stream "from the
-  present", the rule for a process restarting into an instance that ran before it. This
-  instance starts with the view: the first messages the others broadcast on it, reordered
-  by jitter or lost, were skipped, never delivered and never repaired (explore seed 20030).
-  Every member now starts the instance as new (incarnation 0): every stream from its first
-  message, gaps repaired; mids stay unique by the layer's own sn (below).
-  Cause once seen (liveness under a minority crash with loss, 001 §4.1): the instance's
-  sequencer answers a FETCH for a crashed origin's message with a relayed copy, which
-  keeps the origin as sender; the layer dropped every inner message whose sender was not
-  the datagram's source, so a member that had lost the origin's message waited on its
-  ORDER for the rest of the view (explore seed 20176). A relayed DATA copy now passes.
+  again), the leader's deliveries follow as `fnl`, then it installs (`join`). Histories are
+  compared by their segments (the instance that ordered each delivery: the same instances,
+  each a prefix of that instance's total order), not by per-origin watermarks: a member cut
+  off with the sequencer may hold deliveries the primary never ordered, and appending what
+  it lacks after its own would break total order. A receiver whose DELIVER_VIEW is lost
+  probes the leader again every tick until the transfer comes (decided, it would otherwise
+  probe no more and stay blocked).
 - P8 install: counter + 1, last primary := V, a fresh total-order instance; own messages
-  not yet delivered are broadcast again on it (`view`, primary=true).
+  not yet delivered are broadcast again on it (`view`, primary=true). The instance is new at
+  every member, a restarted one's included (incarnation 0): every member takes every stream
+  from its first message, gaps repaired (inheriting the process's incarnation would make a
+  restarted member join each stream "from the present" and skip the first messages jitter
+  or loss kept from it); mids stay unique by the layer's own sn (below). Instance traffic of
+  a later counter (a member that installed first broadcasts at once; I may still wait for
+  my state transfer) is kept (bounded) and replayed when that instance starts. A relayed
+  DATA copy (the sequencer answering a FETCH for a crashed origin's message keeps the
+  origin as sender) passes; any other inner message must name its datagram's source.
 - P9 `setPrimary` (management): a blocked member with a view becomes primary with it and
   sends DELIVER_VIEW to the rest; a fresh member becomes a bootstrap primary (P1).
 - P10 while blocked, application broadcasts are refused (counted, `RefusedBroadcasts`) and
   nothing is delivered.
+- View synchrony in the flush (membership's M2-M3): while a flush stops the instance, every
+  member of the primary view whose reported history is a prefix of mine gets the rest of
+  mine (CATCH_UP), so the members that move together agree even when the instance's
+  sequencer is gone with its last ORDERs at some members only (crashed, or cut off).
 - `primary_rule: attempt` (two-phase, after Keidar-Dolev dynamic voting; ours): no P2
   shortcut; a decision first records an *attempt* (counter + 1, V) and sends ATT_ACK to the
   lineage, installing once all of it acked; a later view must also hold a strict majority of
   every attempt newer than the lineage's counter that a probe reports. This closes the
-  ambiguous installation (docs/protocols.md), which P2 leaves open. Cause once seen
-  (liveness, with loss): installed members sent no more ATT_ACKs, so one whose ACK was lost
-  waited for ever; an installed member now answers a late ATT_ACK with its own.
+  ambiguous installation (docs/protocols.md), which P2 leaves open. An installed member
+  answers a late ATT_ACK with its own (marked as an answer, never answered): installed
+  members send no more ATT_ACKs by themselves, and one whose ACK was lost would wait for
+  ever.
 - Notifications (4.3): `fnl` is regular total order; every `stable` period the members of a
   primary view exchange their history's length and digest, and a message in the prefix all
-  of them hold (digests equal) is `ensured` with service `uniform`.
-  Cause once seen: the exchange was per-origin watermarks, which stop being prefixes once
-  the lineage skips a message (revoked, or never ordered by the primary): a member that
-  delivered h1:96 vouched for h1:81..95 it never delivered.
+  of them hold (digests equal) is `ensured` with service `uniform`. Per-origin watermarks
+  would not do: they stop being prefixes once the lineage skips a message (revoked, or
+  never ordered by the primary).
 
 Message identity: the layer numbers its own messages (sn) and sets the instance's counter so
 the instance's mno is that sn: a message broadcast again in a later view keeps its mid, and
@@ -143,7 +124,7 @@ from nodes.wire import Flag, Header, Message, MsgType, WireError, decode, encode
 
 WIRE_ID = 18
 TICK = "pv:tick"
-INNER, PROBE, DELIVER_VIEW, STABLE, ATT_ACK = 0, 1, 2, 3, 4
+INNER, PROBE, DELIVER_VIEW, STABLE, ATT_ACK, CATCH_UP = 0, 1, 2, 3, 4, 5
 FRESH, PRIMARY, BLOCKED = 0, 1, 2
 STATUS_NAMES = {FRESH: "fresh", PRIMARY: "primary", BLOCKED: "blocked"}
 U16 = struct.Struct("!H")
@@ -152,6 +133,7 @@ SEG = struct.Struct("!II")  # instance id, deliveries made in it
 XFER_ENTRY = struct.Struct("!HII")  # origin, sn, size
 XFER_MAX = 4000  # transferred deliveries per DELIVER_VIEW (fits one UDP datagram)
 STABLE_BODY = struct.Struct("!IQ")  # history length, digest of that history
+CATCH_UP_HEAD = STABLE_BODY  # where the receiver's history ends, its digest there
 MASK64 = (1 << 64) - 1
 DIGEST0 = 0xCBF29CE484222325
 EARLY_MAX = 256  # view messages kept for a view not installed yet
@@ -368,6 +350,8 @@ class Primary(LayerBase):
                 return self._ensure()
             if kind == ATT_ACK:
                 return self._on_att_ack(src, h.seq, now, answer=bool(h.rseq))
+            if kind == CATCH_UP:
+                return self._on_catch_up(src, h.seq, msg.payload)
             raise ValueError(f"unknown kind {kind}")
         except (ValueError, struct.error, WireError) as exc:
             self.rejected += 1
@@ -672,6 +656,13 @@ class Primary(LayerBase):
         # what q holds beyond the common prefix is replaced: the suffix of my history from
         # there, with its segments, in my delivery order
         at = common_prefix(self.segments, self.probes[q].segs)
+        payload = _members_field(self.held.members) + U32.pack(at) + self._suffix(at)
+        h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.held.vid, mno=counter,
+                   hint=int(self.by_operator), aux=DELIVER_VIEW)
+        return Send(q, Message(h, payload))
+
+    def _suffix(self, at: int) -> bytes:
+        """My history from position `at` (at most XFER_MAX deliveries), with its segments."""
         suffix = self.history[at:at + XFER_MAX]
         segs: list[list[int]] = []
         pos = 0
@@ -680,20 +671,60 @@ class Primary(LayerBase):
             if hi > lo:
                 segs.append([iid, hi - lo])
             pos += n
-        payload = (_members_field(self.held.members) + U32.pack(at) + pack_segs(segs)
-                   + b"".join(XFER_ENTRY.pack(*e) for e in suffix))
-        h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.held.vid, mno=counter,
-                   hint=int(self.by_operator), aux=DELIVER_VIEW)
-        return Send(q, Message(h, payload))
+        return pack_segs(segs) + b"".join(XFER_ENTRY.pack(*e) for e in suffix)
+
+    def _take_suffix(self, payload: bytes, at: int) -> list[tuple[tuple[int, int, int], int]]:
+        """The deliveries of a `_suffix`, each with the instance that ordered it."""
+        segs, at = unpack_segs(payload, at)
+        if (len(payload) - at) % XFER_ENTRY.size or sum(c for _, c in segs) * \
+                XFER_ENTRY.size != len(payload) - at:
+            raise ValueError("state transfer of a wrong length")
+        entries = [XFER_ENTRY.unpack_from(payload, i)
+                   for i in range(at, len(payload), XFER_ENTRY.size)]
+        for o, _, _ in entries:
+            if o not in self.member_set:
+                raise ValueError(f"state transfer names non-member {o}")
+        labels = [iid for iid, c in segs for _ in range(c)]
+        return list(zip(entries, labels, strict=True))
+
+    def _catch_up(self) -> list[Action]:
+        """View synchrony in the flush (M2-M3; 001 §4.1 sits on a view-synchronous
+        membership: the members that move together delivered the same in the old view).
+        While a flush stops the instance, a member of my primary view whose reported history
+        (STABLE) is a prefix of mine gets the rest of mine, in my order. The instance's
+        sequencer may be gone (crashed, or on the other side of a cut) with its last ORDERs
+        at some members only; without this the flush times out and those members keep
+        different histories for as long as they stay blocked."""
+        out: list[Action] = []
+        for q in self.lp:
+            n, digest = self.vectors.get(q, (len(self.history), 0))
+            if q == self.me or n >= len(self.history) or (
+                    self.digests[n - 1] if n else DIGEST0) != digest:
+                continue
+            h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.epoch, aux=CATCH_UP)
+            out.append(Send(q, Message(h, CATCH_UP_HEAD.pack(n, digest) + self._suffix(n))))
+        return out
+
+    def _on_catch_up(self, src: int, epoch: int, payload: bytes) -> list[Action]:
+        """The rest of a member's history, when mine is a prefix of it (`_catch_up`)."""
+        if len(payload) < CATCH_UP_HEAD.size:
+            raise ValueError("catch-up shorter than its head")
+        at, digest = CATCH_UP_HEAD.unpack_from(payload, 0)
+        entries = self._take_suffix(payload, CATCH_UP_HEAD.size)
+        if (self.status != PRIMARY or self.inner is None or epoch != self.epoch
+                or src not in self.inst_members or at != len(self.history)
+                or digest != (self.digests[-1] if self.digests else DIGEST0)):
+            return []  # not my instance, or my history moved on since my report
+        out: list[Action] = []
+        for (o, sn, size), iid in entries:
+            out += self._deliver(o, sn, size, iid)
+        return out
 
     def _on_deliver_view(self, src: int, h: Header, payload: bytes, now: int) -> list[Action]:
         """P6: state transfer, then install."""
         members, at = _take_members(payload, 0)
         (keep,) = U32.unpack_from(payload, at)
-        segs, at = unpack_segs(payload, at + 4)
-        if (len(payload) - at) % XFER_ENTRY.size or sum(c for _, c in segs) * \
-                XFER_ENTRY.size != len(payload) - at:
-            raise ValueError("state transfer of a wrong length")
+        transfer = self._take_suffix(payload, at + 4)
         if (self.held is None or h.seq != self.held.vid or members != self.held.members
                 or self.installed or src not in members
                 or (self.status == PRIMARY and self.me not in self.receivers)):
@@ -701,11 +732,6 @@ class Primary(LayerBase):
         if keep > len(self.history):
             raise ValueError(f"state transfer keeps {keep} of my {len(self.history)} "
                              f"deliveries")
-        entries = [XFER_ENTRY.unpack_from(payload, i)
-                   for i in range(at, len(payload), XFER_ENTRY.size)]
-        for o, _, _ in entries:
-            if o not in self.member_set:
-                raise ValueError(f"state transfer names non-member {o}")
         # `join` comes first: the transferred deliveries below are the rejoin's, not
         # deliveries of a blocked node (analysis/membership.py blocked_delivery)
         join = Log("join", {"counter": h.mno + 1, "member": src})
@@ -717,10 +743,9 @@ class Primary(LayerBase):
         if revoked:
             out.append(Log("state", {"view": h.mno + 1, "revoked": [
                 f"{self.names.get(o, o)}:{sn}" for o, sn, _ in revoked],
-                "adopted": len(entries)}))
+                "adopted": len(transfer)}))
         n = 0
-        labels = [iid for iid, c in segs for _ in range(c)]
-        for (o, sn, size), iid in zip(entries, labels, strict=True):
+        for (o, sn, size), iid in transfer:
             if (o, sn) in self.delivered:
                 continue
             n += 1
@@ -760,6 +785,8 @@ class Primary(LayerBase):
             msg = Message(h, STABLE_BODY.pack(*mine))
             out += [Send(q, msg) for q in self.lp if q != self.me]
             out += self._ensure()
+            if self.membership.flushing:
+                out += self._catch_up()
         return out
 
     def _operator_primary(self, now: int) -> list[Action]:
