@@ -160,6 +160,10 @@ def start_nodes(plan: RunPlan, run: RunDir, backend: Backend,
               f"({len(plan.configs)} nodes; the start left {backend.startup_ns / 1e9:.1f} s)",
               flush=True)
     if nemesis is not None:
+        if late > 0 and plan.experiment.maelstrom:
+            # Maelstrom's nemesis counts from the workload's start, which the agents take
+            # once their programs are up (nodes/agent.py `_window`): late nodes move both.
+            nemesis.start_at_ns += int(late * 1e9)
         nemesis.start()
     return plan, nemesis
 

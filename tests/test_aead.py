@@ -148,7 +148,8 @@ def test_local_run_under_a_flood_of_forged_datagrams(tmp_path: Path, transport: 
     assert all(s["ev"] == "stop" and s["errors"] == 0 for s in stops.values()), stops
     for host in ("h1", "h2"):
         refused = stops[host]["malformed"] + stops[host]["rejected"]
-        assert sent[host] > 3 * RATE / 2, sent  # the flood lasted most of the 6 s run
+        # a second's worth at its nominal rate at least (a loaded machine floods slower)
+        assert sent[host] > RATE, sent
         if transport == "udp-aead":
             # Every forgery is counted (loopback drops nothing at this rate), none got in.
             assert refused >= 0.98 * sent[host], (host, sent, stops[host])
