@@ -10,7 +10,7 @@ verdict").
 and `make test` call it): a child process rehearses the analysis (analysis/job.py `rehearse`)
 in a JVM started with `-XX:ArchiveClassesAtExit`, and the archive is moved into place only
 when that JVM has exited whole. `java_options()` names it to every later driver JVM. The key
-covers the Java binary and Spark's jars, so a changed install never maps an old archive (the
+covers the Java binary and Spark's jars and where they are, so a changed install never maps an old archive (the
 JVM would refuse it anyway); no archive, or a failed build, leaves Spark as it was: a build
 never fails a set-up. `TESTBED_NO_CDS=1` leaves the archive out.
 """
@@ -60,7 +60,8 @@ def archive_path() -> Path | None:
     for f in [java, *libjvm]:
         st = f.stat()
         digest.update(f"{f}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    jars = Path(pyspark.__file__).parent / "jars"
+    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    digest.update(f"{jars}\n".encode())  # the archive holds the class path it was made on
     for jar in sorted(jars.glob("*.jar")):
         digest.update(f"{jar.name}:{jar.stat().st_size}\n".encode())
     digest.update(f"{pyspark.__version__}:{sys.version_info[:2]}".encode())
