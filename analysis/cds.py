@@ -10,9 +10,9 @@ verdict").
 and `make test` call it): a child process rehearses the analysis (analysis/job.py `rehearse`)
 in a JVM started with `-XX:ArchiveClassesAtExit`, and the archive is moved into place only
 when that JVM has exited whole. `java_options()` names it to every later driver JVM. The key
-covers the Java binary and Spark's jars and where they are, so a changed install never maps an old archive (the
-JVM would refuse it anyway); no archive, or a failed build, leaves Spark as it was: a build
-never fails a set-up. `TESTBED_NO_CDS=1` leaves the archive out.
+covers the Java binary and Spark's jars and where they are, so a changed install never maps
+an old archive (the JVM would refuse it anyway); no archive, or a failed build, leaves Spark
+as it was: a build never fails a set-up. `TESTBED_NO_CDS=1` leaves the archive out.
 """
 
 from __future__ import annotations
