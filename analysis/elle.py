@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+N = TypeVar("N", int, str)  # a graph's node: a transaction's index, or a name
 
 # The consistency models --consistency-models accepts, each with the anomalies it prohibits
 # (`010` §2, Adya's definitions; strict serializability adds real-time order, `010` §5.1).
@@ -308,20 +310,25 @@ def _path(graph: Graph, members: set[int], allowed: frozenset[str], src: int, ds
 
 
 def _sccs(graph: Graph) -> list[list[int]]:
-    """Tarjan's strongly connected components with more than one transaction (iterative)."""
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    stack: list[int] = []
-    on: set[int] = set()
-    out: list[list[int]] = []
-    nodes = set(graph.edges) | {b for bs in graph.edges.values() for b in bs}
-    counter = 0
+    """The strongly connected components with more than one transaction."""
+    return strongly_connected(graph.edges)
+
+
+def strongly_connected(edges: Mapping[N, Iterable[N]]) -> list[list[N]]:
+    """Tarjan's strongly connected components of more than one node, each sorted, in the
+    order the search closes them (iterative: no recursion limit on long chains; nodes and
+    their edges visited in sorted order, so the result is deterministic)."""
+    index: dict[N, int] = {}
+    low: dict[N, int] = {}
+    stack: list[N] = []
+    on: set[N] = set()
+    out: list[list[N]] = []
+    nodes = set(edges) | {b for bs in edges.values() for b in bs}
     for root in sorted(nodes):
         if root in index:
             continue
-        work = [(root, iter(sorted(graph.edges.get(root, {}))))]
-        index[root] = low[root] = counter
-        counter += 1
+        work = [(root, iter(sorted(edges.get(root, ()))))]
+        index[root] = low[root] = len(index)
         stack.append(root)
         on.add(root)
         while work:
@@ -329,11 +336,10 @@ def _sccs(graph: Graph) -> list[list[int]]:
             w = next(it, None)
             if w is not None:
                 if w not in index:
-                    index[w] = low[w] = counter
-                    counter += 1
+                    index[w] = low[w] = len(index)
                     stack.append(w)
                     on.add(w)
-                    work.append((w, iter(sorted(graph.edges.get(w, {})))))
+                    work.append((w, iter(sorted(edges.get(w, ())))))
                 elif w in on:
                     low[v] = min(low[v], index[w])
                 continue

@@ -13,6 +13,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from analysis.elle import strongly_connected
+
 ROOT = Path(__file__).resolve().parents[1]
 # lower layers first: a module may import its own layer and those below it
 LAYERS = ("nodes", "analysis", "testbed", "bench")
@@ -66,48 +68,8 @@ def import_graph(root: Path = ROOT) -> dict[str, dict[str, int]]:
 
 
 def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
-    """The strongly connected components with more than one module (Tarjan), sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(start: str) -> None:  # iterative: no recursion limit on long chains
-        work = [(start, iter(sorted(graph[start])))]
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on.add(start)
-        while work:
-            v, edges = work[-1]
-            w = next(edges, None)
-            if w is not None:
-                if w not in index:
-                    index[w] = low[w] = len(index)
-                    stack.append(w)
-                    on.add(w)
-                    work.append((w, iter(sorted(graph[w]))))
-                elif w in on:
-                    low[v] = min(low[v], index[w])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                if len(comp) > 1:
-                    found.append(sorted(comp))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return sorted(found)
+    """The strongly connected components with more than one module, sorted."""
+    return sorted(strongly_connected(graph))
 
 
 def _describe(comp: list[str], graph: dict[str, dict[str, int]], mods: dict[str, Path]) -> str:
