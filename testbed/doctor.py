@@ -1,11 +1,10 @@
 """`testbed doctor`: what this machine can do, what each capability enables, and the exact
-command that fixes what is missing. Kernel features are probed in a scratch namespace so the
-probe never touches the host's own interfaces."""
+command that fixes what is missing. Kernel features are probed in an anonymous namespace so
+the probe never touches the host's own interfaces and never outlives its process."""
 
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -28,19 +27,12 @@ def _run(argv: list[str], timeout: float = 10) -> bool:
 
 
 def probe_qdisc(kind: list[str]) -> bool:
-    """Add a qdisc on the loopback of a throw-away namespace."""
-    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
+    """Add a qdisc on the loopback of an anonymous network namespace (`unshare --net`). The
+    namespace has no name and dies with the probe's process, so a probe killed at any point
+    (even by SIGKILL, as a killed `testbed run` is) leaves nothing behind."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("tc"):
         return False
-    ns = f"tb-probe-{secrets.token_hex(3)}"
-    if not _run(["ip", "netns", "add", ns]):
-        return False
-    try:
-        return _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root", *kind])
-    finally:
-        # Never leave the probe behind: a loaded machine can take longer than the probe's
-        # 10 s to delete a namespace, so wait longer and retry once.
-        if not _run(["ip", "netns", "del", ns], timeout=60):
-            _run(["ip", "netns", "del", ns], timeout=60)
+    return _run(["unshare", "--net", "tc", "qdisc", "add", "dev", "lo", "root", *kind], timeout=60)
 
 
 def checks() -> list[Check]:

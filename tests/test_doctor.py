@@ -1,4 +1,4 @@
-"""`testbed doctor` probes the kernel in a scratch namespace and leaves nothing behind."""
+"""`testbed doctor` probes the kernel in an anonymous namespace and leaves nothing behind."""
 
 from __future__ import annotations
 
