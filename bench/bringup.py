@@ -3,6 +3,7 @@ in one run (root).
 
     sudo python -m bench.bringup --hosts 10 30 100 [--repeat 1]
     sudo python -m bench.bringup --hosts 100 --kill 5   # crash safety at that size
+    sudo python -m bench.bringup --hosts 10 100 --with-nodes   # what `testbed up` costs a user
 
 `--kill K`: K times, a child process brings the shaped backend up and is killed with SIGKILL
 at a random point of its bring-up; teardown from the journal must then leave no interface,
@@ -21,6 +22,12 @@ machine load:
            then one shaped WAN pair pinged, and the backend's teardown (`down` = undo).
 Ratios are against plain Mininet's start (up) and stop (down). Node processes and the
 measured-vs-configured check are not in these times (they follow `up()` in `testbed up`).
+
+`--with-nodes` times what a user runs instead of `shaped`: `testbed up <topology> --backend
+mininet` from the CLI's start to its exit (idle nodes of the default protocol with default
+parameters, the default RTT sample check), the machine's runnable tasks before and while the
+group idles (sampled from /proc/loadavg, the sampler excluded, for `--idle` seconds), then
+`testbed teardown` to its exit; plain Mininet's start and stop beside it in the same run.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import secrets
 import signal
 import subprocess
@@ -50,13 +58,17 @@ ROOT = Path(__file__).resolve().parents[1]
 REGIONS = ROOT / "topologies" / "regions-100.yaml"
 
 
-def topology(hosts: int) -> TopologySpec:
-    """regions-100 with `hosts` // 10 hosts in each of its 10 regions."""
+def topology_data(hosts: int) -> dict[str, Any]:
+    """regions-100 with `hosts` // 10 hosts in each of its 10 regions, as YAML data."""
     spec = yaml.safe_load(REGIONS.read_text())
     per = max(1, hosts // len(spec["sites"]))
     spec["hosts"] = [h for h in spec["hosts"] if int(h["name"][2:]) <= per]
     spec["name"] = f"bringup{len(spec['hosts'])}"
-    return TopologySpec.model_validate(spec)
+    return spec
+
+
+def topology(hosts: int) -> TopologySpec:
+    return TopologySpec.model_validate(topology_data(hosts))
 
 
 def plain_mininet(topo: TopologySpec) -> tuple[float, float]:
@@ -136,6 +148,79 @@ def backend_run(topo: TopologySpec, shaped: bool) -> dict[str, Any]:
     return out
 
 
+def runnable_while_idle(seconds: float) -> float:
+    """Mean runnable tasks on the machine over `seconds` (/proc/loadavg's instantaneous count,
+    every 0.25 s, less the sampler itself): the load average an idle group causes, without the
+    one-minute average's lag."""
+    samples = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        running = Path("/proc/loadavg").read_text().split()[3].split("/")[0]
+        samples.append(int(running) - 1)
+        time.sleep(0.25)
+    return sum(samples) / len(samples)
+
+
+def cli_up_down(hosts: int, out: Path, idle_s: float) -> dict[str, Any]:
+    """`testbed up` of the cut topology on mininet, idle for `idle_s`, `testbed teardown`."""
+    out.mkdir(parents=True, exist_ok=True)
+    topo_file = out / f"bringup{hosts}.yaml"
+    topo_file.write_text(yaml.safe_dump(topology_data(hosts)))
+    cli = [sys.executable, "-m", "testbed"]
+    before = runnable_while_idle(min(idle_s, 5.0))
+    t0 = time.monotonic()
+    up = subprocess.run([*cli, "up", str(topo_file), "--backend", "mininet", "--out", str(out)],
+                        capture_output=True, text=True)
+    res: dict[str, Any] = {"up_s": time.monotonic() - t0, "runnable_before": before}
+    found = re.search(r"run (\w+) in ", up.stdout)
+    if up.returncode != 0 or not found:
+        raise SystemExit(f"testbed up failed (exit {up.returncode}): "
+                         f"{(up.stderr or up.stdout).strip().splitlines()[-1:]}")
+    run_id = found.group(1)
+    checked = re.search(r"^checked \d+ pairs.*$", up.stdout, re.MULTILINE)
+    res["check"] = checked.group(0).strip() if checked else ""
+    try:
+        res["idle_runnable"] = runnable_while_idle(idle_s)
+        res["loadavg_1m"] = os.getloadavg()[0]
+    finally:
+        t1 = time.monotonic()
+        down = subprocess.run([*cli, "teardown", run_id, "--runs", str(out)],
+                              capture_output=True, text=True)
+        res["down_s"] = time.monotonic() - t1
+    res["down_ok"] = down.returncode == 0
+    res["run_id"] = run_id
+    return res
+
+
+def with_nodes(hosts: list[int], repeat: int, idle_s: float) -> int:
+    """The `--with-nodes` table: `testbed up`/`teardown` against plain Mininet, side by side."""
+    rows = []
+    for n in hosts:
+        topo = topology(n)
+        for i in range(repeat):
+            load = os.getloadavg()[0]
+            plain_up, plain_down = plain_mininet(topo)
+            r = cli_up_down(n, Path("/tmp/tb-bench/with-nodes"), idle_s)
+            left = leftovers([r["run_id"]])
+            rows.append((len(topo.hosts), load, plain_up, plain_down, r, left))
+            print(f"{len(topo.hosts)} hosts, run {i + 1} (load {load:.1f}): plain Mininet up "
+                  f"{plain_up:.2f} s stop {plain_down:.2f} s | testbed up {r['up_s']:.2f} s "
+                  f"({r['up_s'] / plain_up:.1f}x) teardown {r['down_s']:.2f} s "
+                  f"({r['down_s'] / plain_down:.1f}x) | runnable tasks {r['runnable_before']:.2f} "
+                  f"before, {r['idle_runnable']:.2f} while the group idles ({idle_s:.0f} s) | "
+                  f"{r['check']} | links left {len(left)}",
+                  flush=True)
+    print()
+    print("| hosts | load before | plain up / stop (s) | testbed up (s) | teardown (s) "
+          "| up ratio | teardown ratio | runnable before / idle |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, load, pu, pd, r, _ in rows:
+        print(f"| {n} | {load:.1f} | {pu:.2f} / {pd:.2f} | {r['up_s']:.2f} | {r['down_s']:.2f} "
+              f"| {r['up_s'] / pu:.1f}x | {r['down_s'] / pd:.1f}x | "
+              f"{r['runnable_before']:.2f} / {r['idle_runnable']:.2f} |")
+    return 1 if any(left or not r["down_ok"] for *_, r, left in rows) else 0
+
+
 def leftovers(run_ids: list[str]) -> list[str]:
     """Interfaces, namespaces' holders or processes of these runs still present."""
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
@@ -199,6 +284,11 @@ def main() -> int:
     p.add_argument("--kill", type=int, default=0, metavar="K",
                    help="instead: K bring-ups killed with SIGKILL at a random point, each "
                    "then torn down and checked for leftovers")
+    p.add_argument("--with-nodes", action="store_true",
+                   help="instead: `testbed up` (idle nodes, RTT sample check) and `testbed "
+                   "teardown` as a user runs them, beside plain Mininet")
+    p.add_argument("--idle", type=float, default=20.0,
+                   help="with --with-nodes: seconds the idle group's load is sampled")
     p.add_argument("--kill-window", type=float, default=30.0,
                    help="seconds of bring-up the kill point is drawn from")
     args = p.parse_args()
@@ -206,6 +296,8 @@ def main() -> int:
         print("bench.bringup needs root (Mininet)", file=sys.stderr)
         return 2
     subprocess.run(["iptables", "-w", "-L", "-n"], capture_output=True)  # load xtables first
+    if args.with_nodes:
+        return with_nodes(args.hosts, args.repeat, args.idle)
     if args.kill:
         return 1 if sum(kill_trials(n, args.kill, args.kill_window) for n in args.hosts) else 0
     rows = []
