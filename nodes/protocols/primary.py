@@ -82,7 +82,9 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1.1-4.1.2):
   ever.
 - Notifications (4.3): `fnl` is regular total order; every `stable` period the members of a
   primary view exchange their history's length and digest, and a message in the prefix all
-  of them hold (digests equal) is `ensured` with service `uniform`. Per-origin watermarks
+  of them hold (digests equal) is `ensured` with service `uniform`. The exchange stops while
+  every member has reported the same history and seen the others' (`_stable`): an idle view
+  is silent. Per-origin watermarks
   would not do: they stop being prefixes once the lineage skips a message (revoked, or
   never ordered by the primary).
 
@@ -133,6 +135,9 @@ SEG = struct.Struct("!II")  # instance id, deliveries made in it
 XFER_ENTRY = struct.Struct("!HII")  # origin, sn, size
 XFER_MAX = 4000  # transferred deliveries per DELIVER_VIEW (fits one UDP datagram)
 STABLE_BODY = struct.Struct("!IQ")  # history length, digest of that history
+# a STABLE's `rseq` flags: the sender holds every member's report equal to its own (SETTLED),
+# and holds a SETTLED report equal to its own from every member (DONE)
+SETTLED, DONE = 1, 2
 CATCH_UP_HEAD = STABLE_BODY  # where the receiver's history ends, its digest there
 MASK64 = (1 << 64) - 1
 DIGEST0 = 0xCBF29CE484222325
@@ -287,6 +292,8 @@ class Primary(LayerBase):
         self.pending: dict[int, bytes] = {}
         self.unsent: list[int] = []  # pending, not yet broadcast on the current instance
         self.vectors: dict[int, tuple[int, int]] = {}
+        self.settled_of: dict[int, bool] = {}  # each member's last STABLE: was it SETTLED?
+        self.answer: set[int] = set()  # members whose last STABLE was not DONE
         # a new incarnation's first state transfer is adopted, not delivered: its previous
         # incarnation may have delivered any of it, and one log must not show a message twice
         self.recovering = self.incarnation > 0
@@ -347,6 +354,9 @@ class Primary(LayerBase):
                     if len(msg.payload) != STABLE_BODY.size:
                         raise ValueError("stable vector of a wrong length")
                     self.vectors[src] = STABLE_BODY.unpack(msg.payload)
+                    self.settled_of[src] = bool(h.rseq & SETTLED)
+                    if not h.rseq & DONE:
+                        self.answer.add(src)
                 return self._ensure()
             if kind == ATT_ACK:
                 return self._on_att_ack(src, h.seq, now, answer=bool(h.rseq))
@@ -779,15 +789,32 @@ class Primary(LayerBase):
             out.append(Send(self.leader, self.my_probe))
         out += self._send_unsent(now)
         if self.status == PRIMARY and self.inner is not None:
-            mine = (len(self.history), self.digests[-1] if self.digests else DIGEST0)
-            self.vectors[self.me] = mine
-            h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.epoch, aux=STABLE)
-            msg = Message(h, STABLE_BODY.pack(*mine))
-            out += [Send(q, msg) for q in self.lp if q != self.me]
+            out += self._stable()
             out += self._ensure()
             if self.membership.flushing:
                 out += self._catch_up()
         return out
+
+    def _stable(self) -> list[Action]:
+        """4.3's periodic exchange of history length and digest, to every member while any
+        report differs or is not known to be seen; once every member reported SETTLED on the
+        same history (DONE), only to a member still asking (its report not DONE). An idle
+        primary view then sends nothing, where an exchange to every member every period
+        costs n(n-1) datagrams per period for nothing new: every message is `ensured` once
+        the reports agree, and the next delivery (or view, or flush) starts the exchange
+        again."""
+        mine = (len(self.history), self.digests[-1] if self.digests else DIGEST0)
+        self.vectors[self.me] = mine
+        peers = [q for q in self.lp if q != self.me]
+        settled = all(self.vectors.get(q) == mine for q in peers)
+        done = settled and all(self.settled_of.get(q, False) for q in peers)
+        to = peers if not done or self.membership.flushing else [
+            q for q in peers if q in self.answer]
+        self.answer.clear()
+        h = Header(MsgType.DATA, WIRE_ID, sender=self.me, seq=self.epoch, aux=STABLE,
+                   rseq=(SETTLED if settled else 0) | (DONE if done else 0))
+        msg = Message(h, STABLE_BODY.pack(*mine))
+        return [Send(q, msg) for q in to]
 
     def _operator_primary(self, now: int) -> list[Action]:
         """P9."""
@@ -822,7 +849,7 @@ class Primary(LayerBase):
         self.host = Hosted(self.lookup(self.inner_name), self.me, members, params,
                            f"pv{self.epoch}")
         self.inner, self.gate = self.host.layer, self.host.gate
-        self.vectors = {}
+        self.vectors, self.settled_of, self.answer = {}, {}, set()
         out = self._lift(self.inner.start(now) + self.inner.on_view(members, now), now)
         self.unsent.clear()
         for sn, payload in sorted(self.pending.items()):
