@@ -584,3 +584,32 @@ def test_minority_oracle_starts_at_the_view_that_reflects_the_cut() -> None:
         ev("view", 20, layer="membership", members=["h3"]), ev("fnl", 25, mid="h3:2")]}
     found = checks.minority_blocked(detected, cut)
     assert [(f["node"], f["mid"]) for f in found] == [("h3", "h3:2")]
+
+
+def test_the_stable_exchange_ensures_everything_under_loss_then_falls_silent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """4.3's exchange with 20 % loss: every message every host fnl-delivered is `ensured` there
+    by the end, and once the workload stops (3 s) and the reports agree, the view sends no more
+    STABLE, where before it sent 5 x 4 every 50 ms period (bench/idle_control.py: 181 datagrams
+    a second per member of an idle 10-member view then, 13 now)."""
+    from nodes.protocols import primary
+
+    stables: list[int] = []  # the time of every STABLE sent
+    tick = primary.Primary._tick
+
+    def counted(self: Primary, now: int) -> list[Any]:
+        out = tick(self, now)
+        stables.extend(now for a in out if getattr(a, "msg", None) is not None
+                       and a.msg.header.proto == primary.WIRE_ID
+                       and a.msg.header.aux == primary.STABLE)
+        return out
+
+    monkeypatch.setattr(primary.Primary, "_tick", counted)
+    events = scenario(tmp_path, [], duration_s=3, drain_s=5, loss=0.2)
+    for h, evs in events.items():
+        fnl = {e["mid"] for e in evs if e["ev"] == "fnl" and e.get("layer") != "membership"}
+        ensured = {e["mid"] for e in evs if e["ev"] == "ensured"}
+        assert len(fnl) > 200 and fnl <= ensured, (h, len(fnl - ensured))
+    assert any(secs({"t": t}) < 3 for t in stables)
+    late = [t for t in stables if secs({"t": t}) > 6]
+    assert not late, f"{len(late)} STABLE datagrams 3 s after the workload's end"
