@@ -1,27 +1,14 @@
-"""Elle's list-append inference (`010`): isolation anomalies of a history of transactions over
-append-only lists, as Maelstrom's `txn-list-append` workload checks them (docs/maelstrom.md).
+"""Elle's dependency graph (`010`), shared by Maelstrom's transactional workloads: the
+transactions of a history, Adya's dependency edges between them, the cycle search and the
+consistency models that judge the anomalies found (docs/maelstrom.md).
 
-A transaction is a list of micro-operations `["r", k, list]` and `["append", k, v]`; each
-append value is unique per key. Because a read returns the whole list, it reveals every
-append before it, in order (`010` §3, §4.1.6): the longest read of a key is its version
-order, and every other read must be a prefix of it (else `incompatible-order`). From the
-version orders come Adya's dependency edges between transactions (`010` §2, §4.1.4): `ww`
-(one append directly follows another in a key's order), `wr` (a read's last element was
-appended by the writer), `rw` (a read misses the next append in the order), and with
-`strict-serializable` `rt` (one transaction completed before the other began; a transitive
-reduction, `010` §5.1). `ok` transactions committed; an `info` one may have, and enters the
-graph when a read saw one of its appends; a `fail` one did not.
-
-Anomalies: `G1a` (aborted read: a read saw an append of a failed transaction), `G1b`
-(intermediate read: a read ends at an append that its transaction followed with another to
-the same key) and `dirty-update` (an append of a failed transaction followed by a committed
-one in a version order), `010` §4.1.5, §4.3.1; `garbage-read` (a read holds a value nobody
-appended), `duplicate-elements` (a value twice in one read) and `internal` (a read that does
-not end with its own transaction's earlier appends to the key), `010` §6.1; and the cycles of
-the dependency graph (`010` §4.3.2, §6), each searched in a strongly connected component
-(Tarjan) and named by its edges: `G0` (`ww` only), `G1c` (`ww` and `wr`), `G-single`
-(exactly one `rw`), `G2-item` (more than one `rw`); a cycle that needs an `rt` edge takes the
-suffix `-realtime`.
+Each workload infers its own edges and direct anomalies from what its objects reveal
+(analysis/elle_list_append.py: lists; analysis/elle_rw_register.py: registers); this module
+adds, with `strict-serializable`, `rt` edges (one transaction completed before the other
+began; a transitive reduction, `010` §5.1), then searches each strongly connected component
+(Tarjan) for one cycle per class (`010` §4.3.2, §6), named by its edges: `G0` (`ww` only),
+`G1c` (`ww` and `wr`), `G-single` (exactly one `rw`), `G2-item` (more than one `rw`); a cycle
+that needs an `rt` edge takes the suffix `-realtime`.
 """
 
 from __future__ import annotations
@@ -35,13 +22,15 @@ from typing import Any, TypeVar
 N = TypeVar("N", int, str)  # a graph's node: a transaction's index, or a name
 
 # The consistency models --consistency-models accepts, each with the anomalies it prohibits
-# (`010` §2, Adya's definitions; strict serializability adds real-time order, `010` §5.1).
+# (`010` §2, Adya's definitions; strict serializability adds real-time order, `010` §5.1;
+# a lost update, `010` §7, is ruled out from snapshot isolation up, as Elle's models rule it).
 _RC = ("G0", "G1a", "G1b", "G1c")
-_SER = (*_RC, "G-single", "G2-item")
+_SI = (*_RC, "G-single", "lost-update")
+_SER = (*_SI, "G2-item")
 PROHIBITS: dict[str, tuple[str, ...]] = {
     "read-uncommitted": ("G0",),
     "read-committed": _RC,
-    "snapshot-isolation": (*_RC, "G-single"),
+    "snapshot-isolation": _SI,
     "serializable": _SER,
     "strict-serializable": (*_SER, *(f"{a}-realtime" for a in ("G0", "G1c", "G-single",
                                                                "G2-item"))),
@@ -49,7 +38,7 @@ PROHIBITS: dict[str, tuple[str, ...]] = {
 DEFAULT_MODELS = ("strict-serializable",)  # Maelstrom's default
 # Anomalies that no model allows: the history itself is broken.
 ALWAYS = ("incompatible-order", "duplicate-elements", "dirty-update", "internal",
-          "garbage-read")
+          "garbage-read", "cyclic-versions")
 MAX_EXAMPLES = 5
 MAX_SEARCHES = 200  # cycle searches per component and anomaly class
 
@@ -57,7 +46,7 @@ MAX_SEARCHES = 200  # cycle searches per component and anomaly class
 @dataclass
 class Txn:
     """One transaction as the client saw it: `type` ok, fail or info; `mops` the completed
-    micro-operations for ok (reads with their lists), the requested ones otherwise."""
+    micro-operations for ok (reads with their values), the requested ones otherwise."""
 
     index: int
     type: str
@@ -83,93 +72,33 @@ class Graph:
             self.edges[a].setdefault(b, {}).setdefault(kind, key)
 
 
-def _h(v: Any) -> Any:
+def hashable(v: Any) -> Any:
     """A value as a dictionary key (lists and maps as their JSON)."""
     return json.dumps(v, sort_keys=True) if isinstance(v, list | dict) else v
 
 
-def is_txn(txn: Any) -> bool:
-    """Whether `txn` is a list of micro-operations `[f, k, v]`, f `r` or `append`."""
-    return isinstance(txn, list) and all(
-        isinstance(m, list) and len(m) == 3 and m[0] in ("r", "append") for m in txn)
+def is_txn_of(fs: tuple[str, ...]) -> Callable[[Any], bool]:
+    """Whether a value is a list of micro-operations `[f, k, v]` with f one of `fs`."""
+    def ok(txn: Any) -> bool:
+        return isinstance(txn, list) and all(
+            isinstance(m, list) and len(m) == 3 and m[0] in fs for m in txn)
+    return ok
 
 
-def check(txns: list[Txn], models: tuple[str, ...] = DEFAULT_MODELS) -> dict[str, Any]:
-    """Elle's result map: `valid?` (no anomaly that a model of `models` prohibits, and none of
-    ALWAYS), `anomaly-types` (every type found), `anomalies` (type -> examples), `not` (the
-    checked models the anomalies rule out)."""
-    found: dict[str, list[Any]] = defaultdict(list)
-    ok = [t for t in txns if t.type == "ok"]
-    writer: dict[tuple[Any, Any], Txn] = {}  # (key, value) -> its appending transaction
-    failed: dict[tuple[Any, Any], Txn] = {}
-    intermediate: dict[tuple[Any, Any], Txn] = {}
-    for t in txns:
-        last: dict[Any, Any] = {}
-        for f, k, v in t.mops:
-            if f != "append":
-                continue
-            kv = (_h(k), _h(v))
-            (failed if t.type == "fail" else writer)[kv] = t
-            if _h(k) in last:
-                intermediate[(_h(k), last[_h(k)])] = t
-            last[_h(k)] = _h(v)
-    reads: dict[Any, list[tuple[Txn, list[Any]]]] = defaultdict(list)
-    for t in ok:
-        mine: dict[Any, list[Any]] = defaultdict(list)  # this txn's own appends so far
-        for f, k, v in t.mops:
-            key = _h(k)
-            if f == "append":
-                mine[key].append(_h(v))
-                continue
-            got = ([x if isinstance(x, int | str) else _h(x) for x in v]
-                   if isinstance(v, list) else [])
-            if mine[key] and got[-len(mine[key]):] != mine[key]:
-                found["internal"].append({"op": t.label(), "key": k, "expected-suffix":
-                                          mine[key], "read": v})
-                continue
-            seen = set()
-            for x in got:
-                if x in seen:
-                    found["duplicate-elements"].append({"op": t.label(), "key": k,
-                                                        "element": x})
-                    break
-                seen.add(x)
-            for x in got:
-                if (key, x) in failed:
-                    found["G1a"].append({"op": t.label(), "writer": failed[(key, x)].label(),
-                                         "key": k, "element": x})
-                elif (key, x) not in writer:
-                    found["garbage-read"].append({"op": t.label(), "key": k,
-                                                     "element": x})
-            if got and (key, got[-1]) in intermediate and \
-                    intermediate[(key, got[-1])] is not t:
-                found["G1b"].append({"op": t.label(), "writer":
-                                     intermediate[(key, got[-1])].label(), "key": k,
-                                     "element": got[-1]})
-            if not mine[key]:  # a read of the transaction's own appends orders nothing new
-                reads[key].append((t, got))
-    orders = _version_orders(reads, found)
-    graph = Graph()
-    for key, order in orders.items():
-        for a, b in zip(order, order[1:], strict=False):
-            wa, wb = writer.get((key, a)), writer.get((key, b))
-            if wa is None and (key, a) in failed and wb is not None:
-                found["dirty-update"].append({"key": key, "aborted": a, "then": b})
-            if wa is not None and wb is not None:
-                graph.add(wa.index, wb.index, "ww", key)
-        for t, got in reads[key]:
-            if got and (key, got[-1]) in writer:
-                graph.add(writer[(key, got[-1])].index, t.index, "wr", key)
-            # the next append in the order by another transaction than the one read last
-            # (a transaction's intermediate appends are no versions of their own)
-            read_last = writer.get((key, got[-1])) if got else None
-            nxt = next((writer[(key, v)] for v in order[len(got):] if (key, v) in writer
-                        and writer[(key, v)] is not read_last), None)
-            if nxt is not None:
-                graph.add(t.index, nxt.index, "rw", key)
-    realtime = "strict-serializable" in models
-    if realtime:
-        _realtime_edges(ok, graph)
+def prohibited(models: tuple[str, ...]) -> set[str]:
+    """The anomaly types that fail a history checked against `models`."""
+    return set(ALWAYS).union(*(PROHIBITS[m] for m in models))
+
+
+def judge(txns: list[Txn], graph: Graph, found: dict[str, list[Any]],
+          models: tuple[str, ...]) -> dict[str, Any]:
+    """Elle's result map from a workload's edges and direct anomalies: `valid?` (no anomaly
+    that a model of `models` prohibits, and none of ALWAYS), `anomaly-types` (every type
+    found), `anomalies` (type -> examples, cycles with their steps), `not` (the checked
+    models the anomalies rule out). With `strict-serializable` `rt` edges join the graph
+    first."""
+    if "strict-serializable" in models:
+        _realtime_edges([t for t in txns if t.type == "ok"], graph)
     by_index = {t.index: t for t in txns}
     for kind, cycle in _cycles(graph):
         found[kind].append({"cycle": [by_index[i].label() for i, _, _ in cycle],
@@ -179,27 +108,6 @@ def check(txns: list[Txn], models: tuple[str, ...] = DEFAULT_MODELS) -> dict[str
             "anomalies": {k: v[:MAX_EXAMPLES] for k, v in sorted(found.items())},
             "not": sorted(m for m in PROHIBITS if set(found) & set(PROHIBITS[m])
                           or set(found) & set(ALWAYS))}
-
-
-def prohibited(models: tuple[str, ...]) -> set[str]:
-    """The anomaly types that fail a history checked against `models`."""
-    return set(ALWAYS).union(*(PROHIBITS[m] for m in models))
-
-
-def _version_orders(reads: dict[Any, list[tuple[Txn, list[Any]]]],
-                    found: dict[str, list[Any]]) -> dict[Any, list[Any]]:
-    """Each key's version order: its longest read, when every other read is a prefix of it
-    (else `incompatible-order`, and the key orders nothing)."""
-    orders: dict[Any, list[Any]] = {}
-    for key, rs in reads.items():
-        longest = max((got for _, got in rs), key=len, default=[])
-        bad = next(((t, got) for t, got in rs if longest[:len(got)] != got), None)
-        if bad is not None:
-            found["incompatible-order"].append({"key": key, "values": [longest, bad[1]],
-                                                "op": bad[0].label()})
-            continue
-        orders[key] = longest
-    return orders
 
 
 def _realtime_edges(ok: list[Txn], graph: Graph) -> None:
@@ -359,9 +267,10 @@ def strongly_connected(edges: Mapping[N, Iterable[N]]) -> list[list[N]]:
     return out
 
 
-def txns_of(ops: list[Any]) -> tuple[list[Txn], int]:
+def txns_of(ops: list[Any], is_txn: Callable[[Any], bool]) -> tuple[list[Txn], int]:
     """The `txn` operations of a Maelstrom history (analysis/maelstrom.py `Operation`) as
-    transactions, and how many were not lists of micro-operations (left out)."""
+    transactions, and how many were not lists of the workload's micro-operations (`is_txn`;
+    left out)."""
     out: list[Txn] = []
     bad = 0
     for op in ops:

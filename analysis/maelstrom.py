@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from analysis import elle_list_append, elle_rw_register
 from analysis.deliverylog import parse_line
-from analysis.elle import DEFAULT_MODELS, prohibited, txns_of
-from analysis.elle import check as check_elle
+from analysis.elle import DEFAULT_MODELS, Txn, prohibited, txns_of
 from analysis.kafka import check_kafka
 from analysis.linearizability import TIME_LIMIT_S, RegisterOp
 from analysis.linearizability import check as check_register
@@ -420,12 +421,21 @@ def check_kafka_workload(ops: list[Operation]) -> tuple[dict[str, Any], dict[str
                     "workload_results": got}
 
 
-def check_txn_list_append(ops: list[Operation], models: tuple[str, ...] = DEFAULT_MODELS
-                          ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """txn-list-append (analysis/elle.py); the section's `workload_results` is Elle's map
-    (`valid?`, `anomaly-types`, `anomalies`, `not`). Every anomaly type that `models`
-    prohibits is a violation."""
-    txns, malformed = txns_of(ops)
+# The transactional workloads' checkers, Elle's inference for each kind of object: which
+# values are transactions of the workload, and the checker of a history of them.
+TxnChecker = tuple[Callable[[Any], bool], Callable[[list[Txn], tuple[str, ...]], dict[str, Any]]]
+TXN_CHECKERS: dict[str, TxnChecker] = {
+    "txn-list-append": (elle_list_append.is_txn, elle_list_append.check),
+    "txn-rw-register": (elle_rw_register.is_txn, elle_rw_register.check)}
+
+
+def check_txn(ops: list[Operation], workload: str, models: tuple[str, ...] = DEFAULT_MODELS
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """txn-list-append and txn-rw-register (analysis/elle.py and TXN_CHECKERS); the
+    section's `workload_results` is Elle's map (`valid?`, `anomaly-types`, `anomalies`,
+    `not`). Every anomaly type that `models` prohibits is a violation."""
+    is_txn, check_elle = TXN_CHECKERS[workload]
+    txns, malformed = txns_of(ops, is_txn)
     got = check_elle(txns, models)
     got["consistency-models"] = list(models)
     bad = [k for k in got["anomaly-types"] if k in prohibited(models)]
@@ -461,9 +471,9 @@ def maelstrom_checks(record: RunRecord, workload: str,
         checks, section = check_lin_kv(ops)
     elif workload == "kafka":
         checks, section = check_kafka_workload(ops)
-    elif workload == "txn-list-append":
+    elif workload in TXN_CHECKERS:
         models = (record.experiment.get("workload") or {}).get("consistency_models")
-        checks, section = check_txn_list_append(ops, tuple(models or DEFAULT_MODELS))
+        checks, section = check_txn(ops, workload, tuple(models or DEFAULT_MODELS))
     else:
         raise ValueError(f"no checker for Maelstrom workload {workload!r}")
     # A program that exits on its own crashed (the agent's stop and a `kill` end it without

@@ -41,7 +41,7 @@ def _table(m: dict[str, Any]) -> str:
     elif "error_types" in m:  # kafka
         rows[5:8] = [("acknowledged sends", m.get("acknowledged_sends")),
                      ("anomalies", ", ".join(m["error_types"]) or "none")]
-    elif "txns" in m:  # txn-list-append
+    elif "txns" in m:  # txn-list-append, txn-rw-register
         txns = m["txns"]
         rows[5:8] = [("transactions", f"{txns.get('ok', 0)} ok, {txns.get('fail', 0)} "
                                       f"fail, {txns.get('info', 0)} info"),

@@ -54,6 +54,7 @@ from nodes.maelstrom import (
     MAX_TXN_LENGTH,
     MAX_WRITES_PER_KEY,
     TXN_KEY_COUNT,
+    TXN_WRITES,
     Generator,
     Op,
     Reassembly,
@@ -173,7 +174,7 @@ class Agent:
         self.gen = Generator(self.workload, host_index, len(cfg.members), cfg.incarnation,
                              random.Random(f"{cfg.seed}:{cfg.node_id}:{cfg.incarnation}:ops"),
                              key_count=int(m.get("key_count") or (
-                                 TXN_KEY_COUNT if self.workload == "txn-list-append"
+                                 TXN_KEY_COUNT if self.workload in TXN_WRITES
                                  else KEY_COUNT)),
                              max_writes_per_key=int(m.get("max_writes_per_key")
                                                     or MAX_WRITES_PER_KEY),
@@ -427,7 +428,7 @@ class Agent:
         if reply is None:
             kind, value, note = ("fail" if idempotent(op) else "info"), op.value, "timeout"
         else:
-            kind, value, note = completion(op, reply)
+            kind, value, note = completion(op, reply, self.workload)
         self.gen.observe(client, op, kind, value)
         self.counters[f"ops_{kind}"] += 1
         more: dict[str, Any] = {"error": note} if note else {}

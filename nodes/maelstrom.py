@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 WORKLOADS = ("echo", "broadcast", "g-set", "g-counter", "pn-counter", "unique-ids",
-             "total-order", "lin-kv", "kafka", "txn-list-append")
-# Maelstrom's workloads the agent has no clients and checker for yet.
-NOT_BUILT_WORKLOADS = ("txn-rw-register",)
+             "total-order", "lin-kv", "kafka", "txn-list-append", "txn-rw-register")
+# The transactional workloads and the micro-operation that writes in each.
+TXN_WRITES = {"txn-list-append": "append", "txn-rw-register": "w"}
 TOPOLOGIES = ("grid", "line", "total", "tree", "tree2", "tree3", "tree4")  # tree: tree2
 LATENCY_DISTS = ("constant", "uniform", "exponential")
 NEMESES = ("partition", "kill", "pause", "clock")
@@ -31,11 +31,11 @@ MAX_LINE = 1 << 20  # a program's output line longer than this is malformed (1 M
 CONTROL_CLIENT = "c0"  # the agent's own client: init and topology
 CLIENT_TIMEOUT_NS = 5_000_000_000  # a request unanswered this long completes as `info`
 KEY_COUNT = 3  # lin-kv and kafka: keys in use at once without --key-count
-TXN_KEY_COUNT = 10  # txn-list-append: keys in use at once without --key-count (Elle's)
-MAX_WRITES_PER_KEY = 16  # kafka, txn-list-append: writes to a key (from one host) before
+TXN_KEY_COUNT = 10  # the txn workloads: keys in use at once without --key-count (Elle's)
+MAX_WRITES_PER_KEY = 16  # kafka, the txn workloads: writes to a key (from one host) before
 # it is retired
-MAX_TXN_LENGTH = 4  # txn-list-append: micro-operations per transaction, at most
-# txn-list-append: the models --consistency-models names (analysis/elle.py checks them)
+MAX_TXN_LENGTH = 4  # the txn workloads: micro-operations per transaction, at most
+# the txn workloads: the models --consistency-models names (analysis/elle.py checks them)
 CONSISTENCY_MODELS = ("read-uncommitted", "read-committed", "snapshot-isolation",
                       "serializable", "strict-serializable")
 REGISTER_VALUES = 5  # lin-kv: written values 0..4, as Jepsen's linearizable-register test
@@ -128,10 +128,11 @@ class Generator:
     re-assigns itself the keys in use (`list_committed_offsets`: it then polls from the
     committed offsets, or from where it was), as Maelstrom's kafka client; `key_count` keys
     are in use at once, a key retired after `max_writes_per_key` sends from this host.
-    txn-list-append: transactions of 1..max_txn_length micro-operations, each a read or an
-    append (even odds) of a key in use, as Elle's list-append generator (`010`); an append's
-    value is unique in the run and increasing per key from this host; `key_count` keys in
-    use, a key retired after `max_writes_per_key` appends from this host."""
+    txn-list-append and txn-rw-register: transactions of 1..max_txn_length
+    micro-operations, each a read or a write (`append`, `w`; even odds) of a key in use, as
+    Elle's list-append and rw-register generators (`010`); a written value is unique in the
+    run and increasing per key from this host; `key_count` keys in use, a key retired after
+    `max_writes_per_key` writes from this host."""
 
     workload: str
     host_index: int
@@ -181,8 +182,8 @@ class Generator:
             return self._register_op()
         if w == "kafka":
             return self._kafka_op(client)
-        if w == "txn-list-append":
-            return self._txn_op()
+        if w in TXN_WRITES:
+            return self._txn_op(TXN_WRITES[w])
         raise ValueError(f"unknown workload {w!r}")
 
     def _register_op(self) -> Op:
@@ -206,7 +207,7 @@ class Generator:
                 self.active[i] = max(self.active) + 1
         return [str(k) for k in self.active]
 
-    def _txn_op(self) -> Op:
+    def _txn_op(self, write: str) -> Op:
         txn: list[list[Any]] = []
         for _ in range(self.rng.randint(1, self.max_txn_length)):
             self._keys()
@@ -216,7 +217,7 @@ class Generator:
             else:
                 self.sends[key] = self.sends.get(key, 0) + 1
                 self.counter += 1
-                txn.append(["append", key, self._unique()])
+                txn.append([write, key, self._unique()])
         return Op("txn", {"type": "txn", "txn": txn}, txn)
 
     def _kafka_op(self, client: str) -> Op:
@@ -283,11 +284,12 @@ def idempotent(op: Op) -> bool:
     return op.f == "read" and "key" in op.body
 
 
-def completion(op: Op, reply: dict[str, Any]) -> tuple[str, Any, str]:
+def completion(op: Op, reply: dict[str, Any], workload: str = "") -> tuple[str, Any, str]:
     """(type, value, note) of an operation's completion from the node's reply body: `ok`
     with the value the workload reads from the reply, `fail` for a definite error, `info`
     for an indefinite one (but `fail` when `idempotent`) or a reply of the wrong type or
-    shape (the checker counts those)."""
+    shape (the checker counts those); `workload` tells a txn-rw-register transaction's
+    reads from txn-list-append's."""
     rtype = reply.get("type")
     if rtype == "error":
         code = reply.get("code")
@@ -316,18 +318,21 @@ def completion(op: Op, reply: dict[str, Any]) -> tuple[str, Any, str]:
         return "ok", got, ""
     if op.f == "txn":
         got = reply.get("txn")
-        if not _txn_reply(op.value, got):
+        if not _txn_reply(op.value, got, workload == "txn-rw-register"):
             return "info", op.value, f"malformed txn_ok: txn {str(got)[:100]}"
         return "ok", got, ""
     return "ok", op.value, ""
 
 
-def _txn_reply(asked: list[list[Any]], got: Any) -> bool:
+def _txn_reply(asked: list[list[Any]], got: Any, registers: bool) -> bool:
     """Whether a `txn_ok`'s `txn` completes the one asked: the same micro-operations in the
-    same order, each read with a list (null: a key never appended), each append as sent."""
+    same order, each write as sent, each read with a value: a list (null: a key never
+    appended), or with `registers` any value (null: a key never written; Maelstrom's
+    `Any`)."""
     return isinstance(got, list) and len(got) == len(asked) and all(
         isinstance(m, list) and len(m) == 3 and m[0] == a[0] and m[1] == a[1]
-        and (isinstance(m[2], list) or m[2] is None if a[0] == "r" else m[2] == a[2])
+        and (registers or isinstance(m[2], list) or m[2] is None if a[0] == "r"
+             else m[2] == a[2])
         for m, a in zip(got, asked, strict=True))
 
 

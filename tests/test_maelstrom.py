@@ -128,7 +128,7 @@ def test_spec_takes_a_program_and_a_workload(tmp_path: Path) -> None:
     ({"workload": {"rate": "10/s"}}, "workload.maelstrom", "needs a workload"),
     ({"node": {"program": ["./nope"], "speaks": "maelstrom"}}, "node.program.0", "no program"),
     ({"node": {"program": ["python3"], "speaks": "erlang"}}, "node.speaks", "maelstrom"),
-    ({"workload": {"maelstrom": "txn-rw-register", "rate": "1/s"}}, "workload.maelstrom",
+    ({"workload": {"maelstrom": "datomic", "rate": "1/s"}}, "workload.maelstrom",
      "broadcast"),
     ({"faults": [{"kind": "pause", "host": "h1", "at": "1s"}]}, "faults.0.kind",
      "not built yet"),
@@ -153,7 +153,7 @@ def test_a_maelstrom_workload_needs_a_program(tmp_path: Path) -> None:
 # -- the CLI -----------------------------------------------------------------------------------
 def test_bad_input_exits_2_and_dry_run_prints_the_experiment(tmp_path: Path) -> None:
     bin_ = str(NODES / "broadcast.py")
-    for args in (["-w", "txn-rw-register"], ["-w", "echo", "--nemesis", "clocks"],
+    for args in (["-w", "datomic"], ["-w", "echo", "--nemesis", "clocks"],
                  ["-w", "echo", "--latency-dist", "poisson"],
                  ["-w", "echo", "--concurrency", "x"]):
         r = run_cli("maelstrom", "test", "--bin", bin_, "--out", str(tmp_path), *args)
@@ -247,15 +247,14 @@ def test_maelstroms_flags_node_names_and_one_line_errors(tmp_path: Path) -> None
         ("--nodes", "a,b"): "--nodes a,b",
         ("--consistency-models", "linearizable"): "--consistency-models 'linearizable'",
         ("--availability", "most"): "--availability 'most'",
-        ("-w", "txn-rw-register"): "txn-rw-register workload is not built here yet; built: "
-                                   "echo, broadcast",
+        ("-w", "datomic"): "-w 'datomic': not a workload; known: echo, broadcast",
     }
     for args, words in errors.items():
         r = cli(*(args if args[0] == "-w" else ("-w", "echo", *args)))
         lines = (r.stdout + r.stderr).strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and words in lines[0], (args, lines)
-    r = cli("-w", "txn-rw-register")
-    assert r.returncode == 2 and "txn-list-append" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = cli("-w", "datomic")
+    assert r.returncode == 2 and "txn-rw-register" in r.stdout + r.stderr, r.stdout + r.stderr
     assert not tmp_path.exists() or list(tmp_path.iterdir()) == []  # nothing created
 
 

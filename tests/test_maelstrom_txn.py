@@ -1,8 +1,9 @@
 """Maelstrom's txn-list-append workload (docs/maelstrom.md, txn-list-append): Elle's
-list-append checker (analysis/elle.py) on hand-written histories, one per anomaly class it
-must flag and serial ones it must not, the generator and the clients' completions, then end
-to end on the local backend with this project's program (tests/maelstrom_nodes/txn.py): all
-transactions applied one at a time on n0 (valid) and each node applying its own (invalid)."""
+list-append checker (analysis/elle_list_append.py) on hand-written histories, one per anomaly
+class it must flag and serial ones it must not, the generator and the clients' completions,
+then end to end on the local backend with this project's program
+(tests/maelstrom_nodes/txn.py): all transactions applied one at a time on n0 (valid) and
+each node applying its own (invalid)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from typing import Any
 
 import yaml
 
-from analysis.elle import PROHIBITS, Txn, check
-from analysis.maelstrom import Operation, check_txn_list_append
+from analysis.elle import PROHIBITS, Txn
+from analysis.elle_list_append import check
+from analysis.maelstrom import Operation, check_txn
 from nodes.maelstrom import CONSISTENCY_MODELS, Generator, Op, completion
 from tests.inproc import run_cli
 
@@ -178,14 +180,14 @@ def test_models_and_the_workload_section() -> None:
     ops = [Operation("n0", 0, t.process, "txn", t.mops, t.invoke_t, t.type, t.mops,
                      t.complete_t) for t in h.txns]
     ops.append(Operation("n0", 0, "c9", "txn", "junk", 500, "info"))  # not a transaction
-    checks, section = check_txn_list_append(ops)
+    checks, section = check_txn(ops, "txn-list-append")
     assert checks["maelstrom_txn"]["violations"] == 1
     assert checks["maelstrom_txn"]["examples"][0]["type"] == "G2-item"
     assert section["txns"] == {"ok": 3, "fail": 0, "info": 0, "malformed": 1}
     w = section["workload_results"]
     assert w["valid?"] is False and w["anomaly-types"] == ["G2-item"]
     assert w["consistency-models"] == ["strict-serializable"]
-    checks, section = check_txn_list_append(ops, ("snapshot-isolation",))
+    checks, section = check_txn(ops, "txn-list-append", ("snapshot-isolation",))
     assert checks["maelstrom_txn"]["violations"] == 0
     assert section["workload_results"]["valid?"] is True
     assert section["anomaly_types"] == ["G2-item"]  # found, but allowed
@@ -239,8 +241,9 @@ def test_flags_reach_the_experiment(tmp_path: Path) -> None:
 
 
 # -- end to end ----------------------------------------------------------------------------------
-def _test(out: Path, *args: str) -> tuple[int, dict[str, Any], dict[str, Any], str]:
-    r = run_cli("maelstrom", "test", "-w", "txn-list-append", "--bin", TXN, "--out",
+def _test(out: Path, *args: str, workload: str = "txn-list-append"
+          ) -> tuple[int, dict[str, Any], dict[str, Any], str]:
+    r = run_cli("maelstrom", "test", "-w", workload, "--bin", TXN, "--out",
                 str(out), "--settle", "1", "--node-count", "3", "--time-limit", "4",
                 "--rate", "40", "--concurrency", "2n", "--key-count", "3", *args)
     runs = sorted(p for p in out.iterdir() if p.is_dir()) if out.exists() else []

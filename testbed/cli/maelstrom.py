@@ -23,8 +23,8 @@ from nodes.maelstrom import (
     CONSISTENCY_MODELS,
     LATENCY_DISTS,
     NEMESES,
-    NOT_BUILT_WORKLOADS,
     TOPOLOGIES,
+    TXN_WRITES,
     WORKLOADS,
     node_names,
 )
@@ -46,8 +46,8 @@ BAD = "Analysis invalid! (ﾉಥ益ಥ）ﾉ ┻━┻"
 UNKNOWN = "Errors occurred during analysis, but no anomalies found. ಠ~ಠ"
 EXIT = {True: 0, False: 1, "unknown": 2}  # Maelstrom's (Jepsen's) exit codes by `valid?`
 DEFAULT_NODES = "n1,n2,n3,n4,n5"  # Maelstrom's nodes without --node-count or --nodes
-KEYED = ("lin-kv", "kafka", "txn-list-append")  # the workloads --key-count acts on
-RETIRING = ("kafka", "txn-list-append")  # the workloads --max-writes-per-key acts on
+KEYED = ("lin-kv", "kafka", *TXN_WRITES)  # the workloads --key-count acts on
+RETIRING = ("kafka", *TXN_WRITES)  # the workloads --max-writes-per-key acts on
 
 
 class MaelstromCommand(Command):
@@ -167,9 +167,6 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
           consistency_models: list[str] | None = None) -> dict[str, Any]:
     """The experiment (with its topology inline, or the `--net` file) the flags describe:
     `node_count` nodes n0..n(N-1), or the names `nodes` (node_count 0)."""
-    if workload in NOT_BUILT_WORKLOADS:
-        raise fail(f"-w {workload}: Maelstrom's {workload} workload is not built here yet; "
-                   f"built: {', '.join(WORKLOADS)}")
     if workload not in WORKLOADS:
         raise fail(f"-w {workload!r}: not a workload; known: {', '.join(WORKLOADS)}")
     if topology not in TOPOLOGIES:
@@ -233,9 +230,9 @@ def build(workload: str, program: list[str], node_count: int, time_limit: float,
                      **({"max_writes_per_key": max_writes_per_key}
                         if max_writes_per_key and workload in RETIRING else {}),
                      **({"max_txn_length": max_txn_length}
-                        if max_txn_length and workload == "txn-list-append" else {}),
+                        if max_txn_length and workload in TXN_WRITES else {}),
                      **({"consistency_models": consistency_models}
-                        if consistency_models and workload == "txn-list-append" else {})},
+                        if consistency_models and workload in TXN_WRITES else {})},
         "faults": _faults(nemesis, interval, time_limit, hosts, seed),
         **where,
     }
@@ -307,20 +304,21 @@ def test(
         "--availability", help="the fraction of operations that must succeed: 0 to 1, or "
         "total; default: not checked", metavar="A")] = None,
     consistency_models: Annotated[str | None, typer.Option(
-        "--consistency-models", help="txn-list-append: the models to check, comma-separated "
+        "--consistency-models", help="txn-list-append, txn-rw-register: the models to check, "
+        "comma-separated "
         "(default strict-serializable): " + ", ".join(CONSISTENCY_MODELS),
         metavar="MODELS")] = None,
     test_count: Annotated[int, typer.Option("--test-count", help="run the test this many "
                                             "times (seeds --seed, --seed+1, ...)")] = 1,
     key_count: Annotated[int | None, typer.Option(
-        "--key-count", help="lin-kv, kafka, txn-list-append: keys in use at once (default 3; "
-        "txn-list-append 10)")] = None,
+        "--key-count", help="lin-kv, kafka, txn-list-append, txn-rw-register: keys in use at "
+        "once (default 3; the txn ones 10)")] = None,
     max_txn_length: Annotated[int, typer.Option(
-        "--max-txn-length", help="txn-list-append: micro-operations per transaction, at "
-        "most")] = 4,
+        "--max-txn-length", help="txn-list-append, txn-rw-register: micro-operations per "
+        "transaction, at most")] = 4,
     max_writes_per_key: Annotated[int, typer.Option(
-        "--max-writes-per-key", help="kafka, txn-list-append: writes to a key (from one "
-        "node's clients) before the key is retired")] = 16,
+        "--max-writes-per-key", help="kafka, txn-list-append, txn-rw-register: writes to a "
+        "key (from one node's clients) before the key is retired")] = 16,
     log_stderr: Annotated[bool, typer.Option(
         "--log-stderr", help="print each node's last stderr lines after the run (always "
         "in nodes/HOST/node.log)")] = False,

@@ -114,16 +114,19 @@ class WorkloadSpec(Strict):
         + ", ".join(WORKLOADS))
     concurrency: int | None = Field(default=None, ge=1, description="Maelstrom clients in "
                                     "all (default: one per host), placed on hosts in turn")
-    key_count: int | None = Field(default=None, ge=1, description="lin-kv, kafka and "
-                                  "txn-list-append: keys in use at once (default 3; "
-                                  "txn-list-append 10)")
-    max_writes_per_key: int | None = Field(default=None, ge=1, description="kafka and "
-                                           "txn-list-append: writes to a key from one host "
-                                           "before it is retired (default 16)")
-    max_txn_length: int | None = Field(default=None, ge=1, description="txn-list-append: "
-                                       "micro-operations per transaction, at most (default 4)")
+    key_count: int | None = Field(default=None, ge=1, description="lin-kv, kafka, "
+                                  "txn-list-append and txn-rw-register: keys in use at once "
+                                  "(default 3; the txn ones 10)")
+    max_writes_per_key: int | None = Field(default=None, ge=1, description="kafka, "
+                                           "txn-list-append and txn-rw-register: writes to a "
+                                           "key from one host before it is retired (default "
+                                           "16)")
+    max_txn_length: int | None = Field(default=None, ge=1, description="txn-list-append"
+                                       " and txn-rw-register: micro-operations per "
+                                       "transaction, at most (default 4)")
     consistency_models: list[Literal[CONSISTENCY_MODELS]] | None = Field(  # type: ignore[valid-type]
-        default=None, description="txn-list-append: the models whose anomalies fail the "
+        default=None, description="txn-list-append and txn-rw-register: the models whose "
+        "anomalies fail the "
         "run (default strict-serializable): " + ", ".join(CONSISTENCY_MODELS))
     topology: Literal[TOPOLOGIES] = Field(  # type: ignore[valid-type]
         default="grid", description="broadcast workloads: the neighbour map sent to the "

@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
-"""A Maelstrom program for the txn-list-append workload (docs/maelstrom.md, txn-list-append).
+"""A Maelstrom program for the txn-list-append and txn-rw-register workloads
+(docs/maelstrom.md): `["append", k, v]` appends to a list, `["w", k, v]` sets a register,
+`["r", k, null]` reads either (null for a key never written).
 
 - `--serial` (strict serializable): every transaction goes to `n0`, which applies them one
-  at a time to its lists and answers with the completed transaction; a forwarded one
-  unanswered for a second answers error 0 (timeout, indefinite).
-- `--local` (not serializable): each node applies transactions to its own lists, so nodes
-  disagree on every key both append to.
+  at a time and answers with the completed transaction; a forwarded one unanswered for a
+  second answers error 0 (timeout, indefinite).
+- `--local` (not serializable): each node applies transactions to its own state, so nodes
+  disagree on every key both write.
+- `--intermediate` (not read committed): as `--serial`, but a transaction that writes a
+  register twice leaves its first value, not its last, for the others to read (while it
+  reads its own last write itself).
 """
 
 from __future__ import annotations
@@ -18,20 +23,27 @@ from typing import Any
 from mnode import Node
 
 node = Node()
-lists: dict[str, list[Any]] = {}
+state: dict[str, Any] = {}
 Reply = Callable[[dict[str, Any]], None]
 pending: dict[int, tuple[float, Reply]] = {}
 TIMEOUT_S = 1.0
 
 
 def apply(txn: list[list[Any]]) -> list[list[Any]]:
+    mine: dict[str, Any] = {}  # the transaction's own register writes
     done = []
     for f, k, v in txn:
+        key = str(k)
         if f == "r":
-            got = lists.get(str(k))
-            done.append([f, k, list(got) if got is not None else None])
+            got = mine.get(key, state.get(key))
+            done.append([f, k, list(got) if isinstance(got, list) else got])
+        elif f == "append":
+            state.setdefault(key, []).append(v)
+            done.append([f, k, v])
         else:
-            lists.setdefault(str(k), []).append(v)
+            if key not in mine or "--intermediate" not in sys.argv:
+                state[key] = v
+            mine[key] = v
             done.append([f, k, v])
     return done
 
