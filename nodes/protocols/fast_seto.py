@@ -30,15 +30,15 @@ from __future__ import annotations
 import struct
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-
-from nodes.planner import Plan, heuristic_plan, optimal_plan
 from nodes.protocols.base import Action, Log, Send, SetTimer, ms, param
 from nodes.protocols.sequencer import Sequencer
 from nodes.protocols.seto import SetoDelays, SetoParams
 from nodes.wire import Header, Message, MsgType, Proto
+
+if TYPE_CHECKING:
+    from nodes.planner import Plan
 
 PROBE = "fs:probe"
 ESTIMATE = "fs:estimate"
@@ -46,7 +46,9 @@ ENTRY = struct.Struct("!Hi")  # member id, microseconds
 # The ESTIMATE entry that carries the sender's own rate (in milli-messages per second) instead
 # of a delay: member ids are 16-bit and never this one.
 RATE_ID = 0xFFFF
-PLANNERS = {"optimal": optimal_plan, "heuristic": heuristic_plan}
+# The planners (nodes/planner.py) need numpy, imported when the coordinator first plans: a
+# node of any other protocol, and the CLI, start without it.
+PLANNERS = ("optimal", "heuristic")
 _CONTROL = (MsgType.PING, MsgType.PONG, MsgType.ESTIMATE, MsgType.DELAY)
 
 
@@ -94,7 +96,7 @@ class DelayPlanner:
         if planner not in PLANNERS:
             raise ValueError(f"Fast SETO planner must be one of {sorted(PLANNERS)}, "
                              f"got {planner!r}")
-        self.planner = PLANNERS[planner]
+        self.planner_name = planner
         self.probe_ns = round(float(params.get("probe_ms", 100)) * 1e6)
         self.estimate_ns = round(float(params.get("estimate_ms", 500)) * 1e6)
         self.replan_ns = round(float(params.get("replan_ms", 3.0)) * 1e6)
@@ -207,6 +209,10 @@ class DelayPlanner:
                    for m, r in self.rates.items())
 
     def _replan(self) -> list[Action]:
+        import numpy as np
+
+        from nodes.planner import heuristic_plan, optimal_plan
+
         ms = self.members
         omega = np.zeros((len(ms), len(ms)))
         for a, k in enumerate(ms):
@@ -215,7 +221,8 @@ class DelayPlanner:
                     omega[a, b] = self.estimates[k][j] / 1e6
         # Rate-weighted (003 eq. 3); equal weights until some process has sent anything.
         rates = [self.rates.get(k, 0.0) for k in ms]
-        plan: Plan = self.planner(omega, rates if any(rates) else None)
+        planner = optimal_plan if self.planner_name == "optimal" else heuristic_plan
+        plan: Plan = planner(omega, rates if any(rates) else None)
         self.planned_rates = dict(self.rates)
         self.round = self.round % 0xFFFF + 1  # header.aux is 16 bits; 0 means "no plan"
         self.planned = {k: dict(v) for k, v in self.estimates.items()}

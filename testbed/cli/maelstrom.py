@@ -18,7 +18,6 @@ import yaml
 from typer._click.core import Context as ClickContext  # Typer's own click: no public names
 from typer._click.exceptions import UsageError
 
-from analysis.maelstrom import results
 from nodes.maelstrom import (
     CONSISTENCY_MODELS,
     LATENCY_DISTS,
@@ -416,6 +415,8 @@ def _run_one(exp: Any, topo: Any, out: Path, availability: float | None,
     if m.get("services"):
         console.print("services: " + ", ".join(f"{k} {v}" for k, v in
                                               sorted(m["services"].items())), highlight=False)
+    from analysis.maelstrom import results  # pandas and pyarrow: not for every CLI start
+
     res = results(summary, availability)
     (result.run.path / "results.json").write_text(json.dumps(res, indent=1) + "\n")
     for line in result.failures:
