@@ -90,7 +90,7 @@ lint: $(STAMP)
 # another, while the other tests run beside them (tests/conftest.py). TEST_WORKERS=0: serial.
 TEST_WORKERS ?= 2
 test: system-deps java venv-test spark-cds lint
-	$(BIN)/python -m pytest -ra $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -ra --durations=25 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
 
 # The flake hunt: the timing-sensitive tests (`-m timing`), ROUNDS times, each while a CPU-bound
 # process keeps one core busy; reports per test how many rounds failed (0 is the bar).
