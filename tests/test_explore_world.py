@@ -184,3 +184,38 @@ def test_a_world_drains_the_backlog_of_a_throughput_ceiling(tmp_path: Path) -> N
                 "--seeds", "1", "--workers", "1", "--out", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "no failure" in r.stdout
+
+
+def test_a_reserved_sender_offers_at_most_half_its_reservation() -> None:
+    """`leader` reserves `rate` (50/s by default) for each sender and `timestamp-leader` `avg`
+    (50/s) and k = 3 timestamps per Θ = 20 ms: drawn worlds offer at most half of that (of
+    the drawn or the spec's values when they move it), never in bursts, so no datagram is
+    policed away (004 §2.1). Without a reservation the same seeds draw rates far above it."""
+    from nodes.protocols.catalogue import find
+    from nodes.protocols.qos_common import duration_ns
+    from testbed.explore.case import model_of
+    from testbed.spec.experiment import ExperimentSpec
+
+    def worlds(protocol: str, params: dict[str, object]) -> list[dict[str, object]]:
+        entry = find(protocol)
+        assert entry is not None
+        exp = ExperimentSpec.model_validate({
+            "name": "x", "topology": "t.yaml", "duration": "1s",
+            "protocol": {"name": protocol, "params": params},
+            "workload": {"senders": "all", "rate": "20/s"}})
+        return [{**params, **{k.removeprefix("protocol.params."): v for k, v in
+                              draw_world(s, model_of(exp), entry.params, FEATURES,
+                                         params).overrides}} for s in range(300)]
+
+    def rate(w: dict[str, object]) -> float:
+        return float(str(w["workload.rate"]).removesuffix("/s"))
+
+    free = worlds("sequencer", {})
+    assert max(map(rate, free)) > 500 and any(w["workload.arrival"] == "vbr" for w in free)
+    for w in worlds("leader", {}):
+        assert rate(w) <= max(1, int(float(w.get("rate", 50)) / 2)), w  # type: ignore[arg-type]
+        assert w["workload.arrival"] != "vbr"
+    for w in worlds("timestamp-leader", {}):
+        slot = float(w.get("max_burst", 3)) * 1e9 / duration_ns(w.get("theta", 20))  # type: ignore[arg-type]
+        assert rate(w) <= max(1, int(min(float(w.get("avg", 50)), slot) / 2)), w  # type: ignore[arg-type]
+    assert max(map(rate, worlds("leader", {"rate": 400}))) > 100

@@ -150,6 +150,10 @@ class Model:
       the bound assumes no clock synchrony (clock faults allowed).
     - `delays`: every path's delay plus jitter within Δ, a `link` fault's delay too (refused
       at validation, testbed/spec/qos.py), measured as Δ_meas.
+    - `reserved_rate`: the parameter holding each sender's reserved rate (messages/s): the
+      application sends within it (004 §2.1); a sender beyond it is policed, its datagrams
+      held, then dropped, and a protocol without loss recovery stalls. `slot_burst`: (k, Θ)
+      parameters: at most k messages per slot of Θ (004 §8.2, AppMaxBurst).
     - `source`: the sections that state the model.
     """
 
@@ -160,12 +164,16 @@ class Model:
     failures: frozenset[str] = frozenset()
     clocks: bool = True
     delays: bool = True
+    reserved_rate: str = ""
+    slot_burst: tuple[str, ...] = ()
     source: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {"fifo": self.fifo, "duplicate": self.duplicate, "loss": self.loss,
                 "loss_param": self.loss_param, "failures": sorted(self.failures),
-                "clocks": self.clocks, "delays": self.delays, "source": self.source}
+                "clocks": self.clocks, "delays": self.delays,
+                "reserved_rate": self.reserved_rate, "slot_burst": list(self.slot_burst),
+                "source": self.source}
 
 
 @dataclass(frozen=True)
@@ -605,14 +613,15 @@ CATALOGUE: tuple[Entry, ...] = (
           RELIABLE_FIFO | {"total_order"}, bound="leader", edge=LEADER_EDGE,
           liveness=Liveness(frozenset({"clock"}), note="004 §8 assumes no failures and no "
                                                        "loss; no clock synchrony"),
-          model=Model(clocks=False, source="004 §2.1, §8 (no failures)"),
+          model=Model(clocks=False, reserved_rate="rate", source="004 §2.1, §8 (no failures)"),
           summary="leader broadcast over reserved rates, latency <= 2Δ+pO (004 §8.1)"),
     Entry("timestamp-leader", timestamp_leader.WIRE_ID, timestamp_leader.TimestampLeader,
           timestamp_leader.TimestampLeaderParams, RELIABLE_FIFO | {"total_order"},
           bound="timestamp-leader", edge=TIMESTAMP_LEADER_EDGE,
           liveness=Liveness(frozenset({"clock"}), note="004 §8 assumes no failures and no "
                                                        "loss; no clock synchrony"),
-          model=Model(clocks=False, source="004 §2.1, §8 (no failures)"),
+          model=Model(clocks=False, reserved_rate="avg", slot_burst=("max_burst", "theta"),
+                      source="004 §2.1, §8 (no failures)"),
           summary="blocks of timestamps granted by a leader, latency <= 2Δ+max(pO, Θ) (004 "
                   "§8.2.1 with unequal paths to the leader; Δ+max(Δ+pO, Θ) with equal ones)"),
     Entry("switching", switching.WIRE_ID, _hosting(switching.Switching), switching.SwitchingParams,

@@ -126,7 +126,8 @@ def model_of(exp: Any) -> Model:
                            float(exp.protocol.params.get(model.loss_param) or 0) > 0)
     return Model(failures=frozenset(model.failures), loss=loss, reorder=not model.fifo,
                  duplicate=model.duplicate, clock=not model.clocks, clock_beyond=not model.clocks,
-                 delays=not model.delays)
+                 delays=not model.delays, reserved_rate=model.reserved_rate,
+                 slot_burst=model.slot_burst)
 
 
 def load_base(path: Path, checks: tuple[str, ...] = ()) -> Base:
@@ -182,7 +183,8 @@ def world_case(base: Base, seed: int, features: tuple[str, ...] | None = None) -
     entry = catalogue.find(base.exp.protocol.name)
     if features is None:
         features = tuple(ex.features) if ex.features is not None else FEATURES
-    world = draw_world(seed, base.ctx.model, entry.params if entry else None, features)
+    world = draw_world(seed, base.ctx.model, entry.params if entry else None, features,
+                       base.exp.protocol.params)
     drawn = dict(world.overrides)
     topo = drawn["topology"]
     timeout = drawn.get("protocol.params.fd_timeout_ms") or base.exp.protocol.params.get(

@@ -38,6 +38,10 @@ class Model:
     clock: bool = True  # clock faults at all (a bound's model may assume clocks within Γ/2)
     clock_beyond: bool = True  # clock faults beyond CLOCK_INSIDE_NS
     delays: bool = True  # path delays may change (a bound's model holds them within Δ)
+    # a reserved-rate model (catalogue Model.reserved_rate, slot_burst): the parameters that
+    # bound what each sender may offer
+    reserved_rate: str = ""
+    slot_burst: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

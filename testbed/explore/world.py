@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
+from nodes.protocols.qos_common import duration_ns
 from testbed.explore.generators import Model
 
 FEATURES = ("hosts", "sites", "delays", "asymmetric", "triangle", "jitter", "loss",
@@ -34,6 +36,9 @@ DEFAULT_HOSTS, DEFAULT_SITES = 4, 2
 LAN_MS, WAN_MS = 0.5, 10.0
 DEFAULT_RATE, DEFAULT_SIZE, DEFAULT_DURATION_S = 20.0, 512, 3.0
 MAX_RATE = 2000.0
+#: The share of its reservation a reserved sender offers at most: Poisson arrivals near the
+#: reservation overflow the policer's 200 ms queue now and then (nodes/reservation.py).
+RESERVATION_SHARE = 0.5
 BANDWIDTH_HEADROOM = 4  # "overload": far beyond what a WAN sequencer orders
 Override = tuple[str, Any]
 
@@ -188,16 +193,52 @@ def _enough_bandwidth(topo: dict[str, Any], load: dict[str, Any], hosts: int) ->
                 entry["bandwidth"] = f"{max(have, need)}mbit"
 
 
+def _within_reservation(load: list[Override], drawn: list[Override], model: Model,
+                        params_cls: type | None, spec: Mapping[str, Any]) -> list[Override]:
+    """The workload of a reserved-rate model (Model.reserved_rate): each sender offers at most
+    RESERVATION_SHARE of its reservation (and of k messages per slot Θ, Model.slot_burst),
+    without bursts. Beyond its reservation a sender is policed and its datagrams dropped,
+    which that model rules out (004 §2.1) and no protocol of it recovers from."""
+    if not model.reserved_rate or params_cls is None:
+        return load
+    values = {**spec, **{k.removeprefix("protocol.params."): v for k, v in drawn}}
+    defaults = {f.name: f.default for f in fields(params_cls)}
+
+    def value(name: str) -> Any:
+        return values.get(name, defaults.get(name))
+
+    reserved = value(model.reserved_rate)
+    cap = float(min(reserved.values()) if isinstance(reserved, dict) else reserved)
+    if model.slot_burst:
+        k, theta = model.slot_burst
+        cap = min(cap, float(value(k)) * 1e9 / duration_ns(value(theta)))
+    cap = max(1.0, math.floor(cap * RESERVATION_SHARE))
+    out: list[Override] = []
+    for key, v in load:
+        if key in ("workload.avg", "workload.max_burst", "workload.slot"):
+            continue
+        if key == "workload.rate":
+            v = f"{min(float(str(v).removesuffix('/s')), cap):g}/s"
+        elif key == "workload.arrival" and v == "vbr":
+            v = "poisson"
+        out.append((key, v))
+    return out
+
+
 def draw_world(seed: int, model: Model, params_cls: type | None,
-               features: tuple[str, ...] = FEATURES) -> World:
-    """Seed `seed`'s world: each of `features` on with probability 1/2 (swarm testing)."""
+               features: tuple[str, ...] = FEATURES,
+               spec_params: Mapping[str, Any] | None = None) -> World:
+    """Seed `seed`'s world: each of `features` on with probability 1/2 (swarm testing).
+    `spec_params`: the spec's own protocol parameters (a reserved-rate model's bounds)."""
     rng = random.Random(f"explore:{seed}:world")
     on = {f for f in features if rng.random() < 0.5}
     topo = topology(rng, on, model)
     hosts = [h["name"] for h in topo["hosts"]]
     load, duration_s = workload(rng, on, hosts)
     _enough_bandwidth(topo, dict(load), len(hosts))
-    overrides: list[Override] = [("topology", topo), *load, *params(rng, on, params_cls)]
+    drawn = params(rng, on, params_cls)
+    load = _within_reservation(load, drawn, model, params_cls, spec_params or {})
+    overrides: list[Override] = [("topology", topo), *load, *drawn]
     return World(tuple(f for f in FEATURES if f in on), tuple(overrides),
                  round(duration_s * 1000) * 1_000_000)
 
