@@ -383,13 +383,12 @@ def clock_offsets(events: DataFrame, view: Overview | None = None) -> dict[str, 
     """
     timed = events.filter(F.col("lt").isNotNull() & F.col("t").isNotNull())
     if view is not None:
-        first = view.t0()
+        t0 = view.t0()
     else:
         t0_row = timed.agg(F.min("t").alias("t0")).first()
-        first = None if t0_row is None or t0_row["t0"] is None else int(t0_row["t0"])
-    if first is None:
+        t0 = None if t0_row is None or t0_row["t0"] is None else int(t0_row["t0"])
+    if t0 is None:
         return {}
-    t0 = first
     offset = ((F.col("lt") - F.col("t")) / _NS_PER_MS).alias("offset_ms")
     rows = (timed.select("node", ((F.col("t") - t0) / _NS_PER_S).cast("long").alias("s"), offset)
             .groupBy("node", "s").agg(F.avg("offset_ms").alias("mean"),
