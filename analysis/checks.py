@@ -37,10 +37,11 @@ from analysis.checks_mid import (
 )
 from analysis.fault_history import FaultHistory
 from analysis.joins import Joins, join_points, join_points_sql
+from analysis.overview import Overview, overview
 from nodes.protocols import catalogue
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
 Check = dict[str, Any]
 # A run's protocol params by protocol name (analysis/record.py `RunRecord.protocol`).
@@ -58,21 +59,45 @@ def first_deliveries(events: DataFrame) -> DataFrame:
             .groupBy("node", "mid").agg(first).select("node", "mid", "f.i", "f.t", "f.seq"))
 
 
-def _partition_keys(spark: SparkSession, n: int) -> list[int]:
-    """A key for each of `n` hash partitions: Spark puts a row in partition
-    pmod(hash(key), n) (Murmur3, the same function as SQL `hash`), so giving node k the k-th
-    key puts every node in a partition of its own -- plain hashing of 5 nodes into 5
-    partitions leaves some empty and others doubled, and each node's pass is one task."""
-    from pyspark.sql import functions as F
+_M32 = 0xFFFFFFFF
 
+
+def _rotl32(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def _mix_k1(k1: int) -> int:
+    return (_rotl32((k1 * 0xCC9E2D51) & _M32, 15) * 0x1B873593) & _M32
+
+
+def _mix_h1(h1: int, k1: int) -> int:
+    return (_rotl32(h1 ^ k1, 13) * 5 + 0xE6546B64) & _M32
+
+
+def spark_hash_long(value: int, seed: int = 42) -> int:
+    """SQL `hash` of a bigint, as Spark computes it: Murmur3 x86_32 of its two 32-bit halves
+    (low first) with Spark's seed 42; a signed 32-bit result."""
+    h1 = _mix_h1(_mix_h1(seed, _mix_k1(value & _M32)), _mix_k1((value >> 32) & _M32))
+    h1 ^= 8  # the length in bytes
+    h1 ^= h1 >> 16
+    h1 = (h1 * 0x85EBCA6B) & _M32
+    h1 ^= h1 >> 13
+    h1 = (h1 * 0xC2B2AE35) & _M32
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >> 31 else h1
+
+
+def partition_keys(n: int) -> list[int]:
+    """A key for each of `n` hash partitions: Spark puts a row in partition
+    pmod(hash(key), n) (spark_hash_long), so giving node k the k-th key puts every node in a
+    partition of its own -- plain hashing of 5 nodes into 5 partitions leaves some empty and
+    others doubled, and each node's pass is one task. Computed here, not asked of Spark: no
+    job."""
     found: dict[int, int] = {}
-    start = 0
+    key = 0
     while len(found) < n:
-        probe = spark.range(start, start + 64 * n).select(
-            "id", F.expr(f"pmod(hash(id), {n})").alias("p")).collect()
-        for r in probe:
-            found.setdefault(int(r["p"]), int(r["id"]))
-        start += 64 * n
+        found.setdefault(spark_hash_long(key) % n, key)
+        key += 1
     return [found[k] for k in range(n)]
 
 
@@ -110,7 +135,7 @@ def _records(events: DataFrame, nodes: list[str], correct: list[str],
     # records; no event reaches the driver. The causal task is the longest of the stage, so
     # it gets partition 0, which Spark starts first: the processes' tasks share the other
     # core meanwhile rather than leaving the causal task to run alone at the end.
-    keys = _partition_keys(spark, len(names) + 1)
+    keys = partition_keys(len(names) + 1)
     by_dest = keys[1:] + keys[:1]  # dest k < len(names): partition k + 1; causal: 0
     part = F.element_at(F.array(*[F.lit(k) for k in by_dest]), F.col("dest") + 1).cast("long")
     by_node = (by_mid.withColumn("_part", part).repartition(len(keys), "_part").drop("_part")
@@ -272,13 +297,12 @@ def log_claims(events: DataFrame | pa.Table, params: Params | None = None) -> fr
                       if r["proto"]}, params)
 
 
-def node_errors(events: DataFrame | pa.Table) -> dict[str, Any]:
-    """The `ev=error` events the nodes wrote (nodes/runtime.py): how many, per node (a
-    DataFrame or an Arrow table of events)."""
+def node_errors(events: Overview | pa.Table) -> dict[str, Any]:
+    """The `ev=error` events the nodes wrote (nodes/runtime.py): how many, per node (from the
+    Spark job's Overview or an Arrow table of events)."""
     per_node: dict[str, int] = {}
-    if not isinstance(events, pa.Table):  # counted in Spark: one row per node comes back
-        for r in events.filter(events.ev == "error").groupBy("node").count().collect():
-            per_node[r["node"]] = int(r["count"])
+    if isinstance(events, Overview):
+        per_node = events.per_node("error")
     else:
         for node in events.filter(pc.equal(events["ev"], "error"))["node"].to_pylist():
             per_node[node] = per_node.get(node, 0) + 1
@@ -311,8 +335,8 @@ def run_checks(events: DataFrame, nodes: list[str], crashed: set[str]) -> dict[s
     }
 
 
-def check_suite(events: DataFrame, history: FaultHistory,
-                params: Params | None = None) -> dict[str, Check]:
+def check_suite(events: DataFrame, history: FaultHistory, params: Params | None = None,
+                view: Overview | None = None) -> dict[str, Check]:
     """Every checker, judged against the crash and partition history; keyed as in summary.json.
 
     Every check reports its count; each carries `claimed` (the protocol promises it, per the
@@ -320,10 +344,10 @@ def check_suite(events: DataFrame, history: FaultHistory,
 
     Each example carries `faults_active`: the faults active at the example's time `t`.
     Hosts that crashed, and hosts cut off by a partition still on at the end, are held to
-    neither agreement nor validity.
+    neither agreement nor validity. The processes and the protocols the log names come from
+    `view`, the events' Overview (one Spark job when not given).
     """
-    # One scan for the processes and the protocols the log names (a few rows come back).
-    seen = events.groupBy("node", "inc", "proto").count().toArrow()
+    seen = (view if view is not None else overview(events)).groups
     joins = join_points_sql(events, history.restarted)
     recs, names = _records(events, history.nodes, history.correct, seen, history.restarted,
                            joins)

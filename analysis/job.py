@@ -9,14 +9,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from analysis.checks import check_suite, log_claims, node_errors
+from analysis.checks import check_suite, claims_of, node_errors
 from analysis.fault_history import fault_history
 from analysis.ingest import EVENTS_PARQUET, ingest
 from analysis.judge import crosscheck, crosscheck_enabled, judge_maelstrom
 from analysis.load import load_section
 from analysis.maelstrom import spark_logs
-from analysis.metrics import clock_offsets, fnl_latency, message_counts, recovery, throughput
+from analysis.metrics import clock_offsets, delivery_metrics, message_counts, recovery
 from analysis.optimistic import optimistic_section
+from analysis.overview import overview
 from analysis.record import RunRecord, read_record
 from analysis.session import EVENT_LINE_BYTES, spark_session
 from analysis.switching import switching_section
@@ -82,23 +83,26 @@ def analyze(record: RunRecord, master: str | None = None, expect: Sequence[str] 
     data = ingest(spark, record)
     events = data.events
     history = fault_history(data.nodes, data.faults)
-    claims = log_claims(events, record.params_by_protocol)
     try:
+        # the counts, the protocols and the clock's origin that many parts read: one job
+        view = overview(events)
+        claims = claims_of(view.protos(), record.params_by_protocol)
+        latency, delivered = delivery_metrics(events, data.nodes, view.total("fnl"))
         summary: dict[str, Any] = {
             "run": record.name,
             "nodes": data.nodes,
             "crashed": sorted(data.crashed),
             "partitioned_at_end": sorted(history.partitioned_at_end),
-            "messages": message_counts(events, data.nodes),
-            "checks": check_suite(events, history, record.params_by_protocol),
-            "node_errors": node_errors(events),
+            "messages": message_counts(view, data.nodes),
+            "checks": check_suite(events, history, record.params_by_protocol, view),
+            "node_errors": node_errors(view),
             "transport": transport_section(record),
-            "latency": {"fnl": fnl_latency(events)},
-            "throughput": throughput(events, data.nodes),
-            "load": load_section(record, events, data.nodes),
+            "latency": {"fnl": latency},
+            "throughput": delivered,
+            "load": load_section(record, view, data.nodes),
             "recovery": recovery(events, history),
-            "clock": clock_offsets(events),
-            **optimistic_section(events),
+            "clock": clock_offsets(events, view),
+            **optimistic_section(events, view),
             "ingest": {
                 "malformed_lines": data.malformed,
                 "parquet": str(EVENTS_PARQUET / ""),

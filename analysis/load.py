@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-
+from analysis.overview import Overview
 from analysis.record import RunRecord
 
 
@@ -28,11 +26,11 @@ def refused_per_node(record: RunRecord) -> dict[str, int]:
     return out
 
 
-def load_section(record: RunRecord, events: DataFrame, nodes: list[str]) -> dict[str, Any]:
-    """`offered`, `accepted` (messages sent), `refused` in total and `per_node`, and
-    `accepted_fraction` (accepted / offered; 1.0 when nothing was offered)."""
-    sends = {r["node"]: int(r["count"]) for r in
-             events.filter(F.col("ev") == "send").groupBy("node").count().collect()}
+def load_section(record: RunRecord, view: Overview, nodes: list[str]) -> dict[str, Any]:
+    """`offered`, `accepted` (messages sent: send events, from the events' Overview),
+    `refused` in total and `per_node`, and `accepted_fraction` (accepted / offered; 1.0 when
+    nothing was offered)."""
+    sends = view.per_node("send")
     refused = refused_per_node(record)
     per_node = {}
     for node in sorted(set(nodes) | set(sends) | {n for n, v in refused.items() if v}):

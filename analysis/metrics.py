@@ -10,12 +10,14 @@ import math
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from analysis.checks import first_deliveries
 from analysis.fault_history import FaultHistory
+from analysis.overview import Overview
 
 QUANTILES = (0.5, 0.95, 0.99)
 _NS_PER_MS = 1e6
@@ -25,20 +27,25 @@ _NS_PER_S = 1e9
 _EMPTY = {"p50_ms": None, "p95_ms": None, "p99_ms": None, "max_ms": None, "count": 0}
 
 
+def _sent_firsts(events: DataFrame, how: str) -> DataFrame:
+    """first_deliveries joined (`how`) with each message's first send time, `t_send`."""
+    sends = events.filter(F.col("ev") == "send").groupBy("mid").agg(F.min("t").alias("t_send"))
+    return first_deliveries(events).join(sends, "mid", how)
+
+
+def _sender() -> Column:
+    """The sender: the host name before the last ':' of the mid ("h2:17" -> "h2")."""
+    return F.regexp_extract("mid", r"^(.*):[^:]*$", 1)
+
+
+def _latency_ms() -> Column:
+    return ((F.col("t") - F.col("t_send")) / _NS_PER_MS).alias("latency_ms")
+
+
 def latencies(events: DataFrame) -> DataFrame:
     """Per first fnl of a sent message: sender, receiver (`node`), mid, latency_ms."""
-    sends = events.filter(F.col("ev") == "send").groupBy("mid").agg(F.min("t").alias("t_send"))
-    return (
-        first_deliveries(events)
-        .join(sends, "mid")
-        .select(
-            # The sender is the host name before the last ':' of the mid ("h2:17" -> "h2").
-            F.regexp_extract("mid", r"^(.*):[^:]*$", 1).alias("sender"),
-            "node",
-            "mid",
-            ((F.col("t") - F.col("t_send")) / _NS_PER_MS).alias("latency_ms"),
-        )
-    )
+    return _sent_firsts(events, "inner").select(_sender().alias("sender"), "node", "mid",
+                                                _latency_ms())
 
 
 # percentile_approx's accuracy in fnl_latency's first pass: the value it gives is within
@@ -111,7 +118,11 @@ def _fnl_latency_in_spark(lat: DataFrame) -> dict[str, Any]:
 
 def _fnl_latency_on_driver(lat: DataFrame) -> dict[str, Any]:
     """fnl_latency from one numpy sort of (at most LATENCY_DRIVER_MAX) latencies."""
-    table = lat.toArrow()
+    return _latency_stats(lat.toArrow())
+
+
+def _latency_stats(table: pa.Table) -> dict[str, Any]:
+    """fnl_latency's groups from an Arrow table of latencies (node, sender, latency_ms)."""
     node = pc.dictionary_encode(table["node"].combine_chunks())
     sender = pc.dictionary_encode(table["sender"].combine_chunks())
     values = table["latency_ms"].to_numpy()
@@ -255,10 +266,15 @@ def throughput(events: DataFrame, nodes: list[str]) -> dict[str, Any]:
         .agg(F.count("*").alias("n"), F.min("t").alias("t0"), F.max("t").alias("t1"))
         .collect()
     )
+    return _throughput([(r["node"], r["n"], r["t0"], r["t1"]) for r in rows], nodes)
+
+
+def _throughput(rows: list[tuple[str, int, int, int]], nodes: list[str]) -> dict[str, Any]:
+    """throughput from (node, first deliveries, first t, last t) per node."""
     per_node = {n: 0.0 for n in nodes}
-    for r in rows:
-        span_s = (r["t1"] - r["t0"]) / _NS_PER_S
-        per_node[r["node"]] = r["n"] / span_s if span_s > 0 else 0.0
+    for node, n, t0, t1 in rows:
+        span_s = (t1 - t0) / _NS_PER_S
+        per_node[node] = n / span_s if span_s > 0 else 0.0
     per_node = dict(sorted(per_node.items()))
     return {
         "per_node": per_node,
@@ -266,16 +282,31 @@ def throughput(events: DataFrame, nodes: list[str]) -> dict[str, Any]:
     }
 
 
-def message_counts(events: DataFrame, nodes: list[str]) -> dict[str, Any]:
-    """Messages sent (distinct mids) and fnl / opt events per node (duplicates included)."""
-    sent_row = events.filter(F.col("ev") == "send").agg(F.countDistinct("mid").alias("n")).first()
-    per_kind = events.filter(F.col("ev").isin("fnl", "opt")).groupBy("node", "ev").count().collect()
-    fnl = {n: 0 for n in nodes}
-    opt = {n: 0 for n in nodes}
-    for r in per_kind:
-        (fnl if r["ev"] == "fnl" else opt)[r["node"]] = int(r["count"])
+def delivery_metrics(events: DataFrame, nodes: list[str], fnl_events: int
+                     ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """fnl_latency and throughput of a run with `fnl_events` fnl events. Up to
+    LATENCY_DRIVER_MAX of them (as many first deliveries at most) both come from one Spark
+    job: every first delivery, with its latency where its message was sent, comes to the
+    driver as Arrow; above it each is computed as on its own."""
+    if fnl_events > LATENCY_DRIVER_MAX:
+        return fnl_latency(events), throughput(events, nodes)
+    table = _sent_firsts(events, "left").select(
+        "node", F.coalesce(_sender(), F.lit("")).alias("sender"), "t", _latency_ms()).toArrow()
+    sent = table.filter(pc.is_valid(table["latency_ms"]))
+    spans = table.group_by("node").aggregate([("t", "count", pc.CountOptions(mode="all")),
+                                              ("t", "min"), ("t", "max")])
+    rows = list(zip(*(spans[c].to_pylist() for c in ("node", "t_count", "t_min", "t_max")),
+                    strict=True))
+    return _latency_stats(sent.select(["node", "sender", "latency_ms"])), _throughput(rows, nodes)
+
+
+def message_counts(view: Overview, nodes: list[str]) -> dict[str, Any]:
+    """Messages sent (distinct mids) and fnl / opt events per node (duplicates included),
+    from the events' Overview."""
+    fnl = {n: 0 for n in nodes} | view.per_node("fnl")
+    opt = {n: 0 for n in nodes} | view.per_node("opt")
     return {
-        "sent": int(sent_row["n"]) if sent_row else 0,
+        "sent": view.sent,
         "fnl": dict(sorted(fnl.items())),
         "opt": dict(sorted(opt.items())),
     }
@@ -287,37 +318,51 @@ def recovery(events: DataFrame, history: FaultHistory) -> list[dict[str, Any]]:
 
     `delivered_again_ms`: its first fnl at or after the heal. `caught_up_ms`: when it had
     fnl-delivered every message that the hosts on the other side delivered before the heal
-    and it had not (its `backlog`); None while any of those is never delivered.
+    and it had not (its `backlog`); None while any of those is never delivered. Every heal
+    and host in one Spark job, with no join (a row per pair comes back).
     """
     heals = [(f, cut) for f, cut in history.partitions() if cut and f.stop != float("inf")]
     if not heals:
         return []
-    firsts = first_deliveries(events).select("node", "mid", "t").cache()
+    def names(hosts: list[str]) -> Column:
+        return F.array(*[F.lit(h) for h in hosts])
+
+    # every first delivery once per heal k, with the heal's time and the other side
+    per_heal = F.explode(F.array(*[
+        F.struct(F.lit(k).alias("k"), F.lit(int(f.stop)).alias("heal"),
+                 names(sorted(set(history.nodes) - cut)).alias("majority"),
+                 names(sorted(cut)).alias("cut"))
+        for k, (f, cut) in enumerate(heals)])).alias("h")
+    firsts = first_deliveries(events).select("node", "mid", "t", per_heal).select(
+        "node", "mid", "t", "h.*")
+    # per heal and message: whether the other side delivered it before the heal (owed),
+    # and when each host cut off first delivered it
+    by_mid = firsts.groupBy("k", "heal", "mid").agg(
+        F.max((F.array_contains("majority", F.col("node")) & (F.col("t") < F.col("heal")))
+              .cast("int")).alias("owed"),
+        F.map_from_entries(F.collect_list(F.when(F.array_contains("cut", F.col("node")),
+                                                 F.struct("node", "t")))).alias("at"))
+    cuts = F.element_at(F.array(*[names(sorted(cut)) for _, cut in heals]), F.col("k") + 1)
+    per_host = by_mid.select("k", "heal", "owed", "at", F.explode(cuts).alias("host")).select(
+        "k", "heal", "host", "owed", F.try_element_at("at", F.col("host")).alias("t"))
+    # owed and not delivered by the host before the heal: its backlog
+    owes = (F.col("owed") == 1) & (F.col("t").isNull() | (F.col("t") >= F.col("heal")))
+    found = {(int(r["k"]), r["host"]): r for r in per_host.groupBy("k", "host").agg(
+        F.count(F.when(owes, 1)).alias("n"), F.count(F.when(owes, F.col("t"))).alias("done"),
+        F.max(F.when(owes, F.col("t"))).alias("t_done"),
+        F.min(F.when(F.col("t") >= F.col("heal"), F.col("t"))).alias("t_again")).collect()}
     out = []
-    try:
-        for fault, cut in heals:
-            heal = int(fault.stop)
-            majority = sorted(set(history.nodes) - cut)
-            before = firsts.filter(F.col("node").isin(majority) & (F.col("t") < heal)).select(
-                "mid").distinct()
-            for host in sorted(cut):
-                mine = firsts.filter(F.col("node") == host)
-                backlog = (before.join(mine.filter(F.col("t") < heal), "mid", "left_anti")
-                           .join(mine, "mid", "left")
-                           .agg(F.count("*").alias("n"), F.count("t").alias("done"),
-                                F.max("t").alias("t_done"))).first()
-                again = mine.filter(F.col("t") >= heal).agg(F.min("t").alias("t")).first()
-                n = int(backlog["n"]) if backlog else 0
-                done = int(backlog["done"]) if backlog else 0
-                t_done = backlog["t_done"] if backlog else None
-                t_again = again["t"] if again else None
-                out.append({
-                    "fault": fault.fault, "host": host, "heal_t": heal, "backlog": n,
-                    "delivered_again_ms": (t_again - heal) / _NS_PER_MS if t_again else None,
-                    "caught_up_ms": _caught_up_ms(n, done, t_done, heal),
-                })
-    finally:
-        firsts.unpersist()
+    for k, (fault, cut) in enumerate(heals):
+        heal = int(fault.stop)
+        for host in sorted(cut):
+            r = found.get((k, host))
+            n, done = (int(r["n"]), int(r["done"])) if r else (0, 0)
+            t_done, t_again = (r["t_done"], r["t_again"]) if r else (None, None)
+            out.append({
+                "fault": fault.fault, "host": host, "heal_t": heal, "backlog": n,
+                "delivered_again_ms": (t_again - heal) / _NS_PER_MS if t_again else None,
+                "caught_up_ms": _caught_up_ms(n, done, t_done, heal),
+            })
     return out
 
 
@@ -329,24 +374,27 @@ def _caught_up_ms(backlog: int, done: int, t_done: int | None, heal: int) -> flo
     return max(t_done - heal, 0) / _NS_PER_MS
 
 
-def clock_offsets(events: DataFrame) -> dict[str, Any]:
+def clock_offsets(events: DataFrame, view: Overview | None = None) -> dict[str, Any]:
     """Local clock minus true time (lt - t) per host, sampled per second of true time.
 
     Per host: `samples`, [[second since the run's first event, mean offset in ms], ...], and
-    `max_abs_ms` over all its events (jumps inside a second show there).
+    `max_abs_ms` over all its events (jumps inside a second show there). The first event's
+    time comes from `view`, the events' Overview (a Spark job of its own when not given).
     """
     timed = events.filter(F.col("lt").isNotNull() & F.col("t").isNotNull())
-    t0_row = timed.agg(F.min("t").alias("t0")).first()
-    if t0_row is None or t0_row["t0"] is None:
+    if view is not None:
+        t0 = view.t0()
+    else:
+        t0_row = timed.agg(F.min("t").alias("t0")).first()
+        t0 = None if t0_row is None or t0_row["t0"] is None else int(t0_row["t0"])
+    if t0 is None:
         return {}
-    t0 = int(t0_row["t0"])
     offset = ((F.col("lt") - F.col("t")) / _NS_PER_MS).alias("offset_ms")
     rows = (timed.select("node", ((F.col("t") - t0) / _NS_PER_S).cast("long").alias("s"), offset)
             .groupBy("node", "s").agg(F.avg("offset_ms").alias("mean"),
-                                      F.max(F.abs("offset_ms")).alias("abs"))
-            .orderBy("node", "s").collect())
+                                      F.max(F.abs("offset_ms")).alias("abs")).collect())
     out: dict[str, Any] = {}
-    for r in rows:
+    for r in sorted(rows, key=lambda r: (r["node"], r["s"])):
         host = out.setdefault(r["node"], {"samples": [], "max_abs_ms": 0.0})
         host["samples"].append([int(r["s"]), round(float(r["mean"]), 6)])
         host["max_abs_ms"] = max(host["max_abs_ms"], float(r["abs"]))

@@ -27,6 +27,8 @@ from analysis.checks_mid import group_starts, host_of, process_names
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from analysis.overview import Overview
+
 QUANTILES = (0.5, 0.95, 0.99)
 EXAMPLES = 5
 _NS_PER_MS = 1e6
@@ -177,11 +179,16 @@ def optimistic_metrics(events: DataFrame | pa.Table) -> dict[str, Any]:
     return result
 
 
-def optimistic_section(events: DataFrame | pa.Table) -> dict[str, Any]:
+def optimistic_section(events: DataFrame | pa.Table, view: Overview | None = None
+                       ) -> dict[str, Any]:
     """The summary's optimistic delivery metrics and the Local Order check, for runs that
-    opt-deliver (empty otherwise); either driver."""
+    opt-deliver (empty otherwise); either driver. Whether a DataFrame's run opt-delivers
+    comes from `view`, its Overview, when given (else one Spark job)."""
     if isinstance(events, pa.Table):
         if not pc.any(pc.equal(events["ev"], "opt")).as_py():
+            return {}
+    elif view is not None:
+        if not view.total("opt"):
             return {}
     elif events.filter(events.ev == "opt").limit(1).count() == 0:
         return {}

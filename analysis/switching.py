@@ -41,27 +41,39 @@ def switch_events(record: RunRecord) -> list[dict[str, Any]]:
 
 
 def switching_section(events: Any, record: RunRecord) -> dict[str, Any]:
-    """`summary.json` `switching`, or {} for a run without switching events."""
+    """`summary.json` `switching`, or {} for a run without switching events. The fnl and
+    send events come to the driver in one Spark job (as Arrow); the rest is computed here."""
+    import pyarrow.compute as pc
     from pyspark.sql import functions as F
 
     sw = switch_events(record)
-    fnl = events.filter(events.ev == "fnl")
-    if not sw and fnl.filter(F.col("proto").startswith("switching#")).limit(1).count() == 0:
+    both = (events.filter(F.col("ev").isin("fnl", "send"))
+            .select("ev", "node", "mid", "t", "proto", "seq").toArrow())
+    fnl = both.filter(pc.equal(both["ev"], "fnl"))
+    if not sw and not pc.any(pc.starts_with(pc.fill_null(fnl["proto"], ""),
+                                            "switching#")).as_py():
         return {}
-    dups = (fnl.groupBy("node", "mid")
-            .agg(F.count("*").alias("n"), F.countDistinct("proto").alias("instances"))
-            .filter(F.col("n") > 1))
-    dup_rows = dups.collect()
-    order = (fnl.filter(F.col("seq").isNotNull()).groupBy("seq")
-             .agg(F.countDistinct("mid").alias("mids")).filter(F.col("mids") > 1))
-    order_violations = order.count()
-    order_examples = [int(r["seq"]) for r in order.orderBy("seq").limit(5).collect()]
-    sends = events.filter(events.ev == "send").select("mid", F.col("t").alias("sent"))
-    rows = (fnl.join(sends, "mid", "left").select("node", "t", "proto", "sent")
-            .orderBy("node", "t").collect())
+    copies = fnl.group_by(["node", "mid"]).aggregate([
+        ("proto", "count", pc.CountOptions(mode="all")), ("proto", "count_distinct")])
+    copies = copies.filter(pc.greater(copies["proto_count"], 1))
+    dup_rows = sorted(zip(*(copies[c].to_pylist() for c in (
+        "node", "mid", "proto_count", "proto_count_distinct")), strict=True),
+        key=lambda r: (r[0] or "", r[1] or ""))
+    ordered = fnl.filter(pc.is_valid(fnl["seq"]))
+    positions = ordered.group_by("seq").aggregate([("mid", "count_distinct")])
+    disputed = sorted(positions.filter(pc.greater(positions["mid_count_distinct"], 1))["seq"]
+                      .to_pylist())
+    sends = both.filter(pc.and_(pc.equal(both["ev"], "send"), pc.is_valid(both["mid"])))
+    sent_at: dict[str, list[int]] = defaultdict(list)
+    for mid, t in zip(sends["mid"].to_pylist(), sends["t"].to_pylist(), strict=True):
+        sent_at[mid].append(t)
     per_node: dict[str, list[tuple[int, str, int | None]]] = defaultdict(list)
-    for r in rows:
-        per_node[r["node"]].append((int(r["t"]), r["proto"] or "", r["sent"]))
+    for node, mid, t, proto in zip(*(fnl[c].to_pylist() for c in ("node", "mid", "t", "proto")),
+                                   strict=True):
+        for sent in sent_at.get(mid, [None]) if mid is not None else [None]:
+            per_node[node].append((int(t), proto or "", sent))
+    for dl in per_node.values():
+        dl.sort(key=lambda d: d[0])
     switches = _per_switch(sw, per_node, scheduled_switches(record))
     mode = next((e.get("mode") for e in sw if e.get("mode")), None)
     extra = sum(s["extra_bytes"] for s in switches)
@@ -72,12 +84,12 @@ def switching_section(events: Any, record: RunRecord) -> dict[str, Any]:
         "requested": sum(1 for e in sw if e.get("phase") == "request"),
         "rejected": sum(1 for e in sw if e["ev"] == "switch_rejected"),
         "policy_requests": sum(1 for e in sw if e["ev"] == "switch_policy"),
-        "duplicates": sum(int(r["n"]) - 1 for r in dup_rows),
-        "duplicates_across_instances": sum(int(r["n"]) - 1 for r in dup_rows
-                                           if int(r["instances"]) > 1),
-        "duplicate_examples": [f"{r['node']}:{r['mid']}" for r in dup_rows[:5]],
-        "order_violations": order_violations,
-        "order_examples": order_examples,
+        "duplicates": sum(n - 1 for _, _, n, _ in dup_rows),
+        "duplicates_across_instances": sum(n - 1 for _, _, n, instances in dup_rows
+                                           if instances > 1),
+        "duplicate_examples": [f"{node}:{mid}" for node, mid, _, _ in dup_rows[:5]],
+        "order_violations": len(disputed),
+        "order_examples": [int(seq) for seq in disputed[:5]],
         "steady_gap_p99_ms": _steady_gap_p99(per_node, switches),
         "max_gap_ms": max(gaps) if gaps else None,
         "mean_max_gap_ms": round(sum(gaps) / len(gaps), 3) if gaps else None,

@@ -28,6 +28,7 @@ from analysis.fault_history import fault_history  # noqa: E402
 from analysis.ingest import EVENT_SCHEMA, ingest  # noqa: E402
 from analysis.job import optimistic_section  # noqa: E402
 from analysis.metrics import clock_offsets, fnl_latency, message_counts, throughput  # noqa: E402
+from analysis.overview import overview  # noqa: E402
 from analysis.record import read_record  # noqa: E402
 from analysis.session import EVENT_LINE_BYTES, spark_session  # noqa: E402
 from analysis.synthetic import generate_run  # noqa: E402
@@ -66,17 +67,18 @@ def main() -> int:
         data = ingest(spark, record)
         lap("ingest")
         events, nodes = data.events, data.nodes
-        message_counts(events, nodes)
+        view = overview(events)
+        message_counts(view, nodes)
         lap("messages")
-        check_suite(events, fault_history(nodes, data.faults))
+        check_suite(events, fault_history(nodes, data.faults), view=view)
         lap("checks")
         fnl_latency(events)
         lap("latency")
         throughput(events, nodes)
         lap("throughput")
-        clock_offsets(events)
+        clock_offsets(events, view)
         lap("clock")
-        optimistic_section(events)
+        optimistic_section(events, view)
         lap("optimistic")
         total = time.perf_counter() - started
     print(f"{lines:,} log lines ({size / 2**20:.0f} MiB), {args.nodes} nodes")

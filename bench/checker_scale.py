@@ -74,6 +74,7 @@ def run_one(master: str, data: Path, save: Path | None = None) -> dict[str, obje
     from analysis.checks import check_suite, node_errors
     from analysis.fault_history import fault_history
     from analysis.ingest import EVENT_SCHEMA
+    from analysis.overview import overview
     from analysis.session import spark_session
 
     spark = spark_session(master, app="checker-scale",
@@ -87,8 +88,9 @@ def run_one(master: str, data: Path, save: Path | None = None) -> dict[str, obje
     memory = _PeakRss()
     cpu0 = _cpu_seconds()
     started = time.perf_counter()
-    checks = check_suite(events, fault_history(nodes, []))
-    errors = node_errors(events)
+    view = overview(events)
+    checks = check_suite(events, fault_history(nodes, []), view=view)
+    errors = node_errors(view)
     seconds = time.perf_counter() - started
     if save is not None:
         save.write_text(json.dumps(checks, indent=1, sort_keys=True, default=str))

@@ -16,6 +16,7 @@ from analysis.__main__ import main
 from analysis.ingest import ingest
 from analysis.job import analyze
 from analysis.metrics import fnl_latency, message_counts, throughput
+from analysis.overview import overview
 from analysis.record import read_record
 from analysis.report import write_report
 from analysis.session import spark_session
@@ -169,7 +170,7 @@ def test_throughput_is_deliveries_over_each_nodes_span(latency_data: Any) -> Non
 
 
 def test_counts_separate_sent_fnl_and_opt(latency_data: Any) -> None:
-    counts = message_counts(latency_data.events, ["h1", "h2"])
+    counts = message_counts(overview(latency_data.events), ["h1", "h2"])
     assert counts == {"sent": 101, "fnl": {"h1": 101, "h2": 100}, "opt": {"h1": 100, "h2": 0}}
 
 
