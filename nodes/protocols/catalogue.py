@@ -588,6 +588,7 @@ CATALOGUE: tuple[Entry, ...] = (
                                  "a lost or late datagram is a gap for good (§7)"),
           model=Model(loss=True, loss_param="loss_tolerance",
                       failures=frozenset({"crash", "pause", "partition"}),
+                      reserved_rate="avg", slot_burst=("max_burst", "theta"),
                       source="004 §2.1, §6 (crashes, joins, merges), §7 (loss with x > 0)"),
           param_claims=QOS_VBR_CLAIMS, hazards=QOS_VBR_HAZARDS,
           summary="QoS-preserving total order for variable bit rate: slots of theta, latency "
@@ -606,7 +607,8 @@ CATALOGUE: tuple[Entry, ...] = (
           RELIABLE_FIFO | {"total_order"}, bound="cbr",
           liveness=Liveness(frozenset(), note="004 §4 assumes no failures and no loss: a "
                                               "lost datagram halts its sender's stream"),
-          model=Model(source="004 §2.1 (FIFO links, no loss), §4 (no failures)"),
+          model=Model(reserved_rate="rate",
+                      source="004 §2.1 (FIFO links, no loss), §4 (no failures)"),
           summary="QoS-preserving total order for constant bit rates, latency <= Δ+Γ (004 "
                   "§4, Figs. 3-5)"),
     Entry("leader", leader.WIRE_ID, leader.Leader, leader.LeaderParams,
