@@ -36,8 +36,8 @@ DEFAULT_HOSTS, DEFAULT_SITES = 4, 2
 LAN_MS, WAN_MS = 0.5, 10.0
 DEFAULT_RATE, DEFAULT_SIZE, DEFAULT_DURATION_S = 20.0, 512, 3.0
 MAX_RATE = 2000.0
-#: The share of its reservation a reserved sender offers at most: Poisson arrivals near the
-#: reservation overflow the policer's 200 ms queue now and then (nodes/reservation.py).
+#: The share of its reservation a reserved sender offers at most (nodes/reservation.py: the
+#: policer holds 200 ms of it).
 RESERVATION_SHARE = 0.5
 BANDWIDTH_HEADROOM = 4  # "overload": far beyond what a WAN sequencer orders
 Override = tuple[str, Any]
@@ -196,9 +196,11 @@ def _enough_bandwidth(topo: dict[str, Any], load: dict[str, Any], hosts: int) ->
 def _within_reservation(load: list[Override], drawn: list[Override], model: Model,
                         params_cls: type | None, spec: Mapping[str, Any]) -> list[Override]:
     """The workload of a reserved-rate model (Model.reserved_rate): each sender offers at most
-    RESERVATION_SHARE of its reservation (and of k messages per slot Θ, Model.slot_burst),
-    without bursts. Beyond its reservation a sender is policed and its datagrams dropped,
-    which that model rules out (004 §2.1) and no protocol of it recovers from."""
+    RESERVATION_SHARE of its reservation (and of k messages per slot Θ, Model.slot_burst), at
+    constant intervals: a Poisson source does not conform to a token bucket (at half a 14/s
+    reservation it overflowed the policer's 200 ms queue within seconds). Beyond its
+    reservation a sender is policed and its datagrams dropped, or queues without end, which
+    the model rules out (004 §2.1) and no protocol of it recovers from."""
     if not model.reserved_rate or params_cls is None:
         return load
     values = {**spec, **{k.removeprefix("protocol.params."): v for k, v in drawn}}
@@ -219,8 +221,8 @@ def _within_reservation(load: list[Override], drawn: list[Override], model: Mode
             continue
         if key == "workload.rate":
             v = f"{min(float(str(v).removesuffix('/s')), cap):g}/s"
-        elif key == "workload.arrival" and v == "vbr":
-            v = "poisson"
+        elif key == "workload.arrival":
+            v = "constant"
         out.append((key, v))
     return out
 
