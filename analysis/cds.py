@@ -63,7 +63,10 @@ def archive_path() -> Path | None:
     jars = Path(pyspark.__file__).resolve().parent / "jars"
     digest.update(f"{jars}\n".encode())  # the archive holds the class path it was made on
     for jar in sorted(jars.glob("*.jar")):
-        digest.update(f"{jar.name}:{jar.stat().st_size}\n".encode())
+        # the JVM refuses an archive whose class path jars changed size or modification time
+        # (a reinstall of the same pyspark makes new mtimes), and says so only in its logs
+        st = jar.stat()
+        digest.update(f"{jar.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
     digest.update(f"{pyspark.__version__}:{sys.version_info[:2]}".encode())
     return CACHE / f"{digest.hexdigest()[:16]}.jsa"
 
