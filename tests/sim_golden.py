@@ -25,7 +25,9 @@ restarted receiver began to log where it joins each stream (`stream_join`, B5); 
 the failure detector began to probe (a PING and an ACK a round instead of an ALIVE to every
 member: other link draws, the same checks hold); `cbcast` again when a restarted process
 began to ask every member for its counts (the join handshake, B6: other link draws, the same
-deliveries and join points).
+deliveries and join points); `cbcast` again when its messages began to carry OLD_j after t_m
+once it counts an old stream, and a range's base entry began to count as met (B4: more bytes
+on the wire after c's restart, other link draws).
 Regenerate only for an intended change of behaviour:
 
     python -m tests.sim_golden > tests/sim_golden.json

@@ -36,7 +36,16 @@ continue and
   of a stream this receiver never counted, is lost with it and counts as met. An old tail
   lost for good holds only its own dependants, as a crashed sender's lost message does
   (002 "Causal ordering: Issues"; no liveness is claimed under a crash): the new stream waits
-  for it only through a dependant;
+  for it only through a dependant. Once VT_j[i] holds the new range it no longer says how
+  much of i's old stream j delivered, so j's messages carry OLD_j beside t_m (`slot` OLD:
+  n more entries, 0 where j counts no old stream), each entry met as one of t_m (B2 (2)):
+  a message j sends after delivering the old tail waits for that tail everywhere (without
+  it, a receiver that had switched already delivered it first: causal order). An entry at
+  a range's base (no message of that incarnation) depends on nothing and counts as met:
+  what j delivered of the previous incarnation is in OLD_j, and a count taken from COUNTS
+  (B6) or a join (B5) is no delivery (a restarted member's own count, its base until it
+  sends, held a joiner's messages for ever). B3 merges no base entry (it would end the old
+  stream's count unseen);
 - B5 (ours) a restarted receiver joins each sender's stream at the first message reliable
   FIFO hands it (which joins from the present too): VT_j[i] := max(VT_j[i], t_m[i] - 1)
   then, logged as `stream_join` naming i's message VT_j[i] + 1 (from it on, the receiver
@@ -55,9 +64,10 @@ continue and
   after it come from reliable FIFO. The stream of a sender j has joined is not touched.
 
 Wire: ASK and COUNTS are single datagrams beside reliable FIFO, MsgType.DUMMY with `slot`
-ASK (no payload) or COUNTS (t_m's format: n unsigned 32-bit entries). Datagrams are
-untrusted: a DUMMY of another slot or payload size, or a DATA shorter than its t_m, is
-refused, counted (`RejectedMessages`) and logged as `reject`.
+ASK (no payload) or COUNTS (t_m's format: n unsigned 32-bit entries); a DATA of `slot` OLD
+carries OLD_j after t_m, in the same format (B4). Datagrams are untrusted: a DUMMY of another
+slot or payload size, or a DATA of another slot or shorter than its vectors, is refused,
+counted (`RejectedMessages`) and logged as `reject`.
 """
 
 from __future__ import annotations
@@ -83,6 +93,7 @@ from nodes.wire import Header, Message, MsgType
 
 WIRE_ID = 7
 ASK, COUNTS = 1, 2  # `slot` of the join handshake's datagrams (B6)
+OLD = 1  # `slot` of a DATA that carries OLD_j after t_m (B4)
 JOIN_RETRY_NS = 200_000_000
 
 
@@ -103,7 +114,8 @@ class Cbcast(OnReliable):
         self.old: dict[int, int] = {}  # B4: OLD_j, i's previous incarnation's count
         # B5: the senders whose stream a restarted receiver has joined (all, otherwise).
         self.joined = set(range(len(self.members))) if incarnation == 0 else {self.index[me]}
-        self.held: list[tuple[int, list[int], Message]] = []  # (origin, t_m, message)
+        # (origin, t_m, the sender's OLD vector or [], message)
+        self.held: list[tuple[int, list[int], list[int], Message]] = []
         self.delivered = 0  # local delivery count: the `seq` of each fnl
         self.max_held = 0
         self.rejected = 0  # datagrams refused as malformed
@@ -145,9 +157,13 @@ class Cbcast(OnReliable):
         i = self.index[self.me]
         self.vt[i] += 1
         mno = self.vt[i]
-        header = Header(MsgType.DATA, origin=self.me, mno=mno, ts=now)
+        prefix = self.vt_format.pack(*self.vt)
+        if self.old:  # B4: what we delivered of old streams, which VT no longer says
+            prefix += self.vt_format.pack(*(self.old.get(k, 0) for k in range(len(self.vt))))
+        header = Header(MsgType.DATA, origin=self.me, mno=mno, ts=now,
+                        slot=OLD if self.old else 0)
         out: list[Action] = [Log("send", {"mno": mno, "size": len(payload)})]
-        sent = self.rm.multicast(header, self.vt_format.pack(*self.vt) + payload, now)
+        sent = self.rm.multicast(header, prefix + payload, now)
         self.delivered += 1
         out.append(FinalDeliver(self.me, mno, self.delivered, len(payload), self.instance))
         # The own R-delivery is skipped in _r_deliver (it is delivered above, at once).
@@ -178,12 +194,11 @@ class Cbcast(OnReliable):
 
     def _waits_on_unjoined(self) -> bool:
         """Whether a held message waits on a sender whose stream we have not joined."""
-        for i, t_m, _ in self.held:
-            for k, x in enumerate(t_m):
-                if k != i and k not in self.joined:
-                    count = self._count(k, x)
-                    if count is not None and count < x:
-                        return True
+        for i, t_m, olds, _ in self.held:
+            for k, x in enumerate(t_m + olds):
+                k %= len(t_m)
+                if k != i and k not in self.joined and not self._met(k, x):
+                    return True
         return False
 
     def _reject(self, reason: str, h: Header) -> list[Action]:
@@ -201,10 +216,11 @@ class Cbcast(OnReliable):
     def _receive(self, msg: Message) -> list[Action]:
         """B2: discard a duplicate, deliver what the conditions allow, hold the rest."""
         h = msg.header
-        size = self.vt_format.size
-        if len(msg.payload) < size or h.origin not in self.index:
+        size = self.vt_format.size * (2 if h.slot == OLD else 1)
+        if h.slot not in (0, OLD) or len(msg.payload) < size or h.origin not in self.index:
             return self._reject("data", h)
         t_m = list(self.vt_format.unpack_from(msg.payload))
+        olds = list(self.vt_format.unpack_from(msg.payload, size // 2)) if h.slot == OLD else []
         i = self.index[h.origin]
         moved = False
         joins: list[Action] = []
@@ -224,12 +240,12 @@ class Cbcast(OnReliable):
             return joins + self._rescan() if moved else joins
         out: list[Action] = [*joins,
                              Received(h.origin, h.mno, len(msg.payload) - size, self.instance)]
-        if not self._deliverable(i, t_m):
-            self.held.append((i, t_m, msg))
+        if not self._deliverable(i, t_m, olds):
+            self.held.append((i, t_m, olds, msg))
             self.max_held = max(self.max_held, len(self.held))
             out.append(Log("hold", {"origin": h.origin, "mno": h.mno, "held": len(self.held)}))
             return out + self._rescan() if moved else out
-        out += self._deliver(i, t_m, msg)
+        out += self._deliver(i, t_m, olds, msg)
         return out + self._rescan()
 
     def _count(self, k: int, x: int) -> int | None:
@@ -248,28 +264,32 @@ class Cbcast(OnReliable):
         count = self._count(i, x)
         return count is None or x <= count
 
-    def _deliverable(self, i: int, t_m: list[int]) -> bool:
-        """B2's conditions (1) and (2), B4's old stream included."""
+    def _met(self, k: int, x: int) -> bool:
+        """B2 (2) for the entry x of k: B4's old stream and base entries included."""
+        if x % INCARNATION_SPAN == 0:
+            return True
+        count = self._count(k, x)
+        return count is None or count >= x
+
+    def _deliverable(self, i: int, t_m: list[int], olds: list[int]) -> bool:
+        """B2's conditions (1) and (2), B4's old stream and the sender's OLD_j included."""
         if self._count(i, t_m[i]) != t_m[i] - 1:
             return False
-        for k, x in enumerate(t_m):
-            if k != i:
-                count = self._count(k, x)
-                if count is not None and count < x:
-                    return False
-        return True
+        n = len(t_m)
+        return all(self._met(k % n, x) for k, x in enumerate(t_m + olds) if k % n != i)
 
-    def _deliver(self, i: int, t_m: list[int], msg: Message) -> list[Action]:
-        """B3; a late old-range message advances OLD_j[i] (B4)."""
+    def _deliver(self, i: int, t_m: list[int], olds: list[int], msg: Message) -> list[Action]:
+        """B3 (no base entry merged); a late old-range message advances OLD_j[i] (B4)."""
         if t_m[i] // INCARNATION_SPAN < self.vt[i] // INCARNATION_SPAN:
             self.old[i] = t_m[i]
         for k, x in enumerate(t_m):
-            if x > self.vt[k]:
+            if x > self.vt[k] and x % INCARNATION_SPAN:
                 self.vt[k] = x
         self.delivered += 1
         h = msg.header
-        return [FinalDeliver(h.origin, h.mno, self.delivered,
-                             len(msg.payload) - self.vt_format.size, self.instance)]
+        prefix = self.vt_format.size * (2 if olds else 1)
+        return [FinalDeliver(h.origin, h.mno, self.delivered, len(msg.payload) - prefix,
+                             self.instance)]
 
     def _rescan(self) -> list[Action]:
         out: list[Action] = []
@@ -277,11 +297,11 @@ class Cbcast(OnReliable):
         while progress and self.held:
             progress = False
             for entry in list(self.held):
-                i, t_m, msg = entry
+                i, t_m, olds, msg = entry
                 if self._stale(i, t_m[i]):
                     self.held.remove(entry)  # became a duplicate (or lost) meanwhile
-                elif self._deliverable(i, t_m):
+                elif self._deliverable(i, t_m, olds):
                     self.held.remove(entry)
-                    out += self._deliver(i, t_m, msg)
+                    out += self._deliver(i, t_m, olds, msg)
                     progress = True
         return out
