@@ -9,7 +9,7 @@ delivers every message of a sender after its join point."""
 from __future__ import annotations
 
 from nodes.protocols.base import JOIN_EVENT, Action, FinalDeliver, Log, Send
-from nodes.protocols.cbcast import ASK, COUNTS, JOIN_RETRY_NS, WIRE_ID, Cbcast
+from nodes.protocols.cbcast import ASK, COUNTS, JOIN_RETRY_NS, OLD, WIRE_ID, Cbcast
 from nodes.protocols.sequencer import INCARNATION_SPAN
 from nodes.wire import Header, Message, MsgType
 
@@ -70,6 +70,45 @@ def test_a_lost_old_tail_holds_only_its_dependants() -> None:
     d = Cbcast(H3, MEMBERS, {})
     d._receive(data(d, H4, [0, 0, NEW + 1]))
     assert delivered(d._receive(data(d, H2, [1, 0, NEW + 1]))) == [(H2, 1)]
+
+
+def sent(actions: list[Action]) -> Message:
+    (msg,) = [a.msg for a in actions if isinstance(a, Send)]
+    return msg
+
+
+def test_a_message_sent_after_a_late_old_message_carries_it() -> None:
+    """h3 switched to h4's new range, then delivered h4:28 and multicast: its t_m[h4] is in
+    the new range and says nothing of h4:28, its OLD_j does. h2, switched too but without
+    h4:28 yet, holds h3's message until h4:28 (causal order)."""
+    c, _ = h3_after_h4_27()
+    c._receive(data(c, H4, [0, 0, NEW + 1]))
+    c._receive(data(c, H4, [0, 0, 28]))
+    msg = sent(c.broadcast(b"y", 0))
+    assert msg.header.slot == OLD
+    assert list(c.vt_format.unpack_from(msg.payload, c.vt_format.size)) == [0, 0, 28]
+    d = Cbcast(H2, MEMBERS, {})
+    for n in range(1, 28):
+        d._receive(data(d, H4, [0, 0, n]))
+    d._receive(data(d, H4, [0, 0, NEW + 1]))
+    assert delivered(d._receive(msg)) == []
+    out = d._receive(data(d, H4, [0, 0, 28]))
+    assert delivered(out) == [(H4, 28), (H3, 1)]
+    (fnl,) = [a for a in out if isinstance(a, FinalDeliver) and a.origin == H3]
+    assert fnl.size == 1  # the payload after both vectors
+    # Without OLD_j it is what the restart did before, and is delivered at once:
+    e = Cbcast(H2, MEMBERS, {})
+    e._receive(data(e, H4, [0, 0, NEW + 1]))
+    assert delivered(e._receive(data(e, H3, [0, 1, NEW + 1]))) == [(H3, 1)]
+
+
+def test_an_entry_at_a_range_base_counts_as_met_and_is_not_merged() -> None:
+    """h4's new incarnation took h2's count from COUNTS: h2 restarted and sent nothing, its
+    count is its range's base. h3, which never heard from h2's new incarnation, delivers."""
+    c = Cbcast(H3, MEMBERS, {})
+    assert delivered(c._receive(data(c, H4, [NEW, 0, NEW + 1]))) == [(H4, NEW + 1)]
+    assert c.vt[c.index[H2]] == 0  # h2's old stream still counts here
+    assert delivered(c._receive(data(c, H2, [1, 0, 0]))) == [(H2, 1)]
 
 
 def test_a_range_two_incarnations_back_counts_as_lost() -> None:
@@ -170,3 +209,8 @@ def test_malformed_handshake_datagrams_are_refused_and_counted() -> None:
     assert c.vt[c.index[H4]] == 0
     assert c._receive(Message(Header(MsgType.DATA, origin=H4, mno=1), b"\0" * 3))[0].ev == "reject"  # type: ignore[union-attr]
     assert c.rejected == len(bad) + 1
+    vt = c.vt_format.pack(0, 0, 0, 1)
+    for slot, payload in ((OLD, vt + b"x"), (7, vt + vt)):  # OLD_j short; unknown slot
+        out = c._receive(Message(Header(MsgType.DATA, origin=H4, mno=1, slot=slot), payload))
+        assert [a.ev for a in out if isinstance(a, Log)] == ["reject"]
+    assert c.rejected == len(bad) + 3
