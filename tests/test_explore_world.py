@@ -222,3 +222,39 @@ def test_a_reserved_sender_offers_at_most_half_its_reservation() -> None:
             slot = float(w.get("max_burst", 3)) * 1e9 / duration_ns(w.get("theta", 20))  # type: ignore[arg-type]
             assert rate(w) <= max(1, int(min(float(w.get("avg", 50)), slot) / 2)), w  # type: ignore[arg-type]
     assert max(map(rate, worlds("leader", {"rate": 400}))) > 100
+
+
+def test_a_bounded_delay_world_keeps_every_path_within_delta() -> None:
+    """`qos-vbr`, `qos-cbr`, `leader` and `timestamp-leader` assume every path's delay plus
+    jitter within Δ (004 §2.1): their drawn worlds scale the paths into the drawn, the spec's
+    or the default Δ, and the spec checks accept every one of them. Without that bound the
+    same seeds draw paths far beyond 50 ms."""
+    from nodes.protocols.catalogue import find
+    from nodes.protocols.qos_common import duration_ns
+    from testbed.explore.case import model_of
+    from testbed.spec.experiment import ExperimentSpec
+
+    def paths(protocol: str, params: dict[str, object]) -> list[tuple[float, float]]:
+        entry = find(protocol)
+        assert entry is not None
+        exp = ExperimentSpec.model_validate({
+            "name": "x", "topology": "t.yaml", "duration": "1s",
+            "protocol": {"name": protocol, "params": params},
+            "workload": {"senders": "all", "rate": "20/s"}})
+        out = []
+        for seed in range(200):
+            drawn = dict(draw_world(seed, model_of(exp), entry.params, FEATURES,
+                                    params).overrides)
+            delta = duration_ns(drawn.get("protocol.params.delta", params.get("delta", 50)))
+            worst = max(duration_ns(e["delay"]) + duration_ns(e.get("jitter", 0))
+                        for row in drawn["topology"]["matrix"].values() for e in row.values())
+            out.append((worst / 1e6, delta / 1e6))
+        return out
+
+    assert max(w for w, _ in paths("sequencer", {})) > 100
+    for protocol in ("qos-vbr", "qos-cbr", "leader", "timestamp-leader"):
+        drawn = paths(protocol, {})
+        assert all(w <= d for w, d in drawn), protocol
+        assert any(d != 50 for _, d in drawn), protocol  # Δ itself drawn too
+    spec_delta = paths("qos-vbr", {"delta": "20ms"})
+    assert all(w <= d for w, d in spec_delta) and any(d == 20 for _, d in spec_delta)

@@ -118,3 +118,24 @@ def test_the_cli_refuses_with_one_line_exit_2_and_starts_nothing(tmp_path: Path)
     assert proc.returncode == 2 and len(lines) == 1, lines
     assert lines[0].startswith(f"{path}:") and "faults.0.write: management clock write" in lines[0]
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("protocol", ["qos-vbr", "qos-cbr"])
+def test_a_path_beyond_the_default_delta_is_outside_the_model(tmp_path: Path,
+                                                               protocol: str) -> None:
+    """No `delta` given: the default Δ (50 ms) is the model's bound all the same."""
+    def without_delta(link: str, outside: bool = False) -> Path:
+        path = spec(tmp_path, "{kind: clock, host: h2, at: 1s, offset: 2ms}", link, protocol,
+                    outside)
+        path.write_text(path.read_text().replace("delta: 40ms, ", ""))
+        return path
+
+    path = without_delta("60ms")
+    with pytest.raises(SpecError) as err:
+        load_experiment(path)
+    assert len(err.value.problems) == 1, err.value.problems
+    line = err.value.problems[0]
+    assert f"{path}:" in line and ": protocol.name: path h1->h2: 60ms" in line, line
+    assert "default delta 50ms" in line and "`outside_model: true`" in line, line
+    load_experiment(without_delta("60ms", outside=True))
+    load_experiment(without_delta("45ms"))

@@ -127,7 +127,7 @@ def model_of(exp: Any) -> Model:
     return Model(failures=frozenset(model.failures), loss=loss, reorder=not model.fifo,
                  duplicate=model.duplicate, clock=not model.clocks, clock_beyond=not model.clocks,
                  delays=not model.delays, reserved_rate=model.reserved_rate,
-                 slot_burst=model.slot_burst)
+                 slot_burst=model.slot_burst, delay_bound="delta" if model.delays else "")
 
 
 def load_base(path: Path, checks: tuple[str, ...] = ()) -> Base:

@@ -42,6 +42,9 @@ class Model:
     # bound what each sender may offer
     reserved_rate: str = ""
     slot_burst: tuple[str, ...] = ()
+    # a bounded-delay model (catalogue Model.delays): the parameter (Δ) every path's delay
+    # plus jitter stays within
+    delay_bound: str = ""
 
 
 @dataclass(frozen=True)

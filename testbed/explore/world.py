@@ -39,6 +39,9 @@ MAX_RATE = 2000.0
 #: The share of its reservation a reserved sender offers at most (nodes/reservation.py: the
 #: policer holds 200 ms of it).
 RESERVATION_SHARE = 0.5
+#: The share of Δ a bounded-delay model's largest path delay plus jitter takes at most, and
+#: of that the share jitter takes: the rest absorbs serialisation and processing time.
+DELTA_SHARE, JITTER_SHARE = 0.8, 0.1
 BANDWIDTH_HEADROOM = 4  # "overload": far beyond what a WAN sequencer orders
 Override = tuple[str, Any]
 
@@ -193,6 +196,19 @@ def _enough_bandwidth(topo: dict[str, Any], load: dict[str, Any], hosts: int) ->
                 entry["bandwidth"] = f"{max(have, need)}mbit"
 
 
+def _param_value(drawn: list[Override], model_params: type | None,
+                 spec: Mapping[str, Any]) -> Any:
+    """A lookup of the world's protocol parameters: drawn, else the spec's, else the
+    default."""
+    values = {**spec, **{k.removeprefix("protocol.params."): v for k, v in drawn}}
+    defaults = {f.name: f.default for f in fields(model_params)} if model_params else {}
+
+    def value(name: str) -> Any:
+        return values.get(name, defaults.get(name))
+
+    return value
+
+
 def _within_reservation(load: list[Override], drawn: list[Override], model: Model,
                         params_cls: type | None, spec: Mapping[str, Any]) -> list[Override]:
     """The workload of a reserved-rate model (Model.reserved_rate): each sender offers at most
@@ -203,12 +219,7 @@ def _within_reservation(load: list[Override], drawn: list[Override], model: Mode
     the model rules out (004 §2.1) and no protocol of it recovers from."""
     if not model.reserved_rate or params_cls is None:
         return load
-    values = {**spec, **{k.removeprefix("protocol.params."): v for k, v in drawn}}
-    defaults = {f.name: f.default for f in fields(params_cls)}
-
-    def value(name: str) -> Any:
-        return values.get(name, defaults.get(name))
-
+    value = _param_value(drawn, params_cls, spec)
     reserved = value(model.reserved_rate)
     cap = float(min(reserved.values()) if isinstance(reserved, dict) else reserved)
     if model.slot_burst:
@@ -227,6 +238,29 @@ def _within_reservation(load: list[Override], drawn: list[Override], model: Mode
     return out
 
 
+def _within_delta(topo: dict[str, Any], drawn: list[Override], model: Model,
+                  params_cls: type | None, spec: Mapping[str, Any]) -> None:
+    """The paths of a bounded-delay model (Model.delay_bound: every path's delay plus jitter
+    within Δ, 004 §2.1), scaled down together, asymmetry and triangles kept: the largest
+    delay plus jitter takes at most DELTA_SHARE of Δ, jitter JITTER_SHARE of that. A path
+    beyond Δ leaves the model (spec validation refuses it), and a late datagram there is
+    a failure the protocol's detector acts on (004 §6.2)."""
+    if not model.delay_bound or params_cls is None:
+        return
+    budget = duration_ns(_param_value(drawn, params_cls, spec)(model.delay_bound)) / 1e6
+    budget *= DELTA_SHARE
+    entries = [e for row in topo["matrix"].values() for e in row.values()]
+    jitter = max((duration_ns(e["jitter"]) / 1e6 for e in entries if "jitter" in e),
+                 default=0.0)
+    jitter = min(jitter, budget * JITTER_SHARE)
+    worst = max(duration_ns(e["delay"]) / 1e6 for e in entries)
+    scale = min(1.0, (budget - jitter) / worst)
+    for e in entries:
+        e["delay"] = _ms(max(0.1, duration_ns(e["delay"]) / 1e6 * scale))
+        if "jitter" in e:
+            e["jitter"] = _ms(min(duration_ns(e["jitter"]) / 1e6, jitter))
+
+
 def draw_world(seed: int, model: Model, params_cls: type | None,
                features: tuple[str, ...] = FEATURES,
                spec_params: Mapping[str, Any] | None = None) -> World:
@@ -240,6 +274,7 @@ def draw_world(seed: int, model: Model, params_cls: type | None,
     _enough_bandwidth(topo, dict(load), len(hosts))
     drawn = params(rng, on, params_cls)
     load = _within_reservation(load, drawn, model, params_cls, spec_params or {})
+    _within_delta(topo, drawn, model, params_cls, spec_params or {})
     overrides: list[Override] = [("topology", topo), *load, *drawn]
     return World(tuple(f for f in FEATURES if f in on), tuple(overrides),
                  round(duration_s * 1000) * 1_000_000)

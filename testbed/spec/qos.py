@@ -231,6 +231,14 @@ def check_model(entry: Any, params: dict[str, Any], topo: TopologySpec, faults: 
                 topo_problems.append((("hosts", i, "clock", "drift"), "a drifting clock "
                                       f"leaves Γ/2 (004 §2.2); {why}"))
     exp_problems: list[tuple[Loc, str]] = []
+    if model.delays and delta is not None and "delta" not in params:  # given: check_qos_params
+        worst = max(((p.delay_ns + p.jitter_ns, f"{a}->{b}") for (a, b), p in paths.items()),
+                    default=None)
+        if worst is not None and worst[0] > delta:
+            exp_problems.append((("protocol", "name"), f"path {worst[1]}: {worst[0] / 1e6:g}ms "
+                                 f"with jitter, beyond {name}'s default delta "
+                                 f"{delta / 1e6:g}ms (004 §2.1: every path within Δ); set "
+                                 f"`delta`, or: {why}"))
     failure = {"crash": "crash", "restart": "crash", "pause": "pause", "resume": "pause",
                "partition": "partition", "heal": "partition"}
     for i, f in enumerate(faults):
