@@ -22,7 +22,7 @@ from typing import Any
 from analysis.checks import log_claims, node_errors, table_check_suite
 from analysis.fault_history import crashed_hosts
 from analysis.ingest import read_tables
-from analysis.maelstrom import agent_errors, maelstrom_checks, read_logs
+from analysis.maelstrom import agent_errors, emulation_records, maelstrom_checks, read_logs
 from analysis.optimistic import optimistic_section
 from analysis.record import RunRecord
 from analysis.verdict import add_expectations, finish
@@ -83,7 +83,7 @@ def judge_maelstrom(record: RunRecord, workload: str,
         "maelstrom": section,
         "ingest": {"malformed_lines": section["unreadable_log_lines"]},
     }
-    return finish(summary, record, history, frozenset())
+    return finish(summary, record, history, frozenset(), emulation_records(read[0]))
 
 
 def crosscheck_enabled() -> bool:

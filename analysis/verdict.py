@@ -33,7 +33,7 @@ itself among the reasons. The console's last line, the exit code, summary.json's
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -492,10 +492,13 @@ def add_qos(summary: dict[str, Any], record: RunRecord, history: FaultHistory) -
                 summary["checks"][name]["claimed"] = False
 
 
-def add_fidelity(summary: dict[str, Any], record: RunRecord, history: FaultHistory) -> None:
+def add_fidelity(summary: dict[str, Any], record: RunRecord, history: FaultHistory,
+                 measured: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> None:
     """`fidelity`: whether the emulated WAN was the one configured (analysis/fidelity.py),
-    from the nodes' `ev=emulation` lines, paths.csv and cpu.jsonl, read here; on a degraded
-    emulation the latency, throughput and QoS-bound judgements say they were made on one."""
+    from the nodes' `ev=emulation` lines (`measured`: records of that shape made otherwise,
+    a Maelstrom run's from its agents' logs), paths.csv and cpu.jsonl, read here; on a
+    degraded emulation the latency, throughput and QoS-bound judgements say they were made
+    on one."""
     from analysis import fidelity as fid
 
     lock = record.lock
@@ -504,7 +507,7 @@ def add_fidelity(summary: dict[str, Any], record: RunRecord, history: FaultHisto
     if exp.get("backend") == "sim":
         summary["fidelity"] = fid.by_construction(policy)
         return
-    records = record.events({"emulation"})
+    records = measured if measured is not None else record.events({"emulation"})
     faulted: dict[str, str] = {}
     for f in history.intervals:
         hosts = set(f.hosts) | {h for cut in f.cuts for h in cut}
@@ -551,10 +554,12 @@ def run_sections(record: RunRecord) -> tuple[str, ...]:
 
 
 def finish(summary: dict[str, Any], record: RunRecord, history: FaultHistory,
-           claims: frozenset[str]) -> dict[str, Any]:
+           claims: frozenset[str],
+           measured: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> dict[str, Any]:
     """Complete `summary` (counted checks in `checks`, `local_order` at top level when the
     run opt-delivers) in place: the sections the run's protocol adds (membership, QoS),
-    liveness, verdict and `ok`; return it."""
+    fidelity (of `measured` where given, add_fidelity), liveness, verdict and `ok`; return
+    it."""
     wanted = run_sections(record)
     spare_faulty_senders(summary["checks"], record)
     if "local_order" in summary:
@@ -563,7 +568,7 @@ def finish(summary: dict[str, Any], record: RunRecord, history: FaultHistory,
     for key, add in SECTIONS.items():
         if key in wanted:
             add(summary, record, history)
-    add_fidelity(summary, record, history)
+    add_fidelity(summary, record, history, measured)
     summary["liveness"] = liveness_section(record.drain, summary["checks"])
     promise = run_promise(record, history)
     if promise is not None:

@@ -268,3 +268,31 @@ def test_a_starved_node_reads_degraded_with_the_transit_named(tmp_path: Path) ->
     assert not summary["ok"] and code != 0
     report = (run_dir / "report.html").read_text()
     assert "Emulation fidelity" in report and "DEGRADED" in report
+
+
+def test_a_starved_maelstrom_agent_makes_the_verdict_unknown(tmp_path: Path) -> None:
+    """A Maelstrom program's messages are measured by their agents (`nsend` to `nrecv`):
+    a stopped agent's pairs read degraded, the verdict says the emulation was, and
+    Maelstrom's `valid?` is unknown (exit 2), not the program's fault."""
+    out = tmp_path / "runs"
+    program = ROOT / "tests" / "maelstrom_nodes" / "broadcast.py"
+    proc = subprocess.Popen([sys.executable, "-m", "testbed", "maelstrom", "test", "-w",
+                             "broadcast", "--bin", str(program), "--node-count", "3",
+                             "--time-limit", "8", "--rate", "100", "--latency", "5",
+                             "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    worker = threading.Thread(target=starve("n1", pauses=2, stop_s=1.0), args=(out,),
+                              daemon=True)
+    worker.start()
+    text_out, _ = proc.communicate(timeout=240)
+    worker.join(timeout=30)
+    run_dir = next(p for p in out.iterdir() if p.is_dir())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    fid = summary["fidelity"]
+    assert fid["status"] == "degraded", (fid, text_out)
+    bad = {(p["src"], p["dst"]) for p in fid["pairs"] if p["degraded"]}
+    assert bad and all("n1" in pair for pair in bad), bad
+    assert f"emulation degraded: {fid['cause']}" in summary["verdict"]["reasons"]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["valid?"] == "unknown" and proc.returncode == 2, (results, text_out)
+    assert any("harness was saturated" in n for n in results["notes"]), results["notes"]
