@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from analysis.context import add_context
 from analysis.fault_history import FaultHistory
 from analysis.liveness import (
     disagreement_reason,
@@ -543,6 +544,7 @@ def add_fidelity(summary: dict[str, Any], record: RunRecord, history: FaultHisto
 SECTIONS: dict[str, Callable[[dict[str, Any], RunRecord, FaultHistory], None]] = {
     "membership": add_membership,
     "qos": add_qos,
+    "context": add_context,
 }
 
 

@@ -376,6 +376,8 @@ class NodeCore:
                 fields["member"] = self.names[fields["member"]]
             if "members" in fields:
                 fields["members"] = [self.names[m] for m in fields["members"]]
+            if "deps" in fields:  # message ids (origin, mno), as mids
+                fields["deps"] = [f"{self.names[o]}:{n}" for o, n in fields["deps"]]
             if "mno" in fields:
                 origin = fields.pop("origin", self.cfg.node_id)
                 fields["mid"] = f"{self.names[origin]}:{fields.pop('mno')}"

@@ -95,7 +95,8 @@ HAZARD_FAULTS = FAULT_KINDS + (NONTRANSITIVE, UNHEALED)
 # `stalled-as-claimed`).
 MEMBERSHIP_CHECKS = ("split_brain", "blocked_delivery", "minority_blocked", "notification_order",
                      "uniform")
-VOIDABLE = CHECKS + ("local_order",) + MEMBERSHIP_CHECKS + ("liveness",)
+# `context_order`: psync-total's waves against Psync's context graph (analysis/context.py)
+VOIDABLE = CHECKS + ("local_order", "context_order") + MEMBERSHIP_CHECKS + ("liveness",)
 
 
 @dataclass(frozen=True)
@@ -288,7 +289,8 @@ MOVING_SEQUENCER_HAZARDS = (
 # Psync's waves (002 "Total Ordering: History Based") assume no failures: the survivors'
 # waves can differ.
 PSYNC_TOTAL_HAZARDS = tuple(
-    Hazard(frozenset({"total_order", "causal_order"}), frozenset({"crash", cut}),
+    Hazard(frozenset({"total_order", "causal_order", "context_order"}),
+           frozenset({"crash", cut}),
            reason='002 "Total Ordering: History Based" is failure-free: a crashed sender\'s '
                   "last messages that loss or "
                   "a cut kept from some members make the survivors' waves differ (explore "
@@ -411,7 +413,7 @@ PRIMARY_EDGE = EdgeRules(frozenset({MsgType.DATA}), checked=False,
 # The analysis sections a protocol can add to summary.json, by key: analysis maps each key to
 # the function that computes it (analysis/verdict.py `SECTIONS`, analysis/job.py
 # `SPARK_SECTIONS`); a protocol with a latency bound adds `qos` (004) whatever it names.
-SECTIONS = ("membership", "switching", "qos")
+SECTIONS = ("membership", "switching", "qos", "context")
 
 Factory = Callable[[int, list[int], dict[str, Any]], Layer]
 
@@ -578,7 +580,7 @@ CATALOGUE: tuple[Entry, ...] = (
           liveness=Liveness(LINK_LIVE, note='002 "Total Ordering: History Based": a wave '
                                             "waits for every "
                                             "participant; a crashed one stops it"),
-          hazards=SENDER_REPAIR_HAZARDS + PSYNC_TOTAL_HAZARDS,
+          hazards=SENDER_REPAIR_HAZARDS + PSYNC_TOTAL_HAZARDS, sections=("context",),
           summary="total order from Psync's causal order by waves, with NULLs (002 "
                   '"Total Ordering: History Based")'),
     Entry("qos-vbr", qos_vbr.WIRE_ID, qos_vbr.QosVbr, qos_vbr.QosVbrParams,

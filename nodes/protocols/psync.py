@@ -38,8 +38,9 @@ range, `incarnation * INCARNATION_SPAN` + n (the sequencer's convention), and
   A dependency on a sender it has not heard from since its restart holds until it does.
 
 Wire: the payload starts with the deps list, a u16 count then (origin u16, n u32) per entry;
-each held message is logged as `hold`. `psync-total` (nodes/protocols/psync_total.py) builds
-a total order on this causal one.
+each held message is logged as `hold`; under `psync-total` each multicast's deps too, as a
+`context` event (`deps`, `null` for a NULL). `psync-total` (nodes/protocols/psync_total.py)
+builds a total order on this causal one.
 """
 
 from __future__ import annotations
@@ -109,6 +110,9 @@ class Psync(OnReliable):
         self.delivered = 0  # local delivery count: the `seq` of each fnl
         self.max_held = 0
         self.dep_bytes = 0  # deps-list bytes sent (the overhead against CBCAST's 4n)
+        # Each multicast's deps logged as a `context` event (psync-total: its waves must
+        # respect the context graph, which its deliveries alone do not show).
+        self.log_context = False
 
     # -- Layer interface ----------------------------------------------------------------------
     def broadcast(self, payload: bytes, now: int) -> list[Action]:
@@ -130,6 +134,9 @@ class Psync(OnReliable):
         self.dep_bytes += len(prefix)
         header = Header(mtype, origin=self.me, mno=self.next_n, ts=now)
         out = self.rm.multicast(header, prefix + payload, now)
+        if self.log_context:
+            out.append(Log("context", {"mno": self.next_n, "deps": deps,
+                                       "null": mtype != MsgType.DATA}))
         return out + self._enter(mid, deps, mtype, len(payload), now)
 
     def _r_deliver(self, src: int, msg: Message, now: int) -> list[Action]:

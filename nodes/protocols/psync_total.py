@@ -64,6 +64,7 @@ class PsyncTotal(LayerBase):
                  scope: str = "rm"):
         self.members = sorted(members)
         self.causal = Psync(me, members, params, scope, "psync-total", WIRE_ID, self._causal)
+        self.causal.log_context = True  # analysis/context.py judges the waves by it
         self.instance = self.causal.instance
         p = typed_params(PsyncTotalParams, params)
         self.null_ns = round(p.null_interval_ms * 1e6)
