@@ -104,7 +104,7 @@ class NodeCore:
         self.fnl_first: dict[int, int] = {}  # per origin, the first mno final-delivered
         entry = catalogue.get(cfg.protocol)
         self.gate = Gate(cfg.node_id, sorted(self.names), self.protocol, entry.edge,
-                         entry.wire_id)
+                         entry.wire_id, cfg.incarnation)
         self._payload = b"\x00" * cfg.workload.size
         p = cfg.params
         self.fd = FailureDetector(cfg.node_id, sorted(self.names),

@@ -9,7 +9,11 @@ which numbers are plausible now. A refused datagram is counted per reason (`Reje
 The check table (`CHECKS`) holds one function per message type. The rules come from the
 protocols they protect:
 
-- every message: the sender is a member other than this node; the header's protocol is the
+- every message: the sender is a member other than this node, but for a RELAYED DATA copy
+  of a message an earlier incarnation of this node sent (header `aux`, the reliable layer's
+  incarnation, below this node's): a restarted member FETCHes from the sequencer what that
+  incarnation sent and the order names after its join, and the copy keeps its origin's
+  header (see DATA below); the header's protocol is the
   node's (or a layer's beside it, `EdgeRules.protos`; ALIVE: the failure detector's RAW, a
   known kind about a member), and the type is one that protocol uses;
 - DATA (reliable FIFO multicast, 002 "Reliable FIFO: Negative Acknowledgement"): the origin
@@ -105,9 +109,10 @@ class Gate:
     """The checks for one node; `check(msg)` returns None or the reason to reject it."""
 
     def __init__(self, me: int, members: list[int], protocol: Any,
-                 rules: EdgeRules | None, wire_id: int | None):
+                 rules: EdgeRules | None, wire_id: int | None, incarnation: int = 0):
         # `protocol`: a `Layer` (nodes/protocols/base.py) whose `roles()` the role rules read.
         self.me = me
+        self.incarnation = incarnation  # this process's: its earlier ones' relayed copies pass
         self.members = frozenset(members)
         self.protocol = protocol
         # The wire id datagrams carry: any int (nodes/protocols/switching.py sets its tags),
@@ -135,7 +140,10 @@ class Gate:
 
     def check(self, msg: Message) -> str | None:
         h = msg.header
-        if h.sender == self.me or h.sender not in self.members:
+        if h.sender == self.me:
+            if not (h.type == MsgType.DATA and h.flags & RELAYED and h.aux < self.incarnation):
+                return "sender"
+        elif h.sender not in self.members:
             return "sender"
         if h.type == MsgType.ALIVE:  # the failure detector's: a known kind about a member
             if h.proto != Proto.RAW:

@@ -42,12 +42,12 @@ ENTRY = struct.Struct("!Hi")
 T0 = 1_000_000_000_000
 
 
-def make_core(protocol: str, me: int) -> NodeCore:
+def make_core(protocol: str, me: int, incarnation: int = 0) -> NodeCore:
     members = [Member(i, f"h{i}", "127.0.0.1", 7000 + i) for i in range(N)]
     cfg = NodeConfig(node_id=me, name=f"h{me}", members=members, protocol=protocol,
                      params={"sequencer": "h0", "min_samples": 1}, log_path="", seed=1,
                      start_at_ns=T0, duration_ns=10**9, drain_ns=0,
-                     workload=WorkloadConfig(True, 10.0, 16))
+                     workload=WorkloadConfig(True, 10.0, 16), incarnation=incarnation)
     return NodeCore(cfg, T0)
 
 
@@ -262,6 +262,34 @@ def test_relayed_copies_from_the_sequencer_pass_the_gate() -> None:
     member.receive(data, T0)
     assert member.counters.rejected == 0 and member.counters.malformed == 0
     assert mid_key(2, 1) in member.protocol.received  # type: ignore[attr-defined]
+
+
+def test_a_restarted_member_takes_its_earlier_incarnations_relayed_messages() -> None:
+    """A message the crashed incarnation sent, ordered after the restarted member joined,
+    comes back only as the sequencer's relayed copy, which names this member as sender: the
+    gate lets it through. A relayed copy of the present incarnation, or one not relayed,
+    with this member as sender is still refused."""
+    seq = make_core("sequencer", 0)
+    seq.start(T0)
+    seq.receive(_from(2, MsgType.DATA, Proto.SEQUENCER, b"p", rseq=1, origin=2, mno=1), T0)
+    (_, data, _), = seq.receive(_from(2, MsgType.FETCH, Proto.SEQUENCER,
+                                      struct.pack("!HI", 2, 1)), T0).sends
+    assert decode(data).header.sender == 2 and decode(data).header.aux == 0
+    restarted = make_core("sequencer", 2, incarnation=1)
+    restarted.start(T0)
+    restarted.receive(data, T0)
+    assert restarted.counters.rejected == 0
+    assert mid_key(2, 1) in restarted.protocol.received  # type: ignore[attr-defined]
+    relayed = int(Flag.RELAYED)
+    restarted.receive(_from(2, MsgType.DATA, Proto.SEQUENCER, b"q", flags=relayed, rseq=2,
+                            origin=2, mno=2, aux=1), T0)
+    restarted.receive(_from(2, MsgType.DATA, Proto.SEQUENCER, b"q", rseq=2, origin=2, mno=2),
+                      T0)
+    assert restarted.counters.reasons == {"rejected:sender": 2}
+    first = make_core("sequencer", 2)
+    first.start(T0)
+    first.receive(data, T0)
+    assert first.counters.reasons == {"rejected:sender": 1}
 
 
 # -- docs/security.md, "Hostile datagrams": each decode refusal and edge rule, one by one ------

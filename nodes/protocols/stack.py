@@ -66,7 +66,8 @@ class Hosted:
                  params: dict[str, Any], scope: str):
         self.entry = entry
         self.layer: Layer = entry.factory(me, members, params)
-        self.gate = Gate(me, members, self.layer, entry.edge, entry.wire_id)
+        self.gate = Gate(me, members, self.layer, entry.edge, entry.wire_id,
+                         int(params.get("incarnation", 0)))
         self.scope = scope
         self.wire_id = self.entry.wire_id
         self.tagged = False  # takes datagrams under the container's tag as they are
