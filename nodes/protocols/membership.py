@@ -27,6 +27,15 @@ process's *reachable set* is itself plus every member it does not suspect. Rules
   Cause once seen: a paused member came back into a view holding the members that had
   formed a primary without it, and nothing told it they had not come from its own view:
   the primary layer's P2 installed at once a second primary with their counter.
+- M7 a member's FLUSH_OK binds it: its owner changes the reported state no further in the
+  old view (the primary layer holds the instance's deliveries and its own decisions while
+  `flushing`), so the state the coordinator compared is the state the member installs with.
+  A member that drops its flush (its coordinator suspected, or no longer the lowest it
+  reaches, M4) takes no INSTALL of that proposal (`dropped`): its owner may deliver again,
+  and the coordinator counted its old state. Cause once seen: a member reported its history,
+  then delivered its sequencer's late ORDER in the old view; the coordinator installed on
+  the stale report and the new primary's members disagreed on the old view, so a message
+  sent after that one was delivered before it (fifo_order, world seed 5044 of `primary`).
 - a proposal whose member becomes suspected is abandoned: the next tick proposes anew; so is
   one a member REJECTs because it installed that view id already (on another side of a
   partition): the coordinator proposes again above it;
@@ -156,6 +165,7 @@ class Membership:
         self.installed: list[View] = []
         self.rejected = 0
         self.asking = False  # M4: JOIN every retry until a proposal or a view comes
+        self.dropped = False  # M7: I dropped the flush of `flushed`: its INSTALL is not mine
 
     @property
     def flushing(self) -> bool:
@@ -180,6 +190,7 @@ class Membership:
             self.suspected.discard(member)
         if self.accepted is not None and suspected and member == self.accepted[1]:
             self.accepted = None  # the coordinator is gone: the next lowest proposes (M1)
+            self.dropped = True  # M7
         return []
 
     def on_timer(self, now: int) -> list[Action]:
@@ -189,6 +200,7 @@ class Membership:
             # M4: the coordinator of the flush I joined is no longer the lowest I reach; it
             # will not install, so I ask the one that is (my flush must end in a view)
             self.accepted = None
+            self.dropped = True  # M7
             if reach[0] == self.me:
                 self.joiners.add(self.me)
             else:
@@ -223,6 +235,7 @@ class Membership:
             p = self.proposal = Proposal(self.max_vid, reach, now, {}, {})
             self.accepted = (p.vid, self.me, reach)
             self.flushed = (p.vid, self.me)
+            self.dropped = False
             return [Log("propose", {"vid": p.vid, "members": list(reach)})]
         p.states[self.me] = self.flush_state()
         p.prevs[self.me] = self.view.vid
@@ -284,6 +297,7 @@ class Membership:
             return [self._msg(src, REJECT, self.flushed[0], b"")]
         self.accepted = (vid, src, members)
         self.flushed = (vid, src)
+        self.dropped = False
         self.asking = False
         if self.proposal is not None and self.proposal.vid < vid:
             self.proposal = None
@@ -308,8 +322,8 @@ class Membership:
                     prev: tuple[int, ...], synced: bool = True) -> list[Action]:
         self.max_vid = max(self.max_vid, vid)
         if (self.me not in members or src != members[0] or vid <= self.view.vid
-                or (vid, src) != self.flushed):
-            return []  # M5: not the proposal of my latest FLUSH_OK
+                or (vid, src) != self.flushed or self.dropped):
+            return []  # M5: not the proposal of my latest FLUSH_OK; M7: a flush I dropped
         if prev[members.index(self.me)] != self.view.vid:
             raise ValueError(f"install says I come from view {prev[members.index(self.me)]}, "
                              f"I am in {self.view.vid}")
@@ -319,7 +333,7 @@ class Membership:
         self.view = view
         self.joiners -= set(view.members)
         self.accepted = None
-        self.asking = False
+        self.asking = self.dropped = False
         self.installed.append(view)
         return [Log("view", {"layer": "membership", "vid": view.vid,
                              "members": list(view.members)})]
