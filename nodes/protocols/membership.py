@@ -27,15 +27,17 @@ process's *reachable set* is itself plus every member it does not suspect. Rules
   Cause once seen: a paused member came back into a view holding the members that had
   formed a primary without it, and nothing told it they had not come from its own view:
   the primary layer's P2 installed at once a second primary with their counter.
-- M7 a member's FLUSH_OK binds it: its owner changes the reported state no further in the
-  old view (the primary layer holds the instance's deliveries and its own decisions while
-  `flushing`), so the state the coordinator compared is the state the member installs with.
-  A member that drops its flush (its coordinator suspected, or no longer the lowest it
-  reaches, M4) takes no INSTALL of that proposal (`dropped`): its owner may deliver again,
-  and the coordinator counted its old state. Cause once seen: a member reported its history,
-  then delivered its sequencer's late ORDER in the old view; the coordinator installed on
-  the stale report and the new primary's members disagreed on the old view, so a message
-  sent after that one was delivered before it (fifo_order, world seed 5044 of `primary`).
+- M7 a member's FLUSH_OK binds it (`bound`): its owner changes the reported state no
+  further in the old view (the primary layer holds the instance's deliveries and its own
+  decisions), so the state the coordinator compared is the state the member installs with.
+  It stays bound until it installs a view (a later proposal gets the same report): a member
+  that dropped its flush (its coordinator suspected, or no longer the lowest it reaches, M4)
+  may still take that proposal's INSTALL (M5), so it asks for a view (JOIN to the lowest it
+  reaches every `retry`, or a proposal of its own when that is itself) until one comes.
+  Cause once seen: a member reported its history, then delivered its sequencer's late ORDER
+  in the old view; the coordinator installed on the stale report and the new primary's
+  members disagreed on the old view, so a message sent after that one was delivered before
+  it (fifo_order, world seed 5044 of `primary`).
 - a proposal whose member becomes suspected is abandoned: the next tick proposes anew; so is
   one a member REJECTs because it installed that view id already (on another side of a
   partition): the coordinator proposes again above it;
@@ -165,11 +167,16 @@ class Membership:
         self.installed: list[View] = []
         self.rejected = 0
         self.asking = False  # M4: JOIN every retry until a proposal or a view comes
-        self.dropped = False  # M7: I dropped the flush of `flushed`: its INSTALL is not mine
+        self.dropped = False  # M7: I dropped the flush of `flushed`; its INSTALL may still come
 
     @property
     def flushing(self) -> bool:
         return self.accepted is not None
+
+    @property
+    def bound(self) -> bool:
+        """M7: the state of my latest FLUSH_OK may still be what I install a view with."""
+        return self.accepted is not None or self.dropped
 
     def roles(self) -> dict[str, int]:
         """The `installer`: the coordinator of the proposal this member last answered
@@ -200,7 +207,9 @@ class Membership:
             # M4: the coordinator of the flush I joined is no longer the lowest I reach; it
             # will not install, so I ask the one that is (my flush must end in a view)
             self.accepted = None
-            self.dropped = True  # M7
+            self.dropped = True
+        if self.dropped and self.accepted is None:
+            # M4, M7: a dropped flush binds me until a view comes; I ask for one
             if reach[0] == self.me:
                 self.joiners.add(self.me)
             else:
@@ -322,8 +331,8 @@ class Membership:
                     prev: tuple[int, ...], synced: bool = True) -> list[Action]:
         self.max_vid = max(self.max_vid, vid)
         if (self.me not in members or src != members[0] or vid <= self.view.vid
-                or (vid, src) != self.flushed or self.dropped):
-            return []  # M5: not the proposal of my latest FLUSH_OK; M7: a flush I dropped
+                or (vid, src) != self.flushed):
+            return []  # M5: not the proposal of my latest FLUSH_OK
         if prev[members.index(self.me)] != self.view.vid:
             raise ValueError(f"install says I come from view {prev[members.index(self.me)]}, "
                              f"I am in {self.view.vid}")

@@ -72,10 +72,10 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1.1-4.1.2):
   member of the primary view whose reported history is a prefix of mine gets the rest of
   mine (CATCH_UP), so the members that move together agree even when the instance's
   sequencer is gone with its last ORDERs at some members only (crashed, or cut off).
-  A member's flush state binds it (membership's M7): while `flushing` it holds the
-  instance's deliveries (released in order if the flush ends without a view, dropped with
-  the instance when a view comes: their senders broadcast them again, P8) and takes no
-  decision of its held view (no installation, no state transfer received, no `setPrimary`),
+  A member's flush state binds it (membership's M7): while `bound` (which ends only in a
+  view) it delivers nothing of the instance (the view ends the instance; their senders
+  broadcast those messages again, P8) and takes no decision of its held view (no
+  installation, no state transfer received, no `setPrimary`; the coming view replaces it),
   so the history the coordinator compared is the one it installs with. Only CATCH_UP moves
   it, towards a longer reported history of its instance: the coordinator then sees the
   states differ until the new report comes. Without this a member that reported its history
@@ -270,10 +270,6 @@ class Primary(LayerBase):
         # instance traffic of a primary view I have not installed yet (the state transfer
         # is on its way): replayed when I install it
         self.early_inner: list[tuple[int, int, bytes]] = []
-        # the instance's deliveries held while a flush binds my history (origin, sn, size,
-        # instance id), and whether a decision of the held view waits for the flush's end
-        self.frozen: list[tuple[int, int, int, int]] = []
-        self.deferred = False
         self.my_probe: Message | None = None
         self.leader: int | None = None  # sends the state transfer of the current view
         self.receivers: set[int] = set()  # ... to these members (P6)
@@ -467,29 +463,6 @@ class Primary(LayerBase):
         while self.membership.installed:
             view = self.membership.installed.pop(0)
             out += self._new_view(view, now)
-        return out + self._thaw(now)
-
-    def _thaw(self, now: int) -> list[Action]:
-        """A flush ended without a view (M7 in membership): the held deliveries follow in
-        their order, then the decisions it deferred."""
-        if self.membership.flushing:
-            return []
-        out = self._release()
-        if self.deferred:
-            self.deferred = False
-            out += self._decide(now)
-            if self.phase1 and self.held is not None:
-                out += self._on_att_ack(self.me, self.held.vid, now)
-        return out
-
-    def _release(self) -> list[Action]:
-        if self.membership.flushing or not self.frozen:
-            return []
-        frozen, self.frozen = self.frozen, []
-        out: list[Action] = []
-        for o, sn, size, iid in frozen:
-            if iid == self.cur_iid and self.inner is not None:
-                out += self._deliver(o, sn, size, iid)
         return out
 
     def _new_view(self, view: View, now: int) -> list[Action]:
@@ -498,7 +471,6 @@ class Primary(LayerBase):
         self.phase1 = self.installed = self.by_operator = False
         self.leader, self.receivers = None, set()
         self.inner = None
-        self.frozen, self.deferred = [], False  # the instance is gone with its held deliveries
         out: list[Action] = []
         if self.status == PRIMARY:
             out.append(Log("unview", {"counter": self.counter}))
@@ -591,9 +563,8 @@ class Primary(LayerBase):
     def _decide(self, now: int) -> list[Action]:
         if self.held is None or self.decided:
             return []
-        if self.membership.flushing:
-            self.deferred = True  # my flush state binds me until the flush ends (M7)
-            return []
+        if self.membership.bound:
+            return []  # M7: my flush report binds me; the view it ends in replaces this one
         v = self.held.members
         out: list[Action] = []
         if self.status == PRIMARY:
@@ -671,9 +642,8 @@ class Primary(LayerBase):
             return []
         lineage = [q for q, p in self.probes.items() if p.status != FRESH]
         if all(q in self.att_acks for q in lineage):
-            if self.membership.flushing:
-                self.deferred = True  # M7: installed once the flush ends without a view
-                return []
+            if self.membership.bound:
+                return []  # M7: the view my flush ends in replaces this one
             self.phase1 = False
             return self._ready(self.attempt[0] - 1, now)
         return []
@@ -781,7 +751,7 @@ class Primary(LayerBase):
         if (self.held is None or h.seq != self.held.vid or members != self.held.members
                 or self.installed or src not in members
                 or (self.status == PRIMARY and self.me not in self.receivers)
-                or self.membership.flushing):
+                or self.membership.bound):
             return []  # not mine; or my flush state binds me (M7): I probe again
         if keep > len(self.history):
             raise ValueError(f"state transfer keeps {keep} of my {len(self.history)} "
@@ -818,7 +788,7 @@ class Primary(LayerBase):
 
     def _tick(self, now: int) -> list[Action]:
         out: list[Action] = []
-        if self.operator and not self.membership.flushing:  # M7: after the flush
+        if self.operator and not self.membership.bound:  # M7: in the flush's view
             self.operator = False
             out += self._operator_primary(now)
         if self.held is not None and not self.decided and self.my_probe is not None:
@@ -941,10 +911,8 @@ class Primary(LayerBase):
             elif isinstance(a, SetTimer):
                 out.append(self.host.timer(a))
             elif isinstance(a, FinalDeliver):
-                if self.membership.flushing:
-                    self.frozen.append((a.origin, a.mno, a.size, self.cur_iid))  # M7
-                else:
-                    out += self._release() + self._deliver(a.origin, a.mno, a.size)
+                if not self.membership.bound:  # M7: the flush's view ends this instance
+                    out += self._deliver(a.origin, a.mno, a.size)
             elif isinstance(a, OptDeliver):
                 if (a.origin, a.mno) not in self.delivered:
                     out.append(a)
