@@ -28,8 +28,9 @@ process's *reachable set* is itself plus every member it does not suspect. Rules
   formed a primary without it, and nothing told it they had not come from its own view:
   the primary layer's P2 installed at once a second primary with their counter.
 - M7 a member's FLUSH_OK binds it (`bound`): its owner changes the reported state no
-  further in the old view (the primary layer holds the instance's deliveries and its own
-  decisions), so the state the coordinator compared is the state the member installs with.
+  further in the old view (the primary layer delivers nothing more of the old instance and
+  decides nothing in its held view), so the state the coordinator compared is the state the
+  member installs with.
   It stays bound until it installs a view (a later proposal gets the same report): a member
   that dropped its flush (its coordinator suspected, or no longer the lowest it reaches, M4)
   may still take that proposal's INSTALL (M5), so it asks for a view (JOIN to the lowest it
