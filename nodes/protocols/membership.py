@@ -27,6 +27,18 @@ process's *reachable set* is itself plus every member it does not suspect. Rules
   Cause once seen: a paused member came back into a view holding the members that had
   formed a primary without it, and nothing told it they had not come from its own view:
   the primary layer's P2 installed at once a second primary with their counter.
+- M7 a member's FLUSH_OK binds it (`bound`): its owner changes the reported state no
+  further in the old view (the primary layer delivers nothing more of the old instance and
+  decides nothing in its held view), so the state the coordinator compared is the state the
+  member installs with.
+  It stays bound until it installs a view (a later proposal gets the same report): a member
+  that dropped its flush (its coordinator suspected, or no longer the lowest it reaches, M4)
+  may still take that proposal's INSTALL (M5), so it asks for a view (JOIN to the lowest it
+  reaches every `retry`, or a proposal of its own when that is itself) until one comes.
+  Cause once seen: a member reported its history, then delivered its sequencer's late ORDER
+  in the old view; the coordinator installed on the stale report and the new primary's
+  members disagreed on the old view, so a message sent after that one was delivered before
+  it (fifo_order, world seed 5044 of `primary`).
 - a proposal whose member becomes suspected is abandoned: the next tick proposes anew; so is
   one a member REJECTs because it installed that view id already (on another side of a
   partition): the coordinator proposes again above it;
@@ -156,10 +168,16 @@ class Membership:
         self.installed: list[View] = []
         self.rejected = 0
         self.asking = False  # M4: JOIN every retry until a proposal or a view comes
+        self.dropped = False  # M7: I dropped the flush of `flushed`; its INSTALL may still come
 
     @property
     def flushing(self) -> bool:
         return self.accepted is not None
+
+    @property
+    def bound(self) -> bool:
+        """M7: the state of my latest FLUSH_OK may still be what I install a view with."""
+        return self.accepted is not None or self.dropped
 
     def roles(self) -> dict[str, int]:
         """The `installer`: the coordinator of the proposal this member last answered
@@ -180,6 +198,7 @@ class Membership:
             self.suspected.discard(member)
         if self.accepted is not None and suspected and member == self.accepted[1]:
             self.accepted = None  # the coordinator is gone: the next lowest proposes (M1)
+            self.dropped = True  # M7
         return []
 
     def on_timer(self, now: int) -> list[Action]:
@@ -189,6 +208,9 @@ class Membership:
             # M4: the coordinator of the flush I joined is no longer the lowest I reach; it
             # will not install, so I ask the one that is (my flush must end in a view)
             self.accepted = None
+            self.dropped = True
+        if self.dropped and self.accepted is None:
+            # M4, M7: a dropped flush binds me until a view comes; I ask for one
             if reach[0] == self.me:
                 self.joiners.add(self.me)
             else:
@@ -223,6 +245,7 @@ class Membership:
             p = self.proposal = Proposal(self.max_vid, reach, now, {}, {})
             self.accepted = (p.vid, self.me, reach)
             self.flushed = (p.vid, self.me)
+            self.dropped = False
             return [Log("propose", {"vid": p.vid, "members": list(reach)})]
         p.states[self.me] = self.flush_state()
         p.prevs[self.me] = self.view.vid
@@ -284,6 +307,7 @@ class Membership:
             return [self._msg(src, REJECT, self.flushed[0], b"")]
         self.accepted = (vid, src, members)
         self.flushed = (vid, src)
+        self.dropped = False
         self.asking = False
         if self.proposal is not None and self.proposal.vid < vid:
             self.proposal = None
@@ -319,7 +343,7 @@ class Membership:
         self.view = view
         self.joiners -= set(view.members)
         self.accepted = None
-        self.asking = False
+        self.asking = self.dropped = False
         self.installed.append(view)
         return [Log("view", {"layer": "membership", "vid": view.vid,
                              "members": list(view.members)})]

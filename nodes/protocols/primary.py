@@ -72,6 +72,15 @@ Rules (P-numbers are docs/protocols.md's; "paper" is 001 §4.1.1-4.1.2):
   member of the primary view whose reported history is a prefix of mine gets the rest of
   mine (CATCH_UP), so the members that move together agree even when the instance's
   sequencer is gone with its last ORDERs at some members only (crashed, or cut off).
+  A member's flush state binds it (membership's M7): while `bound` (which ends only in a
+  view) it delivers nothing of the instance (the view ends the instance; their senders
+  broadcast those messages again, P8) and takes no decision of its held view (no
+  installation, no state transfer received, no `setPrimary`; the coming view replaces it),
+  so the history the coordinator compared is the one it installs with. Only CATCH_UP moves
+  it, towards a longer reported history of its instance: the coordinator then sees the
+  states differ until the new report comes. Without this a member that reported its history
+  and then delivered its sequencer's late ORDER (or installed a primary) moved on with a
+  history its new view's members lacked.
 - `primary_rule: attempt` (two-phase, after Keidar-Dolev dynamic voting; ours): no P2
   shortcut; a decision first records an *attempt* (counter + 1, V) and sends ATT_ACK to the
   lineage, installing once all of it acked; a later view must also hold a strict majority of
@@ -554,6 +563,8 @@ class Primary(LayerBase):
     def _decide(self, now: int) -> list[Action]:
         if self.held is None or self.decided:
             return []
+        if self.membership.bound:
+            return []  # M7: my flush report binds me; the view it ends in replaces this one
         v = self.held.members
         out: list[Action] = []
         if self.status == PRIMARY:
@@ -631,6 +642,8 @@ class Primary(LayerBase):
             return []
         lineage = [q for q, p in self.probes.items() if p.status != FRESH]
         if all(q in self.att_acks for q in lineage):
+            if self.membership.bound:
+                return []  # M7: the view my flush ends in replaces this one
             self.phase1 = False
             return self._ready(self.attempt[0] - 1, now)
         return []
@@ -737,8 +750,9 @@ class Primary(LayerBase):
         transfer = self._take_suffix(payload, at + 4)
         if (self.held is None or h.seq != self.held.vid or members != self.held.members
                 or self.installed or src not in members
-                or (self.status == PRIMARY and self.me not in self.receivers)):
-            return []
+                or (self.status == PRIMARY and self.me not in self.receivers)
+                or self.membership.bound):
+            return []  # not mine; or my flush state binds me (M7): I probe again
         if keep > len(self.history):
             raise ValueError(f"state transfer keeps {keep} of my {len(self.history)} "
                              f"deliveries")
@@ -774,7 +788,7 @@ class Primary(LayerBase):
 
     def _tick(self, now: int) -> list[Action]:
         out: list[Action] = []
-        if self.operator:
+        if self.operator and not self.membership.bound:  # M7: in the flush's view
             self.operator = False
             out += self._operator_primary(now)
         if self.held is not None and not self.decided and self.my_probe is not None:
@@ -897,7 +911,8 @@ class Primary(LayerBase):
             elif isinstance(a, SetTimer):
                 out.append(self.host.timer(a))
             elif isinstance(a, FinalDeliver):
-                out += self._deliver(a.origin, a.mno, a.size)
+                if not self.membership.bound:  # M7: the flush's view ends this instance
+                    out += self._deliver(a.origin, a.mno, a.size)
             elif isinstance(a, OptDeliver):
                 if (a.origin, a.mno) not in self.delivered:
                     out.append(a)
