@@ -25,7 +25,9 @@ restarted receiver began to log where it joins each stream (`stream_join`, B5); 
 the failure detector began to probe (a PING and an ACK a round instead of an ALIVE to every
 member: other link draws, the same checks hold); `cbcast` again when a restarted process
 began to ask every member for its counts (the join handshake, B6: other link draws, the same
-deliveries and join points).
+deliveries and join points); the six on reliable FIFO again when an unanswered NACK began to
+repeat `nack_retry_ms` after the last retransmission arrived, and a sender to resend a number
+to a member at most once per that member's RTO (fewer retransmissions, other link draws).
 Regenerate only for an intended change of behaviour:
 
     python -m tests.sim_golden > tests/sim_golden.json

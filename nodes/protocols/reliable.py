@@ -19,6 +19,16 @@ an eager NACK would ask for what is still in flight); unanswered NACKs repeat ev
 `nack_retry_ns`. Heartbeats go out only from an idle sender, for the same reason; once a
 receiver knows of a gap its own NACKs repeat, so a heartbeat needs repeating only when it was
 lost itself, hence the back-off.
+A NACK counts as unanswered `nack_retry_ns` after the last retransmission from its sender
+arrived, not after its sending: while retransmissions arrive (the answer to it, or to an
+earlier NACK queued ahead of it, even ones we no longer need), the sender is answering. An
+answer can take longer than `nack_retry_ns` to cross the link (large messages, a long gap
+after a partition or a pause, a slow lossy link); asked again meanwhile, the sender queues a
+second answer behind the first, the link carries ever more duplicates, and the member never
+catches up. For the same reason the sender resends a number to a member at most once per
+that member's `rto(m)` (TCP retransmits a segment at most once per RTO, RFC 6298 5.4): a
+NACK repeated while the answer is held up (a partition that comes and goes cuts its
+arrivals) is not answered again until the ACK round trip says the first answer is overdue.
 
 Control traffic (the rules TCP uses for the same jobs; at a hundred members the ACKs,
 heartbeats and the failure detector's ALIVEs were 46 % of the simulator's events):
@@ -175,7 +185,8 @@ class ReliableMulticast:
         # that was retransmitted (Karn's rule); -1: no sample yet. It includes the receiver's
         # ACK delay, which is what a heartbeat has to wait for.
         self._sent_at: dict[int, int] = {}  # number -> local time sent (until purged)
-        self._resent: set[int] = set()  # numbers retransmitted (until purged)
+        # Numbers retransmitted (until purged): to which member, when (local time).
+        self._resent: dict[int, dict[int, int]] = {}
         self.srtt = {m: -1 for m in self.acked}
         self.rttvar = {m: 0 for m in self.acked}
         # Heartbeats per receiver: the last one's time (-1: none) and the gap before the next.
@@ -249,7 +260,7 @@ class ReliableMulticast:
         h = msg.header
         typ = h.type
         if typ == _NACK:
-            return self._retransmit(src, h.rseq, h.seq)
+            return self._retransmit(src, h.rseq, h.seq, now)
         if typ == _ACK:
             acked = self.acked
             old = acked.get(src)
@@ -448,8 +459,8 @@ class ReliableMulticast:
         h = msg.header
         stream = self.streams.get(h.sender)
         if (stream is None or h.aux != stream.incarnation or stream.adopt or stream.buffer
-                or h.rseq != stream.delivered + 1):
-            return False
+                or h.rseq != stream.delivered + 1 or stream.nack_at >= 0):
+            return False  # (an outstanding NACK: `_receive` times its repetition)
         rseq = stream.delivered = h.rseq
         self._moved.add(h.sender)
         if rseq - stream.acked_sent >= self._ack_count and not stream.ack_due:
@@ -462,6 +473,8 @@ class ReliableMulticast:
     # -- receiving ----------------------------------------------------------------------------
     def _receive(self, stream: _Stream, msg: Message, now: int) -> list[Action]:
         rseq = msg.header.rseq
+        if stream.nack_at >= 0 and msg.header.flags & RETRANSMIT:
+            stream.nack_at = now  # the sender is answering: repeat the NACK once it stops
         if rseq <= stream.delivered:
             return []  # C <= V[i]: duplicate, discard
         out: list[Action] = []
@@ -561,13 +574,22 @@ class ReliableMulticast:
         return [Send(sender, self._control(_NACK, rseq=missing_from, seq=missing_to))]
 
     # -- sending ------------------------------------------------------------------------------
-    def _retransmit(self, dst: int, first: int, last: int) -> list[Action]:
+    def _retransmit(self, dst: int, first: int, last: int, now: int) -> list[Action]:
         out: list[Action] = []
+        if dst not in self.acked:
+            return out
+        hold = self.rto(dst)
         for rseq in range(first, min(last, self.next_rseq - 1, first + self.max_resend - 1) + 1):
             msg = self.send_buffer.get(rseq)
             if msg is not None:
+                to = self._resent.get(rseq)
+                if to is None:
+                    to = self._resent[rseq] = {}
+                at = to.get(dst)
+                if at is not None and now - at < hold:
+                    continue  # resent to dst within its RTO: that answer is still due
+                to[dst] = now
                 self.retransmissions += 1
-                self._resent.add(rseq)
                 h = msg.header  # built field by field: dataclasses.replace is slow here
                 h = Header(h.type, h.proto, h.flags | RETRANSMIT, h.sender, h.rseq, h.origin,
                            h.mno, h.seq, h.hint, h.slot, h.ts, h.aux, h.length)
@@ -597,7 +619,7 @@ class ReliableMulticast:
             buf.pop(rseq, None)
             sent_at.pop(rseq, None)
         if self._resent:
-            self._resent = {r for r in self._resent if r > floor}
+            self._resent = {r: to for r, to in self._resent.items() if r > floor}
         self._purged = floor
 
     def _control(self, mtype: MsgType, rseq: int = 0, seq: int = 0) -> Message:
