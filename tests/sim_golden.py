@@ -27,7 +27,10 @@ member: other link draws, the same checks hold); `cbcast` again when a restarted
 began to ask every member for its counts (the join handshake, B6: other link draws, the same
 deliveries and join points); the six on reliable FIFO again when an unanswered NACK began to
 repeat `nack_retry_ms` after the last retransmission arrived, and a sender to resend a number
-to a member at most once per that member's RTO (fewer retransmissions, other link draws).
+to a member at most once per that member's RTO (fewer retransmissions, other link draws);
+the seven on reliable FIFO again when its tick began to sleep while it has no work (a tick's
+phase follows the event that woke it) and the sequencer's FETCH and report checks got their
+own timer.
 Regenerate only for an intended change of behaviour:
 
     python -m tests.sim_golden > tests/sim_golden.json

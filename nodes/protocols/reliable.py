@@ -53,6 +53,11 @@ heartbeats and the failure detector's ALIVEs were 46 % of the simulator's events
 - A heartbeat whose number a receiver already has means its last ACK was lost (or is late):
   it ACKs again at the next tick (news may never come, and the heartbeats go on at
   `heartbeat_max_ns`).
+- The tick (`tick_ns`) runs only while there is work for it: a message of ours some member
+  has not acknowledged (heartbeats), a gap or a joining buffer (NACKs, joins), an ACK due or
+  a stream moved past our last ACK. Otherwise it is not re-armed, and the next event that
+  makes work arms it again: an idle group's members wake for nothing but their failure
+  detector (at a hundred idle members, ticks were 100 wake-ups a second each).
 
 Flow control: a sender keeps at most `window` of its own messages unacknowledged by some member;
 further multicasts wait in a backlog until ACKs free the window. Without it an overloaded
@@ -211,18 +216,32 @@ class ReliableMulticast:
         self.excluded: set[int] = set()  # suspected members
         self.last_ack_at = 0
         self.retransmissions = 0
+        self._ticking = False  # the tick is armed (it re-arms itself while there is work)
 
     # -- events -------------------------------------------------------------------------------
     def start(self, now: int) -> list[Action]:
         self.last_ack_at = now
-        return [SetTimer(self.tick_key, self.tick_ns)]
+        return []  # nothing to do yet: the first event that makes work arms the tick
+
+    def _busy(self) -> bool:
+        """Whether the tick has work: something of ours unacknowledged by some member, a gap
+        or joining buffer open, an ACK due, or a stream moved past our last ACK."""
+        return bool(self.send_buffer or self._gaps or self._due or self._moved)
+
+    def _wake(self, out: list[Action]) -> list[Action]:
+        """`out`, and the tick armed when it sleeps and there is work."""
+        if not self._ticking and self._busy():
+            self._ticking = True
+            out.append(SetTimer(self.tick_key, self.tick_ns))
+        return out
 
     def multicast(self, header: Header, payload: bytes, now: int) -> list[Action]:
         """R-multicast: number the message, buffer it, send it, and deliver it locally."""
         if self.backlog or self._window_full():
             self.backlog.append((header, payload))
-            return []
-        return self._send_new(header, payload, now)
+            return []  # (the window is full: the tick is armed for what holds it)
+        out = self._send_new(header, payload, now)
+        return out if self._ticking else self._wake(out)
 
     def _floor(self) -> int | None:
         """Highest number every unsuspected member has acknowledged."""
@@ -241,7 +260,7 @@ class ReliableMulticast:
         else:
             self.excluded.discard(member)
         self._purge()
-        return self._release(now)
+        return self._wake(self._release(now))
 
     def _send_new(self, header: Header, payload: bytes, now: int) -> list[Action]:
         h = header  # built field by field: dataclasses.replace is slow on this hot path
@@ -257,6 +276,10 @@ class ReliableMulticast:
         return [Send(None, msg), RDeliver(self.me, msg)]
 
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
+        out = self._on_message(src, msg, now)
+        return out if self._ticking else self._wake(out)
+
+    def _on_message(self, src: int, msg: Message, now: int) -> list[Action]:
         h = msg.header
         typ = h.type
         if typ == _NACK:
@@ -331,7 +354,7 @@ class ReliableMulticast:
         return self._receive(stream, msg, now)
 
     def on_timer(self, key: str, now: int) -> list[Action]:
-        out: list[Action] = [SetTimer(self.tick_key, self.tick_ns)]
+        out: list[Action] = []
         unacked = self.next_rseq - 1
         if unacked > self._purged and now >= self._hb_next:
             # something sent is not yet acknowledged by every member, and some receiver's
@@ -368,6 +391,11 @@ class ReliableMulticast:
                     if stream.delivered > stream.acked_sent:
                         stream.acked_sent = stream.delivered
                         out.append(Send(sender, self._control(_ACK, rseq=stream.delivered)))
+        if self._busy():
+            self._ticking = True
+            out.append(SetTimer(self.tick_key, self.tick_ns))
+        else:
+            self._ticking = False
         return out
 
     def _heartbeat(self, unacked: int, now: int) -> list[Action]:
@@ -459,8 +487,11 @@ class ReliableMulticast:
         h = msg.header
         stream = self.streams.get(h.sender)
         if (stream is None or h.aux != stream.incarnation or stream.adopt or stream.buffer
-                or h.rseq != stream.delivered + 1 or stream.nack_at >= 0):
-            return False  # (an outstanding NACK: `_receive` times its repetition)
+                or h.rseq != stream.delivered + 1 or stream.nack_at >= 0
+                or not self._ticking):
+            # (an outstanding NACK: `_receive` times its repetition; a sleeping tick:
+            # `on_message` arms it)
+            return False
         rseq = stream.delivered = h.rseq
         self._moved.add(h.sender)
         if rseq - stream.acked_sent >= self._ack_count and not stream.ack_due:
@@ -671,6 +702,11 @@ class Below:
 
     def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
         return self.lift(self.layer.on_suspect(member, suspected, now), now)
+
+    @property
+    def tick_ns(self) -> int:
+        """The lower layer's tick period: an upper layer's own checks keep its pace."""
+        return self.layer.tick_ns
 
     def owns(self, key: str) -> bool:
         """Whether timer `key` is the lower layer's (its keys are scoped `<scope>:...`)."""
