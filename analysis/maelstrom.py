@@ -607,8 +607,9 @@ def emulation_records(logs: dict[str, list[dict[str, Any]]]
                 continue
             src = host_of[str(r["src"])]
             received[src] += 1
-            t0 = sent_at.pop((str(r["src"]), str(r.get("dest")), r.get("msg_id")), None) \
-                if isinstance(r.get("msg_id"), int) else None
+            msg_id = r.get("msg_id")
+            t0 = sent_at.pop((str(r["src"]), str(r.get("dest")), msg_id), None) \
+                if isinstance(msg_id, int) else None
             if t0 is not None and isinstance(r.get("t"), int):
                 hist[src][str(bin_us(int(r["t"]) - t0))] += 1
         out[host] = [{"ev": "emulation", "transit": {s: dict(h) for s, h in hist.items()},
