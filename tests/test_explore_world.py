@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import yaml
@@ -186,27 +187,34 @@ def test_a_world_drains_the_backlog_of_a_throughput_ceiling(tmp_path: Path) -> N
     assert "no failure" in r.stdout
 
 
+def drawn_worlds(protocol: str, params: dict[str, object], seeds: int
+                 ) -> list[dict[str, Any]]:
+    """The overrides of `seeds` drawn worlds of `protocol` with the spec's `params`."""
+    from nodes.protocols.catalogue import find
+    from testbed.explore.case import model_of
+    from testbed.spec.experiment import ExperimentSpec
+
+    entry = find(protocol)
+    assert entry is not None
+    exp = ExperimentSpec.model_validate({
+        "name": "x", "topology": "t.yaml", "duration": "1s",
+        "protocol": {"name": protocol, "params": params},
+        "workload": {"senders": "all", "rate": "20/s"}})
+    return [dict(draw_world(s, model_of(exp), entry.params, FEATURES, params).overrides)
+            for s in range(seeds)]
+
+
 def test_a_reserved_sender_offers_at_most_half_its_reservation() -> None:
     """`leader` and `qos-cbr` reserve `rate` (50/s by default) for each sender, and
     `timestamp-leader` and `qos-vbr` `avg` (50/s) and k = 3 messages per Θ = 20 ms: drawn
     worlds offer at most half of that (of the drawn or the spec's values when they move it),
     at constant intervals, so no datagram is policed away and no sender queues for ever (004 §2.1).
     Without a reservation the same seeds draw rates far above it."""
-    from nodes.protocols.catalogue import find
     from nodes.protocols.qos_common import duration_ns
-    from testbed.explore.case import model_of
-    from testbed.spec.experiment import ExperimentSpec
 
     def worlds(protocol: str, params: dict[str, object]) -> list[dict[str, object]]:
-        entry = find(protocol)
-        assert entry is not None
-        exp = ExperimentSpec.model_validate({
-            "name": "x", "topology": "t.yaml", "duration": "1s",
-            "protocol": {"name": protocol, "params": params},
-            "workload": {"senders": "all", "rate": "20/s"}})
-        return [{**params, **{k.removeprefix("protocol.params."): v for k, v in
-                              draw_world(s, model_of(exp), entry.params, FEATURES,
-                                         params).overrides}} for s in range(300)]
+        return [{**params, **{k.removeprefix("protocol.params."): v for k, v in w.items()}}
+                for w in drawn_worlds(protocol, params, 300)]
 
     def rate(w: dict[str, object]) -> float:
         return float(str(w["workload.rate"]).removesuffix("/s"))
@@ -227,24 +235,12 @@ def test_a_reserved_sender_offers_at_most_half_its_reservation() -> None:
 def test_a_bounded_delay_world_keeps_every_path_within_delta() -> None:
     """`qos-vbr`, `qos-cbr`, `leader` and `timestamp-leader` assume every path's delay plus
     jitter within Δ (004 §2.1): their drawn worlds scale the paths into the drawn, the spec's
-    or the default Δ, and the spec checks accept every one of them. Without that bound the
-    same seeds draw paths far beyond 50 ms."""
-    from nodes.protocols.catalogue import find
+    or the default Δ. Without that bound the same seeds draw paths far beyond 50 ms."""
     from nodes.protocols.qos_common import duration_ns
-    from testbed.explore.case import model_of
-    from testbed.spec.experiment import ExperimentSpec
 
     def paths(protocol: str, params: dict[str, object]) -> list[tuple[float, float]]:
-        entry = find(protocol)
-        assert entry is not None
-        exp = ExperimentSpec.model_validate({
-            "name": "x", "topology": "t.yaml", "duration": "1s",
-            "protocol": {"name": protocol, "params": params},
-            "workload": {"senders": "all", "rate": "20/s"}})
         out = []
-        for seed in range(200):
-            drawn = dict(draw_world(seed, model_of(exp), entry.params, FEATURES,
-                                    params).overrides)
+        for drawn in drawn_worlds(protocol, params, 200):
             delta = duration_ns(drawn.get("protocol.params.delta", params.get("delta", 50)))
             worst = max(duration_ns(e["delay"]) + duration_ns(e.get("jitter", 0))
                         for row in drawn["topology"]["matrix"].values() for e in row.values())
