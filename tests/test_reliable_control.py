@@ -143,18 +143,26 @@ def test_heartbeats_wait_for_each_receivers_ack_round_trip() -> None:
     assert sender.rto(2) > sender.rto(1)
 
 
-def test_a_lost_tail_is_exposed_once_the_ack_is_overdue() -> None:
-    """The last message before the sender falls idle is lost to the far member: the heartbeat
-    comes once its ACK is overdue, the member NACKs and gets it -- within its RTO and a round
-    trip and a half (heartbeat, NACK, retransmission) plus ticks of the loss."""
+def lose_once(rseq: int) -> tuple[Callable[[int, int, Message], bool], list[int]]:
+    """A drop rule losing member 0's DATA number `rseq` to member 2 once, and the list that
+    records the loss."""
     lost: list[int] = []
 
     def drop(src: int, dst: int, msg: Message) -> bool:
         if (src, dst) == (0, 2) and msg.header.type == MsgType.DATA \
-                and msg.header.rseq == 30 and not lost:
+                and msg.header.rseq == rseq and not lost:
             lost.append(1)
             return True
         return False
+
+    return drop, lost
+
+
+def test_a_lost_tail_is_exposed_once_the_ack_is_overdue() -> None:
+    """The last message before the sender falls idle is lost to the far member: the heartbeat
+    comes once its ACK is overdue, the member NACKs and gets it -- within its RTO and a round
+    trip and a half (heartbeat, NACK, retransmission) plus ticks of the loss."""
+    drop, lost = lose_once(30)
 
     delay = symmetric({(0, 1): 5 * MS, (0, 2): 150 * MS, (1, 2): 150 * MS})
     net = Net([ReliableMulticast(m, [0, 1, 2]) for m in range(3)], delay, drop)
@@ -259,14 +267,7 @@ def test_an_idle_group_arms_no_tick_and_still_repairs_a_loss_after_the_idle_spel
     again, and its loss to one member is repaired (heartbeat, NACK, retransmission) before
     the group falls asleep once more. Failed before (every member ticked every 10 ms: 3,000
     ticks in the idle spell)."""
-    lost: list[int] = []
-
-    def drop(src: int, dst: int, msg: Message) -> bool:
-        if (src, dst) == (0, 2) and msg.header.type == MsgType.DATA \
-                and msg.header.rseq == 21 and not lost:
-            lost.append(1)
-            return True
-        return False
+    drop, lost = lose_once(21)
 
     delay = symmetric({(0, 1): 5 * MS, (0, 2): 20 * MS, (1, 2): 20 * MS})
     net = Net([ReliableMulticast(m, [0, 1, 2]) for m in range(3)], delay, drop)
