@@ -81,6 +81,6 @@ def context_order(events: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str
 
 def add_context(summary: dict[str, Any], record: RunRecord, history: Any) -> None:
     """`checks.context_order` of a run whose nodes log their context (none: nothing)."""
-    if not record.logs_mention("context"):
-        return
-    summary["checks"]["context_order"] = context_order(record.events({"context", "fnl"}))
+    events = record.events({"context", "fnl"})
+    if any(e.get("ev") == "context" for evs in events.values() for e in evs):
+        summary["checks"]["context_order"] = context_order(events)
