@@ -27,12 +27,7 @@ member: other link draws, the same checks hold); `cbcast` again when a restarted
 began to ask every member for its counts (the join handshake, B6: other link draws, the same
 deliveries and join points); `cbcast` again when its messages began to carry OLD_j after t_m
 once it counts an old stream, and a range's base entry began to count as met (B4: more bytes
-on the wire after c's restart, other link draws); the six on reliable FIFO again when an
-unanswered NACK began to repeat `nack_retry_ms` after the last retransmission arrived, and a
-sender to resend a number to a member at most once per that member's RTO (fewer
-retransmissions, other link draws); the seven on reliable FIFO again when its tick began to
-sleep while it has no work (a tick's phase follows the event that woke it) and the
-sequencer's FETCH and report checks got their own timer.
+on the wire after c's restart, other link draws).
 Regenerate only for an intended change of behaviour:
 
     python -m tests.sim_golden > tests/sim_golden.json

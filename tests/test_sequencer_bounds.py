@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import random
 
-from nodes.protocols.base import Log, Send, SetTimer
+from nodes.protocols.base import Log, Send
 from nodes.protocols.sequencer import (
-    CHECK,
     FETCH_ROUND,
     INCARNATION_SPAN,
     ORDER_COALESCE_BYTES,
@@ -131,25 +130,24 @@ def test_a_member_reports_its_position_and_fetches_in_rounds() -> None:
     m.on_message(1, _data(1, 1), 0)
     order = Message(Header(MsgType.ORDER, Proto.SEQUENCER, sender=1, rseq=2, origin=1, seq=1),
                     pack_orders([(1, 1)] + [(2, n) for n in range(1, 601)]))
-    armed = m.on_message(1, order, 1)
+    m.on_message(1, order, 1)
     assert m.next_deliver == 2
-    assert SetTimer(CHECK, 10_000_000) in armed  # a report is due, the next message missing
-    report = m.on_timer(CHECK, 10)
+    report = m.on_timer("rm:tick", 10)
     fetches = [a.msg for a in report if type(a) is Send and a.msg.header.type == MsgType.FETCH]
     assert [(f.header.seq, f.payload) for f in fetches] == [(1, b"")]
-    assert not [a for a in m.on_timer(CHECK, 20) if type(a) is Send]  # blocked from now
-    rnd = [a.msg for a in m.on_timer(CHECK, 220_000_000) if type(a) is Send
+    assert not [a for a in m.on_timer("rm:tick", 20) if type(a) is Send]  # blocked from now
+    rnd = [a.msg for a in m.on_timer("rm:tick", 220_000_000) if type(a) is Send
            and a.msg.header.type == MsgType.FETCH]
     asked = [k for f in rnd for k in unpack_orders(f.payload)]
     assert len(rnd) == FETCH_ROUND and asked == [(2, n) for n in range(1, FETCH_ROUND
                                                                       * FETCH_MAX + 1)]
-    assert not [a for a in m.on_timer(CHECK, 230_000_000) if type(a) is Send]
+    assert not [a for a in m.on_timer("rm:tick", 230_000_000) if type(a) is Send]
     for o, n in asked:  # the relayed copies arrive: the next round goes at the next tick
         relayed = Message(Header(MsgType.DATA, Proto.SEQUENCER, flags=2, sender=o, rseq=n,
                                  origin=o, mno=n), b"x")
         m.on_message(1, relayed, 231_000_000)
     assert m.next_deliver == 2 + len(asked)
-    nxt = [a.msg for a in m.on_timer(CHECK, 240_000_000) if type(a) is Send]
+    nxt = [a.msg for a in m.on_timer("rm:tick", 240_000_000) if type(a) is Send]
     assert nxt[0].header.seq == 1 + len(asked)
     assert [k for f in nxt for k in unpack_orders(f.payload)] == [
         (2, n) for n in range(len(asked) + 1, 2 * len(asked) + 1)]

@@ -19,16 +19,6 @@ an eager NACK would ask for what is still in flight); unanswered NACKs repeat ev
 `nack_retry_ns`. Heartbeats go out only from an idle sender, for the same reason; once a
 receiver knows of a gap its own NACKs repeat, so a heartbeat needs repeating only when it was
 lost itself, hence the back-off.
-A NACK counts as unanswered `nack_retry_ns` after the last retransmission from its sender
-arrived, not after its sending: while retransmissions arrive (the answer to it, or to an
-earlier NACK queued ahead of it, even ones we no longer need), the sender is answering. An
-answer can take longer than `nack_retry_ns` to cross the link (large messages, a long gap
-after a partition or a pause, a slow lossy link); asked again meanwhile, the sender queues a
-second answer behind the first, the link carries ever more duplicates, and the member never
-catches up. For the same reason the sender resends a number to a member at most once per
-that member's `rto(m)` (TCP retransmits a segment at most once per RTO, RFC 6298 5.4): a
-NACK repeated while the answer is held up (a partition that comes and goes cuts its
-arrivals) is not answered again until the ACK round trip says the first answer is overdue.
 
 Control traffic (the rules TCP uses for the same jobs; at a hundred members the ACKs,
 heartbeats and the failure detector's ALIVEs were 46 % of the simulator's events):
@@ -53,11 +43,6 @@ heartbeats and the failure detector's ALIVEs were 46 % of the simulator's events
 - A heartbeat whose number a receiver already has means its last ACK was lost (or is late):
   it ACKs again at the next tick (news may never come, and the heartbeats go on at
   `heartbeat_max_ns`).
-- The tick (`tick_ns`) runs only while there is work for it: a message of ours some member
-  has not acknowledged (heartbeats), a gap or a joining buffer (NACKs, joins), an ACK due or
-  a stream moved past our last ACK. Otherwise it is not re-armed, and the next event that
-  makes work arms it again: an idle group's members wake for nothing but their failure
-  detector (at a hundred idle members, ticks were 100 wake-ups a second each).
 
 Flow control: a sender keeps at most `window` of its own messages unacknowledged by some member;
 further multicasts wait in a backlog until ACKs free the window. Without it an overloaded
@@ -190,8 +175,7 @@ class ReliableMulticast:
         # that was retransmitted (Karn's rule); -1: no sample yet. It includes the receiver's
         # ACK delay, which is what a heartbeat has to wait for.
         self._sent_at: dict[int, int] = {}  # number -> local time sent (until purged)
-        # Numbers retransmitted (until purged): to which member, when (local time).
-        self._resent: dict[int, dict[int, int]] = {}
+        self._resent: set[int] = set()  # numbers retransmitted (until purged)
         self.srtt = {m: -1 for m in self.acked}
         self.rttvar = {m: 0 for m in self.acked}
         # Heartbeats per receiver: the last one's time (-1: none) and the gap before the next.
@@ -216,32 +200,18 @@ class ReliableMulticast:
         self.excluded: set[int] = set()  # suspected members
         self.last_ack_at = 0
         self.retransmissions = 0
-        self._ticking = False  # the tick is armed (it re-arms itself while there is work)
 
     # -- events -------------------------------------------------------------------------------
     def start(self, now: int) -> list[Action]:
         self.last_ack_at = now
-        return []  # nothing to do yet: the first event that makes work arms the tick
-
-    def _busy(self) -> bool:
-        """Whether the tick has work: something of ours unacknowledged by some member, a gap
-        or joining buffer open, an ACK due, or a stream moved past our last ACK."""
-        return bool(self.send_buffer or self._gaps or self._due or self._moved)
-
-    def _wake(self, out: list[Action]) -> list[Action]:
-        """`out`, and the tick armed when it sleeps and there is work."""
-        if not self._ticking and self._busy():
-            self._ticking = True
-            out.append(SetTimer(self.tick_key, self.tick_ns))
-        return out
+        return [SetTimer(self.tick_key, self.tick_ns)]
 
     def multicast(self, header: Header, payload: bytes, now: int) -> list[Action]:
         """R-multicast: number the message, buffer it, send it, and deliver it locally."""
         if self.backlog or self._window_full():
             self.backlog.append((header, payload))
-            return []  # (the window is full: the tick is armed for what holds it)
-        out = self._send_new(header, payload, now)
-        return out if self._ticking else self._wake(out)
+            return []
+        return self._send_new(header, payload, now)
 
     def _floor(self) -> int | None:
         """Highest number every unsuspected member has acknowledged."""
@@ -260,7 +230,7 @@ class ReliableMulticast:
         else:
             self.excluded.discard(member)
         self._purge()
-        return self._wake(self._release(now))
+        return self._release(now)
 
     def _send_new(self, header: Header, payload: bytes, now: int) -> list[Action]:
         h = header  # built field by field: dataclasses.replace is slow on this hot path
@@ -276,14 +246,10 @@ class ReliableMulticast:
         return [Send(None, msg), RDeliver(self.me, msg)]
 
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
-        out = self._on_message(src, msg, now)
-        return out if self._ticking else self._wake(out)
-
-    def _on_message(self, src: int, msg: Message, now: int) -> list[Action]:
         h = msg.header
         typ = h.type
         if typ == _NACK:
-            return self._retransmit(src, h.rseq, h.seq, now)
+            return self._retransmit(src, h.rseq, h.seq)
         if typ == _ACK:
             acked = self.acked
             old = acked.get(src)
@@ -354,7 +320,7 @@ class ReliableMulticast:
         return self._receive(stream, msg, now)
 
     def on_timer(self, key: str, now: int) -> list[Action]:
-        out: list[Action] = []
+        out: list[Action] = [SetTimer(self.tick_key, self.tick_ns)]
         unacked = self.next_rseq - 1
         if unacked > self._purged and now >= self._hb_next:
             # something sent is not yet acknowledged by every member, and some receiver's
@@ -391,11 +357,6 @@ class ReliableMulticast:
                     if stream.delivered > stream.acked_sent:
                         stream.acked_sent = stream.delivered
                         out.append(Send(sender, self._control(_ACK, rseq=stream.delivered)))
-        if self._busy():
-            self._ticking = True
-            out.append(SetTimer(self.tick_key, self.tick_ns))
-        else:
-            self._ticking = False
         return out
 
     def _heartbeat(self, unacked: int, now: int) -> list[Action]:
@@ -487,10 +448,7 @@ class ReliableMulticast:
         h = msg.header
         stream = self.streams.get(h.sender)
         if (stream is None or h.aux != stream.incarnation or stream.adopt or stream.buffer
-                or h.rseq != stream.delivered + 1 or stream.nack_at >= 0
-                or not self._ticking):
-            # (an outstanding NACK: `_receive` times its repetition; a sleeping tick:
-            # `on_message` arms it)
+                or h.rseq != stream.delivered + 1):
             return False
         rseq = stream.delivered = h.rseq
         self._moved.add(h.sender)
@@ -504,8 +462,6 @@ class ReliableMulticast:
     # -- receiving ----------------------------------------------------------------------------
     def _receive(self, stream: _Stream, msg: Message, now: int) -> list[Action]:
         rseq = msg.header.rseq
-        if stream.nack_at >= 0 and msg.header.flags & RETRANSMIT:
-            stream.nack_at = now  # the sender is answering: repeat the NACK once it stops
         if rseq <= stream.delivered:
             return []  # C <= V[i]: duplicate, discard
         out: list[Action] = []
@@ -605,22 +561,13 @@ class ReliableMulticast:
         return [Send(sender, self._control(_NACK, rseq=missing_from, seq=missing_to))]
 
     # -- sending ------------------------------------------------------------------------------
-    def _retransmit(self, dst: int, first: int, last: int, now: int) -> list[Action]:
+    def _retransmit(self, dst: int, first: int, last: int) -> list[Action]:
         out: list[Action] = []
-        if dst not in self.acked:
-            return out
-        hold = self.rto(dst)
         for rseq in range(first, min(last, self.next_rseq - 1, first + self.max_resend - 1) + 1):
             msg = self.send_buffer.get(rseq)
             if msg is not None:
-                to = self._resent.get(rseq)
-                if to is None:
-                    to = self._resent[rseq] = {}
-                at = to.get(dst)
-                if at is not None and now - at < hold:
-                    continue  # resent to dst within its RTO: that answer is still due
-                to[dst] = now
                 self.retransmissions += 1
+                self._resent.add(rseq)
                 h = msg.header  # built field by field: dataclasses.replace is slow here
                 h = Header(h.type, h.proto, h.flags | RETRANSMIT, h.sender, h.rseq, h.origin,
                            h.mno, h.seq, h.hint, h.slot, h.ts, h.aux, h.length)
@@ -650,7 +597,7 @@ class ReliableMulticast:
             buf.pop(rseq, None)
             sent_at.pop(rseq, None)
         if self._resent:
-            self._resent = {r: to for r, to in self._resent.items() if r > floor}
+            self._resent = {r for r in self._resent if r > floor}
         self._purged = floor
 
     def _control(self, mtype: MsgType, rseq: int = 0, seq: int = 0) -> Message:
@@ -702,11 +649,6 @@ class Below:
 
     def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
         return self.lift(self.layer.on_suspect(member, suspected, now), now)
-
-    @property
-    def tick_ns(self) -> int:
-        """The lower layer's tick period: an upper layer's own checks keep its pace."""
-        return self.layer.tick_ns
 
     def owns(self, key: str) -> bool:
         """Whether timer `key` is the lower layer's (its keys are scoped `<scope>:...`)."""

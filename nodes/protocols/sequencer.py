@@ -74,9 +74,6 @@ from nodes.wire import FETCH_MAX, Flag, Header, Message, MsgType, Proto
 
 ORDER_ENTRY: Final = struct.Struct("!HI")  # origin, mno
 FLUSH: Final = "seq:flush"
-# The timer of `_fetch_missing` and `_rejoin`, armed only while they have work (`_check_due`):
-# an idle member wakes for nothing.
-CHECK: Final = "seq:check"
 INCARNATION_SPAN: Final = 1_000_000
 # An ORDER grows by coalescing (see _flush_orders) up to what fits one Ethernet frame with
 # its header: 1,356 bytes of (origin, mno) entries.
@@ -262,7 +259,6 @@ class Sequencer(OnReliable):
         self.reported_at = -1  # local time of that report (-1: none yet)
         self.fetch_wanted: list[int] = []  # mid_keys asked for in the last FETCH round
         self.blocked_since: int | None = None  # when the next ORDER's data went missing
-        self.checking = False  # the CHECK timer is armed
         self.policy = policy
         if policy is not None:
             policy.bind(self)
@@ -270,9 +266,7 @@ class Sequencer(OnReliable):
     # -- Layer interface ----------------------------------------------------------------------
     def start(self, now: int) -> list[Action]:
         out = self.rm.start(now) + self._rejoin(now)
-        if self.policy is not None:
-            out += self.policy.start(now)
-        return self._arm_check(out)
+        return out if self.policy is None else out + self.policy.start(now)
 
     def renumber(self, last: int) -> bool:
         self.mno = last
@@ -309,18 +303,13 @@ class Sequencer(OnReliable):
         if self.joining and self.me != self.sequencer:
             self.held.append((self.mno, payload))
             return out
-        out += self._multicast(self.mno, payload, now)
-        return out if self.checking else self._arm_check(out)
+        return out + self._multicast(self.mno, payload, now)
 
     def _multicast(self, mno: int, payload: bytes, now: int) -> list[Action]:
         header = Header(MsgType.DATA, origin=self.me, mno=mno, ts=now, hint=self._hint_us())
         return self.rm.multicast(header, payload, now)
 
     def on_message(self, src: int, msg: Message, now: int) -> list[Action]:
-        out = self._on_message(src, msg, now)
-        return out if self.checking else self._arm_check(out)
-
-    def _on_message(self, src: int, msg: Message, now: int) -> list[Action]:
         h = msg.header
         typ = h.type
         if typ == _FETCH:
@@ -340,41 +329,20 @@ class Sequencer(OnReliable):
         return self.rm.on_message(src, msg, now)
 
     def on_timer(self, key: str, now: int) -> list[Action]:
-        if key == CHECK:
-            self.checking = False
-            out = self._fetch_missing(now) + self._rejoin(now)
-        elif key == FLUSH:
-            out = self._flush_orders(now)
-        else:
-            own = None if self.policy is None else self.policy.on_timer(key, now)
-            out = self.rm.on_timer(key, now) if own is None else own
-        return out if self.checking else self._arm_check(out)
+        if key == FLUSH:
+            return self._flush_orders(now)
+        if self.policy is not None:
+            own = self.policy.on_timer(key, now)
+            if own is not None:
+                return own
+        return self.rm.on_timer(key, now) + self._fetch_missing(now) + self._rejoin(now)
 
     def on_suspect(self, member: int, suspected: bool, now: int) -> list[Action]:
         if suspected:
             self.suspected.add(member)
         else:
             self.suspected.discard(member)
-        return self._arm_check(self.rm.on_suspect(member, suspected, now)
-                               + self._recovered(now))
-
-    def _check_due(self) -> bool:
-        """Whether `_fetch_missing` or `_rejoin` has work: our join is not answered yet, or
-        (at a member) a delivered number is not reported yet or the next ORDER's message is
-        not delivered yet (it may be missing)."""
-        if self.joining:
-            return True
-        if self.me == self.sequencer:
-            return False
-        return self.next_deliver - 1 > self.reported or self.next_deliver in self.order
-
-    def _arm_check(self, out: list[Action]) -> list[Action]:
-        """`out`, and the CHECK timer armed (at the reliable layer's tick) when it sleeps and
-        there is work for it."""
-        if not self.checking and self._check_due():
-            self.checking = True
-            out.append(SetTimer(CHECK, self.rm.tick_ns))
-        return out
+        return self.rm.on_suspect(member, suspected, now) + self._recovered(now)
 
     # -- the algorithm ------------------------------------------------------------------------
     def _r_deliver_from(self, src: int, msg: Message, now: int) -> list[Action]:
